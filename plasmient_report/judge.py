@@ -1,0 +1,177 @@
+"""Judge: turn the measured tables into the verdict document (SPEC §6, `plasmient.verdict/1`).
+
+Renderers only format this document; the wording thresholds live here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from . import __version__
+from .metrics import GpuPeak
+
+SCHEMA = "plasmient.verdict/1"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    idle_utilization: float = 0.30       # below: "idle"
+    healthy_achieved: float = 0.50       # at or above: "healthy"
+    busy_utilization: float = 0.70       # busy and achieved < useful_achieved: "busy, not useful"
+    useful_achieved: float = 0.30
+    comm_share: float = 0.50             # NCCL share of busy time above which: "communication-bound"
+    low_coverage: float = 0.50           # compute time with a FLOP estimate below: achieved is a lower bound
+
+
+@dataclass
+class RunContext:
+    inputs: list[str]
+    ranges: list[str]
+    precision: str
+    peaks: list[GpuPeak]
+    missing_ranges: dict[str, list[int]]
+    notes: list[str] = field(default_factory=list)
+
+
+def _f(x: Any) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _metric_rows(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> list[dict[str, Any]]:
+    cur = con.execute(f"SELECT * FROM metrics WHERE {where} ORDER BY range_name NULLS FIRST, rank, device", params)
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+
+def verdict_word(util: float | None, achieved: float | None, comm_share: float, t: Thresholds) -> str:
+    if util is None:
+        return "no data"
+    if util < t.idle_utilization:
+        return "idle"
+    if comm_share >= t.comm_share:
+        return "communication-bound"
+    if achieved is None:
+        return "busy (no peak known)"
+    if achieved >= t.healthy_achieved:
+        return "healthy"
+    if util >= t.busy_utilization and achieved < t.useful_achieved:
+        return "busy, not useful"
+    return "underused"
+
+
+def headroom(achieved: float | None) -> dict[str, Any]:
+    if achieved is None or achieved <= 0:
+        return {"factor": None, "text": "unknown (no useful FLOPs measured)"}
+    f = 1.0 / achieved
+    if f > 100:
+        return {"factor": f, "text": "more than 100x below peak"}
+    return {"factor": f, "text": f"{f:.1f}x headroom before new hardware"}
+
+
+def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None = None) -> dict[str, Any]:
+    t = t or Thresholds()
+    scope = "range" if ctx.ranges else "window"
+    # With --range the headline is the union of the requested ranges; several patterns → the first.
+    head_where = "scope = 'range' AND range_name = ? AND rank IS NULL" if ctx.ranges else \
+        "scope = 'window' AND rank IS NULL"
+    head_params: list[Any] = [ctx.ranges[0]] if ctx.ranges else []
+    head = (_metric_rows(con, head_where, head_params) or [{}])[0]
+    util = _f(head.get("utilization"))
+    achieved = _f(head.get("achieved_fraction_of_peak"))
+
+    comm = con.execute("""
+        SELECT coalesce(sum(CASE WHEN kind = 'nccl' THEN end_ns - start_ns END), 0),
+               coalesce(sum(end_ns - start_ns), 0) FROM kernels""").fetchone() or (0, 0)
+    comm_share = comm[0] / comm[1] if comm[1] else 0.0
+    kern_time = con.execute("""
+        SELECT count(*), coalesce(sum(end_ns - start_ns) FILTER (WHERE kind = 'compute'), 0),
+               coalesce(sum(end_ns - start_ns) FILTER (WHERE kind = 'compute' AND flops > 0), 0),
+               count(*) FILTER (WHERE flops_source = 'model'), count(*) FILTER (WHERE flops_source = 'op')
+        FROM kernels""").fetchone() or (0, 0, 0, 0, 0)
+    cov_run = kern_time[2] / kern_time[1] if kern_time[1] else None
+    cov_head = (head["kernel_ns_with_flops"] / head["kernel_ns"]) if head.get("kernel_ns") else cov_run
+
+    ranks = []
+    for r in _metric_rows(con, f"scope = '{scope}' AND rank IS NOT NULL" +
+                          (" AND range_name = ?" if ctx.ranges else ""), head_params):
+        ranks.append({
+            "rank": r["rank"], "device": r["device"],
+            "utilization": {"trace": _f(r["utilization"]), "measured": None},
+            "achieved_fraction_of_peak": _f(r["achieved_fraction_of_peak"]),
+            "window_ns": r["window_ns"], "flops": _f(r["flops"]), "losses": []})
+    ranges = []
+    for r in _metric_rows(con, "scope = 'range' AND rank IS NULL", []):
+        ranges.append({
+            "name": r["range_name"], "count": r["occurrences"], "window_ns": r["window_ns"],
+            "utilization": _f(r["utilization"]), "achieved_fraction_of_peak": _f(r["achieved_fraction_of_peak"]),
+            "flops": _f(r["flops"]), "missing_ranks": ctx.missing_ranges.get(r["range_name"], []), "losses": []})
+    for name, miss in ctx.missing_ranges.items():
+        if not any(x["name"] == name for x in ranges):
+            ranges.append({"name": name, "count": 0, "window_ns": 0, "utilization": None,
+                           "achieved_fraction_of_peak": None, "flops": None, "missing_ranks": miss, "losses": []})
+
+    sources = con.execute("""
+        SELECT path, format, format_version, rank, rank_method, clock_anchor, offset_ns, offset_method,
+               offset_uncertainty_ns, notes FROM sources ORDER BY source_id""").fetchall()
+    gpus = [{"rank": p.rank, "device": p.device, "name": p.device_name} for p in ctx.peaks]
+    first = ctx.peaks[0].peak if ctx.peaks else None
+    distinct_gpus = {p.peak.gpu for p in ctx.peaks}
+    word = verdict_word(util, achieved, comm_share, t)
+    lower_bound = cov_head is not None and cov_head < t.low_coverage
+    notes = list(ctx.notes)
+    if lower_bound:
+        notes.append(f"only {cov_head:.0%} of compute-kernel time has a FLOP estimate: the achieved fraction is a "
+                     "lower bound (give --model-flops, or record shapes)")
+    if first is not None and not first.known:
+        notes.append(first.source)
+    if head.get("capped_ns"):
+        notes.append(f"{head['capped_ns'] / 1e6:.2f} ms of kernel time implied more than peak and was capped at "
+                     "peak: a FLOP estimate or the peak is wrong")
+    return {
+        "schema": SCHEMA,
+        "tool": {"name": "plasmient-report", "version": __version__},
+        "run": {
+            "inputs": ctx.inputs,
+            "ranks": sorted({p.rank for p in ctx.peaks}),
+            "gpus": gpus,
+            "window_ns": head.get("window_ns"),
+            "range": ctx.ranges or None,
+            "occurrences": head.get("occurrences"),
+        },
+        "utilization": {"trace": util, "measured": None},
+        "achieved_fraction_of_peak": achieved,
+        "achieved_is_lower_bound": lower_bound,
+        "peak": {
+            "gpu": first.gpu if first else None,
+            "gpus": sorted(g for g in distinct_gpus if g) if len(distinct_gpus) > 1 else None,
+            "precision": ctx.precision,
+            "tflops": first.flop_s / 1e12 if first and first.flop_s else None,
+            "memory_bandwidth_tbs": first.bandwidth_bytes_s / 1e12 if first and first.bandwidth_bytes_s else None,
+            "source": first.source if first else None,
+        },
+        "losses": [],
+        "headroom": headroom(achieved),
+        "verdict": word,
+        "findings": [],
+        "ranks": ranks,
+        "ranges": ranges,
+        "clock": {"sources": [
+            {"path": s[0], "format": s[1], "format_version": s[2], "rank": s[3], "rank_method": s[4],
+             "anchor": s[5], "offset_ns": s[6], "method": s[7], "uncertainty_ns": s[8]} for s in sources]},
+        "coverage": {
+            "kernels": kern_time[0],
+            "kernels_with_flops_time_fraction": cov_head,
+            "run_kernels_with_flops_time_fraction": cov_run,
+            "kernels_flops_from_model": kern_time[3],
+            "kernels_flops_from_trace": kern_time[4],
+            "communication_time_fraction": comm_share,
+        },
+        "notes": notes,
+    }

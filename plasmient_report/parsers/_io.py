@@ -1,0 +1,68 @@
+"""Reading input bytes safely: gzip with a decompressed-size guard, UTF-8 checks, one clear error."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import struct
+import zlib
+from pathlib import Path
+
+from ..errors import BadInput
+
+# A decompressed trace larger than this is refused (gzip-bomb guard); override with the env var.
+MAX_DECOMPRESSED_BYTES = int(os.environ.get("PLASMIENT_MAX_DECOMPRESSED_BYTES", str(32 << 30)))
+# ... and so is one that inflates more than this ratio while being larger than 1 GiB.
+MAX_RATIO = 200
+
+
+def sha256_of(path: Path, limit: int | None = None) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def read_maybe_gzip(path: Path) -> bytes | bytearray:
+    """The file's bytes, decompressed if gzip. Pre-sizes the buffer from the gzip trailer to keep peak RSS ~1x."""
+    size = path.stat().st_size
+    if size == 0:
+        raise BadInput(path, "empty file")
+    if not is_gzip(path):
+        return path.read_bytes()
+    with open(path, "rb") as f:
+        f.seek(-4, os.SEEK_END) if size >= 4 else None
+        isize = struct.unpack("<I", f.read(4))[0] if size >= 22 else 0
+    buf = bytearray(isize if isize else 1 << 20)
+    view = memoryview(buf)
+    n = 0
+    try:
+        with gzip.open(path, "rb") as g:
+            while True:
+                if n == len(buf):
+                    view.release()
+                    buf.extend(bytes(max(len(buf), 1 << 20)))
+                    view = memoryview(buf)
+                got = g.readinto(view[n:])
+                if not got:
+                    break
+                n += got
+                if n > MAX_DECOMPRESSED_BYTES or (n > (1 << 30) and n > MAX_RATIO * size):
+                    raise BadInput(path, f"gzip inflates to more than {n >> 20} MiB (decompressed-size guard; "
+                                         "set PLASMIENT_MAX_DECOMPRESSED_BYTES to allow it)")
+    except (OSError, EOFError, zlib.error) as e:
+        raise BadInput(path, f"corrupt or truncated gzip ({e})") from None
+    finally:
+        view.release()
+    if n < len(buf):
+        del buf[n:]
+    if n == 0:
+        raise BadInput(path, "gzip holds an empty file")
+    return buf

@@ -1,0 +1,134 @@
+"""One run, five stages over one store: ingest → align → measure → judge → render."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from . import align as align_stage
+from . import judge, metrics, parsers, store
+from .errors import BadInput
+from .parsers import _io, kineto
+from .peaks import load_table
+
+
+@dataclass
+class Options:
+    ranges: Sequence[str] = ()
+    peak_precision: str | None = None
+    peak_tflops: float | None = None
+    peaks_file: Path | None = None
+    gpu: str | None = None
+    write_html: bool = True
+    write_trace: bool = True
+
+
+@dataclass
+class Result:
+    con: duckdb.DuckDBPyConnection
+    verdict: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+
+Progress = Callable[[str, int, int], None]
+
+
+def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Progress | None = None) -> None:
+    found = parsers.discover(list(inputs))
+    for i, d in enumerate(found):
+        if progress:
+            progress(f"ingest {d.path.name}", i, len(found))
+        info = kineto.ingest(d.path, con, i)
+        con.execute(
+            """INSERT INTO sources (source_id, path, format, format_version, host, rank, rank_method, world_size,
+                                    clock_anchor, base_time_ns, sha256, size_bytes, events, notes)
+               VALUES (?, ?, 'kineto', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            [i, str(d.path), info.format_version, info.host, info.rank, info.rank_method, info.world_size,
+             info.clock_anchor, info.base_time_ns, _io.sha256_of(d.path), d.path.stat().st_size, info.events,
+             "; ".join(info.notes) or None])
+        if info.gpu_events == 0:
+            if len(found) == 1:
+                raise BadInput(d.path, "trace has no GPU kernels or copies (a CPU-only profile?)")
+    if progress:
+        progress("ingest", len(found), len(found))
+    n = con.execute("SELECT count(*) FROM kernels").fetchone()
+    if not n or n[0] == 0:
+        raise BadInput(", ".join(str(p) for p in inputs), "no GPU kernels or copies in any input")
+    con.execute("""UPDATE sources SET first_ns = t.s, last_ns = t.e FROM (
+                       SELECT source_id, min(start_ns) s, max(end_ns) e FROM kernels GROUP BY source_id) t
+                   WHERE sources.source_id = t.source_id""")
+
+
+def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
+    metrics.model_op_flops(con)
+    metrics.nest_ops(con)
+    metrics.attribute_kernel_flops(con)
+    table = load_table(opts.peaks_file)
+    precision, gpu_peaks = metrics.assign_peaks(con, table, opts.peak_precision, opts.gpu, opts.peak_tflops)
+    missing = metrics.build_windows(con, list(opts.ranges))
+    if opts.ranges:
+        have = {r for (r,) in con.execute("SELECT DISTINCT range_name FROM windows WHERE scope='range'").fetchall()}
+        absent = [p for p in opts.ranges if p not in have]
+        if len(absent) == len(opts.ranges):
+            names = [n for (n,) in con.execute(
+                "SELECT name FROM ranges GROUP BY name ORDER BY min(start_ns) LIMIT 12").fetchall()]
+            raise BadInput(None, f"no range matches {', '.join(repr(a) for a in absent)}; ranges in the trace "
+                                 f"include: {', '.join(names) or '(none)'}")
+    metrics.sweep(con, gpu_peaks)
+    return judge.RunContext(inputs=[], ranges=list(opts.ranges), precision=precision, peaks=gpu_peaks,
+                            missing_ranges=missing)
+
+
+def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = None) -> Result:
+    """The pure per-run function: inputs in, store + verdict out (nothing written to disk)."""
+    con = store.connect()
+    ingest(con, inputs, progress)
+    notes = align_stage.align(con)
+    ctx = measure(con, opts)
+    ctx.inputs = [str(p) for p in inputs]
+    ctx.notes = notes
+    verdict = judge.build(con, ctx)
+    return Result(con=con, verdict=verdict, notes=notes)
+
+
+def default_out_dir(inputs: Sequence[Path]) -> Path:
+    first = Path(inputs[0])
+    name = first.name
+    for suffix in (".gz", ".json", ".pt.trace", ".sqlite", ".nsys-rep"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return Path("plasmient-out") / (name or "run")
+
+
+def write_outputs(result: Result, out_dir: Path, inputs: Sequence[Path], opts: Options) -> Path:
+    """Render into a temporary sibling folder, then rename it into place: never half-written."""
+    from .render import verdict as verdict_render
+
+    out_dir = Path(out_dir).absolute()
+    resolved_inputs = [Path(p).resolve() for p in inputs]
+    for p in resolved_inputs:
+        if out_dir == p or (p.is_dir() and p in out_dir.parents) or out_dir in p.parents:
+            raise BadInput(out_dir, "output folder would be inside or over an input; choose another --out")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        verdict_render.write(result.verdict, tmp / "verdict.json")
+        store.copy_store(result.con, tmp / "run.duckdb")
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old.{os.getpid()}")
+            os.replace(out_dir, old)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir

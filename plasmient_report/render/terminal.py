@@ -1,0 +1,106 @@
+"""The verdict box in the terminal (rich)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+WIDTH = 79
+
+
+def _pct(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    if 0 < x < 0.01:
+        return f"{x:.1%}"
+    return f"{x:.0%}"
+
+
+def _dots(label: str, value: str, note: str = "", width: int = 33) -> Text:
+    t = Text("  ")
+    t.append(label + " ")
+    t.append("." * max(2, width - len(label)) + " ", style="dim")
+    t.append(f"{value:>4}", style="bold")
+    if note:
+        t.append("   " + note, style="dim")
+    return t
+
+
+def box(v: dict[str, Any]) -> Panel:
+    run = v["run"]
+    peak = v["peak"]
+    n_ranks = len(run["ranks"])
+    scope = ", ".join(run["range"]) if run.get("range") else "whole profile"
+    gpu = peak.get("gpu") or "unknown GPU"
+    title = f"plasmient · {scope} · {n_ranks} rank{'s' if n_ranks != 1 else ''} · {gpu}"
+    util = v["utilization"]["trace"]
+    ach = v["achieved_fraction_of_peak"]
+    lines: list[Any] = [
+        _dots("GPU utilization (trace)", _pct(util), "← what the dashboard shows"),
+    ]
+    if v["utilization"].get("measured") is not None:
+        lines.append(_dots("GPU utilization (measured)", _pct(v["utilization"]["measured"])))
+    ach_s = _pct(ach) if ach is not None else "n/a"
+    if v.get("achieved_is_lower_bound") and ach is not None:
+        ach_s = "≥" + ach_s if ach >= 0.005 else "?"
+    prec = peak.get("precision")
+    tf = peak.get("tflops")
+    lines.append(_dots("achieved fraction of peak", ach_s,
+                       f"← of {tf:,.1f} TFLOP/s {prec}" if tf else "← no peak known for this GPU"))
+    losses = v.get("losses") or []
+    if losses and ach is not None:
+        lines.append(Text(""))
+        lines.append(Text(f"  where the other {_pct(1 - ach)} went:"))
+        for loss in losses[:5]:
+            lines.append(_dots("  " + loss["category"].replace("_", " "), _pct(loss["fraction"]),
+                               loss.get("recommendation") or "", width=31))
+    if len(v.get("ranks", [])) > 1:
+        lines.append(Text(""))
+        tbl = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
+        tbl.add_column("  rank", justify="right")
+        tbl.add_column("gpu", justify="right")
+        tbl.add_column("util", justify="right")
+        tbl.add_column("achieved", justify="right")
+        for r in v["ranks"]:
+            tbl.add_row(f"  {r['rank']}", str(r["device"]), _pct(r["utilization"]["trace"]),
+                        _pct(r["achieved_fraction_of_peak"]))
+        lines.append(tbl)
+    ranges = [r for r in v.get("ranges", []) if not run.get("range") or r["name"] not in run["range"]]
+    if ranges and not run.get("range"):
+        lines.append(Text(""))
+        tbl = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False, title_justify="left")
+        tbl.add_column("  range")
+        tbl.add_column("n", justify="right")
+        tbl.add_column("ms", justify="right")
+        tbl.add_column("util", justify="right")
+        tbl.add_column("achieved", justify="right")
+        for r in ranges[:12]:
+            tbl.add_row(f"  {r['name'][:34]}", str(r["count"]), f"{(r['window_ns'] or 0) / 1e6:,.1f}",
+                        _pct(r["utilization"]), _pct(r["achieved_fraction_of_peak"]))
+        lines.append(tbl)
+    lines.append(Text(""))
+    verdict = Text("  VERDICT: ", style="bold")
+    verdict.append(v["verdict"] + ".", style="bold")
+    hr = v["headroom"]
+    if hr.get("factor"):
+        verdict.append(" " + hr["text"] + ".")
+    lines.append(verdict)
+    if v.get("notes"):
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True)
+        grid.add_column()
+        for note in v["notes"][:4]:
+            grid.add_row(Text("  note:", style="yellow"), Text(note, style="yellow"))
+        lines.append(grid)
+    return Panel(Group(*lines), title=title, title_align="left", width=WIDTH, expand=False)
+
+
+def render(v: dict[str, Any], console: Console | None = None, footer: str | None = None) -> None:
+    console = console or Console(width=WIDTH + 1)
+    console.print(box(v))
+    if footer:
+        console.print(f"  {footer}", style="dim", highlight=False)

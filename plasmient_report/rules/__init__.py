@@ -1,0 +1,1 @@
+"""The rule engine (findings by layer) lands here; see docs and SPEC §5."""

@@ -1,0 +1,60 @@
+"""The store: one DuckDB database per run, created from schema.sql.
+
+Every stage reads and writes these tables and nothing else (SPEC §2).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+
+TABLES = (
+    "sources",
+    "devices",
+    "kernels",
+    "ops",
+    "api_calls",
+    "syncs",
+    "ranges",
+    "collectives",
+    "counters",
+    "windows",
+    "metrics",
+    "losses",
+    "findings",
+)
+
+
+def schema_sql() -> str:
+    return resources.files("plasmient_report").joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+def connect(path: str | Path | None = None) -> duckdb.DuckDBPyConnection:
+    """Open (or create) a store. Extensions are never auto-installed: everything ships with the wheel."""
+    con = duckdb.connect(str(path) if path else ":memory:", config={"autoinstall_known_extensions": False,
+                                                                    "autoload_known_extensions": False})
+    con.execute(schema_sql())
+    return con
+
+
+def copy_store(src: duckdb.DuckDBPyConnection, dest: Path) -> None:
+    """Write the in-memory store to a DuckDB file (the run.duckdb users query)."""
+    dest = Path(dest)
+    if dest.exists():
+        dest.unlink()
+    src.execute(f"ATTACH '{_sql_str(dest)}' AS outdb")
+    try:
+        src.execute("COPY FROM DATABASE memory TO outdb")
+    finally:
+        src.execute("DETACH outdb")
+
+
+def _sql_str(p: Path | str) -> str:
+    return str(p).replace("'", "''")
+
+
+def open_readonly(path: str | Path) -> duckdb.DuckDBPyConnection:
+    return duckdb.connect(str(path), read_only=True,
+                          config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
