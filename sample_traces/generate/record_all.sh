@@ -90,8 +90,8 @@ for s in $STEPS; do
       step ddp_nsys_finish finish_nsys "$W/ddp/nsys_ddp"
       ;;
     bench)
-      if [ $SECONDS -lt 420 ]; then
-        step bench timeout -k 10 200 python3 single_gpu.py --mode bench --out "$W/bench"
+      if [ $SECONDS -lt 330 ]; then
+        step bench timeout -k 10 180 python3 single_gpu.py --mode bench --out "$W/bench"
         for f in "$W"/bench/*.gz; do mv "$f" "$OUTDIR/" && ship "$OUTDIR/$(basename "$f")"; done
       else
         echo "skipping bench: $SECONDS s used"

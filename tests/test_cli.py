@@ -1,0 +1,123 @@
+"""The command line: the main job, query, peaks, and the bad-input contract (one line, exit 2, nothing written)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from plasmient_report.cli import main
+
+from .conftest import kernel, write_trace
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "plasmient_report.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def test_main_job_writes_outputs_and_json(tiny_trace, tmp_path):
+    out = tmp_path / "out"
+    r = cli(str(tiny_trace), "--out", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)
+    assert v["schema"] == "plasmient.verdict/1"
+    for key in ("run", "utilization", "achieved_fraction_of_peak", "peak", "losses", "headroom", "verdict",
+                "findings", "ranks", "ranges", "clock", "coverage"):
+        assert key in v
+    assert json.loads((out / "verdict.json").read_text()) == v
+    con = duckdb.connect(str(out / "run.duckdb"), read_only=True)
+    assert con.execute("SELECT count(*) FROM kernels").fetchone()[0] == 2
+
+
+def test_box_is_printed(tiny_trace, tmp_path):
+    r = cli(str(tiny_trace), "--out", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
+    assert "achieved fraction of peak" in r.stdout and "VERDICT" in r.stdout and "14%" in r.stdout
+
+
+def test_query_subcommand(tiny_trace, tmp_path):
+    out = tmp_path / "o"
+    assert cli(str(tiny_trace), "--out", str(out), "--quiet").returncode == 0
+    r = cli("query", str(out / "run.duckdb"), "SELECT name, flops FROM kernels ORDER BY start_ns", "--csv")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[0] == "name,flops" and lines[1].startswith("nvjet_sm90_tst_gemm,137438953472")
+    bad = cli("query", str(out / "run.duckdb"), "SELECT * FROM nope")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_version_and_peaks():
+    runner = CliRunner()
+    assert runner.invoke(main, ["--version"]).output.startswith("plasmient-report, version")
+    r = runner.invoke(main, ["peaks", "NVIDIA H200"])
+    assert r.exit_code == 0 and "989.4" in r.output and "datasheet" in r.output
+
+
+def _bad_inputs(tmp: Path) -> dict[str, Path]:
+    good = json.dumps({"traceEvents": [kernel("k", 1.0, 1.0, 1, 1)], "baseTimeNanoseconds": 1}).encode()
+    cases = {
+        "empty": b"",
+        "truncated_json": good[: len(good) // 2],
+        "not_a_trace": b'{"hello": [1, 2, 3]}',
+        "no_gpu": json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1,
+                                               "ts": 1.0, "dur": 1.0}], "schemaVersion": 1}).encode(),
+        "bad_utf8": b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": "\xff\xfe", "ts": 1}]}',
+        "overflow": json.dumps({"schemaVersion": 1, "traceEvents": [kernel("k", 1e300, 1.0, 1, 1)]}).encode(),
+        "int_overflow": b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0,'
+                        b' "tid": 7, "ts": 99999999999999999999999, "dur": 1}]}',
+        "nan": b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, '
+               b'"tid": 7, "ts": NaN, "dur": 1}]}',
+        "binary": os.urandom(512),
+    }
+    paths = {}
+    for name, data in cases.items():
+        p = tmp / f"{name}.json"
+        p.write_bytes(data)
+        paths[name] = p
+    gz = tmp / "truncated.json.gz"
+    gz.write_bytes(gzip.compress(good * 50)[:-30])
+    paths["truncated_gz"] = gz
+    corrupt = bytearray(gzip.compress(good * 50))
+    corrupt[20:40] = b"\x00" * 20
+    (tmp / "corrupt.json.gz").write_bytes(bytes(corrupt))
+    paths["corrupt_gz"] = tmp / "corrupt.json.gz"
+    empty_dir = tmp / "nothing_here"
+    empty_dir.mkdir()
+    (empty_dir / "notes.txt").write_text("hello")
+    paths["empty_dir"] = empty_dir
+    paths["missing"] = tmp / "does_not_exist.json"
+    return paths
+
+
+@pytest.mark.parametrize("case", ["empty", "truncated_json", "not_a_trace", "no_gpu", "bad_utf8", "overflow",
+                                  "int_overflow", "nan", "binary", "truncated_gz", "corrupt_gz", "empty_dir",
+                                  "missing"])
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, case):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    path = _bad_inputs(inputs)[case]
+    before = {p: p.stat().st_mtime_ns for p in inputs.rglob("*")}
+    out = tmp_path / "out"
+    r = cli(str(path), "--out", str(out))
+    assert r.returncode == 2, (case, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert path.name in lines[0]
+    assert not out.exists() and not any(p.name.startswith(".out.") for p in tmp_path.iterdir())
+    assert {p: p.stat().st_mtime_ns for p in inputs.rglob("*")} == before
+
+
+def test_output_inside_input_folder_is_refused(tmp_path):
+    d = tmp_path / "traces"
+    d.mkdir()
+    write_trace(d / "a.json", [kernel("k", 1.0, 1.0, 1, 1)])
+    r = cli(str(d), "--out", str(d / "out"))
+    assert r.returncode == 2 and "input" in r.stderr

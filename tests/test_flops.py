@@ -1,0 +1,71 @@
+"""FLOP models against analytic counts (2 FLOPs per multiply-add)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from plasmient_report.flops import op_flops, op_precision
+
+
+def f(name: str, dims: list, concrete: list | None = None) -> float | None:
+    return op_flops(name, json.dumps(dims), json.dumps(concrete) if concrete is not None else None)
+
+
+def test_mm_family():
+    assert f("aten::mm", [[64, 128], [128, 32]]) == 2 * 64 * 128 * 32
+    assert f("aten::addmm", [[32], [64, 128], [128, 32], [], []]) == 2 * 64 * 128 * 32
+    assert f("aten::bmm", [[8, 64, 128], [8, 128, 32]]) == 2 * 8 * 64 * 128 * 32
+    assert f("aten::baddbmm", [[8, 64, 32], [8, 64, 128], [8, 128, 32], [], []]) == 2 * 8 * 64 * 128 * 32
+
+
+@pytest.mark.parametrize(("a", "b", "expected"), [
+    ([5], [5], 2 * 5),                                  # dot
+    ([3, 5], [5], 2 * 3 * 5),                           # matrix-vector
+    ([5], [5, 7], 2 * 5 * 7),                           # vector-matrix
+    ([2, 3, 4, 5], [5, 6], 2 * 2 * 3 * 4 * 5 * 6),      # batched @ matrix
+    ([2, 1, 4, 5], [3, 5, 6], 2 * 2 * 3 * 4 * 5 * 6),   # broadcast batch dims
+])
+def test_matmul_broadcasting(a, b, expected):
+    assert f("aten::matmul", [a, b]) == expected
+
+
+def test_linear_counts_all_leading_dims():
+    # x [B, T, K] @ Wᵀ [K, N]: 2·B·T·K·N
+    assert f("aten::linear", [[8, 1024, 2048], [6144, 2048], [6144]]) == 2 * 8 * 1024 * 2048 * 6144
+
+
+def test_sdpa_forward_causal_halves_and_backward_doubles():
+    q = [8, 16, 1024, 128]
+    full = 2 * 8 * 16 * 1024 * 1024 * (128 + 128)  # QKᵀ and PV
+    conc = ["", "", "", "0.0", "True", "False", ""]
+    assert f("aten::_scaled_dot_product_flash_attention", [q, q, q, [], [], []], conc) == full / 2
+    conc_nc = ["", "", "", "0.0", "False", "False", ""]
+    assert f("aten::_scaled_dot_product_flash_attention", [q, q, q, [], [], []], conc_nc) == full
+    bwd_conc = [""] * 11 + ["True"] + [""] * 3
+    assert f("aten::_scaled_dot_product_flash_attention_backward", [q, q, q, q, q] + [[]] * 10, bwd_conc) == full
+
+
+def test_gqa_uses_query_heads():
+    q, kv = [2, 32, 512, 64], [2, 8, 512, 64]
+    assert f("aten::scaled_dot_product_attention", [q, kv, kv]) == 2 * 2 * 32 * 512 * 512 * 128
+
+
+def test_conv2d_with_stride_padding_groups():
+    # x [N=2, C=64, 56, 56], w [128, 64/groups=32, 3, 3], stride 2, pad 1, groups 2 → out 28×28
+    conc = ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "2"]
+    expected = 2 * 2 * 128 * 28 * 28 * (64 // 2) * 9
+    assert f("aten::conv2d", [[2, 64, 56, 56], [128, 32, 3, 3], [128], [], [], [], []], conc) == expected
+
+
+def test_unknown_or_malformed_is_none():
+    assert f("aten::relu", [[10]]) is None
+    assert op_flops("aten::mm", "not json") is None
+    assert f("aten::mm", [[64, 128], []]) is None
+
+
+def test_precision_from_first_tensor_dtype():
+    assert op_precision('["c10::BFloat16", "c10::BFloat16"]') == "bf16"
+    assert op_precision('["", "float", "float"]') == "fp32"
+    assert op_precision('["c10::Float8_e4m3fn", "c10::Float8_e4m3fn"]') == "fp8"

@@ -1,0 +1,91 @@
+"""Utilization and achieved fraction of peak against ground truth."""
+
+from __future__ import annotations
+
+import pytest
+
+from plasmient_report import pipeline
+
+from .conftest import corpus_file, cpu_op, kernel, launch, write_trace
+
+H100_BF16 = 989.4e12  # NVIDIA H100 SXM datasheet, dense bf16
+
+
+def run(paths, **kw):
+    return pipeline.analyse(list(paths), pipeline.Options(**kw)).verdict
+
+
+def test_tiny_trace_exact(tiny_trace):
+    v = run([tiny_trace])
+    # Truth from the fixture's construction: 205 µs busy of a 1000 µs window; one 4096³ mm.
+    assert v["utilization"]["trace"] == pytest.approx(0.205, abs=1e-9)
+    assert v["achieved_fraction_of_peak"] == pytest.approx(2 * 4096**3 / (1e-3 * H100_BF16), rel=1e-9)
+    assert v["peak"]["precision"] == "bf16" and v["peak"]["tflops"] == pytest.approx(989.4)
+
+
+def test_range_window_and_overlapping_kernels(tmp_path):
+    n = 3072  # one kernel alone runs below peak (5.8e14 FLOP/s), two together above it
+    flops = 2 * n**3
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "step", "pid": 100, "tid": 1, "ts": 0.0, "dur": 400.0,
+         "args": {}},
+        cpu_op("aten::mm", 1.0, 3.0, ext=1, dims=[[n, n], [n, n]], types=["c10::BFloat16"] * 2),
+        launch(2.0, 1, 10),
+        cpu_op("aten::mm", 5.0, 3.0, ext=2, dims=[[n, n], [n, n]], types=["c10::BFloat16"] * 2),
+        launch(6.0, 2, 11),
+        # Two overlapping matmuls on two streams, 100 µs each, overlap 50 µs.
+        kernel("sm90_xmma_gemm", 100.0, 100.0, 1, 10, stream=7),
+        kernel("sm90_xmma_gemm", 150.0, 100.0, 2, 11, stream=8),
+        # Outside the range: must not count.
+        kernel("elementwise", 900.0, 50.0, 3, 12),
+    ]
+    p = write_trace(tmp_path / "t.json", ev)
+    v = run([p], ranges=["step"])
+    assert v["utilization"]["trace"] == pytest.approx(150 / 400)
+    # In the overlap both rates add: 2·flops/100µs = 2.75e15 > peak → capped at peak for those 50 µs.
+    rate = flops / 100e-6
+    achieved_flops = rate * 50e-6 + H100_BF16 * 50e-6 + rate * 50e-6
+    assert v["achieved_fraction_of_peak"] == pytest.approx(achieved_flops / (400e-6 * H100_BF16), rel=1e-9)
+    assert any("capped" in n for n in v["notes"])
+
+
+def test_missing_range_is_one_clear_error(tiny_trace):
+    from plasmient_report.errors import BadInput
+
+    with pytest.raises(BadInput, match="no range matches 'nope'"):
+        run([tiny_trace], ranges=["nope"])
+
+
+# Ground truth: ../shared/corpus/README.md (H200, 989.4 TFLOP/s dense bf16). compute_bound: 30 × 2·8192³ FLOP in
+# a 43.3 ms GPU range → ≈ 0.76; train_step: ≈ 0.47 (analytic 24.74 TFLOP/step at 53.4 ms unprofiled); memory_bound:
+# elementwise only, ≈ 0.
+@pytest.mark.parametrize(("phase", "lo", "hi", "util_lo"), [
+    ("compute_bound", 0.72, 0.80, 0.95),
+    ("train_step", 0.42, 0.52, 0.90),
+    ("memory_bound", 0.0, 0.02, 0.95),
+    ("launch_bound", 0.0, 0.01, 0.0),
+    ("host_stall", 0.0, 0.01, 0.0),
+])
+def test_h200_corpus_phases(phase, lo, hi, util_lo):
+    path = corpus_file("h200-single-kineto/kineto_single.json.gz")
+    v = run([path], ranges=[f"phase:{phase}"])
+    assert lo <= v["achieved_fraction_of_peak"] <= hi
+    assert v["utilization"]["trace"] >= util_lo
+    assert v["achieved_fraction_of_peak"] <= v["utilization"]["trace"]
+    if phase in ("launch_bound", "host_stall"):
+        # GPU mostly idle: microsecond kernels between launches; sleeps after a sync.
+        assert v["utilization"]["trace"] < 0.2
+
+
+def test_whole_profile_has_per_range_breakdown():
+    v = run([corpus_file("h200-single-kineto/kineto_single.json.gz")])
+    names = {r["name"] for r in v["ranges"]}
+    assert {"phase:compute_bound", "phase:train_step"} <= names
+    assert 0 < v["achieved_fraction_of_peak"] < v["utilization"]["trace"] <= 1
+
+
+def test_two_ranks_each_reported():
+    v = run([corpus_file("h200x2-small/kineto")])
+    assert [r["rank"] for r in v["ranks"]] == [0, 1]
+    assert v["run"]["ranks"] == [0, 1]
+    assert v["coverage"]["communication_time_fraction"] > 0.5  # rank 1 waits ~1 s in its first all-reduce
