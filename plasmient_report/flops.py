@@ -222,6 +222,37 @@ def op_flops(name: str, input_dims: str | None, concrete_inputs: str | None = No
     return f if f is not None and math.isfinite(f) and f >= 0 else None
 
 
+ELEMENT_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+
+def op_bytes(name: str, input_dims: str | None, input_types: str | None) -> float | None:
+    """Minimum DRAM bytes of a matmul-like op: read each operand once, write the output once.
+
+    A lower bound on traffic, so the arithmetic intensity it gives is an upper bound: an op found
+    memory-bound with it is memory-bound for sure."""
+    if name not in MODELS or not input_dims:
+        return None
+    try:
+        dims = json.loads(input_dims)
+    except ValueError:
+        return None
+    elem = ELEMENT_BYTES.get(op_precision(input_types) or "", 2)
+    shapes = [d for d in dims if _shape(d)]
+    if len(shapes) < 2:
+        return None
+    if name in ("aten::mm", "aten::bmm", "aten::matmul", "aten::_scaled_mm") or name.endswith(("addmm", "baddbmm")):
+        a, b = (shapes[1], shapes[2]) if name.endswith(("addmm", "baddbmm")) and len(shapes) >= 3 else shapes[:2]
+        if len(a) < 2 or len(b) < 2:
+            return None
+        batch = max(_prod(a[:-2]), _prod(b[:-2]))
+        return float(elem * (_prod(a) + _prod(b) + batch * a[-2] * b[-1]))
+    if name == "aten::linear":
+        x, w = shapes[0], shapes[1]
+        return float(elem * (_prod(x) + _prod(w) + _prod(x[:-1]) * w[0]))
+    # attention and convolution: operands in, one output of the query's / input's size out
+    return float(elem * (sum(_prod(d) for d in shapes[:3]) + _prod(shapes[0])))
+
+
 def op_precision(input_types: str | None) -> str | None:
     """Precision of a matmul-like op from its first tensor input's dtype."""
     if not input_types:

@@ -11,8 +11,10 @@ from typing import Any
 
 import duckdb
 
+from .store import one
+
 from . import __version__
-from .metrics import GpuPeak
+from .metrics import CATEGORIES, GpuPeak, loss_fractions
 
 SCHEMA = "plasmient.verdict/1"
 
@@ -35,6 +37,28 @@ class RunContext:
     peaks: list[GpuPeak]
     missing_ranges: dict[str, list[int]]
     notes: list[str] = field(default_factory=list)
+
+
+# One-line fixes per category; the rules (SPEC §5) replace these with findings that name the cause.
+RECOMMENDATIONS = {
+    "collective_wait": "a peer rank arrives late: balance work or find the straggler",
+    "collective_transfer": "overlap communication with compute; bucket / compress gradients",
+    "pipeline_bubble": "more micro-batches or an interleaved schedule",
+    "memory_bound": "fuse elementwise ops; raise arithmetic intensity",
+    "compute_inefficiency": "bigger / better-shaped GEMMs; tensor-core precisions",
+    "memcpy": "pinned memory, async copies, fewer host round trips",
+    "launch_bound": "CUDA graphs / torch.compile; fewer, larger kernels",
+    "sync_stall": "remove host syncs (.item(), .cpu()) from the hot loop",
+    "input_bound": "more DataLoader workers, pinned memory, prefetch",
+    "host_other": "the GPU waits on host code: profile the Python side",
+    "no_coverage": "this GPU has no trace data in the window",
+}
+
+
+def loss_list(fractions: dict[str, float]) -> list[dict[str, Any]]:
+    out = [{"category": c, "layer": CATEGORIES[c], "fraction": f, "recommendation": RECOMMENDATIONS[c]}
+           for c, f in fractions.items() if c in CATEGORIES and f > 0]
+    return sorted(out, key=lambda x: -x["fraction"])
 
 
 def _f(x: Any) -> float | None:
@@ -86,18 +110,20 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     util = _f(head.get("utilization"))
     achieved = _f(head.get("achieved_fraction_of_peak"))
 
-    comm = con.execute("""
+    comm = one(con, """
         SELECT coalesce(sum(CASE WHEN kind = 'nccl' THEN end_ns - start_ns END), 0),
-               coalesce(sum(end_ns - start_ns), 0) FROM kernels""").fetchone() or (0, 0)
+               coalesce(sum(end_ns - start_ns), 0) FROM kernels""") or (0, 0)
     comm_share = comm[0] / comm[1] if comm[1] else 0.0
-    kern_time = con.execute("""
+    kern_time = one(con, """
         SELECT count(*), coalesce(sum(end_ns - start_ns) FILTER (WHERE kind = 'compute'), 0),
                coalesce(sum(end_ns - start_ns) FILTER (WHERE kind = 'compute' AND flops > 0), 0),
                count(*) FILTER (WHERE flops_source = 'model'), count(*) FILTER (WHERE flops_source = 'op')
-        FROM kernels""").fetchone() or (0, 0, 0, 0, 0)
+        FROM kernels""") or (0, 0, 0, 0, 0)
     cov_run = kern_time[2] / kern_time[1] if kern_time[1] else None
     cov_head = (head["kernel_ns_with_flops"] / head["kernel_ns"]) if head.get("kernel_ns") else cov_run
 
+    head_range = ctx.ranges[0] if ctx.ranges else None
+    losses = loss_list(loss_fractions(con, scope, head_range, None)) if achieved is not None else []
     ranks = []
     for r in _metric_rows(con, f"scope = '{scope}' AND rank IS NOT NULL" +
                           (" AND range_name = ?" if ctx.ranges else ""), head_params):
@@ -105,13 +131,17 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
             "rank": r["rank"], "device": r["device"],
             "utilization": {"trace": _f(r["utilization"]), "measured": None},
             "achieved_fraction_of_peak": _f(r["achieved_fraction_of_peak"]),
-            "window_ns": r["window_ns"], "flops": _f(r["flops"]), "losses": []})
+            "window_ns": r["window_ns"], "flops": _f(r["flops"]),
+            "losses": loss_list(loss_fractions(con, scope, head_range, r["rank"]))
+            if r["achieved_fraction_of_peak"] is not None else []})
     ranges = []
     for r in _metric_rows(con, "scope = 'range' AND rank IS NULL", []):
         ranges.append({
             "name": r["range_name"], "count": r["occurrences"], "window_ns": r["window_ns"],
             "utilization": _f(r["utilization"]), "achieved_fraction_of_peak": _f(r["achieved_fraction_of_peak"]),
-            "flops": _f(r["flops"]), "missing_ranks": ctx.missing_ranges.get(r["range_name"], []), "losses": []})
+            "flops": _f(r["flops"]), "missing_ranks": ctx.missing_ranges.get(r["range_name"], []),
+            "losses": loss_list(loss_fractions(con, "range", r["range_name"], None))
+            if r["achieved_fraction_of_peak"] is not None else []})
     for name, miss in ctx.missing_ranges.items():
         if not any(x["name"] == name for x in ranges):
             ranges.append({"name": name, "count": 0, "window_ns": 0, "utilization": None,
@@ -156,7 +186,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
             "memory_bandwidth_tbs": first.bandwidth_bytes_s / 1e12 if first and first.bandwidth_bytes_s else None,
             "source": first.source if first else None,
         },
-        "losses": [],
+        "losses": losses,
         "headroom": headroom(achieved),
         "verdict": word,
         "findings": [],

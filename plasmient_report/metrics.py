@@ -12,7 +12,8 @@ import duckdb
 import pyarrow as pa
 
 from .errors import BadInput
-from .flops import DTYPE_PRECISION, MODELS, op_flops, op_precision
+from .store import one
+from .flops import DTYPE_PRECISION, MODELS, op_bytes, op_flops, op_precision
 from .peaks import GpuPeaks, Peak, choose_peak
 
 # Kernel names that do matrix work: an op's FLOPs are split over these (by duration) when it has any.
@@ -26,19 +27,21 @@ def model_op_flops(con: duckdb.DuckDBPyConnection) -> int:
     rows = con.execute(
         "SELECT op_id, name, input_dims, input_types, concrete_inputs, flops FROM ops "
         "WHERE name IN (SELECT unnest(?::VARCHAR[]))", [names]).fetchall()
-    ids, flops, src, prec = [], [], [], []
+    ids, flops, src, prec, nbytes = [], [], [], [], []
     for op_id, name, dims, types, concrete, given in rows:
         f = given if given is not None else op_flops(name, dims, concrete)
         ids.append(op_id)
         flops.append(f)
         src.append(("op" if given is not None else "model") if f is not None else None)
         prec.append(op_precision(types))
+        nbytes.append(op_bytes(name, dims, types))
     if not ids:
         return 0
     tbl = pa.table({"op_id": pa.array(ids, pa.int64()), "f": pa.array(flops, pa.float64()),
-                    "s": pa.array(src, pa.string()), "p": pa.array(prec, pa.string())})
+                    "s": pa.array(src, pa.string()), "p": pa.array(prec, pa.string()),
+                    "b": pa.array(nbytes, pa.float64())})
     con.register("_op_model", tbl)
-    con.execute("UPDATE ops SET flops = m.f, flops_source = m.s, precision = m.p FROM _op_model m "
+    con.execute("UPDATE ops SET flops = m.f, flops_source = m.s, precision = m.p, bytes = m.b FROM _op_model m "
                 "WHERE ops.op_id = m.op_id")
     con.unregister("_op_model")
     return sum(1 for f in flops if f is not None)
@@ -101,7 +104,7 @@ def attribute_kernel_flops(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _kflops AS
         WITH owned AS (
-            SELECT l.kernel_id, r.op_id AS owner, r.flops AS op_flops, r.flops_source AS src
+            SELECT l.kernel_id, r.op_id AS owner, r.flops AS op_flops, r.bytes AS op_bytes, r.flops_source AS src
             FROM _launch l ASOF JOIN _mroots r
               ON l.source_id = r.source_id AND l.thread = r.thread AND r.start_ns <= l.launch_ns
             WHERE r.end_ns >= l.launch_ns
@@ -117,21 +120,22 @@ def attribute_kernel_flops(con: duckdb.DuckDBPyConnection) -> None:
             FROM elig WHERE mm OR NOT any_mm
         )
         SELECT kernel_id, owner,
-               CASE WHEN tot > 0 THEN op_flops * dur / tot ELSE op_flops / n END AS flops, src
+               CASE WHEN tot > 0 THEN op_flops * dur / tot ELSE op_flops / n END AS flops,
+               CASE WHEN tot > 0 THEN op_bytes * dur / tot ELSE op_bytes / n END AS bytes, src
         FROM e""")
     con.execute("""
         UPDATE kernels SET op_id = l.op_id FROM _launch l WHERE kernels.kernel_id = l.kernel_id""")
     con.execute("""
-        UPDATE kernels SET flops = f.flops, flops_op_id = f.owner, flops_source = f.src
+        UPDATE kernels SET flops = f.flops, bytes = f.bytes, flops_op_id = f.owner, flops_source = f.src
         FROM _kflops f WHERE kernels.kernel_id = f.kernel_id AND kernels.flops_source IS DISTINCT FROM 'ncu'""")
     con.execute("DROP TABLE _launch; DROP TABLE _mroots; DROP TABLE _kflops")
 
 
 def dominant_precision(con: duckdb.DuckDBPyConnection) -> str | None:
     """The precision carrying the most matmul FLOPs (the default peak precision)."""
-    row = con.execute("""
+    row = one(con, """
         SELECT precision FROM ops WHERE flops IS NOT NULL AND precision IS NOT NULL
-        GROUP BY precision ORDER BY sum(flops) DESC LIMIT 1""").fetchone()
+        GROUP BY precision ORDER BY sum(flops) DESC LIMIT 1""")
     return row[0] if row else None
 
 
@@ -239,50 +243,187 @@ def build_windows(con: duckdb.DuckDBPyConnection, range_patterns: Sequence[str])
     return missing
 
 
+# SPEC §4 loss categories and their layers, in the order the waterfall lists them.
+CATEGORIES: dict[str, str] = {
+    "collective_wait": "cluster",
+    "collective_transfer": "cluster",
+    "pipeline_bubble": "pipeline",
+    "memory_bound": "op",
+    "compute_inefficiency": "kernel",
+    "memcpy": "kernel",
+    "launch_bound": "host",
+    "sync_stall": "host",
+    "input_bound": "host",
+    "host_other": "host",
+    "no_coverage": "device",
+}
+SYNC_API_RE = r"(?i)(synchronize|^cudaMemcpy(2D|3D|ToSymbol|FromSymbol)?(_v[0-9]+)?$|^cuMemcpy[DH]to[DH](_v[0-9]+)?$|^hipMemcpy$)"
+LAUNCH_API_RE = r"(?i)(launch|graphlaunch|memcpyasync|memsetasync)"
+DATALOADER_RE = r"(?i)(dataloader|data_loader|enumerate\(DataLoader)"
+P2P_KERNEL_RE = r"(?i)(sendrecv|_send|_recv|send_|recv_)"
+SYNC_TOLERANCE_NS = 20_000  # an idle stretch that begins within 20 µs of a sync's return follows that sync
+
+
+def collective_waits(con: duckdb.DuckDBPyConnection) -> bool:
+    """Per NCCL kernel: the wait part = its duration minus the minimum duration of the same collective across
+    ranks (same process group, collective and sequence number). Returns whether any peer was found."""
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _nccl_wait AS
+        WITH c AS (
+            SELECT c.rank, c.kernel_correlation, c.source_id, coalesce(c.process_group, c.group_ranks, '') AS pg,
+                   c.collective, c.seq, c.end_ns - c.start_ns AS dur
+            FROM collectives c
+        ), m AS (
+            SELECT pg, collective, seq, min(dur) AS min_dur, count(DISTINCT rank) AS n FROM c GROUP BY ALL
+        )
+        SELECT k.kernel_id, CASE WHEN m.n > 1 THEN c.dur - m.min_dur ELSE 0 END AS wait_ns, m.n AS ranks_seen
+        FROM c JOIN m USING (pg, collective, seq)
+        JOIN kernels k ON k.source_id = c.source_id AND k.correlation = c.kernel_correlation AND k.kind = 'nccl'""")
+    row = one(con, "SELECT coalesce(max(ranks_seen), 0) FROM _nccl_wait")
+    return bool(row and row[0] > 1)
+
+
 def sweep(con: duckdb.DuckDBPyConnection, peaks: list[GpuPeak]) -> None:
-    """The per-GPU sweep over every window: utilization, capped achieved FLOPs, coverage → `metrics`."""
+    """The per-GPU sweep over every window (SPEC §4): in each stretch where the set of active kernels is
+    constant, R = min(P, Σ flops/dur) is achieved and (1 − R/P)·Δt is lost to exactly one category.
+    Fills `metrics` (utilization, achieved, coverage) and `losses` (merged lost stretches)."""
     con.execute("DELETE FROM metrics")
+    con.execute("DELETE FROM losses")
+    collective_waits(con)
     con.register("_peaks", pa.table({
         "rank": pa.array([p.rank for p in peaks], pa.int32()),
         "device": pa.array([p.device for p in peaks], pa.int32()),
-        "peak": pa.array([p.peak.flop_s for p in peaks], pa.float64())}))
+        "peak": pa.array([p.peak.flop_s for p in peaks], pa.float64()),
+        "bw": pa.array([p.peak.bandwidth_bytes_s for p in peaks], pa.float64())}))
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _w AS
-        SELECT row_number() OVER () AS wid, * FROM windows WHERE end_ns > start_ns""")
-    con.execute("""
+        SELECT row_number() OVER () AS wid, w.*, p.peak, p.bw FROM windows w
+        LEFT JOIN _peaks p ON p.rank IS NOT DISTINCT FROM w.rank AND p.device = w.device
+        WHERE w.end_ns > w.start_ns""")
+    # Each kernel clipped to each window; its class decides the category of the stretches it is active in.
+    # NCCL kernels are split at start + wait: the first part waits for peers, the rest moves data.
+    con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _kc AS
-        SELECT w.wid, greatest(k.start_ns, w.start_ns) AS s, least(k.end_ns, w.end_ns) AS e,
-               CASE WHEN k.end_ns > k.start_ns THEN coalesce(k.flops, 0) / (k.end_ns - k.start_ns) ELSE 0 END AS rate,
-               k.kind, k.flops IS NOT NULL AND k.flops > 0 AS has_flops
-        FROM kernels k JOIN _w w
-          ON k.rank IS NOT DISTINCT FROM w.rank AND k.device = w.device
-         AND k.start_ns < w.end_ns AND k.end_ns > w.start_ns""")
+        WITH k AS (
+            SELECT k.*, coalesce(nw.wait_ns, 0) AS wait_ns FROM kernels k
+            LEFT JOIN _nccl_wait nw USING (kernel_id)
+        ), parts AS (
+            SELECT kernel_id, rank, device, start_ns AS s0, start_ns + wait_ns AS e0, 'nccl_wait' AS cls,
+                   0.0 AS rate, false AS has_flops, kind
+            FROM k WHERE kind = 'nccl' AND wait_ns > 0
+            UNION ALL
+            SELECT kernel_id, rank, device, start_ns + CASE WHEN kind = 'nccl' THEN wait_ns ELSE 0 END, end_ns,
+                   CASE WHEN kind = 'nccl' THEN CASE WHEN regexp_matches(name, '{P2P_KERNEL_RE}') THEN 'p2p'
+                                                     ELSE 'nccl' END
+                        WHEN kind IN ('memcpy', 'memset') THEN 'copy'
+                        ELSE 'compute' END,
+                   CASE WHEN end_ns > start_ns THEN coalesce(flops, 0) / (end_ns - start_ns) ELSE 0 END,
+                   flops IS NOT NULL AND flops > 0, kind
+            FROM k
+        )
+        SELECT w.wid, p.kernel_id, greatest(p.s0, w.start_ns) AS s, least(p.e0, w.end_ns) AS e, p.rate,
+               p.has_flops, p.kind,
+               CASE WHEN p.cls <> 'compute' THEN p.cls
+                    WHEN p.has_flops AND (kk.bytes IS NULL OR w.bw IS NULL OR w.peak IS NULL
+                                          OR kk.flops / kk.bytes >= w.peak / w.bw) THEN 'compute_bound'
+                    ELSE 'memory_bound' END AS cls
+        FROM parts p JOIN _w w
+          ON p.rank IS NOT DISTINCT FROM w.rank AND p.device = w.device
+         AND p.s0 < w.end_ns AND p.e0 > w.start_ns
+        JOIN kernels kk USING (kernel_id)""")
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _seg AS
         WITH ev AS (
-            SELECT wid, s AS t, 1 AS dn, rate AS dr FROM _kc WHERE e > s
-            UNION ALL SELECT wid, e, -1, -rate FROM _kc WHERE e > s
-        ), agg AS (SELECT wid, t, sum(dn) AS dn, sum(dr) AS dr FROM ev GROUP BY wid, t),
-        run AS (
-            SELECT wid, t, lead(t) OVER (PARTITION BY wid ORDER BY t) AS t_next,
-                   sum(dn) OVER (PARTITION BY wid ORDER BY t ROWS UNBOUNDED PRECEDING) AS n,
-                   sum(dr) OVER (PARTITION BY wid ORDER BY t ROWS UNBOUNDED PRECEDING) AS r
+            SELECT wid, s AS t, 1 AS dn, rate AS dr,
+                   (cls = 'compute_bound')::INT AS d_cb, (cls = 'memory_bound')::INT AS d_mb,
+                   (cls = 'nccl_wait')::INT AS d_nw, (cls = 'nccl')::INT AS d_nc, (cls = 'p2p')::INT AS d_p2p,
+                   (cls = 'copy')::INT AS d_cp
+            FROM _kc WHERE e > s
+            UNION ALL
+            SELECT wid, e, -1, -rate, -(cls = 'compute_bound')::INT, -(cls = 'memory_bound')::INT,
+                   -(cls = 'nccl_wait')::INT, -(cls = 'nccl')::INT, -(cls = 'p2p')::INT, -(cls = 'copy')::INT
+            FROM _kc WHERE e > s
+            UNION ALL SELECT wid, start_ns, 0, 0, 0, 0, 0, 0, 0, 0 FROM _w
+            UNION ALL SELECT wid, end_ns, 0, 0, 0, 0, 0, 0, 0, 0 FROM _w
+        ), agg AS (
+            SELECT wid, t, sum(dn) AS dn, sum(dr) AS dr, sum(d_cb) AS d_cb, sum(d_mb) AS d_mb, sum(d_nw) AS d_nw,
+                   sum(d_nc) AS d_nc, sum(d_p2p) AS d_p2p, sum(d_cp) AS d_cp
+            FROM ev GROUP BY wid, t
+        ), run AS (
+            SELECT wid, t, lead(t) OVER w AS t_next,
+                   sum(dn) OVER c AS n, sum(dr) OVER c AS r, sum(d_cb) OVER c AS cb, sum(d_mb) OVER c AS mb,
+                   sum(d_nw) OVER c AS nw, sum(d_nc) OVER c AS nc, sum(d_p2p) OVER c AS p2p, sum(d_cp) OVER c AS cp
             FROM agg
+            WINDOW w AS (PARTITION BY wid ORDER BY t),
+                   c AS (PARTITION BY wid ORDER BY t ROWS UNBOUNDED PRECEDING)
         )
-        SELECT wid, t, t_next, n, CASE WHEN n > 0 THEN greatest(r, 0) ELSE 0 END AS r
-        FROM run WHERE t_next IS NOT NULL AND t_next > t""")
+        SELECT run.wid, run.t, run.t_next, run.n, run.cb, run.mb, run.nw, run.nc, run.p2p, run.cp,
+               CASE WHEN run.n > 0 THEN greatest(run.r, 0) ELSE 0 END AS r, w.rank, w.device, w.peak
+        FROM run JOIN _w w USING (wid)
+        WHERE run.t_next IS NOT NULL AND run.t_next > run.t""")
+    # What the host was doing during each idle stretch (ASOF joins: no quadratic interval joins).
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _idle AS
+        WITH idle AS (SELECT wid, t, t_next, rank FROM _seg WHERE n = 0),
+        syncs AS (SELECT rank, start_ns, end_ns FROM api_calls WHERE regexp_matches(name, '{SYNC_API_RE}')),
+        launches AS (SELECT rank, start_ns, end_ns FROM api_calls WHERE regexp_matches(name, '{LAUNCH_API_RE}')),
+        loaders AS (SELECT rank, start_ns, end_ns FROM ranges WHERE NOT on_gpu
+                    AND regexp_matches(name, '{DATALOADER_RE}')),
+        a AS (
+            SELECT i.wid, i.t, i.t_next, i.rank,
+                   s.end_ns >= i.t - {SYNC_TOLERANCE_NS} AS after_sync
+            FROM idle i ASOF LEFT JOIN syncs s ON s.rank IS NOT DISTINCT FROM i.rank AND s.start_ns <= i.t
+        ), b AS (
+            SELECT a.*, l.end_ns > a.t AS in_loader
+            FROM a ASOF LEFT JOIN loaders l ON l.rank IS NOT DISTINCT FROM a.rank AND l.start_ns < a.t_next
+        )
+        SELECT b.wid, b.t,
+               CASE WHEN coalesce(after_sync, false) THEN 'sync_stall'
+                    WHEN coalesce(in_loader, false) THEN 'input_bound'
+                    WHEN coalesce(x.end_ns > b.t, false) THEN 'launch_bound'
+                    ELSE 'host_other' END AS category
+        FROM b ASOF LEFT JOIN launches x ON x.rank IS NOT DISTINCT FROM b.rank AND x.start_ns < b.t_next""")
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _lost AS
+        SELECT s.wid, s.t, s.t_next, s.rank, s.device,
+               CASE WHEN s.peak IS NULL THEN 0
+                    ELSE least(s.r, s.peak / 1e9) / (s.peak / 1e9) * (s.t_next - s.t) END AS achieved_ns,
+               CASE WHEN s.n = 0 THEN i.category
+                    WHEN s.cb > 0 THEN 'compute_inefficiency'
+                    WHEN s.mb > 0 THEN 'memory_bound'
+                    WHEN s.nw > 0 THEN 'collective_wait'
+                    WHEN s.p2p > 0 THEN 'pipeline_bubble'
+                    WHEN s.nc > 0 THEN 'collective_transfer'
+                    ELSE 'memcpy' END AS category,
+               s.peak
+        FROM _seg s LEFT JOIN _idle i ON i.wid = s.wid AND i.t = s.t""")
+    cats = ", ".join(f"('{c}', '{layer}')" for c, layer in CATEGORIES.items())
+    con.execute(f"""
+        INSERT INTO losses
+        WITH l AS (
+            SELECT l.*, (l.t_next - l.t) - l.achieved_ns AS lost_ns FROM _lost l
+        ), isl AS (
+            SELECT *, sum(CASE WHEN category IS DISTINCT FROM prev_cat OR t <> prev_end THEN 1 ELSE 0 END)
+                      OVER (PARTITION BY wid ORDER BY t ROWS UNBOUNDED PRECEDING) AS island
+            FROM (SELECT *, lag(category) OVER (PARTITION BY wid ORDER BY t) AS prev_cat,
+                            lag(t_next) OVER (PARTITION BY wid ORDER BY t) AS prev_end FROM l)
+        )
+        SELECT w.scope, w.range_name, isl.rank, isl.device, min(isl.t), max(isl.t_next), isl.category, c.layer,
+               sum(isl.lost_ns) / 1e9 * any_value(isl.peak), sum(isl.lost_ns), NULL
+        FROM isl JOIN _w w USING (wid) JOIN (VALUES {cats}) c(category, layer) USING (category)
+        WHERE isl.lost_ns > 0
+        GROUP BY w.scope, w.range_name, isl.rank, isl.device, isl.wid, isl.island, isl.category, c.layer""")
     con.execute("""
         INSERT INTO metrics
         WITH per_w AS (
-            SELECT w.wid, w.scope, w.range_name, w.rank, w.device, w.end_ns - w.start_ns AS wlen, p.peak,
+            SELECT w.wid, w.scope, w.range_name, w.rank, w.device, w.end_ns - w.start_ns AS wlen, w.peak,
                    coalesce(sum(CASE WHEN s.n > 0 THEN s.t_next - s.t END), 0) AS busy,
-                   coalesce(sum(CASE WHEN s.n > 0 THEN least(s.r, coalesce(p.peak / 1e9, s.r)) * (s.t_next - s.t) END), 0)
+                   coalesce(sum(CASE WHEN s.n > 0 THEN least(s.r, coalesce(w.peak / 1e9, s.r)) * (s.t_next - s.t) END), 0)
                        AS flops,
-                   coalesce(sum(CASE WHEN s.n > 0 AND p.peak IS NOT NULL AND s.r > p.peak / 1e9 * (1 + 1e-9)
+                   coalesce(sum(CASE WHEN s.n > 0 AND w.peak IS NOT NULL AND s.r > w.peak / 1e9 * (1 + 1e-9)
                                 THEN s.t_next - s.t END), 0) AS capped
             FROM _w w LEFT JOIN _seg s USING (wid)
-            LEFT JOIN _peaks p ON p.rank IS NOT DISTINCT FROM w.rank AND p.device = w.device
-            GROUP BY ALL
+            GROUP BY w.wid, w.scope, w.range_name, w.rank, w.device, w.start_ns, w.end_ns, w.peak
         ), cov AS (
             SELECT wid, sum(CASE WHEN kind = 'compute' THEN e - s END) AS kns,
                    sum(CASE WHEN kind = 'compute' AND has_flops THEN e - s END) AS kns_f
@@ -305,4 +446,18 @@ def sweep(con: duckdb.DuckDBPyConnection, peaks: list[GpuPeak]) -> None:
                CASE WHEN bool_and(peak_flop_s IS NOT NULL) THEN sum(window_ns * peak_flop_s) / sum(window_ns) END
         FROM metrics WHERE rank IS NOT NULL GROUP BY scope, range_name""")
     con.unregister("_peaks")
-    con.execute("DROP TABLE _kc; DROP TABLE _seg; DROP TABLE _w")
+    con.execute("DROP TABLE _kc; DROP TABLE _seg; DROP TABLE _w; DROP TABLE _idle; DROP TABLE _lost; "
+                "DROP TABLE _nccl_wait")
+
+
+def loss_fractions(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None,
+                   rank: int | None) -> dict[str, float]:
+    """Each category's share of the window (run level when rank is None: Σ lost time / Σ windows)."""
+    rows = con.execute("""
+        WITH w AS (SELECT sum(window_ns) AS wns FROM metrics
+                   WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn AND rank IS NOT NULL
+                     AND ($rank IS NULL OR rank = $rank) AND peak_flop_s IS NOT NULL)
+        SELECT category, sum(lost_ns) / any_value(w.wns) FROM losses, w
+        WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn AND ($rank IS NULL OR rank = $rank)
+        GROUP BY category""", {"scope": scope, "rn": range_name, "rank": rank}).fetchall()
+    return {c: float(f) for c, f in rows if f is not None}

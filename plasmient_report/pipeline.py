@@ -15,6 +15,7 @@ import duckdb
 from . import align as align_stage
 from . import judge, metrics, parsers, store
 from .errors import BadInput
+from .store import one
 from .parsers import _io, kineto
 from .peaks import load_table
 
@@ -58,7 +59,7 @@ def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Pro
                 raise BadInput(d.path, "trace has no GPU kernels or copies (a CPU-only profile?)")
     if progress:
         progress("ingest", len(found), len(found))
-    n = con.execute("SELECT count(*) FROM kernels").fetchone()
+    n = one(con, "SELECT count(*) FROM kernels")
     if not n or n[0] == 0:
         raise BadInput(", ".join(str(p) for p in inputs), "no GPU kernels or copies in any input")
     con.execute("""UPDATE sources SET first_ns = t.s, last_ns = t.e FROM (

@@ -195,6 +195,7 @@ CREATE TABLE IF NOT EXISTS losses (
     category          VARCHAR,
     layer             VARCHAR,
     lost_flop_seconds DOUBLE,
+    lost_ns           DOUBLE,
     rule_id           VARCHAR
 );
 

@@ -58,3 +58,9 @@ def _sql_str(p: Path | str) -> str:
 def open_readonly(path: str | Path) -> duckdb.DuckDBPyConnection:
     return duckdb.connect(str(path), read_only=True,
                           config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+
+
+def one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tuple | None:
+    """First row of a query, with the result fully consumed (DuckDB ≥ 2 keeps an unfinished result open)."""
+    rows = con.execute(sql, params).fetchall() if params is not None else con.execute(sql).fetchall()
+    return rows[0] if rows else None

@@ -17,6 +17,7 @@ import msgspec
 import pyarrow as pa
 
 from ..errors import BadInput
+from ..store import one
 from ._io import read_maybe_gzip
 
 CHUNK_EVENTS = 200_000
@@ -495,11 +496,11 @@ def _ns_expr(col: str, base: int) -> str:
 
 def _check_times(path: Path, con: duckdb.DuckDBPyConnection, info: KinetoSource) -> None:
     parts = " UNION ALL ".join(f"SELECT ts, dur FROM {s}" for s in _STAGE.values())
-    row = con.execute(f"""
+    row = one(con, f"""
         SELECT count(*), min(ts), max(ts), max(dur), min(dur),
                count(*) FILTER (WHERE NOT isfinite(ts) OR (dur IS NOT NULL AND NOT isfinite(dur))),
                count(*) FILTER (WHERE ts IS NULL)
-        FROM ({parts})""").fetchone()
+        FROM ({parts})""")
     assert row is not None
     n, tmin, tmax, dmax, dmin, nonfinite, nots = row
     if n == 0:
@@ -613,5 +614,5 @@ def _emit(con: duckdb.DuckDBPyConnection, sid: int, info: KinetoSource) -> None:
         con.execute("INSERT INTO devices (source_id, rank, device, name, sm_count, memory_bytes, compute_capability,"
                     " vendor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     [sid, info.rank, d.id, d.name, d.numSms, d.totalGlobalMem, cc, vendor])
-    row = con.execute(f"SELECT count(*) FROM _kin_gpu WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')").fetchone()
+    row = one(con, "SELECT count(*) FROM _kin_gpu WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')")
     info.gpu_events = int(row[0]) if row else 0

@@ -20,14 +20,16 @@ def _pct(x: float | None) -> str:
     return f"{x:.0%}"
 
 
-def _dots(label: str, value: str, note: str = "", width: int = 33) -> Text:
-    t = Text("  ")
-    t.append(label + " ")
-    t.append("." * max(2, width - len(label)) + " ", style="dim")
-    t.append(f"{value:>4}", style="bold")
-    if note:
-        t.append("   " + note, style="dim")
-    return t
+def _grid() -> Table:
+    g = Table.grid(padding=(0, 1))
+    g.add_column(no_wrap=True)
+    g.add_column(justify="right", no_wrap=True, style="bold")
+    g.add_column(style="dim", overflow="fold")
+    return g
+
+
+def _row(g: Table, label: str, value: str, note: str = "", width: int = 33) -> None:
+    g.add_row(Text("  " + label + " " + "." * max(2, width - len(label))), value, note)
 
 
 def box(v: dict[str, Any]) -> Panel:
@@ -39,25 +41,27 @@ def box(v: dict[str, Any]) -> Panel:
     title = f"plasmient · {scope} · {n_ranks} rank{'s' if n_ranks != 1 else ''} · {gpu}"
     util = v["utilization"]["trace"]
     ach = v["achieved_fraction_of_peak"]
-    lines: list[Any] = [
-        _dots("GPU utilization (trace)", _pct(util), "← what the dashboard shows"),
-    ]
+    head = _grid()
+    lines: list[Any] = [head]
+    _row(head, "GPU utilization (trace)", _pct(util), "← what the dashboard shows")
     if v["utilization"].get("measured") is not None:
-        lines.append(_dots("GPU utilization (measured)", _pct(v["utilization"]["measured"])))
+        _row(head, "GPU utilization (measured)", _pct(v["utilization"]["measured"]))
     ach_s = _pct(ach) if ach is not None else "n/a"
     if v.get("achieved_is_lower_bound") and ach is not None:
         ach_s = "≥" + ach_s if ach >= 0.005 else "?"
     prec = peak.get("precision")
     tf = peak.get("tflops")
-    lines.append(_dots("achieved fraction of peak", ach_s,
-                       f"← of {tf:,.1f} TFLOP/s {prec}" if tf else "← no peak known for this GPU"))
+    _row(head, "achieved fraction of peak", ach_s,
+         f"← of {tf:,.1f} TFLOP/s {prec}" if tf else "← no peak known for this GPU")
     losses = v.get("losses") or []
     if losses and ach is not None:
         lines.append(Text(""))
         lines.append(Text(f"  where the other {_pct(1 - ach)} went:"))
-        for loss in losses[:5]:
-            lines.append(_dots("  " + loss["category"].replace("_", " "), _pct(loss["fraction"]),
-                               loss.get("recommendation") or "", width=31))
+        g = _grid()
+        for loss in [x for x in losses if x["fraction"] >= 0.005][:5]:
+            _row(g, "  " + loss["category"].replace("_", " "), _pct(loss["fraction"]),
+                 loss.get("recommendation") or "", width=31)
+        lines.append(g)
     if len(v.get("ranks", [])) > 1:
         lines.append(Text(""))
         tbl = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
