@@ -16,8 +16,12 @@ NATIVE_UNCERTAINTY_NS = {"native": 1_000, "epoch_us": 1_000, "relative": None}
 def assign_ranks(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Sources without a rank get one by input order; clashing ranks are renumbered, and said so."""
     notes: list[str] = []
-    rows = con.execute("SELECT source_id, rank, rank_method, path FROM sources ORDER BY source_id").fetchall()
-    taken: set[int] = set()
+    # Multi-rank sources (an nsys report of several processes) set rank per row; their ranks are taken.
+    taken: set[int] = {r for (r,) in con.execute(
+        "SELECT DISTINCT k.rank FROM kernels k JOIN sources s USING (source_id) "
+        "WHERE s.rank_method = 'multi' AND k.rank IS NOT NULL").fetchall()}
+    rows = con.execute("SELECT source_id, rank, rank_method, path FROM sources WHERE rank_method <> 'multi' "
+                       "ORDER BY source_id").fetchall()
     final: dict[int, tuple[int, str]] = {}
     for sid, rank, method, path in rows:
         if rank is not None and rank not in taken:

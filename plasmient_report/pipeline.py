@@ -16,7 +16,7 @@ from . import align as align_stage
 from . import judge, metrics, parsers, store
 from .errors import BadInput
 from .store import one
-from .parsers import _io, kineto
+from .parsers import _io
 from .peaks import load_table
 
 
@@ -46,12 +46,13 @@ def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Pro
     for i, d in enumerate(found):
         if progress:
             progress(f"ingest {d.path.name}", i, len(found))
-        info = kineto.ingest(d.path, con, i)
+        info = parsers.PARSERS[d.format](d.path, con, i)
         con.execute(
             """INSERT INTO sources (source_id, path, format, format_version, host, rank, rank_method, world_size,
                                     clock_anchor, base_time_ns, sha256, size_bytes, events, notes)
-               VALUES (?, ?, 'kineto', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            [i, str(d.path), info.format_version, info.host, info.rank, info.rank_method, info.world_size,
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            [i, str(d.path), info.format, info.format_version, info.host, info.rank,
+             "multi" if info.multi_rank else info.rank_method, info.world_size,
              info.clock_anchor, info.base_time_ns, _io.sha256_of(d.path), d.path.stat().st_size, info.events,
              "; ".join(info.notes) or None])
         if info.gpu_events == 0:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import BadInput
 from . import kineto
+from .base import Parser, SourceInfo
 
 # Formats recognised but whose parser lands in a later version: named in the error, never misread.
 NOT_YET = {
@@ -22,7 +23,9 @@ NOT_YET = {
     "nvml-csv": "NVML samples CSV",
     "dcgm-exporter": "dcgm-exporter scrape",
 }
-SUPPORTED = {"kineto"}
+# One parser per format: adding a format = one module here and one entry below.
+PARSERS: dict[str, Parser] = {"kineto": kineto.ingest}
+SUPPORTED = set(PARSERS)
 MAX_FOLDER_DEPTH = 12
 
 
@@ -107,7 +110,7 @@ def discover(inputs: list[Path]) -> list[Detected]:
             fmt = detect(p)
             if fmt == "empty":
                 raise BadInput(p, "empty file")
-            if fmt in NOT_YET:
+            if fmt in NOT_YET and fmt not in SUPPORTED:
                 raise BadInput(p, f"{NOT_YET[fmt]} input is not supported by this version yet")
             if fmt == "json":
                 raise BadInput(p, "JSON but not a PyTorch profiler trace (no 'traceEvents')")

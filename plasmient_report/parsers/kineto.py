@@ -19,6 +19,7 @@ import pyarrow as pa
 from ..errors import BadInput
 from ..store import one
 from ._io import read_maybe_gzip
+from .base import SourceInfo
 
 CHUNK_EVENTS = 200_000
 # Kineto `ts` is µs; above this it is already epoch µs (traces before baseTimeNanoseconds existed).
@@ -213,20 +214,10 @@ API_CATS = {"cuda_runtime", "cuda_driver"}
 
 
 @dataclass
-class KinetoSource:
+class KinetoSource(SourceInfo):
     """What a Kineto file says about itself, for the `sources` and `devices` rows."""
 
-    format_version: str
-    rank: int | None
-    rank_method: str
-    world_size: int | None
-    base_time_ns: int | None
-    clock_anchor: str
-    events: int
-    host: str | None
     devices: list[DeviceProp] = field(default_factory=list)
-    gpu_events: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 def looks_like_kineto(head: bytes) -> bool:
@@ -482,7 +473,7 @@ def _describe(path: Path, head: TraceHead, n_events: int, meta: dict[Any, str]) 
     if rocm:
         notes.append("ROCm trace")
     return KinetoSource(
-        format_version=version, rank=rank, rank_method=method,
+        format="kineto", format_version=version, rank=rank, rank_method=method,
         world_size=di.world_size if di is not None else None,
         base_time_ns=base, clock_anchor="native" if base is not None else "epoch_us", events=n_events,
         host=host, devices=list(head.deviceProperties or []), notes=notes)

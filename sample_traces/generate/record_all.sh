@@ -19,7 +19,7 @@ NSYS=$H/target-linux-x64/nsys
 QI=$H/linux-desktop-glibc_2_11_3-x64/QdstrmImporter
 W=/tmp/rec
 mkdir -p "$W/single" "$W/ddp" "$W/bench" "$OUTDIR"
-# nsys stores the target's environment in the report: give it a minimal one
+# nsys stores environments in the report: give it a minimal one (and see nsys_clean below)
 CLEAN=(env -i "PATH=$PATH" "HOME=${HOME:-/root}" PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
        TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID)
 [ -n "${LD_LIBRARY_PATH:-}" ] && CLEAN+=("LD_LIBRARY_PATH=$LD_LIBRARY_PATH")
@@ -40,6 +40,33 @@ finish_nsys() {  # $1 = report base path: .qdstrm -> .nsys-rep -> .sqlite (+ nsy
   "$NSYS" export --type sqlite --force-overwrite=true -o "$b.sqlite" "$b.nsys-rep"
   "$NSYS" stats --force-export=false --report nvtx_sum,cuda_gpu_kern_sum --format csv -o "$b.stats" "$b.nsys-rep" >/dev/null 2>&1
   ls -la "$b".*
+}
+env_leak() {  # foreign environment blocks (other processes' /proc/PID/environ) in an nsys export?
+  python3 - "$1" <<'PYEOF'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+vals = [v for (v,) in c.execute("select value from StringIds") if isinstance(v, str) and "\x00" in v and "=" in v]
+ours = ("PATH=", "HOME=", "PYTHONUNBUFFERED=", "NCCL_NVLS_ENABLE=", "TORCH_SYMM_MEM_DISABLE_MULTICAST=",
+        "NVSHMEM_DISABLE_NVLS=", "CUDA_DEVICE_ORDER=", "LD_LIBRARY_PATH=", "TZ=")
+foreign = [v for v in vals if any(p and not p.startswith(ours) and "=" in p and not p.startswith(("QUADD_", "CUPTI_", "NSYS_", "LD_PRELOAD=", "CUDA_INJECTION", "NVTX_INJECTION", "MASTER_", "WORLD_SIZE=", "RANK=", "LOCAL_", "GROUP_", "ROLE_", "TORCHELASTIC_", "OMP_NUM_THREADS=", "TORCH_NCCL", "NCCL_", "CUDA_MODULE"))
+                                  for p in v.split("\x00"))]
+print("env blocks: %d, with variables not set by us: %d" % (len(vals), len(foreign)))
+for v in foreign:
+    print("   foreign names:", sorted({p.split("=")[0] for p in v.split("\x00") if "=" in p})[:12], "...")
+sys.exit(1 if foreign else 0)
+PYEOF
+}
+nsys_clean() {  # $1 = report base; rest = command. nsys stores the environment blocks of every process
+  # it can read (/proc/PID/environ), ancestors too: run it in its own PID namespace (unshare) with a
+  # minimal environment, so that only our own processes (with env -i's environment) are visible.
+  local b=$1; shift
+  rm -f "$b".*
+  mkdir -p /tmp/gen && cp "$G"/*.py /tmp/gen/ && chmod -R a+rwX "$W" /tmp/gen
+  (cd /tmp/gen && timeout -k 10 200 unshare --pid --fork --mount-proc "${CLEAN[@]}" "$NSYS" "${NSYS_OPTS[@]}" \
+     $( [[ "$b" == *single* ]] && echo "--capture-range=cudaProfilerApi --capture-range-end=stop" ) \
+     -o "$b" "$@")
+  finish_nsys "$b"
+  env_leak "$b.sqlite"
 }
 ship() {  # split a file for the 16 MB transfer limit
   local f=$1
@@ -66,28 +93,19 @@ for s in $STEPS; do
     none)   step single_none timeout -k 10 150 python3 single_gpu.py --mode none --out "$W/single" ;;
     kineto) step single_kineto timeout -k 10 180 python3 single_gpu.py --mode kineto --out "$W/single" ;;
     nsys)
-      rm -f "$W"/single/nsys_single.*
-      step single_nsys timeout -k 10 200 "${CLEAN[@]}" "$NSYS" "${NSYS_OPTS[@]}" \
-        --capture-range=cudaProfilerApi --capture-range-end=stop -o "$W/single/nsys_single" \
-        python3 single_gpu.py --mode nsys --out "$W/single"
-      step single_nsys_finish finish_nsys "$W/single/nsys_single"
+      step single_nsys nsys_clean "$W/single/nsys_single" python3 single_gpu.py --mode nsys --out "$W/single"
       if [ "$(stat -c %s "$W/single/nsys_single.sqlite" 2>/dev/null || echo 0)" -gt 4500000 ]; then
         echo "sqlite > 4.5 MB: re-recording nsys with a smaller launch_bound / train_step"
-        rm -f "$W"/single/nsys_single.*
-        step single_nsys_small timeout -k 10 200 "${CLEAN[@]}" "$NSYS" "${NSYS_OPTS[@]}" \
-          --capture-range=cudaProfilerApi --capture-range-end=stop -o "$W/single/nsys_single" \
-          python3 single_gpu.py --mode nsys --out "$W/single" --launch-iters 300 --train-steps 2
-        step single_nsys_finish finish_nsys "$W/single/nsys_single"
+        step single_nsys_small nsys_clean "$W/single/nsys_single" python3 single_gpu.py --mode nsys \
+          --out "$W/single" --launch-iters 300 --train-steps 2
       fi
       ;;
     ddp)
       step ddp_kineto timeout -k 10 180 python3 -m torch.distributed.run --standalone --nproc_per_node 2 \
         ddp_late_rank.py --mode kineto --out "$W/ddp" ;;
     ddpnsys)
-      rm -f "$W"/ddp/nsys_ddp.*
-      step ddp_nsys timeout -k 10 200 "${CLEAN[@]}" "$NSYS" "${NSYS_OPTS[@]}" -o "$W/ddp/nsys_ddp" \
-        python3 -m torch.distributed.run --standalone --nproc_per_node 2 ddp_late_rank.py --mode nsys --out "$W/ddp"
-      step ddp_nsys_finish finish_nsys "$W/ddp/nsys_ddp"
+      step ddp_nsys nsys_clean "$W/ddp/nsys_ddp" python3 -m torch.distributed.run --standalone \
+        --nproc_per_node 2 ddp_late_rank.py --mode nsys --out "$W/ddp"
       ;;
     bench)
       if [ $SECONDS -lt 330 ]; then
