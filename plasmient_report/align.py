@@ -23,7 +23,7 @@ def assign_ranks(con: duckdb.DuckDBPyConnection) -> list[str]:
     rows = con.execute("SELECT source_id, rank, rank_method, path FROM sources WHERE rank_method <> 'multi' "
                        "ORDER BY source_id").fetchall()
     final: dict[int, tuple[int, str]] = {}
-    for sid, rank, method, path in rows:
+    for sid, rank, method, _path in rows:
         if rank is not None and rank not in taken:
             taken.add(rank)
             final[sid] = (rank, method)
@@ -37,8 +37,8 @@ def assign_ranks(con: duckdb.DuckDBPyConnection) -> list[str]:
             notes.append(f"{path}: claims rank {rank}, already taken by another input; counted as rank {nxt}")
         final[sid] = (nxt, "order" if rank is None else "renumbered")
         taken.add(nxt)
-    for sid, (rank, method) in final.items():
-        con.execute("UPDATE sources SET rank = ?, rank_method = ? WHERE source_id = ?", [rank, method, sid])
+    for sid, (rank, how) in final.items():
+        con.execute("UPDATE sources SET rank = ?, rank_method = ? WHERE source_id = ?", [rank, how, sid])
         for t in TABLES_WITH_RANK:
             con.execute(f"UPDATE {t} SET rank = ? WHERE source_id = ?", [rank, sid])
     return notes

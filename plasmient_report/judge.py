@@ -11,10 +11,9 @@ from typing import Any
 
 import duckdb
 
-from .store import one
-
 from . import __version__
 from .metrics import CATEGORIES, GpuPeak, loss_fractions
+from .store import one
 
 SCHEMA = "plasmient.verdict/1"
 

@@ -12,9 +12,9 @@ import duckdb
 import pyarrow as pa
 
 from .errors import BadInput
-from .store import one
 from .flops import DTYPE_PRECISION, MODELS, op_bytes, op_flops, op_precision
 from .peaks import GpuPeaks, Peak, choose_peak
+from .store import one
 
 # Kernel names that do matrix work: an op's FLOPs are split over these (by duration) when it has any.
 MATMUL_KERNEL_RE = (r"(?i)(gemm|nvjet|xmma|cutlass|cublas|cudnn|matmul|mma|wgmma|flash|fmha|attn|attention|"

@@ -15,9 +15,9 @@ import duckdb
 from . import align as align_stage
 from . import judge, metrics, parsers, store
 from .errors import BadInput
-from .store import one
 from .parsers import _io
 from .peaks import load_table
+from .store import one
 
 
 @dataclass

@@ -12,6 +12,8 @@ from ..errors import BadInput
 from . import kineto
 from .base import Parser, SourceInfo
 
+__all__ = ["PARSERS", "Detected", "Parser", "SourceInfo", "detect", "discover"]
+
 # Formats recognised but whose parser lands in a later version: named in the error, never misread.
 NOT_YET = {
     "nsys-rep": "Nsight Systems report",

@@ -155,7 +155,7 @@ def main():
     dist.barrier()
 
     if a.mode == "kineto":
-        from torch.profiler import profile, ProfilerActivity, record_function, schedule
+        from torch.profiler import ProfilerActivity, profile, record_function, schedule
         mark = record_function
         raw = os.path.join(a.out, "rank%d.pt.trace.json" % rank)
 

@@ -46,27 +46,34 @@ env_leak() {  # foreign environment blocks (other processes' /proc/PID/environ) 
 import sqlite3, sys
 c = sqlite3.connect(sys.argv[1])
 vals = [v for (v,) in c.execute("select value from StringIds") if isinstance(v, str) and "\x00" in v and "=" in v]
-ours = ("PATH=", "HOME=", "PYTHONUNBUFFERED=", "NCCL_NVLS_ENABLE=", "TORCH_SYMM_MEM_DISABLE_MULTICAST=",
-        "NVSHMEM_DISABLE_NVLS=", "CUDA_DEVICE_ORDER=", "LD_LIBRARY_PATH=", "TZ=")
-foreign = [v for v in vals if any(p and not p.startswith(ours) and "=" in p and not p.startswith(("QUADD_", "CUPTI_", "NSYS_", "LD_PRELOAD=", "CUDA_INJECTION", "NVTX_INJECTION", "MASTER_", "WORLD_SIZE=", "RANK=", "LOCAL_", "GROUP_", "ROLE_", "TORCHELASTIC_", "OMP_NUM_THREADS=", "TORCH_NCCL", "NCCL_", "CUDA_MODULE"))
-                                  for p in v.split("\x00"))]
+# names that only the machine's own processes (image / shell environment) carry, never env -i's
+sentinels = ("CONTAINER_NAME=", "OLDPWD=", "TERM=", "UV_", "NV_CUDA_", "PIP_", "SSL_CERT_FILE=", "SHLVL=")
+foreign = [v for v in vals if any(p.startswith(sentinels) for p in v.split("\x00"))]
 print("env blocks: %d, with variables not set by us: %d" % (len(vals), len(foreign)))
 for v in foreign:
     print("   foreign names:", sorted({p.split("=")[0] for p in v.split("\x00") if "=" in p})[:12], "...")
 sys.exit(1 if foreign else 0)
 PYEOF
 }
-nsys_clean() {  # $1 = report base; rest = command. nsys stores the environment blocks of every process
-  # it can read (/proc/PID/environ), ancestors too: run it in its own PID namespace (unshare) with a
-  # minimal environment, so that only our own processes (with env -i's environment) are visible.
+nsys_clean() {  # $1 = report base; rest = command.
+  # nsys stores the environment block of every process it can read (/proc/PID/environ), the machine's
+  # own shells included. Run it in its own PID namespace (unshare; only our processes are visible, each
+  # with env -i's minimal environment); if that fails or still leaks, as user nobody (cannot read
+  # root's /proc/PID/environ).
   local b=$1; shift
-  rm -f "$b".*
-  mkdir -p /tmp/gen && cp "$G"/*.py /tmp/gen/ && chmod -R a+rwX "$W" /tmp/gen
-  (cd /tmp/gen && timeout -k 10 200 unshare --pid --fork --mount-proc "${CLEAN[@]}" "$NSYS" "${NSYS_OPTS[@]}" \
-     $( [[ "$b" == *single* ]] && echo "--capture-range=cudaProfilerApi --capture-range-end=stop" ) \
-     -o "$b" "$@")
-  finish_nsys "$b"
-  env_leak "$b.sqlite"
+  local wrap wr hm
+  mkdir -p /tmp/gen /tmp/nbhome && cp "$G"/*.py /tmp/gen/ && chmod -R a+rwX "$W" /tmp/gen /tmp/nbhome
+  for wrap in unshare nobody; do
+    rm -f "$b".*
+    if [ $wrap = unshare ]; then wr=(unshare --pid --fork --kill-child --mount-proc); hm=(HOME=/root)
+    else wr=(setpriv --reuid=65534 --regid=65534 --clear-groups); hm=(HOME=/tmp/nbhome); fi
+    (cd /tmp/gen && timeout -k 10 200 "${wr[@]}" "${CLEAN[@]}" "${hm[@]}" "$NSYS" "${NSYS_OPTS[@]}" \
+       $( [[ "$b" == *single* ]] && echo "--capture-range=cudaProfilerApi --capture-range-end=stop" ) \
+       -o "$b" "$@")
+    finish_nsys "$b" && env_leak "$b.sqlite" && { echo "nsys report without foreign environments ($wrap)"; return 0; }
+    echo "nsys via $wrap: failed or foreign environments in the report"
+  done
+  return 1
 }
 ship() {  # split a file for the 16 MB transfer limit
   local f=$1

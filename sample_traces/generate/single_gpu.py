@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import gzip
 import json
-import math
 import os
 import shutil
 import statistics
@@ -426,7 +425,7 @@ def profiled_run(w, a, outdir, mode):
     time.sleep(1.2)  # baseline for the loggers (dmon prints once a second)
 
     if mode == "kineto":
-        from torch.profiler import profile, ProfilerActivity, record_function
+        from torch.profiler import ProfilerActivity, profile, record_function
         w.mark = record_function
         prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
                        record_shapes=True, with_flops=True, with_stack=False)
@@ -485,7 +484,7 @@ def gz_file(raw):
 
 def bench_run(w, a, outdir):
     """Big Kineto trace for benchmarks: calibrate bytes/step, then all phases with many train steps."""
-    from torch.profiler import profile, ProfilerActivity, record_function
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     def prof_():
         return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
