@@ -225,6 +225,7 @@ def run_child(python: str, kind: str, target: Path, env: dict[str, str]) -> dict
         tail = "\n".join((stderr or stdout).strip().splitlines()[-15:])
         raise RuntimeError(f"{kind} failed (exit {p.returncode}):\n{tail}")
     res["process_wall_s"] = wall
+    res["process_cpu_s"] = ru.ru_utime + ru.ru_stime
     res["peak_rss"] = ru.ru_maxrss * 1024
     return res
 
@@ -280,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         loaders.append(("ours-phases", args.ours_python, trace))
 
     results: dict[str, list[dict]] = {k: [] for k, _, _ in loaders}
+    load_before = os.getloadavg()
     failed: list[str] = []
     try:
         for i in range(args.repeat):
@@ -296,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
 
+    load_after = os.getloadavg()
+
     def med(kind: str, key: str) -> float | None:
         vals = [r[key] for r in results.get(kind, []) if key in r]
         return statistics.median(vals) if vals else None
@@ -306,8 +310,10 @@ def main(argv: list[str] | None = None) -> int:
           f"JSON {size_json / MiB:,.1f} MiB ({size_json:,} bytes)")
     print(f"machine      {platform.node()} · {os.cpu_count()} CPUs · {platform.python_implementation()} "
           f"{platform.python_version()} · {time.strftime('%Y-%m-%d %H:%M')} · repeat {args.repeat} (medians)")
+    print(f"load avg     {load_before[0]:.2f} before, {load_after[0]:.2f} after (1-min; > ~0.3 means other work shared "
+          f"the CPUs: trust 'cpu s' more than 'load s')")
     print()
-    hdr = (f"{'loader':<12} {'load s':>8} {'proc s':>8} {'import s':>9} {'peak RSS MiB':>13} "
+    hdr = (f"{'loader':<12} {'load s':>8} {'proc s':>8} {'cpu s':>7} {'import s':>9} {'peak RSS MiB':>13} "
            f"{'RSS-after-import MiB':>21} {'peak/JSON':>10} {'(peak-base)/JSON':>17}")
     print(hdr)
     print("-" * len(hdr))
@@ -316,17 +322,28 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{kind:<12} {'FAILED':>8}")
             continue
         load, proc, imp = med(kind, "load_s"), med(kind, "process_wall_s"), med(kind, "import_s")
+        cpu = med(kind, "process_cpu_s")
         peak, base = med(kind, "peak_rss"), med(kind, "rss_after_import")
-        print(f"{kind:<12} {load:>8.2f} {proc:>8.2f} {imp:>9.2f} {fmt_mib(peak):>13} {fmt_mib(base):>21} "
+        print(f"{kind:<12} {load:>8.2f} {proc:>8.2f} {cpu:>7.2f} {imp:>9.2f} {fmt_mib(peak):>13} {fmt_mib(base):>21} "
               f"{peak / size_json:>10.2f} {(peak - base) / size_json:>17.2f}")
     print()
     if results["ours"]:
+        cols = [("load time", "load_s"), ("process wall", "process_wall_s"), ("process CPU", "process_cpu_s"),
+                ("peak RSS", "peak_rss"), ("RSS above import", None)]
+        print(f"{'HTA / ours':<12} " + " ".join(f"{c:>16}" for c, _ in cols))
         for kind in ("hta-json", "hta-ijson"):
-            if results.get(kind):
-                print(f"{kind} / ours:  load time {med(kind, 'load_s') / med('ours', 'load_s'):.2f}x   "
-                      f"process time {med(kind, 'process_wall_s') / med('ours', 'process_wall_s'):.2f}x   "
-                      f"peak RSS {med(kind, 'peak_rss') / med('ours', 'peak_rss'):.2f}x   "
-                      f"RSS above import {(med(kind, 'peak_rss') - med(kind, 'rss_after_import')) / (med('ours', 'peak_rss') - med('ours', 'rss_after_import')):.2f}x")
+            if not results.get(kind):
+                continue
+            cells = []
+            for _, key in cols:
+                if key is None:
+                    r = ((med(kind, "peak_rss") - med(kind, "rss_after_import"))
+                         / (med("ours", "peak_rss") - med("ours", "rss_after_import")))
+                else:
+                    r = med(kind, key) / med("ours", key)
+                cells.append(f"{r:>15.2f}x")
+            print(f"{kind:<12} " + " ".join(cells))
+        print()
     for kind in ("ours", "hta-json", "hta-ijson"):
         if results.get(kind):
             print(f"rows loaded by {kind}: {results[kind][0]['rows']}")
@@ -355,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: {n}")
     if args.json:
         args.json.write_text(json.dumps({"trace": str(trace), "size_file": size_file, "size_json": size_json,
+                                         "loadavg": [load_before, load_after],
                                          "results": results, "failed": failed}, indent=1))
     if failed:
         print(f"\nFAILED loaders: {', '.join(failed)}", file=sys.stderr)

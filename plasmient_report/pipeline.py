@@ -122,6 +122,10 @@ def write_outputs(result: Result, out_dir: Path, inputs: Sequence[Path], opts: O
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         verdict_render.write(result.verdict, tmp / "verdict.json")
+        if opts.write_trace:
+            from .render import perfetto
+
+            perfetto.write(result.con, result.verdict, tmp / "trace.pftrace")
         store.copy_store(result.con, tmp / "run.duckdb")
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old.{os.getpid()}")
