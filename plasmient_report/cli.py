@@ -64,9 +64,11 @@ def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ..
         _fail("--peak-tflops must be a positive number")
     opts = pipeline.Options(ranges=ranges, peak_precision=peak_precision, peak_tflops=peak_tflops,
                             peaks_file=peaks_file, gpu=gpu, write_html=not no_html, write_trace=not no_trace)
+    out_dir = out_dir or pipeline.default_out_dir(inputs)
+    opts.cache_dir = Path(out_dir).absolute().parent / ".plasmient-cache"
     try:
         result = pipeline.analyse(list(inputs), opts, progress=_progress() if not quiet else None)
-        out = pipeline.write_outputs(result, out_dir or pipeline.default_out_dir(inputs), inputs, opts)
+        out = pipeline.write_outputs(result, out_dir, inputs, opts)
     except BadInput as e:
         if debug:
             raise

@@ -29,6 +29,7 @@ class Options:
     gpu: str | None = None
     write_html: bool = True
     write_trace: bool = True
+    cache_dir: Path | None = None  # where `.nsys-rep` exports are cached (beside the output, never the input)
 
 
 @dataclass
@@ -41,8 +42,9 @@ class Result:
 Progress = Callable[[str, int, int], None]
 
 
-def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Progress | None = None) -> None:
-    found = parsers.discover(list(inputs))
+def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Progress | None = None,
+           cache_dir: Path | None = None) -> None:
+    found = parsers.discover(list(inputs), cache_dir)
     for i, d in enumerate(found):
         if progress:
             progress(f"ingest {d.path.name}", i, len(found))
@@ -91,7 +93,7 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
 def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = None) -> Result:
     """The pure per-run function: inputs in, store + verdict out (nothing written to disk)."""
     con = store.connect()
-    ingest(con, inputs, progress)
+    ingest(con, inputs, progress, opts.cache_dir)
     notes = align_stage.align(con)
     ctx = measure(con, opts)
     ctx.inputs = [str(p) for p in inputs]

@@ -92,7 +92,29 @@ def detect(path: Path) -> str | None:
     return None
 
 
-def discover(inputs: list[Path]) -> list[Detected]:
+def _usable(fmt: str | None) -> bool:
+    return fmt in SUPPORTED or (fmt == "nsys-rep" and "nsys-sqlite" in SUPPORTED)
+
+
+def _resolve_reports(found: list[Detected], cache_dir: Path | None) -> list[Detected]:
+    """Replace each `.nsys-rep` by its SQLite export (sibling, cached, or made now); drop a report whose
+    sibling export is also among the inputs."""
+    from . import nsys_rep
+
+    out: list[Detected] = []
+    paths = {d.path.resolve() for d in found}
+    for d in found:
+        if d.format != "nsys-rep":
+            out.append(d)
+            continue
+        db = nsys_rep.resolve(d.path, cache_dir)
+        if db.resolve() in paths and db.resolve() != d.path.resolve():
+            continue
+        out.append(Detected(db, "nsys-sqlite"))
+    return out
+
+
+def discover(inputs: list[Path], cache_dir: Path | None = None) -> list[Detected]:
     """Expand folders and detect every file. Explicit files must be usable; folder members may be skipped."""
     found: list[Detected] = []
     for p in inputs:
@@ -103,7 +125,7 @@ def discover(inputs: list[Path]) -> list[Detected]:
             usable = []
             for m in members:
                 fmt = detect(m)
-                if fmt in SUPPORTED:
+                if _usable(fmt):
                     usable.append(Detected(m, fmt))
             if not usable:
                 raise BadInput(p, "folder holds no trace this version can read (PyTorch profiler .json/.json.gz)")
@@ -112,13 +134,15 @@ def discover(inputs: list[Path]) -> list[Detected]:
             fmt = detect(p)
             if fmt == "empty":
                 raise BadInput(p, "empty file")
-            if fmt in NOT_YET and fmt not in SUPPORTED:
+            if fmt in NOT_YET and not _usable(fmt):
                 raise BadInput(p, f"{NOT_YET[fmt]} input is not supported by this version yet")
             if fmt == "json":
                 raise BadInput(p, "JSON but not a PyTorch profiler trace (no 'traceEvents')")
-            if fmt not in SUPPORTED:
+            if not _usable(fmt):
                 raise BadInput(p, "unrecognised format (expected a PyTorch profiler trace .json/.json.gz)")
             found.append(Detected(p, fmt))
+    if "nsys-sqlite" in SUPPORTED:
+        found = _resolve_reports(found, cache_dir)
     seen: set[Path] = set()
     unique = []
     for d in found:
