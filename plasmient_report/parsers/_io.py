@@ -66,3 +66,38 @@ def read_maybe_gzip(path: Path) -> bytes | bytearray:
     if n == 0:
         raise BadInput(path, "gzip holds an empty file")
     return buf
+
+
+class GuardedReader:
+    """A binary stream over a plain or gzip file that refuses to inflate past the decompressed-size guard
+    and turns gzip errors into BadInput."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        size = path.stat().st_size
+        if size == 0:
+            raise BadInput(path, "empty file")
+        self.size = size
+        self.gz = is_gzip(path)
+        self.f = gzip.open(path, "rb") if self.gz else open(path, "rb")
+        self.n = 0
+
+    def read(self, k: int = -1) -> bytes:
+        try:
+            b = self.f.read(k)
+        except (OSError, EOFError, zlib.error) as e:
+            raise BadInput(self.path, f"corrupt or truncated gzip ({e})") from None
+        self.n += len(b)
+        if self.gz and (self.n > MAX_DECOMPRESSED_BYTES or (self.n > (1 << 30) and self.n > MAX_RATIO * self.size)):
+            raise BadInput(self.path, f"gzip inflates to more than {self.n >> 20} MiB (decompressed-size guard; "
+                                      "set PLASMIENT_MAX_DECOMPRESSED_BYTES to allow it)")
+        return b
+
+    def close(self) -> None:
+        self.f.close()
+
+    def __enter__(self) -> GuardedReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

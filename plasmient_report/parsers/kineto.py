@@ -18,7 +18,8 @@ import pyarrow as pa
 
 from ..errors import BadInput
 from ..store import one
-from ._io import read_maybe_gzip
+from ._io import GuardedReader
+from ._jsonsplit import SplitError, split_events
 from .base import SourceInfo
 
 CHUNK_EVENTS = 200_000
@@ -339,9 +340,9 @@ def rank_from_filename(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _decode_head(path: Path, buf: bytes | bytearray) -> TraceHead:
+def _decode_head(path: Path, buf: bytes) -> TraceHead:
     try:
-        stripped = bytes(buf[:64]).lstrip()
+        stripped = buf[:64].lstrip()
         if stripped.startswith(b"["):
             return TraceHead(traceEvents=_LIST.decode(buf))
         head = _HEAD.decode(buf)
@@ -364,67 +365,74 @@ _BUILDERS = {"gpu": _gpu_table, "cpu": _cpu_table, "api": _api_table}
 
 
 def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> KinetoSource:
-    """Decode one Kineto file into the store. Rank may be None (decided by the caller)."""
-    buf = read_maybe_gzip(path)
-    head = _decode_head(path, buf)
-    raws = head.traceEvents or []
-    n_events = len(raws)
-    head.traceEvents = None
+    """Decode one Kineto file into the store, streaming: memory is bounded by the batch size, not the file.
+    Rank may be None (decided by the caller)."""
     meta: dict[tuple[int | str | None, int | str | None, str], str] = {}
     created: set[str] = set()
-    loose = 0
-    for start in range(0, n_events, CHUNK_EVENTS):
-        part = raws[start:start + CHUNK_EVENTS]
-        blob = b"[" + b",".join(part) + b"]"
+    n_events = 0
+    head_bytes = b"{}"
+    with GuardedReader(path) as stream:
         try:
-            evs = _EVENTS.decode(blob)
-        except msgspec.ValidationError:
-            evs = _decode_loose(path, blob, start)
-            loose += 1
-        except msgspec.DecodeError as e:
-            raise BadInput(path, f"bad JSON in traceEvents[{start}:{start + len(part)}] ({e})") from None
-        del blob
-        del part
-        buckets: dict[str, list[Event]] = {"gpu": [], "cpu": [], "api": []}
-        for e in evs:
-            if e.ph == "X":
-                c = e.cat
-                if c in GPU_CATS:
-                    buckets["gpu"].append(e)
-                elif c in CPU_CATS:
-                    buckets["cpu"].append(e)
-                elif c in API_CATS:
-                    buckets["api"].append(e)
-            elif e.ph == "M" and e.args is not None and e.name in ("process_name", "thread_name", "process_labels"):
-                v = e.args.name if e.name != "process_labels" else e.args.labels
-                if v is not None:
-                    meta[(e.pid, e.tid, e.name)] = v
-        del evs
-        for key, evl in buckets.items():
-            if not evl:
-                continue
-            tbl = _BUILDERS[key](evl)
-            stage = _STAGE[key]
-            con.register("_kin_chunk", tbl)
-            if stage in created:
-                con.execute(f"INSERT INTO {stage} SELECT * FROM _kin_chunk")
-            else:
-                con.execute(f"CREATE OR REPLACE TEMP TABLE {stage} AS SELECT * FROM _kin_chunk")
-                created.add(stage)
-            con.unregister("_kin_chunk")
-            del tbl
-    del raws, buf
+            for batch in split_events(stream):
+                if isinstance(batch, tuple):
+                    head_bytes = batch[1]
+                    continue
+                n_events += _ingest_batch(path, con, batch, n_events, meta, created)
+        except SplitError as e:
+            raise BadInput(path, f"{e}: not a PyTorch profiler trace" if "truncated" not in str(e) else str(e)) from None
+    head = _decode_head(path, head_bytes)
     for key, stage in _STAGE.items():
         if stage not in created:
             con.execute(_empty_stage_sql(key))
     info = _describe(path, head, n_events, meta)
-    if loose:
+    if _LOOSE_SEEN.pop(path, 0):
         info.notes.append("some event args had unexpected types and were read leniently (those values dropped)")
     _check_times(path, con, info)
     _emit(con, source_id, info)
     for stage in _STAGE.values():
         con.execute(f"DROP TABLE IF EXISTS {stage}")
     return info
+
+
+_LOOSE_SEEN: dict[Path, int] = {}
+
+
+def _ingest_batch(path: Path, con: duckdb.DuckDBPyConnection, blob: bytes, start: int,
+                  meta: dict[tuple[int | str | None, int | str | None, str], str], created: set[str]) -> int:
+    """Decode one batch of whole events into the staging tables; returns the number of events."""
+    try:
+        evs = _EVENTS.decode(blob)
+    except msgspec.ValidationError:
+        evs = _decode_loose(path, blob, start)
+        _LOOSE_SEEN[path] = _LOOSE_SEEN.get(path, 0) + 1
+    except msgspec.DecodeError as e:
+        raise BadInput(path, f"bad JSON in traceEvents after event {start} ({e})") from None
+    n = len(evs)
+    xs = [e for e in evs if e.ph == "X"]
+    buckets: dict[str, list[Event]] = {
+        "gpu": [e for e in xs if e.cat in GPU_CATS],
+        "cpu": [e for e in xs if e.cat in CPU_CATS],
+        "api": [e for e in xs if e.cat in API_CATS],
+    }
+    for e in evs:
+        if e.ph == "M" and e.args is not None and e.name in ("process_name", "thread_name", "process_labels"):
+            v = e.args.name if e.name != "process_labels" else e.args.labels
+            if v is not None:
+                meta[(e.pid, e.tid, e.name)] = v
+    del evs, xs
+    for key, evl in buckets.items():
+        if not evl:
+            continue
+        tbl = _BUILDERS[key](evl)
+        stage = _STAGE[key]
+        con.register("_kin_chunk", tbl)
+        if stage in created:
+            con.execute(f"INSERT INTO {stage} SELECT * FROM _kin_chunk")
+        else:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {stage} AS SELECT * FROM _kin_chunk")
+            created.add(stage)
+        con.unregister("_kin_chunk")
+    return n
 
 
 def _decode_loose(path: Path, blob: bytes, start: int) -> list[Event]:

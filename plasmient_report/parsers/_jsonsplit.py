@@ -1,0 +1,209 @@
+"""Stream a Chrome-trace JSON document and cut its `traceEvents` array into batches of whole events.
+
+A vectorised scanner (numpy) tracks, per byte, whether it is inside a string and at which nesting depth,
+carrying that state across chunk boundaries. Commas at depth 2 inside the `traceEvents` array separate
+events, so each batch is a run of complete events that msgspec decodes as one JSON array. Everything else
+of the document (the top-level keys) is kept as a small head object with an empty `traceEvents`.
+Memory is bounded by the chunk size, whatever the size of the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import numpy as np
+
+QUOTE, BACKSLASH = 34, 92
+OPEN_BRACE, CLOSE_BRACE, OPEN_BRACKET, CLOSE_BRACKET, COMMA = 123, 125, 91, 93, 44
+KEY = b'"traceEvents"'
+_STRUCTURAL = bytes(1 if c in (OPEN_BRACE, CLOSE_BRACE, OPEN_BRACKET, CLOSE_BRACKET, COMMA) else 0
+                    for c in range(256))
+HEAD_LIMIT = 256 << 20  # the non-event part of a trace is small; more means this is not a trace
+
+
+class SplitError(ValueError):
+    """The document is not a JSON object (or array) of events we can split."""
+
+
+@dataclass
+class _State:
+    in_string: bool = False
+    trailing_backslashes: int = 0  # backslashes at the end of the previous chunk (inside a string)
+    depth: int = 0
+    offset: int = 0               # bytes consumed so far
+    in_events: bool = False       # inside the traceEvents array
+    events_done: bool = False
+    expect_array: bool = False    # saw the key at depth 1, waiting for its '['
+    top_is_array: bool = False
+    head: bytearray = field(default_factory=bytearray)
+    pending: bytearray = field(default_factory=bytearray)
+
+
+def _unescaped_quotes(chunk: bytes, arr: np.ndarray, carry_bs: int) -> np.ndarray:
+    """Positions of quotes that delimit strings (not preceded by an odd run of backslashes)."""
+    q = np.flatnonzero(arr == QUOTE)
+    if q.size == 0 or (carry_bs == 0 and chunk.find(b"\\") < 0):
+        return q
+    keep = np.ones(q.size, dtype=bool)
+    # only quotes right after a backslash need a look (rare in traces): count the run before each
+    cand = np.flatnonzero(((q > 0) & (arr[np.maximum(q - 1, 0)] == BACKSLASH)) | (q == 0))
+    for k in cand.tolist():
+        pos = int(q[k])
+        run = 0
+        i = pos - 1
+        while i >= 0 and chunk[i] == BACKSLASH:
+            run += 1
+            i -= 1
+        if i < 0:
+            run += carry_bs
+        if run & 1:
+            keep[k] = False
+    return q[keep]
+
+
+def split_events(stream: BinaryIO, chunk_bytes: int = 8 << 20) -> Iterator[bytes | tuple[str, bytes]]:
+    """Yield batches (bytes of a JSON array of whole events), then ('head', bytes of the rest of the
+    document with an empty traceEvents). Raises SplitError on a document that is not a trace."""
+    st = _State()
+    first = True
+    while True:
+        chunk = stream.read(chunk_bytes)
+        if not chunk:
+            break
+        if first:
+            stripped = chunk.lstrip()
+            if stripped[:3] == b"\xef\xbb\xbf":
+                stripped = stripped[3:]
+            if not stripped:
+                continue
+            if stripped[:1] == b"[":
+                st.top_is_array = True
+            elif stripped[:1] != b"{":
+                raise SplitError("not a JSON object")
+            first = False
+        if not (st.in_events or st.events_done or st.expect_array or st.top_is_array):
+            # never cut the key in two: extend the chunk while it ends with a prefix of it
+            while any(chunk.endswith(KEY[:j]) for j in range(1, len(KEY))):
+                more = stream.read(64)
+                if not more:
+                    break
+                chunk += more
+        yield from _scan(chunk, st)
+    if first:
+        raise SplitError("empty document")
+    if st.depth != 0 or st.in_string:
+        raise SplitError("truncated JSON (the file ends inside the trace)")
+    if st.in_events:
+        raise SplitError("truncated JSON (the traceEvents array is not closed)")
+    yield ("head", bytes(st.head))
+
+
+def _scan(chunk: bytes, st: _State) -> Iterator[bytes]:
+    """Work on the sparse set of structural bytes ({ } [ ] ,) outside strings, not on every byte."""
+    arr = np.frombuffer(chunk, dtype=np.uint8)
+    n = arr.size
+    carry_in = int(st.in_string)
+    qpos = _unescaped_quotes(chunk, arr, st.trailing_backslashes if st.in_string else 0)
+    spos = np.flatnonzero(np.frombuffer(chunk.translate(_STRUCTURAL), dtype=np.uint8))
+    outside = ((np.searchsorted(qpos, spos) + carry_in) & 1) == 0
+    spos = spos[outside]
+    ch = arr[spos]
+    delta = np.zeros(spos.size, dtype=np.int64)
+    delta[(ch == OPEN_BRACE) | (ch == OPEN_BRACKET)] = 1
+    delta[(ch == CLOSE_BRACE) | (ch == CLOSE_BRACKET)] = -1
+    depth_after = st.depth + np.cumsum(delta)
+    depth_before = depth_after - delta
+    is_open, is_close, is_comma = delta == 1, delta == -1, ch == COMMA
+
+    def depth_at(i: int) -> int:  # depth just before byte i
+        k = int(np.searchsorted(spos, i)) - 1
+        return int(depth_after[k]) if k >= 0 else st.depth
+
+    def quote_parity_at(i: int) -> int:
+        return (int(np.searchsorted(qpos, i)) + carry_in) & 1
+
+    pos = 0  # next byte of this chunk not yet assigned to head or events
+    events_depth = 1 if st.top_is_array else 2
+    while pos < n:
+        lo = int(np.searchsorted(spos, pos))
+        if st.in_events:
+            sel = np.flatnonzero(is_close[lo:] & (depth_after[lo:] == events_depth - 1))
+            end = int(spos[lo + sel[0]]) if sel.size else n
+            hi = int(np.searchsorted(spos, end))
+            seps = spos[lo:hi][is_comma[lo:hi] & (depth_before[lo:hi] == events_depth)]
+            if end < n:  # the array ends here: everything before it is whole events
+                st.pending += chunk[pos:end]
+                if st.pending.strip():
+                    yield b"[" + bytes(st.pending) + b"]"
+                st.pending = bytearray()
+                st.in_events = False
+                st.events_done = True
+                pos = end  # the closing bracket goes to the head
+                continue
+            if seps.size:
+                cut = int(seps[-1])
+                st.pending += chunk[pos:cut]
+                yield b"[" + bytes(st.pending) + b"]"
+                st.pending = bytearray(chunk[cut + 1:n])
+            else:
+                st.pending += chunk[pos:n]
+            pos = n
+            break
+        if (st.top_is_array and not st.events_done) or st.expect_array:
+            want = 1 if st.top_is_array else 2
+            sel = np.flatnonzero(is_open[lo:] & (depth_after[lo:] == want))
+            if st.expect_array:
+                stop = int(spos[lo + sel[0]]) if sel.size else n
+                between = chunk[pos:stop].strip(b" \t\r\n:")
+                if between:
+                    raise SplitError("'traceEvents' is not an array")
+            if not sel.size:
+                st.head += chunk[pos:n]
+                pos = n
+                break
+            start = int(spos[lo + sel[0]])
+            st.head += chunk[pos:start + 1]
+            st.expect_array = False
+            st.in_events = True
+            pos = start + 1
+            continue
+        if st.events_done:
+            st.head += chunk[pos:n]
+            pos = n
+            break
+        k = _find_key(chunk, pos, depth_at, quote_parity_at)
+        if k is None:
+            st.head += chunk[pos:n]
+            pos = n
+            break
+        st.head += chunk[pos:k]
+        st.expect_array = True
+        pos = k
+    if len(st.head) > HEAD_LIMIT:
+        raise SplitError(f"no 'traceEvents' array in the first {HEAD_LIMIT >> 20} MiB")
+    st.depth = int(depth_after[-1]) if spos.size else st.depth
+    st.in_string = bool((carry_in + int(qpos.size)) & 1)
+    if st.in_string:
+        tail_bs = 0
+        i = n - 1
+        while i >= 0 and chunk[i] == BACKSLASH:
+            tail_bs += 1
+            i -= 1
+        st.trailing_backslashes = tail_bs + (st.trailing_backslashes if i < 0 else 0)
+    else:
+        st.trailing_backslashes = 0
+    st.offset += n
+
+
+def _find_key(chunk: bytes, pos: int, depth_at: Any, quote_parity_at: Any) -> int | None:
+    """Index just after `"traceEvents"` when it is a key of the top-level object; None if not in this chunk."""
+    start = pos
+    while True:
+        i = chunk.find(KEY, start)
+        if i < 0:
+            return None
+        if quote_parity_at(i) == 0 and depth_at(i) == 1:
+            return i + len(KEY)
+        start = i + 1

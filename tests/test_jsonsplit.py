@@ -1,0 +1,68 @@
+"""The streaming splitter of traceEvents: whole events in batches at any chunk size, strings with quotes,
+backslashes and brackets, keys before and after the array, and a clear error on what is not a trace."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import msgspec
+import pytest
+
+from plasmient_report.parsers._jsonsplit import SplitError, split_events
+
+EVENTS = [
+    {"ph": "X", "name": 'a "quoted" {name} [x], y', "ts": 1.5, "args": {"k": [1, [2, 3]], "s": "\\\\"}},
+    {"ph": "X", "name": "back\\\\slash\\\"", "ts": 2.0},
+    {"ph": "M", "name": "thread_name", "args": {"name": "stream 7 "}},
+    {"ph": "X", "name": "traceEvents", "ts": 3.0, "args": {"traceEvents": [{"nested": "}"}]}},
+    {"ph": "X", "name": "ünïcödé ✓", "ts": 4.0},
+]
+
+
+def split(doc: bytes, chunk: int):
+    batches, head = [], None
+    for b in split_events(io.BytesIO(doc), chunk_bytes=chunk):
+        if isinstance(b, tuple):
+            head = b[1]
+        else:
+            batches.extend(msgspec.json.decode(b))
+    return batches, head
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 13, 64, 1 << 20])
+def test_every_chunk_size_gives_the_same_events(chunk):
+    doc = json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0}], "traceEvents": EVENTS,
+                      "baseTimeNanoseconds": 123, "traceName": "t"}, ensure_ascii=False).encode()
+    events, head = split(doc, chunk)
+    assert events == EVENTS
+    h = json.loads(head)
+    assert h["traceEvents"] == [] and h["baseTimeNanoseconds"] == 123 and h["deviceProperties"] == [{"id": 0}]
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 1 << 20])
+def test_bare_array_of_events(chunk):
+    events, head = split(json.dumps(EVENTS).encode(), chunk)
+    assert events == EVENTS and json.loads(head) == []
+
+
+def test_empty_event_array_and_whitespace():
+    events, head = split(b'{ "traceEvents" : [ \n ] , "x": 1}', 4)
+    assert events == [] and json.loads(head) == {"traceEvents": [], "x": 1}
+
+
+@pytest.mark.parametrize("doc", [
+    b'{"traceEvents": [{"ph": "X"}, {"ph": "X"',       # truncated inside the array
+    b'{"traceEvents": [{"ph": "X"}]',                   # object never closed
+    b'{"traceEvents": [{"ph": "X", "name": "abc',       # inside a string
+])
+def test_truncated(doc):
+    with pytest.raises(SplitError, match="truncated"):
+        split(doc, 8)
+
+
+def test_not_an_object():
+    with pytest.raises(SplitError):
+        split(b"hello world", 4)
+    with pytest.raises(SplitError, match="not an array"):
+        split(b'{"traceEvents": 5}', 4)
