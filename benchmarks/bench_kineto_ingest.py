@@ -16,6 +16,12 @@ Loaders:
                 has the yajl2_c backend); skipped with a note when ijson is not installed in the HTA venv
 
 The parent imports nothing heavy (its RSS must stay small: a forked child can inherit it as a starting maxrss).
+
+Columns: load s / load cpu s = wall / CPU (all threads) seconds of the load call alone; proc s / proc cpu s = the
+whole child process (interpreter start + imports + load + exit); peak RSS = the child's ru_maxrss; RSS after
+import = its RSS before loading (interpreter + libraries), so (peak - base)/JSON is what the load itself costs
+per byte of uncompressed JSON.
+
 No timing assertions: this prints numbers, it does not judge them. Exit status 1 when any loader fails.
 """
 
@@ -27,6 +33,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -56,81 +63,119 @@ def _maxrss() -> int:
 
 def _child_ours(trace: Path, phases: bool) -> dict:
     t0 = time.perf_counter()
+    import plasmient_report
     from plasmient_report import pipeline, store
 
     import_s = time.perf_counter() - t0
-    out: dict = {"import_s": import_s, "rss_after_import": _rss_now(), "maxrss_after_import": _maxrss()}
+    out: dict = {"import_s": import_s, "module": str(Path(plasmient_report.__file__).parent),
+                 "rss_after_import": _rss_now(), "maxrss_after_import": _maxrss()}
     timers: dict[str, float] = {}
     marks: list[tuple[str, int, int]] = []
     con = store.connect()
     target = con
+    hooked: list[str] = []
     if phases:
-        target = _instrument_ours(con, timers, marks)
-    t = time.perf_counter()
+        target = _instrument_ours(con, timers, marks, hooked)
+    t, c = time.perf_counter(), time.process_time()
     pipeline.ingest(target, [trace])
     out["load_s"] = time.perf_counter() - t
+    out["load_cpu_s"] = time.process_time() - c
     out["rows"] = {tbl: con.execute(f"SELECT count(*) FROM {tbl}").fetchone()[0]
                    for tbl in ("kernels", "ops", "api_calls", "ranges", "syncs", "collectives")}
     if phases:
         out["phases"] = timers
         out["marks"] = marks
+        out["hooked"] = hooked
     return out
 
 
-def _instrument_ours(con, timers: dict[str, float], marks: list[tuple[str, int, int]]):
-    """Wrap the ingest's internals (from the outside, nothing edited) to time its phases and track RSS.
+def _instrument_ours(con, timers: dict[str, float], marks: list[tuple[str, int, int]], hooked: list[str]):
+    """Wrap the ingest's internals from the outside (nothing edited) to time its phases and track RSS.
 
-    Phases: read+gunzip (read_maybe_gzip), top-level JSON decode (_decode_head: msgspec splits traceEvents
-    into raw slices), event decode (msgspec → typed structs, per chunk), Arrow build (Python list comprehensions
-    over the structs, per chunk), SQL (every DuckDB call: staging inserts, _check_times, _emit), sha256 of the
-    input (pipeline records it in `sources`). The remainder is the Python bucketing loop and glue.
+    The ingest is being reworked, so every hook is optional: a name that is not there is skipped and the
+    list of hooks applied is reported. Times are exclusive (a phase called inside another is subtracted from
+    it), so the phases add up to at most the load time; the rest is "other" (Python loops, glue).
+    Phases: read+gunzip (file reads, gzip inflate), split (the streaming traceEvents splitter, or the old
+    whole-document top-level decode), event decode (msgspec → typed structs), Arrow build (Python list
+    comprehensions over the structs → pa.array), SQL (every DuckDB call: staging inserts, checks, the INSERT
+    ... SELECTs of _emit), sha256 of the input (pipeline records it in `sources`).
     """
     import functools
+    import inspect
 
     from plasmient_report.parsers import _io, kineto
+
+    stack: list[list] = []  # [name, child seconds]
 
     def timed(name, fn):
         @functools.wraps(fn)
         def wrapper(*a, **kw):
+            stack.append([name, 0.0])
             t = time.perf_counter()
             try:
                 return fn(*a, **kw)
             finally:
-                timers[name] = timers.get(name, 0.0) + time.perf_counter() - t
+                dt = time.perf_counter() - t
+                _, child = stack.pop()
+                timers[name] = timers.get(name, 0.0) + dt - child
+                if stack:
+                    stack[-1][1] += dt
                 marks.append((name, _rss_now(), _maxrss()))
         return wrapper
 
-    kineto.read_maybe_gzip = timed("read+gunzip", kineto.read_maybe_gzip)
-    kineto._decode_head = timed("json top-level decode", kineto._decode_head)
-    for key, fn in list(kineto._BUILDERS.items()):
+    def timed_gen(name, gen_fn):
+        @functools.wraps(gen_fn)
+        def wrapper(*a, **kw):
+            it = gen_fn(*a, **kw)
+            step = timed(name, lambda: next(it))
+            while True:
+                try:
+                    item = step()
+                except StopIteration:
+                    return
+                yield item
+        return wrapper
+
+    def hook(mod, attr, name):
+        fn = getattr(mod, attr, None)
+        if fn is None:
+            return
+        setattr(mod, attr, (timed_gen if inspect.isgeneratorfunction(fn) else timed)(name, fn))
+        hooked.append(f"{getattr(mod, '__name__', '?').rsplit('.', 1)[-1]}.{attr}")
+
+    hook(kineto, "read_maybe_gzip", "read+gunzip")
+    reader = getattr(kineto, "GuardedReader", None) or getattr(_io, "GuardedReader", None)
+    if reader is not None:
+        hook(reader, "read", "read+gunzip")
+    hook(kineto, "split_events", "split traceEvents")
+    hook(kineto, "_decode_head", "split traceEvents")
+    hook(kineto, "_decode_loose", "event decode (loose)")
+    hook(_io, "sha256_of", "sha256 of input")  # pipeline.ingest calls it as _io.sha256_of
+    for key, fn in list(getattr(kineto, "_BUILDERS", {}).items()):
         kineto._BUILDERS[key] = timed("arrow build", fn)
-    kineto._decode_loose = timed("event decode (loose)", kineto._decode_loose)
-    _io.sha256_of = timed("sha256 of input", _io.sha256_of)  # pipeline.ingest calls it as _io.sha256_of
+        hooked.append(f"kineto._BUILDERS[{key!r}]")
 
     class _Decoder:
         def __init__(self, inner):
             self._inner = inner
+            self.decode = timed("event decode (msgspec)", inner.decode)
 
-        def decode(self, buf):
-            return timed("event decode (msgspec)", self._inner.decode)(buf)
-
-    kineto._EVENTS = _Decoder(kineto._EVENTS)
+    if hasattr(kineto, "_EVENTS"):
+        kineto._EVENTS = _Decoder(kineto._EVENTS)
+        hooked.append("kineto._EVENTS.decode")
 
     class _Con:
-        """A DuckDB connection proxy timing execute/register (what kineto.ingest and pipeline.ingest call)."""
+        """A DuckDB connection proxy timing execute/register (what the ingest calls)."""
 
         def __init__(self, inner):
             self._inner = inner
-
-        def execute(self, *a, **kw):
-            return timed("SQL (stage + emit)", self._inner.execute)(*a, **kw)
-
-        def register(self, *a, **kw):
-            return timed("SQL (stage + emit)", self._inner.register)(*a, **kw)
+            self.execute = timed("SQL (stage + emit)", inner.execute)
+            self.register = timed("SQL (stage + emit)", inner.register)
 
         def __getattr__(self, name):
             return getattr(self._inner, name)
 
+    hooked.append("con.execute/register")
     return _Con(con)
 
 
@@ -165,9 +210,10 @@ def _child_hta(trace_dir: Path, backend: str) -> dict:
             parse_s[0] += time.perf_counter() - t
 
     hta_trace.parse_trace_file = parse_timed
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     ta = TraceAnalysis(trace_dir=str(trace_dir))
     out["load_s"] = time.perf_counter() - t
+    out["load_cpu_s"] = time.process_time() - c
     out["phases"] = {"parse_trace_file (json → DataFrame)": parse_s[0],
                      "rest (symbols, align, filter, index)": out["load_s"] - parse_s[0]}
     out["rows"] = {f"rank{r}_events": len(df) for r, df in ta.t.traces.items()}
@@ -203,6 +249,19 @@ def json_size(path: Path) -> int:
         while chunk := g.read(8 << 20):
             n += len(chunk)
     return n
+
+
+def code_fingerprint(root: Path) -> str:
+    """Short hash of our ingest's source (the package is edited under us: say which code was measured)."""
+    import hashlib
+
+    pkg = root / "plasmient_report"
+    files = sorted([*pkg.glob("parsers/*.py"), pkg / "pipeline.py", pkg / "store.py", pkg / "schema.sql"])
+    h = hashlib.sha256()
+    for f in files:
+        if f.is_file():
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
 
 
 def run_child(python: str, kind: str, target: Path, env: dict[str, str]) -> dict:
@@ -244,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta-python", default="/work/.venv-hta/bin/python",
                     help="interpreter of the venv holding HTA (pip: traceinsight); '' to skip HTA")
     ap.add_argument("--ours-python", default=sys.executable, help="interpreter with plasmient_report installed")
+    ap.add_argument("--ours-src", type=Path,
+                    help="benchmark the plasmient_report package in this folder instead of the installed one "
+                         "(put first on PYTHONPATH; e.g. a frozen copy, or a branch to compare)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per loader; the table shows medians")
     ap.add_argument("--no-phases", action="store_true", help="skip the instrumented breakdown run of ours")
     ap.add_argument("--no-ijson", action="store_true", help="skip HTA's ijson backend")
@@ -259,6 +321,13 @@ def main(argv: list[str] | None = None) -> int:
     size_json = json_size(trace)
     env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     env.pop("PYTHONPATH", None)
+    env_ours = dict(env)
+    src_root = REPO
+    if args.ours_src:
+        src_root = args.ours_src.resolve()
+        if not (src_root / "plasmient_report" / "__init__.py").is_file():
+            ap.error(f"--ours-src {src_root}: no plasmient_report/ package there")
+        env_ours["PYTHONPATH"] = str(src_root)
 
     loaders: list[tuple[str, str, Path]] = [("ours", args.ours_python, trace)]
     tmpdir = None
@@ -281,7 +350,9 @@ def main(argv: list[str] | None = None) -> int:
         loaders.append(("ours-phases", args.ours_python, trace))
 
     results: dict[str, list[dict]] = {k: [] for k, _, _ in loaders}
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still remove the temporary folder
     load_before = os.getloadavg()
+    code_before = code_fingerprint(src_root)
     failed: list[str] = []
     try:
         for i in range(args.repeat):
@@ -290,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 print(f"[{i + 1}/{args.repeat}] {kind} ...", file=sys.stderr, flush=True)
                 try:
-                    results[kind].append(run_child(py, kind, target, env))
+                    results[kind].append(run_child(py, kind, target, env_ours if kind.startswith("ours") else env))
                 except Exception as e:  # noqa: BLE001 - report every loader, fail at the end
                     print(f"FAILED: {e}", file=sys.stderr)
                     failed.append(kind)
@@ -299,10 +370,17 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmpdir, ignore_errors=True)
 
     load_after = os.getloadavg()
+    code_after = code_fingerprint(src_root)
+    if code_after != code_before:
+        notes.append(f"our ingest's source changed during the run ({code_before} → {code_after}): rerun")
 
     def med(kind: str, key: str) -> float | None:
         vals = [r[key] for r in results.get(kind, []) if key in r]
         return statistics.median(vals) if vals else None
+
+    def best(kind: str, key: str) -> float | None:
+        vals = [r[key] for r in results.get(kind, []) if key in r]
+        return min(vals) if vals else None
 
     print()
     print(f"trace        {trace}")
@@ -310,11 +388,14 @@ def main(argv: list[str] | None = None) -> int:
           f"JSON {size_json / MiB:,.1f} MiB ({size_json:,} bytes)")
     print(f"machine      {platform.node()} · {os.cpu_count()} CPUs · {platform.python_implementation()} "
           f"{platform.python_version()} · {time.strftime('%Y-%m-%d %H:%M')} · repeat {args.repeat} (medians)")
-    print(f"load avg     {load_before[0]:.2f} before, {load_after[0]:.2f} after (1-min; > ~0.3 means other work shared "
-          f"the CPUs: trust 'cpu s' more than 'load s')")
+    mod = next((r[0]["module"] for k, r in results.items() if k.startswith("ours") and r), "?")
+    print(f"our code     {mod}: {{parsers/*.py,pipeline.py,store.py,schema.sql}} sha256 {code_before}")
+    print(f"load avg     {load_before[0]:.2f} before, {load_after[0]:.2f} after (1-min; well above 0 means other work "
+          f"shared the CPUs: then trust the cpu columns more than the wall ones)")
     print()
-    hdr = (f"{'loader':<12} {'load s':>8} {'proc s':>8} {'cpu s':>7} {'import s':>9} {'peak RSS MiB':>13} "
-           f"{'RSS-after-import MiB':>21} {'peak/JSON':>10} {'(peak-base)/JSON':>17}")
+    hdr = (f"{'loader':<12} {'load s':>7} {'(min)':>6} {'load cpu s':>10} {'proc s':>7} {'proc cpu s':>10} "
+           f"{'import s':>8} {'peak RSS MiB':>12} "
+           f"{'RSS after import MiB':>20} {'peak/JSON':>9} {'(peak-base)/JSON':>16}")
     print(hdr)
     print("-" * len(hdr))
     for kind, _, _ in loaders:
@@ -322,15 +403,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{kind:<12} {'FAILED':>8}")
             continue
         load, proc, imp = med(kind, "load_s"), med(kind, "process_wall_s"), med(kind, "import_s")
-        cpu = med(kind, "process_cpu_s")
+        cpu, lcpu = med(kind, "process_cpu_s"), med(kind, "load_cpu_s")
         peak, base = med(kind, "peak_rss"), med(kind, "rss_after_import")
-        print(f"{kind:<12} {load:>8.2f} {proc:>8.2f} {cpu:>7.2f} {imp:>9.2f} {fmt_mib(peak):>13} {fmt_mib(base):>21} "
-              f"{peak / size_json:>10.2f} {(peak - base) / size_json:>17.2f}")
+        print(f"{kind:<12} {load:>7.2f} {best(kind, 'load_s'):>6.2f} {lcpu:>10.2f} {proc:>7.2f} {cpu:>10.2f} "
+              f"{imp:>8.2f} {fmt_mib(peak):>12} "
+              f"{fmt_mib(base):>20} {peak / size_json:>9.2f} {(peak - base) / size_json:>16.2f}")
     print()
     if results["ours"]:
-        cols = [("load time", "load_s"), ("process wall", "process_wall_s"), ("process CPU", "process_cpu_s"),
-                ("peak RSS", "peak_rss"), ("RSS above import", None)]
-        print(f"{'HTA / ours':<12} " + " ".join(f"{c:>16}" for c, _ in cols))
+        cols = [("load time", "load_s"), ("load (min)", "min:load_s"), ("load CPU", "load_cpu_s"),
+                ("process wall", "process_wall_s"), ("process CPU", "process_cpu_s"), ("peak RSS", "peak_rss"),
+                ("RSS above import", None)]
+        print(f"{'HTA / ours':<12} " + " ".join(f"{c:>13}" for c, _ in cols))
         for kind in ("hta-json", "hta-ijson"):
             if not results.get(kind):
                 continue
@@ -339,9 +422,11 @@ def main(argv: list[str] | None = None) -> int:
                 if key is None:
                     r = ((med(kind, "peak_rss") - med(kind, "rss_after_import"))
                          / (med("ours", "peak_rss") - med("ours", "rss_after_import")))
+                elif key.startswith("min:"):
+                    r = best(kind, key[4:]) / best("ours", key[4:])
                 else:
                     r = med(kind, key) / med("ours", key)
-                cells.append(f"{r:>15.2f}x")
+                cells.append(f"{r:>12.2f}x")
             print(f"{kind:<12} " + " ".join(cells))
         print()
     for kind in ("ours", "hta-json", "hta-ijson"):
@@ -349,18 +434,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rows loaded by {kind}: {results[kind][0]['rows']}")
     for kind in ("hta-json", "hta-ijson"):
         if results.get(kind):
-            ph = results[kind][0]["phases"]
-            print(f"{kind} phases (run 1): " + ", ".join(f"{k} {v:.2f}s" for k, v in ph.items()))
+            ph = {k: statistics.median(r["phases"][k] for r in results[kind]) for k in results[kind][0]["phases"]}
+            print(f"{kind} phases (median): " + ", ".join(f"{k} {v:.2f}s" for k, v in ph.items()))
     if results.get("ours-phases"):
         r = results["ours-phases"][0]
         total = r["load_s"]
         print()
-        print(f"ours breakdown (instrumented run, load {total:.2f}s; peak RSS {fmt_mib(r['peak_rss'])} MiB):")
+        print(f"ours breakdown (one instrumented run: load {total:.2f}s wall, {r['load_cpu_s']:.2f}s CPU; "
+              f"peak RSS {fmt_mib(r['peak_rss'])} MiB; wall seconds per phase):")
         accounted = 0.0
         for name, secs in sorted(r["phases"].items(), key=lambda kv: -kv[1]):
             accounted += secs
             print(f"  {name:<28} {secs:>7.2f}s  {100 * secs / total:>5.1f}%")
-        print(f"  {'other (Python loop, glue)':<28} {total - accounted:>7.2f}s  {100 * (total - accounted) / total:>5.1f}%")
+        rest = total - accounted
+        print(f"  {'other (Python loops, glue)':<28} {rest:>7.2f}s  {100 * rest / total:>5.1f}%")
         # Where the peak happens: the first checkpoint at which ru_maxrss reached its final value.
         peak_at = next((m for m in r["marks"] if m[2] >= r["maxrss_end"]), None)
         hi = max(r["marks"], key=lambda m: m[1]) if r["marks"] else None
@@ -368,11 +455,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  highest RSS at a checkpoint: {fmt_mib(hi[1])} MiB after '{hi[0]}'"
                   + (f"; ru_maxrss reached its peak by the end of '{peak_at[0]}'" if peak_at else
                      "; ru_maxrss peaked after the last checkpoint"))
+        print(f"  hooks applied: {', '.join(r['hooked'])}")
     for n in notes:
         print(f"note: {n}")
     if args.json:
         args.json.write_text(json.dumps({"trace": str(trace), "size_file": size_file, "size_json": size_json,
-                                         "loadavg": [load_before, load_after],
+                                         "loadavg": [load_before, load_after], "code": code_before,
                                          "results": results, "failed": failed}, indent=1))
     if failed:
         print(f"\nFAILED loaders: {', '.join(failed)}", file=sys.stderr)

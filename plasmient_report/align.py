@@ -1,34 +1,86 @@
-"""One clock: give every source a rank and a clock record (anchor, offset, method, uncertainty).
+"""One clock (SPEC §3): every source gets a rank (traces) and a clock record — offset, method, uncertainty.
 
-Kineto traces are anchored natively (baseTimeNanoseconds, or epoch µs) — CPU and GPU share one clock.
+In order: native anchors (offset 0); `--offset SOURCE=±DURATION` forces a source; ranks are shifted so that the
+ends of the same collective coincide (median residual reported); counter logs are matched to the trace's GPUs
+(UUID / bus id / index) and shifted to maximise the correlation of their utilization with the trace's
+kernel-busy series; Nsight Compute launches are joined to trace kernels by name and occurrence order.
+An offset moves every time column of that source's rows.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
 import duckdb
+import numpy as np
+import pyarrow as pa
+
+from .errors import BadInput
+from .store import one
 
 TABLES_WITH_RANK = ("kernels", "ops", "api_calls", "syncs", "ranges", "collectives", "counters", "devices")
-
+# Columns that hold a point in time (shifted with their source); durations are named otherwise.
+TIME_COLUMNS = ("start_ns", "end_ns")
 # Typical uncertainty of a native anchor across hosts (NTP); within one host CPU and GPU share a clock.
 NATIVE_UNCERTAINTY_NS = {"native": 1_000, "epoch_us": 1_000, "relative": None}
+# Counter-log anchors whose time the log itself gives (their uncertainty is one sampling period).
+COUNTER_TRUSTED = ("native", "anchored", "prefixed")
+DEFAULT_SEARCH_NS = 300 * 10**9           # ±5 min around each candidate
+ZONE_STEP_NS = 15 * 60 * 10**9            # time zones differ by multiples of 15 min …
+ZONE_MAX_NS = 14 * 3600 * 10**9           # … by at most 14 h
+SYMMETRIC_COLLECTIVE_RE = r"(?i)(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|barrier)"
+UTIL_METRICS = ("gpu_util", "gr_engine_active", "sm_active")
+_UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 10**9, "sec": 10**9, "m": 60 * 10**9,
+             "min": 60 * 10**9, "h": 3600 * 10**9}
+_DURATION_RE = re.compile(r"^\s*([+-]?)\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|ms|sec|s|min|m|h)?\s*$")
 
+
+@dataclass(frozen=True)
+class ForcedOffset:
+    """`--offset SOURCE=±DURATION`: add offset_ns to every time of the input named SOURCE (path or file name)."""
+
+    source: str
+    offset_ns: int
+
+
+def parse_duration_ns(text: str) -> int:
+    """'+37s', '-850us', '1.5ms', '-3h', '250ns'; a bare number is seconds."""
+    m = _DURATION_RE.match(text)
+    if not m:
+        raise BadInput(None, f"bad duration {text!r} (examples: +37s, -850us, 1.5ms, -3h)")
+    sign = -1 if m.group(1) == "-" else 1
+    return sign * int(round(float(m.group(2)) * _UNITS_NS[m.group(3) or "s"]))
+
+
+def parse_offset(spec: str) -> ForcedOffset:
+    src, sep, dur = spec.rpartition("=")
+    if not sep or not src.strip():
+        raise BadInput(None, f"--offset {spec!r}: expected SOURCE=±DURATION (e.g. nvidia_smi.csv=+37s)")
+    return ForcedOffset(src.strip(), parse_duration_ns(dur))
+
+
+# ---------------------------------------------------------------------------------------------------- ranks
 
 def assign_ranks(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Sources without a rank get one by input order; clashing ranks are renumbered, and said so."""
+    """Sources without a rank get one by input order; clashing ranks are renumbered, and said so.
+    Counter logs and Nsight Compute files (rank_method 'counters') are not ranks: they are matched later."""
     notes: list[str] = []
     # Multi-rank sources (an nsys report of several processes) set rank per row; their ranks are taken.
     taken: set[int] = {r for (r,) in con.execute(
         "SELECT DISTINCT k.rank FROM kernels k JOIN sources s USING (source_id) "
         "WHERE s.rank_method = 'multi' AND k.rank IS NOT NULL").fetchall()}
-    rows = con.execute("SELECT source_id, rank, rank_method, path FROM sources WHERE rank_method <> 'multi' "
-                       "ORDER BY source_id").fetchall()
+    rows = con.execute("SELECT source_id, rank, rank_method, path FROM sources "
+                       "WHERE rank_method NOT IN ('multi', 'counters') ORDER BY source_id").fetchall()
     final: dict[int, tuple[int, str]] = {}
     for sid, rank, method, _path in rows:
         if rank is not None and rank not in taken:
             taken.add(rank)
             final[sid] = (rank, method)
     nxt = 0
-    for sid, rank, method, path in rows:
+    for sid, rank, _method, path in rows:
         if sid in final:
             continue
         while nxt in taken:
@@ -45,14 +97,612 @@ def assign_ranks(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 
 def anchor_sources(con: duckdb.DuckDBPyConnection) -> None:
-    """Record each source's offset (0 for native anchors) and uncertainty; later refinements add to it."""
+    """Record each source's offset (0: its own anchor) and uncertainty; later refinements change them.
+    A counter log's uncertainty is its effective sampling period; a synthesized one's is unknown."""
     for anchor, unc in NATIVE_UNCERTAINTY_NS.items():
         con.execute("""UPDATE sources SET offset_ns = coalesce(offset_ns, 0),
                        offset_method = coalesce(offset_method, ?), offset_uncertainty_ns = ?
-                       WHERE clock_anchor = ?""", [anchor, unc, anchor])
+                       WHERE clock_anchor = ? AND rank_method <> 'counters'""", [anchor, unc, anchor])
+    con.execute("""UPDATE sources SET offset_ns = coalesce(offset_ns, 0), offset_method = coalesce(offset_method, clock_anchor),
+                   offset_uncertainty_ns = CASE WHEN clock_anchor IN ('native', 'anchored', 'prefixed')
+                                                THEN sample_period_ns END
+                   WHERE rank_method = 'counters'""")
+    con.execute("""UPDATE sources SET first_ns = t.s, last_ns = t.e FROM (
+                       SELECT source_id, min(start_ns) s, max(end_ns) e FROM counters GROUP BY source_id) t
+                   WHERE sources.source_id = t.source_id""")
 
 
-def align(con: duckdb.DuckDBPyConnection) -> list[str]:
+def shift_source(con: duckdb.DuckDBPyConnection, source_id: int, delta_ns: int) -> None:
+    """Add delta_ns to every time column of one source's rows (and to its recorded offset)."""
+    if delta_ns == 0:
+        return
+    tables = con.execute("""
+        SELECT table_name, list(column_name) FROM information_schema.columns
+        WHERE table_schema = 'main' AND table_name <> 'sources'
+        GROUP BY table_name HAVING list_contains(list(column_name), 'source_id')""").fetchall()
+    for table, cols in tables:
+        tcols = [c for c in cols if c in TIME_COLUMNS]
+        if tcols:
+            sets = ", ".join(f"{c} = {c} + {int(delta_ns)}" for c in tcols)
+            con.execute(f'UPDATE "{table}" SET {sets} WHERE source_id = ?', [source_id])
+    con.execute(f"""UPDATE sources SET offset_ns = coalesce(offset_ns, 0) + {int(delta_ns)},
+                    first_ns = first_ns + {int(delta_ns)}, last_ns = last_ns + {int(delta_ns)}
+                    WHERE source_id = ?""", [source_id])
+
+
+def apply_forced(con: duckdb.DuckDBPyConnection, forced: Sequence[ForcedOffset]) -> set[int]:
+    """--offset: each named source gets exactly that offset (method 'forced'). Unknown or ambiguous names fail."""
+    done: set[int] = set()
+    rows = con.execute("SELECT source_id, path, offset_ns FROM sources").fetchall()
+    for f in forced:
+        want = Path(f.source)
+        hits = [r for r in rows if r[1] == f.source or _same_file(Path(r[1]), want)]
+        if not hits:
+            hits = [r for r in rows if Path(r[1]).name == want.name]
+        if not hits:
+            raise BadInput(None, f"--offset {f.source}: no input is named so (inputs: "
+                                 f"{', '.join(Path(r[1]).name for r in rows)})")
+        if len(hits) > 1:
+            raise BadInput(None, f"--offset {f.source}: several inputs have that name; give the path")
+        sid, _, cur = hits[0]
+        shift_source(con, sid, f.offset_ns - (cur or 0))
+        con.execute("UPDATE sources SET offset_method = 'forced', offset_uncertainty_ns = 0 WHERE source_id = ?", [sid])
+        done.add(sid)
+    return done
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------------- ranks by collectives
+
+@dataclass(frozen=True)
+class RankAlignment:
+    source_id: int
+    reference_source_id: int
+    shift_ns: int
+    residual_ns: int      # median |end − end_ref| after the shift
+    collectives: int
+
+
+def align_ranks(con: duckdb.DuckDBPyConnection, fixed: set[int]) -> tuple[list[RankAlignment], list[str]]:
+    """Shift trace sources so that the ends of the same collective (process group, collective, seq) coincide.
+    The lowest rank (and any --offset source) stays put; the others follow, breadth-first over shared groups."""
+    sym = one(con, f"SELECT count(*) FROM collectives WHERE regexp_matches(collective, '{SYMMETRIC_COLLECTIVE_RE}')")
+    where = f"WHERE regexp_matches(collective, '{SYMMETRIC_COLLECTIVE_RE}')" if sym and sym[0] else ""
+    pairs = con.execute(f"""
+        WITH c AS (SELECT source_id, rank, coalesce(process_group, group_ranks, '') AS pg, collective, seq, end_ns
+                   FROM collectives {where}),
+        d AS (
+            SELECT a.source_id AS sa, b.source_id AS sb, b.end_ns - a.end_ns AS res
+            FROM c a JOIN c b ON a.pg = b.pg AND a.collective = b.collective AND a.seq = b.seq
+                             AND a.source_id < b.source_id
+        ), m AS (SELECT sa, sb, median(res) AS med, count(*) AS n FROM d GROUP BY sa, sb)
+        SELECT m.sa, m.sb, m.med, m.n, median(abs(d.res - m.med)) FROM m JOIN d USING (sa, sb)
+        GROUP BY m.sa, m.sb, m.med, m.n""").fetchall()
+    if not pairs:
+        return [], []
+    edges: dict[int, list[tuple[int, float, int, float]]] = {}
+    for sa, sb, med, n, mad in pairs:
+        edges.setdefault(sa, []).append((sb, float(med), int(n), float(mad)))
+        edges.setdefault(sb, []).append((sa, -float(med), int(n), float(mad)))
+    ranks = dict(con.execute("SELECT source_id, coalesce(rank, 1 << 30) FROM sources").fetchall())
+    ref = min(edges, key=lambda s: (ranks.get(s, 1 << 30), s))
+    roots = [ref, *sorted(s for s in fixed if s in edges and s != ref)]
+    delta: dict[int, float] = {r: 0.0 for r in roots}
+    parent: dict[int, tuple[int, int, float]] = {}
+    queue = list(roots)
+    while queue:
+        a = queue.pop(0)
+        for b, med, n, mad in sorted(edges.get(a, []), key=lambda e: -e[2]):
+            if b in delta:
+                continue
+            # b's ends sit `med` after a's: move b by −med (on top of a's own move).
+            delta[b] = delta[a] - med
+            parent[b] = (a, n, mad)
+            queue.append(b)
+    out: list[RankAlignment] = []
+    notes: list[str] = []
+    hosts = dict(con.execute("SELECT source_id, host FROM sources").fetchall())
+    for b, (a, n, mad) in parent.items():
+        shift = int(round(delta[b]))
+        if hosts.get(a) and hosts.get(a) == hosts.get(b) and delta[a] == 0:
+            # Same host, same clock: the residual is NCCL's own end skew, not a clock error.
+            notes.append(f"rank {ranks.get(b)} and rank {ranks.get(a)} share host {hosts[a]}: clocks kept; their "
+                         f"collective ends differ by {_fmt_ns(shift * -1)} (median over {n})")
+            continue
+        shift_source(con, b, shift)
+        unc = max(int(round(mad)), 1)
+        con.execute("UPDATE sources SET offset_method = 'collectives', offset_uncertainty_ns = ? WHERE source_id = ?",
+                    [unc, b])
+        out.append(RankAlignment(b, a, shift, int(round(mad)), n))
+        notes.append(f"rank {ranks.get(b)} aligned to rank {ranks.get(a)} on {n} collectives: shifted "
+                     f"{_fmt_ns(shift)}, median residual {_fmt_ns(int(round(mad)))}")
+    if not where:
+        notes.append("rank alignment used asymmetric collectives (no all-reduce/all-gather/reduce-scatter found)")
+    return out, notes
+
+
+def _fmt_ns(ns: int | float) -> str:
+    a = abs(ns)
+    sign = "-" if ns < 0 else "+"
+    if a >= 3600 * 10**9:
+        return f"{sign}{a / 3.6e12:.3f} h"
+    if a >= 10**9:
+        return f"{sign}{a / 1e9:.3f} s"
+    if a >= 10**6:
+        return f"{sign}{a / 1e6:.3f} ms"
+    if a >= 10**3:
+        return f"{sign}{a / 1e3:.1f} µs"
+    return f"{sign}{a:.0f} ns"
+
+
+# ------------------------------------------------------------------------------- counter logs: which GPU
+
+def _norm_uuid(u: str | None) -> str | None:
+    if not u:
+        return None
+    u = u.strip().lower()
+    return u[4:] if u.startswith("gpu-") else u
+
+
+def _norm_bus(b: str | None) -> str | None:
+    """'00000000:00:06.0' and '0000:00:06.0' are one GPU: compare bus:device.function."""
+    if not b:
+        return None
+    parts = b.strip().lower().split(":")
+    return ":".join(parts[-2:]) if len(parts) >= 2 else None
+
+
+def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Give counter rows the (rank, device) of the trace GPU they describe: by UUID, else PCI bus id, else index
+    (when exactly one trace GPU has that device ordinal). Unmatched GPUs are said in the notes."""
+    trace = con.execute("""
+        SELECT g.rank, g.device, any_value(d.gpu_uuid), any_value(d.bus_id)
+        FROM (SELECT DISTINCT rank, device FROM kernels) g
+        LEFT JOIN devices d ON d.rank IS NOT DISTINCT FROM g.rank AND d.device = g.device
+             AND d.source_id IN (SELECT source_id FROM sources WHERE rank_method <> 'counters')
+        GROUP BY g.rank, g.device""").fetchall()
+    logs = con.execute("""
+        SELECT c.source_id, s.path, c.gpu_index, c.gpu_uuid,
+               (SELECT any_value(d.bus_id) FROM devices d WHERE d.source_id = c.source_id
+                  AND (d.gpu_uuid = c.gpu_uuid OR (c.gpu_uuid IS NULL AND d.device = c.gpu_index))) AS bus
+        FROM (SELECT DISTINCT source_id, gpu_index, gpu_uuid FROM counters
+              WHERE entity IS NULL OR entity LIKE 'GPU %') c JOIN sources s USING (source_id)
+        WHERE s.rank_method = 'counters'
+        ORDER BY c.source_id, c.gpu_index""").fetchall()
+    by_uuid = {_norm_uuid(u): (r, d) for r, d, u, _ in trace if u}
+    by_bus = {_norm_bus(b): (r, d) for r, d, _, b in trace if b}
+    by_index: dict[int, list[tuple[int, int]]] = {}
+    for r, d, _, _ in trace:
+        by_index.setdefault(d, []).append((r, d))
+    notes: list[str] = []
+    # Only counter logs are matched here; a trace's own GPU metrics (nsys) already carry their rank and device.
+    con.execute("UPDATE counters SET rank = NULL, device = NULL "
+                "WHERE source_id IN (SELECT source_id FROM sources WHERE rank_method = 'counters')")
+    unmatched: dict[str, list[str]] = {}
+    for sid, path, idx, uuid, bus in logs:
+        hit, how = None, None
+        if uuid and _norm_uuid(uuid) in by_uuid:
+            hit, how = by_uuid[_norm_uuid(uuid)], "uuid"
+        elif bus and _norm_bus(bus) in by_bus:
+            hit, how = by_bus[_norm_bus(bus)], "bus id"
+        elif idx is not None and len(by_index.get(idx, [])) == 1:
+            hit, how = by_index[idx][0], "index"
+        label = f"GPU {idx}" if idx is not None else f"GPU {uuid}"
+        if hit is None:
+            why = " (several ranks use that device ordinal and the log names no UUID/bus id)" \
+                if idx is not None and len(by_index.get(idx, [])) > 1 else ""
+            unmatched.setdefault(Path(path).name, []).append(label + why)
+            continue
+        con.execute("""UPDATE counters SET rank = ?, device = ? WHERE source_id = ?
+                       AND gpu_index IS NOT DISTINCT FROM ? AND gpu_uuid IS NOT DISTINCT FROM ?
+                       AND (entity IS NULL OR entity LIKE 'GPU %')""", [hit[0], hit[1], sid, idx, uuid])
+        con.execute("""UPDATE devices SET rank = ?, device = ? WHERE source_id = ?
+                       AND (gpu_uuid IS NOT DISTINCT FROM ? OR (? IS NULL AND device = ?))""",
+                    [hit[0], hit[1], sid, uuid, uuid, idx])
+        if how == "index" and len(trace) > 1:
+            notes.append(f"{Path(path).name}: {label} matched to rank {hit[0]} device {hit[1]} by index only")
+    for name, labels in unmatched.items():
+        notes.append(f"{name}: {', '.join(labels)} matches no GPU of the trace (by UUID, bus id or index); "
+                     "its samples are kept but not compared")
+    return notes
+
+
+# --------------------------------------------------------------------- counter logs: when (correlation)
+
+@dataclass(frozen=True)
+class CounterAlignment:
+    source_id: int
+    shift_ns: int | None          # the best shift found (None: nothing could be placed)
+    applied: bool
+    method: str                   # correlation, zone, kept, ambiguous, none
+    correlation: float | None
+    correlation_runner_up: float | None   # best correlation at a clearly different shift
+    correlation_at_zero: float | None
+    uncertainty_ns: int
+    zone_jump_ns: int
+
+
+@dataclass
+class _Series:
+    """One GPU: the trace's cumulative busy time B(x) and the log's cumulative value M(x), both as breakpoints of
+    piecewise-linear functions of time (s since the origin), and the GPU's profiled window."""
+
+    busy_x: np.ndarray
+    busy_y: np.ndarray
+    log_x: np.ndarray
+    log_y: np.ndarray
+    w0: float
+    w1: float
+
+
+def _busy(con: duckdb.DuckDBPyConnection, rank: int, device: int, origin: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative kernel-busy time of one GPU as breakpoints (x, B(x)) of a piecewise-linear function."""
+    rows = con.execute(f"""
+        WITH k AS (SELECT start_ns, end_ns FROM kernels WHERE rank = ? AND device = ? AND end_ns > start_ns),
+        s AS (SELECT *, max(end_ns) OVER (ORDER BY start_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                         AS prev_end FROM k),
+        g AS (SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
+                         OVER (ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island FROM s)
+        SELECT (min(start_ns) - {origin})::DOUBLE / 1e9 AS s, (max(end_ns) - {origin})::DOUBLE / 1e9 AS e
+        FROM g GROUP BY island ORDER BY 1""", [rank, device]).fetchnumpy()
+    s = np.asarray(rows["s"], dtype=float)
+    e = np.asarray(rows["e"], dtype=float)
+    if len(s) == 0:
+        return np.array([0.0, 1.0]), np.array([0.0, 0.0])
+    dur = e - s
+    before = np.concatenate([[0.0], np.cumsum(dur)[:-1]])
+    x = np.empty(2 * len(s))
+    y = np.empty(2 * len(s))
+    x[0::2], x[1::2] = s, e
+    y[0::2], y[1::2] = before, before + dur
+    return x, y
+
+
+def _held(t_s: np.ndarray, v: np.ndarray, period_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """The log as a step function (each value holds from its sample to the next), integrated: (x, M(x))."""
+    ends = np.concatenate([t_s[1:], [t_s[-1] + period_s]])
+    ends = np.maximum(ends, t_s)
+    area = np.concatenate([[0.0], np.cumsum(v * (ends - t_s))])
+    x = np.empty(2 * len(t_s))
+    y = np.empty(2 * len(t_s))
+    x[0::2], x[1::2] = t_s, ends
+    y[0::2], y[1::2] = area[:-1], area[1:]
+    return x, y
+
+
+def _correlate(series: list[_Series], shifts: np.ndarray, step: float, window: float, lag: float,
+               log_span: tuple[float, float], max_points: int = 4_000_000) -> np.ndarray:
+    """Pearson r, for each shift s, between the log's mean over [g − s − step, g − s] and the trace's busy fraction
+    over [g − lag − window, g − lag], on a grid g of the given step inside the profiled window; NaN where the log
+    covers less than half of the grid or either side does not vary."""
+    r = np.full(len(shifts), np.nan)
+    grids = [np.arange(x.w0 + lag + window, x.w1 + step / 2, step) for x in series]
+    preds = [(np.interp(g - lag, x.busy_x, x.busy_y) - np.interp(g - lag - window, x.busy_x, x.busy_y)) / window
+             for g, x in zip(grids, series, strict=True)]
+    total = sum(len(g) for g in grids)
+    if total < 8:
+        return r
+    chunk = max(1, max_points // total)
+    lo, hi = log_span
+    for c0 in range(0, len(shifts), chunk):
+        S = shifts[c0:c0 + chunk, None]
+        acc = np.zeros((6, len(S)))
+        for g, p, x in zip(grids, preds, series, strict=True):
+            a = g[None, :] - S
+            valid = ((a - step) >= lo) & (a <= hi)
+            m = (np.interp(a, x.log_x, x.log_y) - np.interp(a - step, x.log_x, x.log_y)) / step
+            w = valid.astype(float)
+            pp = np.broadcast_to(p[None, :], a.shape)
+            acc += np.stack([w.sum(1), (m * w).sum(1), (pp * w).sum(1), (m * m * w).sum(1), (pp * pp * w).sum(1),
+                             (m * pp * w).sum(1)])
+        n, sx, sy, sxx, syy, sxy = acc
+        var = (n * sxx - sx * sx) * (n * syy - sy * sy)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rr = (n * sxy - sx * sy) / np.sqrt(var)
+        ok = (n >= max(8, 0.5 * total)) & (var > 1e-12 * np.maximum(n, 1) ** 4)
+        r[c0:c0 + chunk] = np.where(ok, rr, np.nan)
+    return r
+
+
+@dataclass(frozen=True)
+class _Peak:
+    shift: float
+    r: float
+    runner_up: float | None
+
+
+def _search(series: list[_Series], center: float, radius: float, window: float, lag: float, fine_step: float,
+            log_span: tuple[float, float]) -> _Peak | None:
+    """The best shift within center ± radius: a coarse scan (step ≥ window/4, smoothed accordingly), then a fine one
+    around the three best coarse shifts. runner_up = the best correlation at least max(2·window, 1 s) away."""
+    span = max(x.w1 - x.w0 for x in series)
+    coarse = max(window / 4, span / 2000, 2 * radius / 20000, fine_step)
+    shifts = np.arange(center - radius, center + radius + coarse / 2, coarse)
+    rc = _correlate(series, shifts, coarse, max(window, coarse), lag, log_span)
+    if np.all(np.isnan(rc)):
+        return None
+    order = np.argsort(np.nan_to_num(rc, nan=-2.0))[::-1]
+    best_c = shifts[order[0]]
+    away = max(2 * window, 1.0, 3 * coarse)
+    far = [rc[i] for i in order if abs(shifts[i] - best_c) > away and not np.isnan(rc[i])]
+    runner = float(far[0]) if far else None
+    tops = [shifts[i] for i in order[:3] if not np.isnan(rc[i])]
+    fine_grid = max(fine_step, span / 20000)
+    fine = np.unique(np.concatenate([np.arange(t - 2 * coarse, t + 2 * coarse + fine_step / 2, fine_step) for t in tops]))
+    rf = _correlate(series, fine, fine_grid, window, lag, log_span)
+    if np.all(np.isnan(rf)):
+        return None
+    b = int(np.nanargmax(rf))
+    near = np.nan_to_num(rf, nan=-2.0) >= rf[b] - 0.002
+    i0 = i1 = b
+    while i0 > 0 and near[i0 - 1] and fine[i0] - fine[i0 - 1] <= fine_step * 1.5:
+        i0 -= 1
+    while i1 < len(fine) - 1 and near[i1 + 1] and fine[i1 + 1] - fine[i1] <= fine_step * 1.5:
+        i1 += 1
+    return _Peak(float((fine[i0] + fine[i1]) / 2), float(rf[b]), runner)
+
+
+def align_counters(con: duckdb.DuckDBPyConnection, fixed: set[int],
+                   search_ns: int = DEFAULT_SEARCH_NS) -> tuple[list[CounterAlignment], list[str]]:
+    """Shift each counter log (not forced) so that its utilization best correlates with the kernel-busy series of
+    the trace GPUs it was matched to. A log that does not overlap the trace is first tried whole quarter-hours
+    away (a wrong time zone). A shift is applied only when the correlation is clear (no other shift fits almost
+    as well); a log with its own clock keeps it when the best shift is within one sampling period."""
+    out: list[CounterAlignment] = []
+    notes: list[str] = []
+    srcs = con.execute("""
+        SELECT s.source_id, s.path, s.clock_anchor, s.sample_period_ns, s.time_zone
+        FROM sources s WHERE s.rank_method = 'counters'
+          AND EXISTS (SELECT 1 FROM counters c WHERE c.source_id = s.source_id AND c.rank IS NOT NULL)
+        ORDER BY s.source_id""").fetchall()
+    for sid, path, anchor, eff_period, zone in srcs:
+        if sid in fixed:
+            continue
+        name = Path(path).name
+        metric = next((m for m in UTIL_METRICS if (one(con, "SELECT count(*) FROM counters WHERE source_id = ? AND "
+                                                            "metric = ? AND rank IS NOT NULL", [sid, m]) or (0,))[0]),
+                      None)
+        if metric is None:
+            notes.append(f"{name}: no utilization metric to align by; its own clock is kept")
+            continue
+        res = _align_one(con, sid, metric, eff_period, search_ns, anchor)
+        out.append(res)
+        unc = _fmt_ns(res.uncertainty_ns)[1:]
+        if res.applied and res.shift_ns is not None:
+            shift_source(con, sid, res.shift_ns)
+            con.execute("UPDATE sources SET offset_method = ?, offset_uncertainty_ns = ? WHERE source_id = ?",
+                        [res.method, res.uncertainty_ns, sid])
+            if res.method == "zone":
+                msg = f"{name}: moved {_fmt_ns(res.shift_ns)} (whole quarter-hours) onto the trace"
+            else:
+                msg = (f"{name}: shifted {_fmt_ns(res.shift_ns)} to match the trace's busy time (r = "
+                       f"{res.correlation:.2f}, next best {_r(res.correlation_runner_up)}; ± {unc})")
+            if res.zone_jump_ns:
+                msg += (f"; its clock is off by {_fmt_ns(res.zone_jump_ns)}, like a log read in the wrong time zone"
+                        + (f" (read as {zone}: check --tz)" if zone else ""))
+            notes.append(msg)
+        elif res.method == "kept":
+            notes.append(f"{name}: its own clock agrees with the trace (best shift {_fmt_ns(res.shift_ns or 0)}, "
+                         f"r = {res.correlation:.2f}, within one sampling period ± {unc} or no better than unshifted)")
+        elif res.method == "ambiguous":
+            notes.append(f"{name}: correlation with the trace is ambiguous (best r = {_r(res.correlation)} at "
+                         f"{_fmt_ns(res.shift_ns or 0)}, r = {_r(res.correlation_runner_up)} elsewhere): clock "
+                         f"{'kept as logged' if anchor in COUNTER_TRUSTED else 'left synthesized (low confidence)'}; "
+                         "use --offset to place it")
+        else:
+            notes.append(f"{name}: its utilization does not vary where it could overlap the trace: clock "
+                         f"{'kept as logged' if anchor in COUNTER_TRUSTED else 'left synthesized (low confidence)'}")
+    return out, notes
+
+
+def _r(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _align_one(con: duckdb.DuckDBPyConnection, sid: int, metric: str, eff_period: int | None, search_ns: int,
+               anchor: str) -> CounterAlignment:
+    rows = con.execute("""
+        SELECT rank, device, end_ns, end_ns - start_ns AS period_ns, value FROM counters
+        WHERE source_id = ? AND metric = ? AND rank IS NOT NULL ORDER BY rank, device, end_ns""",
+                       [sid, metric]).fetchnumpy()
+    ranks, devs = np.asarray(rows["rank"]), np.asarray(rows["device"])
+    t_all = np.asarray(rows["end_ns"]).astype(np.int64)
+    v_all = np.asarray(rows["value"]).astype(float)
+    period = int(np.median(np.asarray(rows["period_ns"])))
+    eff = int(eff_period or period)
+    held = eff >= 2 * period
+    # A held value (NVML refreshes utilization every ~1/6–1 s) was computed on average half a refresh before it
+    # was sampled, over about one refresh period.
+    window = eff / 1e9
+    lag = window / 2 if held else 0.0
+    spans = dict((r, (s, e)) for r, s, e in con.execute("""
+        SELECT rank, min(s), max(e) FROM (
+            SELECT rank, start_ns s, end_ns e FROM kernels UNION ALL SELECT rank, start_ns, end_ns FROM ops
+            UNION ALL SELECT rank, start_ns, end_ns FROM api_calls UNION ALL SELECT rank, start_ns, end_ns FROM ranges)
+        GROUP BY rank""").fetchall())
+    origin = int(min(s for s, _ in spans.values()))
+    series: list[_Series] = []
+    for key in sorted({(int(r), int(d)) for r, d in zip(ranks, devs, strict=True)}):
+        if key[0] not in spans:
+            continue
+        sel = (ranks == key[0]) & (devs == key[1])
+        ts = (t_all[sel] - origin) / 1e9
+        lx, ly = _held(ts, v_all[sel], period / 1e9)
+        bx, by = _busy(con, key[0], key[1], origin)
+        series.append(_Series(bx, by, lx, ly, (spans[key[0]][0] - origin) / 1e9, (spans[key[0]][1] - origin) / 1e9))
+    none = CounterAlignment(sid, None, False, "none", None, None, None, eff, 0)
+    if not series:
+        return none
+    log_span = ((int(t_all.min()) - origin) / 1e9, (int(t_all.max()) + period - origin) / 1e9)
+    w0, w1 = min(x.w0 for x in series), max(x.w1 for x in series)
+    fine = max(min(period / 1e9, window) / 4, 1e-4)
+    radius = search_ns / 1e9
+    trusted = anchor in COUNTER_TRUSTED
+
+    def overlap(shift: float) -> float:
+        return max(0.0, min(log_span[1] + shift, w1) - max(log_span[0] + shift, w0))
+
+    need = 0.5 * min(w1 - w0, log_span[1] - log_span[0])
+    centers = [0.0]
+    if not trusted:  # a synthesized clock may be anywhere: also try the log ending / starting with the trace
+        centers += [w1 - log_span[1], w0 - log_span[0]]
+    peaks = [(c, _search(series, c, radius, window, lag, fine, log_span)) for c in centers]
+    zone_jump = 0.0
+    if overlap(0.0) < need:
+        # Off the trace altogether: a log read in the wrong zone is off by whole quarter-hours.
+        zones = [k * ZONE_STEP_NS / 1e9 for k in range(-ZONE_MAX_NS // ZONE_STEP_NS, ZONE_MAX_NS // ZONE_STEP_NS + 1)]
+        covering = [z for z in zones if z != 0 and overlap(z) >= need]
+        for z in covering:
+            peaks.append((z, _search(series, z, min(radius, ZONE_STEP_NS / 2e9), window, lag, fine, log_span)))
+    found = [(c, p) for c, p in peaks if p is not None]
+    r0v = _correlate(series, np.array([0.0]), fine, window, lag, log_span)[0]
+    r0 = None if np.isnan(r0v) else float(r0v)
+    if not found:
+        covering = [c for c, _ in peaks if c != 0 and c not in centers]
+        if len(covering) == 1 and overlap(0.0) < need:
+            z = covering[0]
+            return CounterAlignment(sid, int(round(z * 1e9)), True, "zone", None, None, r0, eff, int(round(z * 1e9)))
+        return none
+    c, best = max(found, key=lambda cp: cp[1].r)
+    away = max(2 * window, 1.0)  # searches from several centres can find the same peak: that is no rival
+    others = [p.r for _, p in found if abs(p.shift - best.shift) > away] + \
+        ([best.runner_up] if best.runner_up is not None else [])
+    runner = max(others) if others else None
+    shift_ns = int(round(best.shift * 1e9))
+    clear = best.r >= 0.5 and (runner is None or best.r - runner >= 0.1)
+    if c not in centers:
+        zone_jump = c
+    if not clear:
+        if zone_jump and len([cc for cc, _ in peaks if cc not in centers]) == 1:
+            z = int(round(zone_jump * 1e9))  # the only quarter-hour that puts the log on the trace
+            return CounterAlignment(sid, z, True, "zone", best.r, runner, r0, eff, z)
+        return CounterAlignment(sid, shift_ns, False, "ambiguous", best.r, runner, r0, eff, 0)
+    if trusted and r0 is not None and (abs(best.shift) <= window or best.r - r0 < 0.05):
+        return CounterAlignment(sid, shift_ns, False, "kept", best.r, runner, r0, eff, 0)
+    return CounterAlignment(sid, shift_ns, True, "correlation", best.r, runner, r0, eff,
+                            int(round(zone_jump * 1e9)))
+
+
+# ------------------------------------------------------------------------------ Nsight Compute launches
+
+def _key_exact(name: str) -> str:
+    return name
+
+
+def _key_normalized(name: str) -> str:
+    """Demanglers differ (`at::native::` vs `at::`, `2ul` vs `2`, `char*` vs `char *`, concrete vs T1
+    parameters): compare names without namespaces, parameter list, integer suffixes and spaces."""
+    n = name.strip()
+    n = n[5:] if n.startswith("void ") else n
+    n = re.sub(r"\(anonymous namespace\)::|<unnamed>::|\{anonymous\}::", "", n)
+    depth = 0
+    cut = len(n)
+    for i, ch in enumerate(n):  # cut the parameter list: the first '(' outside template brackets
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            cut = i
+            break
+    n = n[:cut]
+    n = re.sub(r"[A-Za-z_][A-Za-z0-9_]*::", "", n)
+    n = re.sub(r"\b(\d+)(ul|ull|u|l|ll)\b", r"\1", n)
+    return re.sub(r"\s+", "", n)
+
+
+def _key_base(name: str) -> str:
+    n = _key_normalized(name)
+    return n.split("<", 1)[0]
+
+
+KEYS = (("exact", _key_exact), ("normalized", _key_normalized), ("function", _key_base))
+
+
+def join_ncu(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Nsight Compute launches → trace kernels, by name and occurrence order (per rank): the k-th profiled
+    launch of a kernel is the k-th launch of that kernel in the trace. Names are compared exactly, else
+    without namespaces / parameters, else by function name. Joined kernels get flops/bytes with
+    flops_source = 'ncu' (the FLOP models leave those alone)."""
+    n_ncu = one(con, "SELECT count(*) FROM ncu_kernels")
+    if not n_ncu or not n_ncu[0]:
+        return []
+    ncu_names = [n for (n,) in con.execute("SELECT DISTINCT name FROM ncu_kernels").fetchall()]
+    trace_names = [n for (n,) in con.execute(
+        "SELECT DISTINCT name FROM kernels WHERE kind IN ('compute', 'nccl')").fetchall()]
+    level_of: dict[str, tuple[str, str]] = {}
+    for nm in ncu_names:
+        for level, fn in KEYS:
+            k = fn(nm)
+            if k and any(fn(t) == k for t in trace_names):
+                level_of[nm] = (level, k)
+                break
+    if not level_of:
+        return [f"Nsight Compute: none of its {len(ncu_names)} kernel names occurs in the trace (was it the same "
+                "program?); its counts are kept in ncu_kernels"]
+    tkeys = {(level, t): fn(t) for level, fn in KEYS for t in trace_names}
+    con.register("_ncu_map", pa.table({
+        "ncu_name": [n for n in level_of], "level": [level_of[n][0] for n in level_of],
+        "key": [level_of[n][1] for n in level_of]}))
+    con.register("_trace_map", pa.table({
+        "level": [lv for lv, _ in tkeys], "name": [t for _, t in tkeys], "key": list(tkeys.values())}))
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _ncu_join AS
+        WITH n AS (
+            SELECT m.level, m.key, x.*,
+                   row_number() OVER (PARTITION BY m.level, m.key ORDER BY x.source_id, x.launch_id) - 1 AS k_occ
+            FROM ncu_kernels x JOIN _ncu_map m ON m.ncu_name = x.name
+        ), used AS (SELECT DISTINCT level, key FROM n),
+        t AS (
+            SELECT k.kernel_id, k.rank, u.level, u.key,
+                   row_number() OVER (PARTITION BY k.rank, u.level, u.key ORDER BY k.start_ns, k.kernel_id) - 1 AS k_occ
+            FROM kernels k JOIN _trace_map tm ON tm.name = k.name
+            JOIN used u ON u.level = tm.level AND u.key = tm.key
+            WHERE k.kind IN ('compute', 'nccl')
+        )
+        SELECT t.kernel_id, n.source_id, n.launch_id, n.flops, n.dram_bytes
+        FROM t JOIN n ON n.level = t.level AND n.key = t.key AND n.k_occ = t.k_occ""")
+    con.unregister("_ncu_map")
+    con.unregister("_trace_map")
+    con.execute("""UPDATE kernels SET flops = j.flops, bytes = coalesce(j.dram_bytes, kernels.bytes), flops_source = 'ncu'
+                   FROM _ncu_join j WHERE kernels.kernel_id = j.kernel_id AND j.flops IS NOT NULL""")
+    con.execute("""UPDATE ncu_kernels SET kernel_id = j.kernel_id FROM (
+                       SELECT source_id, launch_id, min(kernel_id) AS kernel_id FROM _ncu_join GROUP BY ALL) j
+                   WHERE ncu_kernels.source_id = j.source_id AND ncu_kernels.launch_id = j.launch_id""")
+    joined = one(con, "SELECT count(*), count(*) FILTER (WHERE flops IS NOT NULL) FROM _ncu_join") or (0, 0)
+    matched_launches = one(con, "SELECT count(*) FROM ncu_kernels WHERE kernel_id IS NOT NULL") or (0,)
+    con.execute("DROP TABLE _ncu_join")
+    levels = sorted({lv for lv, _ in level_of.values()} - {"exact"})
+    note = (f"Nsight Compute: {matched_launches[0]} of {n_ncu[0]} profiled launches matched trace kernels by name "
+            f"and occurrence; {joined[1]} trace kernels take ncu FLOPs")
+    if levels:
+        note += f" (names compared {' / '.join(levels)} where they differ)"
+    return [note]
+
+
+# ----------------------------------------------------------------------------------------------- stage
+
+def align(con: duckdb.DuckDBPyConnection, offsets: Sequence[str | ForcedOffset] = (),
+          counter_search_ns: int = DEFAULT_SEARCH_NS) -> list[str]:
+    """The align stage: ranks, anchors, forced offsets, rank alignment, counter logs, ncu join. Returns notes."""
+    forced = [o if isinstance(o, ForcedOffset) else parse_offset(o) for o in offsets]
     notes = assign_ranks(con)
+    for path, zone, src_notes in con.execute(
+            "SELECT path, time_zone, notes FROM sources WHERE time_zone IS NOT NULL ORDER BY source_id").fetchall():
+        said = next((n for n in (src_notes or "").split("; ") if "read as" in n), f"local times read as {zone}")
+        notes.append(f"{Path(path).name}: {said}")
     anchor_sources(con)
+    fixed = apply_forced(con, forced)
+    _, rank_notes = align_ranks(con, fixed)
+    notes += rank_notes
+    notes += match_counter_gpus(con)
+    _, counter_notes = align_counters(con, fixed, counter_search_ns)
+    notes += counter_notes
+    notes += join_ncu(con)
     return notes

@@ -15,7 +15,7 @@ import duckdb
 from . import __version__
 from .errors import BadInput
 
-SUBCOMMANDS = ("report", "query", "peaks")
+SUBCOMMANDS = ("report", "query", "peaks", "rules", "diff")
 
 
 class DefaultGroup(click.Group):
@@ -51,10 +51,22 @@ def main() -> None:
 @click.option("--peak-tflops", type=float, help="Use this peak (TFLOP/s) instead of the table's.")
 @click.option("--peaks", "peaks_file", type=click.Path(path_type=Path), help="TOML file adding/overriding GPUs.")
 @click.option("--gpu", help="GPU name when the trace does not name it (e.g. H100-SXM, 'NVIDIA A100-SXM4-80GB').")
+@click.option("--tz", help="Time zone of local-time logs (nvidia-smi), e.g. Europe/Berlin (default: this machine's).")
+@click.option("--offset", "offsets", multiple=True, metavar="SOURCE=±DURATION",
+              help="Force a clock offset on one input (path or file name), e.g. dmon.txt=+37s (repeatable).")
+@click.option("--dcgm-period", type=float, default=1.0, show_default=True,
+              help="Sampling period (s) of logs that print no time (dcgmi dmon, nvidia-smi dmon without -o T).")
+@click.option("--select", "rule_select", multiple=True, metavar="IDS",
+              help="Run only these rules: IDs, ID prefixes or names, comma-separated (e.g. PR1,PR502; default ALL).")
+@click.option("--ignore", "rule_ignore", multiple=True, metavar="IDS", help="Skip these rules (as --select).")
+@click.option("--rules-config", type=click.Path(path_type=Path),
+              help="TOML file: select / ignore, and per-rule thresholds ([PR101] min_lateness_us = 50).")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ...], as_json: bool, quiet: bool,
            no_html: bool, no_trace: bool, peak_precision: str | None, peak_tflops: float | None,
-           peaks_file: Path | None, gpu: str | None, debug: bool) -> None:
+           peaks_file: Path | None, gpu: str | None, tz: str | None, offsets: tuple[str, ...], dcgm_period: float,
+           rule_select: tuple[str, ...], rule_ignore: tuple[str, ...], rules_config: Path | None,
+           debug: bool) -> None:
     """Analyse INPUT files/folders and print the verdict (the main job)."""
     from . import pipeline
     from .render import terminal
@@ -62,8 +74,12 @@ def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ..
 
     if peak_tflops is not None and not peak_tflops > 0:
         _fail("--peak-tflops must be a positive number")
+    if not dcgm_period > 0:
+        _fail("--dcgm-period must be a positive number of seconds")
     opts = pipeline.Options(ranges=ranges, peak_precision=peak_precision, peak_tflops=peak_tflops,
-                            peaks_file=peaks_file, gpu=gpu, write_html=not no_html, write_trace=not no_trace)
+                            peaks_file=peaks_file, gpu=gpu, write_html=not no_html, write_trace=not no_trace,
+                            tz=tz, offsets=offsets, dcgm_period_s=dcgm_period, rule_select=rule_select,
+                            rule_ignore=rule_ignore, rules_config=rules_config)
     out_dir = out_dir or pipeline.default_out_dir(inputs)
     opts.cache_dir = Path(out_dir).absolute().parent / ".plasmient-cache"
     try:
@@ -164,6 +180,74 @@ def peaks(gpu: str | None, peaks_file: Path | None) -> None:
     c.print(t)
     for g in rows:
         c.print(f"[dim]{g.key}: {g.name} — {g.source}[/dim]")
+
+
+@main.command()
+@click.option("--explain", "explain", metavar="ID", help="Print the documentation page of one rule (ID or name).")
+@click.option("--json", "as_json", is_flag=True, help="Print the catalog as JSON.")
+def rules(explain: str | None, as_json: bool) -> None:
+    """The rule catalog (like `ruff rule`): IDs, layers, titles; --explain ID prints a rule's page."""
+    from . import rules as rule_engine
+
+    catalog, notes = rule_engine.all_rules()
+    for n in notes:
+        click.echo(f"plasmient-report: warning: {n}", err=True)
+    if explain:
+        r = rule_engine.find_rule(explain, catalog)
+        if r is None:
+            _fail(f"no rule {explain!r} (see `plasmient-report rules`)")
+            return
+        click.echo(r.page(), nl=False)
+        return
+    if as_json:
+        import json
+
+        click.echo(json.dumps([{"id": r.id, "name": r.name, "layer": r.layer, "category": r.category,
+                                "title": r.title, "thresholds": dict(r.thresholds), "origin": r.origin}
+                               for r in catalog], indent=1))
+        return
+    w = max(len(r.name) for r in catalog) if catalog else 4
+    click.echo(f"{'id':6} {'name':{w}} {'layer':8} {'explains':20} title")
+    for r in catalog:
+        click.echo(f"{r.id:6} {r.name:{w}} {r.layer:8} {(r.category or '-'):20} {r.title}")
+    click.echo("\n`plasmient-report rules --explain ID` prints a rule's page; --select / --ignore / --rules-config "
+               "choose and tune them.")
+
+
+@main.command()
+@click.argument("base", type=click.Path(path_type=Path))
+@click.argument("candidate", type=click.Path(path_type=Path))
+@click.option("--fail-if-drop", "fail_if_drop", type=float, metavar="PTS",
+              help="Exit 1 when the achieved fraction of peak fell by more than PTS percentage points.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool, debug: bool) -> None:
+    """Compare two runs (verdict.json files, output folders, or traces): numbers, losses, findings.
+
+    The CI gate for pull requests: with --fail-if-drop, exit 1 on a regression of the achieved fraction of peak."""
+    from . import diff as diff_stage
+
+    if fail_if_drop is not None and not fail_if_drop >= 0:
+        _fail("--fail-if-drop must be a number of percentage points (>= 0)")
+    try:
+        result = diff_stage.compare(diff_stage.load(base), diff_stage.load(candidate), fail_if_drop)
+    except BadInput as e:
+        if debug:
+            raise
+        _fail(str(e))
+        return
+    if as_json:
+        import json
+
+        click.echo(json.dumps(result, indent=1))
+    else:
+        diff_stage.render(result)
+    gate = result["gate"]
+    if gate["failed"]:
+        click.echo(f"plasmient-report: regression: {gate['message']}", err=True)
+        sys.exit(1)
+    if gate["threshold_pts"] is not None and gate["drop_pts"] is None:
+        _fail(gate["message"])
 
 
 if __name__ == "__main__":

@@ -5,13 +5,14 @@ Renderers only format this document; the wording thresholds live here.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
 
-from . import __version__
+from . import __version__, measured
 from .metrics import CATEGORIES, GpuPeak, loss_fractions
 from .store import one
 
@@ -54,10 +55,37 @@ RECOMMENDATIONS = {
 }
 
 
-def loss_list(fractions: dict[str, float]) -> list[dict[str, Any]]:
-    out = [{"category": c, "layer": CATEGORIES[c], "fraction": f, "recommendation": RECOMMENDATIONS[c]}
+def loss_list(fractions: dict[str, float], fixes: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The waterfall's lines; a category's recommendation is its best finding's one-line fix when a rule
+    explained it, else the generic text."""
+    fixes = fixes or {}
+    out = [{"category": c, "layer": CATEGORIES[c], "fraction": f,
+            "recommendation": fixes.get(c) or RECOMMENDATIONS[c]}
            for c, f in fractions.items() if c in CATEGORIES and f > 0]
     return sorted(out, key=lambda x: -x["fraction"])
+
+
+def findings_list(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """The rules' findings (the `findings` table, worst first) as verdict entries."""
+    cur = con.execute("""SELECT rule_id, layer, category, severity, rank, lost_fraction, title, evidence,
+                                  recommendation, fix, key FROM findings
+                           ORDER BY lost_fraction DESC NULLS LAST, rule_id, key""")
+    out = []
+    for rid, layer, cat, sev, rank, lost, title, ev, rec, fix, key in cur.fetchall():
+        out.append({"rule": rid, "layer": layer, "category": cat, "severity": sev, "rank": rank,
+                    "lost_fraction": _f(lost), "title": title, "evidence": json.loads(ev) if ev else {},
+                    "recommendation": rec, "fix": fix, "key": key})
+    return out
+
+
+def best_fixes(findings: list[dict[str, Any]], rank: int | None = None) -> dict[str, str]:
+    """Per loss category, the one-line fix of the finding that explains most of it (for `rank`: its own
+    findings and the run-wide ones)."""
+    fixes: dict[str, str] = {}
+    for f in findings:  # worst first
+        if f["category"] and f["fix"] and f["category"] not in fixes and (rank is None or f["rank"] in (None, rank)):
+            fixes[f["category"]] = f["fix"]
+    return fixes
 
 
 def _f(x: Any) -> float | None:
@@ -116,28 +144,35 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     kern_time = one(con, """
         SELECT count(*), coalesce(sum(end_ns - start_ns) FILTER (WHERE kind = 'compute'), 0),
                coalesce(sum(end_ns - start_ns) FILTER (WHERE kind = 'compute' AND flops > 0), 0),
-               count(*) FILTER (WHERE flops_source = 'model'), count(*) FILTER (WHERE flops_source = 'op')
-        FROM kernels""") or (0, 0, 0, 0, 0)
+               count(*) FILTER (WHERE flops_source = 'model'), count(*) FILTER (WHERE flops_source = 'op'),
+               count(*) FILTER (WHERE flops_source = 'ncu')
+        FROM kernels""") or (0, 0, 0, 0, 0, 0)
     cov_run = kern_time[2] / kern_time[1] if kern_time[1] else None
     cov_head = (head["kernel_ns_with_flops"] / head["kernel_ns"]) if head.get("kernel_ns") else cov_run
 
     head_range = ctx.ranges[0] if ctx.ranges else None
-    losses = loss_list(loss_fractions(con, scope, head_range, None)) if achieved is not None else []
+    means = measured.window_means(con)
+    findings = findings_list(con)
+    losses = loss_list(loss_fractions(con, scope, head_range, None), best_fixes(findings)) \
+        if achieved is not None else []
     ranks = []
     for r in _metric_rows(con, f"scope = '{scope}' AND rank IS NOT NULL" +
                           (" AND range_name = ?" if ctx.ranges else ""), head_params):
         ranks.append({
             "rank": r["rank"], "device": r["device"],
-            "utilization": {"trace": _f(r["utilization"]), "measured": None},
+            "utilization": measured.utilization_block(_f(r["utilization"]), means, scope, head_range, r["rank"],
+                                                      r["device"]),
             "achieved_fraction_of_peak": _f(r["achieved_fraction_of_peak"]),
             "window_ns": r["window_ns"], "flops": _f(r["flops"]),
-            "losses": loss_list(loss_fractions(con, scope, head_range, r["rank"]))
+            "losses": loss_list(loss_fractions(con, scope, head_range, r["rank"]), best_fixes(findings, r["rank"]))
             if r["achieved_fraction_of_peak"] is not None else []})
     ranges = []
     for r in _metric_rows(con, "scope = 'range' AND rank IS NULL", []):
         ranges.append({
             "name": r["range_name"], "count": r["occurrences"], "window_ns": r["window_ns"],
             "utilization": _f(r["utilization"]), "achieved_fraction_of_peak": _f(r["achieved_fraction_of_peak"]),
+            "utilization_measured": measured.utilization_block(None, means, "range", r["range_name"], None,
+                                                               None)["measured"],
             "flops": _f(r["flops"]), "missing_ranks": ctx.missing_ranges.get(r["range_name"], []),
             "losses": loss_list(loss_fractions(con, "range", r["range_name"], None))
             if r["achieved_fraction_of_peak"] is not None else []})
@@ -148,7 +183,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
 
     sources = con.execute("""
         SELECT path, format, format_version, rank, rank_method, clock_anchor, offset_ns, offset_method,
-               offset_uncertainty_ns, notes FROM sources ORDER BY source_id""").fetchall()
+               offset_uncertainty_ns, notes, time_zone, sample_period_ns FROM sources ORDER BY source_id""").fetchall()
     gpus = [{"rank": p.rank, "device": p.device, "name": p.device_name} for p in ctx.peaks]
     first = ctx.peaks[0].peak if ctx.peaks else None
     distinct_gpus = {p.peak.gpu for p in ctx.peaks}
@@ -174,7 +209,8 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
             "range": ctx.ranges or None,
             "occurrences": head.get("occurrences"),
         },
-        "utilization": {"trace": util, "measured": None},
+        "utilization": {**measured.utilization_block(util, means, scope, head_range, None, None),
+                        "measured_by_source": measured.by_source(con, scope, head_range)},
         "achieved_fraction_of_peak": achieved,
         "achieved_is_lower_bound": lower_bound,
         "peak": {
@@ -188,18 +224,20 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
         "losses": losses,
         "headroom": headroom(achieved),
         "verdict": word,
-        "findings": [],
+        "findings": findings,
         "ranks": ranks,
         "ranges": ranges,
         "clock": {"sources": [
             {"path": s[0], "format": s[1], "format_version": s[2], "rank": s[3], "rank_method": s[4],
-             "anchor": s[5], "offset_ns": s[6], "method": s[7], "uncertainty_ns": s[8]} for s in sources]},
+             "anchor": s[5], "offset_ns": s[6], "method": s[7], "uncertainty_ns": s[8], "time_zone": s[10],
+             "sample_period_ns": s[11], "notes": s[9]} for s in sources]},
         "coverage": {
             "kernels": kern_time[0],
             "kernels_with_flops_time_fraction": cov_head,
             "run_kernels_with_flops_time_fraction": cov_run,
             "kernels_flops_from_model": kern_time[3],
             "kernels_flops_from_trace": kern_time[4],
+            "kernels_flops_from_ncu": kern_time[5],
             "communication_time_fraction": comm_share,
         },
         "notes": notes,

@@ -149,7 +149,13 @@ class GpuPeak:
 
 def assign_peaks(con: duckdb.DuckDBPyConnection, table: list[GpuPeaks], precision: str | None,
                  gpu: str | None, peak_tflops: float | None) -> tuple[str, list[GpuPeak]]:
-    prec = precision or dominant_precision(con) or "bf16"
+    """The peak of every GPU at one precision: --peak-precision, else the dtype carrying most matmul FLOPs,
+    else bf16 (choose_peak falls back to fp16 on GPUs without a bf16 figure). When no matmul op carries a
+    dtype (nsys `emit_nvtx` records shapes but no dtypes), the assumption is written into each peak's source."""
+    from dataclasses import replace
+
+    found = None if precision else dominant_precision(con)
+    prec = precision or found or "bf16"
     if prec not in set(DTYPE_PRECISION.values()) | {"tf32", "fp64_tensor"}:
         raise BadInput(None, f"unknown --peak-precision {prec!r}")
     gpus = con.execute("""
@@ -158,6 +164,10 @@ def assign_peaks(con: duckdb.DuckDBPyConnection, table: list[GpuPeaks], precisio
         LEFT JOIN devices d ON d.rank IS NOT DISTINCT FROM g.rank AND d.device = g.device
         GROUP BY g.rank, g.device ORDER BY g.rank, g.device""").fetchall()
     out = [GpuPeak(r, d, n, choose_peak(n, prec, table, gpu, peak_tflops)) for r, d, n in gpus]
+    if precision is None and found is None and peak_tflops is None:
+        why = (f"precision {out[0].peak.precision if out else prec} assumed: no matmul op in the trace carries a "
+               "dtype (e.g. nsys emit_nvtx records shapes only); give --peak-precision to change it")
+        out = [replace(g, peak=replace(g.peak, source=f"{g.peak.source}; {why}")) for g in out]
     return prec, out
 
 

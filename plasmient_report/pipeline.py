@@ -1,4 +1,4 @@
-"""One run, five stages over one store: ingest → align → measure → judge → render."""
+"""One run, five stages over one store: ingest → align → measure → judge (rules, then the verdict) → render."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import duckdb
 
 from . import align as align_stage
-from . import judge, metrics, parsers, store
+from . import judge, metrics, parsers, rules, store
 from .errors import BadInput
 from .parsers import _io
 from .peaks import load_table
@@ -29,7 +29,17 @@ class Options:
     gpu: str | None = None
     write_html: bool = True
     write_trace: bool = True
+    rule_select: Sequence[str] = ()  # --select: rule IDs, ID prefixes or names (default: all)
+    rule_ignore: Sequence[str] = ()  # --ignore
+    rules_config: Path | None = None  # --rules-config FILE.toml: select / ignore / per-rule thresholds
     cache_dir: Path | None = None  # where `.nsys-rep` exports are cached (beside the output, never the input)
+    tz: str | None = None  # --tz: zone of local-time logs (nvidia-smi); None = this machine's zone
+    offsets: Sequence[str] = ()  # --offset SOURCE=±DURATION (forced clock offsets)
+    dcgm_period_s: float = 1.0  # --dcgm-period: sampling period of logs that print no time
+    counter_search_s: float = align_stage.DEFAULT_SEARCH_NS / 1e9  # counter-log alignment: ± search range
+
+    def parse_options(self) -> parsers.ParseOptions:
+        return parsers.ParseOptions(tz=self.tz, dcgm_period_s=self.dcgm_period_s)
 
 
 @dataclass
@@ -43,26 +53,30 @@ Progress = Callable[[str, int, int], None]
 
 
 def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Progress | None = None,
-           cache_dir: Path | None = None) -> None:
+           cache_dir: Path | None = None, parse_options: parsers.ParseOptions | None = None) -> None:
     found = parsers.discover(list(inputs), cache_dir)
     for i, d in enumerate(found):
         if progress:
             progress(f"ingest {d.path.name}", i, len(found))
-        info = parsers.PARSERS[d.format](d.path, con, i)
+        info = parsers.ingest_one(d, con, i, parse_options)
         con.execute(
             """INSERT INTO sources (source_id, path, format, format_version, host, rank, rank_method, world_size,
-                                    clock_anchor, base_time_ns, sha256, size_bytes, events, notes)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                                    clock_anchor, base_time_ns, sha256, size_bytes, events, notes, time_zone,
+                                    sample_period_ns)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [i, str(d.path), info.format, info.format_version, info.host, info.rank,
              "multi" if info.multi_rank else info.rank_method, info.world_size,
              info.clock_anchor, info.base_time_ns, _io.sha256_of(d.path), d.path.stat().st_size, info.events,
-             "; ".join(info.notes) or None])
-        if info.gpu_events == 0:
+             "; ".join(info.notes) or None, info.time_zone, info.sample_period_ns])
+        if info.gpu_events == 0 and d.format not in parsers.AUXILIARY:
             if len(found) == 1:
                 raise BadInput(d.path, "trace has no GPU kernels or copies (a CPU-only profile?)")
     if progress:
         progress("ingest", len(found), len(found))
     n = one(con, "SELECT count(*) FROM kernels")
+    if (not n or n[0] == 0) and all(d.format in parsers.AUXILIARY for d in found):
+        raise BadInput(", ".join(str(p) for p in inputs), "counter logs need a trace to align to (give the "
+                                                          "PyTorch profiler / Nsight Systems trace of the same run)")
     if not n or n[0] == 0:
         raise BadInput(", ".join(str(p) for p in inputs), "no GPU kernels or copies in any input")
     con.execute("""UPDATE sources SET first_ns = t.s, last_ns = t.e FROM (
@@ -92,12 +106,14 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
 
 def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = None) -> Result:
     """The pure per-run function: inputs in, store + verdict out (nothing written to disk)."""
+    selection = rules.configure(opts.rule_select, opts.rule_ignore, opts.rules_config)  # bad codes: fail early
     con = store.connect()
-    ingest(con, inputs, progress, opts.cache_dir)
-    notes = align_stage.align(con)
+    ingest(con, inputs, progress, opts.cache_dir, opts.parse_options())
+    notes = align_stage.align(con, opts.offsets, int(opts.counter_search_s * 1e9))
     ctx = measure(con, opts)
     ctx.inputs = [str(p) for p in inputs]
-    ctx.notes = notes
+    _, rule_notes = rules.run(con, selection, ctx.ranges, ctx.precision, ctx.peaks, opts.peaks_file)
+    ctx.notes = notes + rule_notes
     verdict = judge.build(con, ctx)
     return Result(con=con, verdict=verdict, notes=notes)
 
@@ -124,6 +140,10 @@ def write_outputs(result: Result, out_dir: Path, inputs: Sequence[Path], opts: O
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         verdict_render.write(result.verdict, tmp / "verdict.json")
+        if opts.write_html:
+            from .render import html
+
+            html.write(result.con, result.verdict, tmp / "report.html")
         if opts.write_trace:
             from .render import perfetto
 

@@ -21,7 +21,9 @@ CREATE TABLE IF NOT EXISTS sources (
     events                BIGINT,
     first_ns              BIGINT,
     last_ns               BIGINT,
-    notes                 VARCHAR
+    notes                 VARCHAR,
+    time_zone             VARCHAR,
+    sample_period_ns      BIGINT
 );
 
 CREATE TABLE IF NOT EXISTS devices (
@@ -155,7 +157,30 @@ CREATE TABLE IF NOT EXISTS counters (
     start_ns    BIGINT,
     end_ns      BIGINT,
     value       DOUBLE,
-    time_source VARCHAR
+    time_source VARCHAR,
+    gpu_index   INTEGER,
+    entity      VARCHAR,
+    raw_time    VARCHAR
+);
+
+CREATE TABLE IF NOT EXISTS ncu_kernels (
+    source_id        INTEGER,
+    launch_id        BIGINT,
+    occurrence       INTEGER,
+    name             VARCHAR,
+    device           INTEGER,
+    process_id       BIGINT,
+    grid             VARCHAR,
+    block            VARCHAR,
+    duration_ns      DOUBLE,
+    flops            DOUBLE,
+    flops_tensor     DOUBLE,
+    flops_fp64       DOUBLE,
+    flops_fp32       DOUBLE,
+    flops_fp16       DOUBLE,
+    tensor_precision VARCHAR,
+    dram_bytes       DOUBLE,
+    kernel_id        BIGINT
 );
 
 CREATE TABLE IF NOT EXISTS windows (
@@ -207,5 +232,10 @@ CREATE TABLE IF NOT EXISTS findings (
     lost_fraction  DOUBLE,
     title          VARCHAR,
     evidence       VARCHAR,
-    recommendation VARCHAR
+    recommendation VARCHAR,
+    category       VARCHAR,
+    fix            VARCHAR,
+    key            VARCHAR,
+    scope          VARCHAR,
+    range_name     VARCHAR
 );

@@ -20,6 +20,7 @@ TABLES = (
     "ranges",
     "collectives",
     "counters",
+    "ncu_kernels",
     "windows",
     "metrics",
     "losses",

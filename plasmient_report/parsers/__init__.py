@@ -5,19 +5,21 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BadInput
-from . import kineto
-from .base import Parser, SourceInfo
+import duckdb
 
-__all__ = ["PARSERS", "Detected", "Parser", "SourceInfo", "detect", "discover"]
+from ..errors import BadInput
+from . import dcgm_exporter, dcgmi_dmon, kineto, ncu, nsys, nvidia_smi_dmon, nvidia_smi_query, nvml_csv
+from .base import ParseOptions, Parser, SourceInfo
+
+__all__ = ["AUXILIARY", "PARSERS", "Detected", "ParseOptions", "Parser", "SourceInfo", "detect", "discover", "ingest_one"]
 
 # Formats recognised but whose parser lands in a later version: named in the error, never misread.
 NOT_YET = {
     "nsys-rep": "Nsight Systems report",
-    "nsys-sqlite": "Nsight Systems SQLite export",
     "ncu-csv": "Nsight Compute CSV",
     "dcgmi-dmon": "dcgmi dmon log",
     "nvidia-smi-dmon": "nvidia-smi dmon log",
@@ -26,7 +28,13 @@ NOT_YET = {
     "dcgm-exporter": "dcgm-exporter scrape",
 }
 # One parser per format: adding a format = one module here and one entry below.
-PARSERS: dict[str, Parser] = {"kineto": kineto.ingest}
+PARSERS: dict[str, Parser] = {"kineto": kineto.ingest, "nsys-sqlite": nsys.ingest,
+                              "nvml-csv": nvml_csv.ingest, "nvidia-smi-dmon": nvidia_smi_dmon.ingest,
+                              "nvidia-smi-query": nvidia_smi_query.ingest, "dcgmi-dmon": dcgmi_dmon.ingest,
+                              "dcgm-exporter": dcgm_exporter.ingest, "ncu-csv": ncu.ingest}
+# Formats with no GPU activity of their own (device counters, Nsight Compute): they are placed on a trace's
+# clock and kernels by the align stage and cannot stand alone. Their parsers take ParseOptions.
+AUXILIARY = frozenset({"nvml-csv", "nvidia-smi-dmon", "nvidia-smi-query", "dcgmi-dmon", "dcgm-exporter", "ncu-csv"})
 SUPPORTED = set(PARSERS)
 MAX_FOLDER_DEPTH = 12
 
@@ -75,18 +83,19 @@ def detect(path: Path) -> str | None:
         return "kineto"
     text = head.decode("utf-8", "replace")
     first = text.lstrip().splitlines()[0] if text.strip() else ""
-    if first.startswith('"ID","Process ID"') or first.startswith("==PROF=="):
+    if first.startswith('"ID","Process ID"') or first.startswith("==PROF==") or ncu.looks_like_ncu(text):
         return "ncu-csv"
     if first.startswith("wall_ns,"):
         return "nvml-csv"
-    if first.startswith("#Entity") or first.startswith("# Entity"):
+    if first.startswith("#Entity") or first.startswith("# Entity") or dcgmi_dmon.looks_like_dcgmi(first):
         return "dcgmi-dmon"
-    if first.startswith("#") and " gpu " in f" {first} " and ("pwr" in first or " sm " in first):
-        return "nvidia-smi-dmon"
-    if first.startswith("timestamp,") or first.startswith("timestamp, "):
-        return "nvidia-smi-query"
     if "DCGM_FI_" in text:
         return "dcgm-exporter"
+    if (first.startswith("#") and " gpu " in f" {first} " and ("pwr" in first or " sm " in first)) or \
+            nvidia_smi_dmon.looks_like_dmon(first):
+        return "nvidia-smi-dmon"
+    if first.startswith("timestamp,") or first.startswith("timestamp, ") or nvidia_smi_query.looks_headerless(first):
+        return "nvidia-smi-query"
     if path.name.endswith((".json", ".json.gz")) and head.lstrip().startswith((b"{", b"[")):
         return "json"
     return None
@@ -186,3 +195,12 @@ def _walk(root: Path) -> list[Path]:
 
     rec(root, 0)
     return out
+
+
+def ingest_one(d: Detected, con: duckdb.DuckDBPyConnection, source_id: int,
+               options: ParseOptions | None = None) -> SourceInfo:
+    """Run the format's parser on one input (counter-log parsers also get the options they need)."""
+    fn: Callable[..., SourceInfo] = PARSERS[d.format]
+    if d.format in AUXILIARY:
+        return fn(d.path, con, source_id, options or ParseOptions())
+    return fn(d.path, con, source_id)

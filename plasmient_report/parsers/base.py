@@ -26,6 +26,19 @@ class SourceInfo:
     gpu_events: int = 0
     multi_rank: bool = False
     notes: list[str] = field(default_factory=list)
+    # Local-time logs (nvidia-smi): the IANA zone their times were read in (said in the verdict).
+    time_zone: str | None = None
+    # Counter logs: the effective sampling period (how often the values change), for alignment.
+    sample_period_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class ParseOptions:
+    """What some formats need beyond the file: the zone of local-time logs (None: this machine's zone) and
+    the sampling period of logs that print no time (dcgmi dmon, nvidia-smi dmon without -o T)."""
+
+    tz: str | None = None
+    dcgm_period_s: float = 1.0
 
 
 class Parser(Protocol):

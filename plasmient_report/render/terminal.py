@@ -32,6 +32,28 @@ def _row(g: Table, label: str, value: str, note: str = "", width: int = 33) -> N
     g.add_row(Text("  " + label + " " + "." * max(2, width - len(label))), value, note)
 
 
+TOP_FINDINGS = 3
+RANKS_DIFFER_PTS = 0.02  # per-rank lines when utilization or achieved differ by more than this, or the top loss does
+
+
+def _ranks_differ(ranks: list[dict[str, Any]]) -> bool:
+    def spread(xs: list[float | None]) -> float:
+        ys = [x for x in xs if x is not None]
+        return max(ys) - min(ys) if ys else 0.0
+
+    tops = {(r.get("losses") or [{}])[0].get("category") for r in ranks}
+    return (spread([r["utilization"]["trace"] for r in ranks]) > RANKS_DIFFER_PTS
+            or spread([r["achieved_fraction_of_peak"] for r in ranks]) > RANKS_DIFFER_PTS or len(tops) > 1)
+
+
+def _span(xs: list[float | None]) -> str:
+    ys = [x for x in xs if x is not None]
+    if not ys:
+        return "n/a"
+    lo, hi = _pct(min(ys)), _pct(max(ys))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
 def box(v: dict[str, Any]) -> Panel:
     run = v["run"]
     peak = v["peak"]
@@ -62,17 +84,40 @@ def box(v: dict[str, Any]) -> Panel:
             _row(g, "  " + loss["category"].replace("_", " "), _pct(loss["fraction"]),
                  loss.get("recommendation") or "", width=31)
         lines.append(g)
-    if len(v.get("ranks", [])) > 1:
+    # The top findings' one-line fixes, except those already beside their loss line.
+    shown = {x.get("recommendation") for x in losses}
+    findings = [f for f in v.get("findings") or []
+                if (f.get("lost_fraction") or 0) >= 0.005 and f.get("fix") not in shown][:TOP_FINDINGS]
+    if findings:
+        lines.append(Text(""))
+        lines.append(Text("  also found (plasmient-report rules --explain ID):"))
+        fg = Table.grid(padding=(0, 1))
+        fg.add_column(no_wrap=True)
+        fg.add_column(justify="right", no_wrap=True, style="bold")
+        fg.add_column(style="dim", overflow="fold")
+        for f in findings:
+            fg.add_row(Text(f"    {f['rule']}"), _pct(f.get("lost_fraction")), Text(f.get("fix") or f["title"]))
+        lines.append(fg)
+    ranks = v.get("ranks", [])
+    if len(ranks) > 1 and _ranks_differ(ranks):
         lines.append(Text(""))
         tbl = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
         tbl.add_column("  rank", justify="right")
         tbl.add_column("gpu", justify="right")
         tbl.add_column("util", justify="right")
         tbl.add_column("achieved", justify="right")
-        for r in v["ranks"]:
+        tbl.add_column("largest loss", no_wrap=True, overflow="ellipsis")
+        for r in ranks:
+            top = (r.get("losses") or [None])[0]
             tbl.add_row(f"  {r['rank']}", str(r["device"]), _pct(r["utilization"]["trace"]),
-                        _pct(r["achieved_fraction_of_peak"]))
+                        _pct(r["achieved_fraction_of_peak"]),
+                        f"{top['category'].replace('_', ' ')} {_pct(top['fraction'])}" if top else "")
         lines.append(tbl)
+    elif len(ranks) > 1:
+        lines.append(Text(""))
+        lines.append(Text(f"  {len(ranks)} ranks alike: utilization "
+                          f"{_span([r['utilization']['trace'] for r in ranks])}, achieved "
+                          f"{_span([r['achieved_fraction_of_peak'] for r in ranks])}"))
     ranges = [r for r in v.get("ranges", []) if not run.get("range") or r["name"] not in run["range"]]
     if ranges and not run.get("range"):
         lines.append(Text(""))

@@ -1,0 +1,790 @@
+"""report.html: one self-contained page (SPEC §6) from the store tables and the verdict document.
+
+Charts are matplotlib figures inlined as SVG (their text and axes take the page's colours, so light and dark
+themes both read); tables sort in the browser with a few lines of inline script. No network, no CDN.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import matplotlib
+import numpy as np
+import pyarrow as pa
+from jinja2 import Environment, PackageLoader
+from markupsafe import Markup
+from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter
+
+from ..metrics import CATEGORIES
+
+TIMELINE_BINS = 800
+TOP_KERNELS = 30
+ROOFLINE_POINTS = TOP_KERNELS  # each point is numbered by its row in the kernel table
+MAX_RANK_BARS = 128        # the per-rank stacked bars; beyond this the sortable matrix table carries it
+MAX_COUNTER_RANKS = 8
+
+# Colours per loss category (and achieved), mid-saturation so they read on light and dark backgrounds.
+COLOURS: dict[str, str] = {
+    "achieved": "#2ca02c",
+    "collective_wait": "#d62728",
+    "collective_transfer": "#ff7f0e",
+    "pipeline_bubble": "#e377c2",
+    "memory_bound": "#1f77b4",
+    "compute_inefficiency": "#17becf",
+    "memcpy": "#bcbd22",
+    "launch_bound": "#9467bd",
+    "sync_stall": "#8c564b",
+    "input_bound": "#e6b422",
+    "host_other": "#9a9a9a",
+    "no_coverage": "#4d4d4d",
+}
+# matplotlib draws text, axes and grid in these placeholder colours; the inlined SVG then takes them from CSS.
+_FG, _GRID, _PANEL = "#010203", "#020304", "#030405"
+_CSS_COLOURS = {_FG: "currentColor", _GRID: "var(--grid)", _PANEL: "var(--panel)"}
+FRACTION_METRICS = ("gpu_util", "sm_active", "sm_occupancy", "tensor_active", "dram_active", "mem_util",
+                    "fp16_active", "fp32_active", "fp64_active", "nvlink_util", "pcie_util")
+
+
+def category_colour(category: str) -> str:
+    return COLOURS.get(category, "#777777")
+
+
+def pct(x: float | None) -> str:
+    """A fraction as the terminal box prints it (one decimal below 1%)."""
+    if x is None:
+        return "n/a"
+    if 0 < x < 0.01:
+        return f"{x:.1%}"
+    return f"{x:.0%}"
+
+
+def achieved_text(verdict: dict[str, Any]) -> str:
+    """The headline achieved fraction as the terminal box prints it: '≥' for a lower bound, '?' near zero."""
+    achieved = verdict.get("achieved_fraction_of_peak")
+    text = pct(achieved)
+    if verdict.get("achieved_is_lower_bound") and achieved is not None:
+        text = "≥" + text if achieved >= 0.005 else "?"
+    return text
+
+
+def fmt_ms(ns: float | None) -> str:
+    if ns is None:
+        return "n/a"
+    ms = ns / 1e6
+    return f"{ms:,.3f}" if ms < 1 else f"{ms:,.1f}"
+
+
+def fmt_si(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "n/a"
+    if x == 0:
+        return f"0 {unit}".strip()
+    for factor, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{x / factor:,.3g} {prefix}{unit}"
+    return f"{x:,.3g} {unit}".strip()
+
+
+def fmt_duration(ns: float | None) -> str:
+    if ns is None:
+        return "n/a"
+    a = abs(ns)
+    if a >= 1e9:
+        return f"{ns / 1e9:,.3g} s"
+    if a >= 1e6:
+        return f"{ns / 1e6:,.3g} ms"
+    if a >= 1e3:
+        return f"{ns / 1e3:,.3g} µs"
+    return f"{ns:,.0f} ns"
+
+
+def fmt_value(x: Any) -> str:
+    """A verdict value of unknown shape, for the generic tables (clock, coverage, evidence)."""
+    if x is None:
+        return "n/a"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return f"{x:,.4g}"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, (dict, list)):
+        return json.dumps(x, default=str)
+    return str(x)
+
+
+def fmt_field(x: Any, key: str) -> str:
+    """A value of a generic table (clock sources, coverage) by its key's unit suffix."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        if key.endswith("_ns"):
+            return fmt_duration(x)
+        if key.endswith(("fraction", "coverage")) and isinstance(x, float):
+            return pct(x)
+    return fmt_value(x)
+
+
+def sort_key(x: Any) -> str:
+    """What a table cell sorts by (data-sort): the raw number, or empty for none."""
+    if x is None:
+        return ""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return repr(float(x)) if math.isfinite(x) else ""
+    return str(x)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Binning in SQL: any interval source, split pro rata over fixed time bins.
+
+
+SPANS_VIEW = "_html_spans"  # the time grids, registered for the duration of one binning query
+
+
+@dataclass(frozen=True)
+class Span:
+    """A time grid for one GPU: `nbins` bins of `bin_ns` from `g0_ns`; the GPU's window is [ws_ns, we_ns]."""
+
+    rank: int | None
+    device: int | None
+    g0_ns: int
+    bin_ns: float
+    nbins: int
+    ws_ns: int
+    we_ns: int
+
+    def bin_lengths(self) -> np.ndarray:
+        """How much of each bin lies inside the GPU's window (ns)."""
+        lo = self.g0_ns + np.arange(self.nbins) * self.bin_ns
+        return np.clip(np.minimum(lo + self.bin_ns, self.we_ns) - np.maximum(lo, self.ws_ns), 0, None)
+
+
+@dataclass(frozen=True)
+class Binned:
+    """Per span, bin and key: overlap time (ns) and the overlap-weighted sum of the source's value."""
+
+    keys: list[str]
+    overlap_ns: np.ndarray   # [span, bin, key]
+    weighted: np.ndarray     # [span, bin, key]
+
+
+def bin_intervals(con: duckdb.DuckDBPyConnection, source_sql: str, spans: list[Span],
+                  params: dict[str, Any] | None = None) -> Binned:
+    """`source_sql` yields (rank, device, s, e, key, val); each interval is split over every bin it touches
+    (an interval spanning many bins reaches all of them). One SQL pass; no per-row Python."""
+    n_bins = max((s.nbins for s in spans), default=0)
+    if not spans:
+        return Binned([], np.zeros((0, 0, 0)), np.zeros((0, 0, 0)))
+    tbl = pa.table({
+        "span_id": pa.array(range(len(spans)), pa.int32()),
+        "rank": pa.array([s.rank for s in spans], pa.int32()),
+        "device": pa.array([s.device for s in spans], pa.int32()),
+        "g0": pa.array([s.g0_ns for s in spans], pa.int64()),
+        "g1": pa.array([s.g0_ns + int(math.ceil(s.bin_ns * s.nbins)) for s in spans], pa.int64()),
+        "bw": pa.array([s.bin_ns for s in spans], pa.float64()),
+        "nb": pa.array([s.nbins for s in spans], pa.int64()),
+    })
+    name = SPANS_VIEW
+    con.register(name, tbl)
+    try:
+        rows = con.execute(f"""
+            WITH src AS ({source_sql}),
+            x AS (
+                SELECT sp.span_id, src.key, src.val, (src.s - sp.g0)::DOUBLE AS rs, (src.e - sp.g0)::DOUBLE AS re,
+                       sp.bw, sp.nb
+                FROM src JOIN {name} sp
+                  ON src.rank IS NOT DISTINCT FROM sp.rank AND src.device IS NOT DISTINCT FROM sp.device
+                WHERE src.e > src.s AND src.e > sp.g0 AND src.s < sp.g1
+            ), y AS (
+                SELECT span_id, key, val, rs, re, bw,
+                       unnest(range(greatest(0, floor(rs / bw))::BIGINT,
+                                    least(nb - 1, floor((re - 1) / bw))::BIGINT + 1)) AS b
+                FROM x
+            ), z AS (
+                SELECT span_id, b, key, val, least(re, (b + 1) * bw) - greatest(rs, b * bw) AS ov FROM y
+            )
+            SELECT span_id, b, key, (dense_rank() OVER (ORDER BY key) - 1)::BIGINT AS k, sum(ov) AS ov,
+                   sum(val * ov) AS wv
+            FROM z WHERE ov > 0 GROUP BY span_id, b, key""", params or {}).fetchnumpy()
+    finally:
+        con.unregister(name)
+    kidx = np.asarray(rows["k"], dtype=np.int64)
+    _, first = np.unique(kidx, return_index=True)   # the keys in dense_rank order, without a Python pass per row
+    keys = [str(rows["key"][i]) for i in first]
+    ov = np.zeros((len(spans), n_bins, len(keys)))
+    wv = np.zeros_like(ov)
+    if len(kidx):
+        at = (rows["span_id"].astype(np.int64), rows["b"].astype(np.int64), kidx)
+        np.add.at(ov, at, np.asarray(rows["ov"], dtype=float))
+        np.add.at(wv, at, np.nan_to_num(np.asarray(rows["wv"], dtype=float)))
+    return Binned(keys, ov, wv)
+
+
+LOSS_SOURCE = """
+    SELECT rank, device, start_ns AS s, end_ns AS e, category AS key, lost_ns / (end_ns - start_ns) AS val
+    FROM losses WHERE scope = 'window' AND end_ns > start_ns"""
+BUSY_SOURCE = f"""
+    WITH k AS (
+        SELECT rank, device, start_ns, end_ns,
+               max(end_ns) OVER (PARTITION BY rank, device ORDER BY start_ns, end_ns
+                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+        FROM kernels k WHERE end_ns > start_ns AND EXISTS (
+            SELECT 1 FROM {SPANS_VIEW} sp WHERE sp.rank IS NOT DISTINCT FROM k.rank AND sp.device = k.device)
+    ), g AS (
+        SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY rank, device ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
+        FROM k
+    )
+    SELECT rank, device, min(start_ns) AS s, max(end_ns) AS e, 'busy' AS key, 1.0 AS val
+    FROM g GROUP BY rank, device, island"""
+# A counter row belongs to a GPU by UUID when both sides know it, else by rank / device where given.
+COUNTER_SOURCE = """
+    WITH g AS (
+        SELECT DISTINCT w.rank, w.device, d.gpu_uuid FROM windows w
+        LEFT JOIN devices d ON d.rank IS NOT DISTINCT FROM w.rank AND d.device = w.device
+        WHERE w.scope = 'window'
+    )
+    SELECT g.rank, g.device, c.start_ns AS s, greatest(c.end_ns, c.start_ns + 1) AS e, c.metric AS key,
+           c.value AS val
+    FROM counters c JOIN g
+      ON CASE WHEN c.gpu_uuid IS NOT NULL AND g.gpu_uuid IS NOT NULL THEN c.gpu_uuid = g.gpu_uuid
+              ELSE (c.rank IS NULL OR c.rank = g.rank) AND (c.device IS NULL OR c.device = g.device) END
+    WHERE c.value IS NOT NULL AND isfinite(c.value)"""
+
+
+def gpu_windows(con: duckdb.DuckDBPyConnection) -> list[tuple[int | None, int | None, int, int]]:
+    return [(r, d, s, e) for r, d, s, e in con.execute(
+        "SELECT rank, device, start_ns, end_ns FROM windows WHERE scope = 'window' AND end_ns > start_ns "
+        "ORDER BY rank, device").fetchall()]
+
+
+def own_spans(windows: list[tuple[int | None, int | None, int, int]], nbins: int = TIMELINE_BINS) -> list[Span]:
+    return [Span(r, d, s, (e - s) / nbins, nbins, s, e) for r, d, s, e in windows]
+
+
+def common_spans(windows: list[tuple[int | None, int | None, int, int]], nbins: int = TIMELINE_BINS) -> list[Span]:
+    if not windows:
+        return []
+    g0 = min(w[2] for w in windows)
+    g1 = max(w[3] for w in windows)
+    return [Span(r, d, g0, (g1 - g0) / nbins, nbins, s, e) for r, d, s, e in windows]
+
+
+def where_peak_went(binned: Binned, spans: list[Span]) -> tuple[list[str], np.ndarray]:
+    """Per span and bin, the index into the returned labels of where most of the bin's peak went
+    ('achieved' or a loss category); -1 where the bin lies outside the GPU's window."""
+    labels = ["achieved"] + [c for c in CATEGORIES] + [k for k in binned.keys if k not in CATEGORIES]
+    n_bins = max((s.nbins for s in spans), default=0)
+    out = np.full((len(spans), n_bins), -1, dtype=np.int64)
+    if not spans:
+        return labels, out
+    lost = np.zeros((len(spans), n_bins, len(labels)))
+    for i, k in enumerate(binned.keys):
+        lost[:, :, labels.index(k)] = binned.weighted[:, :, i]
+    lengths = np.stack([s.bin_lengths() for s in spans])
+    lost[:, :, 0] = np.clip(lengths - lost[:, :, 1:].sum(axis=2), 0, None)
+    choice = lost.argmax(axis=2)
+    out = np.where(lengths > 0, choice, -1)
+    return labels, out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Charts: matplotlib → inline SVG.
+
+_figure_counter = 0
+
+
+def svg(fig: Figure, label: str) -> Markup:
+    """The figure as an inline <svg>: no XML prologue, no metadata, unique ids, colours from CSS."""
+    global _figure_counter
+    _figure_counter += 1
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"plasmient-{label}-{_figure_counter}"}):
+        # Constrained layout already fits the figure; a tight bounding box would cost another full draw.
+        tight = fig.get_layout_engine() is None
+        fig.savefig(buf, format="svg", transparent=True, bbox_inches="tight" if tight else None, pad_inches=0.05,
+                    metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]
+    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
+    text = re.sub(r'(<svg[^>]*?)\s(width|height)="[^"]*"', r"\1", text, count=1)
+    text = re.sub(r'(<svg[^>]*?)\s(width|height)="[^"]*"', r"\1", text, count=1)
+    text = text.replace("<svg ", f'<svg role="img" aria-label="{label}" class="chart-svg" ', 1)
+    for placeholder, css in _CSS_COLOURS.items():
+        text = text.replace(placeholder, css)
+    # Fonts come from the page (svg.fonttype none): name a generic family after matplotlib's choice.
+    text = text.replace("font-family: 'DejaVu Sans'", "font-family: system-ui, 'DejaVu Sans', sans-serif")
+    return Markup(text)
+
+
+def _figure(width_in: float, height_in: float, legend_below: bool = False) -> Figure:
+    # Constrained layout only where a figure legend goes below the axes (it doubles the drawing time).
+    return Figure(figsize=(width_in, height_in), facecolor="none", layout="constrained" if legend_below else None)
+
+
+def _style(ax: Any, grid_axis: str | None = "x") -> None:
+    ax.set_facecolor("none")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    for side in ("left", "bottom"):
+        ax.spines[side].set_color(_FG)
+    ax.tick_params(colors=_FG, labelcolor=_FG, labelsize=8)
+    ax.xaxis.label.set_color(_FG)
+    ax.yaxis.label.set_color(_FG)
+    ax.title.set_color(_FG)
+    if grid_axis:
+        ax.grid(True, axis=grid_axis, color=_GRID, linewidth=0.5)
+        ax.set_axisbelow(True)
+
+
+def _legend(where: Any, handles: list[Any], **kw: Any) -> None:
+    """A legend on an axes, or (given the figure) below all its axes."""
+    if isinstance(where, Figure):
+        kw = {"loc": "outside lower center", "ncol": max(1, min(len(handles), 5)), **kw}
+    leg = where.legend(handles=handles, fontsize=7, frameon=False, **kw)
+    for t in leg.get_texts():
+        t.set_color(_FG)
+
+
+def waterfall_chart(achieved: float, losses: list[dict[str, Any]]) -> Markup:
+    """Peak (100%) minus each loss category in turn, down to what was achieved."""
+    labels = ["peak"] + [x["category"].replace("_", " ") for x in losses] + ["achieved"]
+    lefts, widths, colours = [0.0], [1.0], ["#7f7f7f"]
+    level = 1.0
+    for x in losses:
+        level -= x["fraction"]
+        lefts.append(level)
+        widths.append(x["fraction"])
+        colours.append(category_colour(x["category"]))
+    lefts.append(0.0)
+    widths.append(achieved)
+    colours.append(COLOURS["achieved"])
+    fig = _figure(7.5, 0.3 * len(labels) + 0.7)
+    ax = fig.add_subplot()
+    y = np.arange(len(labels))
+    ax.barh(y, widths, left=lefts, color=colours, height=0.7)
+    for yi, left, w in zip(y, lefts, widths, strict=True):
+        ax.text(min(left + w, 1.0) + 0.01, float(yi), pct(w), va="center", fontsize=8, color=_FG)
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.12)
+    ax.set_xticks(np.linspace(0, 1, 6), [f"{v:.0%}" for v in np.linspace(0, 1, 6)])
+    ax.set_xlabel("share of peak over the analysed window", fontsize=8)
+    _style(ax)
+    return svg(fig, "loss waterfall")
+
+
+def rank_bars_chart(ranks: list[dict[str, Any]]) -> Markup:
+    """One 100% stacked bar per rank: achieved, then each loss category."""
+    cats = ["achieved", *CATEGORIES]
+    fig = _figure(7.5, min(0.25 * len(ranks) + 1.0, 9), legend_below=True)
+    ax = fig.add_subplot()
+    y = np.arange(len(ranks))
+    left = np.zeros(len(ranks))
+    present = []
+    for cat in cats:
+        if cat == "achieved":
+            vals = np.array([r.get("achieved_fraction_of_peak") or 0.0 for r in ranks])
+        else:
+            vals = np.array([sum(x["fraction"] for x in r.get("losses", []) if x["category"] == cat) for r in ranks])
+        if not vals.any():
+            continue
+        present.append(cat)
+        ax.barh(y, vals, left=left, color=category_colour(cat), height=0.75, linewidth=0)
+        left += vals
+    ax.set_yticks(y, [f"rank {r['rank']}" for r in ranks] if len(ranks) <= 32 else [""] * len(ranks))
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xticks(np.linspace(0, 1, 6), [f"{v:.0%}" for v in np.linspace(0, 1, 6)])
+    ax.set_xlabel("share of each rank's window", fontsize=8)
+    _style(ax)
+    _legend(fig, [Patch(color=category_colour(c), label=c.replace("_", " ")) for c in present])
+    return svg(fig, "where each rank's peak went")
+
+
+def _time_unit(span_ns: float) -> tuple[float, str]:
+    if span_ns >= 5e9:
+        return 1e9, "s"
+    if span_ns >= 5e6:
+        return 1e6, "ms"
+    return 1e3, "µs"
+
+
+def timeline_chart(spans: list[Span], labels: list[str], choice: np.ndarray, common: bool) -> Markup:
+    """A strip per GPU, each bin coloured by where most of its peak went (transparent outside the window)."""
+    palette = np.array([to_rgba(category_colour(c)) for c in labels])
+    rgba = np.zeros((len(spans), choice.shape[1], 4))
+    inside = choice >= 0
+    rgba[inside] = palette[choice[inside]]
+    n = len(spans)
+    fig = _figure(7.5, min(0.22 * n + 1.0, 10), legend_below=True)
+    ax = fig.add_subplot()
+    if common:
+        scale, unit = _time_unit(spans[0].bin_ns * spans[0].nbins)
+        extent = (0.0, spans[0].bin_ns * spans[0].nbins / scale, n - 0.5, -0.5)
+        ax.set_xlabel(f"time since the first window starts ({unit}; all ranks on one clock)", fontsize=8)
+    else:
+        extent = (0.0, 100.0, n - 0.5, -0.5)
+        ax.set_xlabel("% of each GPU's own window", fontsize=8)
+    ax.imshow(rgba, aspect="auto", interpolation="none", extent=extent)
+    if n <= 32:
+        names = [f"rank {s.rank}" + (f" · gpu {s.device}" if s.device is not None else "") for s in spans]
+        if not common:
+            names = [f"{nm} ({fmt_duration(s.we_ns - s.ws_ns)})" for nm, s in zip(names, spans, strict=True)]
+        ax.set_yticks(range(n), names)
+    else:
+        ax.set_ylabel(f"{n} GPUs (by rank)", fontsize=8)
+        ax.set_yticks([])
+    _style(ax, grid_axis=None)
+    used = sorted({int(c) for c in np.unique(choice) if c >= 0})
+    _legend(fig, [Patch(color=category_colour(labels[i]), label=labels[i].replace("_", " ")) for i in used])
+    return svg(fig, "timeline strip" + (" (one clock)" if common else " (own windows)"))
+
+
+@dataclass(frozen=True)
+class KernelGroup:
+    name: str
+    kind: str
+    count: int
+    time_ns: float
+    time_share: float
+    flops: float | None
+    bytes: float | None
+    achieved_flop_s: float | None
+    achieved_fraction_of_peak: float | None
+    arithmetic_intensity: float | None
+    bound: str
+
+
+def kernel_groups(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None,
+                  peak_flop_s: float | None, bandwidth_bytes_s: float | None) -> list[KernelGroup]:
+    """Kernels grouped by name over the analysed windows (clipped to them, FLOPs and bytes pro rata)."""
+    rows = con.execute("""
+        WITH w AS (
+            SELECT rank, device, start_ns AS ws, end_ns AS we FROM windows
+            WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn AND end_ns > start_ns
+        ), k AS (
+            SELECT k.kernel_id, k.name, k.kind, k.flops, k.bytes, k.start_ns, k.end_ns,
+                   greatest(0, least(k.end_ns, w.we) - greatest(k.start_ns, w.ws)) AS ov
+            FROM kernels k ASOF JOIN w
+              ON k.rank IS NOT DISTINCT FROM w.rank AND k.device = w.device AND k.end_ns > w.ws
+        ), c AS (
+            SELECT *, CASE WHEN end_ns > start_ns THEN ov / (end_ns - start_ns) ELSE 1.0 END AS share FROM k
+            WHERE ov > 0
+        )
+        SELECT name, mode(kind), count(*), sum(ov)::DOUBLE,
+               sum(flops * share) FILTER (WHERE flops > 0),
+               sum(flops * share) FILTER (WHERE flops > 0 AND bytes > 0),
+               sum(bytes * share) FILTER (WHERE flops > 0 AND bytes > 0),
+               sum(bytes * share) FILTER (WHERE bytes > 0)
+        FROM c GROUP BY name ORDER BY sum(ov) DESC""", {"scope": scope, "rn": range_name}).fetchall()
+    total = sum(r[3] for r in rows) or 1.0
+    ridge = peak_flop_s / bandwidth_bytes_s if peak_flop_s and bandwidth_bytes_s else None
+    out = []
+    for name, kind, count, t, flops, f_ai, b_ai, nbytes in rows:
+        rate = flops / (t / 1e9) if flops and t else None
+        ai = f_ai / b_ai if f_ai and b_ai else None
+        if kind == "nccl":
+            bound = "communication"
+        elif kind in ("memcpy", "memset"):
+            bound = "copy"
+        elif not flops:
+            bound = "no FLOP estimate"
+        elif ai is None or ridge is None:
+            bound = "compute (no bytes)" if ai is None else "unknown"
+        else:
+            bound = "memory" if ai < ridge else "compute"
+        out.append(KernelGroup(name, kind, count, t, t / total, flops, nbytes, rate,
+                               rate / peak_flop_s if rate and peak_flop_s else None, ai, bound))
+    return out
+
+
+def roofline_chart(groups: list[KernelGroup], peak_flop_s: float, bandwidth_bytes_s: float | None) -> Markup | None:
+    placed = [g for g in groups[:ROOFLINE_POINTS] if g.arithmetic_intensity and g.achieved_flop_s]
+    if not placed:
+        return None
+    ai = np.array([g.arithmetic_intensity for g in placed], dtype=float)
+    perf = np.array([g.achieved_flop_s for g in placed], dtype=float) / 1e12
+    share = np.array([g.time_share for g in placed])
+    p = peak_flop_s / 1e12
+    lo = min(ai.min(), (peak_flop_s / bandwidth_bytes_s) if bandwidth_bytes_s else ai.min()) / 4
+    hi = max(ai.max(), (peak_flop_s / bandwidth_bytes_s) if bandwidth_bytes_s else ai.max()) * 4
+    x = np.logspace(math.log10(lo), math.log10(hi), 200)
+    fig = _figure(7.5, 4.2)
+    ax = fig.add_subplot()
+    if bandwidth_bytes_s:
+        roof = np.minimum(p, x * bandwidth_bytes_s / 1e12)
+        ridge = peak_flop_s / bandwidth_bytes_s
+        ax.loglog(x, roof, color=_FG, linewidth=1.5, label=f"roof: {p:,.0f} TFLOP/s, {bandwidth_bytes_s / 1e12:.2f} TB/s")
+        ax.axvline(ridge, color=_GRID, linestyle=":", linewidth=1)
+        ax.text(ridge * 1.08, p * 1.15, f"ridge {ridge:,.0f} FLOP/B", fontsize=7, color=_FG)
+    else:
+        ax.loglog(x, np.full_like(x, p), color=_FG, linewidth=1.5, label=f"peak {p:,.0f} TFLOP/s")
+    colours = [COLOURS["memory_bound"] if g.bound == "memory" else COLOURS["compute_inefficiency"] for g in placed]
+    sizes = 20 + 400 * share / max(share.max(), 1e-12)
+    ax.scatter(ai, perf, s=sizes, c=colours, alpha=0.75, edgecolors=_FG, linewidths=0.4, zorder=3)
+    # Numbered as in the kernel table; points that nearly coincide share one label ("#2, #4").
+    labels: list[tuple[int, list[str]]] = []
+    for i in np.argsort(-share):
+        near = next((lab for j, lab in labels if abs(math.log10(ai[i] / ai[j])) < 0.06
+                     and abs(math.log10(perf[i] / perf[j])) < 0.06), None)
+        number = f"#{groups.index(placed[i]) + 1}"
+        if near is not None:
+            near.append(number)
+        else:
+            labels.append((int(i), [number]))
+    for j, names in labels:
+        ax.annotate(", ".join(names), (ai[j], perf[j]), fontsize=7, color=_FG, xytext=(5, 4),
+                    textcoords="offset points")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(min(perf.min(), p) / 4, p * 2)
+    ax.set_xlabel("arithmetic intensity (FLOP / byte)", fontsize=8)
+    ax.set_ylabel("achieved TFLOP/s", fontsize=8)
+    _style(ax, grid_axis="both")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
+    ax.xaxis.set_major_formatter(plain)
+    _legend(ax, [*ax.get_legend_handles_labels()[0],
+                 Patch(color=COLOURS["memory_bound"], label="memory-bound group"),
+                 Patch(color=COLOURS["compute_inefficiency"], label="compute-bound group")], loc="lower right")
+    return svg(fig, "roofline")
+
+
+@dataclass(frozen=True)
+class CounterView:
+    chart: Markup | None
+    rows: list[dict[str, Any]]
+    ranks_shown: int
+    ranks_total: int
+
+
+def _fraction_metric(metric: str) -> bool:
+    m = metric.lower()
+    return m in FRACTION_METRICS or m.endswith(("util", "_active", "_pct", "_percent", "utilization"))
+
+
+def counters_view(con: duckdb.DuckDBPyConnection, windows: list[tuple[int | None, int | None, int, int]]) -> CounterView:
+    """Device counters against the trace's busy fraction, binned over each GPU's window."""
+    (n,), = con.execute("SELECT count(*) FROM counters").fetchall()
+    if not n or not windows:
+        return CounterView(None, [], 0, len(windows))
+    spans = own_spans(windows)
+    counters = bin_intervals(con, COUNTER_SOURCE, spans)
+    if not counters.keys:
+        return CounterView(None, [], 0, len(windows))
+    lengths = np.stack([s.bin_lengths() for s in spans])
+    rows: list[dict[str, Any]] = []
+    scale = {}
+    for j, metric in enumerate(counters.keys):
+        ov, wv = counters.overlap_ns[:, :, j], counters.weighted[:, :, j]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean_all = wv.sum(axis=1) / ov.sum(axis=1)
+            per_bin = wv / ov
+        hi = np.nanmax(per_bin) if np.isfinite(per_bin).any() else 0.0
+        scale[metric] = 100.0 if _fraction_metric(metric) and hi > 1.5 else 1.0
+        for i, s in enumerate(spans):
+            if ov[i].sum() > 0:
+                vals = per_bin[i][ov[i] > 0]
+                rows.append({"rank": s.rank, "device": s.device, "metric": metric,
+                             "coverage": float(ov[i].sum() / max(lengths[i].sum(), 1)),
+                             "mean": float(mean_all[i]), "min": float(vals.min()), "max": float(vals.max())})
+    shown = [i for i in range(len(spans)) if counters.overlap_ns[i].sum() > 0][:MAX_COUNTER_RANKS]
+    # Plotted: the utilization-like counters that ever leave zero, on the busy fraction's 0–1 scale (at most six,
+    # the common ones first); power, clocks and temperatures have other units and stay in the table.
+    def priority(m: str) -> tuple[int, str]:
+        return (FRACTION_METRICS.index(m) if m in FRACTION_METRICS else len(FRACTION_METRICS), m)
+
+    plotted = sorted((m for j, m in enumerate(counters.keys)
+                      if _fraction_metric(m) and np.nanmax(np.abs(counters.weighted[:, :, j])) > 0), key=priority)[:6]
+    rows.sort(key=lambda r: (r["rank"] is None, r["rank"] or 0, r["device"] or 0, priority(r["metric"])))
+    if not shown:
+        return CounterView(None, rows, 0, len(windows))
+    # The trace's busy fraction only for the GPUs plotted: merging kernel intervals is the costly part.
+    busy = bin_intervals(con, BUSY_SOURCE, [spans[i] for i in shown])
+    busy_frac = np.zeros_like(lengths)
+    if busy.keys:
+        busy_frac[shown] = busy.overlap_ns[:, :, 0] / np.where(lengths[shown] > 0, lengths[shown], 1)
+    fig = _figure(7.5, 1.6 * len(shown) + 0.7, legend_below=True)
+    axes = fig.subplots(len(shown), 1, squeeze=False)[:, 0]
+    palette = ["#1f77b4", "#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
+    handles: dict[str, Any] = {}
+    for ax, i in zip(axes, shown, strict=True):
+        s = spans[i]
+        unit_scale, unit = _time_unit(s.we_ns - s.ws_ns)
+        t = (np.arange(s.nbins) + 0.5) * s.bin_ns / unit_scale
+        (line,) = ax.plot(t, busy_frac[i], color=COLOURS["achieved"], linewidth=1.2)
+        handles.setdefault("trace: busy fraction", line)
+        for k, metric in enumerate(plotted):
+            j = counters.keys.index(metric)
+            ov, wv = counters.overlap_ns[i, :, j], counters.weighted[i, :, j]
+            if ov.sum() == 0:
+                continue
+            series = np.where(ov > 0, wv / np.where(ov > 0, ov, 1), np.nan) / scale[metric]
+            (line,) = ax.plot(t, series, color=palette[k % len(palette)], linewidth=1, drawstyle="steps-mid")
+            handles.setdefault(f"{metric}" + (" (÷100)" if scale[metric] != 1 else ""), line)
+        ax.set_ylim(-0.02, 1.05)
+        ax.set_xlim(0, s.nbins * s.bin_ns / unit_scale)
+        ax.set_title(f"rank {s.rank} · gpu {s.device}", fontsize=8, loc="left", color=_FG)
+        ax.set_xlabel(f"time since the window starts ({unit})", fontsize=8)
+        ax.set_ylabel("fraction", fontsize=8)
+        _style(ax, grid_axis="y")
+    for label, line in handles.items():
+        line.set_label(label)
+    _legend(fig, list(handles.values()))
+    return CounterView(svg(fig, "counters vs trace busy time"), rows, len(shown), len(windows))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The page.
+
+
+def _env() -> Environment:
+    env = Environment(loader=PackageLoader("plasmient_report", "templates"), autoescape=True,
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(field=fmt_field, pct=pct, ms=fmt_ms, si=fmt_si, duration=fmt_duration, value=fmt_value, sortkey=sort_key,
+                       colour=category_colour, label=lambda c: str(c).replace("_", " "))
+    return env
+
+
+def _loss_rows(achieved: float | None, losses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = [{"category": x["category"], "layer": x.get("layer"), "fraction": x["fraction"],
+             "recommendation": x.get("recommendation")} for x in losses]
+    if achieved is not None:
+        rows.insert(0, {"category": "achieved", "layer": "", "fraction": achieved,
+                        "recommendation": "useful FLOPs at the chosen peak"})
+    return rows
+
+
+def _evidence(e: Any) -> list[tuple[str, str]]:
+    if isinstance(e, str):
+        try:
+            e = json.loads(e)
+        except ValueError:
+            return [("", e)]
+    if isinstance(e, dict):
+        return [(str(k), fmt_value(v)) for k, v in e.items()]
+    if isinstance(e, list):
+        return [(str(i), fmt_value(v)) for i, v in enumerate(e)]
+    return [] if e is None else [("", fmt_value(e))]
+
+
+def _utc(ns: int | None) -> str:
+    if ns is None:
+        return "n/a"
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str, Any]:
+    """Everything the template shows, from the store tables and the verdict (never from input files)."""
+    run, peak = verdict["run"], verdict["peak"]
+    achieved = verdict.get("achieved_fraction_of_peak")
+    util = verdict.get("utilization") or {}
+    peak_flop_s = peak["tflops"] * 1e12 if peak.get("tflops") else None
+    bandwidth = peak["memory_bandwidth_tbs"] * 1e12 if peak.get("memory_bandwidth_tbs") else None
+    scope = "range" if run.get("range") else "window"
+    range_name = run["range"][0] if run.get("range") else None
+
+    ach_text = achieved_text(verdict)
+    losses = verdict.get("losses") or []
+
+    windows = gpu_windows(con)
+    timeline_common = timeline_own = None
+    if windows and achieved is not None:   # without a peak nothing is lost or achieved: no strip to colour
+        common = common_spans(windows)
+        labels, choice = where_peak_went(bin_intervals(con, LOSS_SOURCE, common), common)
+        timeline_common = timeline_chart(common, labels, choice, common=True)
+        span = max(w[3] for w in windows) - min(w[2] for w in windows)
+        if len(windows) > 1 and any((w[3] - w[2]) < 0.9 * span for w in windows):
+            own = own_spans(windows)
+            labels, choice = where_peak_went(bin_intervals(con, LOSS_SOURCE, own), own)
+            timeline_own = timeline_chart(own, labels, choice, common=False)
+
+    ranks = verdict.get("ranks") or []
+    gpu_names = {(g.get("rank"), g.get("device")): g.get("name") for g in run.get("gpus") or []}
+    window_by_gpu = {(r, d): (s, e) for r, d, s, e in windows}
+    first_ns = min((w[2] for w in windows), default=None)
+    rank_rows = []
+    for r in ranks:
+        top = (r.get("losses") or [{}])[0]
+        w = window_by_gpu.get((r["rank"], r["device"]))
+        rank_rows.append({**r, "gpu": gpu_names.get((r["rank"], r["device"])),
+                          "window_start": _utc(w[0]) if w else "n/a",
+                          "start_offset_ns": w[0] - first_ns if w and first_ns is not None else None,
+                          "top_loss": top.get("category"), "top_loss_fraction": top.get("fraction"),
+                          "loss_by_category": {x["category"]: x["fraction"] for x in r.get("losses") or []}})
+    rank_categories = [c for c in CATEGORIES if any(c in rr["loss_by_category"] for rr in rank_rows)]
+
+    groups = kernel_groups(con, scope, range_name, peak_flop_s, bandwidth)
+    roofline = roofline_chart(groups, peak_flop_s, bandwidth) if peak_flop_s else None
+    top = groups[:ROOFLINE_POINTS]
+    placed = sum(1 for g in top if g.arithmetic_intensity and g.achieved_flop_s)
+    flops_no_bytes = sum(1 for g in top if g.flops and not g.arithmetic_intensity)
+
+    counters = counters_view(con, windows)
+    clock = (verdict.get("clock") or {}).get("sources") or []
+    known_clock = ["path", "format", "format_version", "rank", "rank_method", "anchor", "offset_ns", "method",
+                   "uncertainty_ns"]
+    extra_clock = sorted({k for s in clock for k in s if k not in known_clock})
+    findings = [{**f, "evidence_rows": _evidence(f.get("evidence"))} for f in verdict.get("findings") or []]
+    n_ranks = len(run.get("ranks") or [])
+    return {
+        "v": verdict,
+        "title": f"plasmient · {', '.join(run['range']) if run.get('range') else 'whole profile'} · "
+                 f"{n_ranks} rank{'s' if n_ranks != 1 else ''} · {peak.get('gpu') or 'unknown GPU'}",
+        "n_ranks": n_ranks,
+        "utilization": util.get("trace"),
+        "measured": util.get("measured"),
+        "achieved": achieved,
+        "achieved_text": ach_text,
+        "headroom": verdict.get("headroom") or {},
+        "peak": peak,
+        "ridge": peak_flop_s / bandwidth if peak_flop_s and bandwidth else None,
+        "window_ns": run.get("window_ns"),
+        "loss_rows": _loss_rows(achieved, losses),
+        "loss_total": (achieved or 0.0) + sum(x["fraction"] for x in losses) if achieved is not None else None,
+        "waterfall": waterfall_chart(achieved, losses) if achieved is not None else None,
+        "rank_rows": rank_rows,
+        "rank_categories": rank_categories,
+        "rank_bars": rank_bars_chart(ranks) if 1 < len(ranks) <= MAX_RANK_BARS else None,
+        "timeline_common": timeline_common,
+        "timeline_own": timeline_own,
+        "timeline_bins": TIMELINE_BINS,
+        "run_start": _utc(min(w[2] for w in windows)) if windows else "n/a",
+        "findings": findings,
+        "kernel_groups": groups[:TOP_KERNELS],
+        "kernel_groups_total": len(groups),
+        "kernel_time_ns": sum(g.time_ns for g in groups),
+        "roofline": roofline,
+        "roofline_placed": placed,
+        "roofline_unplaced": flops_no_bytes,
+        "ranges": verdict.get("ranges") or [],
+        "counters": counters,
+        "clock": clock,
+        "clock_extra": extra_clock,
+        "coverage": verdict.get("coverage") or {},
+        "notes": verdict.get("notes") or [],
+    }
+
+
+def render(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> str:
+    # A cursor of our own: the caller's connection may hold an unfinished result, and ours registers views.
+    cur = con.cursor()
+    try:
+        return _env().get_template("report.html.j2").render(**context(cur, verdict))
+    finally:
+        cur.close()
+
+
+def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -> None:
+    """Write report.html for this run to `path`."""
+    Path(path).write_text(render(con, verdict), encoding="utf-8")

@@ -1,0 +1,246 @@
+"""What a rule sees: the store narrowed to the analysed window (temp tables `rule_*`), the window's size, steps,
+GPUs and peaks, and `lost_ns`: how much of the waterfall's lost time a set of intervals accounts for.
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from ..metrics import CATEGORIES
+from ..peaks import GpuPeaks, load_table, match_gpu
+
+# Temp tables every rule may read (the analysed window only; same columns as the store's tables).
+RULE_TABLES = ("rule_windows", "rule_kernels", "rule_ops", "rule_api_calls", "rule_ranges", "rule_collectives",
+               "rule_losses", "rule_steps")
+IDLE_CATEGORIES = ("launch_bound", "sync_stall", "input_bound", "host_other")
+BUSY_CATEGORIES = ("collective_wait", "collective_transfer", "pipeline_bubble", "memory_bound", "compute_inefficiency",
+                   "memcpy")
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    rank: int | None
+    device: int
+    name: str | None
+    peak_flop_s: float | None
+    bandwidth_bytes_s: float | None
+    sm_count: int | None
+    compute_capability: str | None
+    table_entry: GpuPeaks | None  # the peak-table row (all precisions), when the name matched
+
+
+@dataclass
+class RuleContext:
+    con: duckdb.DuckDBPyConnection
+    scope: str
+    range_name: str | None
+    precision: str
+    window_ns: float  # Σ analysed windows over GPUs: the denominator of every lost_fraction (as in the verdict)
+    rank_window_ns: dict[int | None, float]
+    steps: int  # ProfilerStep#N in the window, else the range's occurrences, else 1
+    step_unit: str | None  # "step", "occurrence of phase:x", or None (the whole window)
+    utilization: float | None
+    achieved: float | None
+    gpus: dict[tuple[int | None, int], GpuInfo]
+    category_ns: dict[str, float] = field(default_factory=dict)
+
+    # ---- queries -------------------------------------------------------------------------------------------
+    def rows(self, sql: str, params: Any = None) -> list[dict[str, Any]]:
+        cur = self.con.execute(sql, params) if params is not None else self.con.execute(sql)
+        if cur.description is None:
+            return []
+        cols = [d[0] for d in cur.description]
+        return [{c: plain(v) for c, v in zip(cols, r, strict=True)} for r in cur.fetchall()]
+
+    def fraction(self, ns: float | None) -> float:
+        return float(ns or 0) / self.window_ns if self.window_ns else 0.0
+
+    def category_fraction(self, *categories: str) -> float:
+        return self.fraction(sum(self.category_ns.get(c, 0.0) for c in categories))
+
+    def per_step(self, x: float) -> float:
+        return x / max(self.steps, 1)
+
+    def per_step_text(self) -> str:
+        return f"per {self.step_unit}" if self.step_unit else "in the window"
+
+    def gpu(self, rank: int | None = None) -> GpuInfo | None:
+        for (r, _), g in sorted(self.gpus.items(), key=lambda kv: (kv[0][0] is None, kv[0])):
+            if rank is None or r == rank:
+                return g
+        return None
+
+    def gpus_sql(self) -> str:
+        """The GPUs as a relation `(rank, device, peak, bw, sm_count)` (peak in FLOP/s, bw in bytes/s)."""
+        def lit(x: Any) -> str:
+            return "NULL" if x is None else repr(float(x)) if isinstance(x, float) else str(int(x))
+
+        rows = [f"({lit(g.rank)}::INTEGER, {lit(g.device)}::INTEGER, {lit(g.peak_flop_s)}::DOUBLE, "
+                f"{lit(g.bandwidth_bytes_s)}::DOUBLE, {lit(g.sm_count)}::INTEGER)" for g in self.gpus.values()]
+        if not rows:
+            rows = ["(NULL::INTEGER, NULL::INTEGER, NULL::DOUBLE, NULL::DOUBLE, NULL::INTEGER)"]
+        return f"(SELECT * FROM (VALUES {', '.join(rows)}) v(rank, device, peak, bw, sm_count))"
+
+    # ---- the waterfall -------------------------------------------------------------------------------------
+    def lost_ns(self, intervals_sql: str, categories: Iterable[str], weighted: bool = False,
+                params: Any = None) -> dict[Any, float]:
+        """Lost time (ns) of `categories` inside the intervals, per interval `key`.
+
+        `intervals_sql` yields `key, rank, device, start_ns, end_ns` (device NULL: every GPU of the rank) and,
+        when `weighted`, a `weight` in [0, 1] (the part of that interval's loss the rule explains). Intervals of
+        one key are merged first, so no lost moment counts twice for a key and no key ever claims more than the
+        waterfall lost there. A loss stretch partly covered counts pro rata."""
+        cats = [c for c in categories if c in CATEGORIES]
+        if not cats:
+            return {}
+        wcol = "least(greatest(coalesce(weight, 0), 0), 1)" if weighted else "1.0"
+        named = isinstance(params, dict)
+        cats_param = "$_categories" if named else "?"
+        sql = f"""
+            WITH raw AS (
+                SELECT i.key, i.rank, coalesce(i.device, g.device) AS device, i.start_ns, i.end_ns, {wcol} AS w
+                FROM ({intervals_sql}) i
+                JOIN (SELECT DISTINCT rank, device FROM rule_windows) g
+                  ON g.rank IS NOT DISTINCT FROM i.rank AND (i.device IS NULL OR i.device = g.device)
+                WHERE i.end_ns > i.start_ns
+            ), s AS (
+                SELECT *, max(end_ns) OVER (PARTITION BY key, rank, device ORDER BY start_ns, end_ns
+                                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+                FROM raw
+            ), g AS (
+                SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
+                          OVER (PARTITION BY key, rank, device ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING)
+                          AS island
+                FROM s
+            ), merged AS (
+                SELECT key, rank, device, min(start_ns) AS start_ns, max(end_ns) AS end_ns FROM g
+                GROUP BY key, rank, device, island
+            ), l AS (
+                SELECT * FROM rule_losses WHERE category IN (SELECT unnest({cats_param}::VARCHAR[]))
+                  AND end_ns > start_ns
+            ), whole AS (
+                SELECT m.key, sum(l.lost_ns * (least(l.end_ns, m.end_ns) - greatest(l.start_ns, m.start_ns))
+                                  / (l.end_ns - l.start_ns)) AS ns
+                FROM merged m JOIN l ON l.rank IS NOT DISTINCT FROM m.rank AND l.device = m.device
+                 AND l.start_ns < m.end_ns AND l.end_ns > m.start_ns
+                GROUP BY m.key
+            ){''', part AS (
+                SELECT r.key, sum(r.w * l.lost_ns * (least(l.end_ns, r.end_ns) - greatest(l.start_ns, r.start_ns))
+                                  / (l.end_ns - l.start_ns)) AS ns
+                FROM raw r JOIN l ON l.rank IS NOT DISTINCT FROM r.rank AND l.device = r.device
+                 AND l.start_ns < r.end_ns AND l.end_ns > r.start_ns
+                GROUP BY r.key
+            )''' if weighted else ''}
+            SELECT whole.key, {'least(whole.ns, coalesce(part.ns, 0))' if weighted else 'whole.ns'}
+            FROM whole {'LEFT JOIN part ON part.key IS NOT DISTINCT FROM whole.key' if weighted else ''}"""
+        args: Any = {**params, "_categories": cats} if named else [*(params or []), cats]
+        return {plain(k): float(v or 0) for k, v in self.con.execute(sql, args).fetchall()}
+
+    def lost_fraction(self, intervals_sql: str, categories: Iterable[str], weighted: bool = False,
+                      params: Any = None) -> float:
+        """`lost_ns` over all keys together, as a fraction of the window."""
+        extra = ", weight" if weighted else ""
+        sql = f"SELECT NULL AS key, rank, device, start_ns, end_ns{extra} FROM ({intervals_sql})"
+        return self.fraction(sum(self.lost_ns(sql, categories, weighted, params).values()))
+
+
+def plain(v: Any) -> Any:
+    """DuckDB values → JSON-safe Python values."""
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _peaks_by_gpu(peaks: Sequence[Any]) -> dict[tuple[int | None, int], Any]:
+    return {(p.rank, p.device): p for p in peaks}
+
+
+def prepare(con: duckdb.DuckDBPyConnection, ranges: Sequence[str], precision: str, peaks: Sequence[Any],
+            peaks_file: Any = None) -> RuleContext:
+    """Narrow the store to the headline window (the first `--range`, else each GPU's profiled window)."""
+    scope = "range" if ranges else "window"
+    range_name = ranges[0] if ranges else None
+    p = [scope, range_name]
+    cleanup(con)
+    con.execute("""CREATE OR REPLACE TEMP TABLE rule_windows AS
+                   SELECT rank, device, start_ns, end_ns FROM windows
+                   WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND end_ns > start_ns""", p)
+    con.execute("""CREATE OR REPLACE TEMP TABLE rule_losses AS
+                   SELECT * FROM losses WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?""", p)
+    if scope == "window":
+        # Each GPU's window spans all of its rank's events: nothing to cut (and nothing copied).
+        con.execute("CREATE OR REPLACE TEMP VIEW rule_kernels AS SELECT * FROM kernels")
+        for t in ("ops", "api_calls", "ranges", "collectives"):
+            con.execute(f"CREATE OR REPLACE TEMP VIEW rule_{t} AS SELECT * FROM {t}")
+    else:
+        con.execute("""CREATE OR REPLACE TEMP TABLE rule_kernels AS
+                       SELECT k.* FROM kernels k SEMI JOIN rule_windows w
+                         ON w.rank IS NOT DISTINCT FROM k.rank AND w.device = k.device
+                        AND k.start_ns < w.end_ns AND k.end_ns > w.start_ns""")
+        for t in ("ops", "api_calls", "ranges"):
+            con.execute(f"""CREATE OR REPLACE TEMP TABLE rule_{t} AS
+                            SELECT x.* FROM {t} x SEMI JOIN rule_windows w
+                              ON w.rank IS NOT DISTINCT FROM x.rank AND x.start_ns < w.end_ns AND x.end_ns > w.start_ns""")
+        # A collective counts when any rank's part of it is in the window (its peers' parts come along).
+        con.execute("""CREATE OR REPLACE TEMP TABLE rule_collectives AS
+                       WITH c AS (SELECT *, coalesce(process_group, group_ranks, '') AS pg FROM collectives),
+                       hit AS (SELECT DISTINCT pg, collective, seq FROM c SEMI JOIN rule_windows w
+                                 ON w.rank IS NOT DISTINCT FROM c.rank AND w.device = c.device
+                                AND c.start_ns < w.end_ns AND c.end_ns > w.start_ns)
+                       SELECT c.* EXCLUDE (pg) FROM c JOIN hit USING (pg, collective, seq)""")
+    # Steps: ProfilerStep#N ranges (CPU side) that lie inside the window, per rank.
+    con.execute("""CREATE OR REPLACE TEMP TABLE rule_steps AS
+                   SELECT DISTINCT r.rank, r.name, r.start_ns, r.end_ns FROM ranges r JOIN rule_windows w
+                     ON w.rank IS NOT DISTINCT FROM r.rank AND r.start_ns >= w.start_ns - 1000 AND r.end_ns <= w.end_ns + 1000
+                   WHERE NOT r.on_gpu AND r.name LIKE 'ProfilerStep#%'""")
+    wrows = con.execute("""SELECT rank, sum(window_ns), bool_and(peak_flop_s IS NOT NULL), max(occurrences)
+                           FROM metrics WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND rank IS NOT NULL
+                           GROUP BY rank""", p).fetchall()
+    rank_window = {r: float(w or 0) for r, w, _, _ in wrows}
+    with_peak = sum(float(w or 0) for _, w, ok, _ in wrows if ok)
+    window_ns = with_peak or sum(rank_window.values())
+    step_rows = con.execute("SELECT rank, count(*) FROM rule_steps GROUP BY rank").fetchall()
+    if step_rows:
+        steps, unit = max(int(n) for _, n in step_rows), "step"
+    elif scope == "range":
+        steps, unit = max([int(o or 1) for *_, o in wrows] or [1]), f"occurrence of {range_name}"
+    else:
+        steps, unit = 1, None
+    head = con.execute("""SELECT utilization, achieved_fraction_of_peak FROM metrics
+                          WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND rank IS NULL""", p).fetchall()
+    util, achieved = (head[0] if head else (None, None))
+    cat_ns = {c: float(n or 0) for c, n in con.execute(
+        "SELECT category, sum(lost_ns) FROM rule_losses GROUP BY category").fetchall()}
+    table = load_table(peaks_file)
+    devs = {(r, d): (n, sm, cc) for r, d, n, sm, cc in con.execute(
+        "SELECT rank, device, any_value(name), max(sm_count), any_value(compute_capability) FROM devices "
+        "GROUP BY rank, device").fetchall()}
+    gpus: dict[tuple[int | None, int], GpuInfo] = {}
+    for key, pk in _peaks_by_gpu(peaks).items():
+        name, sm, cc = devs.get(key, (pk.device_name, None, None))
+        entry = next((g for g in table if g.key == pk.peak.gpu_key), None) or match_gpu(name, table)
+        gpus[key] = GpuInfo(rank=key[0], device=key[1], name=name or pk.device_name, peak_flop_s=pk.peak.flop_s,
+                            bandwidth_bytes_s=pk.peak.bandwidth_bytes_s, sm_count=sm, compute_capability=cc,
+                            table_entry=entry)
+    return RuleContext(con=con, scope=scope, range_name=range_name, precision=precision, window_ns=window_ns,
+                       rank_window_ns=rank_window, steps=steps, step_unit=unit,
+                       utilization=float(util) if util is not None else None,
+                       achieved=float(achieved) if achieved is not None else None, gpus=gpus, category_ns=cat_ns)
+
+
+def cleanup(con: duckdb.DuckDBPyConnection) -> None:
+    views = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE temporary").fetchall()}
+    tables = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()}
+    for t in RULE_TABLES:
+        if t in views:
+            con.execute(f"DROP VIEW {t}")
+        elif t in tables:
+            con.execute(f"DROP TABLE {t}")

@@ -1,0 +1,158 @@
+"""Helpers the rule modules share: kernel-name patterns, short kernel names, unit formatting, and the
+byte model of elementwise ops (from `Input Dims` / `Input type`), evaluated once per distinct op shape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from ..flops import DTYPE_PRECISION, ELEMENT_BYTES
+
+# Elementwise / pointwise kernels (PyTorch's TensorIterator kernels, Triton pointwise, copies, cat).
+ELEMENTWISE_KERNEL_RE = (r"(?i)(elementwise|pointwise|triton_poi|_copy_kernel|CatArrayBatchedCopy|FillFunctor|"
+                         r"Functor)")
+NOT_ELEMENTWISE_RE = r"(?i)(reduce|norm|softmax|gemm|gemv|nccl|sort|scan|gather|scatter|index|embedding|adam|multi_tensor)"
+# Names of GEMM kernels that run on CUDA cores, not tensor cores.
+NON_TENSOR_CORE_RE = r"(?i)(sgemm|simt|_ffma|f32f32_f32f32_f32)"
+# Markers of tensor-core GEMM / attention kernels.
+TENSOR_CORE_RE = (r"(?i)(tensorop|tf32|bf16|f16|fp16|h16|s16816|s1688|h1688|h884|i8816|e4m3|e5m2|wgmma|hmma|gmma|"
+                  r"nvjet|flash|fmha|sdpa|_mma|mma_)")
+MATMUL_NAME_RE = r"(?i)(gemm|gemv|nvjet|xmma|cutlass|cublas|matmul|sm[0-9]{2,3}_|ampere_|volta_|turing_|hopper_|Cijk_)"
+
+_EXTRA_ELEMENT_BYTES = {"long int": 8, "long": 8, "int64": 8, "int": 4, "int32": 4, "short": 2, "bool": 1,
+                        "unsigned char": 1, "uint8": 1}
+
+
+def fmt_ns(ns: float | None) -> str:
+    if ns is None:
+        return "n/a"
+    ns = float(ns)
+    a = abs(ns)
+    if a >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if a >= 1e6:
+        return f"{ns / 1e6:.1f} ms" if a >= 1e7 else f"{ns / 1e6:.2f} ms"
+    if a >= 1e3:
+        return f"{ns / 1e3:.1f} µs"
+    return f"{ns:.0f} ns"
+
+
+def pct(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    if 0 < abs(x) < 0.01:
+        return f"{x:.1%}"
+    return f"{x:.0%}"
+
+
+def fmt_bytes(b: float | None) -> str:
+    if b is None:
+        return "n/a"
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(b) >= div:
+            return f"{b / div:.1f} {unit}"
+    return f"{b:.0f} B"
+
+
+def short_kernel(name: str | None, width: int = 72) -> str:
+    """`void at::native::vectorized_elementwise_kernel<4, AUnaryFunctor<…MulFunctor<float>>…>(…)` →
+    `vectorized_elementwise_kernel [MulFunctor]`."""
+    if not name:
+        return "?"
+    n = name.strip()
+    if n.startswith("void "):
+        n = n[5:]
+    n = re.sub(r"at::native::|\(anonymous namespace\)::|at_cuda_detail::|cub::detail::|std::|c10::", "", n)
+    depth = 0
+    for i, ch in enumerate(n):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            n = n[:i]
+            break
+    base, _, inner = n.partition("<")
+    base = base.split("::")[-1] or base
+    tags = [t for t in re.findall(r"([A-Za-z_]\w*(?:Functor\w*|KernelImpl|_kernel_cuda|_kernel_impl))", inner)
+            if t not in ("AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor", "UnaryFunctor")]
+    out = f"{base} [{tags[-1].split('::')[-1]}]" if tags else base
+    return out if len(out) <= width else out[: width - 1] + "…"
+
+
+def element_bytes(type_name: Any) -> int | None:
+    if not isinstance(type_name, str):
+        return None
+    t = type_name.lower()
+    prec = DTYPE_PRECISION.get(t)
+    if prec:
+        return ELEMENT_BYTES.get(prec)
+    return _EXTRA_ELEMENT_BYTES.get(t)
+
+
+def op_traffic_bytes(name: str | None, input_dims: str | None, input_types: str | None) -> float | None:
+    """DRAM bytes of an elementwise-like op: every tensor input read once, one output the size of the first
+    input written (in-place ops: the first input read and written). `copy_(dst, src)`: src read, dst written."""
+    if not input_dims:
+        return None
+    try:
+        dims = json.loads(input_dims)
+        types = json.loads(input_types) if input_types else []
+    except ValueError:
+        return None
+    if not isinstance(dims, list):
+        return None
+    sizes = []
+    for i, d in enumerate(dims):
+        if isinstance(d, list) and d and all(isinstance(v, int) and v >= 0 for v in d):
+            elem = element_bytes(types[i] if isinstance(types, list) and i < len(types) else None) or 4
+            sizes.append(math.prod(d) * elem)
+    if not sizes:
+        return None
+    if name in ("aten::copy_",):
+        return float(sum(sizes))
+    return float(sum(sizes) + sizes[0])
+
+
+def register_op_bytes(con: duckdb.DuckDBPyConnection, ops_table: str, view: str = "_rule_op_bytes") -> None:
+    """Register `view(op_id, traffic_bytes)` for the ops of `ops_table` that launched kernels (one model
+    evaluation per distinct (name, dims, types), not per op)."""
+    shapes = con.execute(f"""
+        SELECT DISTINCT o.name, o.input_dims, o.input_types FROM {ops_table} o
+        WHERE o.input_dims IS NOT NULL AND o.op_id IN (SELECT op_id FROM rule_kernels WHERE op_id IS NOT NULL)
+    """).fetchall()
+    names, dims, types, nbytes = [], [], [], []
+    for n, d, t in shapes:
+        names.append(n)
+        dims.append(d)
+        types.append(t)
+        nbytes.append(op_traffic_bytes(n, d, t))
+    con.register(f"{view}_shapes", pa.table({
+        "name": pa.array(names, pa.string()), "input_dims": pa.array(dims, pa.string()),
+        "input_types": pa.array(types, pa.string()), "traffic_bytes": pa.array(nbytes, pa.float64())}))
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE {view} AS
+                    SELECT o.op_id, s.traffic_bytes FROM {ops_table} o JOIN {view}_shapes s
+                      ON s.name = o.name AND s.input_dims = o.input_dims
+                     AND s.input_types IS NOT DISTINCT FROM o.input_types
+                    WHERE s.traffic_bytes IS NOT NULL""")
+    con.unregister(f"{view}_shapes")
+
+
+def drop(con: duckdb.DuckDBPyConnection, *tables: str) -> None:
+    for t in tables:
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+
+
+def repeat_unit(seq: list[str]) -> tuple[list[str], int]:
+    """The shortest unit whose repetition makes `seq` (a chain of op names): ([mul_, add_], 40)."""
+    n = len(seq)
+    for k in range(1, n // 2 + 1):
+        if n % k == 0 and seq[:k] * (n // k) == seq:
+            return seq[:k], n // k
+    return seq, 1

@@ -1,0 +1,137 @@
+"""PR502 host-sync-stall: the host syncs that leave the GPU idle — the sync call, the op that made it
+(`.item()`, `.cpu()`, `nonzero()`…), the copy before it, and the Python site when the trace has stacks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..metrics import SYNC_API_RE
+from .base import Finding, Thresholds, rule
+from .context import RuleContext
+from .sqlutil import fmt_ns
+
+PYTHON_FRAME_RE = r"\.py\([0-9]+\)"
+
+# What a user wrote, from the op that issued the sync (innermost first).
+FRIENDLY = {
+    "aten::item": ".item()", "aten::_local_scalar_dense": ".item()", "aten::is_nonzero": "bool(tensor) / `if tensor:`",
+    "aten::nonzero": ".nonzero() (data-dependent size)", "aten::masked_select": "masked_select (data-dependent size)",
+    "aten::unique": "unique() (data-dependent size)", "aten::_unique2": "unique() (data-dependent size)",
+    "aten::repeat_interleave": "repeat_interleave (data-dependent size)", "aten::tolist": ".tolist()",
+    "aten::to": ".to('cpu') / .cpu()", "aten::_to_copy": ".to('cpu') / .cpu()", "aten::cpu": ".cpu()",
+    "aten::copy_": "a device→host copy_", "aten::equal": "torch.equal", "aten::allclose": "torch.allclose",
+}
+BARE = {"cudaDeviceSynchronize": "torch.cuda.synchronize()", "cudaStreamSynchronize": "stream.synchronize()",
+        "cudaEventSynchronize": "event.synchronize()", "cudaStreamWaitEvent": "stream.wait_event()"}
+
+STALLS_SQL = f"""
+WITH st AS (
+    SELECT rank, device, start_ns, end_ns, lost_ns FROM rule_losses WHERE category = 'sync_stall'
+), syncs AS (
+    SELECT rank, thread, name, start_ns, end_ns FROM rule_api_calls WHERE regexp_matches(name, '{SYNC_API_RE}')
+), j AS (
+    SELECT st.*, s.name AS sync_name, s.thread, s.start_ns AS sync_start, s.end_ns AS sync_end
+    FROM st ASOF LEFT JOIN syncs s ON s.rank IS NOT DISTINCT FROM st.rank AND s.start_ns <= st.start_ns
+), ctx_ops AS (
+    SELECT j.rank, j.sync_start, j.thread,
+           arg_max(o.name, o.depth) FILTER (WHERE NOT regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS inner_op,
+           arg_min(o.name, o.depth) FILTER (WHERE NOT regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS outer_op,
+           arg_max(o.name, o.depth) FILTER (WHERE regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS python_site,
+           arg_max(o.op_id, o.depth) FILTER (WHERE NOT regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS inner_op_id
+    FROM (SELECT DISTINCT rank, thread, sync_start, sync_end FROM j WHERE sync_start IS NOT NULL) j
+    JOIN rule_ops o ON o.rank IS NOT DISTINCT FROM j.rank AND o.thread = j.thread
+     AND o.start_ns <= j.sync_start AND o.end_ns >= j.sync_end
+    GROUP BY j.rank, j.sync_start, j.thread
+), annot AS (
+    SELECT j.rank, j.sync_start, arg_max(r.name, r.start_ns) AS range_name
+    FROM (SELECT DISTINCT rank, sync_start, sync_end FROM j WHERE sync_start IS NOT NULL) j
+    JOIN rule_ranges r ON r.rank IS NOT DISTINCT FROM j.rank AND NOT r.on_gpu AND r.name NOT LIKE 'ProfilerStep#%'
+     AND r.start_ns <= j.sync_start AND r.end_ns >= j.sync_end
+    GROUP BY j.rank, j.sync_start
+), d2h AS (
+    SELECT op_id, count(*) AS copies, sum(bytes) AS bytes FROM rule_kernels
+    WHERE kind = 'memcpy' AND copy_kind = 'DtoH' GROUP BY op_id
+)
+SELECT j.*, c.inner_op, c.outer_op, c.python_site, a.range_name, d.copies AS d2h_copies, d.bytes AS d2h_bytes
+FROM j LEFT JOIN ctx_ops c ON c.rank IS NOT DISTINCT FROM j.rank AND c.sync_start = j.sync_start AND c.thread = j.thread
+LEFT JOIN annot a ON a.rank IS NOT DISTINCT FROM j.rank AND a.sync_start = j.sync_start
+LEFT JOIN d2h d ON d.op_id = c.inner_op_id"""
+
+
+def friendly(sync: str | None, inner: str | None, outer: str | None) -> str:
+    for op in (inner, outer):
+        if op in FRIENDLY:
+            return FRIENDLY[op]
+    if inner is None and outer is None:
+        return BARE.get((sync or "").split("_v")[0], sync or "an unknown sync")
+    return outer or inner or sync or "?"
+
+
+@rule("PR502", name="host-sync-stall", layer="host", title="Host syncs leave the GPU idle", category="sync_stall",
+      thresholds={"max_findings": 3, "min_lost_fraction": 0.01})
+def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
+    """
+    ## What it detects
+    Every stretch the waterfall calls `sync_stall` (the GPU idle right after a host-blocking call returned)
+    is traced back to the sync that preceded it: the CUDA call (`cudaStreamSynchronize`,
+    `cudaDeviceSynchronize`, a synchronous `cudaMemcpy`), the PyTorch op that made it (`aten::item` →
+    `aten::_local_scalar_dense` is `.item()`; `aten::to` / `_to_copy` with a device→host copy is `.cpu()`;
+    `aten::nonzero` has a data-dependent size), the device→host copy it waited for, the enclosing
+    `record_function` range, and the Python line when the trace was recorded with stacks (`with_stack=True`).
+    Grouped by call site, largest idle time first.
+
+    ## Why it costs peak
+    A sync makes the host wait until the GPU has drained its queue; when the host resumes, the GPU has nothing
+    queued and idles until the host launches again — the whole host-side time after the sync (Python, data
+    preparation, logging) becomes GPU idle time. One `.item()` per step for a loss print can cost more than a
+    layer's worth of compute.
+
+    ## How to fix
+    Take the sync out of the hot loop: keep values on the GPU (accumulate the loss as a tensor, log every N
+    steps), replace `if tensor:` / `.item()` control flow by tensor ops (`torch.where`, masks), avoid
+    data-dependent shapes (`nonzero`, `masked_select`, `unique`) or give them a static size, and read results
+    back asynchronously (`.to('cpu', non_blocking=True)` into pinned memory plus a CUDA event). Make sure the
+    host has work queued before any unavoidable sync.
+
+    ## Example
+    `host sync .item() (aten::item → aten::_local_scalar_dense → cudaStreamSynchronize) leaves the GPU idle
+    10×, 20.5 ms each`.
+    """
+    groups = ctx.rows(f"""
+        WITH s AS ({STALLS_SQL}),
+        per_sync AS (  -- one row per sync call: the idle stretches that followed it
+            SELECT rank, sync_start, any_value(sync_name) AS sync_name, any_value(inner_op) AS inner_op,
+                   any_value(outer_op) AS outer_op, any_value(python_site) AS python_site,
+                   any_value(range_name) AS range_name, sum(lost_ns) AS lost_ns, sum(end_ns - start_ns) AS idle_ns,
+                   any_value(d2h_copies) AS d2h_copies, any_value(d2h_bytes) AS d2h_bytes
+            FROM s GROUP BY rank, sync_start
+        )
+        SELECT sync_name, inner_op, outer_op, python_site, any_value(range_name) AS range_name,
+               count(*) AS syncs, sum(lost_ns) AS lost_ns, sum(idle_ns) AS idle_ns, max(idle_ns) AS max_idle_ns,
+               sum(d2h_copies) AS d2h_copies, max(d2h_bytes) AS d2h_bytes, list(DISTINCT rank) AS ranks
+        FROM per_sync GROUP BY sync_name, inner_op, outer_op, python_site ORDER BY lost_ns DESC""")
+    for g in groups[: int(t.max_findings)]:
+        what = friendly(g["sync_name"], g["inner_op"], g["outer_op"])
+        chain = " → ".join(x for x in dict.fromkeys([g["outer_op"], g["inner_op"], g["sync_name"]]) if x)
+        n = g["syncs"]
+        each = g["idle_ns"] / max(n, 1)
+        site = g["python_site"]
+        where = (f" at {site}" if site else "") + (f" inside {g['range_name']}" if g["range_name"] else "")
+        copy = " after a device→host copy" if g["d2h_copies"] else ""
+        per = f", {fmt_ns(ctx.per_step(g['idle_ns']))} {ctx.per_step_text()}" if ctx.step_unit else ""
+        rec = (f"{what} ({chain}){where} synchronizes the host with the GPU{copy} {n}×; each time the GPU then sat "
+               f"idle {fmt_ns(each)} on average (worst {fmt_ns(g['max_idle_ns'])}; {fmt_ns(g['idle_ns'])} in all{per}) "
+               "until the host launched again. Take it out of the hot loop: keep the value on the GPU (accumulate, "
+               "log every N steps), use tensor ops instead of Python control flow on it, or read it back "
+               "asynchronously (.to('cpu', non_blocking=True) into pinned memory + a CUDA event)."
+               + ("" if site else " (Record with with_stack=True to see the Python line.)"))
+        yield Finding(
+            title=f"host sync {what} ({chain}) leaves the GPU idle {n}×, {fmt_ns(each)} each",
+            recommendation=rec,
+            fix=f"drop {what} from the loop: {n} sync{'s' if n != 1 else ''}, {fmt_ns(each)} idle each",
+            lost_fraction=ctx.fraction(g["lost_ns"]), key=chain,
+            rank=g["ranks"][0] if len(g["ranks"] or []) == 1 and len(ctx.rank_window_ns) > 1 else None,
+            evidence={"sync_call": g["sync_name"], "op": g["inner_op"], "outer_op": g["outer_op"], "as_written": what,
+                      "python_site": site, "range": g["range_name"], "syncs": n, "idle_ns": g["idle_ns"],
+                      "mean_idle_ns": each, "max_idle_ns": g["max_idle_ns"], "d2h_copies": g["d2h_copies"],
+                      "d2h_bytes": g["d2h_bytes"], "ranks": g["ranks"]})
