@@ -69,7 +69,7 @@ def _child_ours(trace: Path, phases: bool) -> dict:
     import_s = time.perf_counter() - t0
     out: dict = {"import_s": import_s, "module": str(Path(plasmient_report.__file__).parent),
                  "rss_after_import": _rss_now(), "maxrss_after_import": _maxrss()}
-    timers: dict[str, float] = {}
+    timers: dict[str, list[float]] = {}  # phase -> [wall s, CPU s], exclusive
     marks: list[tuple[str, int, int]] = []
     con = store.connect()
     target = con
@@ -89,7 +89,7 @@ def _child_ours(trace: Path, phases: bool) -> dict:
     return out
 
 
-def _instrument_ours(con, timers: dict[str, float], marks: list[tuple[str, int, int]], hooked: list[str]):
+def _instrument_ours(con, timers: dict[str, list[float]], marks: list[tuple[str, int, int]], hooked: list[str]):
     """Wrap the ingest's internals from the outside (nothing edited) to time its phases and track RSS.
 
     The ingest is being reworked, so every hook is optional: a name that is not there is skipped and the
@@ -105,21 +105,24 @@ def _instrument_ours(con, timers: dict[str, float], marks: list[tuple[str, int, 
 
     from plasmient_report.parsers import _io, kineto
 
-    stack: list[list] = []  # [name, child seconds]
+    stack: list[list] = []  # [name, child wall seconds, child CPU seconds]
 
     def timed(name, fn):
         @functools.wraps(fn)
         def wrapper(*a, **kw):
-            stack.append([name, 0.0])
-            t = time.perf_counter()
+            stack.append([name, 0.0, 0.0])
+            t, c = time.perf_counter(), time.process_time()
             try:
                 return fn(*a, **kw)
             finally:
-                dt = time.perf_counter() - t
-                _, child = stack.pop()
-                timers[name] = timers.get(name, 0.0) + dt - child
+                dt, dc = time.perf_counter() - t, time.process_time() - c
+                _, child, child_c = stack.pop()
+                acc = timers.setdefault(name, [0.0, 0.0])
+                acc[0] += dt - child
+                acc[1] += dc - child_c
                 if stack:
                     stack[-1][1] += dt
+                    stack[-1][2] += dc
                 marks.append((name, _rss_now(), _maxrss()))
         return wrapper
 
@@ -440,14 +443,18 @@ def main(argv: list[str] | None = None) -> int:
         r = results["ours-phases"][0]
         total = r["load_s"]
         print()
-        print(f"ours breakdown (one instrumented run: load {total:.2f}s wall, {r['load_cpu_s']:.2f}s CPU; "
-              f"peak RSS {fmt_mib(r['peak_rss'])} MiB; wall seconds per phase):")
-        accounted = 0.0
-        for name, secs in sorted(r["phases"].items(), key=lambda kv: -kv[1]):
-            accounted += secs
-            print(f"  {name:<28} {secs:>7.2f}s  {100 * secs / total:>5.1f}%")
-        rest = total - accounted
-        print(f"  {'other (Python loops, glue)':<28} {rest:>7.2f}s  {100 * rest / total:>5.1f}%")
+        total_c = r["load_cpu_s"]
+        print(f"ours breakdown (one instrumented run; peak RSS {fmt_mib(r['peak_rss'])} MiB):")
+        print(f"  {'phase':<28} {'wall s':>7} {'%':>6} {'CPU s':>7} {'%':>6}")
+
+        def row(name: str, w: float, c: float) -> None:
+            print(f"  {name:<28} {w:>7.2f} {100 * w / total:>5.1f}% {c:>7.2f} {100 * c / total_c:>5.1f}%")
+
+        phases = sorted(r["phases"].items(), key=lambda kv: -kv[1][1])
+        for name, (w, c) in phases:
+            row(name, w, c)
+        row("other (Python loops, glue)", total - sum(p[1][0] for p in phases), total_c - sum(p[1][1] for p in phases))
+        row("total (load)", total, total_c)
         # Where the peak happens: the first checkpoint at which ru_maxrss reached its final value.
         peak_at = next((m for m in r["marks"] if m[2] >= r["maxrss_end"]), None)
         hi = max(r["marks"], key=lambda m: m[1]) if r["marks"] else None

@@ -259,44 +259,56 @@ def _norm_bus(b: str | None) -> str | None:
 
 
 def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Give counter rows the (rank, device) of the trace GPU they describe: by UUID, else PCI bus id, else index
-    (when exactly one trace GPU has that device ordinal). Unmatched GPUs are said in the notes."""
+    """Give counter rows the (rank, device) of the trace GPU they describe: by UUID, else PCI bus id, else device
+    index. One physical GPU can appear in several traces (runs one after another): among the GPUs that match,
+    the one whose profiled window the log overlaps wins, then a UUID / bus id match over an index match.
+    Unmatched and ambiguous GPUs are said in the notes."""
     trace = con.execute("""
-        SELECT g.rank, g.device, any_value(d.gpu_uuid), any_value(d.bus_id)
+        WITH span AS (
+            SELECT rank, min(s) AS s, max(e) AS e FROM (
+                SELECT rank, start_ns s, end_ns e FROM kernels UNION ALL SELECT rank, start_ns, end_ns FROM ops
+                UNION ALL SELECT rank, start_ns, end_ns FROM ranges) GROUP BY rank)
+        SELECT g.rank, g.device, any_value(d.gpu_uuid), any_value(d.bus_id), any_value(span.s), any_value(span.e)
         FROM (SELECT DISTINCT rank, device FROM kernels) g
         LEFT JOIN devices d ON d.rank IS NOT DISTINCT FROM g.rank AND d.device = g.device
              AND d.source_id IN (SELECT source_id FROM sources WHERE rank_method <> 'counters')
-        GROUP BY g.rank, g.device""").fetchall()
+        LEFT JOIN span ON span.rank IS NOT DISTINCT FROM g.rank
+        GROUP BY g.rank, g.device ORDER BY g.rank, g.device""").fetchall()
     logs = con.execute("""
         SELECT c.source_id, s.path, c.gpu_index, c.gpu_uuid,
                (SELECT any_value(d.bus_id) FROM devices d WHERE d.source_id = c.source_id
-                  AND (d.gpu_uuid = c.gpu_uuid OR (c.gpu_uuid IS NULL AND d.device = c.gpu_index))) AS bus
-        FROM (SELECT DISTINCT source_id, gpu_index, gpu_uuid FROM counters
-              WHERE entity IS NULL OR entity LIKE 'GPU %') c JOIN sources s USING (source_id)
+                  AND (d.gpu_uuid = c.gpu_uuid OR (c.gpu_uuid IS NULL AND d.device = c.gpu_index))) AS bus,
+               c.s, c.e
+        FROM (SELECT source_id, gpu_index, gpu_uuid, min(start_ns) AS s, max(end_ns) AS e FROM counters
+              WHERE entity IS NULL OR entity LIKE 'GPU %' GROUP BY ALL) c JOIN sources s USING (source_id)
         WHERE s.rank_method = 'counters'
         ORDER BY c.source_id, c.gpu_index""").fetchall()
-    by_uuid = {_norm_uuid(u): (r, d) for r, d, u, _ in trace if u}
-    by_bus = {_norm_bus(b): (r, d) for r, d, _, b in trace if b}
-    by_index: dict[int, list[tuple[int, int]]] = {}
-    for r, d, _, _ in trace:
-        by_index.setdefault(d, []).append((r, d))
     notes: list[str] = []
     # Only counter logs are matched here; a trace's own GPU metrics (nsys) already carry their rank and device.
     con.execute("UPDATE counters SET rank = NULL, device = NULL "
                 "WHERE source_id IN (SELECT source_id FROM sources WHERE rank_method = 'counters')")
     unmatched: dict[str, list[str]] = {}
-    for sid, path, idx, uuid, bus in logs:
+    for sid, path, idx, uuid, bus, ls, le in logs:
+        strong = [(r, d, ws, we) for r, d, u, b, ws, we in trace
+                  if (uuid and _norm_uuid(u) == _norm_uuid(uuid)) or (bus and b and _norm_bus(b) == _norm_bus(bus))]
+        weak = [(r, d, ws, we) for r, d, u, b, ws, we in trace if idx is not None and d == idx and (r, d, ws, we)
+                not in strong and not (uuid and u) and not (bus and b)]
+
+        def overlapping(c: list[tuple], ls: int = ls, le: int = le) -> list[tuple]:
+            return [x for x in c if x[2] is not None and ls < x[3] and le > x[2]]
+
         hit, how = None, None
-        if uuid and _norm_uuid(uuid) in by_uuid:
-            hit, how = by_uuid[_norm_uuid(uuid)], "uuid"
-        elif bus and _norm_bus(bus) in by_bus:
-            hit, how = by_bus[_norm_bus(bus)], "bus id"
-        elif idx is not None and len(by_index.get(idx, [])) == 1:
-            hit, how = by_index[idx][0], "index"
+        for cands, kind in ((overlapping(strong), "id"), (overlapping(weak), "index"), (strong, "id"), (weak, "index")):
+            if len(cands) == 1:
+                hit, how = cands[0][:2], kind
+                break
+            if len(cands) > 1:
+                break
         label = f"GPU {idx}" if idx is not None else f"GPU {uuid}"
         if hit is None:
-            why = " (several ranks use that device ordinal and the log names no UUID/bus id)" \
-                if idx is not None and len(by_index.get(idx, [])) > 1 else ""
+            many = len(overlapping(strong)) > 1 or len(overlapping(weak)) > 1 or \
+                (not overlapping(strong) and not overlapping(weak) and (len(strong) > 1 or len(weak) > 1))
+            why = " (several trace GPUs fit it equally)" if many else ""
             unmatched.setdefault(Path(path).name, []).append(label + why)
             continue
         con.execute("""UPDATE counters SET rank = ?, device = ? WHERE source_id = ?
@@ -306,7 +318,8 @@ def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
                        AND (gpu_uuid IS NOT DISTINCT FROM ? OR (? IS NULL AND device = ?))""",
                     [hit[0], hit[1], sid, uuid, uuid, idx])
         if how == "index" and len(trace) > 1:
-            notes.append(f"{Path(path).name}: {label} matched to rank {hit[0]} device {hit[1]} by index only")
+            notes.append(f"{Path(path).name}: {label} matched to rank {hit[0]} device {hit[1]} by index"
+                         + (" and time" if overlapping(weak) else " only"))
     for name, labels in unmatched.items():
         notes.append(f"{name}: {', '.join(labels)} matches no GPU of the trace (by UUID, bus id or index); "
                      "its samples are kept but not compared")
@@ -320,7 +333,7 @@ class CounterAlignment:
     source_id: int
     shift_ns: int | None          # the best shift found (None: nothing could be placed)
     applied: bool
-    method: str                   # correlation, zone, kept, ambiguous, none
+    method: str                   # correlation, zone, kept, ambiguous, weak, none
     correlation: float | None
     correlation_runner_up: float | None   # best correlation at a clearly different shift
     correlation_at_zero: float | None
@@ -489,9 +502,9 @@ def align_counters(con: duckdb.DuckDBPyConnection, fixed: set[int],
             notes.append(msg)
         elif res.method == "kept":
             notes.append(f"{name}: its own clock agrees with the trace (best shift {_fmt_ns(res.shift_ns or 0)}, "
-                         f"r = {res.correlation:.2f}, within one sampling period ± {unc} or no better than unshifted)")
-        elif res.method == "ambiguous":
-            notes.append(f"{name}: correlation with the trace is ambiguous (best r = {_r(res.correlation)} at "
+                         f"r = {res.correlation:.2f}: within two sampling periods of ± {unc}, or no better than unshifted)")
+        elif res.method in ("ambiguous", "weak"):
+            notes.append(f"{name}: correlation with the trace is {res.method} (best r = {_r(res.correlation)} at "
                          f"{_fmt_ns(res.shift_ns or 0)}, r = {_r(res.correlation_runner_up)} elsewhere): clock "
                          f"{'kept as logged' if anchor in COUNTER_TRUSTED else 'left synthesized (low confidence)'}; "
                          "use --offset to place it")
@@ -582,8 +595,10 @@ def _align_one(con: duckdb.DuckDBPyConnection, sid: int, metric: str, eff_period
         if zone_jump and len([cc for cc, _ in peaks if cc not in centers]) == 1:
             z = int(round(zone_jump * 1e9))  # the only quarter-hour that puts the log on the trace
             return CounterAlignment(sid, z, True, "zone", best.r, runner, r0, eff, z)
-        return CounterAlignment(sid, shift_ns, False, "ambiguous", best.r, runner, r0, eff, 0)
-    if trusted and r0 is not None and (abs(best.shift) <= window or best.r - r0 < 0.05):
+        return CounterAlignment(sid, shift_ns, False, "ambiguous" if best.r >= 0.5 else "weak", best.r, runner, r0,
+                                eff, 0)
+    # A log's own clock is trusted to about a sampling period: a nearby optimum is noise, not evidence.
+    if trusted and (abs(best.shift) <= 2 * window or (r0 is not None and best.r - r0 < 0.1)):
         return CounterAlignment(sid, shift_ns, False, "kept", best.r, runner, r0, eff, 0)
     return CounterAlignment(sid, shift_ns, True, "correlation", best.r, runner, r0, eff,
                             int(round(zone_jump * 1e9)))

@@ -224,6 +224,7 @@ def build_windows(con: duckdb.DuckDBPyConnection, range_patterns: Sequence[str])
             SELECT DISTINCT regexp_replace(name, '#[0-9]+$', '#*') AS label, name FROM cpu
             WHERE (rank, name, start_ns, end_ns) NOT IN (SELECT (rank, name, start_ns, end_ns) FROM inner_)
               AND NOT starts_with(name, 'nccl:') AND NOT starts_with(name, 'Optimizer.')
+              AND coalesce(domain, '') NOT IN ('NCCL', 'NCCL_API')
             """).fetchall()]
         pats = sorted({p for p, _ in label_rows})
     if label_rows:
@@ -271,7 +272,7 @@ SYNC_API_RE = r"(?i)(synchronize|^cudaMemcpy(2D|3D|ToSymbol|FromSymbol)?(_v[0-9]
 LAUNCH_API_RE = r"(?i)(launch|graphlaunch|memcpyasync|memsetasync)"
 DATALOADER_RE = r"(?i)(dataloader|data_loader|enumerate\(DataLoader)"
 P2P_KERNEL_RE = r"(?i)(sendrecv|_send|_recv|send_|recv_)"
-SYNC_TOLERANCE_NS = 20_000  # an idle stretch that begins within 20 µs of a sync's return follows that sync
+SYNC_TOLERANCE_NS = 20_000  # a sync that returned up to 20 µs before an idle stretch began caused it
 
 
 def collective_waits(con: duckdb.DuckDBPyConnection) -> bool:
@@ -382,7 +383,9 @@ def sweep(con: duckdb.DuckDBPyConnection, peaks: list[GpuPeak]) -> None:
         a AS (
             SELECT i.wid, i.t, i.t_next, i.rank,
                    s.end_ns >= i.t - {SYNC_TOLERANCE_NS} AS after_sync
-            FROM idle i ASOF LEFT JOIN syncs s ON s.rank IS NOT DISTINCT FROM i.rank AND s.start_ns <= i.t
+            -- the last sync to return before the stretch ends: if it returned at (or just before) the GPU went
+            -- idle, or during the stretch, the host had blocked on the GPU and the queue ran dry behind it
+            FROM idle i ASOF LEFT JOIN syncs s ON s.rank IS NOT DISTINCT FROM i.rank AND s.end_ns <= i.t_next
         ), b AS (
             SELECT a.*, l.end_ns > a.t AS in_loader
             FROM a ASOF LEFT JOIN loaders l ON l.rank IS NOT DISTINCT FROM a.rank AND l.start_ns < a.t_next

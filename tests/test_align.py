@@ -124,7 +124,7 @@ def test_counter_gpu_matching_by_uuid_index_and_unmatched(tmp_path):
     notes = align.match_counter_gpus(con)
     got = con.execute("SELECT gpu_index, gpu_uuid, rank, device FROM counters ORDER BY 1, 2").fetchall()
     assert got == [(0, "gpu-aaaa", 0, 0), (0, None, None, None), (5, None, 1, 0)]
-    assert any("several ranks use that device ordinal" in n for n in notes)
+    assert any("several trace GPUs fit it equally" in n for n in notes)
 
 
 # ------------------------------------------------------------------------------- counter clock shifts

@@ -137,7 +137,8 @@ def discover(inputs: list[Path], cache_dir: Path | None = None) -> list[Detected
                 if _usable(fmt):
                     usable.append(Detected(m, fmt))
             if not usable:
-                raise BadInput(p, "folder holds no trace this version can read (PyTorch profiler .json/.json.gz)")
+                raise BadInput(p, "folder holds no trace this version can read (PyTorch profiler .json/.json.gz, "
+                                  "nsys .sqlite / .nsys-rep, counter logs)")
             found.extend(usable)
         else:
             fmt = detect(p)

@@ -11,6 +11,7 @@ from .base import Finding, Thresholds, rule
 from .context import RuleContext
 from .sqlutil import (
     ELEMENTWISE_KERNEL_RE,
+    MATMUL_NAME_RE,
     NOT_ELEMENTWISE_RE,
     drop,
     fmt_bytes,
@@ -35,6 +36,9 @@ def _memory_bound_kernels(ctx: RuleContext) -> str:
             WHERE k.kind = 'compute' AND k.end_ns > k.start_ns
               AND NOT (coalesce(k.flops, 0) > 0 AND (k.bytes IS NULL OR g.bw IS NULL OR g.peak IS NULL
                                                     OR k.flops / k.bytes >= g.peak / g.bw))
+              -- a GEMM without a FLOP estimate is unknown, not memory-bound (the verdict reports coverage)
+              AND NOT (k.flops IS NULL AND regexp_matches(k.name, '{MATMUL_NAME_RE}')
+                       AND NOT regexp_matches(k.name, '{ELEMENTWISE_KERNEL_RE}'))
         ), shares AS (
             SELECT k.*, b.traffic_bytes * k.dur / sum(k.dur) OVER (PARTITION BY k.op_id) AS op_share_bytes
             FROM k LEFT JOIN _rule_op_bytes b ON b.op_id = k.op_id
@@ -53,7 +57,8 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     (FLOPs per DRAM byte) is below the GPU's ridge point P / bandwidth, or that do no tensor-core FLOPs at all
     (elementwise, normalisation, softmax, copies). For each of the hottest (by lost time) it gives its time,
     the ops that launched it, and the DRAM bandwidth it reaches (bytes estimated from the op's input shapes:
-    every input read once, one output written) against the HBM peak.
+    every input read once, one output written) against the HBM peak. GEMM kernels without a FLOP estimate
+    are left out: they are unknown, not memory-bound (the verdict's coverage note covers them).
 
     ## Why it costs peak
     A memory-bound kernel keeps the GPU 100% *utilized* while its tensor cores idle: its speed is set by HBM,
