@@ -32,6 +32,10 @@ DEFAULT_SEARCH_NS = 300 * 10**9           # ±5 min around each candidate
 ZONE_STEP_NS = 15 * 60 * 10**9            # time zones differ by multiples of 15 min …
 ZONE_MAX_NS = 14 * 3600 * 10**9           # … by at most 14 h
 SYMMETRIC_COLLECTIVE_RE = r"(?i)(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|barrier)"
+P2P_COLLECTIVE_RE = r"(?i)(send|recv)"
+# A rank is shifted only when its collective ends sit at least this far from its peer's (clock error, not
+# NCCL's own few-µs spread between ranks on one host).
+MIN_RANK_SHIFT_NS = 50_000
 UTIL_METRICS = ("gpu_util", "gr_engine_active", "sm_active")
 _UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 10**9, "sec": 10**9, "m": 60 * 10**9,
              "min": 60 * 10**9, "h": 3600 * 10**9}
@@ -173,7 +177,9 @@ def align_ranks(con: duckdb.DuckDBPyConnection, fixed: set[int]) -> tuple[list[R
     """Shift trace sources so that the ends of the same collective (process group, collective, seq) coincide.
     The lowest rank (and any --offset source) stays put; the others follow, breadth-first over shared groups."""
     sym = one(con, f"SELECT count(*) FROM collectives WHERE regexp_matches(collective, '{SYMMETRIC_COLLECTIVE_RE}')")
-    where = f"WHERE regexp_matches(collective, '{SYMMETRIC_COLLECTIVE_RE}')" if sym and sym[0] else ""
+    # Send/recv cannot be paired by sequence number alone (one rank's sends are its peer's recvs): never used.
+    where = (f"WHERE regexp_matches(collective, '{SYMMETRIC_COLLECTIVE_RE}')" if sym and sym[0]
+             else f"WHERE NOT regexp_matches(coalesce(collective, ''), '{P2P_COLLECTIVE_RE}')")
     pairs = con.execute(f"""
         WITH c AS (SELECT source_id, rank, coalesce(process_group, group_ranks, '') AS pg, collective, seq, end_ns
                    FROM collectives {where}),
@@ -215,6 +221,11 @@ def align_ranks(con: duckdb.DuckDBPyConnection, fixed: set[int]) -> tuple[list[R
             notes.append(f"rank {ranks.get(b)} and rank {ranks.get(a)} share host {hosts[a]}: clocks kept; their "
                          f"collective ends differ by {_fmt_ns(shift * -1)} (median over {n})")
             continue
+        if abs(shift) < MIN_RANK_SHIFT_NS and delta[a] == 0:
+            # Below NCCL's own spread of collective ends: more likely skew between the kernels than between clocks.
+            notes.append(f"rank {ranks.get(b)}: collective ends differ from rank {ranks.get(a)} by "
+                         f"{_fmt_ns(-shift)} (median over {n}), under {_fmt_ns(MIN_RANK_SHIFT_NS)}: clocks kept")
+            continue
         shift_source(con, b, shift)
         unc = max(int(round(mad)), 1)
         con.execute("UPDATE sources SET offset_method = 'collectives', offset_uncertainty_ns = ? WHERE source_id = ?",
@@ -222,7 +233,7 @@ def align_ranks(con: duckdb.DuckDBPyConnection, fixed: set[int]) -> tuple[list[R
         out.append(RankAlignment(b, a, shift, int(round(mad)), n))
         notes.append(f"rank {ranks.get(b)} aligned to rank {ranks.get(a)} on {n} collectives: shifted "
                      f"{_fmt_ns(shift)}, median residual {_fmt_ns(int(round(mad)))}")
-    if not where:
+    if not (sym and sym[0]):
         notes.append("rank alignment used asymmetric collectives (no all-reduce/all-gather/reduce-scatter found)")
     return out, notes
 

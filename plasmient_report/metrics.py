@@ -284,6 +284,8 @@ def collective_waits(con: duckdb.DuckDBPyConnection) -> bool:
             SELECT c.rank, c.kernel_correlation, c.source_id, coalesce(c.process_group, c.group_ranks, '') AS pg,
                    c.collective, c.seq, c.end_ns - c.start_ns AS dur
             FROM collectives c
+            -- send/recv pair with the peer's opposite operation, not by sequence number: no wait estimate
+            WHERE NOT regexp_matches(coalesce(c.collective, ''), '(?i)(send|recv)')
         ), m AS (
             SELECT pg, collective, seq, min(dur) AS min_dur, count(DISTINCT rank) AS n FROM c GROUP BY ALL
         )
@@ -382,10 +384,11 @@ def sweep(con: duckdb.DuckDBPyConnection, peaks: list[GpuPeak]) -> None:
                     AND regexp_matches(name, '{DATALOADER_RE}')),
         a AS (
             SELECT i.wid, i.t, i.t_next, i.rank,
-                   s.end_ns >= i.t - {SYNC_TOLERANCE_NS} AS after_sync
-            -- the last sync to return before the stretch ends: if it returned at (or just before) the GPU went
-            -- idle, or during the stretch, the host had blocked on the GPU and the queue ran dry behind it
-            FROM idle i ASOF LEFT JOIN syncs s ON s.rank IS NOT DISTINCT FROM i.rank AND s.end_ns <= i.t_next
+                   s.end_ns < i.t_next AS after_sync
+            -- the first sync to return once the GPU went idle (or just before): if it returned inside the
+            -- stretch, the host had blocked on the GPU and the queue ran dry behind it
+            FROM idle i ASOF LEFT JOIN syncs s
+              ON s.rank IS NOT DISTINCT FROM i.rank AND s.end_ns >= i.t - {SYNC_TOLERANCE_NS}
         ), b AS (
             SELECT a.*, l.end_ns > a.t AS in_loader
             FROM a ASOF LEFT JOIN loaders l ON l.rank IS NOT DISTINCT FROM a.rank AND l.start_ns < a.t_next

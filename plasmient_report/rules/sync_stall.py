@@ -31,7 +31,8 @@ WITH st AS (
     SELECT rank, thread, name, start_ns, end_ns FROM rule_api_calls WHERE regexp_matches(name, '{SYNC_API_RE}')
 ), j AS (
     SELECT st.*, s.name AS sync_name, s.thread, s.start_ns AS sync_start, s.end_ns AS sync_end
-    FROM st ASOF LEFT JOIN syncs s ON s.rank IS NOT DISTINCT FROM st.rank AND s.start_ns <= st.start_ns
+    -- the same sync the waterfall blames: the first to return once the GPU went idle (metrics.SYNC_TOLERANCE_NS)
+    FROM st ASOF LEFT JOIN syncs s ON s.rank IS NOT DISTINCT FROM st.rank AND s.end_ns >= st.start_ns - 20000
 ), ctx_ops AS (
     SELECT j.rank, j.sync_start, j.thread,
            arg_max(o.name, o.depth) FILTER (WHERE NOT regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS inner_op,
