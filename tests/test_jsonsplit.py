@@ -66,3 +66,14 @@ def test_not_an_object():
         split(b"hello world", 4)
     with pytest.raises(SplitError, match="not an array"):
         split(b'{"traceEvents": 5}', 4)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 17, 1 << 20])
+def test_ndjson_batches_hold_one_event_a_line(chunk):
+    doc = json.dumps({"traceEvents": EVENTS, "x": 1}, indent=2, ensure_ascii=False).encode()
+    events = []
+    for b in split_events(io.BytesIO(doc), chunk_bytes=chunk, ndjson=True):
+        if not isinstance(b, tuple):
+            lines = [ln for ln in b.split(b"\n") if ln.strip()]
+            events.extend(json.loads(ln) for ln in lines)
+    assert events == EVENTS

@@ -20,6 +20,8 @@ OPEN_BRACE, CLOSE_BRACE, OPEN_BRACKET, CLOSE_BRACKET, COMMA = 123, 125, 91, 93, 
 KEY = b'"traceEvents"'
 _STRUCTURAL = bytes(1 if c in (OPEN_BRACE, CLOSE_BRACE, OPEN_BRACKET, CLOSE_BRACKET, COMMA) else 0
                     for c in range(256))
+_QUOTES = bytes(1 if c == QUOTE else 0 for c in range(256))
+_NEWLINES_TO_SPACE = bytes.maketrans(b"\r\n", b"  ")
 HEAD_LIMIT = 256 << 20  # the non-event part of a trace is small; more means this is not a trace
 
 
@@ -39,34 +41,46 @@ class _State:
     top_is_array: bool = False
     head: bytearray = field(default_factory=bytearray)
     pending: bytearray = field(default_factory=bytearray)
+    ndjson: bool = False
 
 
-def _unescaped_quotes(chunk: bytes, arr: np.ndarray, carry_bs: int) -> np.ndarray:
-    """Positions of quotes that delimit strings (not preceded by an odd run of backslashes)."""
-    q = np.flatnonzero(arr == QUOTE)
-    if q.size == 0 or (carry_bs == 0 and chunk.find(b"\\") < 0):
-        return q
-    keep = np.ones(q.size, dtype=bool)
+def _quote_mask(chunk: bytes, carry_bs: int) -> np.ndarray:
+    """1 at each quote that delimits a string (not preceded by an odd run of backslashes), else 0."""
+    mask = np.frombuffer(chunk.translate(_QUOTES), dtype=np.uint8)
+    if carry_bs == 0 and chunk.find(b"\\") < 0:
+        return mask
+    mask = mask.copy()
+    q = np.flatnonzero(mask)
     # only quotes right after a backslash need a look (rare in traces): count the run before each
-    cand = np.flatnonzero(((q > 0) & (arr[np.maximum(q - 1, 0)] == BACKSLASH)) | (q == 0))
-    for k in cand.tolist():
-        pos = int(q[k])
-        run = 0
-        i = pos - 1
+    for k in q[(q == 0) | (np.frombuffer(chunk, dtype=np.uint8)[np.maximum(q - 1, 0)] == BACKSLASH)].tolist():
+        run, i = 0, k - 1
         while i >= 0 and chunk[i] == BACKSLASH:
             run += 1
             i -= 1
         if i < 0:
             run += carry_bs
         if run & 1:
-            keep[k] = False
-    return q[keep]
+            mask[k] = 0
+    return mask
 
 
-def split_events(stream: BinaryIO, chunk_bytes: int = 8 << 20) -> Iterator[bytes | tuple[str, bytes]]:
-    """Yield batches (bytes of a JSON array of whole events), then ('head', bytes of the rest of the
-    document with an empty traceEvents). Raises SplitError on a document that is not a trace."""
-    st = _State()
+def _batch(pending: bytearray, chunk: bytes, pos: int, cut: int, seps: np.ndarray, ndjson: bool) -> bytes:
+    """Whole events pending + chunk[pos:cut] (`seps`: the separating commas inside, chunk positions) as a JSON
+    array, or as newline-delimited JSON (a JSON string never holds a raw newline, so newlines are whitespace)."""
+    if not ndjson:
+        return b"[" + bytes(pending) + chunk[pos:cut] + b"]"
+    out = bytearray((bytes(pending) + chunk[pos:cut]).translate(_NEWLINES_TO_SPACE))
+    if seps.size:
+        np.frombuffer(out, dtype=np.uint8)[seps - pos + len(pending)] = 10
+    return bytes(out)
+
+
+def split_events(stream: BinaryIO, chunk_bytes: int = 4 << 20, ndjson: bool = False
+                 ) -> Iterator[bytes | tuple[str, bytes]]:
+    """Yield batches (bytes of a JSON array of whole events, or NDJSON with one event a line), then
+    ('head', bytes of the rest of the document with an empty traceEvents). Raises SplitError on a
+    document that is not a trace."""
+    st = _State(ndjson=ndjson)
     first = True
     while True:
         chunk = stream.read(chunk_bytes)
@@ -105,9 +119,11 @@ def _scan(chunk: bytes, st: _State) -> Iterator[bytes]:
     arr = np.frombuffer(chunk, dtype=np.uint8)
     n = arr.size
     carry_in = int(st.in_string)
-    qpos = _unescaped_quotes(chunk, arr, st.trailing_backslashes if st.in_string else 0)
+    qmask = _quote_mask(chunk, st.trailing_backslashes if st.in_string else 0)
+    # parity of the quotes up to each byte: a uint8 running sum keeps the low bit exactly (mod 256)
+    qpar = np.cumsum(qmask, dtype=np.uint8)
     spos = np.flatnonzero(np.frombuffer(chunk.translate(_STRUCTURAL), dtype=np.uint8))
-    outside = ((np.searchsorted(qpos, spos) + carry_in) & 1) == 0
+    outside = ((qpar[spos] + carry_in) & 1) == 0  # structural bytes are never quotes themselves
     spos = spos[outside]
     ch = arr[spos]
     delta = np.zeros(spos.size, dtype=np.int64)
@@ -122,7 +138,7 @@ def _scan(chunk: bytes, st: _State) -> Iterator[bytes]:
         return int(depth_after[k]) if k >= 0 else st.depth
 
     def quote_parity_at(i: int) -> int:
-        return (int(np.searchsorted(qpos, i)) + carry_in) & 1
+        return ((int(qpar[i - 1]) if i > 0 else 0) + carry_in) & 1
 
     pos = 0  # next byte of this chunk not yet assigned to head or events
     events_depth = 1 if st.top_is_array else 2
@@ -134,9 +150,8 @@ def _scan(chunk: bytes, st: _State) -> Iterator[bytes]:
             hi = int(np.searchsorted(spos, end))
             seps = spos[lo:hi][is_comma[lo:hi] & (depth_before[lo:hi] == events_depth)]
             if end < n:  # the array ends here: everything before it is whole events
-                st.pending += chunk[pos:end]
-                if st.pending.strip():
-                    yield b"[" + bytes(st.pending) + b"]"
+                if (bytes(st.pending) + chunk[pos:end]).strip():
+                    yield _batch(st.pending, chunk, pos, end, seps, st.ndjson)
                 st.pending = bytearray()
                 st.in_events = False
                 st.events_done = True
@@ -144,8 +159,7 @@ def _scan(chunk: bytes, st: _State) -> Iterator[bytes]:
                 continue
             if seps.size:
                 cut = int(seps[-1])
-                st.pending += chunk[pos:cut]
-                yield b"[" + bytes(st.pending) + b"]"
+                yield _batch(st.pending, chunk, pos, cut, seps[:-1], st.ndjson)
                 st.pending = bytearray(chunk[cut + 1:n])
             else:
                 st.pending += chunk[pos:n]
@@ -184,7 +198,7 @@ def _scan(chunk: bytes, st: _State) -> Iterator[bytes]:
     if len(st.head) > HEAD_LIMIT:
         raise SplitError(f"no 'traceEvents' array in the first {HEAD_LIMIT >> 20} MiB")
     st.depth = int(depth_after[-1]) if spos.size else st.depth
-    st.in_string = bool((carry_in + int(qpos.size)) & 1)
+    st.in_string = bool((carry_in + (int(qpar[-1]) if n else 0)) & 1)
     if st.in_string:
         tail_bs = 0
         i = n - 1

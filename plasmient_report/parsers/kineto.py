@@ -1,20 +1,23 @@
 """PyTorch profiler (Kineto) Chrome-trace JSON → the store's tables.
 
-Columnar and lean: the top level is decoded with msgspec, `traceEvents` kept as raw slices of the
-input buffer, then decoded chunk by chunk into typed structs holding only the fields we use, turned
-into Arrow columns and handed to DuckDB, which converts times and splits events into tables.
+Columnar and lean, in bounded memory: a streaming scanner cuts `traceEvents` into batches of whole
+events as NDJSON; DuckDB's JSON reader decodes only the fields we use straight into columns; SQL types
+them (leniently: traces disagree on types), converts times and splits events into the store's tables.
+The small rest of the document (device properties, distributedInfo, the time base) is decoded by msgspec.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import msgspec
-import pyarrow as pa
 
 from ..errors import BadInput
 from ..store import one
@@ -22,152 +25,12 @@ from ._io import GuardedReader
 from ._jsonsplit import SplitError, split_events
 from .base import SourceInfo
 
-CHUNK_EVENTS = 200_000
+# Events are staged as NDJSON in temporary files and read by DuckDB this many bytes at a time.
+SEGMENT_BYTES = 24 << 20
 # Kineto `ts` is µs; above this it is already epoch µs (traces before baseTimeNanoseconds existed).
 EPOCH_US_THRESHOLD = 1e14
 # |ts| beyond this (µs) cannot be a time: int64 ns would overflow around 9.2e15 µs.
 MAX_ABS_TS_US = 9.0e15
-
-
-_EMPTY_RAW = msgspec.Raw()
-
-
-class Args(msgspec.Struct, gc=False, omit_defaults=True):
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    correlation: int | None = None
-    device: int | None = None
-    stream: int | str | None = None
-    context: int | str | None = None
-    grid: list[int] | None = None
-    block: list[int] | None = None
-    regs: int | None = msgspec.field(default=None, name="registers per thread")
-    smem: int | None = msgspec.field(default=None, name="shared memory")
-    bytes: int | float | None = None
-    flops: int | float | None = None
-    input_dims: msgspec.Raw = msgspec.field(default=_EMPTY_RAW, name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default=_EMPTY_RAW, name="Input type")
-    concrete: msgspec.Raw = msgspec.field(default=_EMPTY_RAW, name="Concrete Inputs")
-    seq: int | None = msgspec.field(default=None, name="Sequence number")
-    collective: str | None = msgspec.field(default=None, name="Collective name")
-    dtype: str | None = None
-    in_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
-    group_size: int | None = msgspec.field(default=None, name="Group size")
-    pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
-    pg_ranks: str | list[int] | None = msgspec.field(default=None, name="Process Group Ranks")
-    pg_id: int | str | None = msgspec.field(default=None, name="Process Group ID")
-    sync_kind: str | None = msgspec.field(default=None, name="cuda_sync_kind")
-    kind: str | int | None = None
-    cbid: int | None = None
-    name: str | None = None
-    labels: str | None = None
-
-
-class Event(msgspec.Struct, gc=False):
-    ph: str | None = None
-    cat: str | None = None
-    name: str | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: float | None = None
-    dur: float | None = None
-    args: Args | None = None
-
-
-class LooseArgs(msgspec.Struct, gc=False):
-    """Same fields as Args, any JSON type: the fallback for traces whose args vary in type."""
-
-    external_id: Any = msgspec.field(default=None, name="External id")
-    correlation: Any = None
-    device: Any = None
-    stream: Any = None
-    context: Any = None
-    grid: Any = None
-    block: Any = None
-    regs: Any = msgspec.field(default=None, name="registers per thread")
-    smem: Any = msgspec.field(default=None, name="shared memory")
-    bytes: Any = None
-    flops: Any = None
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")
-    input_type: Any = msgspec.field(default=None, name="Input type")
-    concrete: Any = msgspec.field(default=None, name="Concrete Inputs")
-    seq: Any = msgspec.field(default=None, name="Sequence number")
-    collective: Any = msgspec.field(default=None, name="Collective name")
-    dtype: Any = None
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
-    group_size: Any = msgspec.field(default=None, name="Group size")
-    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
-    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
-    pg_id: Any = msgspec.field(default=None, name="Process Group ID")
-    sync_kind: Any = msgspec.field(default=None, name="cuda_sync_kind")
-    kind: Any = None
-    cbid: Any = None
-    name: Any = None
-    labels: Any = None
-
-
-class LooseEvent(msgspec.Struct, gc=False):
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-    args: Any = None
-
-
-def _i(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v if -(2**63) <= v < 2**63 else None
-    if isinstance(v, float) and v.is_integer() and abs(v) < 2**63:
-        return int(v)
-    return None
-
-
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _s(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
-
-
-def _raw(v: Any) -> msgspec.Raw:
-    return _EMPTY_RAW if v is None else msgspec.Raw(msgspec.json.encode(v))
-
-
-def _ints(v: Any) -> list[int] | None:
-    if isinstance(v, list) and all(_i(x) is not None for x in v):
-        return [int(x) for x in v]
-    return None
-
-
-def _tighten(e: LooseEvent) -> Event:
-    """A loosely decoded event with every field coerced to the strict types (wrong types become null)."""
-    a = e.args
-    args = None
-    if isinstance(a, LooseArgs):
-        args = Args(
-            external_id=_i(a.external_id), correlation=_i(a.correlation), device=_i(a.device),
-            stream=_i(a.stream) if not isinstance(a.stream, str) else a.stream,
-            context=_i(a.context), grid=_ints(a.grid), block=_ints(a.block), regs=_i(a.regs), smem=_i(a.smem),
-            bytes=_num(a.bytes), flops=_num(a.flops), input_dims=_raw(a.input_dims), input_type=_raw(a.input_type),
-            concrete=_raw(a.concrete), seq=_i(a.seq), collective=_s(a.collective), dtype=_s(a.dtype),
-            in_nelems=_i(a.in_nelems), out_nelems=_i(a.out_nelems), group_size=_i(a.group_size),
-            pg_name=_s(a.pg_name) if not isinstance(a.pg_name, int) else a.pg_name, pg_desc=_s(a.pg_desc),
-            pg_ranks=_s(a.pg_ranks) if not isinstance(a.pg_ranks, list) else _ints(a.pg_ranks),
-            pg_id=_i(a.pg_id), sync_kind=_s(a.sync_kind), kind=_s(a.kind), cbid=_i(a.cbid), name=_s(a.name),
-            labels=_s(a.labels))
-    pid = e.pid if isinstance(e.pid, str) else _i(e.pid)
-    tid = e.tid if isinstance(e.tid, str) else _i(e.tid)
-    return Event(ph=_s(e.ph), cat=_s(e.cat), name=_s(e.name), pid=pid, tid=tid, ts=_num(e.ts), dur=_num(e.dur),
-                 args=args)
 
 
 class DeviceProp(msgspec.Struct):
@@ -206,8 +69,6 @@ class TraceHead(msgspec.Struct):
 
 _HEAD = msgspec.json.Decoder(TraceHead)
 _LIST = msgspec.json.Decoder(list[msgspec.Raw])
-_EVENTS = msgspec.json.Decoder(list[Event])
-_LOOSE = msgspec.json.Decoder(list[LooseEvent])
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"}
 CPU_CATS = {"cpu_op", "user_annotation"}
@@ -227,111 +88,6 @@ def looks_like_kineto(head: bytes) -> bool:
     return (h.startswith(b"{") and b"traceEvents" in head) or (h.startswith(b"[") and b'"ph"' in head)
 
 
-def _strs(raws: list[Any]) -> list[str | None]:
-    return [bytes(r).decode("utf-8", "replace") if len(r) else None for r in raws]
-
-
-def _col(values: list[Any], typ: pa.DataType) -> pa.Array:
-    return pa.array(values, type=typ)
-
-
-def _stream_int(v: int | str | None) -> int | None:
-    if v is None or isinstance(v, int):
-        return v
-    try:
-        return int(v, 0)
-    except ValueError:
-        return None
-
-
-def _ranks_str(v: str | list[int] | None) -> str | None:
-    if v is None or isinstance(v, str):
-        return v
-    return "[" + ", ".join(str(x) for x in v) + "]"
-
-
-def _gpu_table(evs: list[Event]) -> pa.Table:
-    args = [e.args or _NOARGS for e in evs]
-    grid = [a.grid or () for a in args]
-    block = [a.block or () for a in args]
-    i64, f64, s, i32 = pa.int64(), pa.float64(), pa.string(), pa.int32()
-    return pa.table({
-        "cat": _col([e.cat for e in evs], s),
-        "name": _col([e.name for e in evs], s),
-        "pid": _col([e.pid if isinstance(e.pid, int) else None for e in evs], i64),
-        "tid": _col([e.tid if isinstance(e.tid, int) else None for e in evs], i64),
-        "ts": _col([e.ts for e in evs], f64),
-        "dur": _col([e.dur for e in evs], f64),
-        "external_id": _col([a.external_id for a in args], i64),
-        "correlation": _col([a.correlation for a in args], i64),
-        "device": _col([a.device for a in args], i64),
-        "stream": _col([_stream_int(a.stream) for a in args], i64),
-        "grid_x": _col([g[0] if len(g) > 0 else None for g in grid], i64),
-        "grid_y": _col([g[1] if len(g) > 1 else None for g in grid], i64),
-        "grid_z": _col([g[2] if len(g) > 2 else None for g in grid], i64),
-        "block_x": _col([g[0] if len(g) > 0 else None for g in block], i64),
-        "block_y": _col([g[1] if len(g) > 1 else None for g in block], i64),
-        "block_z": _col([g[2] if len(g) > 2 else None for g in block], i64),
-        "regs": _col([a.regs for a in args], i32),
-        "smem": _col([a.smem for a in args], i64),
-        "bytes": _col([float(a.bytes) if a.bytes is not None else None for a in args], f64),
-        "collective": _col([a.collective for a in args], s),
-        "dtype": _col([a.dtype for a in args], s),
-        "in_nelems": _col([a.in_nelems for a in args], i64),
-        "out_nelems": _col([a.out_nelems for a in args], i64),
-        "group_size": _col([a.group_size for a in args], i64),
-        "pg_name": _col([None if a.pg_name is None else str(a.pg_name) for a in args], s),
-        "pg_desc": _col([a.pg_desc for a in args], s),
-        "pg_ranks": _col([_ranks_str(a.pg_ranks) for a in args], s),
-        "sync_kind": _col([a.sync_kind for a in args], s),
-    })
-
-
-def _cpu_table(evs: list[Event]) -> pa.Table:
-    args = [e.args or _NOARGS for e in evs]
-    i64, f64, s = pa.int64(), pa.float64(), pa.string()
-    return pa.table({
-        "cat": _col([e.cat for e in evs], s),
-        "name": _col([e.name for e in evs], s),
-        "pid": _col([e.pid if isinstance(e.pid, int) else None for e in evs], i64),
-        "tid": _col([e.tid if isinstance(e.tid, int) else None for e in evs], i64),
-        "ts": _col([e.ts for e in evs], f64),
-        "dur": _col([e.dur for e in evs], f64),
-        "external_id": _col([a.external_id for a in args], i64),
-        "seq": _col([a.seq for a in args], i64),
-        "flops": _col([float(a.flops) if a.flops is not None else None for a in args], f64),
-        "input_dims": _col(_strs([a.input_dims for a in args]), s),
-        "input_types": _col(_strs([a.input_type for a in args]), s),
-        "concrete": _col(_strs([a.concrete for a in args]), s),
-        "collective": _col([a.collective for a in args], s),
-        "dtype": _col([a.dtype for a in args], s),
-        "in_nelems": _col([a.in_nelems for a in args], i64),
-        "out_nelems": _col([a.out_nelems for a in args], i64),
-        "group_size": _col([a.group_size for a in args], i64),
-        "pg_name": _col([None if a.pg_name is None else str(a.pg_name)
-                         if a.pg_id is None or a.pg_name is not None else str(a.pg_id) for a in args], s),
-        "pg_desc": _col([a.pg_desc for a in args], s),
-        "pg_ranks": _col([_ranks_str(a.pg_ranks) for a in args], s),
-    })
-
-
-def _api_table(evs: list[Event]) -> pa.Table:
-    args = [e.args or _NOARGS for e in evs]
-    i64, f64, s = pa.int64(), pa.float64(), pa.string()
-    return pa.table({
-        "cat": _col([e.cat for e in evs], s),
-        "name": _col([e.name for e in evs], s),
-        "pid": _col([e.pid if isinstance(e.pid, int) else None for e in evs], i64),
-        "tid": _col([e.tid if isinstance(e.tid, int) else None for e in evs], i64),
-        "ts": _col([e.ts for e in evs], f64),
-        "dur": _col([e.dur for e in evs], f64),
-        "external_id": _col([a.external_id for a in args], i64),
-        "correlation": _col([a.correlation for a in args], i64),
-        "cbid": _col([a.cbid for a in args], i64),
-    })
-
-
-_NOARGS = Args()
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
 
 
@@ -361,32 +117,102 @@ def _decode_head(path: Path, buf: bytes) -> TraceHead:
 
 
 _STAGE = {"gpu": "_kin_gpu", "cpu": "_kin_cpu", "api": "_kin_api"}
-_BUILDERS = {"gpu": _gpu_table, "cpu": _cpu_table, "api": _api_table}
+
+# The args read from each event (all as raw JSON, typed in SQL with TRY_CAST: traces disagree on types).
+ARG_KEYS = ("External id", "correlation", "device", "stream", "grid", "block", "registers per thread",
+            "shared memory", "bytes", "flops", "Input Dims", "Input type", "Concrete Inputs", "Sequence number",
+            "Collective name", "dtype", "In msg nelems", "Out msg nelems", "Group size", "Process Group Name",
+            "Process Group Description", "Process Group Ranks", "Process Group ID", "cuda_sync_kind", "cbid",
+            "name", "labels")
+_ARGS_TYPE = "STRUCT(" + ", ".join(f'"{k}" JSON' for k in ARG_KEYS) + ")"
+_RAW_COLUMNS = {"ph": "JSON", "cat": "JSON", "name": "JSON", "pid": "JSON", "tid": "JSON", "ts": "JSON",
+                "dur": "JSON", "args": _ARGS_TYPE}
+
+
+def _read_json_sql(path: Path) -> str:
+    cols = ", ".join(f"'{k}': '{v}'" for k, v in _RAW_COLUMNS.items())
+    p = str(path).replace("'", "''")
+    return (f"SELECT * FROM read_json('{p}', columns = {{{cols}}}, format = 'newline_delimited', "
+            f"maximum_object_size = 16777216)")
 
 
 def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> KinetoSource:
-    """Decode one Kineto file into the store, streaming: memory is bounded by the batch size, not the file.
-    Rank may be None (decided by the caller)."""
-    meta: dict[tuple[int | str | None, int | str | None, str], str] = {}
-    created: set[str] = set()
-    n_events = 0
+    """Decode one Kineto file into the store, streaming: the splitter cuts `traceEvents` into batches of
+    whole events as NDJSON segments, which DuckDB's JSON reader decodes straight into columns (no Python
+    object per event) on a second thread while the next segment is cut. Memory is bounded by the segment,
+    not the file. Rank may be None (decided by the caller)."""
     head_bytes = b"{}"
-    with GuardedReader(path) as stream:
+    cols = ", ".join(f'"{k}" {v}' for k, v in _RAW_COLUMNS.items())
+    # A plain table (not TEMP): the loader thread's cursor is another connection to the same database.
+    con.execute(f"CREATE OR REPLACE TABLE _kin_raw ({cols})")
+    tmp = Path(tempfile.mkdtemp(prefix="plasmient-kineto-"))
+    loader = con.cursor()
+    pool = ThreadPoolExecutor(max_workers=1)
+    pending: Future[None] | None = None
+
+    def load(seg_file: Path) -> None:
         try:
-            for batch in split_events(stream):
+            loader.execute(f"INSERT INTO _kin_raw {_read_json_sql(seg_file)}")
+        finally:
+            seg_file.unlink(missing_ok=True)
+
+    def wait() -> None:
+        nonlocal pending
+        if pending is not None:
+            try:
+                pending.result()
+            except duckdb.Error as e:
+                raise BadInput(path, f"bad event in traceEvents ({_duck_msg(e)})") from None
+            finally:
+                pending = None
+
+    n_seg = 0
+    seg_file = tmp / f"events-{n_seg}.ndjson"
+    seg = open(seg_file, "wb")  # noqa: SIM115 - closed below, one file per segment
+    try:
+        with GuardedReader(path) as stream:
+            for batch in split_events(stream, ndjson=True):
                 if isinstance(batch, tuple):
                     head_bytes = batch[1]
                     continue
-                n_events += _ingest_batch(path, con, batch, n_events, meta, created)
-        except SplitError as e:
-            raise BadInput(path, f"{e}: not a PyTorch profiler trace" if "truncated" not in str(e) else str(e)) from None
+                seg.write(batch)
+                seg.write(b"\n")
+                if seg.tell() >= SEGMENT_BYTES:
+                    seg.close()
+                    wait()  # at most one segment loading while the next is cut
+                    pending = pool.submit(load, seg_file)
+                    n_seg += 1
+                    seg_file = tmp / f"events-{n_seg}.ndjson"
+                    seg = open(seg_file, "wb")  # noqa: SIM115
+            seg.close()
+            wait()
+            if seg_file.stat().st_size:
+                pending = pool.submit(load, seg_file)
+                wait()
+    except SplitError as e:
+        raise BadInput(path, f"{e}: not a PyTorch profiler trace" if "truncated" not in str(e) else str(e)) from None
+    finally:
+        seg.close()
+        if pending is not None:
+            pending.cancel()
+            try:
+                pending.result()
+            except BaseException:  # noqa: BLE001 - already failing; the first error is the one reported
+                pass
+        pool.shutdown(wait=True)
+        loader.close()
+        shutil.rmtree(tmp, ignore_errors=True)
     head = _decode_head(path, head_bytes)
-    for key, stage in _STAGE.items():
-        if stage not in created:
-            con.execute(_empty_stage_sql(key))
+    _stage(con)
+    row = one(con, "SELECT count(*) FROM _kin_raw")
+    n_events = int(row[0]) if row else 0
+    meta = {(pid, tid, k): v for pid, tid, k, v in con.execute("""
+        SELECT json_extract_string(pid, '$'), json_extract_string(tid, '$'), json_extract_string(name, '$'),
+               json_extract_string(coalesce(args.name, args.labels), '$')
+        FROM _kin_raw WHERE json_extract_string(ph, '$') = 'M'
+          AND json_extract_string(name, '$') IN ('process_name', 'thread_name', 'process_labels')""").fetchall()}
+    con.execute("DROP TABLE _kin_raw")
     info = _describe(path, head, n_events, meta)
-    if _LOOSE_SEEN.pop(path, 0):
-        info.notes.append("some event args had unexpected types and were read leniently (those values dropped)")
     _check_times(path, con, info)
     _emit(con, source_id, info)
     for stage in _STAGE.values():
@@ -394,73 +220,63 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> Kineto
     return info
 
 
-_LOOSE_SEEN: dict[Path, int] = {}
+def _duck_msg(e: Exception) -> str:
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return msg[:300]
 
 
-def _ingest_batch(path: Path, con: duckdb.DuckDBPyConnection, blob: bytes, start: int,
-                  meta: dict[tuple[int | str | None, int | str | None, str], str], created: set[str]) -> int:
-    """Decode one batch of whole events into the staging tables; returns the number of events."""
-    try:
-        evs = _EVENTS.decode(blob)
-    except msgspec.ValidationError:
-        evs = _decode_loose(path, blob, start)
-        _LOOSE_SEEN[path] = _LOOSE_SEEN.get(path, 0) + 1
-    except msgspec.DecodeError as e:
-        raise BadInput(path, f"bad JSON in traceEvents after event {start} ({e})") from None
-    n = len(evs)
-    xs = [e for e in evs if e.ph == "X"]
-    buckets: dict[str, list[Event]] = {
-        "gpu": [e for e in xs if e.cat in GPU_CATS],
-        "cpu": [e for e in xs if e.cat in CPU_CATS],
-        "api": [e for e in xs if e.cat in API_CATS],
-    }
-    for e in evs:
-        if e.ph == "M" and e.args is not None and e.name in ("process_name", "thread_name", "process_labels"):
-            v = e.args.name if e.name != "process_labels" else e.args.labels
-            if v is not None:
-                meta[(e.pid, e.tid, e.name)] = v
-    del evs, xs
-    for key, evl in buckets.items():
-        if not evl:
-            continue
-        tbl = _BUILDERS[key](evl)
-        stage = _STAGE[key]
-        con.register("_kin_chunk", tbl)
-        if stage in created:
-            con.execute(f"INSERT INTO {stage} SELECT * FROM _kin_chunk")
-        else:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {stage} AS SELECT * FROM _kin_chunk")
-            created.add(stage)
-        con.unregister("_kin_chunk")
-    return n
+def _i(x: str) -> str:
+    return f"TRY_CAST({x} AS BIGINT)"
 
 
-def _decode_loose(path: Path, blob: bytes, start: int) -> list[Event]:
-    try:
-        loose = _LOOSE.decode(blob)
-    except msgspec.ValidationError as e:
-        raise BadInput(path, f"bad event near traceEvents[{start}] ({e})") from None
-    out = []
-    for e in loose:
-        if isinstance(e.args, dict):
-            try:
-                e.args = msgspec.convert(e.args, LooseArgs)
-            except msgspec.ValidationError:
-                e.args = None
-        elif e.args is not None:
-            e.args = None
-        out.append(_tighten(e))
-    return out
+def _d(x: str) -> str:
+    return f"TRY_CAST({x} AS DOUBLE)"
 
 
-def _empty_stage_sql(key: str) -> str:
-    tbl = _BUILDERS[key]([])
-    cols = ", ".join(f'NULL::{_duck_type(f.type)} AS "{f.name}"' for f in tbl.schema)
-    return f"CREATE OR REPLACE TEMP TABLE {_STAGE[key]} AS SELECT {cols} WHERE false"
+def _s(x: str) -> str:
+    """A JSON string as text; numbers as their text too (process group names are sometimes ints)."""
+    return (f"CASE json_type({x}) WHEN 'VARCHAR' THEN json_extract_string({x}, '$') "
+            f"WHEN 'BIGINT' THEN CAST({x} AS VARCHAR) WHEN 'UBIGINT' THEN CAST({x} AS VARCHAR) END")
 
 
-def _duck_type(t: pa.DataType) -> str:
-    return {pa.int64(): "BIGINT", pa.int32(): "INTEGER", pa.float64(): "DOUBLE", pa.string(): "VARCHAR"}[t]
+def _stage(con: duckdb.DuckDBPyConnection) -> None:
+    """Typed staging tables per event family, from the raw JSON columns."""
+    a = "args"
+    common = f"""json_extract_string(cat, '$') AS cat, json_extract_string(name, '$') AS name,
+                 {_i('pid')} AS pid, {_i('tid')} AS tid, {_d('ts')} AS ts, {_d('dur')} AS dur,
+                 {_i(a + '."External id"')} AS external_id"""
+    comms = f"""{_s(a + '."Collective name"')} AS collective, {_s(a + '.dtype')} AS dtype,
+                {_i(a + '."In msg nelems"')} AS in_nelems, {_i(a + '."Out msg nelems"')} AS out_nelems,
+                {_i(a + '."Group size"')} AS group_size,
+                coalesce({_s(a + '."Process Group Name"')}, {_s(a + '."Process Group ID"')}) AS pg_name,
+                {_s(a + '."Process Group Description"')} AS pg_desc,
+                CASE json_type({a}."Process Group Ranks") WHEN 'VARCHAR'
+                     THEN json_extract_string({a}."Process Group Ranks", '$')
+                     WHEN 'ARRAY' THEN '[' || array_to_string(TRY_CAST({a}."Process Group Ranks" AS BIGINT[]), ', ')
+                                       || ']' END AS pg_ranks"""
+    x = "json_extract_string(ph, '$') = 'X'"
+    cats = lambda names: "json_extract_string(cat, '$') IN (" + ", ".join(f"'{n}'" for n in names) + ")"  # noqa: E731
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _kin_gpu AS
+        SELECT {common}, {_i(a + '.correlation')} AS correlation, {_i(a + '.device')} AS device,
+               {_i(a + '.stream')} AS stream,
+               {_i(a + ".grid->'$[0]'")} AS grid_x, {_i(a + ".grid->'$[1]'")} AS grid_y,
+               {_i(a + ".grid->'$[2]'")} AS grid_z, {_i(a + ".block->'$[0]'")} AS block_x,
+               {_i(a + ".block->'$[1]'")} AS block_y, {_i(a + ".block->'$[2]'")} AS block_z,
+               TRY_CAST({_i(a + '."registers per thread"')} AS INTEGER) AS regs,
+               {_i(a + '."shared memory"')} AS smem, {_d(a + '.bytes')} AS bytes, {comms},
+               {_s(a + '.cuda_sync_kind')} AS sync_kind
+        FROM _kin_raw WHERE {x} AND {cats(GPU_CATS)}""")
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _kin_cpu AS
+        SELECT {common}, {_i(a + '."Sequence number"')} AS seq, {_d(a + '.flops')} AS flops,
+               CAST({a}."Input Dims" AS VARCHAR) AS input_dims, CAST({a}."Input type" AS VARCHAR) AS input_types,
+               CAST({a}."Concrete Inputs" AS VARCHAR) AS concrete, {comms}
+        FROM _kin_raw WHERE {x} AND {cats(CPU_CATS)}""")
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _kin_api AS
+        SELECT {common}, {_i(a + '.correlation')} AS correlation, {_i(a + '.cbid')} AS cbid
+        FROM _kin_raw WHERE {x} AND {cats(API_CATS)}""")
 
 
 def _describe(path: Path, head: TraceHead, n_events: int, meta: dict[Any, str]) -> KinetoSource:
