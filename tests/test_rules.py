@@ -36,7 +36,7 @@ def corpus_phase(phase: str | None) -> dict[str, Any]:
 
 @functools.cache
 def ddp_sample() -> dict[str, Any]:
-    d = Path(sample_file("h200x2_ddp/rank0.pt.trace.json.gz")).parent
+    d = Path(sample_file("h200x2_ddp/kineto/rank0.pt.trace.json.gz")).parent
     return analyse([d / "rank0.pt.trace.json.gz", d / "rank1.pt.trace.json.gz"])
 
 
@@ -656,7 +656,7 @@ def test_rule_docs_are_checked():
 
 
 def test_box_shows_findings_and_differing_ranks(tmp_path):
-    d = sample_file("h200x2_ddp/rank0.pt.trace.json.gz").parent
+    d = sample_file("h200x2_ddp/kineto/rank0.pt.trace.json.gz").parent
     r = cli(str(d / "rank0.pt.trace.json.gz"), str(d / "rank1.pt.trace.json.gz"), "--out", str(tmp_path / "o"))
     assert r.returncode == 0, r.stderr
     out = " ".join(r.stdout.replace("│", " ").split())

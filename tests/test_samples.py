@@ -80,7 +80,7 @@ def test_train_step_flops_and_fraction(single, truth):
 
 
 def test_ddp_late_rank_collective_wait():
-    v = run([sample_file("h200x2_ddp/rank0.pt.trace.json.gz"), sample_file("h200x2_ddp/rank1.pt.trace.json.gz")],
+    v = run([sample_file("h200x2_ddp/kineto/rank0.pt.trace.json.gz"), sample_file("h200x2_ddp/kineto/rank1.pt.trace.json.gz")],
             ranges=["ProfilerStep#*"])
     ranks = {r["rank"]: r for r in v["ranks"]}
     assert set(ranks) == {0, 1}

@@ -116,6 +116,8 @@ def _resolve_reports(found: list[Detected], cache_dir: Path | None) -> list[Dete
         if d.format != "nsys-rep":
             out.append(d)
             continue
+        if d.path.with_suffix(".sqlite").resolve() in paths:
+            continue  # its export is an input too (a folder holding both): read that
         db = nsys_rep.resolve(d.path, cache_dir)
         if db.resolve() in paths and db.resolve() != d.path.resolve():
             continue
@@ -160,6 +162,13 @@ def discover(inputs: list[Path], cache_dir: Path | None = None) -> list[Detected
         if key not in seen:
             seen.add(key)
             unique.append(d)
+    traces = {d.format for d in unique} & {"kineto", "nsys-sqlite"}
+    if len(traces) > 1:
+        # Kineto and nsys both need CUPTI: one process is never recorded by both, so these are different runs.
+        names = ", ".join(sorted(d.path.name for d in unique if d.format in traces))
+        raise BadInput(", ".join(str(p) for p in inputs),
+                       f"inputs mix PyTorch-profiler traces and Nsight Systems reports ({names}): they are "
+                       "different recordings; pass the files of one run")
     return unique
 
 
