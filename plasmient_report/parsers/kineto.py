@@ -25,6 +25,7 @@ from ._io import GuardedReader
 from ._jsonsplit import SplitError, split_events
 from .base import SourceInfo
 
+NCCL_OP_RE = "(?i)(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|Send|Recv|AllToAll)"
 # Events are staged as NDJSON in temporary files and read by DuckDB this many bytes at a time.
 SEGMENT_BYTES = 24 << 20
 # Kineto `ts` is µs; above this it is already epoch µs (traces before baseTimeNanoseconds existed).
@@ -403,7 +404,7 @@ def _emit(con: duckdb.DuckDBPyConnection, sid: int, info: KinetoSource) -> None:
             FROM _kin_cpu WHERE name = 'record_param_comms' AND external_id IS NOT NULL GROUP BY external_id
         ), j AS (
             SELECT k.*, coalesce(k.collective, c.collective,
-                                 lower(regexp_extract(k.name, '(?i)(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|Send|Recv|AllToAll)', 1))) AS coll,
+                                 lower(regexp_extract(k.name, '{NCCL_OP_RE}', 1))) AS coll,
                    coalesce(k.pg_name, c.pg_name) AS pgn, coalesce(k.pg_desc, c.pg_desc) AS pgd,
                    coalesce(k.pg_ranks, c.pg_ranks) AS pgr, coalesce(k.group_size, c.group_size) AS gs,
                    coalesce(k.in_nelems, c.in_nelems) AS inn, coalesce(k.out_nelems, c.out_nelems) AS outn,

@@ -296,7 +296,7 @@ def warm_up(w):
     print("warm-up ...", flush=True)
     for _ in range(3):
         torch.mm(w.A, w.Bm)
-    for name, fn in w.phases():
+    for _name, fn in w.phases():
         fn()
     w.train_step(steps=2)  # optimizer state exists after the first; a few more for caches
     torch.cuda.synchronize()
@@ -331,7 +331,7 @@ def ground_truth(w, a, outdir):
         "gpu_mem_bytes": props.total_memory,
         "nvidia_smi": sh_out(["nvidia-smi", "--query-gpu=index,name,driver_version,pci.bus_id,uuid",
                               "--format=csv,noheader"]).splitlines(),
-        "nvidia_smi_cuda_version": [l for l in sh_out(["nvidia-smi"]).splitlines() if "CUDA Version" in l],
+        "nvidia_smi_cuda_version": [ln for ln in sh_out(["nvidia-smi"]).splitlines() if "CUDA Version" in ln],
     }
     # --- peak-ish ceilings measured on this machine (unprofiled)
     n = a.mm_n
