@@ -46,6 +46,7 @@ class Writer:
         self.arg_names: dict[str, int] = {}
         self.first = True
         self.packets = 0
+        self.tracks = 0
 
     def _emit(self, packet: pb.TracePacket) -> None:
         packet.trusted_packet_sequence_id = SEQ_ID
@@ -61,6 +62,7 @@ class Writer:
 
     def track(self, uuid: int, name: str, parent: int | None = None, process: tuple[int, str] | None = None,
               counter: str | None = None, order: int | None = None, explicit_children: bool = False) -> None:
+        self.tracks += 1
         p = pb.TracePacket()
         d = p.track_descriptor
         d.uuid = uuid
@@ -190,7 +192,7 @@ def _fid(*parts: object) -> int:
 
 def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -> dict[str, int]:
     """Write trace.pftrace; returns counts of what was written (for tests and the report)."""
-    stats = {"kernels": 0, "flows": 0, "tracks": 0}
+    stats = {"kernels": 0, "collective_flows": 0, "tracks": 0}
     ranks = [r for (r,) in con.execute(
         "SELECT DISTINCT rank FROM kernels WHERE rank IS NOT NULL ORDER BY rank").fetchall()]
     peak = {(r, d): (p, bw) for r, d, p, bw in con.execute(
@@ -218,6 +220,7 @@ def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -
             _device(con, w, rank, layer_uuid["device"])
             _verdict(con, w, rank, layer_uuid["verdict"])
         stats["packets"] = w.packets
+        stats["tracks"] = w.tracks
     return stats
 
 
@@ -233,7 +236,7 @@ def _cluster(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int, 
     slices = []
     for s, e, coll, pg, seq, nbytes, dtype, granks, nranks in rows:
         fl = (_fid("coll", pg, coll, seq),) if nranks > 1 else ()
-        stats["flows"] += len(fl)
+        stats["collective_flows"] += len(fl)
         slices.append(Slice(s, max(e, s), f"{coll or 'collective'}", {
             "process_group": pg, "seq": seq, "bytes": nbytes, "dtype": dtype, "group_ranks": granks}, flows=fl))
     if slices:
