@@ -51,6 +51,9 @@ def main() -> None:
 @click.option("--peak-tflops", type=float, help="Use this peak (TFLOP/s) instead of the table's.")
 @click.option("--peaks", "peaks_file", type=click.Path(path_type=Path), help="TOML file adding/overriding GPUs.")
 @click.option("--gpu", help="GPU name when the trace does not name it (e.g. H100-SXM, 'NVIDIA A100-SXM4-80GB').")
+@click.option("--model-flops", type=float, metavar="N",
+              help="FLOPs per step (ProfilerStep#N) or per --range occurrence, e.g. 6·params·tokens; spread over "
+                   "that window's compute kernels by time (use when shapes are missing: CUDA graphs, compiled code).")
 @click.option("--tz", help="Time zone of local-time logs (nvidia-smi), e.g. Europe/Berlin (default: this machine's).")
 @click.option("--offset", "offsets", multiple=True, metavar="SOURCE=±DURATION",
               help="Force a clock offset on one input (path or file name), e.g. dmon.txt=+37s (repeatable).")
@@ -64,7 +67,7 @@ def main() -> None:
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ...], as_json: bool, quiet: bool,
            no_html: bool, no_trace: bool, peak_precision: str | None, peak_tflops: float | None,
-           peaks_file: Path | None, gpu: str | None, tz: str | None, offsets: tuple[str, ...], dcgm_period: float,
+           peaks_file: Path | None, gpu: str | None, model_flops: float | None, tz: str | None, offsets: tuple[str, ...], dcgm_period: float,
            rule_select: tuple[str, ...], rule_ignore: tuple[str, ...], rules_config: Path | None,
            debug: bool) -> None:
     """Analyse INPUT files/folders and print the verdict (the main job)."""
@@ -74,12 +77,14 @@ def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ..
 
     if peak_tflops is not None and not peak_tflops > 0:
         _fail("--peak-tflops must be a positive number")
+    if model_flops is not None and not model_flops >= 0:
+        _fail("--model-flops must be a non-negative number")
     if not dcgm_period > 0:
         _fail("--dcgm-period must be a positive number of seconds")
     opts = pipeline.Options(ranges=ranges, peak_precision=peak_precision, peak_tflops=peak_tflops,
                             peaks_file=peaks_file, gpu=gpu, write_html=not no_html, write_trace=not no_trace,
                             tz=tz, offsets=offsets, dcgm_period_s=dcgm_period, rule_select=rule_select,
-                            rule_ignore=rule_ignore, rules_config=rules_config)
+                            rule_ignore=rule_ignore, rules_config=rules_config, model_flops=model_flops)
     out_dir = out_dir or pipeline.default_out_dir(inputs)
     opts.cache_dir = Path(out_dir).absolute().parent / ".plasmient-cache"
     try:

@@ -131,6 +131,46 @@ def attribute_kernel_flops(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DROP TABLE _launch; DROP TABLE _mroots; DROP TABLE _kflops")
 
 
+def apply_model_flops(con: duckdb.DuckDBPyConnection, flops_per_occurrence: float,
+                      range_patterns: Sequence[str]) -> str:
+    """--model-flops (SPEC §4): the user's FLOPs per step (ProfilerStep#N) or per occurrence of the --range,
+    spread over the compute kernels running inside each occurrence by their time in it, `flops_source='user'`.
+    Without steps or ranges, once over each rank's whole profile. Replaces the shape-model estimates."""
+    if not flops_per_occurrence >= 0:
+        raise BadInput(None, "--model-flops must be a non-negative number")
+    names = [n for (n,) in con.execute("SELECT DISTINCT name FROM ranges WHERE NOT on_gpu").fetchall()]
+    pats = list(range_patterns) or ["ProfilerStep#*"]
+    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in pats)]
+    con.register("_mf_names", pa.table({"name": pa.array(chosen, pa.string())}))
+    if chosen:
+        occ_sql = ("SELECT rank, start_ns, end_ns FROM ranges WHERE NOT on_gpu AND end_ns > start_ns "
+                   "AND name IN (SELECT name FROM _mf_names)")
+        what = f"each occurrence of {', '.join(pats)}"
+    else:
+        occ_sql = "SELECT rank, min(start_ns) AS start_ns, max(end_ns) AS end_ns FROM kernels GROUP BY rank"
+        what = "each rank's profiled window (no steps or ranges to divide it by)"
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _mf AS
+        WITH occ AS (SELECT row_number() OVER () AS oid, * FROM ({occ_sql})),
+        ov AS (
+            SELECT o.oid, k.kernel_id,
+                   (least(k.end_ns, o.end_ns) - greatest(k.start_ns, o.start_ns))::DOUBLE AS t
+            FROM kernels k JOIN occ o ON k.rank IS NOT DISTINCT FROM o.rank
+             AND k.start_ns < o.end_ns AND k.end_ns > o.start_ns
+            WHERE k.kind = 'compute'
+        )
+        SELECT kernel_id, sum(t / tot * ?) AS flops
+        FROM (SELECT *, sum(t) OVER (PARTITION BY oid) AS tot FROM ov WHERE t > 0) GROUP BY kernel_id""",
+                [flops_per_occurrence])
+    con.unregister("_mf_names")
+    con.execute("UPDATE kernels SET flops = NULL, flops_source = NULL, flops_op_id = NULL "
+                "WHERE kind = 'compute' AND flops_source IS DISTINCT FROM 'ncu'")
+    con.execute("UPDATE kernels SET flops = m.flops, flops_source = 'user' FROM _mf m "
+                "WHERE kernels.kernel_id = m.kernel_id AND kernels.flops_source IS DISTINCT FROM 'ncu'")
+    con.execute("DROP TABLE _mf")
+    return f"--model-flops: {flops_per_occurrence:.4g} FLOP per {what}, spread over its compute kernels by time"
+
+
 def dominant_precision(con: duckdb.DuckDBPyConnection) -> str | None:
     """The precision carrying the most matmul FLOPs (the default peak precision)."""
     row = one(con, """
@@ -272,6 +312,10 @@ SYNC_API_RE = r"(?i)(synchronize|^cudaMemcpy(2D|3D|ToSymbol|FromSymbol)?(_v[0-9]
 LAUNCH_API_RE = r"(?i)(launch|graphlaunch|memcpyasync|memsetasync)"
 DATALOADER_RE = r"(?i)(dataloader|data_loader|enumerate\(DataLoader)"
 P2P_KERNEL_RE = r"(?i)(sendrecv|_send|_recv|send_|recv_)"
+# Packed per-class counts of active kernels (see _seg): at most 255 of one class at once on one GPU.
+_PACK = ("((1::BIGINT << 48) + CASE cls WHEN 'compute_bound' THEN 1::BIGINT << 40 WHEN 'memory_bound' THEN "
+         "1::BIGINT << 32 WHEN 'nccl_wait' THEN 1::BIGINT << 24 WHEN 'nccl' THEN 1::BIGINT << 16 "
+         "WHEN 'p2p' THEN 1::BIGINT << 8 WHEN 'copy' THEN 1::BIGINT ELSE 0 END)")
 SYNC_TOLERANCE_NS = 20_000  # a sync that returned up to 20 µs before an idle stretch began caused it
 
 
@@ -344,35 +388,30 @@ def sweep(con: duckdb.DuckDBPyConnection, peaks: list[GpuPeak]) -> None:
           ON p.rank IS NOT DISTINCT FROM w.rank AND p.device = w.device
          AND p.s0 < w.end_ns AND p.e0 > w.start_ns
         JOIN kernels kk USING (kernel_id)""")
-    con.execute("""
+    con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _seg AS
         WITH ev AS (
-            SELECT wid, s AS t, 1 AS dn, rate AS dr,
-                   (cls = 'compute_bound')::INT AS d_cb, (cls = 'memory_bound')::INT AS d_mb,
-                   (cls = 'nccl_wait')::INT AS d_nw, (cls = 'nccl')::INT AS d_nc, (cls = 'p2p')::INT AS d_p2p,
-                   (cls = 'copy')::INT AS d_cp
-            FROM _kc WHERE e > s
-            UNION ALL
-            SELECT wid, e, -1, -rate, -(cls = 'compute_bound')::INT, -(cls = 'memory_bound')::INT,
-                   -(cls = 'nccl_wait')::INT, -(cls = 'nccl')::INT, -(cls = 'p2p')::INT, -(cls = 'copy')::INT
-            FROM _kc WHERE e > s
-            UNION ALL SELECT wid, start_ns, 0, 0, 0, 0, 0, 0, 0, 0 FROM _w
-            UNION ALL SELECT wid, end_ns, 0, 0, 0, 0, 0, 0, 0, 0 FROM _w
+            -- the active-kernel counts per class, packed into one integer (8 bits each, n in the top 16) so
+            -- that one running sum tracks them all: sums of packed deltas are the packed running counts
+            SELECT wid, s AS t, {_PACK} AS dk, rate AS dr FROM _kc WHERE e > s
+            UNION ALL SELECT wid, e, -({_PACK}), -rate FROM _kc WHERE e > s
+            UNION ALL SELECT wid, start_ns, 0, 0 FROM _w
+            UNION ALL SELECT wid, end_ns, 0, 0 FROM _w
         ), agg AS (
-            SELECT wid, t, sum(dn) AS dn, sum(dr) AS dr, sum(d_cb) AS d_cb, sum(d_mb) AS d_mb, sum(d_nw) AS d_nw,
-                   sum(d_nc) AS d_nc, sum(d_p2p) AS d_p2p, sum(d_cp) AS d_cp
-            FROM ev GROUP BY wid, t
+            SELECT wid, t, sum(dk)::BIGINT AS dk, sum(dr) AS dr FROM ev GROUP BY wid, t
         ), run AS (
-            SELECT wid, t, lead(t) OVER w AS t_next,
-                   sum(dn) OVER c AS n, sum(dr) OVER c AS r, sum(d_cb) OVER c AS cb, sum(d_mb) OVER c AS mb,
-                   sum(d_nw) OVER c AS nw, sum(d_nc) OVER c AS nc, sum(d_p2p) OVER c AS p2p, sum(d_cp) OVER c AS cp
+            SELECT wid, t, lead(t) OVER c AS t_next, sum(dk) OVER c AS k, sum(dr) OVER c AS r
             FROM agg
-            WINDOW w AS (PARTITION BY wid ORDER BY t),
-                   c AS (PARTITION BY wid ORDER BY t ROWS UNBOUNDED PRECEDING)
+            WINDOW c AS (PARTITION BY wid ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+        ), unpacked AS (
+            SELECT wid, t, t_next, r, (k >> 48)::INTEGER AS n, ((k >> 40) & 255)::INTEGER AS cb,
+                   ((k >> 32) & 255)::INTEGER AS mb, ((k >> 24) & 255)::INTEGER AS nw, ((k >> 16) & 255)::INTEGER AS nc,
+                   ((k >> 8) & 255)::INTEGER AS p2p, (k & 255)::INTEGER AS cp
+            FROM run
         )
         SELECT run.wid, run.t, run.t_next, run.n, run.cb, run.mb, run.nw, run.nc, run.p2p, run.cp,
                CASE WHEN run.n > 0 THEN greatest(run.r, 0) ELSE 0 END AS r, w.rank, w.device, w.peak
-        FROM run JOIN _w w USING (wid)
+        FROM unpacked run JOIN _w w USING (wid)
         WHERE run.t_next IS NOT NULL AND run.t_next > run.t""")
     # What the host was doing during each idle stretch (ASOF joins: no quadratic interval joins).
     con.execute(f"""
@@ -417,18 +456,22 @@ def sweep(con: duckdb.DuckDBPyConnection, peaks: list[GpuPeak]) -> None:
     con.execute(f"""
         INSERT INTO losses
         WITH l AS (
-            SELECT l.*, (l.t_next - l.t) - l.achieved_ns AS lost_ns FROM _lost l
+            -- a window's stretches are contiguous: an island of one category starts where the category changes
+            SELECT wid, t, t_next, rank, device, category, peak, (t_next - t) - achieved_ns AS lost_ns,
+                   (category IS DISTINCT FROM lag(category) OVER (PARTITION BY wid ORDER BY t))::INTEGER AS chg
+            FROM _lost
         ), isl AS (
-            SELECT *, sum(CASE WHEN category IS DISTINCT FROM prev_cat OR t <> prev_end THEN 1 ELSE 0 END)
-                      OVER (PARTITION BY wid ORDER BY t ROWS UNBOUNDED PRECEDING) AS island
-            FROM (SELECT *, lag(category) OVER (PARTITION BY wid ORDER BY t) AS prev_cat,
-                            lag(t_next) OVER (PARTITION BY wid ORDER BY t) AS prev_end FROM l)
+            SELECT *, sum(chg) OVER (PARTITION BY wid ORDER BY t ROWS UNBOUNDED PRECEDING) AS island
+            FROM l WHERE lost_ns > 0 OR chg = 1
+        ), merged AS (
+            SELECT wid, island, any_value(rank) AS rank, any_value(device) AS device, min(t) AS s, max(t_next) AS e,
+                   any_value(category) AS category, sum(lost_ns) AS lost_ns, any_value(peak) AS peak
+            FROM isl GROUP BY wid, island
         )
-        SELECT w.scope, w.range_name, isl.rank, isl.device, min(isl.t), max(isl.t_next), isl.category, c.layer,
-               sum(isl.lost_ns) / 1e9 * any_value(isl.peak), sum(isl.lost_ns), NULL
-        FROM isl JOIN _w w USING (wid) JOIN (VALUES {cats}) c(category, layer) USING (category)
-        WHERE isl.lost_ns > 0
-        GROUP BY w.scope, w.range_name, isl.rank, isl.device, isl.wid, isl.island, isl.category, c.layer""")
+        SELECT w.scope, w.range_name, m.rank, m.device, m.s, m.e, m.category, c.layer,
+               m.lost_ns / 1e9 * m.peak, m.lost_ns, NULL
+        FROM merged m JOIN _w w USING (wid) JOIN (VALUES {cats}) c(category, layer) USING (category)
+        WHERE m.lost_ns > 0""")
     con.execute("""
         INSERT INTO metrics
         WITH per_w AS (

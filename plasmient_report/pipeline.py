@@ -37,6 +37,7 @@ class Options:
     offsets: Sequence[str] = ()  # --offset SOURCE=±DURATION (forced clock offsets)
     dcgm_period_s: float = 1.0  # --dcgm-period: sampling period of logs that print no time
     counter_search_s: float = align_stage.DEFAULT_SEARCH_NS / 1e9  # counter-log alignment: ± search range
+    model_flops: float | None = None  # --model-flops: FLOPs per step / per --range occurrence (the MFU convention)
 
     def parse_options(self) -> parsers.ParseOptions:
         return parsers.ParseOptions(tz=self.tz, dcgm_period_s=self.dcgm_period_s)
@@ -88,6 +89,9 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
     metrics.model_op_flops(con)
     metrics.nest_ops(con)
     metrics.attribute_kernel_flops(con)
+    user_note = None
+    if opts.model_flops is not None:
+        user_note = metrics.apply_model_flops(con, opts.model_flops, list(opts.ranges))
     table = load_table(opts.peaks_file)
     precision, gpu_peaks = metrics.assign_peaks(con, table, opts.peak_precision, opts.gpu, opts.peak_tflops)
     missing = metrics.build_windows(con, list(opts.ranges))
@@ -101,7 +105,7 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
                                  f"include: {', '.join(names) or '(none)'}")
     metrics.sweep(con, gpu_peaks)
     return judge.RunContext(inputs=[], ranges=list(opts.ranges), precision=precision, peaks=gpu_peaks,
-                            missing_ranges=missing)
+                            missing_ranges=missing, notes=[user_note] if user_note else [])
 
 
 def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = None) -> Result:
@@ -113,7 +117,7 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
     ctx = measure(con, opts)
     ctx.inputs = [str(p) for p in inputs]
     _, rule_notes = rules.run(con, selection, ctx.ranges, ctx.precision, ctx.peaks, opts.peaks_file)
-    ctx.notes = notes + rule_notes
+    ctx.notes = ctx.notes + notes + rule_notes
     verdict = judge.build(con, ctx)
     return Result(con=con, verdict=verdict, notes=notes)
 

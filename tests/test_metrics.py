@@ -132,3 +132,24 @@ def test_train_step_flops_per_step_match_analytic():
     v = run([corpus_file("h200-single-kineto/kineto_single.json.gz")], ranges=["phase:train_step"])
     per_step = v["ranges"][0]["flops"] / 3
     assert per_step == pytest.approx(24.74e12, rel=0.03)
+
+
+def test_model_flops_per_range_occurrence():
+    # SPEC §4 --model-flops: the user's FLOPs per occurrence, spread over its compute kernels by time.
+    # 3 steps x 24.74e12 analytic FLOPs (../shared/corpus/README.md) over the 157.7 ms CPU-side range.
+    path = corpus_file("h200-single-kineto/kineto_single.json.gz")
+    v = run([path], ranges=["phase:train_step"], model_flops=3 * 24.74e12)
+    window_s = v["run"]["window_ns"] / 1e9
+    assert v["achieved_fraction_of_peak"] == pytest.approx(3 * 24.74e12 / (window_s * 989.4e12), rel=0.01)
+    assert v["coverage"]["kernels_with_flops_time_fraction"] == pytest.approx(1.0)
+    assert any("--model-flops" in n for n in v["notes"])
+
+
+def test_model_flops_per_step_matches_the_shape_model():
+    from .conftest import sample_file
+
+    files = [sample_file("h200x2_ddp/kineto/rank0.pt.trace.json.gz"), sample_file("h200x2_ddp/kineto/rank1.pt.trace.json.gz")]
+    shapes = run(files, ranges=["ProfilerStep#*"])
+    # (6L−2)·M·d² per step per rank (sample_traces/README.md): the same number given by hand.
+    user = run(files, ranges=["ProfilerStep#*"], model_flops=22 * 16384 * 4096**2)
+    assert user["achieved_fraction_of_peak"] == pytest.approx(shapes["achieved_fraction_of_peak"], rel=0.01)
