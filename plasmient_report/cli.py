@@ -67,7 +67,8 @@ def main() -> None:
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ...], as_json: bool, quiet: bool,
            no_html: bool, no_trace: bool, peak_precision: str | None, peak_tflops: float | None,
-           peaks_file: Path | None, gpu: str | None, model_flops: float | None, tz: str | None, offsets: tuple[str, ...], dcgm_period: float,
+           peaks_file: Path | None, gpu: str | None, model_flops: float | None, tz: str | None,
+           offsets: tuple[str, ...], dcgm_period: float,
            rule_select: tuple[str, ...], rule_ignore: tuple[str, ...], rules_config: Path | None,
            debug: bool) -> None:
     """Analyse INPUT files/folders and print the verdict (the main job)."""

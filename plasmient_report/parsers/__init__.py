@@ -136,7 +136,7 @@ def discover(inputs: list[Path], cache_dir: Path | None = None) -> list[Detected
             usable = []
             for m in members:
                 fmt = detect(m)
-                if _usable(fmt):
+                if fmt is not None and _usable(fmt):
                     usable.append(Detected(m, fmt))
             if not usable:
                 raise BadInput(p, "folder holds no trace this version can read (PyTorch profiler .json/.json.gz, "
@@ -150,8 +150,9 @@ def discover(inputs: list[Path], cache_dir: Path | None = None) -> list[Detected
                 raise BadInput(p, f"{NOT_YET[fmt]} input is not supported by this version yet")
             if fmt == "json":
                 raise BadInput(p, "JSON but not a PyTorch profiler trace (no 'traceEvents')")
-            if not _usable(fmt):
-                raise BadInput(p, "unrecognised format (expected a PyTorch profiler trace .json/.json.gz)")
+            if fmt is None or not _usable(fmt):
+                raise BadInput(p, "unrecognised format (expected a PyTorch profiler trace, an nsys export or report, "
+                                  "a counter log or an Nsight Compute CSV)")
             found.append(Detected(p, fmt))
     if "nsys-sqlite" in SUPPORTED:
         found = _resolve_reports(found, cache_dir)

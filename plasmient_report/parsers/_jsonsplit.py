@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -23,6 +23,10 @@ _STRUCTURAL = bytes(1 if c in (OPEN_BRACE, CLOSE_BRACE, OPEN_BRACKET, CLOSE_BRAC
 _QUOTES = bytes(1 if c == QUOTE else 0 for c in range(256))
 _NEWLINES_TO_SPACE = bytes.maketrans(b"\r\n", b"  ")
 HEAD_LIMIT = 256 << 20  # the non-event part of a trace is small; more means this is not a trace
+
+
+class Readable(Protocol):
+    def read(self, k: int = -1) -> bytes: ...
 
 
 class SplitError(ValueError):
@@ -75,7 +79,7 @@ def _batch(pending: bytearray, chunk: bytes, pos: int, cut: int, seps: np.ndarra
     return bytes(out)
 
 
-def split_events(stream: BinaryIO, chunk_bytes: int = 4 << 20, ndjson: bool = False
+def split_events(stream: Readable, chunk_bytes: int = 4 << 20, ndjson: bool = False
                  ) -> Iterator[bytes | tuple[str, bytes]]:
     """Yield batches (bytes of a JSON array of whole events, or NDJSON with one event a line), then
     ('head', bytes of the rest of the document with an empty traceEvents). Raises SplitError on a
