@@ -27,6 +27,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
 from ..metrics import CATEGORIES
+from ._format import achieved_text, pct
 
 TIMELINE_BINS = 800
 TOP_KERNELS = 30
@@ -58,24 +59,6 @@ FRACTION_METRICS = ("gpu_util", "sm_active", "sm_occupancy", "tensor_active", "d
 
 def category_colour(category: str) -> str:
     return COLOURS.get(category, "#777777")
-
-
-def pct(x: float | None) -> str:
-    """A fraction as the terminal box prints it (one decimal below 1%)."""
-    if x is None:
-        return "n/a"
-    if 0 < x < 0.01:
-        return f"{x:.1%}"
-    return f"{x:.0%}"
-
-
-def achieved_text(verdict: dict[str, Any]) -> str:
-    """The headline achieved fraction as the terminal box prints it: '≥' for a lower bound, '?' near zero."""
-    achieved = verdict.get("achieved_fraction_of_peak")
-    text = pct(achieved)
-    if verdict.get("achieved_is_lower_bound") and achieved is not None:
-        text = "≥" + text if achieved >= 0.005 else "?"
-    return text
 
 
 def fmt_ms(ns: float | None) -> str:

@@ -9,15 +9,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ._format import achieved_text, pct
+
 WIDTH = 79
-
-
-def _pct(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    if 0 < x < 0.01:
-        return f"{x:.1%}"
-    return f"{x:.0%}"
 
 
 def _grid() -> Table:
@@ -50,7 +44,7 @@ def _span(xs: list[float | None]) -> str:
     ys = [x for x in xs if x is not None]
     if not ys:
         return "n/a"
-    lo, hi = _pct(min(ys)), _pct(max(ys))
+    lo, hi = pct(min(ys)), pct(max(ys))
     return lo if lo == hi else f"{lo}–{hi}"
 
 
@@ -65,12 +59,10 @@ def box(v: dict[str, Any]) -> Panel:
     ach = v["achieved_fraction_of_peak"]
     head = _grid()
     lines: list[Any] = [head]
-    _row(head, "GPU utilization (trace)", _pct(util), "← what the dashboard shows")
+    _row(head, "GPU utilization (trace)", pct(util), "← what the dashboard shows")
     if v["utilization"].get("measured") is not None:
-        _row(head, "GPU utilization (measured)", _pct(v["utilization"]["measured"]))
-    ach_s = _pct(ach) if ach is not None else "n/a"
-    if v.get("achieved_is_lower_bound") and ach is not None:
-        ach_s = "≥" + ach_s if ach >= 0.005 else "?"
+        _row(head, "GPU utilization (measured)", pct(v["utilization"]["measured"]))
+    ach_s = achieved_text(v)
     prec = peak.get("precision")
     tf = peak.get("tflops")
     _row(head, "achieved fraction of peak", ach_s,
@@ -78,10 +70,10 @@ def box(v: dict[str, Any]) -> Panel:
     losses = v.get("losses") or []
     if losses and ach is not None:
         lines.append(Text(""))
-        lines.append(Text(f"  where the other {_pct(1 - ach)} went:"))
+        lines.append(Text(f"  where the other {pct(1 - ach)} went:"))
         g = _grid()
         for loss in [x for x in losses if x["fraction"] >= 0.005][:5]:
-            _row(g, "  " + loss["category"].replace("_", " "), _pct(loss["fraction"]),
+            _row(g, "  " + loss["category"].replace("_", " "), pct(loss["fraction"]),
                  loss.get("recommendation") or "", width=31)
         lines.append(g)
     # The top findings' one-line fixes, except those already beside their loss line.
@@ -96,7 +88,7 @@ def box(v: dict[str, Any]) -> Panel:
         fg.add_column(justify="right", no_wrap=True, style="bold")
         fg.add_column(style="dim", overflow="fold")
         for f in findings:
-            fg.add_row(Text(f"    {f['rule']}"), _pct(f.get("lost_fraction")), Text(f.get("fix") or f["title"]))
+            fg.add_row(Text(f"    {f['rule']}"), pct(f.get("lost_fraction")), Text(f.get("fix") or f["title"]))
         lines.append(fg)
     ranks = v.get("ranks", [])
     if len(ranks) > 1 and _ranks_differ(ranks):
@@ -109,9 +101,9 @@ def box(v: dict[str, Any]) -> Panel:
         tbl.add_column("largest loss", no_wrap=True, overflow="ellipsis")
         for r in ranks:
             top = (r.get("losses") or [None])[0]
-            tbl.add_row(f"  {r['rank']}", str(r["device"]), _pct(r["utilization"]["trace"]),
-                        _pct(r["achieved_fraction_of_peak"]),
-                        f"{top['category'].replace('_', ' ')} {_pct(top['fraction'])}" if top else "")
+            tbl.add_row(f"  {r['rank']}", str(r["device"]), pct(r["utilization"]["trace"]),
+                        pct(r["achieved_fraction_of_peak"]),
+                        f"{top['category'].replace('_', ' ')} {pct(top['fraction'])}" if top else "")
         lines.append(tbl)
     elif len(ranks) > 1:
         lines.append(Text(""))
@@ -129,7 +121,7 @@ def box(v: dict[str, Any]) -> Panel:
         tbl.add_column("achieved", justify="right")
         for r in ranges[:12]:
             tbl.add_row(f"  {r['name'][:34]}", str(r["count"]), f"{(r['window_ns'] or 0) / 1e6:,.1f}",
-                        _pct(r["utilization"]), _pct(r["achieved_fraction_of_peak"]))
+                        pct(r["utilization"]), pct(r["achieved_fraction_of_peak"]))
         lines.append(tbl)
     lines.append(Text(""))
     verdict = Text("  VERDICT: ", style="bold")
