@@ -675,3 +675,20 @@ def test_straggler_per_step_figures():
     # The per-step wait is the total over the ProfilerStep#N count (5 in the sample).
     ev = found(ddp_sample(), "PR101")[0]["evidence"]
     assert math.isclose(ev["wait_caused_per_step_ns"] * ev["steps_seen"], ev["wait_caused_ns"], rel_tol=1e-9)
+
+
+@pytest.mark.parametrize(("run", "m"), [("m4", 4), ("m8", 8)])
+def test_pipeline_bubble_on_a_real_gpipe_recording(run, m):
+    # sample_traces/README.md (h200x2_pipeline): 2 stages of a GPipe schedule recorded on two H200s.
+    truth = json.loads(sample_file(f"h200x2_pipeline/{run}/truth.json").read_text())
+    d = sample_file(f"h200x2_pipeline/{run}/rank0.pt.trace.json.gz").parent
+    v = analyse([d / "rank0.pt.trace.json.gz", d / "rank1.pt.trace.json.gz"])
+    f = found(v, "PR201")
+    assert f, "the pipeline-bubble rule must fire on a real pipeline"
+    ev = f[0]["evidence"]
+    assert ev["num_stages"] == truth["stages"] == 2 and ev["micro_batches"] == truth["micro_batches"] == m
+    assert ev["theory_bubble"] == pytest.approx(truth["theory_bubble"])
+    assert ev["stage_order"] == [0, 1]
+    # The profiled trace's bubble is above theory (the profiler slows the host: README), never below it.
+    assert ev["measured_bubble"] >= truth["theory_bubble"]
+    assert ev["micro_batches_to_halve"] > m
