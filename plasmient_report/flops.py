@@ -254,6 +254,44 @@ def op_bytes(name: str, input_dims: str | None, input_types: str | None) -> floa
     return float(elem * (sum(_prod(d) for d in shapes[:3]) + _prod(shapes[0])))
 
 
+_EXTRA_ELEMENT_BYTES = {"long int": 8, "long": 8, "int64": 8, "int": 4, "int32": 4, "short": 2, "bool": 1,
+                        "unsigned char": 1, "uint8": 1}
+
+
+def element_bytes(type_name: Any) -> int | None:
+    if not isinstance(type_name, str):
+        return None
+    t = type_name.lower()
+    prec = DTYPE_PRECISION.get(t)
+    if prec:
+        return ELEMENT_BYTES.get(prec)
+    return _EXTRA_ELEMENT_BYTES.get(t)
+
+
+def op_traffic_bytes(name: str | None, input_dims: str | None, input_types: str | None) -> float | None:
+    """DRAM bytes of an elementwise-like op: every tensor input read once, one output the size of the first
+    input written (in-place ops: the first input read and written). `copy_(dst, src)`: src read, dst written."""
+    if not input_dims:
+        return None
+    try:
+        dims = json.loads(input_dims)
+        types = json.loads(input_types) if input_types else []
+    except ValueError:
+        return None
+    if not isinstance(dims, list):
+        return None
+    sizes = []
+    for i, d in enumerate(dims):
+        if isinstance(d, list) and d and all(isinstance(v, int) and v >= 0 for v in d):
+            elem = element_bytes(types[i] if isinstance(types, list) and i < len(types) else None) or 4
+            sizes.append(math.prod(d) * elem)
+    if not sizes:
+        return None
+    if name in ("aten::copy_",):
+        return float(sum(sizes))
+    return float(sum(sizes) + sizes[0])
+
+
 def op_precision(input_types: str | None) -> str | None:
     """Precision of a matmul-like op from its first tensor input's dtype."""
     if not input_types:

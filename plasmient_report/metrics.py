@@ -12,10 +12,12 @@ import duckdb
 import pyarrow as pa
 
 from .errors import BadInput
-from .flops import DTYPE_PRECISION, MODELS, op_bytes, op_flops, op_precision
+from .flops import DTYPE_PRECISION, MODELS, op_bytes, op_flops, op_precision, op_traffic_bytes
 from .peaks import GpuPeaks, Peak, choose_peak
 from .store import one
 
+# 1.5x the fastest HBM in peaks.toml (8 TB/s): no kernel moves more; a byte estimate implying more is wrong.
+MAX_PLAUSIBLE_BANDWIDTH_BYTES_S = 12e12
 # Kernel names that do matrix work: an op's FLOPs are split over these (by duration) when it has any.
 MATMUL_KERNEL_RE = (r"(?i)(gemm|nvjet|xmma|cutlass|cublas|cudnn|matmul|mma|wgmma|flash|fmha|attn|attention|"
                     r"conv|winograd|implicit|sm[0-9]{2,3}_|ampere_|volta_|turing_|hopper_|Cijk_)")
@@ -45,6 +47,40 @@ def model_op_flops(con: duckdb.DuckDBPyConnection) -> int:
                 "WHERE ops.op_id = m.op_id")
     con.unregister("_op_model")
     return sum(1 for f in flops if f is not None)
+
+
+def model_kernel_bytes(con: duckdb.DuckDBPyConnection) -> None:
+    """Bytes for the rest: each op that launched kernels and has no byte figure gets the elementwise model
+    (tensor inputs read once, one output written; flops.op_traffic_bytes), evaluated once per distinct
+    (name, dims, types); its compute kernels without bytes share them by duration."""
+    shapes = con.execute("""
+        SELECT DISTINCT name, input_dims, input_types FROM ops
+        WHERE bytes IS NULL AND input_dims IS NOT NULL
+          AND op_id IN (SELECT op_id FROM kernels WHERE op_id IS NOT NULL AND kind = 'compute')""").fetchall()
+    if shapes:
+        con.register("_op_shape_bytes", pa.table({
+            "name": pa.array([n for n, _, _ in shapes], pa.string()),
+            "input_dims": pa.array([d for _, d, _ in shapes], pa.string()),
+            "input_types": pa.array([t for _, _, t in shapes], pa.string()),
+            "b": pa.array([op_traffic_bytes(n, d, t) for n, d, t in shapes], pa.float64())}))
+        con.execute("""
+            UPDATE ops SET bytes = s.b FROM _op_shape_bytes s
+            WHERE ops.bytes IS NULL AND s.b IS NOT NULL AND ops.name = s.name AND ops.input_dims = s.input_dims
+              AND ops.input_types IS NOT DISTINCT FROM s.input_types""")
+        con.unregister("_op_shape_bytes")
+    con.execute("""
+        UPDATE kernels SET bytes = x.b FROM (
+            SELECT k.kernel_id, o.bytes * (k.end_ns - k.start_ns)
+                   / nullif(sum(k.end_ns - k.start_ns) OVER (PARTITION BY k.op_id), 0) AS b
+            FROM kernels k JOIN ops o ON o.op_id = k.op_id
+            WHERE k.kind = 'compute' AND k.bytes IS NULL AND k.flops IS NULL AND o.bytes IS NOT NULL
+        ) x WHERE kernels.kernel_id = x.kernel_id AND x.b IS NOT NULL""")
+    # "Every input read once" over-counts gathers (losses, indexing): an estimate implying more bandwidth than
+    # any GPU's memory has (1.5x the fastest HBM in peaks.toml) is wrong, and is dropped rather than shown.
+    con.execute(f"""
+        UPDATE kernels SET bytes = NULL
+        WHERE kind = 'compute' AND flops IS NULL AND bytes IS NOT NULL AND end_ns > start_ns
+          AND bytes / ((end_ns - start_ns) / 1e9) > {MAX_PLAUSIBLE_BANDWIDTH_BYTES_S}""")
 
 
 def nest_ops(con: duckdb.DuckDBPyConnection) -> None:

@@ -89,6 +89,7 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
     metrics.model_op_flops(con)
     metrics.nest_ops(con)
     metrics.attribute_kernel_flops(con)
+    metrics.model_kernel_bytes(con)
     user_note = None
     if opts.model_flops is not None:
         user_note = metrics.apply_model_flops(con, opts.model_flops, list(opts.ranges))

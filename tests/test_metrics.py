@@ -153,3 +153,15 @@ def test_model_flops_per_step_matches_the_shape_model():
     # (6L−2)·M·d² per step per rank (sample_traces/README.md): the same number given by hand.
     user = run(files, ranges=["ProfilerStep#*"], model_flops=22 * 16384 * 4096**2)
     assert user["achieved_fraction_of_peak"] == pytest.approx(shapes["achieved_fraction_of_peak"], rel=0.01)
+
+
+def test_elementwise_bytes_give_the_measured_hbm_bandwidth():
+    # ../shared/corpus/README.md: phase:memory_bound is 40 x (x.mul_(1.0001).add_(1e-6)) on 1 GiB fp32, and the
+    # in-place elementwise pass moves 2 GiB (read + write) at 4.17 TB/s measured outside the profiler.
+    res = pipeline.analyse([corpus_file("h200-single-kineto/kineto_single.json.gz")], pipeline.Options())
+    rows = res.con.execute("""
+        SELECT count(*), sum(k.bytes), sum(k.end_ns - k.start_ns) FROM kernels k JOIN ops o ON o.op_id = k.op_id
+        WHERE o.name IN ('aten::mul_', 'aten::add_') AND k.bytes > 1e9""").fetchall()[0]
+    n, nbytes, ns = rows
+    assert n == 80 and nbytes / n == pytest.approx(2 * 2**30, rel=1e-9)
+    assert nbytes / (ns / 1e9) == pytest.approx(4.17e12, rel=0.1)

@@ -4,15 +4,12 @@ byte model of elementwise ops (from `Input Dims` / `Input type`), evaluated once
 
 from __future__ import annotations
 
-import json
-import math
 import re
-from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-from ..flops import DTYPE_PRECISION, ELEMENT_BYTES
+from ..flops import op_traffic_bytes
 
 # Elementwise / pointwise kernels (PyTorch's TensorIterator kernels, Triton pointwise, copies, cat).
 ELEMENTWISE_KERNEL_RE = (r"(?i)(elementwise|pointwise|triton_poi|_copy_kernel|CatArrayBatchedCopy|FillFunctor|"
@@ -25,8 +22,6 @@ TENSOR_CORE_RE = (r"(?i)(tensorop|tf32|bf16|f16|fp16|h16|s16816|s1688|h1688|h884
                   r"nvjet|flash|fmha|sdpa|_mma|mma_)")
 MATMUL_NAME_RE = r"(?i)(gemm|gemv|nvjet|xmma|cutlass|cublas|matmul|sm[0-9]{2,3}_|ampere_|volta_|turing_|hopper_|Cijk_)"
 
-_EXTRA_ELEMENT_BYTES = {"long int": 8, "long": 8, "int64": 8, "int": 4, "int32": 4, "short": 2, "bool": 1,
-                        "unsigned char": 1, "uint8": 1}
 
 
 def fmt_ns(ns: float | None) -> str:
@@ -84,40 +79,6 @@ def short_kernel(name: str | None, width: int = 72) -> str:
             if t not in ("AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor", "UnaryFunctor")]
     out = f"{base} [{tags[-1].split('::')[-1]}]" if tags else base
     return out if len(out) <= width else out[: width - 1] + "…"
-
-
-def element_bytes(type_name: Any) -> int | None:
-    if not isinstance(type_name, str):
-        return None
-    t = type_name.lower()
-    prec = DTYPE_PRECISION.get(t)
-    if prec:
-        return ELEMENT_BYTES.get(prec)
-    return _EXTRA_ELEMENT_BYTES.get(t)
-
-
-def op_traffic_bytes(name: str | None, input_dims: str | None, input_types: str | None) -> float | None:
-    """DRAM bytes of an elementwise-like op: every tensor input read once, one output the size of the first
-    input written (in-place ops: the first input read and written). `copy_(dst, src)`: src read, dst written."""
-    if not input_dims:
-        return None
-    try:
-        dims = json.loads(input_dims)
-        types = json.loads(input_types) if input_types else []
-    except ValueError:
-        return None
-    if not isinstance(dims, list):
-        return None
-    sizes = []
-    for i, d in enumerate(dims):
-        if isinstance(d, list) and d and all(isinstance(v, int) and v >= 0 for v in d):
-            elem = element_bytes(types[i] if isinstance(types, list) and i < len(types) else None) or 4
-            sizes.append(math.prod(d) * elem)
-    if not sizes:
-        return None
-    if name in ("aten::copy_",):
-        return float(sum(sizes))
-    return float(sum(sizes) + sizes[0])
 
 
 def register_op_bytes(con: duckdb.DuckDBPyConnection, ops_table: str, view: str = "_rule_op_bytes") -> None:
