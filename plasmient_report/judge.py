@@ -7,14 +7,22 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from . import __version__, measured
+from .errors import BadInput
 from .metrics import CATEGORIES, GpuPeak, loss_fractions
 from .store import one
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 SCHEMA = "plasmient.verdict/1"
 
@@ -27,6 +35,27 @@ class Thresholds:
     useful_achieved: float = 0.30
     comm_share: float = 0.50             # NCCL share of busy time above which: "communication-bound"
     low_coverage: float = 0.50           # compute time with a FLOP estimate below: achieved is a lower bound
+
+
+def thresholds_from(config: Path | None) -> Thresholds:
+    """The verdict thresholds, with a `[verdict]` table of the rules config overriding the defaults."""
+    if config is None:
+        return Thresholds()
+    try:
+        table = tomllib.loads(Path(config).read_text(encoding="utf-8")).get("verdict", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise BadInput(config, f"cannot read rules config ({e})") from None
+    if not isinstance(table, dict):
+        raise BadInput(config, "[verdict] must be a table of thresholds")
+    known = {f.name for f in fields(Thresholds)}
+    values: dict[str, float] = {}
+    for name, value in table.items():
+        if name not in known:
+            raise BadInput(config, f"[verdict] {name}: unknown threshold; known: {', '.join(sorted(known))}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise BadInput(config, f"[verdict] {name} = {value!r}: a fraction between 0 and 1 is needed")
+        values[name] = float(value)
+    return Thresholds(**values)
 
 
 @dataclass

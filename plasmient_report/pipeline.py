@@ -112,6 +112,7 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
 def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = None) -> Result:
     """The pure per-run function: inputs in, store + verdict out (nothing written to disk)."""
     selection = rules.configure(opts.rule_select, opts.rule_ignore, opts.rules_config)  # bad codes: fail early
+    judge.thresholds_from(opts.rules_config)  # and bad verdict thresholds
     con = store.connect()
     ingest(con, inputs, progress, opts.cache_dir, opts.parse_options())
     notes = align_stage.align(con, opts.offsets, int(opts.counter_search_s * 1e9))
@@ -119,7 +120,7 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
     ctx.inputs = [str(p) for p in inputs]
     _, rule_notes = rules.run(con, selection, ctx.ranges, ctx.precision, ctx.peaks, opts.peaks_file)
     ctx.notes = ctx.notes + notes + rule_notes
-    verdict = judge.build(con, ctx)
+    verdict = judge.build(con, ctx, judge.thresholds_from(opts.rules_config))
     return Result(con=con, verdict=verdict, notes=notes)
 
 

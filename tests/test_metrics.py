@@ -165,3 +165,16 @@ def test_elementwise_bytes_give_the_measured_hbm_bandwidth():
     n, nbytes, ns = rows
     assert n == 80 and nbytes / n == pytest.approx(2 * 2**30, rel=1e-9)
     assert nbytes / (ns / 1e9) == pytest.approx(4.17e12, rel=0.1)
+
+
+def test_verdict_thresholds_from_the_config(tmp_path, tiny_trace):
+    # The fixture is 20.5% utilized: "idle" under the default 30% threshold, not under 10%.
+    assert run([tiny_trace])["verdict"] == "idle"
+    cfg = tmp_path / "plasmient.toml"
+    cfg.write_text("[verdict]\nidle_utilization = 0.10\n")
+    assert run([tiny_trace], rules_config=cfg)["verdict"] != "idle"
+    cfg.write_text("[verdict]\nidle_util = 0.1\n")
+    from plasmient_report.errors import BadInput
+
+    with pytest.raises(BadInput, match="unknown threshold"):
+        run([tiny_trace], rules_config=cfg)

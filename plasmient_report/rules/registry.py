@@ -126,7 +126,7 @@ def configure(select: Sequence[str] | None = None, ignore: Sequence[str] | None 
     chosen = [r for r in rules if any(_matches(c, r) for c in sel) and not any(_matches(c, r) for c in ign)]
     per_rule: dict[str, dict[str, Any]] = {}
     for k, v in cfg.items():
-        if k in ("select", "ignore"):
+        if k in ("select", "ignore", "verdict"):  # [verdict]: the judge's wording thresholds (judge.py)
             continue
         if k == "rules" and isinstance(v, dict):
             for kk, vv in v.items():
