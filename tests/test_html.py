@@ -4,6 +4,7 @@ opened in headless Chromium through the DevTools protocol (over a pipe: no port,
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import json
 import os
@@ -331,10 +332,8 @@ class Chrome:
         return json.loads(raw)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # it may already be gone
             self.send("Browser.close", timeout=5)
-        except Exception:  # noqa: BLE001 - it may already be gone
-            pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -4,6 +4,7 @@ vocabulary, local time → UTC, and one writer that turns a wide frame of sample
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,20 +71,16 @@ def local_zone() -> str:
     tz = os.environ.get("TZ", "").lstrip(":")
     if tz and _valid_zone(tz):
         return tz
-    try:
+    with contextlib.suppress(OSError):
         target = os.path.realpath("/etc/localtime")
         if "zoneinfo/" in target:
             name = target.split("zoneinfo/", 1)[1]
             if _valid_zone(name):
                 return name
-    except OSError:
-        pass
-    try:
+    with contextlib.suppress(OSError):
         name = Path("/etc/timezone").read_text().strip()
         if name and _valid_zone(name):
             return name
-    except OSError:
-        pass
     return "UTC"
 
 

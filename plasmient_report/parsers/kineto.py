@@ -8,6 +8,7 @@ The small rest of the document (device properties, distributedInfo, the time bas
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import tempfile
@@ -196,10 +197,8 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> Kineto
         seg.close()
         if pending is not None:
             pending.cancel()
-            try:
+            with contextlib.suppress(BaseException):  # already failing; the first error is the one reported
                 pending.result()
-            except BaseException:  # noqa: BLE001 - already failing; the first error is the one reported
-                pass
         pool.shutdown(wait=True)
         loader.close()
         shutil.rmtree(tmp, ignore_errors=True)

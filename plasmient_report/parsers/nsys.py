@@ -7,6 +7,7 @@ times to UTC, parses the NVTX op text and splits rows into the store's tables. N
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -176,10 +177,8 @@ def _valid_utf8(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def _reader(ex: Export, sql: str) -> tuple[Any, pa.RecordBatchReader]:
     cur = ex.adbc().cursor()
-    try:
+    with contextlib.suppress(Exception):  # older drivers: default batch size
         cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
-    except Exception:  # older drivers: default batch size
-        pass
     cur.execute(sql)
     rdr = cur.fetch_record_batch()
     if any(pa.types.is_string(f.type) for f in rdr.schema):
@@ -376,13 +375,11 @@ def _choose_clock(con: duckdb.DuckDBPyConnection, meta: Meta, info: NsysSource) 
         info.base_time_ns = meta.utc_epoch_ns - shift
         info.clock_anchor = "native"
         if meta.utc_time:
-            try:
+            with contextlib.suppress(ValueError):
                 t = datetime.fromisoformat(meta.utc_time).replace(tzinfo=timezone.utc).timestamp()
                 if abs(t - meta.utc_epoch_ns / 1e9) > 2:
                     info.notes.append(f"utcEpochNs disagrees with utcTime ({meta.utc_time}) by "
                                       f"{meta.utc_epoch_ns / 1e9 - t:+.0f} s: the host clock may be misconfigured")
-            except ValueError:
-                pass
     else:
         info.base_time_ns = 0
         info.clock_anchor = "relative"
@@ -743,10 +740,8 @@ def _emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: M
             cur.close()
         if chunk:
             # DuckDB compresses in-memory tables at a checkpoint (~15x for counters): memory stays bounded.
-            try:
+            with contextlib.suppress(duckdb.Error):  # inside a caller's transaction: no checkpoint, only more memory
                 con.execute("CHECKPOINT")
-            except duckdb.Error:  # inside a caller's transaction: no checkpoint, only more memory
-                pass
     after = one(con, "SELECT count(*) FROM counters")
     n = int(after[0] - before[0]) if after and before else 0
     if n and not meta.gpu_metrics_hz:

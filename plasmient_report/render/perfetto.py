@@ -80,19 +80,13 @@ class Writer:
             d.child_ordering = pb.TrackDescriptor.EXPLICIT
         self._emit(p)
 
-    def _name_iid(self, p: pb.TracePacket, name: str) -> int:
-        iid = self.names.get(name)
+    @staticmethod
+    def _intern(table: dict[str, int], entries: Any, name: str) -> int:
+        """The interned id of `name`; first use adds it to the packet's interned data (`entries`)."""
+        iid = table.get(name)
         if iid is None:
-            iid = self.names[name] = len(self.names) + 1
-            e = p.interned_data.event_names.add()
-            e.iid, e.name = iid, name
-        return iid
-
-    def _arg_iid(self, p: pb.TracePacket, name: str) -> int:
-        iid = self.arg_names.get(name)
-        if iid is None:
-            iid = self.arg_names[name] = len(self.arg_names) + 1
-            e = p.interned_data.debug_annotation_names.add()
+            iid = table[name] = len(table) + 1
+            e = entries.add()
             e.iid, e.name = iid, name
         return iid
 
@@ -102,13 +96,13 @@ class Writer:
         ev = p.track_event
         ev.type = BEGIN
         ev.track_uuid = track
-        ev.name_iid = self._name_iid(p, s.name)
+        ev.name_iid = self._intern(self.names, p.interned_data.event_names, s.name)
         if s.args:
             for k, v in s.args.items():
                 if v is None:
                     continue
                 a = ev.debug_annotations.add()
-                a.name_iid = self._arg_iid(p, k)
+                a.name_iid = self._intern(self.arg_names, p.interned_data.debug_annotation_names, k)
                 if isinstance(v, bool):
                     a.bool_value = v
                 elif isinstance(v, int):
