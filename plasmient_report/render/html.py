@@ -760,6 +760,8 @@ def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str
 
 
 def render(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> str:
+    global _figure_counter
+    _figure_counter = 0  # SVG ids count from 0 in every report: the page does not depend on what the process drew before
     # A cursor of our own: the caller's connection may hold an unfinished result, and ours registers views.
     cur = con.cursor()
     try:
