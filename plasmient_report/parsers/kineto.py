@@ -31,8 +31,9 @@ NCCL_OP_RE = "(?i)(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|S
 SEGMENT_BYTES = 24 << 20
 # Kineto `ts` is µs; above this it is already epoch µs (traces before baseTimeNanoseconds existed).
 EPOCH_US_THRESHOLD = 1e14
-# |ts| beyond this (µs) cannot be a time: int64 ns would overflow around 9.2e15 µs.
-MAX_ABS_TS_US = 9.0e15
+# |ts| beyond this (µs) cannot be a time: |UTC ns| must stay below 2**62 so that differences of times fit in int64.
+MAX_ABS_TS_US = 4.6e15
+MAX_RANKS = 1 << 20  # a rank or world size beyond this is no rank (a corrupt distributedInfo)
 
 
 class DeviceProp(msgspec.Struct):
@@ -247,7 +248,7 @@ def _stage(con: duckdb.DuckDBPyConnection) -> None:
                  {_i(a + '."External id"')} AS external_id"""
     comms = f"""{_s(a + '."Collective name"')} AS collective, {_s(a + '.dtype')} AS dtype,
                 {_i(a + '."In msg nelems"')} AS in_nelems, {_i(a + '."Out msg nelems"')} AS out_nelems,
-                {_i(a + '."Group size"')} AS group_size,
+                TRY_CAST({_i(a + '."Group size"')} AS INTEGER) AS group_size,
                 coalesce({_s(a + '."Process Group Name"')}, {_s(a + '."Process Group ID"')}) AS pg_name,
                 {_s(a + '."Process Group Description"')} AS pg_desc,
                 CASE json_type({a}."Process Group Ranks") WHEN 'VARCHAR'
@@ -258,11 +259,14 @@ def _stage(con: duckdb.DuckDBPyConnection) -> None:
     cats = lambda names: "json_extract_string(cat, '$') IN (" + ", ".join(f"'{n}'" for n in names) + ")"  # noqa: E731
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _kin_gpu AS
-        SELECT {common}, {_i(a + '.correlation')} AS correlation, {_i(a + '.device')} AS device,
+        SELECT {common}, {_i(a + '.correlation')} AS correlation, TRY_CAST({_i(a + '.device')} AS INTEGER) AS device,
                {_i(a + '.stream')} AS stream,
-               {_i(a + ".grid->'$[0]'")} AS grid_x, {_i(a + ".grid->'$[1]'")} AS grid_y,
-               {_i(a + ".grid->'$[2]'")} AS grid_z, {_i(a + ".block->'$[0]'")} AS block_x,
-               {_i(a + ".block->'$[1]'")} AS block_y, {_i(a + ".block->'$[2]'")} AS block_z,
+               TRY_CAST({_i(a + ".grid->'$[0]'")} AS INTEGER) AS grid_x,
+               TRY_CAST({_i(a + ".grid->'$[1]'")} AS INTEGER) AS grid_y,
+               TRY_CAST({_i(a + ".grid->'$[2]'")} AS INTEGER) AS grid_z,
+               TRY_CAST({_i(a + ".block->'$[0]'")} AS INTEGER) AS block_x,
+               TRY_CAST({_i(a + ".block->'$[1]'")} AS INTEGER) AS block_y,
+               TRY_CAST({_i(a + ".block->'$[2]'")} AS INTEGER) AS block_z,
                TRY_CAST({_i(a + '."registers per thread"')} AS INTEGER) AS regs,
                {_i(a + '."shared memory"')} AS smem, {_d(a + '.bytes')} AS bytes, {comms},
                {_s(a + '.cuda_sync_kind')} AS sync_kind
@@ -275,16 +279,16 @@ def _stage(con: duckdb.DuckDBPyConnection) -> None:
         FROM _kin_raw WHERE {x} AND {cats(CPU_CATS)}""")
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _kin_api AS
-        SELECT {common}, {_i(a + '.correlation')} AS correlation, {_i(a + '.cbid')} AS cbid
+        SELECT {common}, {_i(a + '.correlation')} AS correlation, TRY_CAST({_i(a + '.cbid')} AS INTEGER) AS cbid
         FROM _kin_raw WHERE {x} AND {cats(API_CATS)}""")
 
 
 def _describe(path: Path, head: TraceHead, n_events: int, meta: dict[Any, str]) -> KinetoSource:
     di = head.distributedInfo
     rank, method = None, "order"
-    if di is not None and di.rank is not None:
+    if di is not None and di.rank is not None and 0 <= di.rank < MAX_RANKS:
         rank, method = di.rank, "distributedInfo"
-    elif (r := rank_from_filename(path)) is not None:
+    elif (r := rank_from_filename(path)) is not None and r < MAX_RANKS:
         rank, method = r, "filename"
     base = head.baseTimeNanoseconds
     version = f"kineto schema {head.schemaVersion}" if head.schemaVersion is not None else "chrome trace"
@@ -292,13 +296,13 @@ def _describe(path: Path, head: TraceHead, n_events: int, meta: dict[Any, str]) 
         version += " (no baseTimeNanoseconds)"
     host = head.host_name
     notes = []
-    rocm = any(v.startswith("hip") for (_, _, k), v in meta.items() if k == "thread_name") or any(
+    rocm = any((v or "").startswith("hip") for (_, _, k), v in meta.items() if k == "thread_name") or any(
         (d.name or "").startswith("AMD") for d in head.deviceProperties or [])
     if rocm:
         notes.append("ROCm trace")
     return KinetoSource(
         format="kineto", format_version=version, rank=rank, rank_method=method,
-        world_size=di.world_size if di is not None else None,
+        world_size=di.world_size if di is not None and di.world_size and 0 < di.world_size <= MAX_RANKS else None,
         base_time_ns=base, clock_anchor="native" if base is not None else "epoch_us", events=n_events,
         host=host, devices=list(head.deviceProperties or []), notes=notes)
 
@@ -334,8 +338,8 @@ def _check_times(path: Path, con: duckdb.DuckDBPyConnection, info: KinetoSource)
             info.base_time_ns = 0
             info.clock_anchor = "relative"
             info.notes.append("no baseTimeNanoseconds and ts is not epoch µs: times are relative, not UTC")
-    elif info.base_time_ns + tmax * 1000 > 2**63 - 1:
-        raise BadInput(path, "baseTimeNanoseconds + ts overflows int64 ns")
+    elif not -(2**62) < info.base_time_ns + tmin * 1000 <= info.base_time_ns + (tmax + (dmax or 0)) * 1000 < 2**62:
+        raise BadInput(path, f"baseTimeNanoseconds {info.base_time_ns} + ts is no time (int64 ns overflow)")
 
 
 def _emit(con: duckdb.DuckDBPyConnection, sid: int, info: KinetoSource) -> None:
@@ -344,7 +348,7 @@ def _emit(con: duckdb.DuckDBPyConnection, sid: int, info: KinetoSource) -> None:
     end = _ns_expr("ts + coalesce(dur, 0)", base)
     rank = "NULL::INTEGER" if info.rank is None else str(int(info.rank))
     # GPU device: Kineto puts the device index in pid for GPU rows; args.device where present.
-    dev = "coalesce(device, pid)::INTEGER"
+    dev = "TRY_CAST(coalesce(device, pid) AS INTEGER)"
     kind = """CASE WHEN cat = 'gpu_memcpy' THEN 'memcpy' WHEN cat = 'gpu_memset' THEN 'memset'
                    WHEN regexp_matches(name, '(?i)^(void )?(nccl|rccl|ncclDevKernel|ncclKernel)') THEN 'nccl'
                    ELSE 'compute' END"""
@@ -422,8 +426,10 @@ def _emit(con: duckdb.DuckDBPyConnection, sid: int, info: KinetoSource) -> None:
                         WHEN 'float8_e4m3fn' THEN 1 WHEN 'float8_e5m2' THEN 1 ELSE NULL END AS BIGINT)
         FROM j""")
     for d in info.devices:
-        if d.id is None:
+        if d.id is None or not 0 <= d.id < 2**31:
             continue
+        if d.numSms is not None and not 0 < d.numSms < 2**31 or d.totalGlobalMem is not None and not 0 < d.totalGlobalMem < 2**63:
+            d = DeviceProp(id=d.id, name=d.name, computeMajor=d.computeMajor, computeMinor=d.computeMinor)
         cc = f"{d.computeMajor}.{d.computeMinor}" if d.computeMajor is not None else None
         vendor = "AMD" if (d.name or "").startswith("AMD") else "NVIDIA" if "NVIDIA" in (d.name or "") else None
         con.execute("INSERT INTO devices (source_id, rank, device, name, sm_count, memory_bytes, compute_capability,"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import adbc_driver_manager
 import duckdb
 import pyarrow as pa
 
@@ -27,6 +28,9 @@ from .base import SourceInfo
 ID_STRIDE = 10**12  # kernel_id / op_id = source_id * ID_STRIDE + n, as the Kineto parser does
 PID_SHIFT = 2**32  # multi-process reports: correlation = pid * 2**32 + correlationId (ids repeat across processes)
 EPOCH_NS_THRESHOLD = 10**18  # event times above this are already UTC epoch ns (a time-normalised export)
+# |UTC ns| beyond this is no time (after 2116 or before 1823): the difference of two times must fit in int64.
+TIME_LIMIT_NS = 2**62
+MAX_RANKS = 1 << 20  # a rank or world size beyond this in the captured environment is no rank
 NOT_APPLICABLE = 0xFFFFFFFF  # streamId / eventId "not applicable"
 BATCH_ROWS = 65_536
 COUNTER_CHUNK_ROWS = 1_000_000  # GPU_METRICS rows per insert; a checkpoint after each compresses them
@@ -100,12 +104,12 @@ class Export:
             self.sq.text_factory = bytes  # TARGET_INFO_SYSTEM_ENV values can be invalid UTF-8
             names = [_text(n) for (n,) in self.sq.execute(
                 "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()]
+            self.columns: dict[str, list[str]] = {}
+            for n in names:
+                cols = self.sq.execute(f'PRAGMA table_info("{n.replace(chr(34), chr(34) * 2)}")').fetchall()
+                self.columns[n] = [_text(c[1]) for c in cols]
         except sqlite3.DatabaseError as e:
             raise BadInput(path, f"not a readable SQLite database ({e})") from None
-        self.columns: dict[str, list[str]] = {}
-        for n in names:
-            cols = self.sq.execute(f'PRAGMA table_info("{n}")').fetchall()
-            self.columns[n] = [_text(c[1]) for c in cols]
         self._adbc: Any = None
 
     def table(self, name: str) -> str | None:
@@ -246,7 +250,7 @@ def _read_meta(ex: Export) -> Meta:
         cols = "utcEpochNs, utcTime" if ex.has(start, "utcTime") else "utcEpochNs, NULL"
         r = ex.rows(f"SELECT {cols} FROM \"{start}\" LIMIT 1")
         if r and r[0][0] is not None:
-            utc_ns, utc_time = int(r[0][0]), _text(r[0][1]) if r[0][1] is not None else None
+            utc_ns, utc_time = _int(_text(r[0][0])), _text(r[0][1]) if r[0][1] is not None else None
     norm = export.get("EXPORT_PARAM_TIME_NORMALIZE", export.get("EXPORT_TIME_NORMALIZE", "false"))
     shift = export.get("EXPORT_PARAM_TIME_SHIFT", export.get("EXPORT_TIME_SHIFT", "0"))
     hz = dict(capture).get("GPU_METRICS_OPTIONS:SAMPLING_FREQUENCY")
@@ -289,7 +293,7 @@ def _env_vars(meta: Meta) -> dict[int, dict[str, str]]:
 def _env_rank(env: dict[str, str]) -> tuple[int, str] | None:
     for var in RANK_VARS:
         r = _int(env.get(var))
-        if r is not None and r >= 0:
+        if r is not None and 0 <= r < MAX_RANKS:
             return r, var
     return None
 
@@ -302,6 +306,9 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> NsysSo
     ex = Export(path)
     try:
         return _ingest(ex, con, source_id)
+    except (sqlite3.DatabaseError, adbc_driver_manager.Error) as e:
+        # a page the header promised is corrupt or missing: found only when a query reaches it
+        raise BadInput(path, f"corrupt SQLite export ({str(e).strip().splitlines()[0] if str(e).strip() else e})") from None
     finally:
         ex.close()
         for t in _TEMP:
@@ -323,6 +330,7 @@ def _ingest(ex: Export, con: duckdb.DuckDBPyConnection, sid: int) -> NsysSource:
     events = _stage_all(con, ex)
     info.events = events
     _choose_clock(con, meta, info)
+    _drop_impossible_times(con, ex.path, info)
     _assign_ranks(con, ex, meta, info)
     _build_enums(con, ex)
     _emit(con, ex, sid, info)
@@ -363,8 +371,9 @@ def _stage_all(con: duckdb.DuckDBPyConnection, ex: Export) -> int:
 
 def _choose_clock(con: duckdb.DuckDBPyConnection, meta: Meta, info: NsysSource) -> None:
     """SPEC §3: utc = utcEpochNs + t, unless the export was time-normalised (then t is UTC already)."""
-    row = one(con, """SELECT max(m) FROM (SELECT max(start) m FROM _ns_kernel UNION ALL SELECT max(start) FROM _ns_runtime
-                      UNION ALL SELECT max(start) FROM _ns_memcpy)""")
+    # the median, not the max: one corrupt row must not decide how every time is read
+    row = one(con, """SELECT max(m) FROM (SELECT median(start) m FROM _ns_kernel UNION ALL SELECT median(start)
+                      FROM _ns_runtime UNION ALL SELECT median(start) FROM _ns_memcpy)""")
     tmax = row[0] if row else None
     shift = meta.shift_ns
     if meta.normalized or (tmax is not None and tmax > EPOCH_NS_THRESHOLD):
@@ -386,6 +395,23 @@ def _choose_clock(con: duckdb.DuckDBPyConnection, meta: Meta, info: NsysSource) 
         info.notes.append("no TARGET_INFO_SESSION_START_TIME: times are ns since capture start, not UTC")
     if shift:
         info.notes.append(f"export time shift of {shift} ns undone")
+
+
+def _drop_impossible_times(con: duckdb.DuckDBPyConnection, path: Path, info: NsysSource) -> None:
+    """Rows whose UTC time would be no time (int64 overflow, before 1823 or after 2116) are left out and counted."""
+    base = int(info.base_time_ns or 0)
+    if abs(base) >= TIME_LIMIT_NS:
+        raise BadInput(path, f"session start / time shift of {base} ns is no time (utcEpochNs or EXPORT_PARAM_TIME_SHIFT)")
+    lo, hi = -TIME_LIMIT_NS - base, TIME_LIMIT_NS - base
+    bad = " OR ".join(f'NOT coalesce({c} BETWEEN {lo} AND {hi}, true)' for c in ("start", '"end"'))
+    n = 0
+    for t in ("_ns_kernel", "_ns_memcpy", "_ns_memset", "_ns_runtime", "_ns_sync", "_ns_nvtx"):
+        row = one(con, f"SELECT count(*) FROM {t} WHERE {bad}")
+        if row and row[0]:
+            n += int(row[0])
+            con.execute(f"DELETE FROM {t} WHERE {bad}")
+    if n:
+        info.notes.append(f"{n} events with impossible times (int64 overflow, before 1823 or after 2116) left out")
 
 
 def _gpu_processes(con: duckdb.DuckDBPyConnection) -> list[tuple[int, list[int]]]:
@@ -412,7 +438,7 @@ def _assign_ranks(con: duckdb.DuckDBPyConnection, ex: Export, meta: Meta, info: 
             info.rank, how = found[0][0], f"env:{found[0][1]}"
             for d in env.values():
                 ws = next((_int(d.get(v)) for v in WORLD_VARS if _int(d.get(v))), None)
-                if ws:
+                if ws and 0 < ws <= MAX_RANKS:
                     info.world_size = ws
                     break
         ranks[procs[0]] = info.rank
