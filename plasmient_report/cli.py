@@ -15,7 +15,7 @@ import duckdb
 from . import __version__
 from .errors import BadInput
 
-SUBCOMMANDS = ("report", "query", "peaks", "rules", "diff")
+SUBCOMMANDS = ("report", "batch", "query", "peaks", "rules", "diff")
 
 
 class DefaultGroup(click.Group):
@@ -254,6 +254,81 @@ def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool,
         sys.exit(1)
     if gate["threshold_pts"] is not None and gate["drop_pts"] is None:
         _fail(gate["message"])
+
+
+@main.command()
+@click.argument("archives", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+              help="Output folder (default ./plasmient-out/batch-<name>/): runs/<run>/, summary.parquet, index.html.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: a process pool; ray: Ray tasks (pip install 'plasmient-report[ray]').")
+@click.option("--address", help="Ray cluster address (with --executor ray; default: start a local Ray).")
+@click.option("--jobs", type=int, help="Parallel runs (default: the CPU count; local Ray: its CPUs).")
+@click.option("--group-by", "group_by", default="folder", show_default=True, metavar="folder|prefix|REGEX",
+              help="Which files are one run: a folder of traces; names differing only by a rank number; or a regex "
+                   "over each file's path whose group 'run' names the run.")
+@click.option("--force", is_flag=True, help="Analyse every run again, even those whose inputs are unchanged.")
+@click.option("--max-unpacked-gib", type=float, default=64.0, show_default=True,
+              help="Refuse archives that unpack to more than this (all archives together).")
+@click.option("--no-html", is_flag=True, help="No report.html per run.")
+@click.option("--no-trace", is_flag=True, help="No trace.pftrace per run.")
+@click.option("--quiet", is_flag=True, help="Print nothing but errors.")
+@click.option("--range", "ranges", multiple=True, help="As for the main job: analyse only inside these ranges.")
+@click.option("--peak-precision", type=click.Choice(["bf16", "fp16", "fp8", "int8", "tf32", "fp32", "fp64"]))
+@click.option("--peak-tflops", type=float)
+@click.option("--peaks", "peaks_file", type=click.Path(path_type=Path))
+@click.option("--gpu")
+@click.option("--model-flops", type=float, metavar="N")
+@click.option("--tz")
+@click.option("--dcgm-period", type=float, default=1.0, show_default=True)
+@click.option("--select", "rule_select", multiple=True, metavar="IDS")
+@click.option("--ignore", "rule_ignore", multiple=True, metavar="IDS")
+@click.option("--rules-config", type=click.Path(path_type=Path))
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def batch(archives: tuple[Path, ...], out_dir: Path | None, executor: str, address: str | None, jobs: int | None,
+          group_by: str, force: bool, max_unpacked_gib: float, no_html: bool, no_trace: bool, quiet: bool,
+          ranges: tuple[str, ...], peak_precision: str | None, peak_tflops: float | None, peaks_file: Path | None,
+          gpu: str | None, model_flops: float | None, tz: str | None, dcgm_period: float,
+          rule_select: tuple[str, ...], rule_ignore: tuple[str, ...], rules_config: Path | None, debug: bool) -> None:
+    """Analyse many runs: ARCHIVE is a folder, .tar, .tar.gz, .tar.zst or .zip of runs (docs/batch.md).
+
+    Exit 0 when the batch ran, even if some runs failed (they are counted here and listed in summary.parquet
+    and index.html); 2 when an archive or an argument is unusable."""
+    from . import pipeline
+    from .batch import Progress, run_batch
+    from .batch.archive import label_of
+
+    if address and executor != "ray":
+        _fail("--address needs --executor ray")
+    if peak_tflops is not None and not peak_tflops > 0:
+        _fail("--peak-tflops must be a positive number")
+    if model_flops is not None and not model_flops >= 0:
+        _fail("--model-flops must be a non-negative number")
+    if not dcgm_period > 0 or not max_unpacked_gib > 0:
+        _fail("--dcgm-period and --max-unpacked-gib must be positive numbers")
+    opts = pipeline.Options(ranges=ranges, peak_precision=peak_precision, peak_tflops=peak_tflops,
+                            peaks_file=peaks_file, gpu=gpu, write_html=not no_html, write_trace=not no_trace,
+                            tz=tz, dcgm_period_s=dcgm_period, rule_select=rule_select, rule_ignore=rule_ignore,
+                            rules_config=rules_config, model_flops=model_flops)
+    if out_dir is None:
+        out_dir = Path("plasmient-out") / f"batch-{label_of(Path(archives[0]).absolute())}"
+    progress = Progress(quiet)
+    try:
+        result = run_batch(list(archives), out_dir, opts, executor=executor, jobs=jobs, address=address,
+                           group_by=group_by, force=force, max_unpacked_bytes=int(max_unpacked_gib * (1 << 30)),
+                           on_done=progress, on_start=progress.start)
+    except BadInput as e:
+        if debug:
+            raise
+        _fail(str(e))
+        return
+    finally:
+        progress.stop()
+    runs, failed, skipped = len(result.outcomes), result.count("failed"), result.count("skipped")
+    click.echo(f"batch: {runs} run{'s' if runs != 1 else ''}: {result.count('analysed')} analysed, "
+               f"skipped {skipped} (unchanged), {failed} failed", err=True)
+    if not quiet:  # (the failures were listed as they happened)
+        click.echo(f"summary: {result.summary}\nindex:   {result.index}")
 
 
 if __name__ == "__main__":

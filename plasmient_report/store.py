@@ -5,6 +5,9 @@ Every stage reads and writes these tables and nothing else (SPEC §2).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from importlib import resources
 from pathlib import Path
 
@@ -32,10 +35,29 @@ def schema_sql() -> str:
     return resources.files("plasmient_report").joinpath("schema.sql").read_text(encoding="utf-8")
 
 
+_threads: ContextVar[int | None] = ContextVar("plasmient_store_threads", default=None)
+
+
+@contextmanager
+def threads(n: int | None) -> Iterator[None]:
+    """Stores opened inside use `n` DuckDB threads (None: DuckDB's default, one per core). One thread makes a
+    run reproducible to the last digit — parallel sums add in varying order — and is what `batch` uses, where
+    the parallelism is across runs."""
+    token = _threads.set(n)
+    try:
+        yield
+    finally:
+        _threads.reset(token)
+
+
 def connect(path: str | Path | None = None) -> duckdb.DuckDBPyConnection:
     """Open (or create) a store. Extensions are never auto-installed: everything ships with the wheel."""
-    con = duckdb.connect(str(path) if path else ":memory:", config={"autoinstall_known_extensions": False,
-                                                                    "autoload_known_extensions": False})
+    config: dict[str, str | bool | int | float | list[str]] = {"autoinstall_known_extensions": False,
+                                                                "autoload_known_extensions": False}
+    n = _threads.get()
+    if n is not None:
+        config["threads"] = n
+    con = duckdb.connect(str(path) if path else ":memory:", config=config)
     con.execute(schema_sql())
     return con
 

@@ -286,6 +286,12 @@ def where_peak_went(binned: Binned, spans: list[Span]) -> tuple[list[str], np.nd
 _figure_counter = 0
 
 
+def start_page() -> None:
+    """SVG ids count from 0 on every page: a page does not depend on what its process drew before."""
+    global _figure_counter
+    _figure_counter = 0
+
+
 def svg(fig: Figure, label: str) -> Markup:
     """The figure as an inline <svg>: no XML prologue, no metadata, unique ids, colours from CSS."""
     global _figure_counter
@@ -760,8 +766,7 @@ def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str
 
 
 def render(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> str:
-    global _figure_counter
-    _figure_counter = 0  # SVG ids count from 0 in every report: the page does not depend on what the process drew before
+    start_page()
     # A cursor of our own: the caller's connection may hold an unfinished result, and ours registers views.
     cur = con.cursor()
     try:

@@ -1,0 +1,114 @@
+"""Executors: where the mapper runs — a local process pool (default) or Ray tasks. A choice at the edge: both run
+the same `mapper.map_run` on the same tasks and hand each outcome to `on_done` as it finishes."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from ..errors import BadInput
+from .mapper import Outcome, Task, lost, map_run
+
+OnDone = Callable[[Outcome], None]
+Mapper = Callable[[Task], Outcome]
+EXECUTORS = ("local", "ray")
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def run(executor: str, tasks: Sequence[Task], on_done: OnDone, jobs: int | None = None, address: str | None = None,
+        mapper: Mapper = map_run) -> list[Outcome]:
+    if executor == "ray":
+        return run_ray(tasks, on_done, jobs, address, mapper)
+    return run_local(tasks, on_done, jobs or default_jobs(), mapper)
+
+
+def run_local(tasks: Sequence[Task], on_done: OnDone, jobs: int, mapper: Mapper = map_run) -> list[Outcome]:
+    """A process pool of `jobs` workers (spawned: no state inherited from this process). A worker that dies
+    (killed, out of memory) breaks the pool: the runs it left are retried one at a time, each in a fresh
+    one-worker pool, so only the run that kills its worker is reported failed."""
+    outcomes: list[Outcome] = []
+    left = _pool_pass(list(tasks), min(jobs, max(1, len(tasks))), mapper, on_done, outcomes)
+    for task in left:  # isolation: a pool per run
+        if not _pool_pass([task], 1, mapper, on_done, outcomes):
+            continue
+        out = lost(task.run, "the worker process died while analysing this run (out of memory, or a crash)")
+        outcomes.append(out)
+        on_done(out)
+    return outcomes
+
+
+def _pool_pass(tasks: list[Task], workers: int, mapper: Mapper, on_done: OnDone, outcomes: list[Outcome]) -> list[Task]:
+    """Run tasks on one pool; return those left unfinished when the pool broke."""
+    if not tasks:
+        return []
+    ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    pending: dict[Future[Outcome], Task] = {pool.submit(mapper, t): t for t in tasks}
+    left: list[Task] = []
+    try:
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                task = pending.pop(fut)
+                try:
+                    out = fut.result()
+                except BrokenProcessPool:
+                    left.append(task)
+                    continue
+                except Exception as e:  # noqa: BLE001 — the mapper catches a run's errors; this is a failure to
+                    out = lost(task.run, f"{type(e).__name__}: {e}")  # ship the result back (pickling): still one run's
+                outcomes.append(out)
+                on_done(out)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return sorted(left, key=lambda t: t.run.run_id)
+
+
+def run_ray(tasks: Sequence[Task], on_done: OnDone, jobs: int | None, address: str | None,
+            mapper: Mapper = map_run) -> list[Outcome]:
+    """One Ray task per run (1 CPU each) on the cluster at `address`, or on a local Ray started here (with `jobs`
+    CPUs) when there is none; a Ray already initialised in this process is used as it is. Every node must see
+    the batch output folder at the same path (a shared file system) and have plasmient-report installed."""
+    try:
+        import ray
+    except ImportError:
+        raise BadInput(None, "--executor ray needs Ray: pip install 'plasmient-report[ray]'") from None
+    started = False
+    if not ray.is_initialized():
+        try:
+            if address:
+                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+            else:
+                ray.init(num_cpus=jobs, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise BadInput(None, f"cannot start or reach Ray{' at ' + address if address else ''} "
+                                 f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        started = True
+    outcomes: list[Outcome] = []
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=1)(mapper)
+        refs = {remote.remote(t): t for t in tasks}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                try:
+                    out = ray.get(ref)
+                except Exception as e:  # noqa: BLE001 — a lost worker or node: that run's failure, not the batch's
+                    out = lost(refs[ref].run, f"Ray task failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+                outcomes.append(out)
+                on_done(out)
+    finally:
+        if started:
+            ray.shutdown()
+    return outcomes
