@@ -272,7 +272,7 @@ def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool,
               help="Refuse archives that unpack to more than this (all archives together).")
 @click.option("--no-html", is_flag=True, help="No report.html per run.")
 @click.option("--no-trace", is_flag=True, help="No trace.pftrace per run.")
-@click.option("--quiet", is_flag=True, help="Print nothing but errors.")
+@click.option("--quiet", is_flag=True, help="Print nothing unless runs failed (then their count).")
 @click.option("--range", "ranges", multiple=True, help="As for the main job: analyse only inside these ranges.")
 @click.option("--peak-precision", type=click.Choice(["bf16", "fp16", "fp8", "int8", "tf32", "fp32", "fp64"]))
 @click.option("--peak-tflops", type=float)
@@ -325,8 +325,9 @@ def batch(archives: tuple[Path, ...], out_dir: Path | None, executor: str, addre
     finally:
         progress.stop()
     runs, failed, skipped = len(result.outcomes), result.count("failed"), result.count("skipped")
-    click.echo(f"batch: {runs} run{'s' if runs != 1 else ''}: {result.count('analysed')} analysed, "
-               f"skipped {skipped} (unchanged), {failed} failed", err=True)
+    if not quiet or failed:
+        click.echo(f"batch: {runs} run{'s' if runs != 1 else ''}: {result.count('analysed')} analysed, "
+                   f"skipped {skipped} (unchanged), {failed} failed", err=True)
     if not quiet:  # (the failures were listed as they happened)
         click.echo(f"summary: {result.summary}\nindex:   {result.index}")
 

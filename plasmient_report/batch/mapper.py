@@ -42,7 +42,7 @@ class Outcome:
     status: str                  # 'analysed' | 'skipped' (unchanged) | 'failed'
     error: str | None
     rows: list[dict[str, Any]]   # summary rows (summary.SCHEMA)
-    worker: dict[str, Any] = field(default_factory=dict)  # pid, max_rss_bytes, seconds: for progress and benchmarks
+    worker: dict[str, Any] = field(default_factory=dict)  # pid, max_rss_bytes, seconds, cpu_seconds: for benchmarks
 
 
 def options_fingerprint(opts: Any) -> str:
@@ -97,11 +97,12 @@ def _expected_outputs(opts: Any) -> list[str]:
 
 def map_run(task: Task) -> Outcome:
     """Analyse one run (or reuse its outputs) and return its summary rows. Never raises for a bad run."""
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.process_time()
     with _working_dir(task.out_dir):
         outcome = _map_run(task)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    worker = {"pid": os.getpid(), "max_rss_bytes": rss, "seconds": time.monotonic() - t0}
+    worker = {"pid": os.getpid(), "max_rss_bytes": rss, "seconds": time.monotonic() - t0,
+              "cpu_seconds": time.process_time() - cpu0}
     return Outcome(outcome.run_id, outcome.status, outcome.error, outcome.rows, worker)
 
 
@@ -118,11 +119,11 @@ def _map_run(task: Task) -> Outcome:
     manifest = {"schema": MANIFEST_SCHEMA, "run_id": run.run_id, "tool_version": __version__,
                 "options_sha256": task.options_sha256,
                 "inputs": [{"path": p, "sha256": h} for p, h in zip(inputs, hashes, strict=True)]}
-    report = (run_dir / ("report.html" if opts.write_html else "verdict.json")).as_posix()
     if not task.force and _unchanged(run_dir, manifest, opts):
         try:
             verdict = json.loads((run_dir / "verdict.json").read_text(encoding="utf-8"))
-            return Outcome(run.run_id, "skipped", None, summary.rows_ok(run.run_id, verdict, inputs, hashes, report))
+            return Outcome(run.run_id, "skipped", None,
+                           summary.rows_ok(run.run_id, verdict, inputs, hashes, _report(run_dir)))
         except (OSError, ValueError):
             pass  # unreadable outputs: analyse again
     try:
@@ -130,7 +131,12 @@ def _map_run(task: Task) -> Outcome:
     except Exception as e:  # noqa: BLE001 — any failure of one run is that run's row, never the batch's end
         return _failed(run, run_dir, _one_line(e), hashes)
     (run_dir / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    return Outcome(run.run_id, "analysed", None, summary.rows_ok(run.run_id, verdict, inputs, hashes, report))
+    return Outcome(run.run_id, "analysed", None, summary.rows_ok(run.run_id, verdict, inputs, hashes, _report(run_dir)))
+
+
+def _report(run_dir: Path) -> str:
+    """What the index links: the run's report.html, or its verdict.json when it has none."""
+    return (run_dir / ("report.html" if (run_dir / "report.html").is_file() else "verdict.json")).as_posix()
 
 
 def _unchanged(run_dir: Path, manifest: dict[str, Any], opts: Any) -> bool:
