@@ -565,7 +565,9 @@ def _align_one(con: duckdb.DuckDBPyConnection, sid: int, metric: str, eff_period
         return none
     log_span = ((int(t_all.min()) - origin) / 1e9, (int(t_all.max()) + period - origin) / 1e9)
     w0, w1 = min(x.w0 for x in series), max(x.w1 for x in series)
-    fine = max(min(period / 1e9, window) / 4, 1e-4)
+    # at most ~200k grid points over the trace's window, whatever its length (a stray event days away must
+    # not make the correlation grid, and its time, explode)
+    fine = max(min(period / 1e9, window) / 4, 1e-4, (w1 - w0) / 200_000)
     radius = search_ns / 1e9
     trusted = anchor in COUNTER_TRUSTED
 

@@ -155,6 +155,23 @@ def headroom(achieved: float | None) -> dict[str, Any]:
     return {"factor": f, "text": f"{f:.1f}x headroom before new hardware"}
 
 
+MAX_LISTED_RANKS = 1024
+
+
+def partial_coverage(con: duckdb.DuckDBPyConnection, present: set[int]) -> dict[str, Any]:
+    """What the inputs lack: ranks of the job (0 … world size − 1, from the traces) with no GPU activity among
+    the inputs, and what the recorders say they lost (dropped events, CUPTI buffer overflow)."""
+    row = one(con, "SELECT max(world_size) FROM sources WHERE rank_method IS DISTINCT FROM 'counters'")
+    world = int(row[0]) if row and row[0] else None
+    missing = [r for r in range(world) if r not in present] if world else []
+    dropped = one(con, "SELECT sum(dropped_events) FROM sources")
+    incomplete = con.execute("SELECT path, incomplete FROM sources WHERE incomplete IS NOT NULL "
+                             "ORDER BY source_id").fetchall()
+    return {"world_size": world, "missing_ranks": missing[:MAX_LISTED_RANKS], "missing_rank_count": len(missing),
+            "dropped_events": int(dropped[0]) if dropped and dropped[0] is not None else None,
+            "incomplete_sources": [{"path": p, "what": w} for p, w in incomplete]}
+
+
 def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None = None) -> dict[str, Any]:
     t = t or Thresholds()
     scope = "range" if ctx.ranges else "window"
@@ -224,6 +241,14 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
                      "lower bound (give --model-flops, or record shapes)")
     if first is not None and not first.known:
         notes.append(first.source)
+    partial = partial_coverage(con, {p.rank for p in ctx.peaks})
+    if partial["missing_ranks"]:
+        miss = partial["missing_ranks"]
+        notes.append(f"{partial['missing_rank_count']} of {partial['world_size']} ranks have no GPU activity in the "
+                     f"inputs (rank {', '.join(map(str, miss[:8]))}{' …' if len(miss) > 8 else ''}): the run's numbers "
+                     "cover the ranks given")
+    for src in partial["incomplete_sources"]:
+        notes.append(f"{Path(src['path']).name}: the recorder says data is missing: {src['what']}")
     if head.get("capped_ns"):
         notes.append(f"{head['capped_ns'] / 1e6:.2f} ms of kernel time implied more than peak and was capped at "
                      "peak: a FLOP estimate or the peak is wrong")
@@ -268,6 +293,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
             "kernels_flops_from_trace": kern_time[4],
             "kernels_flops_from_ncu": kern_time[5],
             "communication_time_fraction": comm_share,
+            **partial,
         },
         "notes": notes,
     }

@@ -63,12 +63,13 @@ def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Pro
         con.execute(
             """INSERT INTO sources (source_id, path, format, format_version, host, rank, rank_method, world_size,
                                     clock_anchor, base_time_ns, sha256, size_bytes, events, notes, time_zone,
-                                    sample_period_ns)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                                    sample_period_ns, incomplete, dropped_events)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [i, str(d.path), info.format, info.format_version, info.host, info.rank,
              "multi" if info.multi_rank else info.rank_method, info.world_size,
              info.clock_anchor, info.base_time_ns, _io.sha256_of(d.path), d.path.stat().st_size, info.events,
-             "; ".join(info.notes) or None, info.time_zone, info.sample_period_ns])
+             "; ".join(info.notes) or None, info.time_zone, info.sample_period_ns,
+             "; ".join(info.incomplete) or None, info.dropped_events])
         if info.gpu_events == 0 and d.format not in parsers.AUXILIARY:
             if len(found) == 1:
                 raise BadInput(d.path, "trace has no GPU kernels or copies (a CPU-only profile?)")

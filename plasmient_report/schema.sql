@@ -23,7 +23,9 @@ CREATE TABLE IF NOT EXISTS sources (
     last_ns               BIGINT,
     notes                 VARCHAR,
     time_zone             VARCHAR,
-    sample_period_ns      BIGINT
+    sample_period_ns      BIGINT,
+    incomplete            VARCHAR,
+    dropped_events        BIGINT
 );
 
 CREATE TABLE IF NOT EXISTS devices (

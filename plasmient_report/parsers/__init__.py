@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,9 +67,12 @@ def _kineto_keys(head: bytes) -> bool:
 def detect(path: Path) -> str | None:
     """The format of one file, from its content; None when it is nothing we know."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
     except OSError as e:
         raise BadInput(path, f"cannot read ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):  # reading a FIFO or /dev/zero would block or never end
+        raise BadInput(path, "not a regular file (a device, pipe or socket): give trace files or folders")
+    size = st.st_size
     if size == 0:
         return "empty"
     if path.suffix == ".nsys-rep":

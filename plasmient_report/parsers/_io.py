@@ -40,7 +40,9 @@ def read_maybe_gzip(path: Path) -> bytes | bytearray:
     with open(path, "rb") as f:
         f.seek(-4, os.SEEK_END) if size >= 4 else None
         isize = struct.unpack("<I", f.read(4))[0] if size >= 22 else 0
-    buf = bytearray(isize if isize else 1 << 20)
+    # The trailer is a hint, not a promise (it is the size mod 4 GiB, and a hostile file can lie): never
+    # pre-allocate more than the inflation the guard would let through.
+    buf = bytearray(min(isize, MAX_RATIO * size, MAX_DECOMPRESSED_BYTES) if isize else 1 << 20)
     view = memoryview(buf)
     n = 0
     try:

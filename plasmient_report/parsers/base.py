@@ -30,6 +30,10 @@ class SourceInfo:
     time_zone: str | None = None
     # Counter logs: the effective sampling period (how often the values change), for alignment.
     sample_period_ns: int | None = None
+    # What the recorder itself says it lost (CUPTI buffer overflow, dropped records, events not collected):
+    # the verdict's coverage reports it. dropped_events when it gives a number.
+    incomplete: list[str] = field(default_factory=list)
+    dropped_events: int | None = None
 
 
 @dataclass(frozen=True)

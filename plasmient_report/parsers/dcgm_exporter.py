@@ -9,6 +9,7 @@ format is prometheus_client's. Names are DCGM field names (old and renamed ones)
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -87,7 +88,7 @@ def _scrapes(text: str) -> tuple[list[tuple[int | None, str]], int]:
 
 def _labels_row(labels: dict[str, str]) -> tuple[int | None, str | None, str | None, str | None, str]:
     gpu = labels.get("gpu", labels.get("minor_number"))
-    idx = int(gpu) if gpu is not None and gpu.isdigit() else None
+    idx = int(gpu) if gpu is not None and gpu.isascii() and gpu.isdigit() and len(gpu) < 10 else None
     uuid = labels.get("UUID") or labels.get("uuid") or None
     bus = labels.get("pci_bus_id") or None
     name = labels.get("modelName") or None
@@ -139,7 +140,8 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
                         continue
                     idx, uuid, bus, name, entity = _labels_row(smp.labels)
                     metric, factor = NAMES[smp.name]
-                    t = int(float(smp.timestamp) * 1e9) if smp.timestamp is not None else int(t_ns or 0)
+                    ts = float(smp.timestamp) * 1e9 if smp.timestamp is not None else float(t_ns or 0)
+                    t = int(ts) if math.isfinite(ts) else 0  # no time: dropped by _add
                     _add(rec, t, str(t_ns), idx, uuid, entity, metric, smp.value * factor)
                     devices[(idx, uuid, bus)] = (idx, uuid, bus, name, None)
         if bad > 1:
@@ -170,6 +172,8 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
 
 def _add(rec: dict[str, list], t: int, raw: str, idx: int | None, uuid: str | None, entity: str, metric: str,
          value: float) -> None:
+    if not -(2**62) < t < 2**62:  # no time (before 1823 or after 2116): the sample is left out
+        return
     rec["t_ns"].append(t)
     rec["raw_time"].append(raw)
     rec["gpu_index"].append(idx if not entity.startswith("GPU-I") else None)
@@ -184,11 +188,15 @@ def _from_query_json(path: Path, text: str, rec: dict[str, list], devices: dict,
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise BadInput(path, f"malformed JSON ({e})") from None
+    except RecursionError:
+        raise BadInput(path, "JSON nested too deeply to be a Prometheus answer") from None
     data = doc.get("data", doc) if isinstance(doc, dict) else {"result": doc}
     result = data.get("result") if isinstance(data, dict) else None
     if not isinstance(result, list):
         raise BadInput(path, "Prometheus JSON without data.result")
     for series in result:
+        if not isinstance(series, dict) or not isinstance(series.get("metric") or {}, dict):
+            continue
         labels = {k: str(v) for k, v in (series.get("metric") or {}).items()}
         name = labels.get("__name__", "")
         if name not in NAMES:
@@ -198,10 +206,11 @@ def _from_query_json(path: Path, text: str, rec: dict[str, list], devices: dict,
         metric, factor = NAMES[name]
         idx, uuid, bus, model, entity = _labels_row(labels)
         points = series.get("values") or ([series["value"]] if "value" in series else [])
-        for ts, v in points:
+        for point in points if isinstance(points, list) else []:
             try:
-                val = float(v)
-            except (TypeError, ValueError):
-                continue
-            _add(rec, int(round(float(ts) * 1e9)), str(ts), idx, uuid, entity, metric, val * factor)
+                ts, v = point
+                val, t = float(v), int(round(float(ts) * 1e9))
+            except (TypeError, ValueError, OverflowError):
+                continue  # not a [time, "value"] pair of numbers
+            _add(rec, t, str(ts), idx, uuid, entity, metric, val * factor)
         devices[(idx, uuid, bus)] = (idx, uuid, bus, model, None)

@@ -128,7 +128,7 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
             bad_lines.append(lineno)
             continue
         etype, eid, vals = m.group(1), int(m.group(2)), m.group(3).split()
-        if len(vals) != len(fields):
+        if len(vals) != len(fields) or eid >= 2**31:
             bad_lines.append(lineno)
             continue
         ekey = (etype, eid)
@@ -215,6 +215,8 @@ def _prefix_times(rows: list[tuple], zone: str, path: Path) -> tuple[list[int], 
         try:
             if kind == "epoch":
                 out.append(_epoch_ns(txt))
+                if not -(2**62) < out[-1] < 2**62:
+                    raise ValueError
                 continue
             if kind == "iso":
                 d = dt.datetime.fromisoformat(txt.replace(" ", "T") + (off.replace("Z", "+00:00") if off else ""))

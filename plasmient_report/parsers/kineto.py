@@ -68,6 +68,10 @@ class TraceHead(msgspec.Struct):
     schemaVersion: int | None = None
     cuda_runtime_version: int | None = None
     host_name: str | None = None
+    # Kineto's own log lines (torch >= 2.4), kept raw: only read for what the profiler says it lost.
+    INFO: msgspec.Raw = msgspec.Raw()
+    WARNING: msgspec.Raw = msgspec.Raw()
+    ERROR: msgspec.Raw = msgspec.Raw()
 
 
 _HEAD = msgspec.json.Decoder(TraceHead)
@@ -300,11 +304,42 @@ def _describe(path: Path, head: TraceHead, n_events: int, meta: dict[Any, str]) 
         (d.name or "").startswith("AMD") for d in head.deviceProperties or [])
     if rocm:
         notes.append("ROCm trace")
-    return KinetoSource(
+    incomplete, dropped = _profiler_losses(head)
+    return KinetoSource(incomplete=incomplete, dropped_events=dropped,
         format="kineto", format_version=version, rank=rank, rank_method=method,
         world_size=di.world_size if di is not None and di.world_size and 0 < di.world_size <= MAX_RANKS else None,
         base_time_ns=base, clock_anchor="native" if base is not None else "epoch_us", events=n_events,
         host=host, devices=list(head.deviceProperties or []), notes=notes)
+
+
+_STOPPED_EARLY = re.compile(r"CUPTI stopped early\?\s*=\s*[1-9]")
+_DROPPED = re.compile(r"(?i)(\d+)\s+(?:dropped|lost)\s+(?:activity\s+)?(?:records?|events?)"
+                      r"|(\d+)\s+(?:activity\s+)?(?:records?|events?)\s+(?:were\s+)?(?:dropped|lost)"
+                      r"|dropped(?:\s+records?)?\s*[=:]\s*(\d+)")
+
+
+def _profiler_losses(head: TraceHead) -> tuple[list[str], int | None]:
+    """What Kineto's log in the trace (INFO / WARNING / ERROR) says was lost: CUPTI stopping early when its
+    activity buffer filled up, dropped records."""
+    lines: list[str] = []
+    for raw in (head.INFO, head.WARNING, head.ERROR):
+        if not raw:
+            continue
+        try:
+            v = msgspec.json.decode(raw)
+        except (msgspec.DecodeError, RecursionError):
+            continue
+        lines += [x for x in (v if isinstance(v, list) else [v]) if isinstance(x, str)]
+    out: list[str] = []
+    dropped: int | None = None
+    for line in lines:
+        if _STOPPED_EARLY.search(line):
+            out.append("CUPTI stopped early (its activity buffer filled up): GPU events after that point are missing")
+        if m := _DROPPED.search(line):
+            n = int(next(g for g in m.groups() if g))
+            dropped = (dropped or 0) + n
+            out.append(f"{n} CUPTI records dropped (activity buffer overflow)")
+    return list(dict.fromkeys(out)), dropped
 
 
 def _ns_expr(col: str, base: int) -> str:

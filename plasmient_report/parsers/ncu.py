@@ -112,7 +112,7 @@ def _id_fields(r: list[str], col: dict[str, int]) -> tuple[str, int | None, int 
 
     def as_int(x: str | None) -> int | None:
         x = (x or "").replace(",", "").replace(".", "")
-        return int(x) if x.isdigit() else None
+        return int(x) if x.isascii() and x.isdigit() and len(x) < 10 else None  # an id, not a number to overflow
 
     return get("Kernel Name") or "", as_int(get("Device")), as_int(get("Process ID")), get("Grid Size"), get("Block Size")
 
@@ -135,7 +135,7 @@ def _wide(path: Path, rows: list[list[str]], header: list[str], col: dict[str, i
             if x is not None:
                 m[header[i]] = x * unit_factor(units[i] if i < len(units) else "")
         lid = _number(r[col["ID"]], False) if "ID" in col else None
-        out.append(Launch(int(lid) if lid is not None else n, name, dev, pid, grid, block, m))
+        out.append(Launch(_launch_id(lid, n), name, dev, pid, grid, block, m))
     return out
 
 
@@ -151,13 +151,17 @@ def _long(path: Path, rows: list[list[str]], col: dict[str, int]) -> list[Launch
         if key not in by_id:
             name, dev, pid, grid, block = _id_fields(r, col)
             lid = _number(key, False)
-            by_id[key] = Launch(int(lid) if lid is not None else len(by_id), name, dev, pid, grid, block, {})
+            by_id[key] = Launch(_launch_id(lid, len(by_id)), name, dev, pid, grid, block, {})
         if not _wanted(metric):
             continue
         x = _number(r[ival], dotted)
         if x is not None:
             by_id[key].metrics[metric] = x * unit_factor(r[iunit] if iunit is not None else "")
     return list(by_id.values())
+
+
+def _launch_id(lid: float | None, default: int) -> int:
+    return int(lid) if lid is not None and 0 <= lid < 2**62 else default  # NaN, inf, huge: no id
 
 
 def _wanted(h: str) -> bool:

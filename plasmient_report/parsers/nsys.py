@@ -327,6 +327,7 @@ def _ingest(ex: Export, con: duckdb.DuckDBPyConnection, sid: int) -> NsysSource:
     info = NsysSource(format="nsys-sqlite", tables=set(ex.columns))
     info.format_version = f"nsys {meta.version or '?'} (schema {meta.schema or '?'})"
     info.host = meta.host
+    info.incomplete, info.dropped_events = _diagnostics(ex)
     events = _stage_all(con, ex)
     info.events = events
     _choose_clock(con, meta, info)
@@ -340,6 +341,29 @@ def _ingest(ex: Export, con: duckdb.DuckDBPyConnection, sid: int) -> NsysSource:
     if ex.table("CUPTI_ACTIVITY_KIND_KERNEL") is None:
         info.notes.append("no CUPTI_ACTIVITY_KIND_KERNEL table (captured without --trace=cuda, or no kernel ran)")
     return info
+
+
+_LOST = re.compile(r"(?i)not all .*events might have been collected|dropped|lost|overflow|buffers? (?:is |are )?full")
+_LOST_COUNT = re.compile(r"(?i)(\d+)\s+(?:\w+\s+)?(?:events?|records?)\s+(?:were\s+|have been\s+)?(?:dropped|lost)")
+
+
+def _diagnostics(ex: Export) -> tuple[list[str], int | None]:
+    """What nsys says it lost, from its warnings in DIAGNOSTIC_EVENT ("Not all CUDA events might have been
+    collected.", dropped records, buffer overflows); the number of events lost when it gives one."""
+    t = ex.table("DIAGNOSTIC_EVENT")
+    if not ex.has(t, "text"):
+        return [], None
+    severity = '"severity"' if ex.has(t, "severity") else "2"
+    out: list[str] = []
+    dropped: int | None = None
+    for text, sev in ex.rows(f'SELECT "text", {severity} FROM "{t}"'):
+        msg = " ".join(_text(text).split())[:200]
+        if not isinstance(sev, int) or sev < 2 or not _LOST.search(msg):
+            continue
+        if (m := _LOST_COUNT.search(msg)) and msg not in out:
+            dropped = (dropped or 0) + int(m.group(1))
+        out.append(msg)
+    return list(dict.fromkeys(out)), dropped
 
 
 def _stage_all(con: duckdb.DuckDBPyConnection, ex: Export) -> int:
@@ -410,8 +434,23 @@ def _drop_impossible_times(con: duckdb.DuckDBPyConnection, path: Path, info: Nsy
         if row and row[0]:
             n += int(row[0])
             con.execute(f"DELETE FROM {t} WHERE {bad}")
+    dev = "NOT coalesce(deviceId BETWEEN 0 AND 2147483647, true)"
+    for t in ("_ns_kernel", "_ns_memcpy", "_ns_memset", "_ns_sync"):
+        row = one(con, f"SELECT count(*) FROM {t} WHERE {dev}")
+        if row and row[0]:
+            n += int(row[0])
+            con.execute(f"DELETE FROM {t} WHERE {dev}")
     if n:
-        info.notes.append(f"{n} events with impossible times (int64 overflow, before 1823 or after 2116) left out")
+        info.notes.append(f"{n} events with impossible times or devices (int64 overflow, before 1823 or after 2116) "
+                          "left out")
+    # Descriptive ids out of their type's range (CUPTI's are 32-bit) are unknown, not errors.
+    for t, cols in (("_ns_kernel", ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread",
+                                    "correlationId")), ("_ns_memcpy", ("correlationId",)),
+                    ("_ns_memset", ("correlationId",)), ("_ns_sync", ("correlationId",)),
+                    ("_ns_runtime", ("correlationId",))):
+        sets = ", ".join(f'"{c}" = CASE WHEN "{c}" BETWEEN 0 AND {4294967295 if c == "correlationId" else 2147483647} '
+                         f'THEN "{c}" END' for c in cols)
+        con.execute(f"UPDATE {t} SET {sets}")
 
 
 def _gpu_processes(con: duckdb.DuckDBPyConnection) -> list[tuple[int, list[int]]]:
@@ -685,7 +724,12 @@ def _rowid_chunks(ex: Export, table: str) -> list[tuple[int, int] | None]:
         return [None]
     if lo is None or hi is None or hi - lo < COUNTER_CHUNK_ROWS:
         return [None]
-    return [(a, min(a + COUNTER_CHUNK_ROWS - 1, hi)) for a in range(lo, hi + 1, COUNTER_CHUNK_ROWS)]
+    n_chunks = (hi - lo) // COUNTER_CHUNK_ROWS + 1
+    if n_chunks > 64:  # sparse rowids (an edited or hostile file): no more chunks than the rows need
+        (count,), = ex.rows(f'SELECT count(*) FROM "{table}"')
+        n_chunks = min(n_chunks, count // COUNTER_CHUNK_ROWS + 1)
+    stride = -(-(hi - lo + 1) // n_chunks)
+    return [(a, min(a + stride - 1, hi)) for a in range(lo, hi + 1, stride)]
 
 
 def metric_name(raw: str) -> str:
