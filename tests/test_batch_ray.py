@@ -35,6 +35,13 @@ def test_ray_executor_starts_a_local_ray_when_none_is_given(tmp_path):
     assert [(x["run_id"], x["level"]) for x in rows] == [("one/ddp_nsys", "run")] + [("one/ddp_nsys", "rank")] * 2
 
 
+def test_unreachable_address_is_one_line_and_exit_2(tmp_path):
+    r = cli("batch", str(make_zip(make_fleet(tmp_path / "src"), tmp_path / "f.zip")), "--executor", "ray",
+            "--address", "127.0.0.1:1", "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and "cannot reach Ray at 127.0.0.1:1" in r.stderr
+    assert not (tmp_path / "out" / "inputs").exists()  # refused before unpacking anything
+
+
 @pytest.fixture(scope="module")
 def ray_cluster() -> Any:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import re
+import socket
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -16,6 +18,7 @@ from .mapper import Outcome, Task, lost, map_run
 OnDone = Callable[[Outcome], None]
 Mapper = Callable[[Task], Outcome]
 EXECUTORS = ("local", "ray")
+CONNECT_TIMEOUT_S = 10
 
 
 def default_jobs() -> int:
@@ -85,6 +88,8 @@ def run_ray(tasks: Sequence[Task], on_done: OnDone, jobs: int | None, address: s
         raise BadInput(None, "--executor ray needs Ray: pip install 'plasmient-report[ray]'") from None
     started = False
     if not ray.is_initialized():
+        if address:
+            check_reachable(address)
         try:
             if address:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
@@ -112,3 +117,15 @@ def run_ray(tasks: Sequence[Task], on_done: OnDone, jobs: int | None, address: s
         if started:
             ray.shutdown()
     return outcomes
+
+
+def check_reachable(address: str) -> None:
+    """Ray retries an unreachable GCS for minutes; a `host:port` (or `ray://host:port`) that refuses a TCP
+    connection is one error line now. Other forms (`auto`, `local`) are left to Ray."""
+    m = re.fullmatch(r"(?:ray://)?\[?([^\]/]+?)\]?:(\d+)", address.strip())
+    if not m:
+        return
+    try:
+        socket.create_connection((m.group(1), int(m.group(2))), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        raise BadInput(None, f"cannot reach Ray at {address} ({e.strerror or type(e).__name__})") from None

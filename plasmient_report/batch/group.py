@@ -95,9 +95,8 @@ def _scan(root: Path) -> list[_File]:
     root_depth = len(root.parts)
     for dirpath, dirnames, filenames in os.walk(root):
         d = Path(dirpath)
-        if len(d.parts) - root_depth >= MAX_DEPTH:
-            dirnames[:] = []
-        dirnames[:] = sorted(n for n in dirnames if not n.startswith(".") and not JUNK.search(n + "/"))
+        deep = len(d.parts) - root_depth >= MAX_DEPTH
+        dirnames[:] = [] if deep else sorted(n for n in dirnames if not n.startswith(".") and not JUNK.search(n + "/"))
         for name in sorted(filenames):
             if name.startswith(".") or JUNK.search(name):
                 continue

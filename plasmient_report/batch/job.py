@@ -47,6 +47,8 @@ def run_batch(archives: Sequence[Path], out_dir: Path, opts: Any, *, executor: s
             import ray  # noqa: F401
         except ImportError:
             raise BadInput(None, "--executor ray needs Ray: pip install 'plasmient-report[ray]'") from None
+        if address:
+            executors.check_reachable(address)
     grouping_rule = group.parse_group_by(group_by)
     out = Path(out_dir).absolute()
     _check_out(archives, out)
