@@ -40,17 +40,11 @@ FAMILY_NAMES = ("kineto", "nsys", "nvml", "smi_dmon", "smi_query", "dcgmi", "exp
 
 
 def _single_threaded() -> None:
+    """One DuckDB thread (store.threads) and one polars thread: the campaign takes one core of a shared machine."""
     os.environ.setdefault("POLARS_MAX_THREADS", "1")
     from plasmient_report import store
 
-    connect = store.connect
-
-    def connect_1(path: Any = None) -> Any:
-        con = connect(path)
-        con.execute("SET threads = 1")
-        return con
-
-    store.connect = connect_1  # type: ignore[assignment]
+    store.threads(1).__enter__()  # for the life of this worker process
 
 
 class HarnessError(Exception):
@@ -66,7 +60,8 @@ def crash_signature(e: BaseException) -> tuple[str, str]:
     return type(e).__name__, where
 
 
-def build_input(family: str, seed_idx: int, program: list[tuple[str, int]], folder: Path) -> list[Path]:
+def build_input(family: str, seed_idx: int, program: list[tuple[str, int]], folder: Path,
+                full: bool = True) -> list[Path]:
     from tests.fuzz import mutators, seeds
 
     name, data = seeds.seeds(family)[seed_idx]
@@ -75,7 +70,7 @@ def build_input(family: str, seed_idx: int, program: list[tuple[str, int]], fold
     p = folder / mutators.file_name(family, name, data)
     p.write_bytes(data)
     inputs = [p]
-    if family in seeds.AUXILIARY:
+    if family in seeds.AUXILIARY and full:
         tname, tdata = seeds.companion_trace()
         (folder / tname).write_bytes(tdata)
         inputs.insert(0, folder / tname)
@@ -97,7 +92,8 @@ def worker(mem_mb: int) -> None:
         ans: dict[str, Any]
         try:
             try:
-                inputs = build_input(job["family"], job["seed"], [tuple(x) for x in job["program"]], work / "in")
+                inputs = build_input(job["family"], job["seed"], [tuple(x) for x in job["program"]], work / "in",
+                                     job["full"])
             except Exception as e:  # noqa: BLE001 - a bug of the fuzzer, not of the tool
                 raise HarnessError(f"{type(e).__name__}: {e}") from e
             outcome = run_contract(inputs, work, full=job["full"], limit_s=job["timeout"])
@@ -204,6 +200,8 @@ def replay(crash_dir: Path, timeout: float, mem_mb: int) -> int:
     still = 0
     try:
         for f in sorted(crash_dir.rglob("*.json")):
+            if len(f.stem) != 12:  # <key>.json describes a crash; <key>-<name>.json is a crashing input
+                continue
             job = json.loads(f.read_text())
             if "program" not in job:
                 continue
@@ -257,6 +255,9 @@ def atheris_campaign(family: str, seconds: int, out: Path, mem_mb: int) -> None:
         )
     from tests.fuzz import harness, seeds
 
+    if family == "jsonsplit":
+        _atheris_jsonsplit(seconds, out, mem_mb)
+        return
     corpus_dir = out / "atheris" / family / "corpus"
     corpus_dir.mkdir(parents=True, exist_ok=True)
     for i, (_, data) in enumerate(seeds.seeds(family)):
@@ -264,6 +265,11 @@ def atheris_campaign(family: str, seconds: int, out: Path, mem_mb: int) -> None:
     name = seeds.seeds(family)[0][0]
     found: dict[str, int] = {}
     counts: Counter[str] = Counter()
+
+    def summary() -> None:  # written as it goes: libFuzzer ends the process its own way
+        (out / f"atheris-{family}.json").write_text(json.dumps(
+            {"family": family, "engine": "atheris", "seconds": seconds, "inputs": sum(counts.values()),
+             "outcomes": dict(counts), "distinct_crashes": found}, indent=1))
 
     def one(data: bytes) -> None:
         work = Path(tempfile.mkdtemp(prefix="plasmient-atheris-"))
@@ -273,10 +279,6 @@ def atheris_campaign(family: str, seconds: int, out: Path, mem_mb: int) -> None:
             p = folder / name
             p.write_bytes(data)
             inputs = [p]
-            if family in seeds.AUXILIARY:
-                tname, tdata = seeds.companion_trace()
-                (folder / tname).write_bytes(tdata)
-                inputs.insert(0, folder / tname)
             try:
                 res = harness.run_contract(inputs, work, full=False, limit_s=30)
                 counts["ok" if res == "ok" else "bad_input"] += 1
@@ -292,10 +294,13 @@ def atheris_campaign(family: str, seconds: int, out: Path, mem_mb: int) -> None:
                         {"signature": sig, "message": str(e)[:300], "traceback": traceback.format_exc()[-4000:]}))
                     print(f"  [{family}/atheris] new: {sig}: {str(e)[:120]}", flush=True)
                 found[sig] = found.get(sig, 0) + 1
+                summary()
         finally:
             import shutil
 
             shutil.rmtree(work, ignore_errors=True)
+        if sum(counts.values()) % 100 == 0:
+            summary()
 
     atheris.Setup([sys.argv[0], str(corpus_dir), f"-max_total_time={seconds}", f"-rss_limit_mb={mem_mb}",
                    "-timeout=60", "-print_final_stats=1"], one)
@@ -304,15 +309,92 @@ def atheris_campaign(family: str, seconds: int, out: Path, mem_mb: int) -> None:
     except SystemExit:
         pass
     finally:
-        summary = {"family": family, "engine": "atheris", "seconds": seconds, "outcomes": dict(counts),
-                   "distinct_crashes": found}
-        (out / f"atheris-{family}.json").write_text(json.dumps(summary, indent=1))
-        print(json.dumps(summary), flush=True)
+        summary()
+
+
+def _atheris_jsonsplit(seconds: int, out: Path, mem_mb: int) -> None:
+    """Differential, coverage-guided: the streaming scanner (parsers/_jsonsplit.py) must cut traceEvents into the
+    very events a whole-document JSON decoder sees, at any chunk size, or refuse the document with SplitError."""
+    import io
+
+    import atheris
+
+    with atheris.instrument_imports(include=["plasmient_report"]):
+        from plasmient_report.parsers import _jsonsplit
+    from tests.fuzz import seeds
+
+    corpus_dir = out / "atheris" / "jsonsplit" / "corpus"
+    corpus_dir.mkdir(parents=True, exist_ok=True)
+    for i, (_, data) in enumerate(seeds.seeds("kineto")):
+        doc = json.loads(data)
+        doc["traceEvents"] = doc["traceEvents"][:12]
+        (corpus_dir / f"seed{i}").write_bytes(json.dumps(doc).encode())
+    counts: Counter[str] = Counter()
+    found: dict[str, int] = {}
+
+    def split(data: bytes, chunk: int, decode: bool) -> list[Any] | None:
+        events: list[Any] = []
+        try:
+            for b in _jsonsplit.split_events(io.BytesIO(data), chunk_bytes=chunk):
+                if decode and not isinstance(b, tuple):
+                    events += json.loads(b)
+        except _jsonsplit.SplitError:
+            return None
+        return events
+
+    def summary() -> None:
+        (out / "atheris-jsonsplit.json").write_text(json.dumps(
+            {"family": "jsonsplit", "engine": "atheris", "seconds": seconds, "inputs": sum(counts.values()),
+             "outcomes": dict(counts), "distinct_crashes": found}, indent=1))
+
+    def one(data: bytes) -> None:
+        try:
+            try:
+                ref = json.loads(data)
+            except (ValueError, RecursionError):
+                ref = None
+            expected = ref.get("traceEvents") if isinstance(ref, dict) and data.count(b'"traceEvents"') == 1 else None
+            # a valid document: the batches must decode to its events; an invalid one: no exception but SplitError
+            # (the events' own content is checked later, by DuckDB's reader)
+            for chunk in (7, 4096):
+                got = split(data, chunk, decode=isinstance(expected, list))
+                if isinstance(expected, list) and got is not None and got != expected:
+                    raise AssertionError(f"chunk {chunk}: {len(got)} events, the document has {len(expected)}")
+            counts["ok"] += 1
+            if sum(counts.values()) % 500 == 0:
+                summary()
+        except (ValueError, RecursionError) as e:  # a batch that is not JSON: the splitter cut wrongly
+            _found(e, data)
+        except Exception as e:  # noqa: BLE001
+            _found(e, data)
+
+    def _found(e: BaseException, data: bytes) -> None:
+        counts["crash"] += 1
+        summary()
+        sig = " @ ".join(crash_signature(e))
+        if sig not in found:
+            d = out / "crashes" / "jsonsplit"
+            d.mkdir(parents=True, exist_ok=True)
+            key = hashlib.sha256(sig.encode()).hexdigest()[:12]
+            (d / f"{key}-atheris.bin").write_bytes(data)
+            (d / f"{key}-atheris.json").write_text(json.dumps({"signature": sig, "message": str(e)[:300]}))
+            print(f"  [jsonsplit/atheris] new: {sig}: {str(e)[:120]}", flush=True)
+        found[sig] = found.get(sig, 0) + 1
+
+    atheris.Setup([sys.argv[0], str(corpus_dir), f"-max_total_time={seconds}", f"-rss_limit_mb={mem_mb}",
+                   "-timeout=30", "-max_len=65536"], one)
+    try:
+        atheris.Fuzz()
+    except SystemExit:
+        pass
+    finally:
+        summary()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--families", nargs="*", default=list(FAMILY_NAMES), choices=FAMILY_NAMES)
+    ap.add_argument("--families", nargs="*", default=list(FAMILY_NAMES), choices=[*FAMILY_NAMES, "jsonsplit"],
+                    help="parser families (jsonsplit: the streaming JSON scanner alone, atheris engine only)")
     ap.add_argument("--per-family", type=int, default=1000, help="inputs tried per parser family")
     ap.add_argument("--full-every", type=int, default=4,
                     help="every Nth input runs the whole job (align, measure, rules, verdict), the others ingest only")

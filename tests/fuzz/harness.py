@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from plasmient_report import pipeline, store
+from plasmient_report import parsers, pipeline, store
 from plasmient_report.errors import BadInput
 
 OUTPUT_FILES = ["run.duckdb", "verdict.json"]  # with --no-html --no-trace
@@ -105,7 +105,7 @@ def check_bad_input(e: BadInput, inputs: Sequence[Path]) -> str:
 
 
 def run_contract(inputs: Sequence[Path], work: Path, full: bool = True, limit_s: float = 60.0) -> str:
-    """Run the main job (full: analyse + write the outputs; else the ingest stage only) on `inputs`, which live
+    """Run the main job (full: analyse + write the outputs; else the parsers only) on `inputs`, which live
     in `work/in/`, and check the contract. Returns 'ok' or 'bad input: <message>'; raises ContractViolation,
     Hang, or whatever crash the code under test raised."""
     folder = work / "in"
@@ -121,10 +121,11 @@ def run_contract(inputs: Sequence[Path], work: Path, full: bool = True, limit_s:
                 pipeline.write_outputs(res, out, list(inputs), opts)
                 res.con.close()
                 check_verdict(res.verdict)
-            else:
+            else:  # the parse stage alone: detection, then each input's parser
                 con = store.connect()
                 try:
-                    pipeline.ingest(con, list(inputs), cache_dir=work / ".cache")
+                    for i, d in enumerate(parsers.discover(list(inputs), work / ".cache")):
+                        parsers.ingest_one(d, con, i)
                 finally:
                     con.close()
     except BadInput as e:
