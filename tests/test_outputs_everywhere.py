@@ -1,6 +1,7 @@
 """The main job on every trace we have — the shared corpus and our samples — writes all four outputs, and the
-numbers keep their invariants: utilization in [0, 1], achieved ≤ utilization (no useful work while idle),
-achieved + losses = 1, every trace kernel a slice in trace.pftrace. Inputs that cannot be analysed give one
+numbers keep their invariants: utilization in [0, 1], achieved ≤ utilization (no useful work while idle, per rank
+too), achieved + losses = 1, every rank of the job present or reported missing, every trace kernel a slice in
+trace.pftrace. Inputs that cannot be analysed give one
 clear error (BadInput) and nothing written."""
 
 from __future__ import annotations
@@ -32,15 +33,16 @@ SAMPLE_RUNS = ["h200_single/kineto_single.pt.trace.json.gz", "h200_single/nsys_s
 REFUSED = {"cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"}  # a CPU-only profile: no GPU to judge
 
 
-def check(path: Path, tmp_path: Path) -> None:
+def check(path: Path | list[Path], tmp_path: Path) -> None:
     out = tmp_path / "out"
     opts = pipeline.Options()
-    if path.name in REFUSED:
+    inputs = path if isinstance(path, list) else [path]
+    if inputs[0].name in REFUSED:
         with pytest.raises(BadInput):
-            pipeline.analyse([path], opts)
+            pipeline.analyse(inputs, opts)
         return
-    res = pipeline.analyse([path], opts)
-    pipeline.write_outputs(res, out, [path], opts)
+    res = pipeline.analyse(inputs, opts)
+    pipeline.write_outputs(res, out, inputs, opts)
     assert sorted(p.name for p in out.iterdir()) == ["report.html", "run.duckdb", "trace.pftrace", "verdict.json"]
     v = res.verdict
     util, ach = v["utilization"]["trace"], v["achieved_fraction_of_peak"]
@@ -48,6 +50,15 @@ def check(path: Path, tmp_path: Path) -> None:
     if ach is not None:
         assert 0.0 <= ach <= util + 1e-9
         assert ach + sum(x["fraction"] for x in v["losses"]) == pytest.approx(1.0, abs=1e-9)
+    # every rank of the job is present or reported missing (coverage.missing_ranks), never silently absent
+    cov, present = v["coverage"], set(v["run"]["ranks"])
+    if cov["world_size"]:
+        assert not present & set(cov["missing_ranks"])
+        assert set(range(cov["world_size"])) <= present | set(cov["missing_ranks"])
+        assert cov["missing_rank_count"] == len(set(range(cov["world_size"])) - present)
+    for r in v["ranks"]:  # no useful work while idle, per rank too
+        if r["achieved_fraction_of_peak"] is not None:
+            assert 0.0 <= r["achieved_fraction_of_peak"] <= r["utilization"]["trace"] + 1e-9
     n_kernels = res.con.execute("SELECT count(*) FROM kernels WHERE rank IS NOT NULL").fetchall()[0][0]
     slices = sum(1 for p in perfetto.read_back(out / "trace.pftrace")
                  if p.HasField("track_event") and p.track_event.type == perfetto.BEGIN
@@ -69,3 +80,80 @@ def test_corpus_trace(rel, tmp_path):
 @pytest.mark.parametrize("rel", SAMPLE_RUNS)
 def test_sample_run(rel, tmp_path):
     check(SAMPLES / rel, tmp_path)
+
+
+# A trace with the counter logs and Nsight Compute CSVs recorded beside it.
+CORPUS_WITH_LOGS = {
+    "h200-single-kineto/kineto_single.json.gz": ["h200-single-kineto/ncu_raw.csv",
+                                                 "h200-single-kineto/nvidia_smi_dmon.txt",
+                                                 "h200-single-kineto/nvidia_smi_query.csv",
+                                                 "h200-single-kineto/nvml_samples.csv"],
+    "h200-single-nsys/nsys_small.sqlite": ["h200-single-nsys/nvidia_smi_dmon_nsys.txt",
+                                           "h200-single-nsys/nvidia_smi_query_nsys.csv",
+                                           "h200-single-nsys/nvml_samples_nsys.csv"],
+    "h200x2-small/kineto": ["h200x2-small/smi/dmon_default.txt", "h200x2-small/smi/dmon_o_DT.txt",
+                            "h200x2-small/smi/query_gpu.csv", "h200x2-small/kineto/dmon_during_run.txt",
+                            "h200x2-small/ncu/raw_metrics.csv", "h200x2-small/ncu/details_metrics.csv",
+                            "h200x2-small/ncu/raw_roofline.csv"],
+}
+SAMPLES_WITH_LOGS = {
+    "h200_single/kineto_single.pt.trace.json.gz": ["h200_single/nvidia_smi_dmon.txt", "h200_single/nvidia_smi_query.csv",
+                                                   "h200_single/nvml_samples.csv"],
+    "h200_single/nsys_single.sqlite": ["h200_single/nsys_nvidia_smi_dmon.txt", "h200_single/nsys_nvidia_smi_query.csv",
+                                       "h200_single/nsys_nvml_samples.csv"],
+    "h200_align/kineto_bursts.pt.trace.json.gz": ["h200_align/nvidia_smi_dmon.txt", "h200_align/nvidia_smi_query.csv",
+                                                  "h200_align/nvml_samples.csv"],
+    "h200x2_pipeline/m4": [],
+    "h200x2_pipeline/m8": [],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trace", list(CORPUS_WITH_LOGS))
+def test_corpus_trace_with_its_logs(trace, tmp_path):
+    paths = [CORPUS / trace, *(CORPUS / p for p in CORPUS_WITH_LOGS[trace])]
+    if not all(p.exists() for p in paths):
+        pytest.skip(f"../shared/corpus not present ({trace} and its logs)")
+    check(paths, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trace", list(SAMPLES_WITH_LOGS))
+def test_sample_trace_with_its_logs(trace, tmp_path):
+    check([SAMPLES / trace, *(SAMPLES / p for p in SAMPLES_WITH_LOGS[trace])], tmp_path)
+
+
+def _every_file(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rel", _every_file(CORPUS) or ["(absent)"])
+def test_every_corpus_file_alone_keeps_the_contract(rel, tmp_path):
+    # Whatever the file (a trace, a counter log without its trace, a README, a CSV export of `nsys stats`):
+    # a verdict whose numbers hold, or one line naming the file.
+    if rel == "(absent)":
+        pytest.skip("../shared/corpus not present")
+    if rel in TRACES or rel.endswith(".sqlite") and (CORPUS / rel).stat().st_size > 8 << 20:
+        pytest.skip("analysed whole in test_corpus_trace")
+    _alone(CORPUS / rel)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rel", [r for r in _every_file(SAMPLES) if not r.startswith("generate/")])
+def test_every_sample_file_alone_keeps_the_contract(rel):
+    if rel.endswith((".nsys-rep",)):
+        pytest.skip("a report whose export is beside it: read through test_sample_run")
+    _alone(SAMPLES / rel)
+
+
+def _alone(path: Path) -> None:
+    from .fuzz.harness import check_bad_input, check_verdict
+
+    try:
+        res = pipeline.analyse([path], pipeline.Options(write_html=False, write_trace=False))
+    except BadInput as e:
+        check_bad_input(e, [path])
+        return
+    check_verdict(res.verdict)
+
