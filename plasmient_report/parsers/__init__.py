@@ -153,7 +153,8 @@ def discover(inputs: list[Path], cache_dir: Path | None = None) -> list[Detected
             if fmt in NOT_YET and not _usable(fmt):
                 raise BadInput(p, f"{NOT_YET[fmt]} input is not supported by this version yet")
             if fmt == "json":
-                raise BadInput(p, "JSON but not a PyTorch profiler trace (no 'traceEvents')")
+                raise BadInput(p, "JSON but not a PyTorch profiler trace (no 'traceEvents' or Kineto key in its first "
+                                  "4 KiB)")
             if fmt is None or not _usable(fmt):
                 raise BadInput(p, "unrecognised format (expected a PyTorch profiler trace, an nsys export or report, "
                                   "a counter log or an Nsight Compute CSV)")

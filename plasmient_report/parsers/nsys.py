@@ -150,7 +150,8 @@ _CAST = {"i": "INTEGER", "s": "TEXT", "f": "REAL"}
 
 
 def _select_sql(ex: Export, table: str, cols: Sequence[Col], where: str | None = None) -> str:
-    """SQLite SELECT of the columns that exist (NULL for absent ones), typed by CAST.
+    """SQLite SELECT of the columns that exist (NULL for absent ones), typed by CAST. A number column holding
+    text or a blob reads NULL, not CAST's 0 (a kernel "starting" at 0 would fill the whole capture).
 
     A first sentinel row (_s = 0) fixes every Arrow type: the ADBC driver infers types from the first rows and
     fails when a column that starts NULL later holds text. The reader drops it (_s = 1 only)."""
@@ -158,9 +159,17 @@ def _select_sql(ex: Export, table: str, cols: Sequence[Col], where: str | None =
     body = []
     for c in cols:
         src = next((s for s in c.src if ex.has(table, s)), None)
-        body.append(f"CAST(\"{src}\" AS {_CAST[c.typ]}) AS \"{c.out}\"" if src else f"NULL AS \"{c.out}\"")
+        body.append(f"{_typed(src, c.typ)} AS \"{c.out}\"" if src else f"NULL AS \"{c.out}\"")
     sql = f"SELECT 0 AS _s, {head} UNION ALL SELECT 1, {', '.join(body)} FROM \"{table}\""
     return sql + (f" WHERE {where}" if where else "")
+
+
+def _typed(col: str, typ: str) -> str:
+    if typ == "i":
+        return f"CASE typeof(\"{col}\") WHEN 'integer' THEN \"{col}\" WHEN 'real' THEN CAST(\"{col}\" AS INTEGER) END"
+    if typ == "f":
+        return f"CASE typeof(\"{col}\") WHEN 'real' THEN \"{col}\" WHEN 'integer' THEN CAST(\"{col}\" AS REAL) END"
+    return f"CAST(\"{col}\" AS TEXT)"
 
 
 def _valid_utf8(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -422,27 +431,31 @@ def _choose_clock(con: duckdb.DuckDBPyConnection, meta: Meta, info: NsysSource) 
 
 
 def _drop_impossible_times(con: duckdb.DuckDBPyConnection, path: Path, info: NsysSource) -> None:
-    """Rows whose UTC time would be no time (int64 overflow, before 1823 or after 2116) are left out and counted."""
+    """Rows that cannot be placed are left out and counted in the notes: a time that would be no UTC time (int64
+    overflow, before 1823 or after 2116), an end before the start, a GPU activity without a start, an end or a
+    device (a column missing, text in a number column)."""
     base = int(info.base_time_ns or 0)
     if abs(base) >= TIME_LIMIT_NS:
         raise BadInput(path, f"session start / time shift of {base} ns is no time (utcEpochNs or EXPORT_PARAM_TIME_SHIFT)")
     lo, hi = -TIME_LIMIT_NS - base, TIME_LIMIT_NS - base
-    bad = " OR ".join(f'NOT coalesce({c} BETWEEN {lo} AND {hi}, true)' for c in ("start", '"end"'))
-    n = 0
-    for t in ("_ns_kernel", "_ns_memcpy", "_ns_memset", "_ns_runtime", "_ns_sync", "_ns_nvtx"):
-        row = one(con, f"SELECT count(*) FROM {t} WHERE {bad}")
-        if row and row[0]:
-            n += int(row[0])
-            con.execute(f"DELETE FROM {t} WHERE {bad}")
-    dev = "NOT coalesce(deviceId BETWEEN 0 AND 2147483647, true)"
-    for t in ("_ns_kernel", "_ns_memcpy", "_ns_memset", "_ns_sync"):
-        row = one(con, f"SELECT count(*) FROM {t} WHERE {dev}")
-        if row and row[0]:
-            n += int(row[0])
-            con.execute(f"DELETE FROM {t} WHERE {dev}")
-    if n:
-        info.notes.append(f"{n} events with impossible times or devices (int64 overflow, before 1823 or after 2116) "
-                          "left out")
+    reasons = {
+        "impossible times": " OR ".join(f"NOT coalesce({c} BETWEEN {lo} AND {hi}, true)" for c in ("start", '"end"')),
+        "an end before the start": '"end" < start',
+        "no start, end or device": 'start IS NULL OR "end" IS NULL OR deviceId IS NULL',
+        "a device id beyond int32": "NOT coalesce(deviceId BETWEEN 0 AND 2147483647, true)",
+    }
+    gpu = ("_ns_kernel", "_ns_memcpy", "_ns_memset")
+    counts: dict[str, int] = {}
+    for reason, cond in reasons.items():
+        tables = gpu + ("_ns_sync",) if "device" in reason else gpu if "no start" in reason else \
+            gpu + ("_ns_runtime", "_ns_sync", "_ns_nvtx")
+        for t in tables:
+            row = one(con, f"SELECT count(*) FROM {t} WHERE {cond}")
+            if row and row[0]:
+                counts[reason] = counts.get(reason, 0) + int(row[0])
+                con.execute(f"DELETE FROM {t} WHERE {cond}")
+    if counts:
+        info.notes.append("events left out: " + ", ".join(f"{n} with {r}" for r, n in counts.items()))
     # Descriptive ids out of their type's range (CUPTI's are 32-bit) are unknown, not errors.
     for t, cols in (("_ns_kernel", ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread",
                                     "correlationId")), ("_ns_memcpy", ("correlationId",)),
@@ -458,7 +471,7 @@ def _gpu_processes(con: duckdb.DuckDBPyConnection) -> list[tuple[int, list[int]]
     rows = con.execute("""
         SELECT (globalPid >> 24) & 16777215 AS pid, min(start), list(DISTINCT deviceId ORDER BY deviceId) FROM (
             SELECT globalPid, start, deviceId FROM _ns_kernel UNION ALL SELECT globalPid, start, deviceId FROM _ns_memcpy
-            UNION ALL SELECT globalPid, start, deviceId FROM _ns_memset)
+            UNION ALL SELECT globalPid, start, deviceId FROM _ns_memset) WHERE globalPid IS NOT NULL
         GROUP BY pid ORDER BY min(start), pid""").fetchall()
     return [(int(p) if p is not None else -1, [d for d in devs if d is not None]) for p, _, devs in rows]
 
@@ -509,6 +522,23 @@ def _assign_ranks(con: duckdb.DuckDBPyConnection, ex: Export, meta: Meta, info: 
     con.register("_ns_rank_in", tbl)
     con.execute("CREATE OR REPLACE TEMP TABLE _ns_rank AS SELECT * FROM _ns_rank_in")
     con.unregister("_ns_rank_in")
+    # Activities of no known process (globalPid missing): the one GPU process's; in a report of several, nobody's
+    # (a rank cannot be guessed): left out and counted.
+    owners = (("_ns_kernel", "globalPid"), ("_ns_memcpy", "globalPid"), ("_ns_memset", "globalPid"),
+              ("_ns_sync", "globalPid"), ("_ns_runtime", "globalTid"))
+    if len(procs) == 1:
+        for t, col in owners:
+            con.execute(f"UPDATE {t} SET {col} = {procs[0]}::BIGINT << 24 WHERE {col} IS NULL")
+    elif len(procs) > 1:
+        orphans = 0
+        for t, col in owners[:4]:
+            cond = f"{col} IS NULL OR (({col} >> 24) & 16777215) NOT IN (SELECT pid FROM _ns_rank)"
+            row = one(con, f"SELECT count(*) FROM {t} WHERE {cond}")
+            if row and row[0]:
+                orphans += int(row[0])
+                con.execute(f"DELETE FROM {t} WHERE {cond}")
+        if orphans:
+            info.notes.append(f"events left out: {orphans} GPU activities of no known process (no globalPid)")
     if info.multi_rank:
         # CUPTI correlation ids are per process: make them unique in the source (kernels ↔ api_calls join on it).
         for t, col in (("_ns_kernel", "globalPid"), ("_ns_memcpy", "globalPid"), ("_ns_memset", "globalPid"),

@@ -60,6 +60,8 @@ PROGRAMS = [
      "ConversionException in nsys._emit: session start beyond int64"),
     ("nsys", 0, [("bit_flips", 2773028232)], False,
      "adbc OperationalError in nsys._reader (database disk image is malformed)"),
+    ("nsys", 0, [("sql_rows", 3105616735), ("sql_rows", 830984907), ("sql_drop_column", 4053156479)], True,
+     "TypeError in judge.build: ranks [None, 0, 1] (copies of no known process in a two-process report)"),
 ]
 
 
