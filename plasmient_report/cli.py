@@ -64,13 +64,16 @@ def main() -> None:
 @click.option("--ignore", "rule_ignore", multiple=True, metavar="IDS", help="Skip these rules (as --select).")
 @click.option("--rules-config", type=click.Path(path_type=Path),
               help="TOML file: select / ignore, and per-rule thresholds ([PR101] min_lateness_us = 50).")
+@click.option("--memory-budget", default="1.5GiB", show_default=True, metavar="SIZE",
+              help="Peak memory to stay under, e.g. 800MB, 4GiB, or 'none': the store spills to a temporary folder "
+                   "beyond it (traces of many GB).")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ...], as_json: bool, quiet: bool,
            no_html: bool, no_trace: bool, peak_precision: str | None, peak_tflops: float | None,
            peaks_file: Path | None, gpu: str | None, model_flops: float | None, tz: str | None,
            offsets: tuple[str, ...], dcgm_period: float,
            rule_select: tuple[str, ...], rule_ignore: tuple[str, ...], rules_config: Path | None,
-           debug: bool) -> None:
+           memory_budget: str, debug: bool) -> None:
     """Analyse INPUT files/folders and print the verdict (the main job)."""
     from . import pipeline
     from .render import terminal
@@ -82,15 +85,24 @@ def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ..
         _fail("--model-flops must be a non-negative number")
     if not dcgm_period > 0:
         _fail("--dcgm-period must be a positive number of seconds")
+    try:
+        budget = parse_size(memory_budget)
+    except ValueError as e:
+        _fail(f"--memory-budget: {e}")
+        return
     opts = pipeline.Options(ranges=ranges, peak_precision=peak_precision, peak_tflops=peak_tflops,
                             peaks_file=peaks_file, gpu=gpu, write_html=not no_html, write_trace=not no_trace,
                             tz=tz, offsets=offsets, dcgm_period_s=dcgm_period, rule_select=rule_select,
-                            rule_ignore=rule_ignore, rules_config=rules_config, model_flops=model_flops)
+                            rule_ignore=rule_ignore, rules_config=rules_config, model_flops=model_flops,
+                            memory_budget=budget)
     out_dir = out_dir or pipeline.default_out_dir(inputs)
     opts.cache_dir = Path(out_dir).absolute().parent / ".plasmient-cache"
     try:
         result = pipeline.analyse(list(inputs), opts, progress=_progress() if not quiet else None)
-        out = pipeline.write_outputs(result, out_dir, inputs, opts)
+        try:
+            out = pipeline.write_outputs(result, out_dir, inputs, opts)
+        finally:
+            result.close()
     except BadInput as e:
         if debug:
             raise
@@ -105,6 +117,26 @@ def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ..
         click.echo(verdict_render.dumps(result.verdict), nl=False)
     elif not quiet:
         terminal.render(result.verdict, footer=f"outputs: {out}/")
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,
+               "g": 1000**3, "gb": 1000**3, "gib": 1 << 30, "t": 1000**4, "tb": 1000**4, "tib": 1 << 40}
+
+
+def parse_size(text: str) -> int | None:
+    """'1.5GiB', '800MB', '2g', '1073741824' → bytes; 'none' / 'off' / '0' → None (no limit)."""
+    import re
+
+    t = text.strip().lower()
+    if t in ("none", "off", "unlimited", "0"):
+        return None
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", t)
+    if not m or m.group(2) not in _SIZE_UNITS:
+        raise ValueError(f"not a size: {text!r} (e.g. 1.5GiB, 800MB, none)")
+    n = int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+    if n < 256 << 20:
+        raise ValueError(f"{text!r} is too small: at least 256MiB")
+    return n
 
 
 def _progress() -> Any:
@@ -284,12 +316,15 @@ def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool,
 @click.option("--select", "rule_select", multiple=True, metavar="IDS")
 @click.option("--ignore", "rule_ignore", multiple=True, metavar="IDS")
 @click.option("--rules-config", type=click.Path(path_type=Path))
+@click.option("--memory-budget", default="1.5GiB", show_default=True, metavar="SIZE",
+              help="Peak memory of each worker (as for the main job; 'none' for no limit).")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def batch(archives: tuple[Path, ...], out_dir: Path | None, executor: str, address: str | None, jobs: int | None,
           group_by: str, force: bool, max_unpacked_gib: float, no_html: bool, no_trace: bool, quiet: bool,
           ranges: tuple[str, ...], peak_precision: str | None, peak_tflops: float | None, peaks_file: Path | None,
           gpu: str | None, model_flops: float | None, tz: str | None, dcgm_period: float,
-          rule_select: tuple[str, ...], rule_ignore: tuple[str, ...], rules_config: Path | None, debug: bool) -> None:
+          rule_select: tuple[str, ...], rule_ignore: tuple[str, ...], rules_config: Path | None, memory_budget: str,
+          debug: bool) -> None:
     """Analyse many runs: ARCHIVE is a folder, .tar, .tar.gz, .tar.zst or .zip of runs (docs/batch.md).
 
     Exit 0 when the batch ran, even if some runs failed (they are counted here and listed in summary.parquet
@@ -306,10 +341,15 @@ def batch(archives: tuple[Path, ...], out_dir: Path | None, executor: str, addre
         _fail("--model-flops must be a non-negative number")
     if not dcgm_period > 0 or not max_unpacked_gib > 0:
         _fail("--dcgm-period and --max-unpacked-gib must be positive numbers")
+    try:
+        budget = parse_size(memory_budget)
+    except ValueError as e:
+        _fail(f"--memory-budget: {e}")
+        return
     opts = pipeline.Options(ranges=ranges, peak_precision=peak_precision, peak_tflops=peak_tflops,
                             peaks_file=peaks_file, gpu=gpu, write_html=not no_html, write_trace=not no_trace,
                             tz=tz, dcgm_period_s=dcgm_period, rule_select=rule_select, rule_ignore=rule_ignore,
-                            rules_config=rules_config, model_flops=model_flops)
+                            rules_config=rules_config, model_flops=model_flops, memory_budget=budget)
     if out_dir is None:
         out_dir = Path("plasmient-out") / f"batch-{label_of(Path(archives[0]).absolute())}"
     progress = Progress(quiet)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,12 @@ from .errors import BadInput
 from .parsers import _io
 from .peaks import load_table
 from .store import one
+
+# Peak RSS the main job aims to stay under, whatever the trace size (--memory-budget): DuckDB gets the budget
+# less what the interpreter, the libraries and the Arrow batches passed to Python take, and spills the rest.
+DEFAULT_MEMORY_BUDGET = 1536 << 20
+PYTHON_RESERVE = 512 << 20
+MIN_DUCKDB_MEMORY = 256 << 20
 
 
 @dataclass
@@ -38,6 +46,7 @@ class Options:
     dcgm_period_s: float = 1.0  # --dcgm-period: sampling period of logs that print no time
     counter_search_s: float = align_stage.DEFAULT_SEARCH_NS / 1e9  # counter-log alignment: ± search range
     model_flops: float | None = None  # --model-flops: FLOPs per step / per --range occurrence (the MFU convention)
+    memory_budget: int | None = DEFAULT_MEMORY_BUDGET  # --memory-budget: peak RSS to stay under (None: no limit)
 
     def parse_options(self) -> parsers.ParseOptions:
         return parsers.ParseOptions(tz=self.tz, dcgm_period_s=self.dcgm_period_s)
@@ -48,6 +57,49 @@ class Result:
     con: duckdb.DuckDBPyConnection
     verdict: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    spill_dir: Path | None = None
+
+    def close(self) -> None:
+        """Close the store and remove its spill folder (the outputs are written by then)."""
+        with contextlib.suppress(duckdb.Error):
+            self.con.close()
+        if self.spill_dir is not None:
+            shutil.rmtree(self.spill_dir, ignore_errors=True)
+            _SPILL_DIRS.discard(self.spill_dir)
+            self.spill_dir = None
+
+
+_SPILL_DIRS: set[Path] = set()
+
+
+@atexit.register
+def _remove_spill_dirs() -> None:
+    for d in list(_SPILL_DIRS):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def open_store(opts: Options) -> tuple[duckdb.DuckDBPyConnection, Path | None]:
+    """The run's store: in memory, but under the memory budget, spilling to a private temporary folder."""
+    if opts.memory_budget is None:
+        return store.connect(), None
+    spill = Path(tempfile.mkdtemp(prefix="plasmient-spill-"))
+    _SPILL_DIRS.add(spill)  # removed at exit even if nobody closes the Result
+    limit = max(MIN_DUCKDB_MEMORY, opts.memory_budget - PYTHON_RESERVE)
+    try:
+        return store.connect(memory_limit_bytes=limit, temp_dir=spill), spill
+    except BaseException:
+        shutil.rmtree(spill, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def run_store(inputs: Sequence[Path], opts: Options) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A store for one run, closed (and its spill folder removed) on exit."""
+    con, spill = open_store(opts)
+    try:
+        yield con
+    finally:
+        Result(con=con, verdict={}, spill_dir=spill).close()
 
 
 Progress = Callable[[str, int, int], None]
@@ -114,15 +166,19 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
     """The pure per-run function: inputs in, store + verdict out (nothing written to disk)."""
     selection = rules.configure(opts.rule_select, opts.rule_ignore, opts.rules_config)  # bad codes: fail early
     judge.thresholds_from(opts.rules_config)  # and bad verdict thresholds
-    con = store.connect()
-    ingest(con, inputs, progress, opts.cache_dir, opts.parse_options())
-    notes = align_stage.align(con, opts.offsets, int(opts.counter_search_s * 1e9))
-    ctx = measure(con, opts)
-    ctx.inputs = [str(p) for p in inputs]
-    _, rule_notes = rules.run(con, selection, ctx.ranges, ctx.precision, ctx.peaks, opts.peaks_file)
-    ctx.notes = ctx.notes + notes + rule_notes
-    verdict = judge.build(con, ctx, judge.thresholds_from(opts.rules_config))
-    return Result(con=con, verdict=verdict, notes=notes)
+    con, spill = open_store(opts)
+    try:
+        ingest(con, inputs, progress, opts.cache_dir, opts.parse_options())
+        notes = align_stage.align(con, opts.offsets, int(opts.counter_search_s * 1e9))
+        ctx = measure(con, opts)
+        ctx.inputs = [str(p) for p in inputs]
+        _, rule_notes = rules.run(con, selection, ctx.ranges, ctx.precision, ctx.peaks, opts.peaks_file)
+        ctx.notes = ctx.notes + notes + rule_notes
+        verdict = judge.build(con, ctx, judge.thresholds_from(opts.rules_config))
+    except BaseException:
+        Result(con=con, verdict={}, spill_dir=spill).close()
+        raise
+    return Result(con=con, verdict=verdict, notes=notes, spill_dir=spill)
 
 
 def default_out_dir(inputs: Sequence[Path]) -> Path:

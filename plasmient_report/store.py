@@ -50,13 +50,21 @@ def threads(n: int | None) -> Iterator[None]:
         _threads.reset(token)
 
 
-def connect(path: str | Path | None = None) -> duckdb.DuckDBPyConnection:
-    """Open (or create) a store. Extensions are never auto-installed: everything ships with the wheel."""
+def connect(path: str | Path | None = None, memory_limit_bytes: int | None = None,
+            temp_dir: Path | None = None) -> duckdb.DuckDBPyConnection:
+    """Open (or create) a store. Extensions are never auto-installed: everything ships with the wheel.
+
+    With `memory_limit_bytes`, DuckDB keeps its buffers (tables included, in-memory stores too) under that
+    size and spills the rest to `temp_dir` — the bounded-memory mode for traces of many GB."""
     config: dict[str, str | bool | int | float | list[str]] = {"autoinstall_known_extensions": False,
                                                                 "autoload_known_extensions": False}
     n = _threads.get()
     if n is not None:
         config["threads"] = n
+    if memory_limit_bytes is not None:
+        config["memory_limit"] = f"{max(64 << 20, int(memory_limit_bytes)) >> 20}MiB"
+    if temp_dir is not None:
+        config["temp_directory"] = str(temp_dir)
     con = duckdb.connect(str(path) if path else ":memory:", config=config)
     con.execute(schema_sql())
     return con

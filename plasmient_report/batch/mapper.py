@@ -163,9 +163,7 @@ def _analyse(run: Run, run_dir: Path, opts: Any) -> dict[str, Any]:
         try:
             pipeline.write_outputs(result, run_dir, inputs, run_opts)
         finally:
-            # Result.close() also removes the store's spill folder where the pipeline has one.
-            close = getattr(result, "close", None) or result.con.close
-            close()
+            result.close()  # the store, and its spill folder
     # The rows come from the verdict as written (a JSON round trip), exactly as a later skipped rerun reads it.
     verdict: dict[str, Any] = json.loads(verdict_render.dumps(result.verdict))
     return verdict

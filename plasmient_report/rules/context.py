@@ -100,16 +100,18 @@ class RuleContext:
         if not cats:
             return {}
         wcol = "least(greatest(coalesce(weight, 0), 0), 1)" if weighted else "1.0"
-        named = isinstance(params, dict)
-        cats_param = "$_categories" if named else "?"
+        # The intervals first, as a table: planned inline under the window functions below, some rules'
+        # interval queries ran 100x slower.
+        self.con.execute(f"""
+            CREATE OR REPLACE TEMP TABLE _rule_lost_raw AS
+            SELECT i.key, i.rank, coalesce(i.device, g.device) AS device, i.start_ns, i.end_ns, {wcol} AS w
+            FROM ({intervals_sql}) i
+            JOIN (SELECT DISTINCT rank, device FROM rule_windows) g
+              ON g.rank IS NOT DISTINCT FROM i.rank AND (i.device IS NULL OR i.device = g.device)
+            WHERE i.end_ns > i.start_ns""", params)
+        cats_param = "?"
         sql = f"""
-            WITH raw AS (
-                SELECT i.key, i.rank, coalesce(i.device, g.device) AS device, i.start_ns, i.end_ns, {wcol} AS w
-                FROM ({intervals_sql}) i
-                JOIN (SELECT DISTINCT rank, device FROM rule_windows) g
-                  ON g.rank IS NOT DISTINCT FROM i.rank AND (i.device IS NULL OR i.device = g.device)
-                WHERE i.end_ns > i.start_ns
-            ), s AS (
+            WITH raw AS (SELECT * FROM _rule_lost_raw), s AS (
                 SELECT *, max(end_ns) OVER (PARTITION BY key, rank, device ORDER BY start_ns, end_ns
                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
                 FROM raw
@@ -122,25 +124,35 @@ class RuleContext:
                 SELECT key, rank, device, min(start_ns) AS start_ns, max(end_ns) AS end_ns FROM g
                 GROUP BY key, rank, device, island
             ), l AS (
-                SELECT * FROM rule_losses WHERE category IN (SELECT unnest({cats_param}::VARCHAR[]))
-                  AND end_ns > start_ns
+                -- The losses of these categories on one GPU never overlap (the sweep gives every moment one
+                -- category), so the lost time inside [s, e] is C(e) - C(s), C(t) being the lost time before t:
+                -- one ASOF lookup per interval end instead of an interval join (n log n, not n x m).
+                SELECT rank, device, start_ns, end_ns, lost_ns,
+                       coalesce(sum(lost_ns) OVER (PARTITION BY rank, device ORDER BY start_ns
+                                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+                FROM rule_losses WHERE category IN (SELECT unnest({cats_param}::VARCHAR[])) AND end_ns > start_ns
+            ), ends AS (
+                SELECT key, 'm' AS part, 1.0 AS w, rank, device, start_ns AS t, -1.0 AS sign FROM merged
+                UNION ALL SELECT key, 'm', 1.0, rank, device, end_ns, 1.0 FROM merged
+                {'''UNION ALL SELECT key, 'r', w, rank, device, start_ns, -1.0 FROM raw
+                UNION ALL SELECT key, 'r', w, rank, device, end_ns, 1.0 FROM raw''' if weighted else ''}
+            ), c AS (
+                SELECT p.key, p.part, p.w * p.sign * coalesce(l.before + l.lost_ns * least(greatest(
+                           (p.t - l.start_ns)::DOUBLE / (l.end_ns - l.start_ns), 0), 1), 0) AS ns
+                FROM ends p ASOF LEFT JOIN l
+                  ON l.rank IS NOT DISTINCT FROM p.rank AND l.device = p.device AND l.start_ns <= p.t
             ), whole AS (
-                SELECT m.key, sum(l.lost_ns * (least(l.end_ns, m.end_ns) - greatest(l.start_ns, m.start_ns))
-                                  / (l.end_ns - l.start_ns)) AS ns
-                FROM merged m JOIN l ON l.rank IS NOT DISTINCT FROM m.rank AND l.device = m.device
-                 AND l.start_ns < m.end_ns AND l.end_ns > m.start_ns
-                GROUP BY m.key
+                SELECT key, sum(ns) AS ns FROM c WHERE part = 'm' GROUP BY key
             ){''', part AS (
-                SELECT r.key, sum(r.w * l.lost_ns * (least(l.end_ns, r.end_ns) - greatest(l.start_ns, r.start_ns))
-                                  / (l.end_ns - l.start_ns)) AS ns
-                FROM raw r JOIN l ON l.rank IS NOT DISTINCT FROM r.rank AND l.device = r.device
-                 AND l.start_ns < r.end_ns AND l.end_ns > r.start_ns
-                GROUP BY r.key
+                SELECT key, sum(ns) AS ns FROM c WHERE part = 'r' GROUP BY key
             )''' if weighted else ''}
-            SELECT whole.key, {'least(whole.ns, coalesce(part.ns, 0))' if weighted else 'whole.ns'}
-            FROM whole {'LEFT JOIN part ON part.key IS NOT DISTINCT FROM whole.key' if weighted else ''}"""
-        args: Any = {**params, "_categories": cats} if named else [*(params or []), cats]
-        return {plain(k): float(v or 0) for k, v in self.con.execute(sql, args).fetchall()}
+            SELECT whole.key, greatest({'least(whole.ns, coalesce(part.ns, 0))' if weighted else 'whole.ns'}, 0)
+            FROM whole {'LEFT JOIN part ON part.key IS NOT DISTINCT FROM whole.key' if weighted else ''}
+            WHERE whole.ns > 0.5"""
+        try:
+            return {plain(k): float(v or 0) for k, v in self.con.execute(sql, [cats]).fetchall()}
+        finally:
+            self.con.execute("DROP TABLE IF EXISTS _rule_lost_raw")
 
     def lost_fraction(self, intervals_sql: str, categories: Iterable[str], weighted: bool = False,
                       params: Any = None) -> float:
