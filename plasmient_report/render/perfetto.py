@@ -133,48 +133,73 @@ class Writer:
         self._emit(p)
 
 
-def assign_lanes(slices: list[Slice]) -> list[list[Slice]]:
-    """Spread slices over lanes so that within each lane every pair is disjoint or nested."""
-    slices.sort(key=lambda s: (s.start, -s.end))
-    lanes: list[list[Slice]] = []
-    stacks: list[list[int]] = []  # open end times per lane
-    for s in slices:
-        for i, st in enumerate(stacks):
-            while st and st[-1] <= s.start:
-                st.pop()
+class Lanes:
+    """One leaf track, plus overflow lanes named alike, fed slices in (start, longer first) order and written
+    as they come: a slice goes to the first lane where it nests or is disjoint, so every lane nests. Holds only
+    the open slices, whatever the number of slices (a multi-GB trace streams through)."""
+
+    def __init__(self, w: Writer, parent: int, key: tuple[Any, ...], name: str, order: int) -> None:
+        self.w, self.parent, self.key, self.name, self.order = w, parent, key, name, order
+        self.stacks: list[list[int]] = []  # open end times per lane
+        self.tracks: list[int] = []
+        self.count = 0
+
+    def add(self, s: Slice) -> int:
+        """Write `s`; returns its lane."""
+        self.count += 1
+        for i, st in enumerate(self.stacks):
+            t = self.tracks[i]
+            while st and st[-1] <= s.start:  # ends before begins at a tie
+                self.w.end(t, st.pop())
             if not st or s.end <= st[-1]:
                 st.append(s.end)
-                lanes[i].append(s)
-                break
-        else:
-            stacks.append([s.end])
-            lanes.append([s])
-    return lanes
+                self.w.begin(t, s)
+                return i
+        i = len(self.tracks)
+        t = uuid_of(*self.key, i)
+        self.w.track(t, self.name if i == 0 else f"{self.name} (overlap {i})", parent=self.parent,
+                     order=self.order * 100 + i)
+        self.tracks.append(t)
+        self.stacks.append([s.end])
+        self.w.begin(t, s)
+        return i
+
+    def close(self) -> int:
+        for t, st in zip(self.tracks, self.stacks, strict=True):
+            while st:
+                self.w.end(t, st.pop())
+        return len(self.tracks)
 
 
-def emit_lane(w: Writer, track: int, lane: list[Slice]) -> None:
-    """Begin/end events for one nested lane (sorted by start, longer first); ends come before begins at a tie."""
-    open_ends: list[int] = []
-    for s in lane:
-        while open_ends and open_ends[-1] <= s.start:
-            w.end(track, open_ends.pop())
-        w.begin(track, s)
-        open_ends.append(s.end)
-    while open_ends:
-        w.end(track, open_ends.pop())
+def assign_lanes(slices: list[Slice]) -> list[list[Slice]]:
+    """The lanes `Lanes` puts these slices in (for tests and small groups)."""
+    class _Null(Writer):
+        def _emit(self, packet: pb.TracePacket) -> None:
+            pass
+
+    slices.sort(key=lambda s: (s.start, -s.end))
+    lanes = Lanes(_Null(None), 0, ("lanes",), "", 0)  # type: ignore[arg-type]
+    out: list[list[Slice]] = []
+    for s in slices:
+        i = lanes.add(s)
+        if i == len(out):
+            out.append([])
+        out[i].append(s)
+    return out
 
 
-def emit_group(w: Writer, parent: int, key: tuple[Any, ...], name: str, slices: list[Slice], order: int) -> int:
-    """One leaf track (plus overflow lanes named alike) for a set of slices; returns lanes used."""
-    lanes = assign_lanes(slices)
-    for i, lane in enumerate(lanes):
-        t = uuid_of(*key, i)
-        w.track(t, name if i == 0 else f"{name} (overlap {i})", parent=parent, order=order * 100 + i)
-        emit_lane(w, t, lane)
-    return len(lanes)
+def emit_group(w: Writer, parent: int, key: tuple[Any, ...], name: str, slices: Iterable[Slice], order: int,
+               presorted: bool = False) -> int:
+    """One leaf track (plus overflow lanes) for a set of slices; returns lanes used. `presorted`: the slices
+    come in (start, longer first) order — then they stream, never held."""
+    lanes = Lanes(w, parent, key, name, order)
+    for s in slices if presorted else sorted(slices, key=lambda s: (s.start, -s.end)):
+        lanes.add(s)
+    return lanes.close()
 
 
-def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> Iterator[tuple[Any, ...]]:
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | dict[str, Any] | None = None
+          ) -> Iterator[tuple[Any, ...]]:
     cur = con.execute(sql, params or [])
     while batch := cur.fetchmany(50_000):
         yield from batch
@@ -251,17 +276,22 @@ def _ops(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int, stat
         "SELECT DISTINCT thread FROM (SELECT thread FROM ops WHERE rank = ? UNION ALL "
         "SELECT thread FROM api_calls WHERE rank = ?) WHERE thread IS NOT NULL ORDER BY 1", [rank, rank]).fetchall()]
     for i, tid in enumerate(threads):
-        slices = [Slice(s, max(e, s), n, {"flops": f, "input_dims": dims} if f or dims else None)
-                  for s, e, n, f, dims in _rows(con, """
-                      SELECT start_ns, end_ns, name, flops, input_dims FROM ops WHERE rank = ? AND thread = ?""",
-                                                [rank, tid])]
-        for s, e, n, sid, corr, has_kernel in _rows(con, """
-                SELECT a.start_ns, a.end_ns, a.name, a.source_id, a.correlation,
-                       EXISTS (SELECT 1 FROM kernels k WHERE k.source_id = a.source_id AND k.correlation = a.correlation)
-                FROM api_calls a WHERE a.rank = ? AND a.thread = ?""", [rank, tid]):
-            fl = (_fid("launch", sid, corr),) if has_kernel and corr is not None else ()
-            slices.append(Slice(s, max(e, s), n, {"correlation": corr}, flows=fl))
-        emit_group(w, parent, ("thread", rank, tid), f"CPU thread {tid}", slices, i)
+        def slices(tid: Any = tid) -> Iterator[Slice]:
+            for s, e, n, f, dims, sid, corr, has_kernel in _rows(con, """
+                    SELECT start_ns, greatest(end_ns, start_ns) AS e, name, flops, input_dims, NULL, NULL, NULL
+                    FROM ops WHERE rank = $rank AND thread = $tid
+                    UNION ALL
+                    SELECT a.start_ns, greatest(a.end_ns, a.start_ns), a.name, NULL, NULL, a.source_id, a.correlation,
+                           EXISTS (SELECT 1 FROM kernels k WHERE k.source_id = a.source_id
+                                                             AND k.correlation = a.correlation)
+                    FROM api_calls a WHERE a.rank = $rank AND a.thread = $tid
+                    ORDER BY 1, 2 DESC, 3, 7 NULLS FIRST""", {"rank": rank, "tid": tid}):
+                if sid is None:
+                    yield Slice(s, e, n, {"flops": f, "input_dims": dims} if f or dims else None)
+                else:
+                    fl = (_fid("launch", sid, corr),) if has_kernel and corr is not None else ()
+                    yield Slice(s, e, n, {"correlation": corr}, flows=fl)
+        emit_group(w, parent, ("thread", rank, tid), f"CPU thread {tid}", slices(), i, presorted=True)
 
 
 def _kernels(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int,
@@ -271,11 +301,12 @@ def _kernels(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int,
     for i, (dev, stream) in enumerate(streams):
         p = peak.get((rank, dev), (None, None))[0]
         ridge = p / (bw_tbs * 1e12) if p and bw_tbs else None
-        slices = []
+        lanes = Lanes(w, parent, ("stream", rank, dev, stream), f"GPU {dev} stream {stream}", i)
         for s, e, n, kind, flops, nbytes, sid, corr, op in _rows(con, """
                 SELECT k.start_ns, k.end_ns, k.name, k.kind, k.flops, k.bytes, k.source_id, k.correlation, o.name
                 FROM kernels k LEFT JOIN ops o ON o.op_id = k.op_id
-                WHERE k.rank = ? AND k.device = ? AND k.stream IS NOT DISTINCT FROM ?""", [rank, dev, stream]):
+                WHERE k.rank = ? AND k.device = ? AND k.stream IS NOT DISTINCT FROM ?
+                ORDER BY k.start_ns, greatest(k.end_ns, k.start_ns) DESC, k.kernel_id""", [rank, dev, stream]):
             dur = max(e - s, 0)
             args: dict[str, Any] = {"kind": kind, "op": op}
             if flops:
@@ -292,9 +323,9 @@ def _kernels(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int,
             if nbytes and kind in ("memcpy", "memset"):
                 args["bytes"] = float(nbytes)
             term = (_fid("launch", sid, corr),) if corr is not None else ()
-            slices.append(Slice(s, max(e, s), n, args, terminating=term))
-        stats["kernels"] += len(slices)
-        emit_group(w, parent, ("stream", rank, dev, stream), f"GPU {dev} stream {stream}", slices, i)
+            lanes.add(Slice(s, max(e, s), n, args, terminating=term))
+        stats["kernels"] += lanes.count
+        lanes.close()
 
 
 def _device(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int) -> None:
@@ -310,23 +341,26 @@ def _device(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int) -
 
 def _verdict(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int) -> None:
     """An 'achieved % of peak' counter (100 where no loss was recorded) and the lost stretches by category."""
-    rows = list(_rows(con, """
-        SELECT device, start_ns, end_ns, category, lost_ns FROM losses
-        WHERE scope = 'window' AND rank = ? ORDER BY device, start_ns""", [rank]))
-    for dev in sorted({r[0] for r in rows}):
-        mine = [r for r in rows if r[0] == dev]
-        t = uuid_of("achieved", rank, dev)
-        w.track(t, f"GPU {dev} achieved % of peak", parent=parent, counter="%", order=0)
+    devices = [d for (d,) in con.execute("SELECT DISTINCT device FROM losses WHERE scope = 'window' AND rank = ? "
+                                         "ORDER BY 1", [rank]).fetchall()]
+    for dev in devices:
+        counter = uuid_of("achieved", rank, dev)
+        w.track(counter, f"GPU {dev} achieved % of peak", parent=parent, counter="%", order=0)
+        lanes = Lanes(w, parent, ("lost", rank, dev), f"GPU {dev} lost peak", 1)
         prev_end = None
-        for _, s, e, _, lost in mine:
+        for s, e, cat, lost in _rows(con, """
+                SELECT start_ns, end_ns, category, lost_ns FROM losses
+                WHERE scope = 'window' AND rank = ? AND device IS NOT DISTINCT FROM ?
+                ORDER BY start_ns, end_ns DESC""", [rank, dev]):
             if prev_end is not None and s > prev_end:
-                w.counter(t, prev_end, 100.0)
-            w.counter(t, s, max(0.0, 100.0 * (1.0 - lost / (e - s))) if e > s else 100.0)
+                w.counter(counter, prev_end, 100.0)
+            w.counter(counter, s, max(0.0, 100.0 * (1.0 - lost / (e - s))) if e > s else 100.0)
             prev_end = e
+            if e > s:
+                lanes.add(Slice(s, e, cat, {"lost_ns": float(lost)}))
         if prev_end is not None:
-            w.counter(t, prev_end, 100.0)
-        slices = [Slice(s, e, cat, {"lost_ns": float(lost)}) for _, s, e, cat, lost in mine if e > s]
-        emit_group(w, parent, ("lost", rank, dev), f"GPU {dev} lost peak", slices, 1)
+            w.counter(counter, prev_end, 100.0)
+        lanes.close()
 
 
 def read_back(path: Path) -> Iterable[pb.TracePacket]:
