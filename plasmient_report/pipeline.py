@@ -7,6 +7,8 @@ import contextlib
 import os
 import shutil
 import tempfile
+import uuid
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,32 +66,34 @@ class Result:
         with contextlib.suppress(duckdb.Error):
             self.con.close()
         if self.spill_dir is not None:
-            shutil.rmtree(self.spill_dir, ignore_errors=True)
-            _SPILL_DIRS.discard(self.spill_dir)
+            _remove_spill_dir(self.spill_dir)
             self.spill_dir = None
 
 
 _SPILL_DIRS: set[Path] = set()
 
 
+def _remove_spill_dir(d: Path) -> None:
+    shutil.rmtree(d, ignore_errors=True)
+    _SPILL_DIRS.discard(d)
+
+
 @atexit.register
 def _remove_spill_dirs() -> None:
     for d in list(_SPILL_DIRS):
-        shutil.rmtree(d, ignore_errors=True)
+        _remove_spill_dir(d)
 
 
 def open_store(opts: Options) -> tuple[duckdb.DuckDBPyConnection, Path | None]:
     """The run's store: in memory, but under the memory budget, spilling to a private temporary folder."""
     if opts.memory_budget is None:
         return store.connect(), None
-    spill = Path(tempfile.mkdtemp(prefix="plasmient-spill-"))
-    _SPILL_DIRS.add(spill)  # removed at exit even if nobody closes the Result
+    # Named, not created: DuckDB makes the folder only when it first spills, so small runs leave no trace even
+    # when killed; removed by Result.close(), when the Result is collected, or at exit.
+    spill = Path(tempfile.gettempdir()) / f"plasmient-spill-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    _SPILL_DIRS.add(spill)
     limit = max(MIN_DUCKDB_MEMORY, opts.memory_budget - PYTHON_RESERVE)
-    try:
-        return store.connect(memory_limit_bytes=limit, temp_dir=spill), spill
-    except BaseException:
-        shutil.rmtree(spill, ignore_errors=True)
-        raise
+    return store.connect(memory_limit_bytes=limit, temp_dir=spill), spill
 
 
 @contextlib.contextmanager
@@ -178,7 +182,10 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
     except BaseException:
         Result(con=con, verdict={}, spill_dir=spill).close()
         raise
-    return Result(con=con, verdict=verdict, notes=notes, spill_dir=spill)
+    result = Result(con=con, verdict=verdict, notes=notes, spill_dir=spill)
+    if spill is not None:
+        weakref.finalize(result, _remove_spill_dir, spill)
+    return result
 
 
 def default_out_dir(inputs: Sequence[Path]) -> Path:
