@@ -118,8 +118,10 @@ def run_contract(inputs: Sequence[Path], work: Path, full: bool = True, limit_s:
             if full:
                 opts = pipeline.Options(write_html=False, write_trace=False, cache_dir=work / ".cache")
                 res = pipeline.analyse(list(inputs), opts)
-                pipeline.write_outputs(res, out, list(inputs), opts)
-                res.con.close()
+                try:
+                    pipeline.write_outputs(res, out, list(inputs), opts)
+                finally:
+                    res.close()  # the store and its spill folder
                 check_verdict(res.verdict)
             else:  # the parse stage alone: detection, then each input's parser
                 con = store.connect()
