@@ -62,7 +62,7 @@ def connect(path: str | Path | None = None, memory_limit_bytes: int | None = Non
     if n is not None:
         config["threads"] = n
     if memory_limit_bytes is not None:
-        config["memory_limit"] = f"{max(64 << 20, int(memory_limit_bytes)) >> 20}MiB"
+        config["memory_limit"] = f"{max(1 << 20, int(memory_limit_bytes)) >> 20}MiB"
     if temp_dir is not None:
         config["temp_directory"] = str(temp_dir)
     con = duckdb.connect(str(path) if path else ":memory:", config=config)

@@ -1,0 +1,91 @@
+"""Bounded memory (issue 8): the store under --memory-budget spills to disk and gives the same numbers.
+
+The multi-GB run itself is a benchmark (benchmarks/bench_big_trace.py, numbers in benchmarks/README.md); here a
+real sample replicated 8x (benchmarks/make_scaled_trace.py: shifted times, fresh ids) is analysed with DuckDB
+squeezed to a few MiB, so that it must spill, and compared with the unbounded run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from plasmient_report import pipeline, store
+from plasmient_report.cli import main, parse_size
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_traces/h200_single/kineto_single.pt.trace.json.gz"
+
+
+def _scaled(tmp_path: Path, copies: int) -> Path:
+    spec = importlib.util.spec_from_file_location("make_scaled_trace", ROOT / "benchmarks/make_scaled_trace.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / f"scaled{copies}.json.gz"
+    assert mod.main([str(SAMPLE), "--copies", str(copies), "-o", str(out)]) in (0, None)
+    return out
+
+
+def _diff(a: Any, b: Any, path: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [x for k in sorted(set(a) | set(b)) for x in _diff(a.get(k), b.get(k), f"{path}.{k}")]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} vs {len(b)} items"]
+        return [x for i, (p, q) in enumerate(zip(a, b, strict=True)) for x in _diff(p, q, f"{path}[{i}]")]
+    if isinstance(a, float) and isinstance(b, float):
+        return [] if math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) else [f"{path}: {a} vs {b}"]
+    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+@pytest.mark.slow
+def test_spilling_store_gives_the_in_memory_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = _scaled(tmp_path, 8)
+    with store.threads(1):  # one thread: sums in one order, so both runs agree to the last digit
+        free = pipeline.analyse([trace], pipeline.Options(memory_budget=None))
+        assert free.spill_dir is None
+        # DuckDB squeezed to 64 MiB (the store of this trace holds ~40 MiB, its JSON reader takes 32 MiB at
+        # once): it has to spill.
+        monkeypatch.setattr(pipeline, "MIN_DUCKDB_MEMORY", 1 << 20)
+        monkeypatch.setattr(pipeline, "PYTHON_RESERVE", 0)
+        tight = pipeline.analyse([trace], pipeline.Options(memory_budget=64 << 20))
+    spill = tight.spill_dir
+    assert spill is not None and spill.exists(), "the store did not spill: the test proves nothing"
+    assert tight.con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == "64.0 MiB"
+    assert free.verdict["coverage"]["kernels"] > 10_000
+    assert _diff(free.verdict, tight.verdict) == []
+    tight.close()
+    free.close()
+    assert not spill.exists()
+
+
+def test_spill_folder_is_removed_with_the_result() -> None:
+    res = pipeline.analyse([SAMPLE], pipeline.Options())
+    spill = res.spill_dir
+    assert spill is not None and spill.name.startswith("plasmient-spill-")
+    assert res.con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == "1.0 GiB"
+    res.close()
+    assert not spill.exists() and spill not in pipeline._SPILL_DIRS
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("1.5GiB", 1536 << 20), ("800MB", 800_000_000), ("2g", 2_000_000_000), ("4 GiB", 4 << 30),
+    ("1073741824", 1 << 30), ("none", None), ("off", None), ("0", None),
+])
+def test_parse_size(text: str, expected: int | None) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["lots", "1.5XB", "-2GB", "100MB", ""])
+def test_bad_memory_budget_is_one_line_and_exit_2(bad: str, tmp_path: Path) -> None:
+    r = CliRunner().invoke(main, [str(SAMPLE), "--out", str(tmp_path / "o"), "--memory-budget", bad])
+    assert r.exit_code == 2
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "--memory-budget" in lines[0]
+    assert not (tmp_path / "o").exists()
