@@ -150,16 +150,30 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> Kineto
     not the file. Rank may be None (decided by the caller)."""
     head_bytes = b"{}"
     cols = ", ".join(f'"{k}" {v}' for k, v in _RAW_COLUMNS.items())
-    # A plain table (not TEMP): the loader thread's cursor is another connection to the same database.
-    con.execute(f"CREATE OR REPLACE TABLE _kin_raw ({cols})")
+    # The staging tables, typed by their SELECTs over an empty raw table; plain tables (not TEMP): the loader
+    # thread's cursor is another connection to the same database.
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _kin_raw0 ({cols})")
+    for table, sql in _stage_selects("_kin_raw0").items():
+        con.execute(f"CREATE OR REPLACE TABLE {table} AS {sql}")
+    con.execute("DROP TABLE _kin_raw0")
+    selects = _stage_selects("_kin_seg")
     tmp = Path(tempfile.mkdtemp(prefix="plasmient-kineto-"))
     loader = con.cursor()
     pool = ThreadPoolExecutor(max_workers=1)
     pending: Future[None] | None = None
+    n_events = 0
 
     def load(seg_file: Path) -> None:
+        # One segment: its raw JSON columns live only until its events are typed into the staging tables,
+        # so the store never holds the raw trace.
+        nonlocal n_events
         try:
-            loader.execute(f"INSERT INTO _kin_raw {_read_json_sql(seg_file)}")
+            loader.execute(f"CREATE OR REPLACE TEMP TABLE _kin_seg AS {_read_json_sql(seg_file)}")
+            for table, sql in selects.items():
+                loader.execute(f"INSERT INTO {table} {sql}")
+            row = one(loader, "SELECT count(*) FROM _kin_seg")
+            n_events += int(row[0]) if row else 0
+            loader.execute("DROP TABLE _kin_seg")
         finally:
             seg_file.unlink(missing_ok=True)
 
@@ -208,19 +222,12 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> Kineto
         loader.close()
         shutil.rmtree(tmp, ignore_errors=True)
     head = _decode_head(path, head_bytes)
-    _stage(con)
-    row = one(con, "SELECT count(*) FROM _kin_raw")
-    n_events = int(row[0]) if row else 0
-    meta = {(pid, tid, k): v for pid, tid, k, v in con.execute("""
-        SELECT json_extract_string(pid, '$'), json_extract_string(tid, '$'), json_extract_string(name, '$'),
-               json_extract_string(coalesce(args.name, args.labels), '$')
-        FROM _kin_raw WHERE json_extract_string(ph, '$') = 'M'
-          AND json_extract_string(name, '$') IN ('process_name', 'thread_name', 'process_labels')""").fetchall()}
-    con.execute("DROP TABLE _kin_raw")
+    meta = {(pid, tid, k): v for pid, tid, k, v in con.execute(
+        "SELECT pid, tid, name, value FROM _kin_meta").fetchall()}
     info = _describe(path, head, n_events, meta)
     _check_times(path, con, info)
     _emit(con, source_id, info)
-    for stage in _STAGE.values():
+    for stage in (*_STAGE.values(), "_kin_meta"):
         con.execute(f"DROP TABLE IF EXISTS {stage}")
     return info
 
@@ -244,8 +251,9 @@ def _s(x: str) -> str:
             f"WHEN 'BIGINT' THEN CAST({x} AS VARCHAR) WHEN 'UBIGINT' THEN CAST({x} AS VARCHAR) END")
 
 
-def _stage(con: duckdb.DuckDBPyConnection) -> None:
-    """Typed staging tables per event family, from the raw JSON columns."""
+def _stage_selects(src: str) -> dict[str, str]:
+    """The typed staging tables per event family (and the metadata events), as SELECTs over a table `src` of
+    raw JSON columns (one segment of events)."""
     a = "args"
     common = f"""json_extract_string(cat, '$') AS cat, json_extract_string(name, '$') AS name,
                  {_i('pid')} AS pid, {_i('tid')} AS tid, {_d('ts')} AS ts, {_d('dur')} AS dur,
@@ -261,8 +269,8 @@ def _stage(con: duckdb.DuckDBPyConnection) -> None:
                                        || ']' END AS pg_ranks"""
     x = "json_extract_string(ph, '$') = 'X'"
     cats = lambda names: "json_extract_string(cat, '$') IN (" + ", ".join(f"'{n}'" for n in names) + ")"  # noqa: E731
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE _kin_gpu AS
+    return {
+        "_kin_gpu": f"""
         SELECT {common}, {_i(a + '.correlation')} AS correlation, TRY_CAST({_i(a + '.device')} AS INTEGER) AS device,
                {_i(a + '.stream')} AS stream,
                TRY_CAST({_i(a + ".grid->'$[0]'")} AS INTEGER) AS grid_x,
@@ -274,17 +282,21 @@ def _stage(con: duckdb.DuckDBPyConnection) -> None:
                TRY_CAST({_i(a + '."registers per thread"')} AS INTEGER) AS regs,
                {_i(a + '."shared memory"')} AS smem, {_d(a + '.bytes')} AS bytes, {comms},
                {_s(a + '.cuda_sync_kind')} AS sync_kind
-        FROM _kin_raw WHERE {x} AND {cats(GPU_CATS)}""")
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE _kin_cpu AS
+        FROM {src} WHERE {x} AND {cats(GPU_CATS)}""",
+        "_kin_cpu": f"""
         SELECT {common}, {_i(a + '."Sequence number"')} AS seq, {_d(a + '.flops')} AS flops,
                CAST({a}."Input Dims" AS VARCHAR) AS input_dims, CAST({a}."Input type" AS VARCHAR) AS input_types,
                CAST({a}."Concrete Inputs" AS VARCHAR) AS concrete, {comms}
-        FROM _kin_raw WHERE {x} AND {cats(CPU_CATS)}""")
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE _kin_api AS
+        FROM {src} WHERE {x} AND {cats(CPU_CATS)}""",
+        "_kin_api": f"""
         SELECT {common}, {_i(a + '.correlation')} AS correlation, TRY_CAST({_i(a + '.cbid')} AS INTEGER) AS cbid
-        FROM _kin_raw WHERE {x} AND {cats(API_CATS)}""")
+        FROM {src} WHERE {x} AND {cats(API_CATS)}""",
+        "_kin_meta": f"""
+        SELECT json_extract_string(pid, '$') AS pid, json_extract_string(tid, '$') AS tid,
+               json_extract_string(name, '$') AS name, json_extract_string(coalesce(args.name, args.labels), '$') AS value
+        FROM {src} WHERE json_extract_string(ph, '$') = 'M'
+          AND json_extract_string(name, '$') IN ('process_name', 'thread_name', 'process_labels')""",
+    }
 
 
 def _describe(path: Path, head: TraceHead, n_events: int, meta: dict[Any, str]) -> KinetoSource:
