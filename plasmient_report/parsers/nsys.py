@@ -82,7 +82,7 @@ class NsysSource(SourceInfo):
 
 @dataclass(frozen=True)
 class Col:
-    """One column to read: the output name, the source column(s) tried in order, and its type (i, s, f)."""
+    """One column to read: the output name, the source column(s) tried in order, and its type (i, s, f, b: blob)."""
 
     out: str
     src: tuple[str, ...]
@@ -94,7 +94,12 @@ def _c(out: str, *src: str, typ: str = "i") -> Col:
 
 
 class Export:
-    """A read-only view of one export: which tables and columns exist, and the two readers."""
+    """A read-only view of one export: which tables and columns exist, and the two readers (`rows` for small
+    tables, `scan` for event tables as Arrow batches). `_nsys_arrow.ArrowExport` serves parquetdir / arrow
+    exports through the same interface."""
+
+    is_sqlite = True
+    format = "nsys-sqlite"
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -125,6 +130,11 @@ class Export:
     def rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
         return self.sq.execute(sql, params).fetchall()
 
+    def scan(self, table: str, cols: Sequence[Col], where: str | None = None) -> tuple[Any, pa.RecordBatchReader]:
+        """The table's `cols` as Arrow batches (absent columns NULL) with a column `_s`: keep `_s = 1` rows only.
+        Returns (a handle to close after reading, the reader)."""
+        return _reader(self, _select_sql(self, table, cols, where))
+
     def adbc(self) -> Any:
         if self._adbc is None:
             import adbc_driver_sqlite.dbapi as adbc
@@ -145,8 +155,8 @@ def _text(v: object) -> str:
     return "" if v is None else str(v)
 
 
-_SENTINEL = {"i": "0", "s": "''", "f": "0.0"}
-_CAST = {"i": "INTEGER", "s": "TEXT", "f": "REAL"}
+_SENTINEL = {"i": "0", "s": "''", "f": "0.0", "b": "x''"}
+_CAST = {"i": "INTEGER", "s": "TEXT", "f": "REAL", "b": "BLOB"}
 
 
 def _select_sql(ex: Export, table: str, cols: Sequence[Col], where: str | None = None) -> str:
@@ -169,6 +179,8 @@ def _typed(col: str, typ: str) -> str:
         return f"CASE typeof(\"{col}\") WHEN 'integer' THEN \"{col}\" WHEN 'real' THEN CAST(\"{col}\" AS INTEGER) END"
     if typ == "f":
         return f"CASE typeof(\"{col}\") WHEN 'real' THEN \"{col}\" WHEN 'integer' THEN CAST(\"{col}\" AS REAL) END"
+    if typ == "b":
+        return f"CASE typeof(\"{col}\") WHEN 'blob' THEN \"{col}\" WHEN 'text' THEN CAST(\"{col}\" AS BLOB) END"
     return f"CAST(\"{col}\" AS TEXT)"
 
 
@@ -208,20 +220,21 @@ def _reader(ex: Export, sql: str) -> tuple[Any, pa.RecordBatchReader]:
 def _stage(con: duckdb.DuckDBPyConnection, ex: Export, name: str, table: str | None, cols: Sequence[Col],
            where: str | None = None) -> int:
     """Stream one export table into a DuckDB temp table `name` (empty, same columns, when the table is absent)."""
-    types = {"i": "BIGINT", "s": "VARCHAR", "f": "DOUBLE"}
+    types = {"i": "BIGINT", "s": "VARCHAR", "f": "DOUBLE", "b": "BLOB"}
     if table is None:
         con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT "
                     + ", ".join(f"NULL::{types[c.typ]} AS \"{c.out}\"" for c in cols) + " WHERE false")
         return 0
-    cur, rdr = _reader(ex, _select_sql(ex, table, cols, where))
+    cur, rdr = ex.scan(table, cols, where)
     try:
         con.register("_nsys_in", rdr)
         con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * EXCLUDE (_s) FROM _nsys_in WHERE _s = 1")
         con.unregister("_nsys_in")
-    except (duckdb.Error, OSError) as e:
+    except (duckdb.Error, OSError, pa.ArrowException) as e:
         raise BadInput(ex.path, f"cannot read table {table} ({e})") from None
     finally:
-        cur.close()
+        if cur is not None:
+            cur.close()
     row = one(con, f"SELECT count(*) FROM {name}")
     return int(row[0]) if row else 0
 
@@ -310,11 +323,22 @@ def _env_rank(env: dict[str, str]) -> tuple[int, str] | None:
 # ------------------------------------------------------------------------------------------------ ingest
 
 
+def open_export(path: Path) -> Export:
+    """The export at `path`: a SQLite file, or a parquetdir / arrowdir folder or `.arrows` stream."""
+    from ._nsys_arrow import ArrowExport, export_kind
+
+    kind = export_kind(path)
+    return ArrowExport(path, kind) if kind else Export(path)
+
+
 def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> NsysSource:
-    """Read one nsys SQLite export into the store. Several GPU processes = several ranks (rank per row)."""
-    ex = Export(path)
+    """Read one nsys export (SQLite, parquetdir or arrow) into the store. Several GPU processes = several ranks
+    (rank per row)."""
+    ex = open_export(path)
     try:
         return _ingest(ex, con, source_id)
+    except pa.ArrowException as e:
+        raise BadInput(path, f"corrupt {ex.format.removeprefix('nsys-')} export ({str(e).strip().splitlines()[0]})") from None
     except (sqlite3.DatabaseError, adbc_driver_manager.Error) as e:
         # a page the header promised is corrupt or missing: found only when a query reaches it
         raise BadInput(path, f"corrupt SQLite export ({str(e).strip().splitlines()[0] if str(e).strip() else e})") from None
@@ -331,9 +355,10 @@ _TEMP = ("_ns_str", "_ns_kernel", "_ns_memcpy", "_ns_memset", "_ns_runtime", "_n
 
 def _ingest(ex: Export, con: duckdb.DuckDBPyConnection, sid: int) -> NsysSource:
     if not any(ex.table(t) for t in ("StringIds", "META_DATA_EXPORT", "EXPORT_META_DATA")):
-        raise BadInput(ex.path, "SQLite database but not an Nsight Systems export (no StringIds / META_DATA_EXPORT)")
+        what = "SQLite database" if ex.is_sqlite else "Arrow tables"
+        raise BadInput(ex.path, f"{what} but not an Nsight Systems export (no StringIds / META_DATA_EXPORT)")
     meta = _read_meta(ex)
-    info = NsysSource(format="nsys-sqlite", tables=set(ex.columns))
+    info = NsysSource(format=ex.format, tables=set(ex.columns))
     info.format_version = f"nsys {meta.version or '?'} (schema {meta.schema or '?'})"
     info.host = meta.host
     info.incomplete, info.dropped_events = _diagnostics(ex)
@@ -746,7 +771,9 @@ def _emit_devices(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: Ns
 
 def _rowid_chunks(ex: Export, table: str) -> list[tuple[int, int] | None]:
     """rowid ranges of about COUNTER_CHUNK_ROWS rows (a rowid range is a b-tree range in SQLite: no full scan);
-    one unbounded chunk for small tables or tables without rowid."""
+    one unbounded chunk for small tables or tables without rowid, and for Arrow-family exports (streamed)."""
+    if not ex.is_sqlite:
+        return [None]
     try:
         (lo,), = ex.rows(f'SELECT min(rowid) FROM "{table}"')
         (hi,), = ex.rows(f'SELECT max(rowid) FROM "{table}"')
@@ -819,8 +846,8 @@ def _emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: M
     cols = [_c("timestamp"), _c("typeId"), _c("metricId"), _c("value", typ="f")]
     before = one(con, "SELECT count(*) FROM counters")
     for chunk in _rowid_chunks(ex, gm):
-        where = "timestamp >= 0" + (f" AND rowid BETWEEN {chunk[0]} AND {chunk[1]}" if chunk else "")
-        cur, rdr = _reader(ex, _select_sql(ex, gm, cols, where=where))
+        where = '"timestamp" >= 0' + (f" AND rowid BETWEEN {chunk[0]} AND {chunk[1]}" if chunk else "")
+        cur, rdr = ex.scan(gm, cols, where=where)
         try:
             con.register("_nsys_in", rdr)
             con.execute(f"""
@@ -834,10 +861,11 @@ def _emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: M
                 JOIN _ns_gpumetric_dev d ON d.gpu_id = g.typeId & 255
                 WHERE g._s = 1""")
             con.unregister("_nsys_in")
-        except (duckdb.Error, OSError) as e:
+        except (duckdb.Error, OSError, pa.ArrowException) as e:
             raise BadInput(ex.path, f"cannot read table {gm} ({e})") from None
         finally:
-            cur.close()
+            if cur is not None:
+                cur.close()
         if chunk:
             # DuckDB compresses in-memory tables at a checkpoint (~15x for counters): memory stays bounded.
             with contextlib.suppress(duckdb.Error):  # inside a caller's transaction: no checkpoint, only more memory
