@@ -21,6 +21,9 @@ MAX_PLAUSIBLE_BANDWIDTH_BYTES_S = 12e12
 # Kernel names that do matrix work: an op's FLOPs are split over these (by duration) when it has any.
 MATMUL_KERNEL_RE = (r"(?i)(gemm|nvjet|xmma|cutlass|cublas|cudnn|matmul|mma|wgmma|flash|fmha|attn|attention|"
                     r"conv|winograd|implicit|sm[0-9]{2,3}_|ampere_|volta_|turing_|hopper_|Cijk_)")
+# Attention's helper kernels (FlashAttention's and cuDNN's backward: rowsum(dO·O) before, the fp32 dQ accumulator
+# cast after) run no tensor-core work (ncu: 0 tensor ops, sample_traces/h200_attention): they get none of the op's.
+AUX_ATTENTION_KERNEL_RE = r"(?i)(dot_do_o|convert_dq|convert_dkv)"
 
 
 def model_op_flops(con: duckdb.DuckDBPyConnection) -> int:
@@ -146,7 +149,8 @@ def attribute_kernel_flops(con: duckdb.DuckDBPyConnection) -> None:
             WHERE r.end_ns >= l.launch_ns
         ), k AS (
             SELECT o.*, (kk.end_ns - kk.start_ns)::DOUBLE AS dur,
-                   kk.kind = 'compute' AND regexp_matches(kk.name, '{MATMUL_KERNEL_RE}') AS mm
+                   kk.kind = 'compute' AND regexp_matches(kk.name, '{MATMUL_KERNEL_RE}')
+                       AND NOT regexp_matches(kk.name, '{AUX_ATTENTION_KERNEL_RE}') AS mm
             FROM owned o JOIN kernels kk USING (kernel_id)
             WHERE kk.kind = 'compute'
         ), elig AS (
