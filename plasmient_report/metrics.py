@@ -52,25 +52,53 @@ def model_op_flops(con: duckdb.DuckDBPyConnection) -> int:
     return sum(1 for f in flops if f is not None)
 
 
+# The element size a kernel's name gives away where the op's arguments carry no dtype (cat's TensorList):
+# PyTorch's CatArrayBatchedCopy and other byte-moving kernels are templated on OpaqueType<sizeof(T)>.
+KERNEL_ELEMENT_BYTES_RE = r"OpaqueType<([0-9]+)"
+
+
+def op_byte_shapes_sql(ops_table: str, kernels_table: str) -> str:
+    """The distinct (name, input_dims, input_types, concrete_inputs, elem_hint) of the ops of `ops_table` that launched
+    compute kernels: the byte models run once per row of this, not once per op."""
+    return f"""
+        WITH h AS (
+            SELECT op_id, max(try_cast(regexp_extract(name, '{KERNEL_ELEMENT_BYTES_RE}', 1) AS INTEGER)) AS elem_hint
+            FROM {kernels_table} WHERE op_id IS NOT NULL AND kind = 'compute' GROUP BY op_id
+        )
+        SELECT o.op_id, o.name, o.input_dims, o.input_types, o.concrete_inputs,
+               CASE WHEN o.input_types LIKE '%TensorList%' THEN h.elem_hint END AS elem_hint
+        FROM {ops_table} o JOIN h USING (op_id) WHERE o.input_dims IS NOT NULL"""
+
+
+def evaluate_op_bytes(con: duckdb.DuckDBPyConnection, ops_sql: str, view: str) -> None:
+    """Register `view(op_id, b)`: each op of `ops_sql` (op_byte_shapes_sql) with its byte model's figure, the model
+    evaluated once per distinct shape."""
+    shapes = con.execute(f"""SELECT DISTINCT name, input_dims, input_types, concrete_inputs, elem_hint
+                             FROM ({ops_sql})""").fetchall()
+    con.register(f"{view}_shapes", pa.table({
+        "name": pa.array([r[0] for r in shapes], pa.string()),
+        "input_dims": pa.array([r[1] for r in shapes], pa.string()),
+        "input_types": pa.array([r[2] for r in shapes], pa.string()),
+        "concrete_inputs": pa.array([r[3] for r in shapes], pa.string()),
+        "elem_hint": pa.array([r[4] for r in shapes], pa.int32()),
+        "b": pa.array([op_traffic_bytes(*r) for r in shapes], pa.float64())}))
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE {view} AS
+        SELECT o.op_id, s.b FROM ({ops_sql}) o JOIN {view}_shapes s
+          ON s.name = o.name AND s.input_dims = o.input_dims AND s.input_types IS NOT DISTINCT FROM o.input_types
+         AND s.concrete_inputs IS NOT DISTINCT FROM o.concrete_inputs AND s.elem_hint IS NOT DISTINCT FROM o.elem_hint
+        WHERE s.b IS NOT NULL""")
+    con.unregister(f"{view}_shapes")
+
+
 def model_kernel_bytes(con: duckdb.DuckDBPyConnection) -> None:
-    """Bytes for the rest: each op that launched kernels and has no byte figure gets the elementwise model
-    (tensor inputs read once, one output written; flops.op_traffic_bytes), evaluated once per distinct
-    (name, dims, types); its compute kernels without bytes share them by duration."""
-    shapes = con.execute("""
-        SELECT DISTINCT name, input_dims, input_types FROM ops
-        WHERE bytes IS NULL AND input_dims IS NOT NULL
-          AND op_id IN (SELECT op_id FROM kernels WHERE op_id IS NOT NULL AND kind = 'compute')""").fetchall()
-    if shapes:
-        con.register("_op_shape_bytes", pa.table({
-            "name": pa.array([n for n, _, _ in shapes], pa.string()),
-            "input_dims": pa.array([d for _, d, _ in shapes], pa.string()),
-            "input_types": pa.array([t for _, _, t in shapes], pa.string()),
-            "b": pa.array([op_traffic_bytes(n, d, t) for n, d, t in shapes], pa.float64())}))
-        con.execute("""
-            UPDATE ops SET bytes = s.b FROM _op_shape_bytes s
-            WHERE ops.bytes IS NULL AND s.b IS NOT NULL AND ops.name = s.name AND ops.input_dims = s.input_dims
-              AND ops.input_types IS NOT DISTINCT FROM s.input_types""")
-        con.unregister("_op_shape_bytes")
+    """Bytes for the rest: each op that launched compute kernels and has no byte figure gets its byte model
+    (flops.op_traffic_bytes: norms, softmax, reductions, embedding, copies, gathers, cat; else elementwise),
+    evaluated once per distinct (name, dims, types, concrete inputs); its compute kernels without bytes share
+    them by duration."""
+    evaluate_op_bytes(con, op_byte_shapes_sql("(SELECT * FROM ops WHERE bytes IS NULL)", "kernels"), "_op_shape_bytes")
+    con.execute("UPDATE ops SET bytes = s.b FROM _op_shape_bytes s WHERE ops.op_id = s.op_id AND ops.bytes IS NULL")
+    con.execute("DROP TABLE _op_shape_bytes")
     con.execute("""
         UPDATE kernels SET bytes = x.b FROM (
             SELECT k.kernel_id, o.bytes * (k.end_ns - k.start_ns)
@@ -281,7 +309,7 @@ def build_windows(con: duckdb.DuckDBPyConnection, range_patterns: Sequence[str])
                 SELECT rank, start_ns s, end_ns e FROM kernels UNION ALL
                 SELECT rank, start_ns, end_ns FROM ops UNION ALL
                 SELECT rank, start_ns, end_ns FROM api_calls UNION ALL
-                SELECT rank, start_ns, end_ns FROM ranges) GROUP BY rank
+                SELECT rank, start_ns, end_ns FROM ranges WHERE domain IS DISTINCT FROM 'python') GROUP BY rank
         )
         SELECT 'window', NULL, g.rank, g.device, span.s, span.e
         FROM (SELECT DISTINCT rank, device FROM kernels) g JOIN span USING (rank)""")
@@ -290,12 +318,13 @@ def build_windows(con: duckdb.DuckDBPyConnection, range_patterns: Sequence[str])
     ranks = [r for (r,) in con.execute("SELECT DISTINCT rank FROM kernels ORDER BY rank").fetchall()]
     if range_patterns:
         pats = list(range_patterns)
-        names = [n for (n,) in con.execute("SELECT DISTINCT name FROM ranges").fetchall()]
+        names = [n for (n,) in con.execute(
+            "SELECT DISTINCT name FROM ranges WHERE domain IS DISTINCT FROM 'python'").fetchall()]
         label_rows = [(p, n) for p in pats for n in names if fnmatch.fnmatchcase(n, p)]
     else:
         # Top-level CPU-side ranges (not inside another range on that rank); ProfilerStep#N grouped.
         label_rows = [(p, n) for (p, n) in con.execute(r"""
-            WITH cpu AS (SELECT * FROM ranges WHERE NOT on_gpu),
+            WITH cpu AS (SELECT * FROM ranges WHERE NOT on_gpu AND domain IS DISTINCT FROM 'python'),
             inner_ AS (
                 SELECT DISTINCT c.rank, c.name, c.start_ns, c.end_ns FROM cpu c JOIN cpu o
                   ON o.rank IS NOT DISTINCT FROM c.rank AND o.start_ns <= c.start_ns AND o.end_ns >= c.end_ns
@@ -459,7 +488,7 @@ def sweep(con: duckdb.DuckDBPyConnection, peaks: list[GpuPeak]) -> None:
         WITH idle AS (SELECT wid, t, t_next, rank FROM _seg WHERE n = 0),
         syncs AS (SELECT rank, start_ns, end_ns FROM api_calls WHERE regexp_matches(name, '{SYNC_API_RE}')),
         launches AS (SELECT rank, start_ns, end_ns FROM api_calls WHERE regexp_matches(name, '{LAUNCH_API_RE}')),
-        loaders AS (SELECT rank, start_ns, end_ns FROM ranges WHERE NOT on_gpu
+        loaders AS (SELECT rank, start_ns, end_ns FROM ranges WHERE NOT on_gpu AND domain IS DISTINCT FROM 'python'
                     AND regexp_matches(name, '{DATALOADER_RE}')),
         a AS (
             SELECT i.wid, i.t, i.t_next, i.rank,

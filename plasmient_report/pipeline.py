@@ -158,7 +158,8 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
         absent = [p for p in opts.ranges if p not in have]
         if len(absent) == len(opts.ranges):
             names = [n for (n,) in con.execute(
-                "SELECT name FROM ranges GROUP BY name ORDER BY min(start_ns) LIMIT 12").fetchall()]
+                "SELECT name FROM ranges WHERE domain IS DISTINCT FROM 'python' GROUP BY name ORDER BY min(start_ns) "
+                "LIMIT 12").fetchall()]
             raise BadInput(None, f"no range matches {', '.join(repr(a) for a in absent)}; ranges in the trace "
                                  f"include: {', '.join(names) or '(none)'}")
     metrics.sweep(con, gpu_peaks)

@@ -78,7 +78,7 @@ _HEAD = msgspec.json.Decoder(TraceHead)
 _LIST = msgspec.json.Decoder(list[msgspec.Raw])
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"}
-CPU_CATS = {"cpu_op", "user_annotation"}
+CPU_CATS = {"cpu_op", "user_annotation", "python_function"}
 API_CATS = {"cuda_runtime", "cuda_driver"}
 
 
@@ -421,6 +421,12 @@ def _emit(con: duckdb.DuckDBPyConnection, sid: int, info: KinetoSource) -> None:
         INSERT INTO ranges (source_id, rank, pid, thread, device, domain, name, start_ns, end_ns, on_gpu, external_id)
         SELECT {sid}, {rank}, pid, tid, NULL, 'user_annotation', name, {start}, {end}, false, external_id
         FROM _kin_cpu WHERE cat = 'user_annotation' AND name IS NOT NULL""")
+    # Python frames (with_stack=True): ranges of domain 'python' on their thread, for the Python site of a
+    # host sync; never analysis windows (metrics.build_windows leaves them out).
+    con.execute(f"""
+        INSERT INTO ranges (source_id, rank, pid, thread, device, domain, name, start_ns, end_ns, on_gpu, external_id)
+        SELECT {sid}, {rank}, pid, tid, NULL, 'python', name, {start}, {end}, false, NULL
+        FROM _kin_cpu WHERE cat = 'python_function' AND name IS NOT NULL""")
     # ProfilerStep#N is a cpu_op in some torch versions and a user_annotation in others: keep it a range.
     con.execute(f"""
         INSERT INTO ranges (source_id, rank, pid, thread, device, domain, name, start_ns, end_ns, on_gpu, external_id)

@@ -265,21 +265,25 @@ def _cluster(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int, 
 def _model(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int) -> None:
     for on_gpu, label in ((False, "ranges (record_function / NVTX)"), (True, "ranges on the GPU timeline")):
         slices = [Slice(s, max(e, s), n or "?", {"domain": d})
-                  for s, e, n, d in _rows(con, "SELECT start_ns, end_ns, name, domain FROM ranges "
-                                               "WHERE rank = ? AND on_gpu = ?", [rank, on_gpu])]
+                  for s, e, n, d in _rows(con, "SELECT start_ns, end_ns, name, domain FROM ranges WHERE rank = ? "
+                                               "AND on_gpu = ? AND domain IS DISTINCT FROM 'python'", [rank, on_gpu])]
         if slices:
             emit_group(w, parent, ("ranges", rank, on_gpu), label, slices, int(on_gpu))
 
 
 def _ops(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int, stats: dict[str, int]) -> None:
     threads = [t for (t,) in con.execute(
-        "SELECT DISTINCT thread FROM (SELECT thread FROM ops WHERE rank = ? UNION ALL "
-        "SELECT thread FROM api_calls WHERE rank = ?) WHERE thread IS NOT NULL ORDER BY 1", [rank, rank]).fetchall()]
+        "SELECT DISTINCT thread FROM (SELECT thread FROM ops WHERE rank = $r UNION ALL "
+        "SELECT thread FROM api_calls WHERE rank = $r UNION ALL SELECT thread FROM ranges WHERE rank = $r "
+        "AND domain = 'python') WHERE thread IS NOT NULL ORDER BY 1", {"r": rank}).fetchall()]
     for i, tid in enumerate(threads):
         def slices(tid: Any = tid) -> Iterator[Slice]:
             for s, e, n, f, dims, sid, corr, has_kernel in _rows(con, """
                     SELECT start_ns, greatest(end_ns, start_ns) AS e, name, flops, input_dims, NULL, NULL, NULL
                     FROM ops WHERE rank = $rank AND thread = $tid
+                    UNION ALL  -- Python frames (with_stack=True) enclose the ops they called
+                    SELECT start_ns, greatest(end_ns, start_ns), name, NULL, NULL, NULL, NULL, NULL
+                    FROM ranges WHERE rank = $rank AND thread = $tid AND domain = 'python'
                     UNION ALL
                     SELECT a.start_ns, greatest(a.end_ns, a.start_ns), a.name, NULL, NULL, a.source_id, a.correlation,
                            EXISTS (SELECT 1 FROM kernels k WHERE k.source_id = a.source_id

@@ -76,6 +76,7 @@ def gpu_idle_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     ranges = {r["i"]: r["name"] for r in ctx.rows(f"""
             SELECT g.i, arg_max(x.name, x.start_ns) AS name FROM {gv} g JOIN rule_ranges x
               ON x.rank IS NOT DISTINCT FROM g.rank AND NOT x.on_gpu AND x.name NOT LIKE 'ProfilerStep#%'
+             AND x.domain IS DISTINCT FROM 'python'
              AND x.start_ns <= g.start_ns AND x.end_ns >= g.end_ns
             GROUP BY g.i""")}
     before = {r["i"]: r["name"] for r in ctx.rows(f"""

@@ -13,7 +13,8 @@ from .sqlutil import fmt_ns, pct
 
 INPUT_SQL = f"""
 WITH ib AS (SELECT rank, device, start_ns, end_ns, lost_ns FROM rule_losses WHERE category = 'input_bound'),
-ld AS (SELECT rank, name, start_ns, end_ns FROM rule_ranges WHERE NOT on_gpu AND regexp_matches(name, '{DATALOADER_RE}'))
+ld AS (SELECT rank, name, start_ns, end_ns FROM rule_ranges
+       WHERE NOT on_gpu AND domain IS DISTINCT FROM 'python' AND regexp_matches(name, '{DATALOADER_RE}'))
 SELECT ib.*, ld.name AS loader FROM ib ASOF LEFT JOIN ld ON ld.rank IS NOT DISTINCT FROM ib.rank AND ld.start_ns <= ib.start_ns"""
 
 

@@ -11,6 +11,10 @@ from .context import RuleContext
 from .sqlutil import fmt_ns
 
 PYTHON_FRAME_RE = r"\.py\([0-9]+\)"
+# Frames of libraries and the standard library: the Python site is the innermost frame that is none of these.
+LIBRARY_FRAME_RE = (r"^(<built-in|<frozen|torch/|numpy/|typing\.py|contextlib\.py|functools\.py|threading\.py|"
+                    r"abc\.py|enum\.py|weakref\.py|copy\.py|logging/|collections/|importlib/)|site-packages/|"
+                    r"dist-packages/|/lib/python3")
 
 # What a user wrote, from the op that issued the sync (innermost first).
 FRIENDLY = {
@@ -47,14 +51,27 @@ WITH st AS (
     SELECT j.rank, j.sync_start, arg_max(r.name, r.start_ns) AS range_name
     FROM (SELECT DISTINCT rank, sync_start, sync_end FROM j WHERE sync_start IS NOT NULL) j
     JOIN rule_ranges r ON r.rank IS NOT DISTINCT FROM j.rank AND NOT r.on_gpu AND r.name NOT LIKE 'ProfilerStep#%'
-     AND r.start_ns <= j.sync_start AND r.end_ns >= j.sync_end
+     AND r.domain IS DISTINCT FROM 'python' AND r.start_ns <= j.sync_start AND r.end_ns >= j.sync_end
     GROUP BY j.rank, j.sync_start
+), py AS (
+    -- with_stack=True: the innermost Python frame of the user's code open on the syncing thread
+    SELECT j.rank, j.sync_start, j.thread,
+           coalesce(arg_max(r.name, r.start_ns) FILTER (WHERE regexp_matches(r.name, '{PYTHON_FRAME_RE}')
+                                                          AND NOT regexp_matches(r.name, '{LIBRARY_FRAME_RE}')),
+                    arg_max(r.name, r.start_ns) FILTER (WHERE regexp_matches(r.name, '{PYTHON_FRAME_RE}')))
+               AS python_site
+    FROM (SELECT DISTINCT rank, thread, sync_start, sync_end FROM j WHERE sync_start IS NOT NULL) j
+    JOIN rule_ranges r ON r.rank IS NOT DISTINCT FROM j.rank AND r.domain = 'python' AND r.thread = j.thread
+     AND r.start_ns <= j.sync_start AND r.end_ns >= j.sync_end
+    GROUP BY j.rank, j.sync_start, j.thread
 ), d2h AS (
     SELECT op_id, count(*) AS copies, sum(bytes) AS bytes FROM rule_kernels
     WHERE kind = 'memcpy' AND copy_kind = 'DtoH' GROUP BY op_id
 )
-SELECT j.*, c.inner_op, c.outer_op, c.python_site, a.range_name, d.copies AS d2h_copies, d.bytes AS d2h_bytes
+SELECT j.*, c.inner_op, c.outer_op, coalesce(p.python_site, c.python_site) AS python_site, a.range_name,
+       d.copies AS d2h_copies, d.bytes AS d2h_bytes
 FROM j LEFT JOIN ctx_ops c ON c.rank IS NOT DISTINCT FROM j.rank AND c.sync_start = j.sync_start AND c.thread = j.thread
+LEFT JOIN py p ON p.rank IS NOT DISTINCT FROM j.rank AND p.sync_start = j.sync_start AND p.thread = j.thread
 LEFT JOIN annot a ON a.rank IS NOT DISTINCT FROM j.rank AND a.sync_start = j.sync_start
 LEFT JOIN d2h d ON d.op_id = c.inner_op_id"""
 
@@ -127,10 +144,12 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                "asynchronously (.to('cpu', non_blocking=True) into pinned memory + a CUDA event)."
                + ("" if site else " (Record with with_stack=True to see the Python line.)"))
         yield Finding(
-            title=f"host sync {what} ({chain}) leaves the GPU idle {n}×, {fmt_ns(each)} each",
+            title=f"host sync {what} ({chain}){f' at {site}' if site else ''} leaves the GPU idle {n}×, "
+                  f"{fmt_ns(each)} each",
             recommendation=rec,
-            fix=f"drop {what} from the loop: {n} sync{'s' if n != 1 else ''}, {fmt_ns(each)} idle each",
-            lost_fraction=ctx.fraction(g["lost_ns"]), key=chain,
+            fix=f"drop {what}{f' ({site})' if site else ''} from the loop: {n} sync{'s' if n != 1 else ''}, "
+                f"{fmt_ns(each)} idle each",
+            lost_fraction=ctx.fraction(g["lost_ns"]), key=f"{chain} @ {site}" if site else chain,
             rank=g["ranks"][0] if len(g["ranks"] or []) == 1 and len(ctx.rank_window_ns) > 1 else None,
             evidence={"sync_call": g["sync_name"], "op": g["inner_op"], "outer_op": g["outer_op"], "as_written": what,
                       "python_site": site, "range": g["range_name"], "syncs": n, "idle_ns": g["idle_ns"],
