@@ -66,6 +66,9 @@ def connect(path: str | Path | None = None, memory_limit_bytes: int | None = Non
     if temp_dir is not None:
         config["temp_directory"] = str(temp_dir)
     con = duckdb.connect(str(path) if path else ":memory:", config=config)
+    # No progress bar: DuckDB prints it on stdout for long queries, into `--json` output (and cursors of this
+    # connection inherit the setting).
+    con.execute("SET enable_progress_bar = false")
     con.execute(schema_sql())
     return con
 
