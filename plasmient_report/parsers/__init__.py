@@ -14,6 +14,7 @@ import duckdb
 
 from ..errors import BadInput
 from . import dcgm_exporter, dcgmi_dmon, kineto, ncu, nsys, nvidia_smi_dmon, nvidia_smi_query, nvml_csv
+from ._nsys_arrow import export_kind as nsys_export_kind
 from .base import ParseOptions, Parser, SourceInfo
 
 __all__ = ["AUXILIARY", "PARSERS", "Detected", "ParseOptions", "Parser", "SourceInfo", "detect", "discover", "ingest_one"]
@@ -30,6 +31,7 @@ NOT_YET = {
 }
 # One parser per format: adding a format = one module here and one entry below.
 PARSERS: dict[str, Parser] = {"kineto": kineto.ingest, "nsys-sqlite": nsys.ingest,
+                              "nsys-parquetdir": nsys.ingest, "nsys-arrow": nsys.ingest,
                               "nvml-csv": nvml_csv.ingest, "nvidia-smi-dmon": nvidia_smi_dmon.ingest,
                               "nvidia-smi-query": nvidia_smi_query.ingest, "dcgmi-dmon": dcgmi_dmon.ingest,
                               "dcgm-exporter": dcgm_exporter.ingest, "ncu-csv": ncu.ingest}
@@ -37,6 +39,8 @@ PARSERS: dict[str, Parser] = {"kineto": kineto.ingest, "nsys-sqlite": nsys.inges
 # clock and kernels by the align stage and cannot stand alone. Their parsers take ParseOptions.
 AUXILIARY = frozenset({"nvml-csv", "nvidia-smi-dmon", "nvidia-smi-query", "dcgmi-dmon", "dcgm-exporter", "ncu-csv"})
 SUPPORTED = set(PARSERS)
+# Nsight Systems exports: the SQLite file, a parquetdir folder, an arrowdir folder or `.arrows` stream (nsys-arrow).
+NSYS_EXPORTS = frozenset({"nsys-sqlite", "nsys-parquetdir", "nsys-arrow"})
 MAX_FOLDER_DEPTH = 12
 
 
@@ -65,11 +69,14 @@ def _kineto_keys(head: bytes) -> bool:
 
 
 def detect(path: Path) -> str | None:
-    """The format of one file, from its content; None when it is nothing we know."""
+    """The format of one file (or of a folder that is an nsys parquetdir / arrowdir export), from its content;
+    None when it is nothing we know."""
     try:
         st = path.stat()
     except OSError as e:
         raise BadInput(path, f"cannot read ({e.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        return nsys_export_kind(path)
     if not stat.S_ISREG(st.st_mode):  # reading a FIFO or /dev/zero would block or never end
         raise BadInput(path, "not a regular file (a device, pipe or socket): give trace files or folders")
     size = st.st_size
@@ -83,6 +90,8 @@ def detect(path: Path) -> str | None:
         raise BadInput(path, "permission denied") from None
     if head.startswith(b"SQLite format 3\x00"):
         return "nsys-sqlite"
+    if (kind := nsys_export_kind(path)) is not None:
+        return kind
     if kineto.looks_like_kineto(head) or (path.name.endswith((".json", ".json.gz")) and _kineto_keys(head)):
         return "kineto"
     text = head.decode("utf-8", "replace")
@@ -110,8 +119,9 @@ def _usable(fmt: str | None) -> bool:
 
 
 def _resolve_reports(found: list[Detected], cache_dir: Path | None) -> list[Detected]:
-    """Replace each `.nsys-rep` by its SQLite export (sibling, cached, or made now); drop a report whose
-    sibling export is also among the inputs."""
+    """Replace each `.nsys-rep` by its export (sibling, cached, or made now); drop a report whose sibling
+    export is also among the inputs, and keep one export of a report given in several (`run.sqlite` and
+    `run_pqtdir` in one folder: the SQLite one, else the parquetdir)."""
     from . import nsys_rep
 
     out: list[Detected] = []
@@ -120,13 +130,23 @@ def _resolve_reports(found: list[Detected], cache_dir: Path | None) -> list[Dete
         if d.format != "nsys-rep":
             out.append(d)
             continue
-        if d.path.with_suffix(".sqlite").resolve() in paths:
+        if any(s.resolve() in paths for s in nsys_rep.sibling_exports(d.path)):
             continue  # its export is an input too (a folder holding both): read that
         db = nsys_rep.resolve(d.path, cache_dir)
         if db.resolve() in paths and db.resolve() != d.path.resolve():
             continue
-        out.append(Detected(db, "nsys-sqlite"))
-    return out
+        out.append(Detected(db, nsys_export_kind(db) or "nsys-sqlite"))
+    best: dict[tuple[Path, str], tuple[int, Path]] = {}
+    for d in out:
+        stem = nsys_rep.report_stem(d.path) if d.format in NSYS_EXPORTS else None
+        if stem is not None:
+            rank = next(i for i, s in enumerate(nsys_rep.sibling_exports(d.path.with_name(stem + ".nsys-rep")))
+                        if s.name == d.path.name)
+            key = (d.path.resolve().parent, stem)
+            if key not in best or rank < best[key][0]:
+                best[key] = (rank, d.path)
+    keep = {p for _, p in best.values()}
+    return [d for d in out if d.format not in NSYS_EXPORTS or nsys_rep.report_stem(d.path) is None or d.path in keep]
 
 
 def discover(inputs: list[Path], cache_dir: Path | None = None) -> list[Detected]:
@@ -135,7 +155,9 @@ def discover(inputs: list[Path], cache_dir: Path | None = None) -> list[Detected
     for p in inputs:
         if not p.exists():
             raise BadInput(p, "no such file or directory")
-        if p.is_dir():
+        if p.is_dir() and (kind := nsys_export_kind(p)) is not None:
+            found.append(Detected(p, kind))  # an nsys parquetdir / arrowdir export is one input
+        elif p.is_dir():
             members = _walk(p)
             usable = []
             for m in members:
@@ -144,7 +166,7 @@ def discover(inputs: list[Path], cache_dir: Path | None = None) -> list[Detected
                     usable.append(Detected(m, fmt))
             if not usable:
                 raise BadInput(p, "folder holds no trace this version can read (PyTorch profiler .json/.json.gz, "
-                                  "nsys .sqlite / .nsys-rep, counter logs)")
+                                  "nsys .sqlite / .nsys-rep / parquetdir / arrow export, counter logs)")
             found.extend(usable)
         else:
             fmt = detect(p)
@@ -155,12 +177,13 @@ def discover(inputs: list[Path], cache_dir: Path | None = None) -> list[Detected
             if fmt == "json":
                 raise BadInput(p, "JSON but not a PyTorch profiler trace (no 'traceEvents' or Kineto key in its first "
                                   "4 KiB)")
+            if fmt is None and p.suffix in (".parquet", ".arrow") and nsys_export_kind(p.parent):
+                raise BadInput(p, f"one table of an nsys export: give its folder ({p.parent})")
             if fmt is None or not _usable(fmt):
                 raise BadInput(p, "unrecognised format (expected a PyTorch profiler trace, an nsys export or report, "
                                   "a counter log or an Nsight Compute CSV)")
             found.append(Detected(p, fmt))
-    if "nsys-sqlite" in SUPPORTED:
-        found = _resolve_reports(found, cache_dir)
+    found = _resolve_reports(found, cache_dir)
     seen: set[Path] = set()
     unique = []
     for d in found:
@@ -168,10 +191,11 @@ def discover(inputs: list[Path], cache_dir: Path | None = None) -> list[Detected
         if key not in seen:
             seen.add(key)
             unique.append(d)
-    traces = {d.format for d in unique} & {"kineto", "nsys-sqlite"}
+    traces = {"nsys" if d.format in NSYS_EXPORTS else d.format for d in unique
+              if d.format == "kineto" or d.format in NSYS_EXPORTS}
     if len(traces) > 1:
         # Kineto and nsys both need CUPTI: one process is never recorded by both, so these are different runs.
-        names = ", ".join(sorted(d.path.name for d in unique if d.format in traces))
+        names = ", ".join(sorted(d.path.name for d in unique if d.format == "kineto" or d.format in NSYS_EXPORTS))
         raise BadInput(", ".join(str(p) for p in inputs),
                        f"inputs mix PyTorch-profiler traces and Nsight Systems reports ({names}): they are "
                        "different recordings; pass the files of one run")
@@ -202,7 +226,9 @@ def _walk(root: Path) -> list[Path]:
                 continue
             p = Path(e.path)
             try:
-                if e.is_dir():
+                if e.is_dir() and nsys_export_kind(p) is not None:
+                    out.append(p)  # an nsys parquetdir / arrowdir export: one input, its tables not walked
+                elif e.is_dir():
                     rec(p, depth + 1)
                 elif e.is_file():
                     out.append(p)

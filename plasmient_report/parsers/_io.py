@@ -18,10 +18,16 @@ MAX_RATIO = 200
 
 
 def sha256_of(path: Path, limit: int | None = None) -> str:
+    """The file's sha256; for a folder input (an nsys parquetdir / arrowdir export), that of its files' names
+    and contents in name order."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    for p in files:
+        if path.is_dir():
+            h.update(p.name.encode() + b"\x00")
+        with open(p, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
     return h.hexdigest()
 
 

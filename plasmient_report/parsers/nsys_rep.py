@@ -1,5 +1,6 @@
-"""`.nsys-rep` reports: use a sibling SQLite export when it is newer, else export one with `nsys`
-(on PATH or `$NSYS`) into a cache beside the output — never beside the input — else say the exact command."""
+"""`.nsys-rep` reports: use a sibling export (SQLite, else parquetdir / arrowdir / arrow stream) when it is
+newer, else export one with `nsys` (on PATH or `$NSYS`) into a cache beside the output — never beside the
+input — else say the exact command."""
 
 from __future__ import annotations
 
@@ -13,6 +14,22 @@ from pathlib import Path
 from ..errors import BadInput
 
 EXPORT_TIMEOUT_S = int(os.environ.get("PLASMIENT_NSYS_EXPORT_TIMEOUT", "1800"))
+# What `nsys export` names a report's exports (its defaults: `<report>.sqlite`, `<report>_pqtdir`,
+# `<report>_arwdir`, `<report>.arrows`; `_parquetdir` / `_arrowdir` as people write them), most preferred first.
+EXPORT_SUFFIXES = (".sqlite", "_pqtdir", "_parquetdir", "_arwdir", "_arrowdir", ".arrows")
+
+
+def sibling_exports(rep: Path) -> list[Path]:
+    """The exports of a report that sit beside it, by name (present or not), most preferred first."""
+    return [rep.with_name(rep.stem + s) for s in EXPORT_SUFFIXES]
+
+
+def report_stem(path: Path) -> str | None:
+    """The report name an export's name says it came from (`run_pqtdir` → `run`), None for other names."""
+    for s in EXPORT_SUFFIXES:
+        if path.name.endswith(s) and len(path.name) > len(s):
+            return path.name[: -len(s)]
+    return None
 
 
 def nsys_binary() -> str | None:
@@ -28,10 +45,14 @@ def export_command(nsys: str, rep: Path, out: Path) -> list[str]:
 
 
 def resolve(rep: Path, cache_dir: Path | None) -> Path:
-    """The SQLite export to read for a `.nsys-rep`."""
+    """The export to read for a `.nsys-rep`: a sibling export newer than the report, else a (cached) SQLite export."""
+    from ._nsys_arrow import export_kind
+
     sibling = rep.with_suffix(".sqlite")
-    if sibling.exists() and sibling.stat().st_mtime >= rep.stat().st_mtime:
-        return sibling
+    for cand in sibling_exports(rep):
+        if cand.exists() and cand.stat().st_mtime >= rep.stat().st_mtime and \
+                (cand.suffix == ".sqlite" or export_kind(cand) is not None):
+            return cand
     nsys = nsys_binary()
     suggested = export_command("nsys", rep, sibling)
     if nsys is None:
