@@ -44,6 +44,7 @@ def test_exports_are_detected_from_content():
     assert detect(sample_file("h200x2_ddp/nsys/nsys_ddp.arrows")) == "nsys-arrow"
     assert detect(sample_file("h200_single/nsys_single_pqtdir")) == "nsys-parquetdir"
     assert detect(sample_file("h200x2_ddp")) is None  # a folder that is no export
+    assert detect(sample_file("h200x2_ddp/nsys/nsys_ddp_arwdir/StringIds.arrow")) is None  # one table of one
 
 
 @pytest.mark.parametrize("export", DDP_EXPORTS)

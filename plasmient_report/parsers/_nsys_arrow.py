@@ -45,7 +45,8 @@ def export_kind(path: Path) -> str | None:
     except OSError:
         return None
     if head.startswith(ARROW_STREAM_MAGIC) and b"table_name" in head and any(t.encode() in head for t in MARKER_TABLES):
-        return "nsys-arrow"
+        # one table of an arrowdir (its StringIds.arrow) is no export of its own: its folder is
+        return None if path.suffix == ".arrow" and export_kind(path.parent) else "nsys-arrow"
     return None
 
 
