@@ -268,18 +268,353 @@ def element_bytes(type_name: Any) -> int | None:
     return _EXTRA_ELEMENT_BYTES.get(t)
 
 
-def op_traffic_bytes(name: str | None, input_dims: str | None, input_types: str | None) -> float | None:
-    """DRAM bytes of an elementwise-like op: every tensor input read once, one output the size of the first
-    input written (in-place ops: the first input read and written). `copy_(dst, src)`: src read, dst written."""
+# c10::ScalarType numbers as Kineto records a `dtype` argument in Concrete Inputs, → bytes per element.
+SCALAR_TYPE_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2, 23: 1, 24: 1, 25: 1, 26: 1}
+
+
+class _Args:
+    """One op's arguments: tensor shapes and element sizes, and concrete scalar values, by position."""
+
+    def __init__(self, dims: list[Any], types: list[Any], concrete: list[Any], elem_hint: int | None) -> None:
+        self.dims, self.types, self.concrete, self.elem_hint = dims, types, concrete, elem_hint
+
+    def shape(self, i: int) -> list[int] | None:
+        d = self.dims[i] if i < len(self.dims) else None
+        return d if isinstance(d, list) and d and all(isinstance(v, int) and v >= 0 for v in d) else None
+
+    def numel(self, i: int) -> int:
+        s = self.shape(i)
+        return math.prod(s) if s else 0
+
+    def elem(self, i: int, default: int = 4) -> int:
+        t = self.types[i] if i < len(self.types) else None
+        return element_bytes(t) or self.elem_hint or default
+
+    def nbytes(self, i: int) -> int:
+        return self.numel(i) * self.elem(i)
+
+    def value(self, i: int) -> Any:
+        """A concrete argument parsed ('[0, 1]' → [0, 1], '15' → 15, 'True' → True), None when not recorded."""
+        v = self.concrete[i] if i < len(self.concrete) else None
+        if not isinstance(v, str) or v == "":
+            return v if v != "" else None
+        if v in ("True", "False"):
+            return v == "True"
+        try:
+            return json.loads(v.replace("True", "true").replace("False", "false"))  # '[True, False]' too
+        except ValueError:
+            return v
+
+    def flag(self, i: int, default: bool) -> bool:
+        v = self.value(i)
+        return v if isinstance(v, bool) else default
+
+    def scalar_type_bytes(self, i: int) -> int | None:
+        v = self.value(i)
+        return SCALAR_TYPE_BYTES.get(v) if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _norm_fwd(x: int, w: int | None, b: int | None, stat_rows: Callable[[_Args], int] | None = None,
+              n_stats: int = 2) -> Callable[[_Args], float | None]:
+    """Normalisation forward: read x (+ weight, bias), write y the size of x (+ the saved statistics, fp32: mean and
+    rstd per row or group; rstd alone for RMS norm)."""
+    def model(a: _Args) -> float | None:
+        if not a.shape(x):
+            return None
+        extra = sum(a.nbytes(i) for i in (w, b) if i is not None)
+        stats = n_stats * 4 * stat_rows(a) if stat_rows else 0
+        return float(2 * a.nbytes(x) + extra + stats)
+    return model
+
+
+def _norm_bwd(grad: int, x: int, small_in: Sequence[int], weight: int | None, n_weight_grads: int,
+              mask_at: int | None) -> Callable[[_Args], float | None]:
+    """Normalisation backward: read grad and x (+ saved stats, weight), write grad_input the size of x and the weight /
+    bias gradients (per output_mask when recorded)."""
+    def model(a: _Args) -> float | None:
+        if not a.shape(grad) or not a.shape(x):
+            return None
+        mask = a.value(mask_at) if mask_at is not None else None
+        grads_w = n_weight_grads
+        if isinstance(mask, list) and len(mask) == 1 + n_weight_grads:
+            if not mask[0]:
+                return None
+            grads_w = sum(1 for m in mask[1:] if m is True)
+        wb = a.nbytes(weight) if weight is not None else 0
+        return float(a.nbytes(grad) + a.nbytes(x) + sum(a.nbytes(i) for i in small_in) + wb
+                     + a.numel(x) * a.elem(grad) + grads_w * wb)
+    return model
+
+
+def _layer_norm_rows(a: _Args) -> int:
+    norm = a.value(1)
+    inner = math.prod(norm) if isinstance(norm, list) and norm and all(isinstance(v, int) for v in norm) else 0
+    if not inner:
+        w = a.shape(2)
+        inner = math.prod(w) if w else (a.shape(0) or [1])[-1]
+    return a.numel(0) // max(inner, 1)
+
+
+def _batch_norm(x: int, w: int, b: int, rm: int, rv: int, training_at: int) -> Callable[[_Args], float | None]:
+    """Batch norm forward: training reads x twice (the statistics pass, then the normalising pass), eval once; writes
+    y; per-channel weight, bias, running stats read (and written when training)."""
+    def model(a: _Args) -> float | None:
+        if not a.shape(x):
+            return None
+        train = a.flag(training_at, True)
+        chan = sum(a.nbytes(i) for i in (w, b, rm, rv))
+        return float((3 if train else 2) * a.nbytes(x) + chan + (a.nbytes(rm) + a.nbytes(rv) if train else 0))
+    return model
+
+
+def _batch_norm_bwd(a: _Args) -> float | None:
+    """native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, …):
+    training reads grad and x twice (the reductions for grad_weight / grad_bias, then grad_input), writes grad_input."""
+    if not a.shape(0) or not a.shape(1):
+        return None
+    passes = 2 if a.flag(7, True) else 1
+    chan = sum(a.nbytes(i) for i in (2, 5, 6))
+    return float(passes * (a.nbytes(0) + a.nbytes(1)) + a.numel(1) * a.elem(0) + chan + 2 * a.nbytes(2))
+
+
+def _softmax(half_to_float_at: int | None) -> Callable[[_Args], float | None]:
+    """softmax / log_softmax: read x, write y the size of x (fp32 when half_to_float)."""
+    def model(a: _Args) -> float | None:
+        if not a.shape(0):
+            return None
+        out_elem = 4 if half_to_float_at is not None and a.flag(half_to_float_at, False) else a.elem(0)
+        return float(a.nbytes(0) + a.numel(0) * out_elem)
+    return model
+
+
+def _softmax_bwd(a: _Args) -> float | None:
+    """_softmax_backward_data(grad_output, output, dim, input_dtype): read both, write grad_input."""
+    if not a.shape(0) or not a.shape(1):
+        return None
+    return float(a.nbytes(0) + a.nbytes(1) + a.numel(0) * (a.scalar_type_bytes(3) or a.elem(0)))
+
+
+def _reduction(dim_at: int | None, keepdim_at: int | None, out_elem: int | None = None,
+               with_indices: bool = False) -> Callable[[_Args], float | None]:
+    """Reductions: read the input once, write the reduced output — its size from `dim` when recorded (all dims when
+    `dim` is empty or absent: one element)."""
+    def model(a: _Args) -> float | None:
+        shape = a.shape(0)
+        if not shape:
+            return None
+        dims = a.value(dim_at) if dim_at is not None else None
+        if isinstance(dims, int) and not isinstance(dims, bool):
+            dims = [dims]
+        if isinstance(dims, list) and dims and all(isinstance(d, int) for d in dims):
+            kept = {d % len(shape) for d in dims}
+            out = math.prod(n for i, n in enumerate(shape) if i not in kept)
+        else:
+            out = 1
+        elem = out_elem or a.elem(0)
+        return float(a.nbytes(0) + out * elem + (out * 8 if with_indices else 0))
+    return model
+
+
+def _embedding(a: _Args) -> float | None:
+    """embedding(weight [V, D], indices): reads the indices and only the rows they pick, writes those rows."""
+    w, idx = a.shape(0), a.shape(1)
+    if not w or not idx:
+        return None
+    rows = a.numel(1) * math.prod(w[1:]) * a.elem(0)
+    return float(a.nbytes(1) + 2 * rows)
+
+
+def _embedding_dense_bwd(a: _Args) -> float | None:
+    """embedding_dense_backward(grad [..., D], indices, num_weights, …): reads grad and indices, zero-fills the
+    [num_weights, D] gradient and adds the picked rows into it (read + write of those rows)."""
+    g, n = a.shape(0), a.value(2)
+    if not g or not a.shape(1) or not isinstance(n, int) or isinstance(n, bool):
+        return None
+    return float(a.nbytes(0) + a.nbytes(1) + n * g[-1] * a.elem(0) + 2 * a.numel(1) * g[-1] * a.elem(0))
+
+
+def _copy(a: _Args) -> float | None:
+    """copy_(dst, src): read src (broadcast: once), write dst, each in its own dtype."""
+    if not a.shape(0):
+        return None
+    return float(a.nbytes(0) + (a.nbytes(1) if a.shape(1) else 0))
+
+
+def _to_copy(dtype_at: int) -> Callable[[_Args], float | None]:
+    """to / _to_copy(self, dtype, …): read self, write it in the target dtype (the same one when not given)."""
+    def model(a: _Args) -> float | None:
+        if not a.shape(0):
+            return None
+        return float(a.nbytes(0) + a.numel(0) * (a.scalar_type_bytes(dtype_at) or a.elem(0)))
+    return model
+
+
+def _fill(a: _Args) -> float | None:
+    """fill_ / zero_ / random fills (self, …): self written, nothing read."""
+    return float(a.nbytes(0)) if a.shape(0) else None
+
+
+def _clone(a: _Args) -> float | None:
+    return float(2 * a.nbytes(0)) if a.shape(0) else None
+
+
+def _index_select(a: _Args) -> float | None:
+    """index_select(self, dim, index): reads the index and the picked slices, writes them."""
+    s, dim = a.shape(0), a.value(1)
+    if not s or not a.shape(2) or not isinstance(dim, int) or isinstance(dim, bool):
+        return None
+    out = a.numel(0) // max(s[dim % len(s)], 1) * a.numel(2)
+    return float(a.nbytes(2) + 2 * out * a.elem(0))
+
+
+def _gather(a: _Args) -> float | None:
+    """gather(self, dim, index): one element of self read per index element, written to an output of index's shape."""
+    if not a.shape(0) or not a.shape(2):
+        return None
+    return float(a.nbytes(2) + 2 * a.numel(2) * a.elem(0))
+
+
+def _scatter(src_at: int, accumulate: bool) -> Callable[[_Args], float | None]:
+    """scatter_ / scatter_add_ / index_add_ (self, dim, index, src): read the index and src, write as many elements
+    of self (scatter_add / index_add also read them)."""
+    def model(a: _Args) -> float | None:
+        if not a.shape(0) or not a.shape(2):
+            return None
+        n = a.numel(src_at) if a.shape(src_at) else a.numel(2)  # index_add_: src's slices, not the 1-D index
+        return float(a.nbytes(2) + (a.nbytes(src_at) if a.shape(src_at) else 0) + (2 if accumulate else 1) * n * a.elem(0))
+    return model
+
+
+def _index(a: _Args) -> float | None:
+    """index(self, indices): index tensors on the leading dims pick slices: read the indices and the picked
+    elements, write them."""
+    s, idx = a.shape(0), a.dims[1] if len(a.dims) > 1 else None
+    if not s or not isinstance(idx, list):
+        return None
+    shapes = [d for d in idx if isinstance(d, list) and d and all(isinstance(v, int) for v in d)]
+    if not shapes or len(idx) > len(s):
+        return None
+    picked = max(math.prod(d) for d in shapes)
+    out = picked * math.prod(s[len(idx):])
+    return float(sum(math.prod(d) for d in shapes) * 8 + 2 * out * a.elem(0))
+
+
+def _index_put(a: _Args) -> float | None:
+    """index_put_(self, indices, values, accumulate): read the indices and values, write (accumulate: read and
+    write) that many elements of self."""
+    v = a.shape(2)
+    idx = a.dims[1] if len(a.dims) > 1 and isinstance(a.dims[1], list) else []
+    if not a.shape(0) or not v:
+        return None
+    idx_bytes = sum(math.prod(d) for d in idx if isinstance(d, list) and d and all(isinstance(x, int) for x in d)) * 8
+    return float(idx_bytes + a.nbytes(2) + (2 if a.flag(3, False) else 1) * a.numel(2) * a.elem(0))
+
+
+def _cat(a: _Args) -> float | None:
+    """cat / stack(tensors, dim): every input read once, the joined output written (TensorList carries no dtype:
+    the element size comes from the kernel name's OpaqueType<N> when known, else 4 bytes)."""
+    ts = a.dims[0] if a.dims else None
+    if not isinstance(ts, list):
+        return None
+    sizes = [math.prod(d) for d in ts if isinstance(d, list) and d and all(isinstance(v, int) for v in d)]
+    if not sizes:
+        return None
+    return float(2 * sum(sizes) * (a.elem_hint or a.elem(0)))
+
+
+BYTE_MODELS: dict[str, Callable[[_Args], float | None]] = {
+    "aten::layer_norm": _norm_fwd(0, 2, 3, None),
+    "aten::native_layer_norm": _norm_fwd(0, 2, 3, _layer_norm_rows),
+    "aten::native_layer_norm_backward": _norm_bwd(0, 1, (3, 4), 5, 2, 7),
+    "aten::rms_norm": _norm_fwd(0, 2, None, None),
+    "aten::_fused_rms_norm": _norm_fwd(0, 2, None, _layer_norm_rows, n_stats=1),
+    "aten::_fused_rms_norm_backward": _norm_bwd(0, 1, (3,), 4, 1, 5),
+    "aten::group_norm": _norm_fwd(0, 2, 3, None),
+    # native_group_norm(x, weight, bias, N, C, HxW, group, eps): mean and rstd per (sample, group)
+    "aten::native_group_norm": _norm_fwd(0, 1, 2, lambda a: (a.shape(0) or [1])[0] * int(a.value(6) or 1)),
+    "aten::native_group_norm_backward": _norm_bwd(0, 1, (2, 3), 4, 2, 9),
+    "aten::batch_norm": _batch_norm(0, 1, 2, 3, 4, 5),
+    "aten::_batch_norm_impl_index": _batch_norm(0, 1, 2, 3, 4, 5),
+    "aten::native_batch_norm": _batch_norm(0, 1, 2, 3, 4, 5),
+    "aten::cudnn_batch_norm": _batch_norm(0, 1, 2, 3, 4, 5),
+    "aten::_native_batch_norm_legit": _batch_norm(0, 1, 2, 3, 4, 5),
+    "aten::_native_batch_norm_legit_no_training": _batch_norm(0, 1, 2, 3, 4, 99),
+    "aten::native_batch_norm_backward": _batch_norm_bwd,
+    "aten::softmax": _softmax(None),
+    "aten::log_softmax": _softmax(None),
+    "aten::_softmax": _softmax(2),
+    "aten::_log_softmax": _softmax(2),
+    "aten::_softmax_backward_data": _softmax_bwd,
+    "aten::_log_softmax_backward_data": _softmax_bwd,
+    "aten::sum": _reduction(1, 2),
+    "aten::mean": _reduction(1, 2),
+    "aten::nansum": _reduction(1, 2),
+    "aten::prod": _reduction(1, 2),
+    "aten::amax": _reduction(1, 2),
+    "aten::amin": _reduction(1, 2),
+    "aten::max": _reduction(1, 2, with_indices=True),
+    "aten::min": _reduction(1, 2, with_indices=True),
+    "aten::argmax": _reduction(1, 2, out_elem=8),
+    "aten::argmin": _reduction(1, 2, out_elem=8),
+    "aten::logsumexp": _reduction(1, 2),
+    "aten::any": _reduction(1, 2, out_elem=1),
+    "aten::all": _reduction(1, 2, out_elem=1),
+    "aten::norm": _reduction(2, 3),
+    "aten::linalg_vector_norm": _reduction(2, 3),
+    "aten::var": _reduction(1, 3),
+    "aten::std": _reduction(1, 3),
+    "aten::embedding": _embedding,
+    "aten::embedding_dense_backward": _embedding_dense_bwd,
+    "aten::copy_": _copy,
+    "aten::to": _to_copy(1),
+    "aten::_to_copy": _to_copy(1),
+    "aten::clone": _clone,
+    "aten::fill_": _fill,
+    "aten::zero_": _fill,
+    "aten::normal_": _fill,
+    "aten::uniform_": _fill,
+    "aten::random_": _fill,
+    "aten::bernoulli_": _fill,
+    "aten::contiguous": _clone,
+    "aten::index_select": _index_select,
+    "aten::gather": _gather,
+    "aten::scatter_": _scatter(3, False),
+    "aten::scatter": _scatter(3, False),
+    "aten::scatter_add_": _scatter(3, True),
+    "aten::scatter_add": _scatter(3, True),
+    "aten::index_add_": _scatter(3, True),
+    "aten::index": _index,
+    "aten::index_put_": _index_put,
+    "aten::_index_put_impl_": _index_put,
+    "aten::cat": _cat,
+    "aten::stack": _cat,
+}
+
+
+def op_traffic_bytes(name: str | None, input_dims: str | None, input_types: str | None,
+                     concrete_inputs: str | None = None, elem_hint: int | None = None) -> float | None:
+    """Minimum DRAM bytes of a memory-bound op from its `Input Dims`, `Input type` and `Concrete Inputs`: the op's own
+    model in BYTE_MODELS (norms, softmax, reductions, embedding, copies, gathers / scatters, cat), else the
+    elementwise one: every tensor input read once, one output the size of the first input written (in-place ops:
+    the first input read and written). `elem_hint`: bytes per element where the trace gives no dtype (TensorList)."""
     if not input_dims:
         return None
     try:
         dims = json.loads(input_dims)
         types = json.loads(input_types) if input_types else []
+        concrete = json.loads(concrete_inputs) if concrete_inputs else []
     except ValueError:
         return None
     if not isinstance(dims, list):
         return None
+    model = BYTE_MODELS.get(name or "")
+    if model is not None:
+        try:
+            b = model(_Args(dims, types if isinstance(types, list) else [],
+                            concrete if isinstance(concrete, list) else [], elem_hint))
+        except (TypeError, ValueError, IndexError, ZeroDivisionError):
+            b = None
+        return b if b is not None and math.isfinite(b) and b >= 0 else None
     sizes = []
     for i, d in enumerate(dims):
         if isinstance(d, list) and d and all(isinstance(v, int) and v >= 0 for v in d):
@@ -287,8 +622,6 @@ def op_traffic_bytes(name: str | None, input_dims: str | None, input_types: str 
             sizes.append(math.prod(d) * elem)
     if not sizes:
         return None
-    if name in ("aten::copy_",):
-        return float(sum(sizes))
     return float(sum(sizes) + sizes[0])
 
 

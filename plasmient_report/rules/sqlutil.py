@@ -1,5 +1,5 @@
-"""Helpers the rule modules share: kernel-name patterns, short kernel names, unit formatting, and the
-byte model of elementwise ops (from `Input Dims` / `Input type`), evaluated once per distinct op shape.
+"""Helpers the rule modules share: kernel-name patterns, short kernel names, unit formatting, and the ops' byte
+models (flops.op_traffic_bytes, from `Input Dims` / `Input type` / `Concrete Inputs`), evaluated once per distinct shape.
 """
 
 from __future__ import annotations
@@ -7,9 +7,8 @@ from __future__ import annotations
 import re
 
 import duckdb
-import pyarrow as pa
 
-from ..flops import op_traffic_bytes
+from ..metrics import evaluate_op_bytes, op_byte_shapes_sql
 
 # Elementwise / pointwise kernels (PyTorch's TensorIterator kernels, Triton pointwise, copies, cat).
 ELEMENTWISE_KERNEL_RE = (r"(?i)(elementwise|pointwise|triton_poi|_copy_kernel|CatArrayBatchedCopy|FillFunctor|"
@@ -83,26 +82,10 @@ def short_kernel(name: str | None, width: int = 72) -> str:
 
 def register_op_bytes(con: duckdb.DuckDBPyConnection, ops_table: str, view: str = "_rule_op_bytes") -> None:
     """Register `view(op_id, traffic_bytes)` for the ops of `ops_table` that launched kernels (one model
-    evaluation per distinct (name, dims, types), not per op)."""
-    shapes = con.execute(f"""
-        SELECT DISTINCT o.name, o.input_dims, o.input_types FROM {ops_table} o
-        WHERE o.input_dims IS NOT NULL AND o.op_id IN (SELECT op_id FROM rule_kernels WHERE op_id IS NOT NULL)
-    """).fetchall()
-    names, dims, types, nbytes = [], [], [], []
-    for n, d, t in shapes:
-        names.append(n)
-        dims.append(d)
-        types.append(t)
-        nbytes.append(op_traffic_bytes(n, d, t))
-    con.register(f"{view}_shapes", pa.table({
-        "name": pa.array(names, pa.string()), "input_dims": pa.array(dims, pa.string()),
-        "input_types": pa.array(types, pa.string()), "traffic_bytes": pa.array(nbytes, pa.float64())}))
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE {view} AS
-                    SELECT o.op_id, s.traffic_bytes FROM {ops_table} o JOIN {view}_shapes s
-                      ON s.name = o.name AND s.input_dims = o.input_dims
-                     AND s.input_types IS NOT DISTINCT FROM o.input_types
-                    WHERE s.traffic_bytes IS NOT NULL""")
-    con.unregister(f"{view}_shapes")
+    evaluation per distinct (name, dims, types, concrete inputs), not per op)."""
+    evaluate_op_bytes(con, op_byte_shapes_sql(ops_table, "rule_kernels"), f"{view}_b")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {view} AS SELECT op_id, b AS traffic_bytes FROM {view}_b")
+    con.execute(f"DROP TABLE {view}_b")
 
 
 def drop(con: duckdb.DuckDBPyConnection, *tables: str) -> None:
