@@ -14,7 +14,7 @@ from typing import Any
 
 import duckdb
 
-from . import __version__, measured
+from . import __version__, measured, roofline
 from .errors import BadInput
 from .metrics import CATEGORIES, GpuPeak, loss_fractions
 from .store import one
@@ -25,6 +25,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 SCHEMA = "plasmient.verdict/1"
+# Rows of `top_kernels` (per kernel name) and `top_ops` (per op) in the verdict, by time in the window.
+TOP_GROUPS = 20
 
 
 @dataclass(frozen=True)
@@ -252,6 +254,10 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     if head.get("capped_ns"):
         notes.append(f"{head['capped_ns'] / 1e6:.2f} ms of kernel time implied more than peak and was capped at "
                      "peak: a FLOP estimate or the peak is wrong")
+    bw = first.bandwidth_bytes_s if first else None
+    pk = first.flop_s if first else None
+    kgroups = roofline.kernel_groups(con, scope, head_range, pk, bw)
+    ogroups = roofline.kernel_groups(con, scope, head_range, pk, bw, by="op")
     return {
         "schema": SCHEMA,
         "tool": {"name": "plasmient-report", "version": __version__},
@@ -295,5 +301,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
             "communication_time_fraction": comm_share,
             **partial,
         },
+        "top_kernels": roofline.as_records(kgroups, TOP_GROUPS, "kernel"),
+        "top_ops": roofline.as_records(ogroups, TOP_GROUPS, "op"),
         "notes": notes,
     }

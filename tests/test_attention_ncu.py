@@ -143,3 +143,21 @@ def test_trace_and_ncu_together_take_the_counts():
     res = pipeline.analyse([TRACE, NCU], pipeline.Options())
     n = res.con.execute("SELECT count(*) FROM kernels WHERE flops_source = 'ncu'").fetchone()[0]
     assert n == 18
+
+
+def test_verdict_and_report_aggregate_per_op_and_per_kernel_name():
+    # SPEC §4 / issue 5: the kernel roofline aggregated per kernel name (`top_kernels`) and per op (`top_ops`).
+    from plasmient_report.render import html
+
+    res = pipeline.analyse([TRACE], pipeline.Options())
+    v = res.verdict
+    ops = {r["op"]: r for r in v["top_ops"]}
+    fwd = ops["aten::scaled_dot_product_attention"]
+    # five forward calls: full + gqa + cudnn (1.374e11 + 2.749e11 + 1.374e11), causal 6.87e10, cross 3.44e10
+    assert fwd["calls"] == 5 and fwd["kernels"] == 5
+    assert fwd["flops"] == pytest.approx(2 * 1.37438953472e11 + 2.74877906944e11 + 6.8719476736e10 + 3.4359738368e10)
+    assert fwd["achieved_flop_s"] == pytest.approx(fwd["flops"] / (fwd["time_ns"] / 1e9))
+    names = [r["name"] for r in v["top_kernels"]]
+    assert any("flash_bwd_dq_dk_dv" in n for n in names) and v["top_kernels"][0]["time_share"] > 0
+    page = html.render(res.con, v)
+    assert "Top ops" in page and "aten::_scaled_dot_product_flash_attention_backward" in page

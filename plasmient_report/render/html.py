@@ -27,6 +27,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
 from ..metrics import CATEGORIES
+from ..roofline import KernelGroup, kernel_groups
 from ._format import achieved_text, pct
 
 TIMELINE_BINS = 800
@@ -439,64 +440,6 @@ def timeline_chart(spans: list[Span], labels: list[str], choice: np.ndarray, com
     return svg(fig, "timeline strip" + (" (one clock)" if common else " (own windows)"))
 
 
-@dataclass(frozen=True)
-class KernelGroup:
-    name: str
-    kind: str
-    count: int
-    time_ns: float
-    time_share: float
-    flops: float | None
-    bytes: float | None
-    achieved_flop_s: float | None
-    achieved_fraction_of_peak: float | None
-    arithmetic_intensity: float | None
-    bound: str
-
-
-def kernel_groups(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None,
-                  peak_flop_s: float | None, bandwidth_bytes_s: float | None) -> list[KernelGroup]:
-    """Kernels grouped by name over the analysed windows (clipped to them, FLOPs and bytes pro rata)."""
-    rows = con.execute("""
-        WITH w AS (
-            SELECT rank, device, start_ns AS ws, end_ns AS we FROM windows
-            WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn AND end_ns > start_ns
-        ), k AS (
-            SELECT k.kernel_id, k.name, k.kind, k.flops, k.bytes, k.start_ns, k.end_ns,
-                   greatest(0, least(k.end_ns, w.we) - greatest(k.start_ns, w.ws)) AS ov
-            FROM kernels k ASOF JOIN w
-              ON k.rank IS NOT DISTINCT FROM w.rank AND k.device = w.device AND k.end_ns > w.ws
-        ), c AS (
-            SELECT *, CASE WHEN end_ns > start_ns THEN ov / (end_ns - start_ns) ELSE 1.0 END AS share FROM k
-            WHERE ov > 0
-        )
-        SELECT name, mode(kind), count(*), sum(ov)::DOUBLE,
-               sum(flops * share) FILTER (WHERE flops > 0),
-               sum(flops * share) FILTER (WHERE flops > 0 AND bytes > 0),
-               sum(bytes * share) FILTER (WHERE flops > 0 AND bytes > 0),
-               sum(bytes * share) FILTER (WHERE bytes > 0)
-        FROM c GROUP BY name ORDER BY sum(ov) DESC""", {"scope": scope, "rn": range_name}).fetchall()
-    total = sum(r[3] for r in rows) or 1.0
-    ridge = peak_flop_s / bandwidth_bytes_s if peak_flop_s and bandwidth_bytes_s else None
-    out = []
-    for name, kind, count, t, flops, f_ai, b_ai, nbytes in rows:
-        rate = flops / (t / 1e9) if flops and t else None
-        ai = f_ai / b_ai if f_ai and b_ai else None
-        if kind == "nccl":
-            bound = "communication"
-        elif kind in ("memcpy", "memset"):
-            bound = "copy"
-        elif not flops:
-            bound = "no FLOP estimate"
-        elif ai is None or ridge is None:
-            bound = "compute (no bytes)" if ai is None else "unknown"
-        else:
-            bound = "memory" if ai < ridge else "compute"
-        out.append(KernelGroup(name, kind, count, t, t / total, flops, nbytes, rate,
-                               rate / peak_flop_s if rate and peak_flop_s else None, ai, bound))
-    return out
-
-
 def roofline_chart(groups: list[KernelGroup], peak_flop_s: float, bandwidth_bytes_s: float | None) -> Markup | None:
     placed = [g for g in groups[:ROOFLINE_POINTS] if g.arithmetic_intensity and g.achieved_flop_s]
     if not placed:
@@ -714,6 +657,7 @@ def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str
     rank_categories = [c for c in CATEGORIES if any(c in rr["loss_by_category"] for rr in rank_rows)]
 
     groups = kernel_groups(con, scope, range_name, peak_flop_s, bandwidth)
+    op_groups = kernel_groups(con, scope, range_name, peak_flop_s, bandwidth, by="op")
     roofline = roofline_chart(groups, peak_flop_s, bandwidth) if peak_flop_s else None
     top = groups[:ROOFLINE_POINTS]
     placed = sum(1 for g in top if g.arithmetic_intensity and g.achieved_flop_s)
@@ -752,6 +696,8 @@ def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str
         "findings": findings,
         "kernel_groups": groups[:TOP_KERNELS],
         "kernel_groups_total": len(groups),
+        "op_groups": op_groups[:TOP_KERNELS],
+        "op_groups_total": len(op_groups),
         "kernel_time_ns": sum(g.time_ns for g in groups),
         "roofline": roofline,
         "roofline_placed": placed,
