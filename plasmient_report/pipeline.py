@@ -123,7 +123,7 @@ def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Pro
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [i, str(d.path), info.format, info.format_version, info.host, info.rank,
              "multi" if info.multi_rank else info.rank_method, info.world_size,
-             info.clock_anchor, info.base_time_ns, _io.sha256_of(d.path), d.path.stat().st_size, info.events,
+             info.clock_anchor, info.base_time_ns, _io.sha256_of(d.path), _io.size_of(d.path), info.events,
              "; ".join(info.notes) or None, info.time_zone, info.sample_period_ns,
              "; ".join(info.incomplete) or None, info.dropped_events])
         if info.gpu_events == 0 and d.format not in parsers.AUXILIARY:

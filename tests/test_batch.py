@@ -435,3 +435,19 @@ def test_unusable_input_exits_2_with_one_line(tmp_path, make_args, message):
     r = cli("batch", *make_args(d))
     assert r.returncode == 2, r.stderr
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_nsys_parquetdir_export_is_one_trace_of_its_run(tmp_path: Path) -> None:
+    """A run folder holding an nsys parquetdir export (a folder of tables): one input, analysed, and skipped on
+    rerun (its hash is that of its files)."""
+    fleet = tmp_path / "fleet"
+    shutil.copytree(SAMPLES / "h200_single" / "nsys_single_pqtdir", fleet / "job-pq" / "nsys_single_pqtdir")
+    out = tmp_path / "out"
+    r = cli("batch", str(fleet), "--out", str(out), "--no-trace", "--no-html", "--jobs", "1")
+    assert r.returncode == 0, r.stderr
+    rows = [x for x in summary_rows(out) if x["level"] == "run"]
+    assert len(rows) == 1 and rows[0]["status"] == "ok", rows
+    assert rows[0]["formats"] == "nsys-parquetdir" and len(rows[0]["inputs"]) == 1
+    assert rows[0]["inputs"][0].endswith("nsys_single_pqtdir")
+    r = cli("batch", str(fleet), "--out", str(out), "--no-trace", "--no-html", "--jobs", "1")
+    assert r.returncode == 0 and "skipped 1" in r.stdout + r.stderr

@@ -21,7 +21,7 @@ from .. import parsers
 from ..errors import BadInput
 from .archive import JUNK, Source
 
-TRACE_FORMATS = frozenset({"kineto", "nsys-sqlite", "nsys-rep"})
+TRACE_FORMATS = frozenset({"kineto", "nsys-sqlite", "nsys-rep", "nsys-parquetdir", "nsys-arrow"})
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".json.gz", ".json",
                   ".sqlite", ".nsys-rep", ".qdrep")
 RANK_MARK = re.compile(r"(?i)(?:^|[._-])rank[._-]?\d+")
@@ -97,6 +97,10 @@ def _scan(root: Path) -> list[_File]:
         d = Path(dirpath)
         deep = len(d.parts) - root_depth >= MAX_DEPTH
         dirnames[:] = [] if deep else sorted(n for n in dirnames if not n.startswith(".") and not JUNK.search(n + "/"))
+        for name in list(dirnames):
+            if parsers.nsys_export_kind(d / name) is not None:  # an nsys parquetdir / arrowdir: one trace
+                dirnames.remove(name)
+                out.append(_File(PurePosixPath((d / name).relative_to(root).as_posix()), "trace"))
         for name in sorted(filenames):
             if name.startswith(".") or JUNK.search(name):
                 continue

@@ -62,11 +62,9 @@ def options_fingerprint(opts: Any) -> str:
 
 
 def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+    from ..parsers._io import sha256_of
+
+    return sha256_of(Path(path))  # a folder input (nsys parquetdir / arrowdir): its files' names and contents
 
 
 @contextmanager

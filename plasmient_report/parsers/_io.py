@@ -31,6 +31,13 @@ def sha256_of(path: Path, limit: int | None = None) -> str:
     return h.hexdigest()
 
 
+def size_of(path: Path) -> int:
+    """Bytes of a file, or of the files of a folder input (an nsys parquetdir / arrowdir export)."""
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+    return path.stat().st_size
+
+
 def is_gzip(path: Path) -> bool:
     with open(path, "rb") as f:
         return f.read(2) == b"\x1f\x8b"
