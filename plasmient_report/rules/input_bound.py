@@ -45,7 +45,7 @@ def input_bound_step(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     """
     rows = ctx.rows(f"""
         SELECT loader, count(*) AS stalls, sum(lost_ns) AS lost_ns, sum(end_ns - start_ns) AS idle_ns,
-               list(DISTINCT rank) AS ranks
+               list(DISTINCT rank ORDER BY rank) AS ranks
         FROM ({INPUT_SQL}) GROUP BY loader ORDER BY lost_ns DESC""")
     if not rows:
         return

@@ -66,7 +66,7 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         SELECT median(end_ns - start_ns) AS median_ns, count(*) AS n FROM rule_api_calls
         WHERE regexp_matches(name, '{LAUNCH_API_RE}')""")[0]
     top = ctx.rows(f"""
-        SELECT o.name AS op, count(*) AS kernels, median(o.end_ns - o.start_ns) AS median_op_ns, any_value(k.name) AS kernel
+        SELECT o.name AS op, count(*) AS kernels, median(o.end_ns - o.start_ns) AS median_op_ns, min(k.name) AS kernel
         FROM (SELECT * FROM ({KERNELS_SQL}) WHERE {sel}) k JOIN rule_ops o ON o.op_id = k.op_id
         GROUP BY o.name ORDER BY kernels DESC LIMIT 3""", flat)
     med_k = sorted(s["median_kernel_ns"] for s in streams)[len(streams) // 2]

@@ -43,10 +43,11 @@ def pageable_or_sync_memcpy(ctx: RuleContext, t: Thresholds) -> Iterator[Finding
     """
     copies = ctx.rows(f"""
         SELECT coalesce(copy_kind, regexp_extract(name, 'Memcpy (\\w+)', 1)) AS direction, name,
-               count(*) AS count, sum(bytes) AS bytes, sum(end_ns - start_ns) AS time_ns, list(DISTINCT rank) AS ranks
+               count(*) AS count, sum(bytes) AS bytes, sum(end_ns - start_ns) AS time_ns,
+               list(DISTINCT rank ORDER BY rank) AS ranks
         FROM ({PAGEABLE_SQL}) GROUP BY ALL ORDER BY time_ns DESC""")
     syncs = ctx.rows(f"""
-        SELECT name, count(*) AS count, sum(end_ns - start_ns) AS time_ns, list(DISTINCT rank) AS ranks
+        SELECT name, count(*) AS count, sum(end_ns - start_ns) AS time_ns, list(DISTINCT rank ORDER BY rank) AS ranks
         FROM ({SYNC_SQL}) GROUP BY name ORDER BY time_ns DESC""")
     if not copies and not syncs:
         return

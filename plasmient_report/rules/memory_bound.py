@@ -88,7 +88,7 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
             SELECT name, count(*) AS count, sum(dur) AS time_ns, median(dur) AS median_ns,
                    sum(est_bytes) FILTER (WHERE est_bytes IS NOT NULL) AS bytes,
                    sum(dur) FILTER (WHERE est_bytes IS NOT NULL) AS time_with_bytes_ns, max(bw) AS peak_bw,
-                   list(DISTINCT rank) AS ranks, any_value(grid_x * coalesce(grid_y, 1) * coalesce(grid_z, 1)) AS blocks
+                   list(DISTINCT rank ORDER BY rank) AS ranks, min(grid_x * coalesce(grid_y, 1) * coalesce(grid_z, 1)) AS blocks
             FROM ({mb}) WHERE name IN (SELECT unnest(?::VARCHAR[])) GROUP BY name
             HAVING median(dur) >= ?""", [names, t.min_median_kernel_us * 1e3])}
         top = sorted(((k, v) for k, v in lost.items() if k in stats), key=lambda kv: -kv[1])[: int(t.max_findings)]
@@ -166,7 +166,7 @@ WITH k AS (
     FROM s
 ), chains AS (
     SELECT rank, device, stream, chain, count(*) AS n, string_agg(op_name, ' → ' ORDER BY start_ns) AS ops,
-           sum(end_ns - start_ns) AS busy_ns, any_value(dims0) AS dims0
+           sum(end_ns - start_ns) AS busy_ns, min(dims0) AS dims0
     FROM c WHERE ew GROUP BY rank, device, stream, chain
     HAVING count(*) >= $min_chain AND sum(end_ns - start_ns) / count(*) >= $min_kernel
 )"""
@@ -206,8 +206,8 @@ def unfused_elementwise_chain(ctx: RuleContext, t: Thresholds) -> Iterator[Findi
                     FROM c JOIN chains ch USING (rank, device, stream, chain) WHERE c.ew""", params)
     try:
         chains = ctx.rows(f"""{CHAINS_SQL}
-            SELECT md5(ops) AS key, any_value(ops) AS ops, count(*) AS occurrences, sum(n) AS kernels,
-                   sum(busy_ns) AS busy_ns, max(n) AS longest, any_value(dims0) AS dims0, list(DISTINCT rank) AS ranks
+            SELECT md5(ops) AS key, min(ops) AS ops, count(*) AS occurrences, sum(n) AS kernels,
+                   sum(busy_ns) AS busy_ns, max(n) AS longest, min(dims0) AS dims0, list(DISTINCT rank ORDER BY rank) AS ranks
             FROM chains GROUP BY md5(ops) ORDER BY busy_ns DESC""", params)
         lost = ctx.lost_ns("SELECT key, rank, device, start_ns, end_ns FROM _rule_chain_kernels", ["memory_bound"])
     finally:

@@ -68,10 +68,10 @@ def straggler_rank(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         , mine AS (
             SELECT c.rank, count(*) AS n_total FROM c JOIN inst USING (pg, collective, seq) GROUP BY c.rank
         )
-        SELECT i.last_rank AS rank, any_value(m.n_total) AS n_total, count(*) AS n_late,
+        SELECT i.last_rank AS rank, min(m.n_total) AS n_total, count(*) AS n_late,
                avg(lateness_ns) AS mean_ns, median(lateness_ns) AS median_ns, max(lateness_ns) AS max_ns,
                sum(lateness_ns) AS sum_ns, arg_max(collective, lateness_ns) AS worst_collective,
-               arg_max(seq, lateness_ns) AS worst_seq, list(DISTINCT collective) AS collectives,
+               arg_max(seq, lateness_ns) AS worst_seq, list(DISTINCT collective ORDER BY collective) AS collectives,
                arg_max(collective || '#' || seq, lateness_ns) AS worst_id,
                arg_min(collective || '#' || seq, last_start) AS first_id
         FROM inst i JOIN mine m ON m.rank IS NOT DISTINCT FROM i.last_rank

@@ -118,15 +118,15 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     groups = ctx.rows(f"""
         WITH s AS ({STALLS_SQL}),
         per_sync AS (  -- one row per sync call: the idle stretches that followed it
-            SELECT rank, sync_start, any_value(sync_name) AS sync_name, any_value(inner_op) AS inner_op,
-                   any_value(outer_op) AS outer_op, any_value(python_site) AS python_site,
-                   any_value(range_name) AS range_name, sum(lost_ns) AS lost_ns, sum(end_ns - start_ns) AS idle_ns,
-                   any_value(d2h_copies) AS d2h_copies, any_value(d2h_bytes) AS d2h_bytes
+            SELECT rank, sync_start, min(sync_name) AS sync_name, min(inner_op) AS inner_op,
+                   min(outer_op) AS outer_op, min(python_site) AS python_site,
+                   min(range_name) AS range_name, sum(lost_ns) AS lost_ns, sum(end_ns - start_ns) AS idle_ns,
+                   min(d2h_copies) AS d2h_copies, min(d2h_bytes) AS d2h_bytes
             FROM s GROUP BY rank, sync_start
         )
-        SELECT sync_name, inner_op, outer_op, python_site, any_value(range_name) AS range_name,
+        SELECT sync_name, inner_op, outer_op, python_site, min(range_name) AS range_name,
                count(*) AS syncs, sum(lost_ns) AS lost_ns, sum(idle_ns) AS idle_ns, max(idle_ns) AS max_idle_ns,
-               sum(d2h_copies) AS d2h_copies, max(d2h_bytes) AS d2h_bytes, list(DISTINCT rank) AS ranks
+               sum(d2h_copies) AS d2h_copies, max(d2h_bytes) AS d2h_bytes, list(DISTINCT rank ORDER BY rank) AS ranks
         FROM per_sync GROUP BY sync_name, inner_op, outer_op, python_site ORDER BY lost_ns DESC""")
     for g in groups[: int(t.max_findings)]:
         what = friendly(g["sync_name"], g["inner_op"], g["outer_op"])

@@ -46,8 +46,8 @@ def matmul_without_tensor_cores(ctx: RuleContext, t: Thresholds) -> Iterator[Fin
     the ceiling 7.4×.
     """
     rows = ctx.rows(f"""
-        SELECT name, any_value(op_name) AS op_name, any_value(input_dims) AS dims, any_value(precision) AS precision,
-               count(*) AS count, sum(dur) AS time_ns, sum(flops) AS flops, list(DISTINCT rank) AS ranks
+        SELECT name, min(op_name) AS op_name, min(input_dims) AS dims, min(precision) AS precision,
+               count(*) AS count, sum(dur) AS time_ns, sum(flops) AS flops, list(DISTINCT rank ORDER BY rank) AS ranks
         FROM ({FLAGGED_SQL}) GROUP BY name ORDER BY time_ns DESC""")
     if not rows:
         return

@@ -87,7 +87,7 @@ def _check(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
              AND l.category IN ('compute_inefficiency', 'memory_bound')
             GROUP BY ALL
         )
-        SELECT rank, device, any_value(ref_mhz) AS ref_mhz, sum(busy_ns) AS busy_ns,
+        SELECT rank, device, min(ref_mhz) AS ref_mhz, sum(busy_ns) AS busy_ns,
                sum(mhz * busy_ns) / nullif(sum(busy_ns), 0) AS busy_mhz, min(mhz) AS min_mhz,
                sum(busy_ns) FILTER (WHERE mhz < ref_mhz * (1 - $drop)) AS throttled_ns,
                sum(lost_ns * (1 - mhz / ref_mhz)) FILTER (WHERE mhz < ref_mhz * (1 - $drop)) AS explained_ns,

@@ -136,10 +136,10 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
     SMs = 1.08 waves (54% efficient)`.
     """
     groups = ctx.rows(f"""
-        SELECT key, any_value(name) AS name, any_value(op_name) AS op_name, any_value(input_dims) AS input_dims,
-               any_value(grid_x) AS grid_x, any_value(grid_y) AS grid_y, any_value(grid_z) AS grid_z,
-               any_value(block_x) AS block_x, any_value(block_y) AS block_y, any_value(block_z) AS block_z,
-               any_value(regs) AS regs, any_value(smem) AS smem, any_value(rank) AS rank, any_value(device) AS device,
+        SELECT key, min(name) AS name, min(op_name) AS op_name, min(input_dims) AS input_dims,
+               min(grid_x) AS grid_x, min(grid_y) AS grid_y, min(grid_z) AS grid_z,
+               min(block_x) AS block_x, min(block_y) AS block_y, min(block_z) AS block_z,
+               min(regs) AS regs, min(smem) AS smem, min(rank) AS rank, min(device) AS device,
                count(*) AS count, sum(end_ns - start_ns) AS time_ns, sum(flops) AS flops
         FROM ({GROUPS_SQL}) GROUP BY key ORDER BY time_ns DESC""")
     flagged = []
