@@ -76,16 +76,27 @@ def _check(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                                           max(value) FILTER (WHERE metric = 'sm_clock_mhz')) AS ref_mhz
             FROM s GROUP BY rank, device
         ), clk AS (
-            SELECT s.rank, s.device, s.start_ns, s.end_ns, s.value AS mhz, ref.ref_mhz
-            FROM s JOIN ref USING (rank, device) WHERE s.metric = 'sm_clock_mhz'
+            SELECT row_number() OVER () AS cid, s.rank, s.device, s.start_ns, s.end_ns, s.value AS mhz, ref.ref_mhz
+            FROM s JOIN ref USING (rank, device) WHERE s.metric = 'sm_clock_mhz' AND s.end_ns > s.start_ns
+        ), l AS (
+            -- busy stretches (the losses of busy categories never overlap on a GPU): the lost and the busy time
+            -- inside a clock sample are differences of running sums, looked up by ASOF join (no interval join:
+            -- GPU metrics at 10 kHz make millions of samples)
+            SELECT rank, device, start_ns, end_ns, lost_ns,
+                   coalesce(sum(lost_ns) OVER w, 0) AS lost_before, coalesce(sum(end_ns - start_ns) OVER w, 0) AS busy_before
+            FROM rule_losses WHERE category IN ('compute_inefficiency', 'memory_bound') AND end_ns > start_ns
+            WINDOW w AS (PARTITION BY rank, device ORDER BY start_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+        ), ends AS (
+            SELECT cid, rank, device, start_ns AS t, -1 AS sign FROM clk
+            UNION ALL SELECT cid, rank, device, end_ns, 1 FROM clk
+        ), cum AS (
+            SELECT e.cid, sum(e.sign * coalesce(l.lost_before + l.lost_ns * f.x, 0)) AS lost_ns,
+                   round(sum(e.sign * coalesce(l.busy_before + (l.end_ns - l.start_ns) * f.x, 0)))::BIGINT AS busy_ns
+            FROM ends e ASOF LEFT JOIN l ON l.rank IS NOT DISTINCT FROM e.rank AND l.device = e.device AND l.start_ns <= e.t,
+                 LATERAL (SELECT least(greatest((e.t - l.start_ns)::DOUBLE / (l.end_ns - l.start_ns), 0), 1) AS x) f
+            GROUP BY e.cid
         ), busy AS (
-            SELECT c.*, sum(l.lost_ns * (least(l.end_ns, c.end_ns) - greatest(l.start_ns, c.start_ns))
-                            / (l.end_ns - l.start_ns)) AS lost_ns,
-                   sum(least(l.end_ns, c.end_ns) - greatest(l.start_ns, c.start_ns)) AS busy_ns
-            FROM clk c JOIN rule_losses l ON l.rank IS NOT DISTINCT FROM c.rank AND l.device = c.device
-             AND l.start_ns < c.end_ns AND l.end_ns > c.start_ns AND l.end_ns > l.start_ns
-             AND l.category IN ('compute_inefficiency', 'memory_bound')
-            GROUP BY ALL
+            SELECT c.*, cum.lost_ns, cum.busy_ns FROM clk c JOIN cum USING (cid) WHERE cum.busy_ns > 0.5
         )
         SELECT rank, device, min(ref_mhz) AS ref_mhz, sum(busy_ns) AS busy_ns,
                sum(mhz * busy_ns) / nullif(sum(busy_ns), 0) AS busy_mhz, min(mhz) AS min_mhz,
