@@ -622,7 +622,17 @@ def op_traffic_bytes(name: str | None, input_dims: str | None, input_types: str 
             sizes.append(math.prod(d) * elem)
     if not sizes:
         return None
-    return float(sum(sizes) + sizes[0])
+    out = sizes[0]
+    if (name or "") in BOOL_OUTPUT_OPS:  # comparisons write one byte per element, whatever they read
+        first = next(d for d in dims if isinstance(d, list) and d and all(isinstance(v, int) and v >= 0 for v in d))
+        out = math.prod(first)
+    return float(sum(sizes) + out)
+
+
+# Out-of-place ops whose output is a bool tensor.
+BOOL_OUTPUT_OPS = frozenset(f"aten::{n}" for n in (
+    "eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isfinite", "isposinf", "isneginf", "logical_and",
+    "logical_or", "logical_xor", "logical_not", "signbit"))
 
 
 def op_precision(input_types: str | None) -> str | None:

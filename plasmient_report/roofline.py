@@ -46,10 +46,12 @@ def kernel_groups(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | 
               ON k.rank IS NOT DISTINCT FROM w.rank AND k.device = w.device AND k.end_ns > w.ws
             LEFT JOIN ops fo ON fo.op_id = k.flops_op_id LEFT JOIN ops lo ON lo.op_id = k.op_id
         ), c AS (
-            SELECT *, CASE WHEN end_ns > start_ns THEN ov / (end_ns - start_ns) ELSE 1.0 END AS share FROM k
+            SELECT *, CASE WHEN end_ns > start_ns THEN ov / (end_ns - start_ns) ELSE 1.0 END AS share,
+                   sum(ov) OVER (PARTITION BY key, kind) AS kind_ns FROM k
             WHERE ov > 0
         )
-        SELECT key, mode(kind), count(*), sum(ov)::DOUBLE,
+        -- the group's kind: the kind of kernel it spent most time in (an op's GEMMs, not its workspace memsets)
+        SELECT key, arg_max(kind, kind_ns), count(*), sum(ov)::DOUBLE,
                sum(flops * share) FILTER (WHERE flops > 0),
                sum(flops * share) FILTER (WHERE flops > 0 AND bytes > 0),
                sum(bytes * share) FILTER (WHERE flops > 0 AND bytes > 0),

@@ -176,3 +176,14 @@ def test_modelled_bytes_give_plausible_bandwidth_on_h200(trace):
         assert max_bw is None or max_bw <= H200_HBM_BYTES_S, name
     # cat (CatArrayBatchedCopy<OpaqueType<2>>: bf16) streams near the measured 4.17 TB/s elementwise ceiling
     assert seen["aten::cat"][0] == pytest.approx(4.1e12, rel=0.1)
+
+
+def test_comparisons_write_one_byte_per_element() -> None:
+    # aten::eq on two fp32 [4096, 4096] tensors: reads 2 x 64 MiB, writes a bool tensor of 16 MiB.
+    from plasmient_report.flops import op_traffic_bytes
+
+    n = 4096 * 4096
+    assert op_traffic_bytes("aten::eq", "[[4096, 4096], [4096, 4096]]", '["float", "float"]') == n * (4 + 4 + 1)
+    assert op_traffic_bytes("aten::isnan", "[[4096, 4096]]", '["c10::BFloat16"]') == n * (2 + 1)
+    # out-of-place arithmetic keeps the input's dtype
+    assert op_traffic_bytes("aten::add", "[[4096, 4096], [4096, 4096]]", '["float", "float"]') == n * 12
