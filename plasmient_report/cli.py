@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import duckdb
@@ -27,7 +27,7 @@ class DefaultGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
-def _fail(msg: str, debug: bool = False) -> None:
+def _fail(msg: str, debug: bool = False) -> NoReturn:
     click.echo(f"plasmient-report: error: {msg}", err=True)
     sys.exit(2)
 
@@ -79,22 +79,10 @@ def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ..
     from .render import terminal
     from .render import verdict as verdict_render
 
-    if peak_tflops is not None and not peak_tflops > 0:
-        _fail("--peak-tflops must be a positive number")
-    if model_flops is not None and not model_flops >= 0:
-        _fail("--model-flops must be a non-negative number")
-    if not dcgm_period > 0:
-        _fail("--dcgm-period must be a positive number of seconds")
-    try:
-        budget = parse_size(memory_budget)
-    except ValueError as e:
-        _fail(f"--memory-budget: {e}")
-        return
-    opts = pipeline.Options(ranges=ranges, peak_precision=peak_precision, peak_tflops=peak_tflops,
-                            peaks_file=peaks_file, gpu=gpu, write_html=not no_html, write_trace=not no_trace,
-                            tz=tz, offsets=offsets, dcgm_period_s=dcgm_period, rule_select=rule_select,
-                            rule_ignore=rule_ignore, rules_config=rules_config, model_flops=model_flops,
-                            memory_budget=budget)
+    opts = _options(ranges=ranges, peak_precision=peak_precision, peak_tflops=peak_tflops, peaks_file=peaks_file,
+                    gpu=gpu, write_html=not no_html, write_trace=not no_trace, tz=tz, offsets=offsets,
+                    dcgm_period_s=dcgm_period, rule_select=rule_select, rule_ignore=rule_ignore,
+                    rules_config=rules_config, model_flops=model_flops, memory_budget=memory_budget)
     out_dir = out_dir or pipeline.default_out_dir(inputs)
     opts.cache_dir = Path(out_dir).absolute().parent / ".plasmient-cache"
     try:
@@ -117,6 +105,25 @@ def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ..
         click.echo(verdict_render.dumps(result.verdict), nl=False)
     elif not quiet:
         terminal.render(result.verdict, footer=f"outputs: {out}/")
+
+
+def _options(*, peak_tflops: float | None, model_flops: float | None, dcgm_period_s: float, memory_budget: str,
+             **kw: Any) -> Any:
+    """The analysis options of the main job and of `batch`, checked (exit 2 with one line on a bad one)."""
+    from . import pipeline
+
+    if peak_tflops is not None and not peak_tflops > 0:
+        _fail("--peak-tflops must be a positive number")
+    if model_flops is not None and not model_flops >= 0:
+        _fail("--model-flops must be a non-negative number")
+    if not dcgm_period_s > 0:
+        _fail("--dcgm-period must be a positive number of seconds")
+    try:
+        budget = parse_size(memory_budget)
+    except ValueError as e:
+        _fail(f"--memory-budget: {e}")
+    return pipeline.Options(peak_tflops=peak_tflops, model_flops=model_flops, dcgm_period_s=dcgm_period_s,
+                            memory_budget=budget, **kw)
 
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,
@@ -329,27 +336,17 @@ def batch(archives: tuple[Path, ...], out_dir: Path | None, executor: str, addre
 
     Exit 0 when the batch ran, even if some runs failed (they are counted here and listed in summary.parquet
     and index.html); 2 when an archive or an argument is unusable."""
-    from . import pipeline
     from .batch import Progress, run_batch
     from .batch.archive import label_of
 
     if address and executor != "ray":
         _fail("--address needs --executor ray")
-    if peak_tflops is not None and not peak_tflops > 0:
-        _fail("--peak-tflops must be a positive number")
-    if model_flops is not None and not model_flops >= 0:
-        _fail("--model-flops must be a non-negative number")
-    if not dcgm_period > 0 or not max_unpacked_gib > 0:
-        _fail("--dcgm-period and --max-unpacked-gib must be positive numbers")
-    try:
-        budget = parse_size(memory_budget)
-    except ValueError as e:
-        _fail(f"--memory-budget: {e}")
-        return
-    opts = pipeline.Options(ranges=ranges, peak_precision=peak_precision, peak_tflops=peak_tflops,
-                            peaks_file=peaks_file, gpu=gpu, write_html=not no_html, write_trace=not no_trace,
-                            tz=tz, dcgm_period_s=dcgm_period, rule_select=rule_select, rule_ignore=rule_ignore,
-                            rules_config=rules_config, model_flops=model_flops, memory_budget=budget)
+    if not max_unpacked_gib > 0:
+        _fail("--max-unpacked-gib must be a positive number")
+    opts = _options(ranges=ranges, peak_precision=peak_precision, peak_tflops=peak_tflops, peaks_file=peaks_file,
+                    gpu=gpu, write_html=not no_html, write_trace=not no_trace, tz=tz, dcgm_period_s=dcgm_period,
+                    rule_select=rule_select, rule_ignore=rule_ignore, rules_config=rules_config,
+                    model_flops=model_flops, memory_budget=memory_budget)
     if out_dir is None:
         out_dir = Path("plasmient-out") / f"batch-{label_of(Path(archives[0]).absolute())}"
     progress = Progress(quiet)
