@@ -105,6 +105,8 @@ SAMPLES_WITH_LOGS = {
                                                   "h200_align/nvml_samples.csv"],
     "h200x2_pipeline/m4": [],
     "h200x2_pipeline/m8": [],
+    "h200x2_pipeline/d8192_m4": [],
+    "h200x2_pipeline/d8192_m8": [],
 }
 
 

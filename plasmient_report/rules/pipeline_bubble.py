@@ -105,6 +105,11 @@ def pipeline_bubble(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     measured_list = [s["bubble"] for s in stages if s["bubble"] is not None]
     measured = sum(measured_list) / len(measured_list) if measured_list else None
     m_half = 2 * m + p - 1
+    # Unequal stages: the slowest sets the pace, T ≈ (m+p−1)·t_max, so stage i idles 1 − m·t_i/T; the mean of
+    # that is the bubble the schedule itself gives with these stages (t_i from each stage's kernel time).
+    work = [s["compute_ns"] for s in stages if s["compute_ns"]]
+    imbalance = max(work) / (sum(work) / len(work)) if len(work) == p and min(work) > 0 else None
+    theory_unequal = 1 - (m / (m + p - 1)) / imbalance if imbalance else None
     lost = ctx.lost_fraction(f"SELECT rank, device, start_ns, end_ns FROM ({P2P_SQL})", ["pipeline_bubble"])
     excess = measured is not None and measured - theory > t.excess_points
     in_p2p = sum(s["in_p2p"] or 0 for s in stages) / len(stages)
@@ -114,6 +119,11 @@ def pipeline_bubble(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
            f"(p−1)/(m+p−1) = {pct(theory)}; measured {pct(measured)} ({per_stage}). Raise the micro-batch count "
            f"{m} → {m_half} to halve it (≈{pct((p - 1) / (m_half + p - 1))}; keep the global batch by shrinking "
            "each micro-batch), or use an interleaved schedule (v virtual stages per rank divide it by v).")
+    if imbalance is not None and imbalance > 1.05 and theory_unequal is not None:
+        slow = max(stages, key=lambda s: s["compute_ns"] or 0)
+        rec += (f" The stages are unequal: stage {slow['stage']} (rank {slow['rank']}) computes {imbalance:.2f}× the "
+                f"mean, and sets the pace — with these stages the schedule's bubble is {pct(theory_unequal)}; "
+                "balancing layers across stages brings it back toward the formula.")
     if excess:
         rec += (f" The measured bubble is {pct(measured - theory)} above the formula: of the {pct(measured)}, "
                 f"{pct(in_p2p)} is spent in send/recv (waiting on a peer: unequal stages or exposed P2P transfers — "
@@ -125,6 +135,7 @@ def pipeline_bubble(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         lost_fraction=lost, key="pipeline",
         evidence={"stages": stages, "num_stages": p, "micro_batches": m, "steps": steps_first,
                   "directions_known": directed, "theory_bubble": theory, "measured_bubble": measured,
+                  "stage_imbalance": imbalance, "theory_bubble_unequal_stages": theory_unequal,
                   "micro_batches_to_halve": m_half, "in_p2p": in_p2p, "idle": idle,
                   "stage_order": [s["rank"] for s in stages],
                   "measured_minus_theory": (measured - theory) if measured is not None else None})

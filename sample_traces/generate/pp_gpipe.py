@@ -1,7 +1,8 @@
 """A 2-stage GPipe pipeline on two GPUs (one rank per stage), profiled with torch.profiler (Kineto).
 
-Each stage: 4 bf16 Linear(4096, 4096) layers; micro-batch = 2048 tokens; M micro-batches per step; all
-forwards (activations sent rank 0 -> 1), then all backwards (gradients sent 1 -> 0), then the optimizer.
+Each stage: 4 bf16 Linear(4096, 4096) layers (--layers, --hidden); micro-batch = 2048 tokens (--tokens); M micro-batches
+per step; all forwards (activations sent rank 0 -> 1), then all backwards (gradients sent 1 -> 0), then the
+optimizer.
 Theory (equal stages, free P2P): bubble = (p-1)/(m+p-1).
 """
 import argparse
@@ -17,12 +18,15 @@ from torch.profiler import ProfilerActivity, profile, schedule
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--micro", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=4096, help="hidden size d (Linear(d, d) layers)")
+    ap.add_argument("--tokens", type=int, default=2048, help="tokens per micro-batch")
+    ap.add_argument("--layers", type=int, default=4, help="layers per stage")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     dist.init_process_group("nccl")
     rank = dist.get_rank()
     torch.cuda.set_device(rank)
-    d, tok, layers, m = 4096, 2048, 4, a.micro
+    d, tok, layers, m = a.hidden, a.tokens, a.layers, a.micro
     torch.manual_seed(rank)
     stage = torch.nn.Sequential(*[torch.nn.Linear(d, d, bias=False) for _ in range(layers)]).cuda().to(torch.bfloat16)
     opt = torch.optim.SGD(stage.parameters(), lr=1e-6)
