@@ -101,10 +101,19 @@ def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ..
             raise
         _fail(f"{', '.join(map(str, inputs))}: could not analyse ({type(e).__name__}: {str(e).splitlines()[0]})")
         return
+    except Exception as e:  # a bug of ours: still one line and exit 2 (the contract); --debug shows the traceback
+        if debug:
+            raise
+        _fail(f"{', '.join(map(str, inputs))}: internal error ({_one_line(e)}); rerun with --debug and report it")
     if as_json:
         click.echo(verdict_render.dumps(result.verdict), nl=False)
     elif not quiet:
         terminal.render(result.verdict, footer=f"outputs: {out}/")
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:300]}" if text else type(e).__name__
 
 
 def _options(*, peak_tflops: float | None, model_flops: float | None, dcgm_period_s: float, memory_budget: str,
@@ -359,6 +368,10 @@ def batch(archives: tuple[Path, ...], out_dir: Path | None, executor: str, addre
             raise
         _fail(str(e))
         return
+    except Exception as e:  # not a run's error (those are rows of the summary): a bug of ours
+        if debug:
+            raise
+        _fail(f"batch: internal error ({_one_line(e)}); rerun with --debug and report it")
     finally:
         progress.stop()
     runs, failed, skipped = len(result.outcomes), result.count("failed"), result.count("skipped")

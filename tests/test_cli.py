@@ -121,3 +121,21 @@ def test_output_inside_input_folder_is_refused(tmp_path):
     write_trace(d / "a.json", [kernel("k", 1.0, 1.0, 1, 1)])
     r = cli(str(d), "--out", str(d / "out"))
     assert r.returncode == 2 and "input" in r.stderr
+
+
+def test_an_internal_error_is_one_line_and_exit_2(tmp_path, monkeypatch):
+    """The contract holds even for a bug of ours: one line, exit 2, no traceback (unless --debug)."""
+    from plasmient_report import pipeline
+
+    def boom(*a, **k):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(pipeline, "analyse", boom)
+    sample = Path(__file__).resolve().parent.parent / "sample_traces/h200_single/kineto_single.pt.trace.json.gz"
+    r = CliRunner().invoke(main, [str(sample), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "internal error (KeyError" in lines[0] and "--debug" in lines[0]
+    assert not (tmp_path / "o").exists()
+    r = CliRunner().invoke(main, [str(sample), "--out", str(tmp_path / "o"), "--debug"])
+    assert isinstance(r.exception, KeyError)

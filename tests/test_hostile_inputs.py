@@ -70,6 +70,7 @@ def check(inputs: list[Path], tmp: Path, expect: str, *extra: str) -> dict[str, 
     assert time.monotonic() - t0 < 120, "took too long"
     assert code in (0, 2), (code, stderr)
     assert "Traceback" not in stderr
+    assert "internal error" not in stderr, stderr  # the CLI's last-resort line: a bug, not a refusal
     assert {p: (p.read_bytes() if p.is_file() else None) for p in inputs} == before, "an input changed"
     assert {w: _listing(w) for w in _watched(inputs)} == listing, "wrote beside or into an input"
     assert not [x for x in tmp.iterdir() if x.name.startswith(".out.")], "a temporary output folder was left"
