@@ -66,15 +66,7 @@ def build_input(family: str, seed_idx: int, program: list[tuple[str, int]], fold
 
     name, data = seeds.seeds(family)[seed_idx]
     data = mutators.apply(family, data, program)
-    folder.mkdir(parents=True, exist_ok=True)
-    p = folder / mutators.file_name(family, name, data)
-    p.write_bytes(data)
-    inputs = [p]
-    if family in seeds.AUXILIARY and full:
-        tname, tdata = seeds.companion_trace()
-        (folder / tname).write_bytes(tdata)
-        inputs.insert(0, folder / tname)
-    return inputs
+    return seeds.place_inputs(folder, mutators.file_name(family, name, data), data, family, full)
 
 
 def worker(mem_mb: int) -> None:

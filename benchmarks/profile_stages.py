@@ -73,8 +73,7 @@ def main() -> None:
         for r in selection.rules:
             t = rules.registry.Thresholds({**rules.registry.COMMON_THRESHOLDS, **r.thresholds})
             with timed(f"rule {r.id} {r.name}"):
-                for _ in r.check(ctx, t) or ():
-                    pass
+                list(r.check(ctx, t) or ())
         context.cleanup(con)
         with timed("rules (all, via rules.run)"):
             rules.run(con, selection, a.ranges, precision, peaks)

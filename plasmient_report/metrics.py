@@ -27,29 +27,34 @@ AUX_ATTENTION_KERNEL_RE = r"(?i)(dot_do_o|convert_dq|convert_dkv)"
 
 
 def model_op_flops(con: duckdb.DuckDBPyConnection) -> int:
-    """Fill ops.flops from the FLOP models where the trace gave none; record each op's precision."""
-    names = list(MODELS)
-    rows = con.execute(
-        "SELECT op_id, name, input_dims, input_types, concrete_inputs, flops FROM ops "
-        "WHERE name IN (SELECT unnest(?::VARCHAR[]))", [names]).fetchall()
-    ids, flops, src, prec, nbytes = [], [], [], [], []
-    for op_id, name, dims, types, concrete, given in rows:
-        f = given if given is not None else op_flops(name, dims, concrete)
-        ids.append(op_id)
-        flops.append(f)
-        src.append(("op" if given is not None else "model") if f is not None else None)
-        prec.append(op_precision(types))
-        nbytes.append(op_bytes(name, dims, types))
-    if not ids:
+    """Fill ops.flops from the FLOP models where the trace gave none; record each op's precision and bytes.
+    The models run once per distinct (name, shapes, types, concrete inputs), not once per op: a long trace
+    repeats a few hundred shapes millions of times."""
+    shapes = con.execute("""
+        SELECT DISTINCT name, input_dims, input_types, concrete_inputs FROM ops
+        WHERE name IN (SELECT unnest(?::VARCHAR[]))""", [list(MODELS)]).fetchall()
+    if not shapes:
         return 0
-    tbl = pa.table({"op_id": pa.array(ids, pa.int64()), "f": pa.array(flops, pa.float64()),
-                    "s": pa.array(src, pa.string()), "p": pa.array(prec, pa.string()),
-                    "b": pa.array(nbytes, pa.float64())})
-    con.register("_op_model", tbl)
-    con.execute("UPDATE ops SET flops = m.f, flops_source = m.s, precision = m.p, bytes = m.b FROM _op_model m "
-                "WHERE ops.op_id = m.op_id")
+    con.register("_op_model", pa.table({
+        "name": pa.array([n for n, _, _, _ in shapes], pa.string()),
+        "dims": pa.array([d for _, d, _, _ in shapes], pa.string()),
+        "types": pa.array([t for _, _, t, _ in shapes], pa.string()),
+        "concrete": pa.array([c for _, _, _, c in shapes], pa.string()),
+        "f": pa.array([op_flops(n, d, c) for n, d, _, c in shapes], pa.float64()),
+        "p": pa.array([op_precision(t) for _, _, t, _ in shapes], pa.string()),
+        "b": pa.array([op_bytes(n, d, t) for n, d, t, _ in shapes], pa.float64())}))
+    # the trace's own `flops` arg wins over the model (SPEC §4 precedence)
+    con.execute("""
+        UPDATE ops SET flops = coalesce(ops.flops, m.f),
+                       flops_source = CASE WHEN ops.flops IS NOT NULL THEN 'op' WHEN m.f IS NOT NULL THEN 'model' END,
+                       precision = m.p, bytes = m.b
+        FROM _op_model m
+        WHERE ops.name = m.name AND ops.input_dims IS NOT DISTINCT FROM m.dims
+          AND ops.input_types IS NOT DISTINCT FROM m.types AND ops.concrete_inputs IS NOT DISTINCT FROM m.concrete""")
     con.unregister("_op_model")
-    return sum(1 for f in flops if f is not None)
+    row = one(con, "SELECT count(*) FROM ops WHERE flops IS NOT NULL AND name IN (SELECT unnest(?::VARCHAR[]))",
+              [list(MODELS)])
+    return int(row[0]) if row else 0
 
 
 # The element size a kernel's name gives away where the op's arguments carry no dtype (cat's TensorList):

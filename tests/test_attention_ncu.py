@@ -78,8 +78,7 @@ def tile_fraction(lq: int, s: int, bm: int, bn: int) -> float:
 
 @pytest.fixture(scope="module")
 def pairs() -> list[tuple[dict, dict]]:
-    if not TRACE.exists() or not NCU.exists():
-        pytest.skip("sample_traces/h200_attention not present")
+    assert TRACE.exists() and NCU.exists(), "sample_traces/h200_attention is committed: it must be there"
     kernels = model_kernels()
     # cuDNN's helpers (cudnn::fusion::compute_dot_do_o_specialized, convert_dq_to_16bits) escaped ncu's filter
     helpers = [k for k in kernels if HELPER_RE.search(k["name"]) and not NCU_FILTER.search(base(k["name"]))]

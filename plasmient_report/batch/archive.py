@@ -9,6 +9,7 @@ the disk. An archive already unpacked (same sha256) is not unpacked again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -140,11 +141,9 @@ def unpack(archive: Path, kind: str, dest: Path, budget: Budget) -> Path:
     """Unpack into `dest` (replaced atomically); reuse it when the archive's sha256 is the one unpacked there."""
     digest = sha256_file(archive)
     stamp = dest / STAMP
-    try:
+    with contextlib.suppress(OSError, ValueError):  # no stamp, or a broken one: unpack again
         if json.loads(stamp.read_text(encoding="utf-8")).get("sha256") == digest:
             return _content_root(dest)
-    except (OSError, ValueError):
-        pass
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:

@@ -8,6 +8,7 @@ A run that fails — bad input, a DuckDB error, anything — comes back as a fai
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -118,12 +119,10 @@ def _map_run(task: Task) -> Outcome:
                 "options_sha256": task.options_sha256,
                 "inputs": [{"path": p, "sha256": h} for p, h in zip(inputs, hashes, strict=True)]}
     if not task.force and _unchanged(run_dir, manifest, opts):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # unreadable outputs: analyse again
             verdict = json.loads((run_dir / "verdict.json").read_text(encoding="utf-8"))
             return Outcome(run.run_id, "skipped", None,
                            summary.rows_ok(run.run_id, verdict, inputs, hashes, _report(run_dir)))
-        except (OSError, ValueError):
-            pass  # unreadable outputs: analyse again
     try:
         verdict = _analyse(run, run_dir, opts)
     except Exception as e:  # noqa: BLE001 — any failure of one run is that run's row, never the batch's end

@@ -194,7 +194,9 @@ class ArrowExport(Export):
         return self._duck
 
     def adbc(self) -> Any:
-        raise NotImplementedError("an Arrow-family export has no SQLite connection")
+        # Every read of an Arrow-family export goes through scan() / rows(); only the SQLite Export has a
+        # driver connection, so reaching this is a programming error, not an unfinished feature.
+        raise TypeError(f"{self.path}: an nsys Arrow-family export is read with scan(), not through SQLite")
 
     def close(self) -> None:
         if self._duck is not None:

@@ -373,32 +373,38 @@ def waterfall_chart(achieved: float, losses: list[dict[str, Any]]) -> Markup:
     return svg(fig, "loss waterfall")
 
 
-def rank_bars_chart(ranks: list[dict[str, Any]]) -> Markup:
-    """One 100% stacked bar per rank: achieved, then each loss category."""
-    cats = ["achieved", *CATEGORIES]
-    fig = _figure(7.5, min(0.25 * len(ranks) + 1.0, 9), legend_below=True)
+def stacked_share_chart(shares: list[dict[str, float]], labels: list[str], xlabel: str, alt: str,
+                        max_height: float = 9) -> Markup:
+    """One 100% stacked bar per row: achieved, then each loss category (`shares[i][category]`, fractions)."""
+    fig = _figure(7.5, min(0.25 * len(shares) + 1.1, max_height), legend_below=True)
     ax = fig.add_subplot()
-    y = np.arange(len(ranks))
-    left = np.zeros(len(ranks))
+    y = np.arange(len(shares))
+    left = np.zeros(len(shares))
     present = []
-    for cat in cats:
-        if cat == "achieved":
-            vals = np.array([r.get("achieved_fraction_of_peak") or 0.0 for r in ranks])
-        else:
-            vals = np.array([sum(x["fraction"] for x in r.get("losses", []) if x["category"] == cat) for r in ranks])
+    for cat in ["achieved", *CATEGORIES]:
+        vals = np.array([row.get(cat) or 0.0 for row in shares])
         if not vals.any():
             continue
         present.append(cat)
         ax.barh(y, vals, left=left, color=category_colour(cat), height=0.75, linewidth=0)
         left += vals
-    ax.set_yticks(y, [f"rank {r['rank']}" for r in ranks] if len(ranks) <= 32 else [""] * len(ranks))
+    ax.set_yticks(y, labels)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xticks(np.linspace(0, 1, 6), [f"{v:.0%}" for v in np.linspace(0, 1, 6)])
-    ax.set_xlabel("share of each rank's window", fontsize=8)
+    ax.set_xlabel(xlabel, fontsize=8)
     _style(ax)
     _legend(fig, [Patch(color=category_colour(c), label=c.replace("_", " ")) for c in present])
-    return svg(fig, "where each rank's peak went")
+    return svg(fig, alt)
+
+
+def rank_bars_chart(ranks: list[dict[str, Any]]) -> Markup:
+    """One 100% stacked bar per rank: achieved, then each loss category."""
+    shares = [{"achieved": r.get("achieved_fraction_of_peak") or 0.0,
+               **{c: sum(x["fraction"] for x in r.get("losses", []) if x["category"] == c) for c in CATEGORIES}}
+              for r in ranks]
+    labels = [f"rank {r['rank']}" for r in ranks] if len(ranks) <= 32 else [""] * len(ranks)
+    return stacked_share_chart(shares, labels, "share of each rank's window", "where each rank's peak went")
 
 
 def _time_unit(span_ns: float) -> tuple[float, str]:

@@ -14,7 +14,7 @@ from matplotlib.patches import Patch
 
 from .. import __version__
 from ..metrics import CATEGORIES
-from .html import _FG, _env, _figure, _legend, _style, category_colour, start_page, svg
+from .html import _FG, _env, _figure, _legend, _style, category_colour, stacked_share_chart, start_page, svg
 
 MAX_BARS = 40      # runs in the stacked-bar chart (the table has them all)
 MAX_LABELS = 40    # scatter points numbered by their table row up to this many runs
@@ -86,29 +86,10 @@ def scatter_chart(ok: list[dict[str, Any]]) -> Markup:
 
 def bars_chart(ok: list[dict[str, Any]]) -> Markup:
     """One 100% bar per run (most headroom first): achieved, then each loss category."""
-    cats = ["achieved", *CATEGORIES]
-    fig = _figure(7.5, min(0.26 * len(ok) + 1.2, 12), legend_below=True)
-    ax = fig.add_subplot()
-    y = np.arange(len(ok))
-    left = np.zeros(len(ok))
-    present = []
-    for cat in cats:
-        key = "achieved_fraction_of_peak" if cat == "achieved" else f"loss_{cat}"
-        vals = np.array([r.get(key) or 0.0 for r in ok])
-        if not vals.any():
-            continue
-        present.append(cat)
-        ax.barh(y, vals, left=left, color=category_colour(cat), height=0.75, linewidth=0)
-        left += vals
-    ax.set_yticks(y, [f"{i}. {_short(r['run_id'])}" for i, r in enumerate(ok, start=1)])
-    ax.invert_yaxis()
-    ax.set_xlim(0, 1)
-    ticks = np.linspace(0, 1, 6)
-    ax.set_xticks(ticks, [f"{v:.0%}" for v in ticks])
-    ax.set_xlabel("share of each run's window (100% = peak)", fontsize=8)
-    _style(ax)
-    _legend(fig, [Patch(color=category_colour(c), label=c.replace("_", " ")) for c in present])
-    return svg(fig, "where each run's peak went")
+    shares = [{"achieved": r.get("achieved_fraction_of_peak") or 0.0, **{c: r.get(f"loss_{c}") or 0.0 for c in CATEGORIES}}
+              for r in ok]
+    return stacked_share_chart(shares, [f"{i}. {_short(r['run_id'])}" for i, r in enumerate(ok, start=1)],
+                               "share of each run's window (100% = peak)", "where each run's peak went", max_height=12)
 
 
 def _short(run_id: str, n: int = 38) -> str:

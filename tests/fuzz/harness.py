@@ -27,7 +27,7 @@ class Hang(BaseException):
 
 
 class ContractViolation(AssertionError):
-    pass
+    """An input broke the contract: an exception other than a one-line BadInput, a changed input, a stray file."""
 
 
 @contextmanager

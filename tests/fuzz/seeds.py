@@ -107,3 +107,17 @@ def companion_trace() -> tuple[str, bytes]:
     """The (unmutated) trace an auxiliary file is analysed beside: the cut single-GPU Kineto trace, whose
     recording the counter-log samples come from."""
     return seeds("kineto")[1]
+
+
+def place_inputs(folder: Path, name: str, data: bytes, family: str, full: bool) -> list[Path]:
+    """Write one (mutated) input into `folder`; a counter log run through the whole job gets its trace beside it.
+    Returns the inputs, the trace first."""
+    folder.mkdir(parents=True, exist_ok=True)
+    p = folder / name
+    p.write_bytes(data)
+    inputs = [p]
+    if family in AUXILIARY and full:
+        tname, tdata = companion_trace()
+        (folder / tname).write_bytes(tdata)
+        inputs.insert(0, folder / tname)
+    return inputs

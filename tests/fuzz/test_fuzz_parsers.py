@@ -44,15 +44,7 @@ def run_mutated(family: str, seed: int, program: list[tuple[str, int]], full: bo
     data = mutators.apply(family, data, program)
     with tempfile.TemporaryDirectory(prefix="plasmient-fuzz-") as tmp:
         work = Path(tmp)
-        folder = work / "in"
-        folder.mkdir()
-        target = folder / mutators.file_name(family, name, data)
-        target.write_bytes(data)
-        inputs = [target]
-        if family in seeds.AUXILIARY and full:
-            tname, tdata = seeds.companion_trace()
-            (folder / tname).write_bytes(tdata)
-            inputs.insert(0, folder / tname)
+        inputs = seeds.place_inputs(work / "in", mutators.file_name(family, name, data), data, family, full)
         return run_contract(inputs, work, full=full, limit_s=120)
 
 
