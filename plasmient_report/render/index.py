@@ -1,6 +1,6 @@
 """index.html of a batch: the fleet on one self-contained page — runs ranked by headroom, each linking to its own
-report.html, where each run's peak went, and the runs that failed with their error. Built from the summary rows
-(summary.parquet), nothing else: no store, no files of the runs."""
+report.html, where each run's peak went, the runs that failed with their error, and what was in no run, with why.
+Built from the summary rows (summary.parquet), nothing else: no store, no files of the runs."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ def context(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
     runs = [r for r in rows if r["level"] == "run"]
     ok = sorted((r for r in runs if r["status"] == "ok"), key=_rank_key)
     failed = sorted((r for r in runs if r["status"] != "ok"), key=lambda r: r["run_id"])
+    unread = sorted((r for r in rows if r["level"] == "unread"), key=lambda r: r["run_id"])
     ranks: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if r["level"] == "rank":
@@ -42,7 +43,7 @@ def context(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
     gpu_rows = [r for r in rows if r["level"] == "rank" and r["status"] == "ok"]
     achieved = [r["achieved_fraction_of_peak"] for r in ok if r.get("achieved_fraction_of_peak") is not None]
     return {
-        "title": title, "version": __version__, "ok": ok, "failed": failed, "ranks": ranks,
+        "title": title, "version": __version__, "ok": ok, "failed": failed, "unread": unread, "ranks": ranks,
         "n_runs": len(runs), "n_gpus": len(gpu_rows),
         "fleet_utilization": _weighted(gpu_rows, "utilization"),
         "fleet_achieved": _weighted(gpu_rows, "achieved_fraction_of_peak"),
