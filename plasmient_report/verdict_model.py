@@ -395,11 +395,12 @@ def _type_name(t: Any) -> str:
     if isinstance(t, mi.NoneType):
         return "null"
     if isinstance(t, mi.ListType):
-        return f"list of {_type_name(t.item_type)}"
+        item = _type_name(t.item_type)
+        return f"list of ({item})" if " or " in item else f"list of {item}"
     if isinstance(t, mi.DictType):
         return "object"
     if isinstance(t, mi.StructType):
-        return t.cls.__name__
+        return "object"
     return {mi.IntType: "integer", mi.FloatType: "number", mi.StrType: "string", mi.BoolType: "boolean",
             mi.AnyType: "any"}.get(type(t), type(t).__name__)
 
@@ -467,12 +468,26 @@ verdict) by `python -m plasmient_report.verdict_model --write`, which also write
 """
 
 
+DOC_TAIL = """
+## Notes
+
+- `top_kernels` and `top_ops` hold the first 20 groups by kernel time inside the analysed window (kernels cut by
+  the window counted pro rata). Bytes come from the byte models of `plasmient_report/flops.py` (`op_bytes` for
+  matmul-like ops, `op_traffic_bytes` for norms, softmax, reductions, embedding, copies, gathers / scatters, cat
+  and elementwise ops), evaluated once per distinct shape; `bound` compares arithmetic intensity with the ridge
+  point (peak / bandwidth) of the GPU. `report.html` shows the same two tables ("Top kernels", "Top ops").
+- `findings[].evidence` is each rule's own record (its keys are listed on the rule's page,
+  `plasmient-report rules --explain ID`); everything else above is stable.
+- The store behind the verdict (`run.duckdb`) is documented in docs/schema.md.
+"""
+
+
 def doc_text() -> str:
     lines = [DOC_HEAD.rstrip("\n")]
     for path, type_name, desc, required in key_rows():
         opt = "" if required else " *optional*"
         lines.append(f"| `{path}` | {type_name}{opt} | {desc.replace('|', '/')} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + DOC_TAIL
 
 
 SCHEMA_PATH = Path(__file__).with_name("verdict.schema.json")
