@@ -98,6 +98,12 @@ def run_store(inputs: Sequence[Path], opts: Options) -> Iterator[duckdb.DuckDBPy
 Progress = Callable[[str, int, int], None]
 
 
+def _sentences(items: Sequence[str]) -> str | None:
+    """A parser's notes as one text: joined with '; ' without doubling their full stops (not 'collected.; Not')."""
+    parts = [s.strip().rstrip(".;").strip() for s in items if s and s.strip()]
+    return "; ".join(parts) or None
+
+
 def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Progress | None = None,
            cache_dir: Path | None = None, parse_options: parsers.ParseOptions | None = None) -> None:
     found = parsers.discover(list(inputs), cache_dir)
@@ -113,8 +119,8 @@ def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Pro
             [i, path_text(d.path), info.format, info.format_version, info.host, info.rank,
              "multi" if info.multi_rank else info.rank_method, info.world_size,
              info.clock_anchor, info.base_time_ns, _io.sha256_of(d.path), _io.size_of(d.path), info.events,
-             "; ".join(info.notes) or None, info.time_zone, info.sample_period_ns,
-             "; ".join(info.incomplete) or None, info.dropped_events])
+             _sentences(info.notes), info.time_zone, info.sample_period_ns,
+             _sentences(info.incomplete), info.dropped_events])
         if info.gpu_events == 0 and d.format not in parsers.AUXILIARY:
             if len(found) == 1:
                 raise BadInput(d.path, "trace has no GPU kernels or copies (a CPU-only profile?)")

@@ -14,6 +14,7 @@ from matplotlib.patches import Patch
 
 from .. import __version__
 from ..metrics import CATEGORIES
+from ._format import category_label
 from .html import _FG, _env, _figure, _legend, _style, category_colour, stacked_share_chart, start_page, svg
 
 MAX_BARS = 40      # runs in the stacked-bar chart (the table has them all)
@@ -81,7 +82,7 @@ def scatter_chart(ok: list[dict[str, Any]]) -> Markup:
     ax.set_xlabel("GPU utilization (trace): what the dashboard shows", fontsize=8)
     ax.set_ylabel("achieved fraction of peak", fontsize=8)
     _style(ax, grid_axis="both")
-    _legend(fig, [Patch(color=category_colour(c), label=f"largest loss: {c.replace('_', ' ')}") for c in present])
+    _legend(fig, [Patch(color=category_colour(c), label=f"largest loss: {category_label(c)}") for c in present])
     return svg(fig, "utilization against achieved fraction of peak, per run")
 
 
