@@ -350,7 +350,10 @@ def peaks(gpu: str | None, peaks_file: Path | None) -> None:
     rows = table
     chosen = None
     if gpu:
-        chosen = match_gpu(gpu, table)
+        try:
+            chosen = match_gpu(gpu, table)
+        except BadInput:  # an ambiguous name: the entries it matches are listed below
+            chosen = None
         rows = _matching_gpus(gpu, table)
         if chosen is not None and chosen not in rows:
             rows = [chosen, *rows]

@@ -48,8 +48,8 @@ class RunInfo(_Struct, kw_only=True):
     inputs: Annotated[list[str], _d("input paths as given on the command line")]
     ranks: Annotated[list[int | None], _d("ranks with GPU activity in the inputs")]
     gpus: Annotated[list[GpuEntry], _d("one entry per (rank, device) with GPU activity")]
-    window_ns: Annotated[int | None, _d("ns: the analysed window (the longest rank's; with --range: the union of "
-                                        "the range's occurrences)")]
+    window_ns: Annotated[int | None, _d("ns: the analysed window, summed over the ranks' windows (each rank's "
+                                        "profiled window; with --range: the union of its occurrences)")]
     range: Annotated[list[str] | None, _d("the --range patterns, or null for the whole profiled window")]
     occurrences: Annotated[int | None, _d("occurrences of the range in the window (1 without --range)")]
 
@@ -155,6 +155,7 @@ class RankSummary(_Struct, kw_only=True):
     utilization: Annotated[WindowUtilization, _d("utilization of this rank's window")]
     achieved_fraction_of_peak: Annotated[float | None, _d("fraction: useful FLOP/s over this GPU's peak "
                                                           "(null: unknown)")]
+    achieved_is_lower_bound: Annotated[bool, _d("true when this GPU's work without a FLOP estimate is material")] = False
     window_ns: Annotated[int | None, _d("ns: this rank's analysed window")]
     flops: Annotated[float | None, _d("FLOP: useful work counted in the window")]
     losses: Annotated[list[Loss], _d("this rank's waterfall")]
@@ -174,6 +175,8 @@ class RangeSummary(_Struct, kw_only=True):
                                                      "window (counter logs)")] = None
     achieved_fraction_of_peak: Annotated[float | None, _d("fraction: useful FLOP/s over peak in the range's "
                                                           "window (null: unknown)")]
+    achieved_is_lower_bound: Annotated[bool, _d("true when the range's work without a FLOP estimate is "
+                                                "material")] = False
     flops: Annotated[float | None, _d("FLOP: useful work counted in the range's window")]
     missing_ranks: Annotated[list[int], _d("ranks of the run on which the range does not occur")] = []
     losses: Annotated[list[Loss], _d("the range's waterfall")] = []
@@ -212,9 +215,13 @@ class Coverage(_Struct, kw_only=True):
     kernels_with_flops_time_fraction: Annotated[float | None, _d("fraction 0–1 of compute-kernel time in the "
                                                                  "window with a FLOP estimate")]
     run_kernels_with_flops_time_fraction: Annotated[float | None, _d("the same over the whole run")]
-    kernels_flops_from_model: Annotated[int, _d("kernels whose FLOPs come from --model-flops")]
-    kernels_flops_from_trace: Annotated[int, _d("kernels whose FLOPs come from op shapes in the trace")]
+    kernels_flops_from_model: Annotated[int, _d("kernels whose FLOPs come from a shape model of their op "
+                                                "(flops.py; flops_source 'model')")]
+    kernels_flops_from_trace: Annotated[int, _d("kernels whose FLOPs come from the trace's own `flops` arg "
+                                                "(flops_source 'op')")]
     kernels_flops_from_ncu: Annotated[int, _d("kernels whose FLOPs come from Nsight Compute")]
+    kernels_flops_from_user: Annotated[int, _d("kernels whose FLOPs come from --model-flops spread by time "
+                                               "(flops_source 'user')")] = 0
     communication_time_fraction: Annotated[float | None, _d("fraction 0–1 of kernel time in communication "
                                                             "kernels")]
     unknown_flops_time_fraction: Annotated[float | None, _d("fraction 0–1 of compute time in kernels that may do "
