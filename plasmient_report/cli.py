@@ -18,7 +18,8 @@ import click
 import duckdb
 
 from . import __version__
-from .errors import BadInput, path_text, raise_on_termination, restore_handlers
+from .errors import BadInput, Interrupted, path_text
+from .interrupt import interrupted, raise_on_termination, restore_handlers
 
 EXAMPLES = """\b
 Examples:
@@ -62,6 +63,9 @@ class DefaultGroup(click.Group):
 
 
 def _fail(msg: str, debug: bool = False) -> NoReturn:
+    signum = interrupted()
+    if signum is not None:  # an error that a library made of an interruption (DuckDB: 'Query interrupted')
+        raise Interrupted(signum)
     click.echo(f"plasmient-report: error: {path_text(msg)}", err=True)
     sys.exit(2)
 

@@ -45,29 +45,3 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         self.signum = signum
         super().__init__(signum)
-
-
-def raise_on_termination() -> dict[int, object]:
-    """Make SIGTERM and SIGHUP raise `Interrupted` in the main thread (as SIGINT raises KeyboardInterrupt).
-    Returns the previous handlers (to put back); does nothing outside the main thread."""
-    import signal
-    import threading
-
-    previous: dict[int, object] = {}
-    if threading.current_thread() is not threading.main_thread():
-        return previous
-
-    def handler(signum: int, frame: object) -> None:
-        raise Interrupted(signum)
-
-    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-        if sig is not None:
-            previous[sig] = signal.signal(sig, handler)
-    return previous
-
-
-def restore_handlers(previous: dict[int, object]) -> None:
-    import signal
-
-    for sig, h in previous.items():
-        signal.signal(sig, h)  # type: ignore[arg-type]

@@ -101,8 +101,11 @@ def _check_place(out: Path, shown: Path) -> None:
     resolved = out.resolve()
     if resolved == Path(resolved.anchor):
         raise BadInput(shown, "refusing to write the output into the file-system root; choose another --out")
-    home = Path.home().resolve()
-    if resolved == home or resolved in home.parents:
+    try:
+        home: Path | None = Path.home().resolve()
+    except (RuntimeError, KeyError, OSError):  # no home folder known (a service account): nothing to protect there
+        home = None
+    if home is not None and (resolved == home or resolved in home.parents):
         raise BadInput(shown, "refusing to write the output over the home folder; choose another --out")
     cwd = Path.cwd().resolve()
     if resolved == cwd or resolved in cwd.parents:

@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 
 from . import align as align_stage
-from . import judge, metrics, outdir, parsers, rules, store
+from . import interrupt, judge, metrics, outdir, parsers, rules, store
 from . import scratch as scratch_mod
 from .errors import BadInput, path_text
 from .parsers import _io
@@ -79,9 +79,12 @@ def open_store(opts: Options, where: scratch_mod.Scratch) -> tuple[duckdb.DuckDB
     # folder, which the next run sweeps if this one is killed.
     spill = where.path / f"spill-{uuid.uuid4().hex[:12]}"
     if opts.memory_budget is None:
-        return store.connect(temp_dir=spill), spill
-    limit = max(MIN_DUCKDB_MEMORY, opts.memory_budget - PYTHON_RESERVE)
-    return store.connect(memory_limit_bytes=limit, temp_dir=spill), spill
+        con = store.connect(temp_dir=spill)
+    else:
+        limit = max(MIN_DUCKDB_MEMORY, opts.memory_budget - PYTHON_RESERVE)
+        con = store.connect(memory_limit_bytes=limit, temp_dir=spill)
+    interrupt.watch(con)  # a signal interrupts its queries (DuckDB holds the main thread while one runs)
+    return con, spill
 
 
 @contextlib.contextmanager

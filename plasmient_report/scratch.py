@@ -72,10 +72,23 @@ def alive(pid: int, started: int | None) -> bool:
         return False
     except PermissionError:
         pass  # exists, another user's
+    state = _state(pid)
+    if state in ("Z", "X"):  # a zombie (its parent died and nobody reaped it yet) runs no more code: dead
+        return False
     if started is None:
         return True
     now = start_time(pid)
     return now is None or now == started
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()
+    return fields[0].decode() if fields else None
 
 
 def root() -> Path:

@@ -408,8 +408,9 @@ def _type_name(t: Any) -> str:
         return "object"
     if isinstance(t, mi.StructType):
         return "object"
-    return {mi.IntType: "integer", mi.FloatType: "number", mi.StrType: "string", mi.BoolType: "boolean",
-            mi.AnyType: "any"}.get(type(t), type(t).__name__)
+    scalar: dict[type, str] = {mi.IntType: "integer", mi.FloatType: "number", mi.StrType: "string",
+                               mi.BoolType: "boolean", mi.AnyType: "any"}
+    return scalar.get(type(t), type(t).__name__)
 
 
 def _struct_of(t: Any) -> Any:

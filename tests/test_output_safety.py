@@ -270,6 +270,14 @@ if WHERE == "writing":  # inside the staging folder, after verdict.json
 elif WHERE == "analysing":  # after the ingest (the store holds the trace; spill and segments in scratch)
     from plasmient_report import align as _a
     _a.align = lambda *a, **k: stall()
+elif WHERE == "in-duckdb":  # inside a long DuckDB query, which turns a signal into RuntimeError
+    from plasmient_report import align as _a
+
+    def busy(con, *a, **k):
+        FLAG.mkdir(exist_ok=True)
+        (FLAG / str(os.getpid())).write_text("")
+        con.execute("SELECT count(*) FROM range(100000000000) t(i) WHERE i % 7 = 3").fetchall()
+    _a.align = busy
 elif WHERE == "batch-worker":  # in each pool worker (spawned workers import this file as __mp_main__)
     from plasmient_report.batch import mapper as _m
     _m._analyse = lambda *a, **k: stall()
@@ -314,7 +322,7 @@ def leftovers(tmp: Path, env: dict[str, str]) -> list[str]:
 
 @pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"),
                                            (signal.SIGTERM, 143, "terminated (SIGTERM)")])
-@pytest.mark.parametrize("where", ["analysing", "writing"])
+@pytest.mark.parametrize("where", ["analysing", "in-duckdb", "writing"])
 def test_interrupted_run_says_so_and_leaves_nothing(trace: Path, tmp_path: Path, sig: int, code: int, word: str,
                                                     where: str) -> None:
     out = tmp_path / "out"
@@ -384,7 +392,8 @@ def test_the_batch_workers_die_with_the_batch(tmp_path: Path, sig: int) -> None:
                         "--no-html", "--no-trace"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert sorted(x.name for x in (out / "runs").iterdir()) == ["fleet__a", "fleet__b"]
-    assert leftovers(tmp_path, env) == []
+    left = leftovers(tmp_path, env)
+    assert left == [], (left, {p: Path(p).read_text() for p in left if p.endswith(".lock")}, workers, p.pid)
 
 
 # ------------------------------------------------------------------------------------------- odd file names

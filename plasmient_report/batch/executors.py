@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from ..errors import BadInput, raise_on_termination
+from ..errors import BadInput
+from ..interrupt import interrupted, raise_on_termination
 from .mapper import Outcome, Task, lost, map_run
 
 OnDone = Callable[[Outcome], None]
@@ -57,7 +58,7 @@ def worker_init(parent_pid: int) -> None:
     SIGTERM — from the parent stopping the batch, or the parent's death — interrupts the run, which removes its
     scratch and staging folders on the way out."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise_on_termination()
+    raise_on_termination(sigint=False)
     _die_with_parent()
     if os.getppid() != parent_pid:  # the parent died before the line above: do not start
         os._exit(128 + signal.SIGTERM)
@@ -67,9 +68,13 @@ def guarded(mapper: Mapper, task: Task) -> Outcome:
     """The mapper in a worker: an interruption ends the worker process once the run has cleaned up (the parent is
     stopping, or gone; nothing is sent back)."""
     try:
-        return mapper(task)
+        out = mapper(task)
     except KeyboardInterrupt as e:
         os._exit(128 + int(getattr(e, "signum", signal.SIGINT)))
+    signum = interrupted()
+    if signum is not None:  # interrupted inside a library, which made it a run's error: not this run's outcome
+        os._exit(128 + signum)
+    return out
 
 
 def stop_workers(pool: ProcessPoolExecutor, grace_s: float = STOP_GRACE_S) -> None:

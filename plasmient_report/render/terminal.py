@@ -128,9 +128,9 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
         tbl.add_column("util", justify="right")
         tbl.add_column("achieved", justify="right")
         tbl.add_column("largest loss", no_wrap=True, overflow="ellipsis")
-        for r in ranks:
-            top = r.losses[0] if r.losses else None
-            tbl.add_row(f"  {r.rank}", str(r.device), pct(r.utilization.trace), pct(r.achieved_fraction_of_peak),
+        for rk in ranks:
+            top = rk.losses[0] if rk.losses else None
+            tbl.add_row(f"  {rk.rank}", str(rk.device), pct(rk.utilization.trace), pct(rk.achieved_fraction_of_peak),
                         f"{category_label(top.category)} {pct(top.fraction)}" if top else "")
         lines.append(tbl)
     elif len(ranks) > 1:
