@@ -14,6 +14,7 @@ import pytest
 from plasmient_report import metrics, pipeline, store
 from plasmient_report.errors import BadInput
 from plasmient_report.parsers import detect, nsys
+from plasmient_report.parsers.nsys import gpu_metrics
 from plasmient_report.peaks import load_table
 
 from .conftest import corpus_file
@@ -380,7 +381,7 @@ def test_sqlite_that_is_not_an_nsys_export(tmp_path: Path):
 def test_gpu_metrics_read_in_rowid_chunks(monkeypatch: pytest.MonkeyPatch, workload):
     """Large exports insert GPU_METRICS in rowid chunks with a checkpoint between (bounded memory): the same rows."""
     path, con0, _ = workload
-    monkeypatch.setattr(nsys, "COUNTER_CHUNK_ROWS", 100_000)
+    monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 100_000)
     con, _ = ingest(path)
     q = "SELECT metric, count(*), round(sum(value), 6), min(start_ns), max(end_ns) FROM counters GROUP BY 1 ORDER BY 1"
     assert con.execute(q).fetchall() == con0.cursor().execute(q).fetchall()

@@ -15,7 +15,7 @@ import polars as pl
 
 from ..errors import BadInput
 from . import _counters as C
-from .base import ParseOptions, SourceInfo
+from .base import Format, ParseOptions, Sniff, SourceInfo
 
 MIB = float(1 << 20)
 # dmon column → (metric, factor). `sm` is NVML utilization.gpu; `pclk` the SM (processor) clock.
@@ -142,3 +142,14 @@ def _dated_from_mtime(times: pl.Series, path: Path, zone: str) -> pl.Series:
     naive = pl.Series(naive_ns, dtype=pl.Int64).cast(pl.Datetime("ns"))
     naive = pl.select(pl.when(pl.Series(valid)).then(naive).otherwise(None)).to_series()
     return C.local_to_utc_ns(naive, zone)
+
+
+def sniff(s: Sniff) -> str | None:
+    first = s.first_line
+    if (first.startswith("#") and " gpu " in f" {first} " and ("pwr" in first or " sm " in first)) or \
+            looks_like_dmon(first):
+        return "nvidia-smi-dmon"
+    return None
+
+
+FORMATS = (Format("nvidia-smi-dmon", "nvidia-smi dmon log", ingest, auxiliary=True),)

@@ -14,7 +14,7 @@ import polars as pl
 
 from ..errors import BadInput
 from . import _counters as C
-from .base import ParseOptions, SourceInfo
+from .base import Format, ParseOptions, Sniff, SourceInfo
 
 TIME_RE = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?$")
 BUS_RE = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
@@ -156,3 +156,13 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     return SourceInfo(format="nvidia-smi-query", format_version=f"fields: {', '.join(names)}", rank=None,
                       rank_method="counters", clock_anchor="anchored", events=w.rows, notes=notes, time_zone=zone,
                       sample_period_ns=w.effective_period_ns)
+
+
+def sniff(s: Sniff) -> str | None:
+    first = s.first_line
+    if first.startswith("timestamp,") or first.startswith("timestamp, ") or looks_headerless(first):
+        return "nvidia-smi-query"
+    return None
+
+
+FORMATS = (Format("nvidia-smi-query", "nvidia-smi --query-gpu CSV", ingest, auxiliary=True),)
