@@ -20,7 +20,7 @@ import duckdb
 
 from ..errors import BadInput
 from . import dcgm_exporter, dcgmi_dmon, kineto, ncu, nsys, nsys_rep, nvidia_smi_dmon, nvidia_smi_query, nvml_csv
-from .base import Format, ParseOptions, Parser, Sniff, SourceInfo
+from .base import BOM, Format, ParseOptions, Parser, Sniff, SourceInfo
 from .nsys.arrow import export_kind as nsys_export_kind
 
 __all__ = ["AUXILIARY", "FORMATS", "MODULES", "PARSERS", "Detected", "Format", "ParseOptions", "Parser", "SourceInfo",
@@ -40,6 +40,7 @@ NSYS_EXPORTS = frozenset({"nsys-sqlite", "nsys-parquetdir", "nsys-arrow"})
 TRACES = frozenset({"kineto"}) | NSYS_EXPORTS
 MAX_FOLDER_DEPTH = 12
 HEAD_BYTES = 4096
+WHITESPACE_LIMIT = 1 << 20  # leading whitespace skipped to find the first bytes of content
 
 
 @dataclass(frozen=True)
@@ -49,15 +50,24 @@ class Detected:
 
 
 def _head(path: Path, n: int = HEAD_BYTES) -> bytes:
+    """The first `n` bytes of the (decompressed) content after any leading whitespace (and a UTF-8 BOM), looking
+    at most WHITESPACE_LIMIT bytes into the file for it."""
     with open(path, "rb") as f:
-        raw = f.read(n)
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            with gzip.open(path, "rb") as g:
-                raw = g.read(n)
-        except (OSError, EOFError, zlib.error) as e:
+        gz = f.read(2) == b"\x1f\x8b"
+    try:
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
+            raw = f.read(n)
+            if raw[:3] == BOM:
+                raw = raw[3:]
+            skipped = 0
+            while raw and not raw.strip() and skipped < WHITESPACE_LIMIT:
+                skipped += len(raw)
+                raw = f.read(n)
+            return raw.lstrip() if skipped else raw
+    except (OSError, EOFError, zlib.error) as e:
+        if gz:
             raise BadInput(path, f"corrupt or truncated gzip ({e})") from None
-    return raw
+        raise
 
 
 def detect(path: Path) -> str | None:
@@ -79,7 +89,7 @@ def detect(path: Path) -> str | None:
         raise BadInput(path, "permission denied") from None
     except OSError as e:
         raise BadInput(path, f"cannot read ({e.strerror or e})") from None
-    s = Sniff(path=path, size=st.st_size, head=head[3:] if head[:3] == b"\xef\xbb\xbf" else head)
+    s = Sniff(path=path, size=st.st_size, head=head)
     for m in MODULES:
         fmt = m.sniff(s)
         if fmt is not None:

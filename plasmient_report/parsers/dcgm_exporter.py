@@ -163,6 +163,7 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     wide = long.pivot(on="metric", index=["t_ns", "raw_time", "gpu_index", "gpu_uuid", "entity"], values="value",
                       aggregate_function="mean")
     w = C.emit(con, source_id, wide, anchor)
+    notes += w.notes
     C.add_devices(con, source_id, [d for d in devices.values() if d[0] is not None or d[1] is not None])
     if long.filter(pl.col("entity").str.starts_with("GPU-I")).height:
         notes.append("MIG instance series (GPU_I_ID) are kept with their entity, not matched to a GPU")

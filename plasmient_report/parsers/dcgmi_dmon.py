@@ -187,6 +187,7 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
         **{m: pl.Series(v, dtype=pl.Float64) for m, v in cols.items()},
     })
     w = C.emit(con, source_id, wide, anchor, period_ns)
+    notes += w.notes
     if any(r[3] != "GPU" for r in rows):
         notes.append("rows of non-GPU entities (GPU-I, GPU-CI, …) are kept with their entity, not matched to a GPU")
     return SourceInfo(format="dcgmi-dmon", format_version=version, rank=None, rank_method="counters",

@@ -111,6 +111,7 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     wide = frame.select(pl.col("t_ns"), pl.col("raw_time"), pl.col("gpu_index"), pl.lit(None, pl.Utf8).alias("gpu_uuid"),
                         pl.lit(None, pl.Utf8).alias("entity"), *[e.alias(m) for m, e in metrics.items()])
     w = C.emit(con, source_id, wide, anchor, period_ns)
+    notes += w.notes
     return SourceInfo(format="nvidia-smi-dmon", format_version=version, rank=None, rank_method="counters",
                       clock_anchor=anchor, events=w.rows, notes=notes, time_zone=zone,
                       sample_period_ns=w.effective_period_ns)

@@ -145,6 +145,7 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     if wide.height == 0:
         raise BadInput(path, "nvidia-smi --query-gpu CSV has no sample rows")
     w = C.emit(con, source_id, wide, "anchored")
+    notes += w.notes
     dev_cols = [pl.col(f"c{gi}").cast(pl.Int32, strict=False) if gi is not None else pl.lit(None, pl.Int32),
                 pl.col(f"c{ui}") if ui is not None else pl.lit(None, pl.Utf8),
                 pl.col(f"c{bi}") if bi is not None else pl.lit(None, pl.Utf8),

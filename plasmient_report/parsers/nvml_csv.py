@@ -111,6 +111,7 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     if wide.height == 0:
         raise BadInput(path, "NVML CSV has no sample rows")
     w = C.emit(con, source_id, wide, "native")
+    notes += w.notes
     if "gpu_index" not in ident:
         notes.append("no GPU column: samples taken to be of GPU 0")
     if "gpu_uuid" in ident or "bus_id" in ident or "name" in ident:

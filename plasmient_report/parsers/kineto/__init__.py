@@ -19,10 +19,9 @@ from pathlib import Path
 import duckdb
 import msgspec
 
-from ... import peaks
 from ...errors import BadInput
 from ...store import one
-from .. import ranks
+from .. import gpus, ranks
 from ..base import Format, SourceInfo
 from . import decode, emit, schema
 from .schema import DeviceProp, DeviceRow
@@ -205,23 +204,20 @@ def _clean(con: duckdb.DuckDBPyConnection, path: Path, info: KinetoSource) -> No
 
 
 def _devices(con: duckdb.DuckDBPyConnection, head: schema.Head, info: KinetoSource) -> list[DeviceRow]:
-    """The `devices` rows: the properties of every device id GPU work ran on (schema.map_devices), and a GPU
-    with no name identified from its properties against the peak table (said in the notes)."""
+    """The `devices` rows: the properties of every device id GPU work ran on (schema.map_devices); a GPU the
+    trace does not name (or names generically) is identified from its properties (parsers.gpus)."""
     used = [int(d) for (d,) in con.execute(
         f"SELECT DISTINCT {emit.device_sql()} AS d FROM _kin_gpu WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') "
         "AND name IS NOT NULL AND d IS NOT NULL AND d BETWEEN 0 AND 2147483647").fetchall()]
     rows, notes = schema.map_devices(used, head.devices, head.rocm)
     info.notes += notes
-    out = []
+    out, said = [], set()
     for r in rows:
-        if r.name is None and (r.compute_capability or r.sm_count or r.memory_bytes):
-            ident = peaks.identify(vendor=r.vendor, compute_capability=r.compute_capability, sm_count=r.sm_count,
-                                   memory_bytes=r.memory_bytes)
-            info.notes.append(f"device {r.device}: {ident.sentence}")
-            if ident.gpu is not None:
-                r = DeviceRow(r.device, ident.gpu.name, r.sm_count, r.memory_bytes, r.compute_capability,
-                              r.vendor or ident.gpu.vendor)
-        out.append(r)
+        name, note = gpus.name_from_properties(r.name, r.vendor, r.compute_capability, r.sm_count, r.memory_bytes)
+        if note and note not in said:
+            said.add(note)
+            info.notes.append(f"device {r.device}: {note}")
+        out.append(DeviceRow(r.device, name, r.sm_count, r.memory_bytes, r.compute_capability, r.vendor))
     return out
 
 

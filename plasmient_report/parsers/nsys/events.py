@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from ...errors import BadInput
 from ...store import one
+from .. import gpus
 from . import nccl
 from .metadata import NVTX_DOMAIN_CREATE, NVTX_PUSHPOP, NVTX_STARTEND, NsysSource
 from .reader import Export, c, stage, text
@@ -149,7 +150,8 @@ def emit(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSource)
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _ns_gpuacts AS
         SELECT k.start, k."end", k.deviceId, k.contextId, k.streamId, k.correlationId, k.globalPid,
-               coalesce(d.value, s.value) AS name,
+               coalesce(d.value, s.value, '(kernel name ' || coalesce(k.demangledName, k.shortName)::VARCHAR
+                        || ' missing from StringIds)', '(kernel without a name)') AS name,
                CASE WHEN regexp_matches(coalesce(d.value, s.value, ''), '{NCCL_KERNEL_RE}') THEN 'nccl'
                     ELSE 'compute' END AS kind,
                gridX, gridY, gridZ, blockX, blockY, blockZ, registersPerThread AS regs,
@@ -174,6 +176,10 @@ def emit(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSource)
                'Memset (' || coalesce(mk.word, 'Device') || ')', 'memset',
                NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, z.bytes::DOUBLE
         FROM _ns_memset z LEFT JOIN _ns_memkind mk ON mk.id = z.memKind""")
+    nameless = one(con, """SELECT count(*) FROM _ns_kernel k LEFT JOIN _ns_str d ON d.id = k.demangledName
+                           LEFT JOIN _ns_str s ON s.id = k.shortName WHERE d.value IS NULL AND s.value IS NULL""")
+    if nameless and nameless[0]:
+        info.notes.append(f"{nameless[0]} kernels have no name in StringIds (kept, named by their string id)")
     con.execute(f"""
         INSERT INTO kernels (kernel_id, source_id, rank, device, stream, start_ns, end_ns, raw_start, name, kind,
                              correlation, grid_x, grid_y, grid_z, block_x, block_y, block_z, regs, smem,
@@ -316,6 +322,7 @@ def emit_devices(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: Nsy
                CASE WHEN g.name LIKE '%NVIDIA%' OR g.name IS NULL THEN 'NVIDIA' END
         FROM _ns_devmap m LEFT JOIN _ns_gpu g ON g.id = m.gpu_id
         ORDER BY m.rank, m.device""")
+    info.notes += gpus.name_devices(con, sid)
     missing = one(con, "SELECT count(*) FROM _ns_devmap WHERE gpu_id IS NULL")
     if missing and missing[0]:
         info.notes.append("GPU model not in the export (no TARGET_INFO_GPU row for the device): give --gpu")
