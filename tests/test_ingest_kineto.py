@@ -212,3 +212,17 @@ def test_folder_of_several_runs_is_refused_with_the_runs():
     for run in ("m4/", "m8/", "d8192_m4/", "d8192_m8/"):
         assert run in msg
     assert len(discover([folder / "m4"])) == 2
+
+
+def test_allocator_events_into_memory_events():
+    """profile_memory=True `[memory]` events of device memory → memory_events (sizes, totals, UTC times).
+    Truth: the JSON's own device-memory events (Device Type 1 CUDA / 6 HIP), counted and summed here."""
+    path = corpus_file("public-real/kineto-resnet50-nw0/worker0.1623143089861.pt.trace.json.gz")
+    ev = [e for e in _events(path) if e.get("name") == "[memory]" and e.get("ph") == "i"]
+    dev = [e for e in ev if e["args"].get("Device Type") in (1, 6) and e["args"].get("Device Id", -1) >= 0]
+    assert dev and len(dev) < len(ev)  # the trace has host allocations too: left out
+    con = ingest(path)
+    n, total, first = con.execute("SELECT count(*), sum(bytes_delta), min(ts_ns) FROM memory_events").fetchone()
+    assert n == len(dev)
+    assert total == sum(e["args"]["Bytes"] for e in dev)
+    assert first == round(min(e["ts"] for e in dev) * 1000)

@@ -131,12 +131,19 @@ def _emit_collectives(con: duckdb.DuckDBPyConnection, sid: int, rk: str, start: 
 
 def _emit_memory(con: duckdb.DuckDBPyConnection, sid: int, rk: str, base: int) -> None:
     """`[memory]` allocator events of device memory (profile_memory=True) → `memory_events`: the signed size of
-    each allocation / free and, where the trace records them (torch >= 1.10), the allocator's totals after it."""
+    each allocation / free and, where the trace records them (torch >= 1.10), the allocator's totals after it.
+    `Device Id` is the process's device ordinal; when the kernels of the trace ran on one device id and the
+    allocator speaks of one other (ROCm numbers kernel devices after the CPU agents), they are the same GPU."""
     types = ", ".join(map(str, GPU_DEVICE_TYPES))
+    kdev = [d for (d,) in con.execute(f"""SELECT DISTINCT {device_sql()} FROM _kin_gpu
+                                          WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')""").fetchall()]
+    mdev = [d for (d,) in con.execute(f"SELECT DISTINCT device FROM _kin_mem WHERE device_type IN ({types}) "
+                                      "AND device >= 0").fetchall()]
+    dev = f"{int(kdev[0])}" if len(kdev) == 1 and len(mdev) == 1 and kdev[0] is not None else "device"
     con.execute(f"""
         INSERT INTO memory_events (source_id, rank, device, pid, thread, ts_ns, bytes_delta, total_allocated,
                                    total_reserved, addr)
-        SELECT {sid}, {rk}, device, pid, tid, {ns_expr('ts', base)}, CAST(bytes AS BIGINT),
+        SELECT {sid}, {rk}, {dev}, pid, tid, {ns_expr('ts', base)}, CAST(bytes AS BIGINT),
                CAST(total_allocated AS BIGINT), CAST(total_reserved AS BIGINT), addr
         FROM _kin_mem
         WHERE device_type IN ({types}) AND device IS NOT NULL AND device >= 0 AND ts IS NOT NULL AND isfinite(ts)
