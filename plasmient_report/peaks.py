@@ -256,12 +256,23 @@ def choose_peak(device_name: str | None, precision: str, table: list[GpuPeaks],
                 gpu_override: str | None = None, tflops_override: float | None = None) -> Peak:
     """The peak of one GPU at the headline `precision`: the entry `--gpu` names (refused when ambiguous or
     unknown), else the one the device name matches; `--peak-tflops` forces one figure for every precision."""
-    g = lookup(gpu_override, table) if gpu_override else match_gpu(device_name, table)
-    name = (g.name if g else None) if gpu_override else device_name
+    if gpu_override:
+        try:
+            g = lookup(gpu_override, table)
+        except BadInput as e:
+            # a GPU the table does not list is fine with --peak-tflops (the figure is the user's); never an
+            # ambiguous name
+            if tflops_override is None or "ambiguous" in str(e):
+                raise
+            g = None
+        name = g.name if g else gpu_override
+    else:
+        g = match_gpu(device_name, table)
+        name = device_name
     figures = tuple(sorted(g.tflops.items())) if g else ()
     bw = g.memory_bandwidth_gbs * 1e9 if g and g.memory_bandwidth_gbs else None
     if tflops_override is not None:
-        return Peak(gpu=name if not g else g.name, gpu_key=g.key if g else None, precision=precision,
+        return Peak(gpu=g.name if g else name, gpu_key=g.key if g else None, precision=precision,
                     flop_s=tflops_override * 1e12, bandwidth_bytes_s=bw, source="--peak-tflops", known=True,
                     tflops=figures, forced=True)
     if g is None:

@@ -202,6 +202,11 @@ def test_ambiguous_names_are_refused_with_the_candidates(query, candidates):
 def test_unknown_name_is_refused():
     with pytest.raises(BadInput, match="unknown GPU"):
         lookup("Voodoo 5", TABLE)
+    with pytest.raises(BadInput, match="unknown GPU"):
+        choose_peak("NVIDIA H200", "bf16", TABLE, gpu_override="Voodoo 5")
+    # ... unless the user also gives the figure
+    p = choose_peak(None, "bf16", TABLE, gpu_override="Voodoo 5", tflops_override=1.0)
+    assert p.gpu == "Voodoo 5" and p.flop_s == pytest.approx(1e12)
 
 
 # ------------------------------------------------------------------------------ identification
