@@ -226,3 +226,21 @@ def test_allocator_events_into_memory_events():
     assert n == len(dev)
     assert total == sum(e["args"]["Bytes"] for e in dev)
     assert first == round(min(e["ts"] for e in dev) * 1000)
+
+
+def test_memory_events_match_the_allocator_s_own_statistics():
+    """sample_traces/h200_hf/llama_memory: one Llama step with profile_memory=True on an H200. Truth: the
+    recording's torch.cuda memory statistics (truth.json: max_memory_allocated / reserved, memory_allocated at
+    the step's start), measured outside the profiler."""
+    import json as _json
+
+    path = sample_file("h200_hf/llama_memory.pt.trace.json.gz")
+    truth = _json.loads(sample_file("h200_hf/llama_memory.truth.json").read_text())["memory"]
+    con = ingest(path)
+    peak_alloc, peak_res, start_alloc = con.execute("""
+        SELECT max(total_allocated), max(total_reserved), arg_min(total_allocated - bytes_delta, ts_ns)
+        FROM memory_events""").fetchone()
+    assert peak_alloc == truth["max_allocated_bytes"]
+    assert peak_res == truth["max_reserved_bytes"]
+    assert start_alloc == truth["allocated_at_step_start_bytes"]
+    assert con.execute("SELECT DISTINCT device FROM memory_events").fetchall() == [(0,)]
