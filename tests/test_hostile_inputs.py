@@ -525,6 +525,9 @@ NSYS_CASES: dict[str, tuple[Callable[[sqlite3.Connection], None], str]] = {
     "absurd_rank_in_environment": (_sql("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', "
                                         "'RANK=99999999999999')"), "ok"),
     "invalid_utf8_names": (_sql("UPDATE StringIds SET value = x'6e63636cff' WHERE id % 2 = 0"), "ok"),
+    "times_before_1970": (_sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = -(SELECT utcEpochNs FROM "
+                               "TARGET_INFO_SESSION_START_TIME) - 2000, \"end\" = -(SELECT utcEpochNs FROM "
+                               "TARGET_INFO_SESSION_START_TIME) - 1000 WHERE rowid IN (1, 2, 3)"), "ok"),
     "kernel_names_missing_from_string_ids": (_sql("DELETE FROM StringIds WHERE id IN (SELECT demangledName FROM "
                                                   "CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 2 = 0)"), "ok"),
     # a table replaced by an endlessly recursive view: tables are read, never views
@@ -550,6 +553,7 @@ NSYS_NOTES = {
     "no_process_column": "GPU activities of no known process",  # two processes: whose copies? not guessed
     "session_start_text": "times are ns since capture start, not UTC",
     "kernel_names_missing_from_string_ids": "kernels have no name in StringIds",
+    "times_before_1970": "3 with impossible times",
     "recursive_view_for_a_table": "no CUPTI_ACTIVITY_KIND_KERNEL table",
 }
 
@@ -740,6 +744,7 @@ def test_nsys_says_events_were_lost(tmp_path):
 COUNTER_CASES: dict[str, tuple[str, Callable[[bytes], bytes]]] = {
     "nvml_nan_and_huge": ("nvml", lambda b: b.replace(b",", b",NaN,", 3).replace(b"\n17", b"\n99999999999999999999", 2)),
     "nvml_int64_edge_wall_ns": ("nvml", lambda b: b.replace(b"\n17", b"\n9223372036854775807", 5)),
+    "nvml_negative_wall_ns": ("nvml", lambda b: b.replace(b"\n17", b"\n-17", 5)),
     "smi_dmon_impossible_dates": ("smi_dmon", lambda b: b.replace(b"2026", b"9999").replace(b":", b"9", 4)),
     "smi_query_bad_utf8": ("smi_query", lambda b: b.replace(b"NVIDIA", b"NV\xff\xfeIA")),
     "dcgmi_epoch_overflow": ("dcgmi", lambda b: b"99999999999999999999 " + b.replace(b"\n", b"\n9999999999999999999 ")),

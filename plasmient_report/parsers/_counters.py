@@ -189,8 +189,12 @@ def emit(con: duckdb.DuckDBPyConnection, source_id: int, wide: pl.DataFrame, tim
         if c not in wide.columns:
             wide = wide.with_columns(pl.lit(None, dtype=pl.Int32 if c == "gpu_index" else
                                             pl.Int64 if c == "t_ns" else pl.Utf8).alias(c))
-    # a time beyond ±2**62 ns (before 1823 or after 2116) is no time: differences of two must fit in int64
-    wide = wide.filter(pl.col("t_ns").is_not_null() & pl.col("t_ns").is_between(-(2**62), 2**62))
+    # a time before 1970 (UTC epoch ns below 0) or after 2116 (2**62 ns) is no time of a sample: differences of
+    # two must fit in int64, and a negative epoch time is a corrupt line or a clock that was never set
+    before = wide.height
+    wide = wide.filter(pl.col("t_ns").is_not_null() & pl.col("t_ns").is_between(0, 2**62))
+    if wide.height < before:
+        notes.append(f"{before - wide.height} samples left out: no time, or a time before 1970 or after 2116")
     if wide.height == 0 or not metric_cols:
         return Written(0, period_ns, period_ns, 0, notes)
     key = pl.concat_str([pl.col("gpu_index").cast(pl.Utf8).fill_null(""), pl.col("entity").fill_null(""),

@@ -80,7 +80,9 @@ def drop_impossible_times(con: duckdb.DuckDBPyConnection, path: Path, info: Nsys
     base = int(info.base_time_ns or 0)
     if abs(base) >= TIME_LIMIT_NS:
         raise BadInput(path, f"session start / time shift of {base} ns is no time (utcEpochNs or EXPORT_PARAM_TIME_SHIFT)")
-    lo, hi = -TIME_LIMIT_NS - base, TIME_LIMIT_NS - base
+    # anchored to UTC (a session start): no event is before 1970; relative times may be negative (before capture)
+    lo = (-base if info.clock_anchor == "native" and base > 0 else -TIME_LIMIT_NS - base)
+    hi = TIME_LIMIT_NS - base
     reasons = {
         "impossible times": " OR ".join(f"NOT coalesce({c} BETWEEN {lo} AND {hi}, true)" for c in ("start", '"end"')),
         "an end before the start": '"end" < start',
