@@ -192,7 +192,8 @@ def _clean(con: duckdb.DuckDBPyConnection, path: Path, info: KinetoSource) -> No
     shapes_bad = _count(con, "SELECT count(*) FROM _kin_cpu WHERE bad_shapes")
     if shapes_bad:
         info.notes.append(f"{shapes_bad} ops' 'Input Dims' / 'Input type' left out (not lists)")
-    nameless = _count(con, "SELECT sum(n) FROM _kin_bad WHERE reason = 'no name'")
+    read = ", ".join(f"'{c}'" for c in schema.GPU_CATS + schema.CPU_CATS + schema.API_CATS)
+    nameless = _count(con, f"SELECT sum(nameless) FROM _kin_cats WHERE cat IN ({read})")
     if nameless:
         left["no name"] = nameless
     if left:

@@ -6,9 +6,9 @@ next segment is cut. SQL types the fields leniently (traces disagree on types), 
 spellings of every torch generation taken from `schema`. The staging tables:
 
 - `_kin_gpu`, `_kin_cpu`, `_kin_api`: complete (`ph = X`) GPU, CPU and runtime events, typed;
-- `_kin_meta`: process / thread names; `_kin_cats`: events per category (what a trace without GPU work is);
-- `_kin_mem`: allocator events (`[memory]` instants of `profile_memory=True`);
-- `_kin_bad`: events left out while typing, per reason.
+- `_kin_meta`: process / thread names; `_kin_cats`: events per category (what a trace without GPU work is) and
+  complete events without a name (left out);
+- `_kin_mem`: allocator events (`[memory]` instants of `profile_memory=True`).
 
 This module is the decode internals only: detection, schema variants and device mapping live beside it.
 """
@@ -32,7 +32,7 @@ from . import schema
 
 # Events are staged as NDJSON in temporary files and read by DuckDB this many bytes at a time.
 SEGMENT_BYTES = 24 << 20
-STAGES = ("_kin_gpu", "_kin_cpu", "_kin_api", "_kin_meta", "_kin_cats", "_kin_mem", "_kin_bad")
+STAGES = ("_kin_gpu", "_kin_cpu", "_kin_api", "_kin_meta", "_kin_cats", "_kin_mem")
 
 # The args read from each event (all as raw JSON, typed in SQL with TRY_CAST: traces disagree on types).
 ARG_KEYS = ((
@@ -70,7 +70,8 @@ def decode(path: Path, con: duckdb.DuckDBPyConnection) -> Decoded:
     for table, sql in stage_selects("_kin_raw0").items():
         con.execute(f"CREATE OR REPLACE TABLE {table} AS {sql}")
     con.execute("DROP TABLE _kin_raw0")
-    selects = stage_selects("_kin_seg")
+    # Segments of today's traces take the plain category; those that may hold torch 1.8-era names the mapped one.
+    selects = {False: stage_selects("_kin_seg", old=False), True: stage_selects("_kin_seg", old=True)}
     tmp = Path(tempfile.mkdtemp(prefix="plasmient-kineto-"))
     loader = con.cursor()
     pool = ThreadPoolExecutor(max_workers=1)
@@ -80,13 +81,13 @@ def decode(path: Path, con: duckdb.DuckDBPyConnection) -> Decoded:
     partial = False
     top_array = False
 
-    def load(seg_file: Path) -> None:
+    def load(seg_file: Path, old: bool) -> None:
         # One segment: its raw JSON columns live only until its events are typed into the staging tables,
         # so the store never holds the raw trace.
         nonlocal n_events
         try:
             loader.execute(f"CREATE OR REPLACE TEMP TABLE _kin_seg AS {read_json_sql(seg_file)}")
-            for table, sql in selects.items():
+            for table, sql in selects[old].items():
                 loader.execute(f"INSERT INTO {table} {sql}")
             row = one(loader, "SELECT count(*) FROM _kin_seg")
             n_events += int(row[0]) if row else 0
@@ -105,6 +106,7 @@ def decode(path: Path, con: duckdb.DuckDBPyConnection) -> Decoded:
                 pending = None
 
     n_seg = 0
+    seg_old = False
     seg_file = tmp / f"events-{n_seg}.ndjson"
     seg = open(seg_file, "wb")  # noqa: SIM115 - closed below, one file per segment
     try:
@@ -118,19 +120,21 @@ def decode(path: Path, con: duckdb.DuckDBPyConnection) -> Decoded:
                     elif batch[0] == "array":
                         top_array = True
                     continue
+                seg_old = seg_old or schema.has_old_categories(batch)
                 seg.write(schema.normalise_keys(batch))
                 seg.write(b"\n")
                 if seg.tell() >= SEGMENT_BYTES:
                     seg.close()
                     wait()  # at most one segment loading while the next is cut
-                    pending = pool.submit(load, seg_file)
+                    pending = pool.submit(load, seg_file, seg_old)
+                    seg_old = False
                     n_seg += 1
                     seg_file = tmp / f"events-{n_seg}.ndjson"
                     seg = open(seg_file, "wb")  # noqa: SIM115
             seg.close()
             wait()
             if seg_file.stat().st_size:
-                pending = pool.submit(load, seg_file)
+                pending = pool.submit(load, seg_file, seg_old)
                 wait()
     except SplitError as e:
         raise BadInput(path, f"{e}: not a PyTorch profiler trace" if "truncated" not in str(e) else str(e)) from None
@@ -176,12 +180,12 @@ def _array_text(x: str) -> str:
     return f"CASE WHEN json_type({x}) = 'ARRAY' THEN CAST({x} AS VARCHAR) END"
 
 
-def stage_selects(src: str) -> dict[str, str]:
+def stage_selects(src: str, old: bool = True) -> dict[str, str]:
     """The typed staging tables per event family (and the metadata events), as SELECTs over a table `src` of
-    raw JSON columns (one segment of events)."""
+    raw JSON columns (one segment of events); `old`: the segment may hold categories of an older torch."""
     a = "args"
     arg = lambda k: schema.arg_sql(a, k)  # noqa: E731
-    cat = schema.category_sql("json_extract_string(cat, '$')")
+    cat = schema.category_sql("json_extract_string(cat, '$')", old)
     common = f"""{cat} AS cat, json_extract_string(name, '$') AS name,
                  {_i('pid')} AS pid, {_i('tid')} AS tid, {_d('ts')} AS ts, {_d('dur')} AS dur,
                  {_i(arg('External id'))} AS external_id"""
@@ -228,15 +232,13 @@ def stage_selects(src: str) -> dict[str, str]:
         FROM {src} WHERE json_extract_string(ph, '$') = 'M'
           AND json_extract_string(name, '$') IN ('process_name', 'thread_name', 'process_labels')""",
         "_kin_cats": f"""
-        SELECT {cat} AS cat, count(*) AS n FROM {src} GROUP BY ALL""",
+        SELECT {cat} AS cat, count(*) AS n,
+               count(*) FILTER (WHERE {x} AND json_extract_string(name, '$') IS NULL) AS nameless
+        FROM {src} GROUP BY ALL""",
         "_kin_mem": f"""
         SELECT {_i('pid')} AS pid, {_i('tid')} AS tid, {_d('ts')} AS ts, {_d(arg('Memory Bytes'))} AS bytes,
                {_d(arg('Total Allocated'))} AS total_allocated, {_d(arg('Total Reserved'))} AS total_reserved,
                TRY_CAST({_i(arg('Device Id'))} AS INTEGER) AS device,
                TRY_CAST({_i(arg('Device Type'))} AS INTEGER) AS device_type, {_i(arg('Addr'))} AS addr
         FROM {src} WHERE json_extract_string(ph, '$') = 'i' AND json_extract_string(name, '$') = '[memory]'""",
-        "_kin_bad": f"""
-        SELECT 'no name' AS reason, count(*) AS n FROM {src}
-        WHERE {x} AND {cats(schema.GPU_CATS + schema.CPU_CATS + schema.API_CATS)}
-          AND json_extract_string(name, '$') IS NULL HAVING count(*) > 0""",
     }

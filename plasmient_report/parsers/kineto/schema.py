@@ -8,6 +8,7 @@ the event bytes (old argument spellings), `map_devices` for the `devices` rows.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -44,6 +45,17 @@ def normalise_keys(events: bytes) -> bytes:
     return events
 
 
+# The old spellings as `cat` values in event bytes (case-sensitive: today's are all lower case), so a decoder can
+# take the plain path for segments without any (`has_old_categories`). One regex pass (its literal `"cat"` prefix
+# makes it a fast scan).
+_OLD_CATEGORY = re.compile(rb'"cat"\s*:\s*"(?:Kernel|Memcpy|Memset|Runtime|Driver|Operator|Python|User|gpu_user_A)')
+
+
+def has_old_categories(events: bytes) -> bool:
+    """Whether these event bytes may hold a category of an older torch (a false positive only costs time)."""
+    return _OLD_CATEGORY.search(events) is not None
+
+
 def canonical_category(cat: str | None) -> str | None:
     if cat is None:
         return None
@@ -51,8 +63,11 @@ def canonical_category(cat: str | None) -> str | None:
     return CATEGORY_ALIASES.get(low, low)
 
 
-def category_sql(expr: str) -> str:
-    """SQL: the canonical category of the VARCHAR `expr` (NULL stays NULL)."""
+def category_sql(expr: str, old: bool = True) -> str:
+    """SQL: the canonical category of the VARCHAR `expr` (NULL stays NULL); `old=False` for events known to hold
+    no old spelling (`has_old_categories`): then the category is `expr` itself."""
+    if not old:
+        return expr
     cases = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in CATEGORY_ALIASES.items())
     return f"CASE lower({expr}) {cases} ELSE lower({expr}) END"
 
