@@ -19,6 +19,7 @@ import shutil
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -133,8 +134,8 @@ def ceilings(device: str) -> dict[str, Any]:
         "gemm": {"what": f"torch.mm {GEMM_N}³ bf16, {CEILING_STEPS} back to back, best of {CEILING_REPS}",
                  "flops": 2.0 * GEMM_N ** 3 * CEILING_STEPS, "seconds": mm_s,
                  "tflops": 2.0 * GEMM_N ** 3 * CEILING_STEPS / min(mm_s) / 1e12},
-        "copy": {"what": f"dst.copy_(src), {COPY_BYTES / (1 << 30):g} GiB, {CEILING_STEPS} back to back, best of "
-                         f"{CEILING_REPS}; bytes read + written",
+        "copy": {"what": f"dst.copy_(src) of {COPY_BYTES / (1 << 30):g} GiB, {CEILING_STEPS} back to back, best of "
+                         f"{CEILING_REPS} (read + write)",
                  "bytes": 2.0 * COPY_BYTES * CEILING_STEPS, "seconds": cp_s,
                  "tb_per_s": 2.0 * COPY_BYTES * CEILING_STEPS / min(cp_s) / 1e12},
     }
@@ -163,11 +164,13 @@ def profile_one(w: kernels.Workload, steps: int, device: str, nvml_index: int | 
     prof = profile(activities=activities, record_shapes=True, with_stack=False)
     _sync(device)
     t0 = time.time_ns()
-    prof.start()
-    with record_function(f"phase:{w.name}"):
-        w.run(steps)
-        _sync(device)
-    prof.stop()
+    with warnings.catch_warnings():  # "Profiler clears events at the end of each cycle": one cycle here
+        warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+        prof.start()
+        with record_function(f"phase:{w.name}"):
+            w.run(steps)
+            _sync(device)
+        prof.stop()
     t1 = time.time_ns()
     time.sleep(LEAD_S)
     samples = sampler.stop(folder / "nvml_samples.csv") if sampler else 0

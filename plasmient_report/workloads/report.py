@@ -43,6 +43,7 @@ class Row:
     nvml_utilization: float | None          # time-weighted NVML gpu_util over the window (the dashboard's number)
     trace_utilization: float | None         # fraction of the window with a kernel resident
     achieved_fraction_of_peak: float | None
+    achieved_is_lower_bound: bool            # little of the compute time has a FLOP estimate (the box's "?")
     expected_fraction_of_peak: float | None  # analytic FLOPs / (unprofiled step time × the peak the tool used)
     peak_tflops: float | None
     precision: str | None
@@ -130,6 +131,7 @@ def _row(w: dict[str, Any], v: dict[str, Any], out: Path) -> Row:
     return Row(workload=w["name"], what=w.get("what", ""), bound_by=w.get("bound_by", ""),
                nvml_utilization=_num(util.get("measured")), trace_utilization=_num(util.get("trace")),
                achieved_fraction_of_peak=_num(v.get("achieved_fraction_of_peak")),
+               achieved_is_lower_bound=bool(v.get("achieved_is_lower_bound")),
                expected_fraction_of_peak=expected_fraction(w, tflops), peak_tflops=tflops,
                precision=peak.get("precision"), largest_loss=top["category"] if top else None,
                largest_loss_fraction=_num(top["fraction"]) if top else None, verdict=v.get("verdict"),
@@ -154,34 +156,37 @@ def print_ceilings(rec: Recording, console: Console) -> None:
     c = rec.info.get("ceilings") or {}
     name = (rec.info.get("gpu") or {}).get("name")
     g = match_gpu(name, load_table())
-    console.print(f"\n[bold]this GPU[/bold] ({name or 'unknown'}): measured ceilings (unprofiled) beside the datasheet"
-                  + (f" ({g.key})" if g else " (not in the peak table)"), highlight=False)
-    t = Table(box=None, padding=(0, 2), show_edge=False, pad_edge=False)
-    for col, justify in (("  ceiling", "left"), ("measured", "right"), ("datasheet", "right"), ("of datasheet", "right"),
-                         ("how", "left")):
-        t.add_column(col, justify=justify)  # type: ignore[arg-type]
+    console.print(f"\n[bold]this GPU[/bold] ({name or 'unknown'}): measured ceilings (unprofiled) beside the "
+                  f"datasheet{f' ({g.key})' if g else ' (not in the peak table)'}", highlight=False)
     gemm, copy = c.get("gemm") or {}, c.get("copy") or {}
     peak_bf16 = g.tflops.get("bf16") if g else None
     bw = g.memory_bandwidth_gbs / 1e3 if g and g.memory_bandwidth_gbs else None
     mt, mb = _num(gemm.get("tflops")), _num(copy.get("tb_per_s"))
-    t.add_row("  bf16 GEMM", f"{mt:,.1f} TFLOP/s" if mt else "n/a", f"{peak_bf16:,.1f}" if peak_bf16 else "n/a",
-              fine_pct(mt / peak_bf16) if mt and peak_bf16 else "n/a", gemm.get("what", ""))
-    t.add_row("  memory copy", f"{mb:,.2f} TB/s" if mb else "n/a", f"{bw:,.2f}" if bw else "n/a",
-              fine_pct(mb / bw) if mb and bw else "n/a", copy.get("what", ""))
-    console.print(t)
+    for label, value, peak, unit, how in (("bf16 GEMM", mt, peak_bf16, "TFLOP/s", gemm.get("what")),
+                                          ("memory copy", mb, bw, "TB/s", copy.get("what"))):
+        shown = (f"{value:,.1f}" if unit == "TFLOP/s" else f"{value:,.2f}") if value else "n/a"
+        of = f" = {fine_pct(value / peak)} of the datasheet's {peak:,.4g}" if value and peak else ""
+        console.print(f"  {label:<12} {shown:>7} {unit}{of}", highlight=False)
+        if how:
+            console.print(f"  {'':<12} [dim]{how}[/dim]", highlight=False)
 
 
 def print_summary(rows: list[Row], console: Console) -> None:
-    console.print("\n[bold]what the dashboard shows, and what the GPU did[/bold] (expected = analytic FLOPs / "
-                  "unprofiled time / peak)", highlight=False)
-    t = Table(box=None, padding=(0, 2), show_edge=False, pad_edge=False)
-    for col in ("  workload", "NVML util", "trace util", "achieved", "expected", "largest loss"):
-        t.add_column(col, justify="left" if col in ("  workload", "largest loss") else "right")
+    console.print("\n[bold]what the dashboard shows, and what the GPU did[/bold]", highlight=False)
+    t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
+    for col in ("  workload", "NVML", "trace", "achieved", "expected", "largest loss"):
+        t.add_column(col, justify="left" if col in ("  workload", "largest loss") else "right", no_wrap=True)
     for r in rows:
         loss = (f"{r.largest_loss.replace('_', ' ')} {fine_pct(r.largest_loss_fraction)}" if r.largest_loss else "—")
-        t.add_row(f"  {r.workload}", fine_pct(r.nvml_utilization), fine_pct(r.trace_utilization),
-                  fine_pct(r.achieved_fraction_of_peak), fine_pct(r.expected_fraction_of_peak), loss)
+        achieved = fine_pct(r.achieved_fraction_of_peak)
+        if r.achieved_is_lower_bound and r.achieved_fraction_of_peak is not None:
+            achieved = "?" if r.achieved_fraction_of_peak < 0.005 else "≥" + achieved  # as the box says it
+        t.add_row(f"  {r.workload}", fine_pct(r.nvml_utilization), fine_pct(r.trace_utilization), achieved,
+                  fine_pct(r.expected_fraction_of_peak), loss)
     console.print(t)
+    console.print("  [dim]NVML = nvidia-smi's utilization (the dashboard) · trace = a kernel resident · achieved = "
+                  "useful FLOP/s ÷ peak (? = no FLOP estimate) · expected = analytic FLOPs ÷ unprofiled time ÷ peak"
+                  "[/dim]", highlight=False)
 
 
 def _write_summary(rec: Recording, rows: list[Row], out_dir: Path) -> None:

@@ -2,8 +2,8 @@
 recipe framework. The only module of plasmient-report that imports `nsys_recipe` — NVIDIA's code, under NVIDIA's
 licence, shipped with Nsight Systems and never a dependency of this package — and only its Recipe / mapper /
 reducer API (`recipe.Recipe(parsed_args)`, `context.map` / `context.wait`, `add_output_file`,
-`create_analysis_file`, `get_argument_parser` with `Option.INPUT`; seen in Nsight Systems 2025.3.1). Everything else is `plasmient_report.nsys_recipe.shim`, tested
-without nsys.
+`create_analysis_file`, `get_argument_parser` with `Option.INPUT`; as in Nsight Systems 2025.3.1). Everything
+else is `plasmient_report.nsys_recipe.shim`, tested without nsys.
 
 Stage 1 maps over the reports (export, job identity), the reports of one job become one run, stage 2 maps the
 batch mapper over the runs, and the reducer writes summary.parquet, index.html, reports.parquet, plasmient.ipynb
