@@ -178,9 +178,9 @@ def test_reports_of_one_job_are_one_run() -> None:
     # differently named ranks of one job: the run is named by the job
     g2 = shim.group_reports([_info("/r/n0.nsys-rep", "SLURM_JOB_ID=5"), _info("/r/m1.nsys-rep", "SLURM_JOB_ID=5")])
     assert [r.run_id for r in g2.runs] == ["nsys/job-5"]
-    # the same job in two folders (two nodes' copies): two runs, never merged across folders
-    g3 = shim.group_reports([_info("/x/r0.nsys-rep", "SLURM_JOB_ID=5"), _info("/y/r1.nsys-rep", "SLURM_JOB_ID=5")])
-    assert len(g3.runs) == 2
+    # one folder per node: still one job, one run
+    g3 = shim.group_reports([_info("/j/node0/r0.nsys-rep", "SLURM_JOB_ID=5"), _info("/j/node1/r1.nsys-rep", "SLURM_JOB_ID=5")])
+    assert [(r.run_id, len(r.inputs)) for r in g3.runs] == [("nsys/job-5", 2)]
 
 
 def test_nsys_beside_the_recipe_framework(tmp_path: Path) -> None:

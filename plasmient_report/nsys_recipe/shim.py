@@ -162,8 +162,8 @@ class Grouped:
 
 
 def group_reports(infos: Sequence[ReportInfo], group_by: str = "job", label: str = "nsys") -> Grouped:
-    """Reports into runs. `job`: the reports of one job (same job identity) are one run, a report without one is
-    a run of its own; `report`: every report a run; `folder`: the reports of one folder are one run."""
+    """Reports into runs. `job`: the reports of one job (same job identity, wherever they lie) are one run, a
+    report without one is a run of its own; `report`: every report a run; `folder`: the reports of one folder are one run."""
     if group_by not in GROUP_BY:
         raise BadInput(None, f"--group-by must be one of {', '.join(GROUP_BY)}")
     keyed: dict[tuple[str, str], list[ReportInfo]] = {}
@@ -176,7 +176,7 @@ def group_reports(infos: Sequence[ReportInfo], group_by: str = "job", label: str
             run_of[i.report] = rid
             continue
         if group_by == "job" and i.job:
-            key = ("job", f"{Path(i.report).parent}\x00{i.job}")
+            key = ("job", i.job)  # across folders too: one folder per node is a common layout
         elif group_by == "folder":
             key = ("folder", str(Path(i.report).parent))
         else:
