@@ -94,14 +94,16 @@ def time_spans(fn: Callable[[], None], device: str, reps: int) -> list[float]:
 
 def calibrate(w: kernels.Workload, device: str) -> tuple[int, list[float]]:
     """Steps per span (doubled until a span lasts CALIBRATE_S) and each rep's seconds per step, unprofiled."""
+    from functools import partial
+
     w.run(3)  # warm-up: cuBLAS handles, the allocator, kernel selection
     k = 1
     while True:
-        (t,) = time_spans(lambda n=k: w.run(n), device, 1)
+        (t,) = time_spans(partial(w.run, k), device, 1)
         if t >= CALIBRATE_S or k >= w.max_steps:
             break
         k = min(w.max_steps, k * 2)
-    return k, [t / k for t in time_spans(lambda n=k: w.run(n), device, 3)]
+    return k, [t / k for t in time_spans(partial(w.run, k), device, 3)]
 
 
 def ceilings(device: str) -> dict[str, Any]:
