@@ -29,6 +29,7 @@ Examples:
   plasmient-report batch fleet.tar.zst --out fleet/   # many runs: summary.parquet + index.html
   plasmient-report diff base/ cand/ --fail-if-drop 2  # CI gate: exit 1 on a regression
   plasmient-report rules --explain PR101              # a rule's page
+  plasmient-report measure --workload matmul          # this GPU, known workloads: what the tool says of them
   plasmient-report query plasmient-out/trace/run.duckdb "SELECT name, count(*) FROM kernels GROUP BY 1"
 
 \b
@@ -326,43 +327,22 @@ def _wide_console(renderable: Any) -> Any:
     return Console(width=max(probe.width, need)) if need > probe.width else probe
 
 
-def _matching_gpus(text: str, table: list[Any]) -> list[Any]:
-    import re
-
-    def norm(s: str) -> str:
-        return re.sub(r"[^a-z0-9]+", "", s.lower())
-
-    q = norm(text)
-    return [g for g in table if q and (q in norm(g.key) or q in norm(g.name))]
-
-
 @main.command(short_help="The peak table, with sources.")
 @click.argument("gpu", required=False)
 @click.option("--peaks", "peaks_file", type=click.Path(path_type=Path), metavar="FILE.toml",
               help="TOML file adding/overriding GPUs.")
 def peaks(gpu: str | None, peaks_file: Path | None) -> None:
-    """The peak table (dense TFLOP/s per precision, memory bandwidth), with sources. With GPU: the entries whose
-    name contains it, and the one a trace naming that GPU (or --gpu GPU) would use."""
+    """The peak table (dense TFLOP/s per precision, memory bandwidth), with sources. With GPU: the entry that name
+    means (as --gpu reads it; an ambiguous name is refused with the entries it could mean)."""
     from rich.table import Table
 
-    from .peaks import PRECISIONS, load_table, match_gpu
+    from .peaks import PRECISIONS, load_table, lookup
 
     try:
         table = load_table(peaks_file)
+        rows = [lookup(gpu, table)] if gpu else table  # an ambiguous name is refused with its candidates
     except BadInput as e:
         _fail(str(e))
-    rows = table
-    chosen = None
-    if gpu:
-        try:
-            chosen = match_gpu(gpu, table)
-        except BadInput:  # an ambiguous name: the entries it matches are listed below
-            chosen = None
-        rows = _matching_gpus(gpu, table)
-        if chosen is not None and chosen not in rows:
-            rows = [chosen, *rows]
-        if not rows:
-            _fail(f"unknown GPU {gpu!r}; known: {', '.join(x.key for x in table)}")
     t = Table("gpu", *PRECISIONS, "GB/s", title="dense peak TFLOP/s (TOPS for int8)")
     t.columns[0].no_wrap = True
     for g in rows:
@@ -372,10 +352,6 @@ def peaks(gpu: str | None, peaks_file: Path | None) -> None:
     c.print(t)
     for g in rows:
         c.print(f"[dim]{g.key}: {g.name} — {g.source}[/dim]", highlight=False, soft_wrap=True)
-    if gpu and len(rows) > 1:
-        c.print(f"{len(rows)} entries match {gpu!r}; " +
-                (f"a trace or --gpu naming {gpu!r} uses {chosen.key}" if chosen is not None else
-                 "give a fuller name to --gpu to pick one"), highlight=False, soft_wrap=True)
 
 
 @main.command(short_help="The rule catalog; --explain ID prints a rule's page.")
@@ -550,6 +526,53 @@ def batch(archives: tuple[Path, ...], out_dir: Path | None, executor: str, addre
                    err=True)
     if not quiet:  # (the failures were listed as they happened)
         click.echo(f"summary: {path_text(result.summary)}\nindex:   {path_text(result.index)}")
+
+
+# ----------------------------------------------------------------------------- measure, nsys-recipe-path
+# (docs: README "Measure your own GPU" and "Inside Nsight Systems: nsys recipe plasmient")
+
+@main.command(short_help="Run known workloads on this GPU and analyse them (needs torch + CUDA).")
+@click.option("--workload", type=click.Choice(["matmul", "memory", "launch", "attention", "all"]), default="all",
+              show_default=True, help="Which workload to run: each is bound by one thing, by construction.")
+@click.option("--gpu-index", type=int, default=0, show_default=True, help="CUDA device index of the GPU to measure.")
+@click.option("--seconds", type=float, default=1.0, show_default=True,
+              help="Profiled time per workload (the launch workload is capped at 50,000 launches).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+              help="Output folder (default ./plasmient-out/measure/): recording/ (traces, NVML samples, truth), "
+                   "<workload>/ (verdict.json, report.html, …), summary.json.")
+@click.option("--from", "from_dir", type=click.Path(path_type=Path),
+              help="Analyse a recording made earlier by `measure` (its folder) instead of recording: no GPU needed.")
+@click.option("--no-html", is_flag=True, help="Do not write report.html.")
+@click.option("--no-trace", is_flag=True, help="Do not write trace.pftrace.")
+@click.option("--quiet", is_flag=True, help="Print nothing on success.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def measure(workload: str, gpu_index: int, seconds: float, out_dir: Path | None, from_dir: Path | None,
+            no_html: bool, no_trace: bool, quiet: bool, debug: bool) -> None:
+    """Run known workloads on this GPU under the PyTorch profiler with NVML sampling, then analyse them: what
+    nvidia-smi shows beside the fraction of peak achieved, and this GPU's measured ceilings.
+
+    Needs torch with CUDA and nvidia-ml-py: pip install 'plasmient-report[measure]'."""
+    from .workloads import command
+
+    try:
+        command.run(workload, gpu_index, seconds, out_dir, from_dir, quiet=quiet, write_html=not no_html,
+                    write_trace=not no_trace)
+    except BadInput as e:
+        if debug:
+            raise
+        _fail(str(e))
+    except Exception as e:  # a bug of ours (or of the GPU stack): one line, exit 2; --debug shows the traceback
+        if debug:
+            raise
+        _fail(f"measure: internal error ({_one_line(e)}); rerun with --debug and report it")
+
+
+@main.command("nsys-recipe-path", short_help="The folder to put on NSYS_RECIPE_PATH for `nsys recipe plasmient`.")
+def nsys_recipe_path() -> None:
+    """Print the folder to put on NSYS_RECIPE_PATH for `nsys recipe plasmient --input DIR --output OUT`."""
+    from .nsys_recipe import recipe_path
+
+    click.echo(str(recipe_path()))
 
 
 if __name__ == "__main__":
