@@ -41,9 +41,12 @@ def utilization_vs_achieved_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Fin
     compute inefficiency 16%.
     """
     util, ach = ctx.utilization, ctx.achieved
-    if util is None or ach is None or util < t.min_utilization or util - ach < t.min_gap:
+    # A lower-bound achieved (unknown work is material) cannot say the busy time was not useful.
+    if util is None or ach is None or ctx.achieved_is_lower_bound or util < t.min_utilization or util - ach < t.min_gap:
         return
-    parts = sorted(((c, ctx.category_fraction(c)) for c in BUSY_CATEGORIES), key=lambda x: -x[1])
+    # Unknown-FLOP time may have been useful: it is not part of the gap.
+    parts = sorted(((c, ctx.category_fraction(c)) for c in BUSY_CATEGORIES if c != "unknown_flops"),
+                   key=lambda x: -x[1])
     parts = [(c, f) for c, f in parts if f > 0]
     lost = sum(f for _, f in parts)
     listing = ", ".join(f"{c.replace('_', ' ')} {pct(f)}" + (f" ({SEE[c]})" if c in SEE else "") for c, f in parts[:4])
