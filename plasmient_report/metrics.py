@@ -50,21 +50,22 @@ def model_kernel_bytes(con: duckdb.DuckDBPyConnection) -> None:
 # ------------------------------------------------------------------------------------------------------- peaks
 
 def dominant_precision(con: duckdb.DuckDBPyConnection) -> str | None:
-    """The precision carrying the most matmul FLOPs (ops' dtypes), else the one the names of matmul-class kernels
-    spend most time in: the run's headline precision when --peak-precision does not give one."""
-    # the ops that launched kernels first: under autocast the outer op still sees fp32 inputs
-    row = one(con, """
-        SELECT precision FROM ops WHERE flops IS NOT NULL AND precision IS NOT NULL
-        GROUP BY precision
-        ORDER BY sum(flops) FILTER (WHERE op_id IN (SELECT op_id FROM kernels WHERE op_id IS NOT NULL)) DESC NULLS LAST,
-                 sum(flops) DESC, precision LIMIT 1""")
-    if row:
-        return row[0]
+    """The precision the matmul-class kernels spend most time in — each kernel's precision from the op that launched
+    it (fp32 with a TF32 kernel: tf32), else its FLOP owner's, else its name — when those with a precision hold at
+    least half of the matmul-class kernel time; else None (nothing says, e.g. graph replays or nsys without dtypes:
+    the caller assumes the default and says so). The run's headline precision when --peak-precision gives none."""
     sql.install(con, "vocab")
     row = one(con, f"""
-        SELECT kernel_name_precision(name) AS p FROM kernels
-        WHERE kind = 'compute' AND regexp_matches(name, '{MATMUL_CLASS_KERNEL_RE}') AND kernel_name_precision(name) IS NOT NULL
-        GROUP BY p ORDER BY sum(end_ns - start_ns) DESC, p LIMIT 1""")
+        WITH k AS (
+            SELECT (k.end_ns - k.start_ns)::DOUBLE AS dur,
+                   CASE WHEN coalesce(lo.precision, fo.precision) = 'fp32' AND kernel_name_precision(k.name) = 'tf32'
+                        THEN 'tf32' ELSE coalesce(lo.precision, fo.precision, kernel_name_precision(k.name)) END AS p
+            FROM kernels k LEFT JOIN ops lo ON lo.op_id = k.op_id LEFT JOIN ops fo ON fo.op_id = k.flops_op_id
+            WHERE k.kind = 'compute' AND k.end_ns > k.start_ns
+              AND (regexp_matches(k.name, '{MATMUL_CLASS_KERNEL_RE}') OR lo.precision IS NOT NULL)
+        ), tot AS (SELECT sum(dur) AS all_ns, sum(dur) FILTER (WHERE p IS NOT NULL) AS voted_ns FROM k)
+        SELECT p FROM k, tot WHERE p IS NOT NULL AND tot.voted_ns >= 0.5 * tot.all_ns
+        GROUP BY p ORDER BY sum(dur) DESC, p LIMIT 1""")
     return row[0] if row else None
 
 

@@ -2,8 +2,9 @@
 -- A range's GPU window follows the work it launched (SPEC §1): an occurrence runs on each GPU of its rank from
 -- max(its CPU start, the end of the GPU work launched before it) to max(its CPU end, the end of the last GPU
 -- activity it launched). "Launched by it": the launching runtime call (kernel_launch) starts inside the CPU range,
--- on any thread of the rank; an activity whose launch is not in the trace counts as launched before every range
--- it had started before (a launch precedes its start) and is never launched by one. Consecutive steps thus tile
+-- on any thread of the rank; an activity whose launch is not in the trace (launched before the profiler started,
+-- or its record lost) is never launched by a range and counts as launched before it — before each occurrence
+-- whose own first activity it precedes on that GPU. Consecutive steps thus tile
 -- the GPU timeline when the host runs ahead, and keep the GPU's waits on the host (data loading, a sync) in the
 -- step that caused them. An occurrence that launched nothing on a GPU keeps its CPU interval there. A rank that
 -- has only Kineto's GPU-stream copies of the range (no CPU side) keeps those. An activity launched inside two
@@ -48,27 +49,38 @@ WITH occ AS (SELECT * FROM _range_instances), acts AS (
     GROUP BY ALL
 ), prior AS (
     -- per GPU, in launch order: the latest end of everything launched so far
-    SELECT rank, device, coalesce(launch_start_ns, start_ns) AS eff_launch_ns,
-           max(end_ns) OVER (PARTITION BY rank, device ORDER BY coalesce(launch_start_ns, start_ns), end_ns
+    SELECT rank, device, launch_start_ns,
+           max(end_ns) OVER (PARTITION BY rank, device ORDER BY launch_start_ns, end_ns
                              ROWS UNBOUNDED PRECEDING) AS end_before_ns
-    FROM acts
+    FROM acts WHERE launch_start_ns IS NOT NULL
+), prior_unlaunched AS (
+    -- activities with no launch record, in start order: the latest end of those started so far
+    SELECT rank, device, start_ns,
+           max(end_ns) OVER (PARTITION BY rank, device ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS end_before_ns
+    FROM acts WHERE launch_start_ns IS NULL
 ), og AS (
     SELECT o.*, g.device FROM occ o
     JOIN (SELECT DISTINCT rank, device FROM kernels) g
       ON g.rank IS NOT DISTINCT FROM o.rank AND (NOT o.on_gpu OR o.gpu_device IS NULL OR g.device = o.gpu_device)
+), b0 AS (
+    SELECT og.*, p.end_before_ns AS launched_before_ns, l.n, l.first_start_ns, l.last_end_ns
+    FROM og ASOF LEFT JOIN prior p
+      ON p.rank IS NOT DISTINCT FROM og.rank AND p.device = og.device AND p.launch_start_ns < og.cpu_start_ns
+    LEFT JOIN launched l
+      ON l.label = og.label AND l.rank IS NOT DISTINCT FROM og.rank AND l.occurrence = og.occurrence AND l.device = og.device
 ), b AS (
-    SELECT og.*, p.end_before_ns FROM og ASOF LEFT JOIN prior p
-      ON p.rank IS NOT DISTINCT FROM og.rank AND p.device = og.device AND p.eff_launch_ns < og.cpu_start_ns
+    SELECT b0.*, greatest(coalesce(b0.launched_before_ns, 0), coalesce(u.end_before_ns, 0)) AS end_before_ns
+    FROM b0 ASOF LEFT JOIN prior_unlaunched u
+      ON u.rank IS NOT DISTINCT FROM b0.rank AND u.device = b0.device AND u.start_ns < b0.first_start_ns
 )
 SELECT b.label, b.is_window, b.name, b.rank, b.device, b.occurrence, b.cpu_start_ns, b.cpu_end_ns,
-       CASE WHEN coalesce(l.n, 0) > 0
-            THEN least(greatest(b.cpu_start_ns, coalesce(b.end_before_ns, b.cpu_start_ns)), l.first_start_ns)
+       CASE WHEN coalesce(b.n, 0) > 0
+            THEN least(greatest(b.cpu_start_ns, b.end_before_ns), b.first_start_ns)
             ELSE b.cpu_start_ns END AS start_ns,
-       CASE WHEN coalesce(l.n, 0) > 0 THEN greatest(b.cpu_end_ns, l.last_end_ns) ELSE b.cpu_end_ns END AS end_ns,
-       coalesce(l.n, 0) AS launched,
-       CASE WHEN b.on_gpu THEN 'gpu_annotation' WHEN coalesce(l.n, 0) > 0 THEN 'gpu' ELSE 'cpu' END AS window_kind
-FROM b LEFT JOIN launched l
-  ON l.label = b.label AND l.rank IS NOT DISTINCT FROM b.rank AND l.occurrence = b.occurrence AND l.device = b.device;
+       CASE WHEN coalesce(b.n, 0) > 0 THEN greatest(b.cpu_end_ns, b.last_end_ns) ELSE b.cpu_end_ns END AS end_ns,
+       coalesce(b.n, 0) AS launched,
+       CASE WHEN b.on_gpu THEN 'gpu_annotation' WHEN coalesce(b.n, 0) > 0 THEN 'gpu' ELSE 'cpu' END AS window_kind
+FROM b;
 COMMENT ON TABLE range_occurrences IS 'One row per range occurrence and GPU of its rank: its CPU interval and its GPU window';
 COMMENT ON COLUMN range_occurrences.label IS 'range_labels.label';
 COMMENT ON COLUMN range_occurrences.is_window IS 'range_labels.is_window';
