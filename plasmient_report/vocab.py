@@ -88,7 +88,8 @@ PRECISION_HINTS: tuple[tuple[str, str], ...] = (
     ("fp16", r"(?i)(fp16|half|h884|h1688|h16816|hgemm|_HHS_|_HSS_|_HHH_|s884gemm)"),
     ("tf32", r"(?i)(tf32|s1688|s16816|xf32)"),
     ("fp64", r"(?i)(fp64|dgemm|d884|d16816|dmma|_DDD_|double)"),
-    ("fp32", r"(?i)(sgemm|ffma|f32f32_f32f32|_SSS_|fp32|scudnn|implicit_convolve_sgemm)"),
+    # (cuDNN / CUTLASS templates on float: `winogradForwardData4x4<float, float>`)
+    ("fp32", r"(?i)(sgemm|ffma|f32f32_f32f32|_SSS_|fp32|scudnn|implicit_convolve_sgemm|<float[,>])"),
 )
 # Dtypes as traces spell them (Kineto `Input type`, lower-cased) → the precision their matmuls run at.
 DTYPE_PRECISION: dict[str, str] = {
@@ -100,8 +101,6 @@ DTYPE_PRECISION: dict[str, str] = {
     "c10::float8_e5m2fnuz": "fp8", "c10::float8_e8m0fnu": "fp8",
     "signed char": "int8", "int8": "int8", "char": "int8",
 }
-# When a precision has no figure for a GPU in the peak table, the next one tried (then: said, never invented).
-PRECISION_FALLBACK = {"tf32": "fp32", "bf16": "fp16", "fp16": "bf16", "fp64_tensor": "fp64", "fp64": "fp64_tensor"}
 DEFAULT_PRECISION = "bf16"
 
 # ------------------------------------------------------------------------------------------------- dtype sizes
