@@ -43,11 +43,13 @@ COLOURS: dict[str, str] = {
     "collective_transfer": "#ff7f0e",
     "pipeline_bubble": "#e377c2",
     "memory_bound": "#1f77b4",
+    "unknown_flops": "#aec7e8",
     "compute_inefficiency": "#17becf",
     "memcpy": "#bcbd22",
     "launch_bound": "#9467bd",
     "sync_stall": "#8c564b",
     "input_bound": "#e6b422",
+    "startup": "#c5b0d5",
     "host_other": "#9a9a9a",
     "no_coverage": "#4d4d4d",
 }
