@@ -266,7 +266,10 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
         SELECT count(*), count(*) FILTER (WHERE flops_source = 'model'), count(*) FILTER (WHERE flops_source = 'op'),
                count(*) FILTER (WHERE flops_source = 'ncu'), count(*) FILTER (WHERE flops_source = 'user')
         FROM kernels""") or (0, 0, 0, 0, 0)
-    linked = one(con, "SELECT avg((op_id IS NOT NULL)::INTEGER) FROM kernel_launch")
+    # kernels of the analysed window whose launch was linked to a CPU op
+    linked = one(con, """SELECT avg((l.op_id IS NOT NULL)::INTEGER) FROM
+                         (SELECT DISTINCT kernel_id FROM window_kernels WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?) w
+                         JOIN kernel_launch l USING (kernel_id)""", [scope, head_range])
     run_row = (_metric_rows(con, "scope = 'window' AND rank IS NULL", []) or [{}])[0]
     cov_run = (run_row["kernel_ns_with_flops"] / run_row["kernel_ns"]) if run_row.get("kernel_ns") else None
 

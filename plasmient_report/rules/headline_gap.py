@@ -21,9 +21,10 @@ def utilization_vs_achieved_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Fin
     ## What it detects
     The distance between the two headline numbers: utilization (the share of the window with a kernel
     resident — what `nvidia-smi` shows) and the achieved fraction of peak. Fires when utilization is at least
-    `min_utilization` and exceeds the achieved fraction by `min_gap` or more. The gap is exactly the
-    waterfall's busy-time categories (memory-bound, compute inefficiency, communication, copies), listed
-    with their shares.
+    `min_utilization` and exceeds the achieved fraction by `min_gap` or more. The gap is the waterfall's
+    busy-time categories (memory-bound, compute inefficiency, communication, copies), listed with their shares.
+    Silent when the achieved fraction is a lower bound (unknown-FLOP work is material): unknown work may have
+    been useful, so nothing here calls it waste.
 
     ## Why it costs peak
     Utilization counts a kernel stalled on memory or spinning in a collective as 100% busy. A team that

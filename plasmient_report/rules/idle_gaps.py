@@ -20,11 +20,12 @@ SELECT rank, device, start_ns, end_ns FROM rule_idle_gaps WHERE end_ns - start_n
 def gpu_idle_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     """
     ## What it detects
-    Stretches of at least `min_gap_ms` with no kernel or copy on a GPU inside the analysed window, the
-    largest listed with what the host was doing: the op or range running on the host during the gap, the op
-    it had just finished, and how the waterfall classed the idle time (sync stall, launch-bound, input-bound,
-    host other). "Nothing traced" means Python code outside PyTorch ops — a `sleep`, I/O, logging,
-    checkpointing, a Python-side data pipeline.
+    Stretches of at least `min_gap_ms` with no kernel or copy on a GPU inside the analysed window (the measure
+    stage's `idle_gaps`, the same gaps the waterfall names), the largest listed with what the host was doing: the
+    op running on the host during the gap, or a range that covers it and is not much longer (a `late_rank_sleep`,
+    a DataLoader step), the op it had just finished, and how the waterfall classed the idle time (start-up, sync
+    stall, input-bound, launch-bound, host other). "Nothing traced" means Python code outside PyTorch ops and
+    ranges — a `sleep`, I/O, logging, checkpointing, a Python-side data pipeline.
 
     ## Why it costs peak
     An idle GPU achieves nothing; long gaps add directly to the step time. Utilization shows them, but not

@@ -48,7 +48,9 @@ FROM run WHERE tn IS NOT NULL GROUP BY rank"""
 def pipeline_bubble(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     """
     ## What it detects
-    Pipeline parallelism: ranks that exchange activations and gradients with P2P send/recv are *stages*.
+    Pipeline parallelism: ranks that exchange activations and gradients with P2P send/recv are *stages* (the
+    measure stage's collective kind `p2p`: send/recv launched inside an all-to-all op or range is an all-to-all,
+    not a pipeline; one rank alone is no schedule).
     The rule orders them (the first stage sends before it receives; the others by when their first receive
     completes), counts micro-batches (the first stage's sends per step), measures each stage's bubble — the
     share of the pipeline's GPU time (first to last kernel on any stage) in which its GPU runs no compute,

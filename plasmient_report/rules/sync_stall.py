@@ -89,7 +89,8 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     """
     ## What it detects
     Every stretch the waterfall calls `sync_stall` (the GPU idle right after a host-blocking call returned)
-    is traced back to the sync that preceded it: the CUDA call (`cudaStreamSynchronize`,
+    is traced back to the sync the measure stage found at the start of its idle gap (`idle_gaps.sync_*`): the CUDA
+    call (`cudaStreamSynchronize`,
     `cudaDeviceSynchronize`, a synchronous `cudaMemcpy`), the PyTorch op that made it (`aten::item` →
     `aten::_local_scalar_dense` is `.item()`; `aten::to` / `_to_copy` with a device→host copy is `.cpu()`;
     `aten::nonzero` has a data-dependent size), the device→host copy it waited for, the enclosing

@@ -14,13 +14,16 @@
 CREATE OR REPLACE TABLE kernel_class AS
 WITH hp AS (
     SELECT rank, device, precision AS headline_precision, peak_flop_s AS headline_peak FROM device_peaks WHERE headline
+), np AS (
+    SELECT name, kernel_name_precision(name) AS name_precision FROM (SELECT DISTINCT name FROM kernels)
 ), k AS (
     SELECT k.kernel_id, k.rank, k.device, k.kind, k.name, k.flops, k.bytes, k.flops_source, k.flops_op_id,
            greatest(k.end_ns - k.start_ns, 0) AS dur_ns, coalesce(lo.precision, fo.precision) AS op_precision,
            lo.name AS op_name,
-           kernel_name_precision(k.name) AS name_precision, hp.headline_precision, hp.headline_peak,
+           np.name_precision, hp.headline_precision, hp.headline_peak,
            ck.kind AS comm_kind, cw.wait_ns AS member_wait_ns
     FROM kernels k
+    LEFT JOIN np ON np.name IS NOT DISTINCT FROM k.name
     LEFT JOIN ops fo ON fo.op_id = k.flops_op_id
     LEFT JOIN ops lo ON lo.op_id = k.op_id
     LEFT JOIN hp ON hp.rank IS NOT DISTINCT FROM k.rank AND hp.device = k.device
@@ -38,44 +41,56 @@ WITH hp AS (
                 WHEN k.name_precision IS NOT NULL THEN 'name'
                 ELSE 'headline' END AS precision_source
     FROM k
+), nm AS (
+    -- the patterns, matched once per distinct (kind, kernel name, op name): a long trace repeats a few thousand
+    SELECT kind, name, op_name, kind IN ('memcpy', 'memset') AS is_copy, is_communication_kernel(kind, name) AS is_comm,
+           regexp_matches(name, {{COMPILED_NO_MATMUL_KERNEL_RE}}) AS is_compiled_known,
+           regexp_matches(name, {{AUX_ATTENTION_KERNEL_RE}}) AS is_aux,
+           regexp_matches(name, {{MATMUL_CLASS_KERNEL_RE}}) AS is_matmul_name,
+           regexp_matches(name, {{KNOWN_NO_MATMUL_KERNEL_RE}}) AS is_known_name,
+           coalesce(regexp_matches(op_name, {{MATMUL_CLASS_OP_RE}}), false) AS is_matmul_op,
+           coalesce(regexp_matches(op_name, {{KNOWN_OP_RE}}), false) AS is_known_op
+    FROM (SELECT DISTINCT kind, name, op_name FROM p)
 ), j AS (
     SELECT p.*, dp.peak_precision, dp.peak_flop_s, dp.bandwidth_bytes_s,
            dp.peak_flop_s / nullif(dp.bandwidth_bytes_s, 0) AS ridge,
-           CASE WHEN p.flops > 0 AND p.bytes > 0 THEN p.flops / p.bytes END AS ai
-    FROM p LEFT JOIN device_peaks dp
+           CASE WHEN p.flops > 0 AND p.bytes > 0 THEN p.flops / p.bytes END AS ai,
+           nm.is_copy, nm.is_comm, nm.is_compiled_known, nm.is_aux, nm.is_matmul_name, nm.is_known_name,
+           nm.is_matmul_op, nm.is_known_op
+    FROM p JOIN nm ON nm.kind IS NOT DISTINCT FROM p.kind AND nm.name IS NOT DISTINCT FROM p.name
+                  AND nm.op_name IS NOT DISTINCT FROM p.op_name
+    LEFT JOIN device_peaks dp
       ON dp.rank IS NOT DISTINCT FROM p.rank AND dp.device = p.device AND dp.precision = p.precision
 ), c AS (
     SELECT j.*,
         CASE
-            WHEN kind IN ('memcpy', 'memset') THEN 'copy'
-            WHEN is_communication_kernel(kind, name) THEN 'communication'
+            WHEN is_copy THEN 'copy'
+            WHEN is_comm THEN 'communication'
             WHEN flops > 0 AND peak_flop_s IS NULL AND headline_peak IS NOT NULL THEN 'unknown'
             WHEN flops > 0 AND flops_source = 'user' THEN 'compute'
             WHEN flops > 0 THEN CASE WHEN ai IS NOT NULL AND ridge IS NOT NULL AND ai < ridge THEN 'memory'
                                      ELSE 'compute' END
-            WHEN flops_op_id IS NOT NULL THEN 'memory'
-            WHEN regexp_matches(name, {{COMPILED_NO_MATMUL_KERNEL_RE}}) THEN 'memory'
-            WHEN regexp_matches(name, {{AUX_ATTENTION_KERNEL_RE}}) THEN 'memory'
-            WHEN regexp_matches(name, {{MATMUL_CLASS_KERNEL_RE}}) THEN 'unknown'
-            WHEN regexp_matches(name, {{KNOWN_NO_MATMUL_KERNEL_RE}}) THEN 'memory'
-            WHEN op_name IS NOT NULL AND regexp_matches(op_name, {{MATMUL_CLASS_OP_RE}}) THEN 'unknown'
-            WHEN op_name IS NOT NULL AND regexp_matches(op_name, {{KNOWN_OP_RE}}) THEN 'memory'
+            WHEN flops_op_id IS NOT NULL OR is_compiled_known OR is_aux THEN 'memory'
+            WHEN is_matmul_name THEN 'unknown'
+            WHEN is_known_name THEN 'memory'
+            WHEN is_matmul_op THEN 'unknown'
+            WHEN is_known_op THEN 'memory'
             ELSE 'unknown' END AS class,
         CASE
-            WHEN kind IN ('memcpy', 'memset') THEN 'copy'
-            WHEN is_communication_kernel(kind, name) THEN 'communication'
+            WHEN is_copy THEN 'copy'
+            WHEN is_comm THEN 'communication'
             WHEN flops > 0 AND peak_flop_s IS NULL AND headline_peak IS NOT NULL THEN 'no peak for its precision'
             WHEN flops > 0 AND flops_source = 'user' THEN '--model-flops'
             WHEN flops > 0 AND ai IS NOT NULL AND ridge IS NOT NULL THEN
                 CASE WHEN ai < ridge THEN 'below the ridge point' ELSE 'at or above the ridge point' END
             WHEN flops > 0 THEN 'FLOP estimate' || CASE WHEN ridge IS NULL THEN ', no ridge point' ELSE ', no bytes' END
             WHEN flops_op_id IS NOT NULL THEN 'helper kernel of an op whose FLOPs its other kernels carry'
-            WHEN regexp_matches(name, {{COMPILED_NO_MATMUL_KERNEL_RE}}) THEN 'compiled pointwise / reduction kernel'
-            WHEN regexp_matches(name, {{AUX_ATTENTION_KERNEL_RE}}) THEN 'attention helper kernel'
-            WHEN regexp_matches(name, {{MATMUL_CLASS_KERNEL_RE}}) THEN 'matmul-class kernel without an estimate'
-            WHEN regexp_matches(name, {{KNOWN_NO_MATMUL_KERNEL_RE}}) THEN 'library kernel with no matmul work'
-            WHEN op_name IS NOT NULL AND regexp_matches(op_name, {{MATMUL_CLASS_OP_RE}}) THEN 'matmul op without shapes'
-            WHEN op_name IS NOT NULL AND regexp_matches(op_name, {{KNOWN_OP_RE}}) THEN 'kernel of a non-matmul op'
+            WHEN is_compiled_known THEN 'compiled pointwise / reduction kernel'
+            WHEN is_aux THEN 'attention helper kernel'
+            WHEN is_matmul_name THEN 'matmul-class kernel without an estimate'
+            WHEN is_known_name THEN 'library kernel with no matmul work'
+            WHEN is_matmul_op THEN 'matmul op without shapes'
+            WHEN is_known_op THEN 'kernel of a non-matmul op'
             ELSE 'custom or compiled kernel without an estimate' END AS reason
     FROM j
 )

@@ -46,52 +46,40 @@ SELECT wid, greatest(ks + CASE WHEN class = 'communication' THEN wait_ns ELSE 0 
        coalesce(rate, 0.0)
 FROM k;
 
+-- Busy stretches: where the set of resident activities is constant (one running sum of the packed class counts
+-- and one of the rates).
 CREATE OR REPLACE TEMP TABLE _sw_seg AS
-WITH host AS (
-    SELECT w.wid, greatest(h.start_ns, w.start_ns) AS s, least(h.end_ns, w.end_ns) AS e,
-           CASE h.kind WHEN 'launch_call' THEN 1::BIGINT WHEN 'launch_op' THEN 1::BIGINT << 15
-                       WHEN 'startup' THEN 1::BIGINT << 30 ELSE 1::BIGINT << 45 END AS code
-    FROM host_activity h JOIN _sw_w w
-      ON w.rank IS NOT DISTINCT FROM h.rank AND h.start_ns < w.end_ns AND h.end_ns > w.start_ns
-), ev AS (
-    SELECT wid, s AS t, code AS dk, 0::BIGINT AS dh, rate AS dr FROM _sw_parts WHERE e > s
-    UNION ALL SELECT wid, e, -code, 0::BIGINT, -rate FROM _sw_parts WHERE e > s
-    UNION ALL SELECT wid, s, 0::BIGINT, code, 0.0 FROM host WHERE e > s
-    UNION ALL SELECT wid, e, 0::BIGINT, -code, 0.0 FROM host WHERE e > s
-    UNION ALL SELECT wid, start_ns, 0::BIGINT, 0::BIGINT, 0.0 FROM _sw_w
-    UNION ALL SELECT wid, end_ns, 0::BIGINT, 0::BIGINT, 0.0 FROM _sw_w
+WITH ev AS (
+    SELECT wid, s AS t, code AS dk, rate AS dr FROM _sw_parts WHERE e > s
+    UNION ALL SELECT wid, e, -code, -rate FROM _sw_parts WHERE e > s
 ), agg AS (
-    SELECT wid, t, sum(dk)::BIGINT AS dk, sum(dh)::BIGINT AS dh, sum(dr) AS dr FROM ev GROUP BY wid, t
+    SELECT wid, t, sum(dk)::BIGINT AS dk, sum(dr) AS dr FROM ev GROUP BY wid, t
 ), run AS (
-    SELECT wid, t, lead(t) OVER c AS t_next, sum(dk) OVER c AS k, sum(dh) OVER c AS h, sum(dr) OVER c AS r
+    SELECT wid, t, lead(t) OVER c AS t_next, sum(dk) OVER c AS k, sum(dr) OVER c AS r
     FROM agg
     WINDOW c AS (PARTITION BY wid ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 )
-SELECT wid, t, t_next, k::BIGINT > 0 AS busy,
+SELECT wid, t, t_next,
        (k::BIGINT & 127)::INTEGER AS cb, ((k::BIGINT >> 7) & 127)::INTEGER AS mb,
        ((k::BIGINT >> 14) & 127)::INTEGER AS uk, ((k::BIGINT >> 21) & 127)::INTEGER AS um,
        ((k::BIGINT >> 28) & 127)::INTEGER AS nw, ((k::BIGINT >> 35) & 127)::INTEGER AS pp,
-       ((k::BIGINT >> 42) & 127)::INTEGER AS nc, ((k::BIGINT >> 49) & 127)::INTEGER AS cp,
-       (h::BIGINT & 32767)::INTEGER AS h_call, ((h::BIGINT >> 15) & 32767)::INTEGER AS h_op,
-       ((h::BIGINT >> 30) & 32767)::INTEGER AS h_startup, ((h::BIGINT >> 45) & 32767)::INTEGER AS h_loader,
-       CASE WHEN k::BIGINT > 0 THEN greatest(r, 0.0) ELSE 0.0 END AS r
-FROM run WHERE t_next IS NOT NULL AND t_next > t;
+       ((k::BIGINT >> 42) & 127)::INTEGER AS nc, ((k::BIGINT >> 49) & 127)::INTEGER AS cp, greatest(r, 0.0) AS r
+FROM run WHERE t_next IS NOT NULL AND t_next > t AND k::BIGINT > 0;
 
--- Idle gaps: maximal runs of idle stretches in a window, each with the sync (if any) whose return began it.
+-- Idle gaps: the complement, in each window, of the union of its activities (intervals.sql), each with the sync
+-- (if any) whose return began it.
+CREATE OR REPLACE TEMP VIEW _sw_parts_v AS SELECT wid AS grp, s AS start_ns, e AS end_ns FROM _sw_parts WHERE e > s;
+CREATE OR REPLACE TEMP TABLE _sw_busy AS SELECT grp AS wid, start_ns, end_ns FROM interval_union('_sw_parts_v');
 CREATE OR REPLACE TEMP TABLE _sw_gaps AS
-WITH s AS (
-    SELECT wid, t, t_next, busy, h_call > 0 OR h_op > 0 AS launching,
-           lag(busy) OVER (PARTITION BY wid ORDER BY t) AS prev_busy
-    FROM _sw_seg
-), n AS (
-    SELECT *, sum(CASE WHEN NOT busy AND coalesce(prev_busy, true) THEN 1 ELSE 0 END)
-              OVER (PARTITION BY wid ORDER BY t ROWS UNBOUNDED PRECEDING) AS gap
-    FROM s
-), g AS (
-    SELECT n.wid, n.gap, min(n.t) AS start_ns, max(n.t_next) AS end_ns, bool_or(n.launching) AS launching
-    FROM n WHERE NOT n.busy GROUP BY n.wid, n.gap
+WITH b AS (
+    SELECT wid, start_ns, end_ns FROM _sw_busy
+    UNION ALL SELECT wid, start_ns, start_ns FROM _sw_w
+    UNION ALL SELECT wid, end_ns, end_ns FROM _sw_w
+), o AS (
+    SELECT wid, lag(end_ns) OVER (PARTITION BY wid ORDER BY start_ns, end_ns) AS gs, start_ns AS ge FROM b
 ), gw AS (
-    SELECT g.*, w.scope, w.range_name, w.rank, w.device FROM g JOIN _sw_w w USING (wid)
+    SELECT o.wid, o.gs AS start_ns, o.ge AS end_ns, w.scope, w.range_name, w.rank, w.device
+    FROM o JOIN _sw_w w USING (wid) WHERE o.gs IS NOT NULL AND o.ge > o.gs
 ), syncs AS (
     SELECT rank, thread, name, start_ns, end_ns FROM api_calls
     WHERE regexp_matches(name, {{SYNC_API_RE}}) AND kind IS DISTINCT FROM 'osrt'
@@ -101,37 +89,101 @@ WITH s AS (
     SELECT gw.*, y.name AS y_name, y.thread AS y_thread, y.start_ns AS y_start, y.end_ns AS y_end
     FROM gw ASOF LEFT JOIN syncs y ON y.rank IS NOT DISTINCT FROM gw.rank AND y.end_ns >= gw.start_ns - {{SYNC_TOLERANCE_NS}}
 )
-SELECT wid, scope, range_name, rank, device, start_ns, end_ns, launching,
-       coalesce(y_end < end_ns, false) AS after_sync,
+SELECT wid, row_number() OVER (PARTITION BY wid ORDER BY start_ns) AS gap_no, scope, range_name, rank, device,
+       start_ns, end_ns, coalesce(y_end < end_ns, false) AS after_sync,
        CASE WHEN y_end < end_ns THEN y_name END AS sync_name,
        CASE WHEN y_end < end_ns THEN y_thread END AS sync_thread,
        CASE WHEN y_end < end_ns THEN y_start END AS sync_start_ns,
        CASE WHEN y_end < end_ns THEN y_end END AS sync_end_ns
 FROM j;
 
+-- What the host does inside the gaps. A gap about one launch long (≤ vocab.LAUNCH_GAP_MAX_NS) is named whole, by
+-- what the host does anywhere in it (its activity merged per rank and kind: one look-up per kind). A longer gap is
+-- cut where the host's activity changes: its host intervals swept with it, packed 15 bits per kind (launch call,
+-- launching op, set-up call, loader).
+CREATE OR REPLACE TEMP VIEW _sw_host_v AS
+SELECT {'rank': rank, 'kind': CASE WHEN kind IN ('launch_call', 'launch_op') THEN 'launch' ELSE kind END} AS grp,
+       start_ns, end_ns
+FROM host_activity WHERE end_ns > start_ns;
+CREATE OR REPLACE TEMP TABLE _sw_hunion AS
+SELECT grp.rank AS rank, grp.kind AS kind, start_ns, end_ns FROM interval_union('_sw_host_v');
+CREATE OR REPLACE TEMP TABLE _sw_idle AS
+WITH short AS (
+    SELECT * FROM _sw_gaps WHERE end_ns - start_ns <= {{LAUNCH_GAP_MAX_NS}}
+), sk AS (
+    SELECT s.wid, s.gap_no, s.rank, s.start_ns, s.end_ns, s.after_sync, x.kind
+    FROM short s CROSS JOIN (VALUES ('launch'), ('startup'), ('loader')) x(kind)
+), sj AS (
+    -- merged intervals do not overlap: the last one to start before the gap ends overlaps it, or none does
+    SELECT sk.*, h.end_ns > sk.start_ns AS present FROM sk ASOF LEFT JOIN _sw_hunion h
+      ON h.rank IS NOT DISTINCT FROM sk.rank AND h.kind = sk.kind AND h.start_ns < sk.end_ns
+), short_seg AS (
+    SELECT wid, gap_no, start_ns AS t, end_ns AS t_next, 0 AS h_call, 0 AS h_op,
+           max(CASE WHEN kind = 'startup' AND present THEN 1 ELSE 0 END) AS h_startup,
+           max(CASE WHEN kind = 'loader' AND present THEN 1 ELSE 0 END) AS h_loader,
+           start_ns AS gap_start, end_ns - start_ns AS gap_ns, any_value(after_sync) AS after_sync,
+           coalesce(bool_or(kind = 'launch' AND present), false) AS gap_launching
+    FROM sj GROUP BY wid, gap_no, start_ns, end_ns
+), long AS (
+    SELECT * FROM _sw_gaps WHERE end_ns - start_ns > {{LAUNCH_GAP_MAX_NS}}
+), h AS (
+    SELECT w.wid, greatest(h.start_ns, w.start_ns) AS s, least(h.end_ns, w.end_ns) AS e,
+           CASE h.kind WHEN 'launch_call' THEN 1::BIGINT WHEN 'launch_op' THEN 1::BIGINT << 15
+                       WHEN 'startup' THEN 1::BIGINT << 30 ELSE 1::BIGINT << 45 END AS code
+    FROM host_activity h JOIN _sw_w w
+      ON w.rank IS NOT DISTINCT FROM h.rank AND h.start_ns < w.end_ns AND h.end_ns > w.start_ns
+), hi AS (
+    -- the host intervals that overlap a long gap (gaps do not overlap: the last to start before the interval ends)
+    SELECT h.* FROM h ASOF JOIN long g ON g.wid = h.wid AND g.start_ns < h.e WHERE g.end_ns > h.s AND h.e > h.s
+), ev AS (
+    SELECT wid, start_ns AS t, 1 AS dg, 0::BIGINT AS dh, gap_no FROM long
+    UNION ALL SELECT wid, end_ns, -1, 0::BIGINT, NULL FROM long
+    UNION ALL SELECT wid, s, 0, code, NULL FROM hi
+    UNION ALL SELECT wid, e, 0, -code, NULL FROM hi
+), agg AS (
+    SELECT wid, t, sum(dg)::INTEGER AS dg, sum(dh)::BIGINT AS dh, max(gap_no) AS gap_no FROM ev GROUP BY wid, t
+), run AS (
+    SELECT wid, t, lead(t) OVER c AS t_next, sum(dg) OVER c AS g, sum(dh) OVER c AS h
+    FROM agg WINDOW c AS (PARTITION BY wid ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+), seg AS (
+    SELECT wid, t, t_next, (h::BIGINT & 32767)::INTEGER AS h_call,
+           ((h::BIGINT >> 15) & 32767)::INTEGER AS h_op, ((h::BIGINT >> 30) & 32767)::INTEGER AS h_startup,
+           ((h::BIGINT >> 45) & 32767)::INTEGER AS h_loader
+    FROM run WHERE g > 0 AND t_next IS NOT NULL AND t_next > t
+), long_seg AS (
+    SELECT seg.*, g.gap_no, g.start_ns AS gap_start, g.end_ns - g.start_ns AS gap_ns, g.after_sync
+    FROM seg ASOF JOIN long g ON g.wid = seg.wid AND g.start_ns <= seg.t
+)
+SELECT wid, gap_no, t, t_next, h_call, h_op, h_startup, h_loader, gap_start, gap_ns, after_sync, gap_launching
+FROM short_seg
+UNION ALL
+SELECT wid, gap_no, t, t_next, h_call, h_op, h_startup, h_loader, gap_start, gap_ns, after_sync,
+       bool_or(h_call > 0 OR h_op > 0) OVER (PARTITION BY wid, gap_no) AS gap_launching
+FROM long_seg;
+
 CREATE OR REPLACE TABLE stretches AS
 WITH c AS (
-    SELECT s.wid, s.t, s.t_next, s.busy, s.r,
-        CASE WHEN NOT s.busy THEN
-                 CASE WHEN s.h_startup > 0 THEN 'startup'
-                      WHEN s.h_loader > 0 THEN 'input_bound'
-                      WHEN g.after_sync THEN 'sync_stall'
-                      WHEN s.h_call > 0 OR (g.launching AND g.end_ns - g.start_ns <= {{LAUNCH_GAP_MAX_NS}})
-                          THEN 'launch_bound'
-                      ELSE 'host_other' END
-             WHEN s.um > 0 THEN NULL
-             WHEN s.cb > 0 THEN 'compute_inefficiency'
-             WHEN s.uk > 0 THEN 'unknown_flops'
-             WHEN s.mb > 0 THEN 'memory_bound'
-             WHEN s.nw > 0 THEN 'collective_wait'
-             WHEN s.pp > 0 THEN 'pipeline_bubble'
-             WHEN s.nc > 0 THEN 'collective_transfer'
-             ELSE 'memcpy' END AS category
-    FROM _sw_seg s
-    ASOF LEFT JOIN _sw_gaps g ON g.wid = s.wid AND g.start_ns <= s.t
+    SELECT wid, t, t_next, true AS busy, r,
+           CASE WHEN um > 0 THEN NULL
+                WHEN cb > 0 THEN 'compute_inefficiency'
+                WHEN uk > 0 THEN 'unknown_flops'
+                WHEN mb > 0 THEN 'memory_bound'
+                WHEN nw > 0 THEN 'collective_wait'
+                WHEN pp > 0 THEN 'pipeline_bubble'
+                WHEN nc > 0 THEN 'collective_transfer'
+                ELSE 'memcpy' END AS category
+    FROM _sw_seg
+    UNION ALL
+    SELECT wid, t, t_next, false, 0.0,
+           CASE WHEN h_startup > 0 THEN 'startup'
+                WHEN h_loader > 0 THEN 'input_bound'
+                WHEN after_sync THEN 'sync_stall'
+                WHEN h_call > 0 OR (gap_launching AND gap_ns <= {{LAUNCH_GAP_MAX_NS}}) THEN 'launch_bound'
+                ELSE 'host_other' END
+    FROM _sw_idle
 ), l AS (
-    SELECT *, (category IS DISTINCT FROM lag(category) OVER w OR busy IS DISTINCT FROM lag(busy) OVER w)::INTEGER AS chg
-    FROM c WINDOW w AS (PARTITION BY wid ORDER BY t)
+    -- busy and idle stretches tile each window; busy and idle categories differ: a change of category is a new island
+    SELECT *, (category IS DISTINCT FROM lag(category) OVER (PARTITION BY wid ORDER BY t))::INTEGER AS chg FROM c
 ), isl AS (
     SELECT *, sum(chg) OVER (PARTITION BY wid ORDER BY t ROWS UNBOUNDED PRECEDING) AS island FROM l
 ), m AS (
@@ -147,10 +199,19 @@ SELECT w.scope, w.range_name, w.rank, w.device, m.start_ns, m.end_ns, m.category
        m.uncapped_ns, w.start_ns AS window_start_ns
 FROM m JOIN _sw_w w USING (wid);
 
-CREATE OR REPLACE TABLE idle_gaps AS SELECT * EXCLUDE (wid) FROM _sw_gaps;
+CREATE OR REPLACE TABLE idle_gaps AS
+SELECT g.* EXCLUDE (wid, gap_no), coalesce(i.launching, false) AS launching FROM _sw_gaps g
+LEFT JOIN (SELECT wid, gap_start, bool_or(gap_launching) AS launching FROM _sw_idle GROUP BY ALL) i
+  ON i.wid = g.wid AND i.gap_start = g.start_ns;
+
+DROP VIEW _sw_parts_v;
+DROP VIEW _sw_host_v;
+DROP TABLE _sw_hunion;
 DROP TABLE _sw_parts;
 DROP TABLE _sw_seg;
+DROP TABLE _sw_busy;
 DROP TABLE _sw_gaps;
+DROP TABLE _sw_idle;
 DROP TABLE _sw_w;
 COMMENT ON TABLE stretches IS 'The sweep''s stretches, consecutive ones of one category merged: achieved and lost peak-time with the cause';
 COMMENT ON COLUMN stretches.scope IS 'windows.scope';
