@@ -161,9 +161,12 @@ def verdict_word(util: float | None, achieved: float | None, comm_share: float, 
 
 def headroom(achieved: float | None, lower_bound: bool = False) -> dict[str, Any]:
     """1 / achieved, worded. A lower-bound achieved gives only an upper bound on headroom: no factor is claimed."""
-    if achieved is None or achieved <= 0:
-        return {"factor": None, "text": "unknown (no useful FLOPs measured)" if not lower_bound else
-                "unknown (the achieved fraction is a lower bound)"}
+    if achieved is None:
+        return {"factor": None, "text": "unknown (the achieved fraction is unknown)" if lower_bound else
+                "unknown (no useful FLOPs measured)"}
+    if achieved <= 0:
+        return {"factor": None, "text": "unknown (the achieved fraction is a lower bound)" if lower_bound else
+                "unknown (no useful FLOPs measured)"}
     f = 1.0 / achieved
     if lower_bound:
         return {"factor": None, "text": f"unknown: at most {f:.1f}x (the achieved fraction is a lower bound)"
