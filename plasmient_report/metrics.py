@@ -24,6 +24,7 @@ from .vocab import (
     DEFAULT_PRECISION,
     MATMUL_CLASS_KERNEL_RE,
     MAX_PLAUSIBLE_BANDWIDTH_BYTES_S,
+    NS_FIXED_SCALE,
     SYNC_API_RE,
     SYNC_TOLERANCE_NS,
 )
@@ -217,8 +218,9 @@ def loss_fractions(con: duckdb.DuckDBPyConnection, scope: str, range_name: str |
         WITH w AS (SELECT sum(window_ns) AS wns FROM metrics
                    WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn AND device IS NOT NULL
                      AND ($rank IS NULL OR rank = $rank) AND ($device IS NULL OR device = $device))
-        SELECT category, sum(lost_ns) / any_value(w.wns) FROM losses, w
+        SELECT category, exact_sum(lost_ns, $scale) / any_value(w.wns) FROM losses, w
         WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn AND ($rank IS NULL OR rank = $rank)
           AND ($device IS NULL OR device = $device)
-        GROUP BY category""", {"scope": scope, "rn": range_name, "rank": rank, "device": device}).fetchall()
+        GROUP BY category""", {"scope": scope, "rn": range_name, "rank": rank, "device": device,
+                                  "scale": NS_FIXED_SCALE}).fetchall()
     return {c: float(f) for c, f in rows if f is not None}

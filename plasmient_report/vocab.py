@@ -145,6 +145,11 @@ MATERIAL_UNKNOWN_FLOPS = 0.10
 
 # --------------------------------------------------------------------------------------------------- plausibility
 
+# Sums of doubles are taken in fixed point (exact_sum in sql/vocab.sql), so that a run's numbers are the same to the
+# last digit whatever order the rows arrive in: times in ns at 2^-20 ns, rates (fractions of peak) at 2^-40.
+NS_FIXED_SCALE = float(2**20)
+RATE_FIXED_SCALE = float(2**40)
+
 # 1.5x the fastest HBM in peaks.toml (8 TB/s): no kernel moves more; a byte estimate implying more is wrong.
 MAX_PLAUSIBLE_BANDWIDTH_BYTES_S = 12e12
 

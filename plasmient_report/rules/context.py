@@ -111,19 +111,14 @@ class RuleContext:
               ON g.rank IS NOT DISTINCT FROM i.rank AND (i.device IS NULL OR i.device = g.device)
             WHERE i.end_ns > i.start_ns""", params)
         cats_param = "?"
+        # the intervals of each key merged (the measurement library's interval_union, sql/intervals.sql)
+        self.con.execute("""CREATE OR REPLACE TEMP VIEW _rule_lost_v AS
+                             SELECT {'key': key, 'rank': rank, 'device': device} AS grp, start_ns, end_ns
+                             FROM _rule_lost_raw""")
         sql = f"""
-            WITH raw AS (SELECT * FROM _rule_lost_raw), s AS (
-                SELECT *, max(end_ns) OVER (PARTITION BY key, rank, device ORDER BY start_ns, end_ns
-                                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-                FROM raw
-            ), g AS (
-                SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
-                          OVER (PARTITION BY key, rank, device ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING)
-                          AS island
-                FROM s
-            ), merged AS (
-                SELECT key, rank, device, min(start_ns) AS start_ns, max(end_ns) AS end_ns FROM g
-                GROUP BY key, rank, device, island
+            WITH raw AS (SELECT * FROM _rule_lost_raw), merged AS (
+                SELECT grp.key AS key, grp.rank AS rank, grp.device AS device, start_ns, end_ns
+                FROM interval_union('_rule_lost_v')
             ), l AS (
                 -- The losses of these categories on one GPU never overlap (the sweep gives every moment one
                 -- category), so the lost time inside [s, e] is C(e) - C(s), C(t) being the lost time before t:
@@ -153,6 +148,7 @@ class RuleContext:
         try:
             return {plain(k): float(v or 0) for k, v in self.con.execute(sql, [cats]).fetchall()}
         finally:
+            self.con.execute("DROP VIEW IF EXISTS _rule_lost_v")
             self.con.execute("DROP TABLE IF EXISTS _rule_lost_raw")
 
     def lost_fraction(self, intervals_sql: str, categories: Iterable[str], weighted: bool = False,
@@ -208,18 +204,17 @@ def prepare(con: duckdb.DuckDBPyConnection, ranges: Sequence[str], precision: st
             con.execute(f"""CREATE OR REPLACE TEMP TABLE rule_{t} AS
                             SELECT x.* FROM {t} x SEMI JOIN rule_windows w
                               ON w.rank IS NOT DISTINCT FROM x.rank AND x.start_ns < w.end_ns AND x.end_ns > w.start_ns""")
-        # A collective counts when any rank's part of it is in the window (its peers' parts come along).
-        con.execute("""CREATE OR REPLACE TEMP TABLE rule_collectives AS
-                       WITH c AS (SELECT *, coalesce(process_group, group_ranks, '') AS pg FROM collectives),
-                       hit AS (SELECT DISTINCT pg, collective, seq FROM c SEMI JOIN rule_windows w
-                                 ON w.rank IS NOT DISTINCT FROM c.rank AND w.device = c.device
-                                AND c.start_ns < w.end_ns AND c.end_ns > w.start_ns)
-                       SELECT c.* EXCLUDE (pg) FROM c JOIN hit USING (pg, collective, seq)""")
+        # A collective counts when any rank's part of it is in the window (its peers' parts come along): the
+        # measure stage's instances (collective_members: key, collective, seq).
         con.execute("""CREATE OR REPLACE TEMP TABLE rule_collective_members AS
                        WITH hit AS (SELECT DISTINCT key, collective, seq FROM collective_members m SEMI JOIN rule_windows w
                                       ON w.rank IS NOT DISTINCT FROM m.rank AND w.device = m.device
                                      AND m.start_ns < w.end_ns AND m.end_ns > w.start_ns)
                        SELECT m.* FROM collective_members m JOIN hit USING (key, collective, seq)""")
+        con.execute("""CREATE OR REPLACE TEMP TABLE rule_collectives AS
+                       SELECT c.* FROM collectives c SEMI JOIN rule_collective_members m
+                         ON m.source_id = c.source_id AND m.kernel_correlation IS NOT DISTINCT FROM c.kernel_correlation
+                        AND m.start_ns = c.start_ns""")
     con.execute("""CREATE OR REPLACE TEMP TABLE rule_idle_gaps AS
                    SELECT * FROM idle_gaps WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?""", p)
     # Steps: ProfilerStep#N ranges (CPU side) that lie inside the window, per rank.

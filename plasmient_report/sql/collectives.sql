@@ -45,6 +45,7 @@ COMMENT ON COLUMN comm_kernels.kind IS 'all_to_all, p2p (send/recv outside an al
 CREATE OR REPLACE TABLE collective_members AS
 WITH c AS (
     SELECT coalesce(c.process_group, c.group_ranks, '') AS key, c.collective, c.seq, c.rank, c.device, k.kernel_id,
+           c.source_id, c.kernel_correlation,
            c.start_ns, c.end_ns, c.end_ns - c.start_ns AS dur_ns, c.bytes,
            coalesce(ck.kind, CASE WHEN regexp_matches(coalesce(c.collective, ''), {{ALL_TO_ALL_RE}}) THEN 'all_to_all'
                                   WHEN regexp_matches(coalesce(c.collective, ''), {{P2P_COLLECTIVE_RE}}) THEN 'p2p'
@@ -67,6 +68,8 @@ COMMENT ON COLUMN collective_members.seq IS 'collectives.seq: the same seq on tw
 COMMENT ON COLUMN collective_members.rank IS 'the rank';
 COMMENT ON COLUMN collective_members.device IS 'the GPU';
 COMMENT ON COLUMN collective_members.kernel_id IS 'its kernel (kernels.kernel_id; NULL when not found)';
+COMMENT ON COLUMN collective_members.source_id IS 'collectives.source_id';
+COMMENT ON COLUMN collective_members.kernel_correlation IS 'collectives.kernel_correlation (with source_id: the collectives row)';
 COMMENT ON COLUMN collective_members.start_ns IS 'kernel start';
 COMMENT ON COLUMN collective_members.end_ns IS 'kernel end';
 COMMENT ON COLUMN collective_members.dur_ns IS 'kernel duration (waiting for peers included)';

@@ -34,7 +34,7 @@ WITH k AS (
     JOIN kernel_class kc USING (kernel_id)
     JOIN kernels kk USING (kernel_id)
 )
-SELECT wid, greatest(ks, ws) AS s, least(ks + wait_ns, we) AS e, (1::BIGINT << 28) AS code, 0.0 AS rate
+SELECT wid, greatest(ks, ws) AS s, least(ks + wait_ns, we) AS e, (1::BIGINT << 28) AS code, 0::BIGINT AS rate
 FROM k WHERE class = 'communication' AND wait_ns > 0
 UNION ALL
 SELECT wid, greatest(ks + CASE WHEN class = 'communication' THEN wait_ns ELSE 0 END, ws), least(ke, we),
@@ -43,7 +43,8 @@ SELECT wid, greatest(ks + CASE WHEN class = 'communication' THEN wait_ns ELSE 0 
                   WHEN 'unknown' THEN 1::BIGINT << 14
                   WHEN 'communication' THEN CASE WHEN pipeline THEN 1::BIGINT << 35 ELSE 1::BIGINT << 42 END
                   ELSE 1::BIGINT << 49 END,
-       coalesce(rate, 0.0)
+       -- rates in fixed point: their running sum is exact, whatever order equal times are added in
+       coalesce(round(rate * {{RATE_FIXED_SCALE}})::BIGINT, 0)
 FROM k;
 
 -- Busy stretches: where the set of resident activities is constant (one running sum of the packed class counts
@@ -53,7 +54,7 @@ WITH ev AS (
     SELECT wid, s AS t, code AS dk, rate AS dr FROM _sw_parts WHERE e > s
     UNION ALL SELECT wid, e, -code, -rate FROM _sw_parts WHERE e > s
 ), agg AS (
-    SELECT wid, t, sum(dk)::BIGINT AS dk, sum(dr) AS dr FROM ev GROUP BY wid, t
+    SELECT wid, t, sum(dk)::BIGINT AS dk, sum(dr)::HUGEINT AS dr FROM ev GROUP BY wid, t
 ), run AS (
     SELECT wid, t, lead(t) OVER c AS t_next, sum(dk) OVER c AS k, sum(dr) OVER c AS r
     FROM agg
@@ -63,7 +64,8 @@ SELECT wid, t, t_next,
        (k::BIGINT & 127)::INTEGER AS cb, ((k::BIGINT >> 7) & 127)::INTEGER AS mb,
        ((k::BIGINT >> 14) & 127)::INTEGER AS uk, ((k::BIGINT >> 21) & 127)::INTEGER AS um,
        ((k::BIGINT >> 28) & 127)::INTEGER AS nw, ((k::BIGINT >> 35) & 127)::INTEGER AS pp,
-       ((k::BIGINT >> 42) & 127)::INTEGER AS nc, ((k::BIGINT >> 49) & 127)::INTEGER AS cp, greatest(r, 0.0) AS r
+       ((k::BIGINT >> 42) & 127)::INTEGER AS nc, ((k::BIGINT >> 49) & 127)::INTEGER AS cp,
+       greatest(r::DOUBLE / {{RATE_FIXED_SCALE}}, 0.0) AS r
 FROM run WHERE t_next IS NOT NULL AND t_next > t AND k::BIGINT > 0;
 
 -- Idle gaps: the complement, in each window, of the union of its activities (intervals.sql), each with the sync
@@ -189,9 +191,10 @@ WITH c AS (
 ), m AS (
     SELECT wid, island, min(t) AS start_ns, max(t_next) AS end_ns, any_value(category) AS category,
            any_value(busy) AS busy,
-           CASE WHEN any_value(category) IS NOT NULL THEN sum(least(r, 1.0) * (t_next - t)) END AS achieved_ns,
+           CASE WHEN any_value(category) IS NOT NULL
+                THEN exact_sum(least(r, 1.0) * (t_next - t), {{NS_FIXED_SCALE}}) END AS achieved_ns,
            sum(CASE WHEN r > 1.0 + 1e-9 THEN t_next - t ELSE 0 END) AS capped_ns,
-           sum(r * (t_next - t)) AS uncapped_ns
+           exact_sum(r * (t_next - t), {{NS_FIXED_SCALE}}) AS uncapped_ns
     FROM isl GROUP BY wid, island
 )
 SELECT w.scope, w.range_name, w.rank, w.device, m.start_ns, m.end_ns, m.category, category_layer(m.category) AS layer,

@@ -5,7 +5,7 @@
 -- sum over kernels of FLOPs / P(precision), capped stretch by stretch at the peak, over the window. Coverage:
 -- compute time (classes compute, memory, unknown) with a FLOP estimate, and the unknown part of it; the
 -- communication share is of all activity time in the window.
--- Depends: stretches, window_kernels, kernel_class, device_peaks
+-- Depends: vocab, stretches, window_kernels, kernel_class, device_peaks
 
 DELETE FROM metrics;
 CREATE OR REPLACE TEMP TABLE _wm_k AS
@@ -16,10 +16,10 @@ SELECT wk.scope, wk.range_name, wk.rank, wk.device, kc.peak_precision, any_value
        sum(wk.end_ns - wk.start_ns) FILTER (WHERE kc.class = 'unknown') AS unknown_ns,
        sum(wk.end_ns - wk.start_ns) FILTER (WHERE kc.class = 'communication') AS communication_ns,
        sum(wk.end_ns - wk.start_ns) AS activity_ns,
-       sum(k.flops * wk.share) FILTER (WHERE kc.class IN ('compute', 'memory') AND k.flops > 0 AND kc.peak_flop_s > 0)
-           AS flops,
-       sum(k.flops * wk.share / kc.peak_flop_s * 1e9)
-           FILTER (WHERE kc.class IN ('compute', 'memory') AND k.flops > 0 AND kc.peak_flop_s > 0) AS peak_ns
+       exact_sum(CASE WHEN kc.class IN ('compute', 'memory') AND k.flops > 0 AND kc.peak_flop_s > 0
+                      THEN k.flops * wk.share END, 1.0) AS flops,
+       exact_sum(CASE WHEN kc.class IN ('compute', 'memory') AND k.flops > 0 AND kc.peak_flop_s > 0
+                      THEN k.flops * wk.share / kc.peak_flop_s * 1e9 END, {{NS_FIXED_SCALE}}) AS peak_ns
 FROM window_kernels wk JOIN kernel_class kc USING (kernel_id) JOIN kernels k USING (kernel_id)
 GROUP BY ALL;
 CREATE OR REPLACE TEMP TABLE _wm_gpu AS
@@ -28,13 +28,14 @@ WITH w AS (
     FROM windows WHERE end_ns > start_ns GROUP BY ALL
 ), s AS (
     SELECT scope, range_name, rank, device, sum(end_ns - start_ns) FILTER (WHERE busy) AS busy_ns,
-           sum(achieved_ns) AS achieved_ns, sum(capped_ns) AS capped_ns, sum(uncapped_ns) AS uncapped_ns,
+           exact_sum(achieved_ns, {{NS_FIXED_SCALE}}) AS achieved_ns, sum(capped_ns) AS capped_ns,
+           exact_sum(uncapped_ns, {{NS_FIXED_SCALE}}) AS uncapped_ns,
            sum(end_ns - start_ns) FILTER (WHERE category IS NULL) AS unmeasured_ns
     FROM stretches GROUP BY ALL
 ), k AS (
     SELECT scope, range_name, rank, device, sum(kernel_ns) AS kernel_ns, sum(kernel_ns_with_flops) AS kernel_ns_with_flops,
            sum(unknown_ns) AS unknown_ns, sum(communication_ns) AS communication_ns, sum(activity_ns) AS activity_ns,
-           sum(flops) AS flops
+           exact_sum(flops, 1.0) AS flops
     FROM _wm_k GROUP BY ALL
 )
 SELECT w.scope, w.range_name, w.rank, w.device, w.window_ns, w.occurrences, coalesce(s.busy_ns, 0) AS busy_ns, coalesce(s.achieved_ns, 0) AS achieved_ns,
@@ -63,11 +64,12 @@ INSERT INTO metrics (scope, range_name, rank, device, window_ns, occurrences, bu
                      achieved_flop_s, achieved_fraction_of_peak, capped_ns, kernel_ns, kernel_ns_with_flops,
                      peak_flop_s, achieved_ns, unknown_ns, unmeasured_ns, communication_ns, activity_ns)
 SELECT scope, range_name, NULL, NULL, sum(window_ns), sum(occurrences), sum(busy_ns), sum(busy_ns) / sum(window_ns),
-       sum(flops), sum(flops) / (sum(window_ns) / 1e9),
-       CASE WHEN bool_and(peak_flop_s IS NOT NULL) THEN sum(achieved_ns) / sum(window_ns) END,
+       exact_sum(flops, 1.0), exact_sum(flops, 1.0) / (sum(window_ns) / 1e9),
+       CASE WHEN bool_and(peak_flop_s IS NOT NULL) THEN exact_sum(achieved_ns, {{NS_FIXED_SCALE}}) / sum(window_ns) END,
        sum(capped_ns), sum(kernel_ns), sum(kernel_ns_with_flops),
-       CASE WHEN bool_and(peak_flop_s IS NOT NULL) THEN sum(window_ns * peak_flop_s) / sum(window_ns) END,
-       sum(achieved_ns), sum(unknown_ns), sum(unmeasured_ns), sum(communication_ns), sum(activity_ns)
+       CASE WHEN bool_and(peak_flop_s IS NOT NULL) THEN exact_sum(window_ns * peak_flop_s, 1.0) / sum(window_ns) END,
+       exact_sum(achieved_ns, {{NS_FIXED_SCALE}}), sum(unknown_ns), sum(unmeasured_ns), sum(communication_ns),
+       sum(activity_ns)
 FROM metrics WHERE rank IS NOT NULL OR device IS NOT NULL GROUP BY scope, range_name;
 
 CREATE OR REPLACE TABLE metrics_by_precision AS
@@ -83,8 +85,9 @@ WITH g AS (
 )
 SELECT scope, range_name, rank, device, precision, flops, peak_flop_s, achieved_fraction_of_peak FROM g
 UNION ALL
-SELECT g.scope, g.range_name, NULL, NULL, g.precision, sum(g.flops), sum(g.window_ns * g.peak_flop_s) / sum(g.window_ns),
-       sum(g.achieved_fraction_of_peak * g.window_ns) / any_value(t.window_ns)
+SELECT g.scope, g.range_name, NULL, NULL, g.precision, exact_sum(g.flops, 1.0),
+       exact_sum(g.window_ns * g.peak_flop_s, 1.0) / sum(g.window_ns),
+       exact_sum(g.achieved_fraction_of_peak * g.window_ns, {{NS_FIXED_SCALE}}) / any_value(t.window_ns)
 FROM g JOIN tot t ON t.scope = g.scope AND t.range_name IS NOT DISTINCT FROM g.range_name
 WHERE t.all_peaks GROUP BY g.scope, g.range_name, g.precision;
 DROP TABLE _wm_k;
