@@ -212,20 +212,14 @@ def peaks(gpu: str | None, peaks_file: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .peaks import PRECISIONS, load_table, match_gpu
+    from .peaks import PRECISIONS, load_table, lookup
 
     try:
         table = load_table(peaks_file)
+        rows = [lookup(gpu, table)] if gpu else table
     except BadInput as e:
         _fail(str(e))
         return
-    rows = table
-    if gpu:
-        g = match_gpu(gpu, table)
-        if g is None:
-            _fail(f"unknown GPU {gpu!r}; known: {', '.join(x.key for x in table)}")
-            return
-        rows = [g]
     t = Table("gpu", *PRECISIONS, "GB/s", title="dense peak TFLOP/s (TOPS for int8)")
     for g in rows:
         t.add_row(g.key, *(f"{g.tflops[p]:g}" if p in g.tflops else "-" for p in PRECISIONS),

@@ -74,8 +74,8 @@ def _env_blocks(export: Path) -> tuple[list[dict[str, str]], str | None]:
 
     ex = nsys_parser.open_export(export)
     try:
-        meta = nsys_parser._read_meta(ex)  # the parser's own reading of META_DATA_CAPTURE (one definition)
-        return list(nsys_parser._env_vars(meta).values()), meta.host
+        meta = nsys_parser.metadata.read_meta(ex)  # the parser's own reading of META_DATA_CAPTURE (one definition)
+        return list(nsys_parser.metadata.env_vars(meta).values()), meta.host
     finally:
         ex.close()
 
@@ -83,9 +83,10 @@ def _env_blocks(export: Path) -> tuple[list[dict[str, str]], str | None]:
 def job_identity(envs: Sequence[dict[str, str]]) -> tuple[str | None, int | None, int | None]:
     """(job, rank, world size) from captured environments. Only blocks that name a rank count (nsys also stores
     the environments of unrelated processes it could read); each is named only when those blocks agree."""
-    from ..parsers.nsys import WORLD_VARS, _env_rank
+    from ..parsers.ranks import WORLD_VARS
+    from ..parsers.ranks import from_env as env_rank
 
-    ranked = [(e, r[0]) for e in envs if (r := _env_rank(e))]
+    ranked = [(e, r[0]) for e in envs if (r := env_rank(e))]
     jobs = {next((f"{v}={e[v].strip()}" for v in JOB_VARS if e.get(v, "").strip()), None) for e, _ in ranked}
     ranks = {r for _, r in ranked}
     worlds = {int(e[v]) for e, _ in ranked for v in WORLD_VARS if e.get(v, "").strip().isdigit()}
