@@ -172,12 +172,39 @@ def test_cuda_startup_is_startup_not_launch_bound(name):
     assert cats["startup"] > 0.5 and cats.get("launch_bound", 0) < 0.2
 
 
-def test_unknown_gpu_still_gets_time_based_losses():
-    # tl-mi300-compile-triton: an MI300X under ROCm the peak table cannot name from the trace
-    v = analyse([corpus_file("public-real/tl-mi300-compile-triton/trace.json.gz")]).verdict
-    assert v["achieved_fraction_of_peak"] is None and v["utilization"]["trace"] > 0.5
-    assert v["losses"] and all(x["category"] not in ("compute_inefficiency",) for x in v["losses"])
-    assert v["verdict"] == "busy (no peak known)"
+def test_unknown_gpu_still_gets_time_based_losses(tmp_path):
+    # a GPU the peak table does not know: no achieved fraction, but utilization and every time-based category
+    n = 2**26
+    ev = [annotation("work", 0.0, 1000.0),
+          cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2), launch(11.0, 1, 10),
+          kernel("nvjet_sm90_tst_gemm", 100.0, 200.0, ext=1, corr=10),
+          cpu_op("aten::add_", 400.0, 5.0, ext=2, dims=[[n], [n], []], types=["float", "float", "Scalar"]),
+          launch(401.0, 2, 11),
+          kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >", 500.0, 100.0,
+                 ext=2, corr=11)]
+    v = analyse([write_trace(tmp_path / "t.json", ev, gpu="Acme Tensor Engine 9")], ranges=["work"]).verdict
+    assert v["achieved_fraction_of_peak"] is None and v["verdict"] == "busy (no peak known)"
+    assert any("no peak" in n for n in v["notes"])
+    assert v["utilization"]["trace"] == pytest.approx(300 / 1000)
+    cats = {x["category"]: x["fraction"] for x in v["losses"]}
+    # by construction: the elementwise kernel 100 µs (memory-bound, ~0 FLOPs), 700 µs idle; the GEMM's 200 µs, whose
+    # FLOPs are known but whose peak is not, belong to no category
+    assert cats["memory_bound"] == pytest.approx(100 / 1000)
+    assert sum(f for c, f in cats.items() if c in ("launch_bound", "sync_stall", "startup", "host_other")) == \
+        pytest.approx(700 / 1000)
+    assert "compute_inefficiency" not in cats
+
+
+def test_rocm_compiled_kernels_are_classed():
+    # tl-mi300-compile-triton: torch.compile Triton kernels on an MI300X: pointwise / reduction kernels are known
+    res = analyse([corpus_file("public-real/tl-mi300-compile-triton/trace.json.gz")])
+    rows = res.con.execute("""SELECT kc.class, count(*) FROM kernels k JOIN kernel_class kc USING (kernel_id)
+                              WHERE regexp_matches(k.name, '^triton_(poi|red|per)_') GROUP BY ALL""").fetchall()
+    assert rows and all(c == "memory" for c, _ in rows)
+    v = res.verdict
+    assert v["losses"]
+    if v["achieved_fraction_of_peak"] is not None:  # the GPU named from its properties (parsers)
+        assert v["achieved_fraction_of_peak"] + sum(x["fraction"] for x in v["losses"]) == pytest.approx(1.0, abs=1e-9)
 
 
 def test_long_idle_gap_is_not_launch_bound_because_of_one_copy(tmp_path):
