@@ -91,8 +91,8 @@ def main() -> None:
                     html.write(con, verdict, Path(d) / "report.html")
                 with timed("render.perfetto"):
                     perfetto.write(con, verdict, Path(d) / "trace.pftrace")
-                with timed("store.copy_store"):
-                    store.copy_store(con, Path(d) / "run.duckdb")
+                with timed("store.save (run.duckdb)"):
+                    store.save(con, Path(d) / "run.duckdb")
     print(f"{'total':42} {time.perf_counter() - t_all:8.2f} s   peak {peak_mib():7.0f} MiB")
     print(f"achieved {verdict['achieved_fraction_of_peak']}  utilization {verdict['utilization']['trace']}")
 

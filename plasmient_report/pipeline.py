@@ -85,15 +85,13 @@ def _remove_spill_dirs() -> None:
 
 
 def open_store(opts: Options) -> tuple[duckdb.DuckDBPyConnection, Path | None]:
-    """The run's store: in memory, but under the memory budget, spilling to a private temporary folder."""
-    if opts.memory_budget is None:
-        return store.connect(), None
-    # Named, not created: DuckDB makes the folder only when it first spills, so small runs leave no trace even
-    # when killed; removed by Result.close(), when the Result is collected, or at exit.
+    """The run's store: a DuckDB file in a private temporary folder (it becomes run.duckdb by a move), under the
+    memory budget, spilling into the same folder; removed by Result.close(), when the Result is collected, or at
+    exit."""
     spill = Path(tempfile.gettempdir()) / f"plasmient-spill-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     _SPILL_DIRS.add(spill)
-    limit = max(MIN_DUCKDB_MEMORY, opts.memory_budget - PYTHON_RESERVE)
-    return store.connect(memory_limit_bytes=limit, temp_dir=spill), spill
+    limit = None if opts.memory_budget is None else max(MIN_DUCKDB_MEMORY, opts.memory_budget - PYTHON_RESERVE)
+    return store.connect_run(spill, limit), spill
 
 
 @contextlib.contextmanager
@@ -219,7 +217,7 @@ def write_outputs(result: Result, out_dir: Path, inputs: Sequence[Path], opts: O
             from .render import perfetto
 
             perfetto.write(result.con, result.verdict, tmp / "trace.pftrace")
-        store.copy_store(result.con, tmp / "run.duckdb")
+        store.save(result.con, tmp / "run.duckdb")  # the store's last use: closed and moved there
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old.{os.getpid()}")
             os.replace(out_dir, old)
