@@ -19,7 +19,6 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ..parsers import NSYS_EXPORTS
 from ..parsers._counters import FRACTION_METRICS
@@ -27,7 +26,10 @@ from ..parsers.nsys import PERCENT_METRICS
 
 SEQ_ID = 0x504C  # one trusted packet sequence for the whole file
 LAYERS = ("cluster", "model", "op", "kernel", "device", "verdict")
-BEGIN, END, COUNTER = pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_SLICE_END, pb.TrackEvent.TYPE_COUNTER
+# TrackEvent.Type values; TracePacket.SequenceFlags; TrackDescriptor.ChildTracksOrdering.EXPLICIT
+BEGIN, END, COUNTER = 1, 2, 4
+STATE_CLEARED, NEEDS_STATE = 1, 2
+EXPLICIT_ORDER = 3
 BATCH_ROWS = 1 << 15  # slices (or counter samples) per Arrow batch: bounds the writer's memory
 INTERN_PER_PACKET = 4096  # interned names per packet at the head of the sequence
 
@@ -39,7 +41,10 @@ F_EV_DOUBLE_COUNTER, F_EV_FLOW, F_EV_TERMINATING_FLOW = 44, 47, 48
 F_ANN_NAME_IID, F_ANN_BOOL, F_ANN_INT, F_ANN_DOUBLE, F_ANN_STRING = 1, 2, 4, 5, 6
 F_INTERNED_EVENT_NAMES, F_INTERNED_ANNOTATION_NAMES = 2, 3
 F_NAME_IID, F_NAME_NAME = 1, 2
-NEEDS_STATE = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+F_PKT_TRACK_DESCRIPTOR = 60
+F_TD_UUID, F_TD_NAME, F_TD_PROCESS, F_TD_PARENT, F_TD_COUNTER, F_TD_CHILD_ORDERING, F_TD_ORDER = 1, 2, 3, 5, 8, 11, 12
+F_PROCESS_PID, F_PROCESS_NAME = 1, 6
+F_COUNTER_UNIT_NAME = 6
 
 
 def uuid_of(*parts: object) -> int:
@@ -265,65 +270,63 @@ def packets_of(events: Messages, ts: np.ndarray | None, interned: Messages | Non
 # ------------------------------------------------------------------------------------------- the writer
 
 
+def _pkt(*fields: bytes) -> bytes:
+    """One TracePacket on our sequence, as a Trace.packet field."""
+    return _field_bytes(F_TRACE_PACKET, b"".join(fields) + _field_varint(F_PKT_SEQ_ID, SEQ_ID))
+
+
+def _str_field(number: int, text: str) -> bytes:
+    return _field_bytes(number, text.encode("utf-8", "surrogatepass"))
+
+
 class Writer:
     """The output file: descriptor packets one by one (there are few), events in bulk."""
 
     def __init__(self, f: IO[bytes]) -> None:
         self.f = f
-        self.first = True
         self.packets = 0
         self.tracks = 0
+        self.started = False
 
-    def _emit(self, packet: pb.TracePacket) -> None:
-        packet.trusted_packet_sequence_id = SEQ_ID
-        if self.first:
-            packet.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-            self.first = False
-        else:
-            packet.sequence_flags = NEEDS_STATE
-        t = pb.Trace()
-        t.packet.append(packet)
-        self.f.write(t.SerializeToString())
+    def _emit(self, *fields: bytes) -> None:
+        flags = NEEDS_STATE if self.started else STATE_CLEARED  # the first packet clears the incremental state
+        self.started = True
+        self.f.write(_pkt(*fields, _field_varint(F_PKT_FLAGS, flags)))
         self.packets += 1
 
     def interned(self, event_names: pa.Table, annotation_names: Sequence[tuple[int, str]]) -> None:
         """All interned names at the head of the sequence (every later packet may use them): the annotation
         names in one packet, the event names (columns iid, name) encoded in bulk, a few thousand a packet."""
-        self._emit(pb.TracePacket())  # the first packet clears the incremental state
-        p = pb.TracePacket()
-        for iid, name in annotation_names:
-            e = p.interned_data.debug_annotation_names.add()
-            e.iid, e.name = iid, name
-        self._emit(p)
+        self._emit()
+        entries = b"".join(_field_bytes(F_INTERNED_ANNOTATION_NAMES, _field_varint(F_NAME_IID, iid)
+                                        + _str_field(F_NAME_NAME, name)) for iid, name in annotation_names)
+        self._emit(_field_bytes(F_PKT_INTERNED, entries))
         n = event_names.num_rows
-        entries = Messages(n).varint(F_NAME_IID, _num(event_names.column("iid"), np.uint64))
-        entries.bytes(F_NAME_NAME, Blobs.of_strings(event_names.column("name")))
-        fields = Messages(n).message(F_INTERNED_EVENT_NAMES, entries).encode()
-        tail = _field_varint(F_PKT_SEQ_ID, SEQ_ID) + _field_varint(F_PKT_FLAGS, NEEDS_STATE)
+        names = Messages(n).varint(F_NAME_IID, _num(event_names.column("iid"), np.uint64))
+        names.bytes(F_NAME_NAME, Blobs.of_strings(event_names.column("name")))
+        fields = Messages(n).message(F_INTERNED_EVENT_NAMES, names).encode()
         for i in range(0, n, INTERN_PER_PACKET):
             payload = fields.data[fields.offsets[i]:fields.offsets[min(i + INTERN_PER_PACKET, n)]].tobytes()
-            packet = _field_bytes(F_PKT_INTERNED, payload) + tail
-            self.bulk(_field_bytes(F_TRACE_PACKET, packet), 1)
+            self._emit(_field_bytes(F_PKT_INTERNED, payload))
 
     def track(self, uuid: int, name: str, parent: int | None = None, process: tuple[int, str] | None = None,
               counter: str | None = None, order: int | None = None, explicit_children: bool = False) -> None:
         self.tracks += 1
-        p = pb.TracePacket()
-        d = p.track_descriptor
-        d.uuid = uuid
+        d = [_field_varint(F_TD_UUID, uuid)]
         if parent is not None:
-            d.parent_uuid = parent
+            d.append(_field_varint(F_TD_PARENT, parent))
         if process is not None:
-            d.process.pid, d.process.process_name = process
+            d.append(_field_bytes(F_TD_PROCESS, _field_varint(F_PROCESS_PID, process[0])
+                                  + _str_field(F_PROCESS_NAME, process[1])))
         else:
-            d.name = name
+            d.append(_str_field(F_TD_NAME, name))
         if counter is not None:
-            d.counter.unit_name = counter
+            d.append(_field_bytes(F_TD_COUNTER, _str_field(F_COUNTER_UNIT_NAME, counter)))
         if order is not None:
-            d.sibling_order_rank = order
+            d.append(_field_varint(F_TD_ORDER, order & 0xFFFFFFFFFFFFFFFF))
         if explicit_children:
-            d.child_ordering = pb.TrackDescriptor.EXPLICIT
-        self._emit(p)
+            d.append(_field_varint(F_TD_CHILD_ORDERING, EXPLICIT_ORDER))
+        self._emit(_field_bytes(F_PKT_TRACK_DESCRIPTOR, b"".join(d)))
 
     def bulk(self, data: bytes, n: int) -> None:
         self.f.write(data)
@@ -931,8 +934,11 @@ def _verdict(ctx: _Ctx, rank: int, parent: int) -> None:
         lanes.close()
 
 
-def read_back(path: Path) -> Sequence[pb.TracePacket]:
-    """Parse a written trace (for tests and checks): the file is a concatenation of Trace messages."""
+def read_back(path: Path) -> Sequence[Any]:
+    """Parse a written trace (for tests and checks) with the `perfetto` package's protobuf classes: the file is
+    a concatenation of Trace messages."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
     t = pb.Trace()
     t.ParseFromString(Path(path).read_bytes())
     return t.packet
