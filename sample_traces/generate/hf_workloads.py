@@ -1,0 +1,503 @@
+#!/usr/bin/env python3
+"""Recordings of common public code with truth measured outside the trace (issue 13's workloads).
+
+Each workload runs under the PyTorch profiler (or, for `llama_nsys`, under Nsight Systems) and writes, beside
+its trace, `truth.json` with what the program itself measured:
+
+  flops_per_step   torch.utils.flop_counter.FlopCounterMode over one step, run before profiling
+  steps[i].gpu_ms  CUDA events recorded in-stream at the start and the end of each profiled step (the event
+                   at a step's start completes when the GPU reaches it: max(enqueue, end of the work before))
+  achieved_truth   Σ FLOPs / (Σ event time · peak of the precision the FLOPs ran at)
+
+Workloads (--workload):
+  llama_eager     HF transformers LlamaForCausalLM (random init from a LlamaConfig), bf16, fused AdamW,
+                  GPU-bound loop without host syncs, ProfilerStep#N
+  llama_compile   the same model under torch.compile (inductor)
+  llama_fsdp2     the same model under FSDP2 (fully_shard per layer, bf16 params / fp32 reduce), one rank
+  llama_generate  HF generate() greedy decode with a KV cache, each call inside record_function("generate")
+  llama_memory    one training step with profile_memory=True (allocator events), peak memory as truth
+  cuda_graph      HF Llama forward passes replayed from a CUDA graph (kernels without op shapes)
+  fp8_gemm        torch._scaled_mm e4m3 GEMMs (range "fp8_gemm") next to bf16 torch.mm (range "bf16_gemm")
+  input_bound     a small MLP fed by a DataLoader whose __getitem__ sleeps (per-step ProfilerStep ranges)
+  llama_nsys      llama_eager under nsys: NVTX "train_step" ranges (torch.cuda.nvtx), no shapes recorded,
+                  capture range = cudaProfilerStart/Stop (run it under `nsys profile --capture-range=...`)
+
+Run on a GPU (`GEN_DEVICE=cpu` only smoke-tests the code paths):
+  python3 hf_workloads.py --workload llama_eager --out OUTDIR
+"""
+import argparse
+import gzip
+import json
+import os
+import shutil
+import sys
+import time
+
+import torch
+
+DEVICE = os.environ.get("GEN_DEVICE", "cuda")
+CUDA = DEVICE == "cuda"
+# Dense datasheet peaks of the H200 SXM (NVIDIA H200 datasheet; the sparse figures halved).
+PEAK = {"bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12, "tf32": 494.7e12}
+
+
+# ----------------------------------------------------------------------------- timing
+class StepTimer:
+    """CUDA events in-stream at step boundaries (perf_counter on the CPU smoke test)."""
+
+    def __init__(self):
+        self.marks = []
+
+    def mark(self):
+        if CUDA:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            self.marks.append(e)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def elapsed_ms(self):
+        if CUDA:
+            torch.cuda.synchronize()
+            return [a.elapsed_time(b) for a, b in zip(self.marks, self.marks[1:])]
+        return [(b - a) * 1e3 for a, b in zip(self.marks, self.marks[1:])]
+
+
+def sync():
+    if CUDA:
+        torch.cuda.synchronize()
+
+
+def flop_count(fn):
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False) as fc:
+        fn()
+    sync()
+    by_op = {str(k): int(v) for k, v in fc.get_flop_counts().get("Global", {}).items()}
+    return int(fc.get_total_flops()), by_op
+
+
+def causal_flops(total, by_op):
+    """FlopCounterMode counts causal SDPA as full attention; the useful work of a causal mask is half of it."""
+    sdpa = sum(v for k, v in by_op.items() if "scaled_dot_product" in k)
+    return total - sdpa // 2, sdpa
+
+
+def write_trace(prof, path):
+    tmp = path[:-3]
+    prof.export_chrome_trace(tmp)
+    with open(tmp, "rb") as f, gzip.open(path, "wb", compresslevel=9) as g:
+        shutil.copyfileobj(f, g)
+    os.remove(tmp)
+
+
+def profiler(out, name, n_active, memory=False):
+    from torch.profiler import ProfilerActivity, profile, schedule
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if CUDA else [])
+    path = os.path.join(out, f"{name}.pt.trace.json.gz")
+    return profile(activities=acts, record_shapes=True, profile_memory=memory,
+                   schedule=schedule(wait=0, warmup=1, active=n_active, repeat=1),
+                   on_trace_ready=lambda p: write_trace(p, path)), path
+
+
+# ----------------------------------------------------------------------------- models
+def llama(layers=8, hidden=1024, inter=2816, heads=16, kv_heads=8, vocab=32000):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=4096,
+                      attn_implementation="sdpa", use_cache=False, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(cfg), cfg
+
+
+def small_sizes(a):
+    if not CUDA:  # CPU smoke test
+        a.layers, a.hidden, a.inter, a.heads, a.kv_heads, a.vocab, a.batch, a.seq = 2, 64, 128, 4, 2, 256, 2, 32
+
+
+def train_setup(a, mode):
+    small_sizes(a)
+    model, cfg = llama(a.layers, a.hidden, a.inter, a.heads, a.kv_heads, a.vocab)
+    info = {"config": {k: getattr(cfg, k) for k in ("num_hidden_layers", "hidden_size", "intermediate_size",
+                                                    "num_attention_heads", "num_key_value_heads", "vocab_size")},
+            "batch": a.batch, "seq": a.seq}
+    if mode == "fsdp2":
+        import torch.distributed as dist
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29531")
+        dist.init_process_group("nccl" if CUDA else "gloo", rank=0, world_size=1)
+        model = model.to(DEVICE)
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for layer in model.model.layers:
+            fully_shard(layer, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+        info["fsdp2"] = {"world_size": 1, "param_dtype": "bf16", "reduce_dtype": "fp32", "params": "fp32"}
+    else:
+        model = model.to(DEVICE, dtype=torch.bfloat16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=CUDA)
+    step_model = torch.compile(model) if mode == "compile" else model
+    g = torch.Generator(device="cpu").manual_seed(1)
+    ids = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g).to(DEVICE)
+
+    def step():
+        out = step_model(input_ids=ids, labels=ids)
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step, info
+
+
+def run_training(a, mode):
+    step, info = train_setup(a, mode)
+    t0 = time.time()
+    for _ in range(a.warmup):  # compile, cuBLAS handles, allocator, optimizer state
+        step()
+    sync()
+    info["warmup_s"] = time.time() - t0
+    # FLOPs of one step, counted by torch itself (matmuls and SDPA, forward and backward)
+    info["flops_per_step"], info["flops_by_op"] = flop_count(step)
+    sync()
+    n = a.steps
+    prof, path = profiler(a.out, a.workload, n)
+    timer = StepTimer()
+    with prof:
+        for i in range(n + 1):  # step 0 is the profiler's warm-up step
+            if i == 1:
+                timer.mark()
+            step()
+            if i >= 1:
+                timer.mark()
+            prof.step()
+    sync()
+    ms = timer.elapsed_ms()
+    info.update(trace=os.path.basename(path), profiled_steps=n,
+                steps=[{"profiler_step": f"ProfilerStep#{i + 1}", "gpu_ms": m} for i, m in enumerate(ms)],
+                gpu_ms_total=sum(ms), precision="bf16")
+    info["achieved_truth"] = info["flops_per_step"] * n / (sum(ms) / 1e3) / PEAK["bf16"]
+    info["flops_per_step_causal"], info["sdpa_flops_per_step"] = causal_flops(info["flops_per_step"], info["flops_by_op"])
+    info["achieved_truth_causal"] = info["flops_per_step_causal"] * n / (sum(ms) / 1e3) / PEAK["bf16"]
+    if mode == "fsdp2":
+        import torch.distributed as dist
+        dist.destroy_process_group()
+    return info
+
+
+def run_memory(a):
+    step, info = train_setup(a, "eager")
+    for _ in range(a.warmup):
+        step()
+    sync()
+    prof, path = profiler(a.out, a.workload, 1, memory=True)
+    with prof:
+        step()
+        prof.step()
+        if CUDA:
+            torch.cuda.reset_peak_memory_stats()
+            base_alloc, base_res = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+        step()
+        sync()
+        if CUDA:
+            info["memory"] = {"allocated_at_step_start_bytes": base_alloc, "reserved_at_step_start_bytes": base_res,
+                              "max_allocated_bytes": torch.cuda.max_memory_allocated(),
+                              "max_reserved_bytes": torch.cuda.max_memory_reserved(),
+                              "device_total_bytes": torch.cuda.get_device_properties(0).total_memory}
+        prof.step()
+    info.update(trace=os.path.basename(path), profiled_steps=1)
+    return info
+
+
+def run_generate(a):
+    small_sizes(a)
+    model, cfg = llama(a.gen_layers if CUDA else a.layers, a.hidden, a.inter, a.heads, a.kv_heads, a.vocab)
+    model.config.use_cache = True
+    model = model.to(DEVICE, dtype=torch.bfloat16).eval()
+    g = torch.Generator(device="cpu").manual_seed(2)
+    ids = torch.randint(0, a.vocab, (a.gen_batch, a.gen_prompt), generator=g).to(DEVICE)
+    kw = dict(max_new_tokens=a.gen_tokens, min_new_tokens=a.gen_tokens, do_sample=False, pad_token_id=0,
+              eos_token_id=None)
+
+    def gen():
+        with torch.no_grad():
+            return model.generate(ids, **kw)
+    for _ in range(2):
+        gen()
+    sync()
+    flops, by_op = flop_count(gen)
+    from torch.profiler import record_function
+    prof, path = profiler(a.out, a.workload, 1)
+    timer = StepTimer()
+    with prof:
+        gen()
+        prof.step()
+        timer.mark()
+        with record_function("generate"):
+            out = gen()
+        timer.mark()
+        prof.step()
+    ms = timer.elapsed_ms()
+    return {"trace": os.path.basename(path), "config": {"num_hidden_layers": cfg.num_hidden_layers,
+                                                        "hidden_size": cfg.hidden_size},
+            "batch": a.gen_batch, "prompt_tokens": a.gen_prompt, "new_tokens": int(out.shape[1] - ids.shape[1]),
+            "flops_per_call": flops, "flops_by_op": by_op, "generate_gpu_ms": ms[0], "precision": "bf16",
+            "achieved_truth": flops / (ms[0] / 1e3) / PEAK["bf16"],
+            "flops_per_call_causal": causal_flops(flops, by_op)[0]}
+
+
+def run_graph(a):
+    """Forward passes replayed from a CUDA graph: the kernels carry no op shapes (their FLOPs are unknown to a
+    trace reader unless the user gives them)."""
+    from torch.profiler import record_function
+    small_sizes(a)
+    model, cfg = llama(a.gen_layers if CUDA else a.layers, a.hidden, a.inter, a.heads, a.kv_heads, a.vocab)
+    model = model.to(DEVICE, dtype=torch.bfloat16).eval()
+    g = torch.Generator(device="cpu").manual_seed(3)
+    ids = torch.randint(0, a.vocab, (a.gen_batch, a.seq), generator=g).to(DEVICE)
+    what = "HF LlamaForCausalLM forward"
+
+    def fwd():
+        with torch.no_grad():
+            return model(input_ids=ids).logits
+    if not CUDA:
+        replay = fwd
+    else:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                fwd()
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                fwd()
+        except Exception as e:  # HF code that syncs cannot be captured: fall back to a plain bf16 MLP
+            import torch.nn as nn
+            what = f"bf16 MLP (HF forward not capturable: {type(e).__name__})"
+            model = nn.Sequential(*[nn.Linear(a.hidden, a.hidden, bias=False) for _ in range(8)]).to(DEVICE, torch.bfloat16)
+            x = torch.randn(a.gen_batch * a.seq, a.hidden, device=DEVICE, dtype=torch.bfloat16)
+
+            def fwd():  # noqa: F811
+                with torch.no_grad():
+                    return model(x)
+            for _ in range(3):
+                fwd()
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fwd()
+        replay = graph.replay
+    flops, by_op = flop_count(fwd)
+    reps = 5
+    prof, path = profiler(a.out, a.workload, 1)
+    timer = StepTimer()
+    with prof:
+        replay()
+        prof.step()
+        timer.mark()
+        with record_function("graph_replays"):
+            for _ in range(reps):
+                replay()
+        timer.mark()
+        sync()
+        prof.step()
+    ms = timer.elapsed_ms()
+    fl, _ = causal_flops(flops, by_op)
+    return {"trace": os.path.basename(path), "what": what, "replays": reps, "flops_per_replay": flops,
+            "flops_per_replay_causal": fl, "flops_by_op": by_op, "gpu_ms": ms[0], "precision": "bf16",
+            "achieved_truth": flops * reps / (ms[0] / 1e3) / PEAK["bf16"],
+            "achieved_truth_causal": fl * reps / (ms[0] / 1e3) / PEAK["bf16"]}
+
+
+def run_fp8(a):
+    from torch.profiler import record_function
+    n, reps = (8192, 20) if CUDA else (64, 2)
+    info = {"M": n, "N": n, "K": n, "reps": reps}
+    x = torch.randn(n, n, device=DEVICE)
+    w = torch.randn(n, n, device=DEVICE)
+    xb, wb = x.bfloat16(), w.bfloat16()
+    have_fp8 = CUDA and torch.cuda.get_device_capability() >= (8, 9)
+    if have_fp8:
+        xf = x.to(torch.float8_e4m3fn)
+        wf = w.to(torch.float8_e4m3fn).t()  # column-major second operand, as _scaled_mm needs
+        one = torch.tensor(1.0, device=DEVICE)
+
+    def fp8():
+        return torch._scaled_mm(xf, wf, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    def bf16():
+        return torch.mm(xb, wb)
+    for _ in range(3):
+        bf16()
+        if have_fp8:
+            fp8()
+    sync()
+    prof, path = profiler(a.out, a.workload, 1)
+    timer = StepTimer()
+    with prof:
+        bf16()
+        prof.step()
+        phases = [("bf16_gemm", bf16)] + ([("fp8_gemm", fp8)] if have_fp8 else [])
+        for name, fn in phases:
+            sync()
+            time.sleep(0.05)  # an idle gap between the phases
+            timer.mark()
+            with record_function(name):
+                for _ in range(reps):
+                    fn()
+                timer.mark()
+                sync()
+        prof.step()
+    ms = timer.elapsed_ms()
+    flops = 2 * n * n * n * reps
+    info["trace"] = os.path.basename(path)
+    info["phases"] = {}
+    for i, (name, _) in enumerate(phases):
+        p = "fp8" if name.startswith("fp8") else "bf16"
+        gpu_ms = ms[2 * i]  # mark pairs: (start, end) per phase; ms[2i+1] is the gap to the next phase
+        info["phases"][name] = {"flops": flops, "precision": p, "gpu_ms": gpu_ms,
+                                "achieved_truth": flops / (gpu_ms / 1e3) / PEAK[p],
+                                "tflops": flops / (gpu_ms / 1e3) / 1e12}
+    return info
+
+
+def run_input_bound(a):
+    import torch.nn as nn
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self):
+            return 10_000
+
+        def __getitem__(self, i):
+            time.sleep(a.sleep_ms / 1e3)
+            return torch.full((1024,), float(i % 7))
+    d = 2048 if CUDA else 64
+    model = nn.Sequential(nn.Linear(1024, d), nn.GELU(), nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1024)).to(DEVICE)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    loader = torch.utils.data.DataLoader(Slow(), batch_size=a.loader_batch, num_workers=0)
+    it = iter(loader)
+    fetch_ms = []
+
+    def step(record):
+        t0 = time.perf_counter()
+        x = next(it).to(DEVICE, non_blocking=False)
+        if record:
+            fetch_ms.append((time.perf_counter() - t0) * 1e3)
+        for _ in range(4):
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    for _ in range(3):
+        step(False)
+    sync()
+    n = a.steps
+    prof, path = profiler(a.out, a.workload, n)
+    timer = StepTimer()
+    with prof:
+        for i in range(n + 1):
+            if i == 1:
+                timer.mark()
+            step(i >= 1)
+            if i >= 1:
+                timer.mark()
+            prof.step()
+    ms = timer.elapsed_ms()
+    return {"trace": os.path.basename(path), "profiled_steps": n, "sleep_ms_per_sample": a.sleep_ms,
+            "loader_batch": a.loader_batch, "fetch_ms": fetch_ms,
+            "steps": [{"profiler_step": f"ProfilerStep#{i + 1}", "gpu_ms": m} for i, m in enumerate(ms)],
+            "gpu_ms_total": sum(ms)}
+
+
+def run_nsys(a):
+    step, info = train_setup(a, "eager")
+    for _ in range(a.warmup):
+        step()
+    sync()
+    info["flops_per_step"], info["flops_by_op"] = flop_count(step)
+    n = a.steps
+    timer = StepTimer()
+    sync()
+    if CUDA:
+        torch.cuda.cudart().cudaProfilerStart()
+    timer.mark()
+    for i in range(n):
+        torch.cuda.nvtx.range_push("train_step") if CUDA else None
+        step()
+        torch.cuda.nvtx.range_pop() if CUDA else None
+        timer.mark()
+    ms = timer.elapsed_ms()
+    info.update(profiled_steps=n, steps=[{"range": "train_step", "occurrence": i, "gpu_ms": m} for i, m in enumerate(ms)],
+                gpu_ms_total=sum(ms), precision="bf16",
+                achieved_truth=info["flops_per_step"] * n / (sum(ms) / 1e3) / PEAK["bf16"])
+    info["flops_per_step_causal"], info["sdpa_flops_per_step"] = causal_flops(info["flops_per_step"], info["flops_by_op"])
+    info["achieved_truth_causal"] = info["flops_per_step_causal"] * n / (sum(ms) / 1e3) / PEAK["bf16"]
+    # nsys --capture-range-end=stop ends the program at cudaProfilerStop: write the truth first
+    finish(a, info)
+    if CUDA:
+        torch.cuda.cudart().cudaProfilerStop()
+    return info
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--workload", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--inter", type=int, default=5632)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--kv-heads", type=int, default=16)  # MHA: FlopCounterMode cannot count GQA SDPA
+    p.add_argument("--vocab", type=int, default=32000)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--gen-layers", type=int, default=4)
+    p.add_argument("--gen-batch", type=int, default=4)
+    p.add_argument("--gen-prompt", type=int, default=128)
+    p.add_argument("--gen-tokens", type=int, default=16)
+    p.add_argument("--sleep-ms", type=float, default=2.0)
+    p.add_argument("--loader-batch", type=int, default=16)
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    w = a.workload
+    t0 = time.time()
+    if w in ("llama_eager", "llama_compile", "llama_fsdp2"):
+        info = run_training(a, w.split("_")[1])
+    elif w == "llama_memory":
+        info = run_memory(a)
+    elif w == "llama_generate":
+        info = run_generate(a)
+    elif w == "cuda_graph":
+        info = run_graph(a)
+    elif w == "fp8_gemm":
+        info = run_fp8(a)
+    elif w == "input_bound":
+        info = run_input_bound(a)
+    elif w == "llama_nsys":
+        info = run_nsys(a)
+    else:
+        sys.exit(f"unknown workload {w}")
+    finish(a, info, t0)
+
+
+def finish(a, info, t0=None):
+    info["workload"] = a.workload
+    if t0 is not None:
+        info["wall_s"] = time.time() - t0
+    info["versions"] = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0]}
+    try:
+        import transformers
+        info["versions"]["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    if CUDA:
+        info["gpu"] = torch.cuda.get_device_name(0)
+    with open(os.path.join(a.out, f"{a.workload}.truth.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    print(json.dumps({k: v for k, v in info.items() if k not in ("flops_by_op",)})[:1500])
+
+
+if __name__ == "__main__":
+    main()
