@@ -294,20 +294,22 @@ class Writer:
         self.f.write(_pkt(*fields, _field_varint(F_PKT_FLAGS, flags)))
         self.packets += 1
 
-    def interned(self, event_names: pa.Table, annotation_names: Sequence[tuple[int, str]]) -> None:
+    def interned(self, event_names: Iterator[pa.RecordBatch], annotation_names: Sequence[tuple[int, str]]) -> None:
         """All interned names at the head of the sequence (every later packet may use them): the annotation
-        names in one packet, the event names (columns iid, name) encoded in bulk, a few thousand a packet."""
+        names in one packet, the event names (batches of columns iid, name) encoded in bulk, a few thousand
+        a packet."""
         self._emit()
         entries = b"".join(_field_bytes(F_INTERNED_ANNOTATION_NAMES, _field_varint(F_NAME_IID, iid)
                                         + _str_field(F_NAME_NAME, name)) for iid, name in annotation_names)
         self._emit(_field_bytes(F_PKT_INTERNED, entries))
-        n = event_names.num_rows
-        names = Messages(n).varint(F_NAME_IID, _num(event_names.column("iid"), np.uint64))
-        names.bytes(F_NAME_NAME, Blobs.of_strings(event_names.column("name")))
-        fields = Messages(n).message(F_INTERNED_EVENT_NAMES, names).encode()
-        for i in range(0, n, INTERN_PER_PACKET):
-            payload = fields.data[fields.offsets[i]:fields.offsets[min(i + INTERN_PER_PACKET, n)]].tobytes()
-            self._emit(_field_bytes(F_PKT_INTERNED, payload))
+        for batch in event_names:
+            n = batch.num_rows
+            names = Messages(n).varint(F_NAME_IID, _num(batch.column("iid"), np.uint64))
+            names.bytes(F_NAME_NAME, Blobs.of_strings(batch.column("name")))
+            fields = Messages(n).message(F_INTERNED_EVENT_NAMES, names).encode()
+            for i in range(0, n, INTERN_PER_PACKET):
+                payload = fields.data[fields.offsets[i]:fields.offsets[min(i + INTERN_PER_PACKET, n)]].tobytes()
+                self._emit(_field_bytes(F_PKT_INTERNED, payload))
 
     def track(self, uuid: int, name: str, parent: int | None = None, process: tuple[int, str] | None = None,
               counter: str | None = None, order: int | None = None, explicit_children: bool = False) -> None:
@@ -661,8 +663,8 @@ def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -
     try:
         with open(path, "wb") as f:
             w = Writer(f)
-            names = con.sql("SELECT iid::UBIGINT AS iid, name FROM _pf_names ORDER BY iid").to_arrow_table()
-            w.interned(names, [(i, n) for n, i in ann.iids.items()])
+            w.interned(_batches(con, "SELECT iid::UBIGINT AS iid, name FROM _pf_names ORDER BY iid", {}),
+                       [(i, n) for n, i in ann.iids.items()])
             ctx = _Ctx(con, w, ann, shift, stats)
             for rank in ranks:
                 proc = uuid_of("rank", rank)
