@@ -363,3 +363,30 @@ def test_lanes_in_batches_equal_one_by_one_placement(tmp_path: Path, monkeypatch
             got_span[(s, e)][lane] += 1
         assert got_span == by_span
     assert all(not v for v in lane_of.values())
+
+
+def test_counters_stored_out_of_order_are_written_in_time_order(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counter rows stream as stored; a series that goes back in time (found a few batches in, after packets
+    were written) makes the writer start the counters over, sorted: every track still in time order, every
+    sample once."""
+    con = store.connect()
+    con.execute("INSERT INTO kernels (kernel_id, source_id, rank, device, stream, start_ns, end_ns, name, kind) "
+                "VALUES (0, 0, 0, 0, 7, 10**15, 10**15 + 100, 'k', 'compute')")
+    con.execute("INSERT INTO sources (source_id, path, format) VALUES (1, 'a.csv', 'nvml-csv'), "
+                "(2, 'b.txt', 'nvidia-smi-dmon')")
+    rows_in = [(1 + (i % 2), "gpu_util" if i % 3 else "power_w", 10**15 + 1000 * i, (i % 10) / 10) for i in range(300)]
+    rows_in[250], rows_in[10] = rows_in[10], rows_in[250]  # one sample stored late: its series goes back in time
+    con.executemany("INSERT INTO counters (source_id, rank, device, metric, start_ns, end_ns, value) "
+                    "VALUES (?, 0, 0, ?, ? - 1000, ?, ?)", [(s, m, t, t, v) for s, m, t, v in rows_in])
+    monkeypatch.setattr(perfetto, "BATCH_ROWS", 16)
+    out = tmp_path / "t.pftrace"
+    perfetto.write(con, {}, out)
+    tr = decode(out)  # fails if a track goes back in time
+    got = {tr.tracks[u].name: v for u, v in tr.counters.items()}
+    for sid, fmt in ((1, "nvml-csv"), (2, "nvidia-smi-dmon")):
+        for metric, unit, scale in (("gpu_util", "%", 100.0), ("power_w", "W", 1.0)):
+            want = sorted((t, v * scale) for s, m, t, v in rows_in if s == sid and m == metric)
+            have = got[f"GPU 0 {metric} ({unit}) · {fmt}"]
+            assert [t for t, _ in have] == [t for t, _ in want]
+            assert [v for _, v in have] == pytest.approx([v for _, v in want])

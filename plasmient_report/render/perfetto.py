@@ -834,9 +834,11 @@ _SEQ_FIELD = np.frombuffer(_field_varint(F_PKT_SEQ_ID, SEQ_ID), dtype=np.uint8)
 _TS_9 = (np.uint64(1 << 56), np.uint64((1 << 63) - 1))  # epoch ns since 1972: 9-byte varints
 
 
-def _counter_packets(tracks: np.ndarray, ts: np.ndarray, values: np.ndarray) -> bytes:
+def _counter_packets(tracks: np.ndarray, ts: np.ndarray, values: np.ndarray,
+                     track_bytes: np.ndarray | None = None) -> bytes:
     """Counter samples as TracePackets. Times since 1972 and track uuids (always 9-byte varints, see
-    `uuid_of`) make every packet the same layout: written as columns of an (n, 40) byte array."""
+    `uuid_of`) make every packet the same layout: written as columns of an (n, 40) byte array.
+    `track_bytes`: the (n, 9) varint bytes of `tracks`, when the caller has them."""
     n = ts.size
     t = _u64(ts)
     tracks = np.broadcast_to(_u64(tracks), (n,))
@@ -855,7 +857,7 @@ def _counter_packets(tracks: np.ndarray, ts: np.ndarray, values: np.ndarray) -> 
     out[:, 12], out[:, 13] = F_PKT_TRACK_EVENT << 3 | 2, ev_len
     i = 14 + len(ev[0])
     out[:, 14:i] = np.frombuffer(ev[0], dtype=np.uint8)
-    out[:, i:i + 9] = _varint_columns(tracks, 9)
+    out[:, i:i + 9] = track_bytes if track_bytes is not None else _varint_columns(np.ascontiguousarray(tracks), 9)
     i += 9
     out[:, i:i + len(ev[2])] = np.frombuffer(ev[2], dtype=np.uint8)
     i += len(ev[2])
@@ -865,8 +867,10 @@ def _counter_packets(tracks: np.ndarray, ts: np.ndarray, values: np.ndarray) -> 
 
 
 def _device(ctx: _Ctx, rank: int, parent: int) -> None:
-    """One counter track per (GPU, log, metric): samples of two logs never interleave on one track. All the
-    rank's samples come in one query, series after series, each in time order."""
+    """One counter track per (GPU, log, metric): samples of two logs never interleave on one track. The rank's
+    samples come in one stream as stored (logs and nsys store each series in time order), the series
+    interleaved, read on one thread so that the order holds; should a series go back in time, the samples
+    are written again in time order (ORDER BY, the cost of a sort)."""
     series = ctx.con.execute("""
         SELECT c.device, c.source_id, c.metric, s.format, s.path,
                count(*) OVER (PARTITION BY c.device, c.metric, s.format) AS same_format
@@ -883,22 +887,44 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
                     counter=unit, order=i)
         uuids.append(t)
         scales.append(scale)
+    track_of = np.array(uuids, dtype=np.uint64)
+    track_bytes = _varint_columns(track_of, 9)
     ctx.con.register("_pf_series_in", pa.table({
         "idx": pa.array(range(len(series)), pa.int32()), "device": pa.array([x[0] for x in series], pa.int32()),
         "source_id": pa.array([x[1] for x in series], pa.int32()), "metric": pa.array([x[2] for x in series]),
         "scale": pa.array(scales, pa.float64())}))
-    track_of = np.array(uuids, dtype=np.uint64)
+    sql = """SELECT s.idx, c.end_ns + $shift AS t, c.value * s.scale AS v
+             FROM counters c JOIN _pf_series_in s
+               ON s.source_id = c.source_id AND s.metric = c.metric AND s.device IS NOT DISTINCT FROM c.device
+             WHERE c.rank = $rank AND c.value IS NOT NULL AND isfinite(c.value)"""
+    start, packets = ctx.w.f.tell(), ctx.w.packets
+    (threads,) = ctx.con.execute("SELECT current_setting('threads')").fetchall()[0]
     try:
-        for b in ctx.batches("""
-                SELECT s.idx, c.end_ns + $shift AS t, c.value * s.scale AS v
-                FROM counters c JOIN _pf_series_in s
-                  ON s.source_id = c.source_id AND s.metric = c.metric AND s.device IS NOT DISTINCT FROM c.device
-                WHERE c.rank = $rank AND c.value IS NOT NULL AND isfinite(c.value)
-                ORDER BY s.idx, c.end_ns""", rank=rank):
-            idx = _num(b.column("idx"), np.int64)
-            ts, v = _num(b.column("t"), np.int64), _num(b.column("v"), np.float64)
-            ctx.w.bulk(_counter_packets(track_of[idx], ts, v), ts.size)
+        for ordered in (False, True):
+            last = np.full(len(series), np.iinfo(np.int64).min, dtype=np.int64)
+            in_order = True
+            ctx.con.execute(f"SET threads = {1 if not ordered else int(threads)}")
+            for b in ctx.batches(sql + (" ORDER BY c.end_ns, s.idx" if ordered else ""), rank=rank):
+                idx = _num(b.column("idx"), np.int64)
+                ts = _num(b.column("t"), np.int64)
+                if not ordered:
+                    for k in np.unique(idx).tolist():  # each series of the batch (a handful): still in time order?
+                        tk = ts[idx == k]
+                        if tk[0] < last[k] or (tk[1:] < tk[:-1]).any():
+                            in_order = False
+                            break
+                        last[k] = tk[-1]
+                    if not in_order:
+                        break
+                v = _num(b.column("v"), np.float64)
+                ctx.w.bulk(_counter_packets(track_of[idx], ts, v, track_bytes[idx]), ts.size)
+            if in_order:
+                return
+            ctx.w.f.seek(start)  # a series went back in time: write the samples again, sorted
+            ctx.w.f.truncate()
+            ctx.w.packets = packets
     finally:
+        ctx.con.execute(f"SET threads = {int(threads)}")
         ctx.con.unregister("_pf_series_in")
 
 
