@@ -116,8 +116,22 @@ def test_field_numbers_are_perfettos() -> None:
                                      "flow_ids", "terminating_flow_ids"))
     assert (perfetto.F_ANN_NAME_IID, perfetto.F_ANN_INT, perfetto.F_ANN_DOUBLE, perfetto.F_ANN_STRING) == tuple(
         f["DebugAnnotation"][k] for k in ("name_iid", "int_value", "double_value", "string_value"))
-    assert perfetto.F_INTERNED_EVENT_NAMES == f["InternedData"]["event_names"]
+    assert (perfetto.F_INTERNED_EVENT_NAMES, perfetto.F_INTERNED_ANNOTATION_NAMES) == (
+        f["InternedData"]["event_names"], f["InternedData"]["debug_annotation_names"])
     assert (perfetto.F_NAME_IID, perfetto.F_NAME_NAME) == (f["EventName"]["iid"], f["EventName"]["name"])
+    assert perfetto.F_PKT_TRACK_DESCRIPTOR == f["TracePacket"]["track_descriptor"]
+    td = {x.name: x.number for x in pb.TrackDescriptor.DESCRIPTOR.fields}
+    assert (perfetto.F_TD_UUID, perfetto.F_TD_NAME, perfetto.F_TD_PROCESS, perfetto.F_TD_PARENT, perfetto.F_TD_COUNTER,
+            perfetto.F_TD_CHILD_ORDERING, perfetto.F_TD_ORDER) == tuple(td[k] for k in (
+                "uuid", "name", "process", "parent_uuid", "counter", "child_ordering", "sibling_order_rank"))
+    pd = {x.name: x.number for x in pb.ProcessDescriptor.DESCRIPTOR.fields}
+    assert (perfetto.F_PROCESS_PID, perfetto.F_PROCESS_NAME) == (pd["pid"], pd["process_name"])
+    assert perfetto.F_COUNTER_UNIT_NAME == pb.CounterDescriptor.DESCRIPTOR.fields_by_name["unit_name"].number
+    assert (perfetto.BEGIN, perfetto.END, perfetto.COUNTER) == (TE.TYPE_SLICE_BEGIN, TE.TYPE_SLICE_END,
+                                                                 TE.TYPE_COUNTER)
+    assert (perfetto.STATE_CLEARED, perfetto.NEEDS_STATE) == (pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED,
+                                                               pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
+    assert perfetto.EXPLICIT_ORDER == pb.TrackDescriptor.EXPLICIT
 
 
 def test_single_gpu_trace_has_every_event_of_the_store(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ F_TRACE_PACKET = 1
 F_PKT_TIMESTAMP, F_PKT_SEQ_ID, F_PKT_TRACK_EVENT, F_PKT_INTERNED, F_PKT_FLAGS = 8, 10, 11, 12, 13
 F_EV_ANNOTATION, F_EV_TYPE, F_EV_NAME_IID, F_EV_TRACK_UUID = 4, 9, 10, 11
 F_EV_DOUBLE_COUNTER, F_EV_FLOW, F_EV_TERMINATING_FLOW = 44, 47, 48
-F_ANN_NAME_IID, F_ANN_BOOL, F_ANN_INT, F_ANN_DOUBLE, F_ANN_STRING = 1, 2, 4, 5, 6
+F_ANN_NAME_IID, F_ANN_INT, F_ANN_DOUBLE, F_ANN_STRING = 1, 4, 5, 6
 F_INTERNED_EVENT_NAMES, F_INTERNED_ANNOTATION_NAMES = 2, 3
 F_NAME_IID, F_NAME_NAME = 1, 2
 F_PKT_TRACK_DESCRIPTOR = 60
@@ -252,18 +252,12 @@ def _copy_ranges(dst: np.ndarray, dst_start: np.ndarray, src: np.ndarray, src_st
     dst[idx + shift] = src[idx]
 
 
-def packets_of(events: Messages, ts: np.ndarray | None, interned: Messages | None = None,
-               interned_mask: np.ndarray | None = None) -> bytes:
-    """Bytes of n TracePackets (each wrapped as a Trace.packet field) on our sequence."""
+def packets_of(events: Messages, ts: np.ndarray) -> bytes:
+    """Bytes of n TracePackets with these track events at these times (each packet wrapped as a Trace.packet
+    field), on our sequence, using its interned names."""
     n = events.n
-    p = Messages(n)
-    if ts is not None:
-        p.varint(F_PKT_TIMESTAMP, ts)
-    p.message(F_PKT_TRACK_EVENT, events)
-    p.varint(F_PKT_SEQ_ID, SEQ_ID)
-    if interned is not None:
-        p.message(F_PKT_INTERNED, interned, interned_mask)
-    p.varint(F_PKT_FLAGS, NEEDS_STATE)
+    p = Messages(n).varint(F_PKT_TIMESTAMP, ts).message(F_PKT_TRACK_EVENT, events)
+    p.varint(F_PKT_SEQ_ID, SEQ_ID).varint(F_PKT_FLAGS, NEEDS_STATE)
     return Messages(n).message(F_TRACE_PACKET, p).encode().data.tobytes()
 
 
