@@ -362,10 +362,10 @@ class Slices:
     """One leaf track, plus overflow lanes named alike, fed batches of slices in (start, longer first) order.
 
     A slice goes to the first lane where it nests in what is open there or where nothing is open, so every
-    lane nests. Batches are placed at once: stretches between quiet points (nothing open) whose slices nest
-    (a valid bracket sequence, checked with array operations) all go to the first lane; only a stretch that
-    does not nest is placed slice by slice. Ends are written in time order as the batches pass them; the
-    writer keeps only the slices still open between batches."""
+    lane nests. Batches are placed at once: when their brackets nest (checked with array operations) all go
+    to the first lane; otherwise only from each slice that crosses an earlier one are slices placed one by
+    one, until nothing is open outside the first lane again. Ends are written in time order as the batches
+    pass them; only the slices still open are kept between batches."""
 
     def __init__(self, w: Writer, ann: Annotations, parent: int, key: tuple[Any, ...], name: str, order: int,
                  args: Sequence[Arg] = ()) -> None:
@@ -609,8 +609,9 @@ def assign_lanes(start: Sequence[int], end: Sequence[int]) -> list[int]:
 
 
 def kernel_bound_sql(kind: str, flops: str, nbytes: str, ridge: str) -> str:
-    """The kernel slice's 'bound' label (memory- or compute-bound against the GPU's ridge point)."""
-    # TODO(wt-measure): read the measure stage's kernel class once it is in the store.
+    """The kernel slice's 'bound' label (memory- or compute-bound against the GPU's ridge point), in one place:
+    to be replaced by the measure stage's kernel class (one definition, a store column) once it is in the
+    store."""
     return (f"CASE WHEN {flops} <> 0 THEN (CASE WHEN {nbytes} <> 0 AND {kind} = 'compute' AND {ridge} > 0 "
             f"THEN (CASE WHEN {flops} / {nbytes} >= {ridge} THEN 'compute' ELSE 'memory' END) END) "
             f"WHEN {kind} = 'compute' THEN 'memory (no FLOPs)' END")
