@@ -217,7 +217,7 @@ def write_outputs(result: Result, out_dir: Path, inputs: Sequence[Path], opts: O
             from .render import perfetto
 
             perfetto.write(result.con, result.verdict, tmp / "trace.pftrace")
-        store.save(result.con, tmp / "run.duckdb")  # the store's last use: closed and moved there
+        store.save(result.con, tmp / "run.duckdb")  # checkpointed and moved there: no copy
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old.{os.getpid()}")
             os.replace(out_dir, old)

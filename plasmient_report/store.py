@@ -7,6 +7,8 @@ checkpoint and a move, never by copying the tables.
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -95,18 +97,23 @@ def database_file(con: duckdb.DuckDBPyConnection) -> Path | None:
 
 
 def save(con: duckdb.DuckDBPyConnection, dest: Path) -> None:
-    """Make `dest` the run.duckdb users query, as the store's last use: a store kept in a file is checkpointed,
-    closed and moved there (a rename, or one file copy across file systems); an in-memory one is copied."""
+    """Make `dest` the run.duckdb users query, as the store's last write: a store kept in a file is
+    checkpointed and moved there (a rename; one file copy across file systems), and the connection goes on
+    reading it; an in-memory store is copied."""
     src = database_file(con)
     if src is None:
         copy_store(con, dest)
         return
     con.execute("CHECKPOINT")
-    con.close()
     dest = Path(dest)
     if dest.exists():
         dest.unlink()
-    shutil.move(src, dest)
+    try:
+        os.replace(src, dest)  # the open connection follows the file (the same inode)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        shutil.copyfile(src, dest)
 
 
 def copy_store(src: duckdb.DuckDBPyConnection, dest: Path) -> None:
