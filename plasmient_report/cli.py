@@ -15,7 +15,7 @@ import duckdb
 from . import __version__
 from .errors import BadInput
 
-SUBCOMMANDS = ("report", "batch", "query", "peaks", "rules", "diff")
+SUBCOMMANDS = ("report", "batch", "query", "peaks", "rules", "diff", "measure", "nsys-recipe-path")
 
 
 class DefaultGroup(click.Group):
@@ -212,20 +212,14 @@ def peaks(gpu: str | None, peaks_file: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .peaks import PRECISIONS, load_table, match_gpu
+    from .peaks import PRECISIONS, load_table, lookup
 
     try:
         table = load_table(peaks_file)
+        rows = [lookup(gpu, table)] if gpu else table
     except BadInput as e:
         _fail(str(e))
         return
-    rows = table
-    if gpu:
-        g = match_gpu(gpu, table)
-        if g is None:
-            _fail(f"unknown GPU {gpu!r}; known: {', '.join(x.key for x in table)}")
-            return
-        rows = [g]
     t = Table("gpu", *PRECISIONS, "GB/s", title="dense peak TFLOP/s (TOPS for int8)")
     for g in rows:
         t.add_row(g.key, *(f"{g.tflops[p]:g}" if p in g.tflops else "-" for p in PRECISIONS),
@@ -380,6 +374,53 @@ def batch(archives: tuple[Path, ...], out_dir: Path | None, executor: str, addre
                    f"skipped {skipped} (unchanged), {failed} failed", err=True)
     if not quiet:  # (the failures were listed as they happened)
         click.echo(f"summary: {result.summary}\nindex:   {result.index}")
+
+
+# ----------------------------------------------------------------------------- measure, nsys-recipe-path
+# (docs: README "Measure your own GPU" and "Inside Nsight Systems: nsys recipe plasmient")
+
+@main.command()
+@click.option("--workload", type=click.Choice(["matmul", "memory", "launch", "attention", "all"]), default="all",
+              show_default=True, help="Which workload to run: each is bound by one thing, by construction.")
+@click.option("--gpu-index", type=int, default=0, show_default=True, help="CUDA device index of the GPU to measure.")
+@click.option("--seconds", type=float, default=1.0, show_default=True,
+              help="Profiled time per workload (the launch workload is capped at 50,000 launches).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+              help="Output folder (default ./plasmient-out/measure/): recording/ (traces, NVML samples, truth), "
+                   "<workload>/ (verdict.json, report.html, …), summary.json.")
+@click.option("--from", "from_dir", type=click.Path(path_type=Path),
+              help="Analyse a recording made earlier by `measure` (its folder) instead of recording: no GPU needed.")
+@click.option("--no-html", is_flag=True, help="Do not write report.html.")
+@click.option("--no-trace", is_flag=True, help="Do not write trace.pftrace.")
+@click.option("--quiet", is_flag=True, help="Print nothing on success.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def measure(workload: str, gpu_index: int, seconds: float, out_dir: Path | None, from_dir: Path | None,
+            no_html: bool, no_trace: bool, quiet: bool, debug: bool) -> None:
+    """Run known workloads on this GPU under the PyTorch profiler with NVML sampling, then analyse them: what
+    nvidia-smi shows beside the fraction of peak achieved, and this GPU's measured ceilings.
+
+    Needs torch with CUDA and nvidia-ml-py: pip install 'plasmient-report[measure]'."""
+    from .workloads import command
+
+    try:
+        command.run(workload, gpu_index, seconds, out_dir, from_dir, quiet=quiet, write_html=not no_html,
+                    write_trace=not no_trace)
+    except BadInput as e:
+        if debug:
+            raise
+        _fail(str(e))
+    except Exception as e:  # a bug of ours (or of the GPU stack): one line, exit 2; --debug shows the traceback
+        if debug:
+            raise
+        _fail(f"measure: internal error ({_one_line(e)}); rerun with --debug and report it")
+
+
+@main.command("nsys-recipe-path")
+def nsys_recipe_path() -> None:
+    """Print the folder to put on NSYS_RECIPE_PATH for `nsys recipe plasmient --input DIR --output OUT`."""
+    from .nsys_recipe import recipe_path
+
+    click.echo(str(recipe_path()))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,20 @@
-"""The peak table: dense datasheet peaks per GPU and precision, matched by the device name in the trace."""
+"""The peak table: dense datasheet peaks per GPU and precision, each entry with its source.
+
+- `match_gpu(name)`: the entry for a device name as a trace writes it (the first entry whose regex matches);
+- `lookup(query)`: the entry a user means (`--gpu`, `plasmient-report peaks NAME`): a key, alias or name, or a
+  prefix of one that only one entry has; an ambiguous one is refused with the candidates;
+- `identify(...)`: the entry a trace's device properties describe when it gives no usable name;
+- `choose_peak(...)` → `Peak`: the peak one analysis uses, with every precision's figure, so each kernel can be
+  measured against its own precision (`Peak.flop_s_for(precision)`).
+"""
 
 from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -16,25 +26,47 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PRECISIONS = ("fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+# When a chip has no figure for a precision, the figure its work runs at instead, in order: an fp32 matmul on a
+# chip without TF32 tensor cores runs at the fp32 rate; fp64 without fp64 tensor cores at the fp64 rate; bf16
+# and fp16 share the tensor rate on every chip that has both (a bf16 figure missing means no bf16 hardware: the
+# fp16 tensor rate is the nearest thing the silicon offers). fp8 and int8 have no stand-in.
+FALLBACK: dict[str, tuple[str, ...]] = {"tf32": ("fp32",), "fp64_tensor": ("fp64",), "bf16": ("fp16",),
+                                        "fp16": ("bf16",)}
+MEMORY_TOLERANCE = 0.08  # nominal memory vs what the device reports (GB or GiB, less reserved memory)
+SAME_FIGURES = 0.01      # entries whose figures agree this closely are the same peak
 
 
 @dataclass(frozen=True)
 class GpuPeaks:
+    """One entry of the table."""
+
     key: str
     name: str
     match: str
     tflops: dict[str, float]
     memory_bandwidth_gbs: float | None
     source: str
+    aliases: tuple[str, ...] = ()
+    vendor: str | None = None
+    compute_capability: str | None = None
+    sm_count: int | None = None
+    memory_gb: float | None = None
 
     def peak_flop_s(self, precision: str) -> float | None:
         t = self.tflops.get(precision)
         return t * 1e12 if t else None
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.key, *self.aliases, self.name)
+
 
 @dataclass(frozen=True)
 class Peak:
-    """The peak one analysis uses."""
+    """The peak one analysis uses: the GPU, the headline precision and its figure (`flop_s`), and every
+    precision's figure (`tflops`) so that each kernel is measured against its own precision's peak.
+
+    `forced` (from --peak-tflops): one figure for every precision. `known`: the headline figure exists."""
 
     gpu: str | None
     gpu_key: str | None
@@ -43,34 +75,89 @@ class Peak:
     bandwidth_bytes_s: float | None
     source: str
     known: bool
+    tflops: tuple[tuple[str, float], ...] = ()
+    forced: bool = False
+
+    @property
+    def available_precisions(self) -> tuple[str, ...]:
+        """The precisions with a figure of their own (in PRECISIONS order); all of them when forced."""
+        if self.forced:
+            return PRECISIONS
+        have = dict(self.tflops)
+        return tuple(p for p in PRECISIONS if p in have)
+
+    def precision_for(self, precision: str, fallback: bool = True) -> str | None:
+        """The precision whose figure measures work of `precision` on this GPU: itself when the table has it,
+        else its stand-in (FALLBACK) when `fallback`, else None (the chip has no such figure)."""
+        if self.forced:
+            return precision
+        have = dict(self.tflops)
+        if precision in have:
+            return precision
+        if fallback:
+            return next((f for f in FALLBACK.get(precision, ()) if f in have), None)
+        return None
+
+    def flop_s_for(self, precision: str, fallback: bool = True) -> float | None:
+        """Peak FLOP/s for work of `precision` (fp64, fp64_tensor, fp32, tf32, bf16, fp16, fp8, int8); None when
+        the GPU is unknown or has no figure for it (nor a stand-in, with `fallback`)."""
+        if self.forced:
+            return self.flop_s
+        p = self.precision_for(precision, fallback)
+        return dict(self.tflops)[p] * 1e12 if p is not None else None
+
+
+def _entry(r: Mapping[str, object]) -> GpuPeaks:
+    key = str(r["key"])
+    aliases = r.get("aliases", ())
+    if isinstance(aliases, str) or not isinstance(aliases, (list, tuple)):
+        raise TypeError("aliases must be a list of names")
+    match = str(r.get("match", re.escape(key)))
+    re.compile(match)
+    sm = r.get("sm_count")
+    mem = r.get("memory_gb")
+    return GpuPeaks(
+        key=key, name=str(r.get("name", key)), match=match,
+        tflops={p: float(r[p]) for p in PRECISIONS if p in r},  # type: ignore[arg-type]
+        memory_bandwidth_gbs=float(r["memory_bandwidth_gbs"]) if "memory_bandwidth_gbs" in r else None,  # type: ignore[arg-type]
+        source=str(r.get("source", "user peaks file")), aliases=tuple(str(a) for a in aliases),
+        vendor=str(r["vendor"]) if "vendor" in r else None,
+        compute_capability=str(r["compute_capability"]) if "compute_capability" in r else None,
+        sm_count=int(sm) if sm is not None else None,  # type: ignore[call-overload]
+        memory_gb=float(mem) if mem is not None else None)  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=1)
+def _builtin() -> tuple[GpuPeaks, ...]:
+    text = resources.files("plasmient_report").joinpath("peaks.toml").read_text(encoding="utf-8")
+    return tuple(_entry(r) for r in tomllib.loads(text)["gpu"])
 
 
 def load_table(extra: Path | None = None) -> list[GpuPeaks]:
     """Built-in table, with entries of `extra` (same layout) placed first so they override."""
-    text = resources.files("plasmient_report").joinpath("peaks.toml").read_text(encoding="utf-8")
-    rows = tomllib.loads(text)["gpu"]
-    if extra is not None:
+    table = list(_builtin())
+    if extra is None:
+        return table
+    try:
+        user = tomllib.loads(Path(extra).read_text(encoding="utf-8")).get("gpu", [])
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise BadInput(extra, f"cannot read peaks file ({e})") from None
+    if not isinstance(user, list):
+        raise BadInput(extra, "peaks file must hold [[gpu]] tables")
+    out = []
+    for r in user:
         try:
-            user = tomllib.loads(Path(extra).read_text(encoding="utf-8")).get("gpu", [])
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-            raise BadInput(extra, f"cannot read peaks file ({e})") from None
-        if not isinstance(user, list):
-            raise BadInput(extra, "peaks file must hold [[gpu]] tables")
-        rows = list(user) + rows
-    table = []
-    for r in rows:
-        try:
-            table.append(GpuPeaks(
-                key=str(r["key"]), name=str(r.get("name", r["key"])), match=str(r.get("match", re.escape(r["key"]))),
-                tflops={p: float(r[p]) for p in PRECISIONS if p in r},
-                memory_bandwidth_gbs=float(r["memory_bandwidth_gbs"]) if "memory_bandwidth_gbs" in r else None,
-                source=str(r.get("source", "user peaks file"))))
-        except (KeyError, TypeError, ValueError) as e:
+            if not isinstance(r, dict):
+                raise TypeError("not a table")
+            out.append(_entry(r))
+        except (KeyError, TypeError, ValueError, re.error) as e:
             raise BadInput(extra, f"bad [[gpu]] entry {r!r} ({e})") from None
-    return table
+    return out + table
 
 
 def match_gpu(name: str | None, table: list[GpuPeaks]) -> GpuPeaks | None:
+    """The entry for a device name as a trace writes it ('NVIDIA H100 80GB HBM3'): the first whose regex matches,
+    or whose key is the name."""
     if not name:
         return None
     for g in table:
@@ -79,23 +166,125 @@ def match_gpu(name: str | None, table: list[GpuPeaks]) -> GpuPeaks | None:
     return None
 
 
+def _norm(s: str) -> str:
+    s = re.sub(r"(?i)^(nvidia|amd|tesla|geforce|instinct|quadro)\b\s*", "", s.strip())
+    s = re.sub(r"(?i)^(nvidia|amd|tesla|geforce|instinct|quadro)\b\s*", "", s)
+    return re.sub(r"[^0-9a-z]", "", s.lower())
+
+
+def lookup(query: str, table: list[GpuPeaks]) -> GpuPeaks:
+    """The entry a user means by `query` (a key, alias or name, any case, spaces and dashes ignored; or the start
+    of one that only one entry has; or a device name as a trace writes it). Raises BadInput when the query is
+    ambiguous (with the candidates) or unknown."""
+    q = _norm(query)
+    if not q:
+        raise BadInput(None, "--gpu: empty GPU name")
+    exact = [g for g in table if any(_norm(n) == q for n in g.names)]
+    if exact:
+        return exact[0]  # a user entry (placed first) overrides the built-in one of the same name
+    starts = list(dict.fromkeys(g.key for g in table if any(_norm(n).startswith(q) for n in g.names)))
+    if len(starts) == 1:
+        return next(g for g in table if g.key == starts[0])
+    if len(starts) > 1:
+        raise BadInput(None, f"GPU {query!r} is ambiguous: it could be {', '.join(starts)} (give one of these)")
+    g = match_gpu(query, table)
+    if g is not None and len(q) >= 4:
+        return g
+    raise BadInput(None, f"unknown GPU {query!r} (see `plasmient-report peaks`; known: "
+                         f"{', '.join(dict.fromkeys(x.key for x in table))})")
+
+
+# --------------------------------------------------------------------------------- identification
+
+
+@dataclass(frozen=True)
+class Identification:
+    gpu: GpuPeaks | None           # the entry, when the properties single one out (or entries with the same figures)
+    candidates: tuple[str, ...]    # keys of the entries the properties fit
+    sentence: str                  # what was found, for the source's notes
+
+
+def _same_figures(a: GpuPeaks, b: GpuPeaks) -> bool:
+    if set(a.tflops) != set(b.tflops):
+        return False
+    close = lambda x, y: abs(x - y) <= SAME_FIGURES * max(abs(x), abs(y))  # noqa: E731
+    bw_ok = (a.memory_bandwidth_gbs is None) == (b.memory_bandwidth_gbs is None) and (
+        a.memory_bandwidth_gbs is None or close(a.memory_bandwidth_gbs, b.memory_bandwidth_gbs or 0.0))
+    return bw_ok and all(close(a.tflops[p], b.tflops[p]) for p in a.tflops)
+
+
+def _memory_fits(nominal_gb: float, memory_bytes: int) -> bool:
+    return any(abs(memory_bytes / unit - nominal_gb) <= MEMORY_TOLERANCE * nominal_gb for unit in (1e9, 2**30))
+
+
+def identify(vendor: str | None, compute_capability: str | None, sm_count: int | None, memory_bytes: int | None,
+             table: list[GpuPeaks] | None = None) -> Identification:
+    """The table entry a device's properties describe (compute capability / gfx version, SM or CU count, memory
+    size), for traces that do not name the GPU. Only a property the device reports is compared; the compute
+    capability and the SM count are both required. Entries that fit and share their figures (MI210 and one GCD of
+    an MI250) count as one answer."""
+    rows = list(table if table is not None else _builtin())
+    units = "CUs" if vendor == "AMD" else "SMs"
+    what = ", ".join(x for x in (
+        f"compute capability {compute_capability}" if compute_capability else None,
+        f"{sm_count} {units}" if sm_count else None,
+        f"{memory_bytes / 2**30:.0f} GiB" if memory_bytes else None) if x)
+    if not compute_capability or not sm_count:
+        return Identification(None, (), f"GPU not named in the trace and its properties ({what or 'none'}) are too "
+                                        "few to identify it: give --gpu")
+    fit = [g for g in rows
+           if g.compute_capability == compute_capability and g.sm_count == sm_count
+           and (vendor is None or g.vendor is None or g.vendor == vendor)
+           and (memory_bytes is None or g.memory_gb is None or _memory_fits(g.memory_gb, memory_bytes))]
+    keys = tuple(dict.fromkeys(g.key for g in fit))
+    if not fit:
+        return Identification(None, (), f"GPU not named in the trace; no GPU in the peak table has {what}: give --gpu")
+    first = fit[0]
+    if all(_same_figures(first, g) for g in fit[1:]):
+        others = [g.key for g in fit[1:] if g.key != first.key]
+        also = f" (or {', '.join(others)}: the same peak figures)" if others else ""
+        return Identification(first, keys, f"GPU not named in the trace; identified as {first.name}{also} from its "
+                                           f"properties ({what})")
+    return Identification(None, keys, f"GPU not named in the trace; its properties ({what}) fit {', '.join(keys)}, "
+                                      "whose peaks differ: give --gpu")
+
+
+# ----------------------------------------------------------------------------------------- choice
+
+
 def choose_peak(device_name: str | None, precision: str, table: list[GpuPeaks],
                 gpu_override: str | None = None, tflops_override: float | None = None) -> Peak:
-    name = gpu_override or device_name
-    g = match_gpu(name, table)
+    """The peak of one GPU at the headline `precision`: the entry `--gpu` names (refused when ambiguous or
+    unknown), else the one the device name matches; `--peak-tflops` forces one figure for every precision."""
+    if gpu_override:
+        try:
+            g = lookup(gpu_override, table)
+        except BadInput as e:
+            # a GPU the table does not list is fine with --peak-tflops (the figure is the user's); never an
+            # ambiguous name
+            if tflops_override is None or "ambiguous" in str(e):
+                raise
+            g = None
+        name = g.name if g else gpu_override
+    else:
+        g = match_gpu(device_name, table)
+        name = device_name
+    figures = tuple(sorted(g.tflops.items())) if g else ()
+    bw = g.memory_bandwidth_gbs * 1e9 if g and g.memory_bandwidth_gbs else None
     if tflops_override is not None:
-        return Peak(gpu=name, gpu_key=g.key if g else None, precision=precision, flop_s=tflops_override * 1e12,
-                    bandwidth_bytes_s=g.memory_bandwidth_gbs * 1e9 if g and g.memory_bandwidth_gbs else None,
-                    source="--peak-tflops", known=True)
+        return Peak(gpu=g.name if g else name, gpu_key=g.key if g else None, precision=precision,
+                    flop_s=tflops_override * 1e12, bandwidth_bytes_s=bw, source="--peak-tflops", known=True,
+                    tflops=figures, forced=True)
     if g is None:
         return Peak(gpu=name, gpu_key=None, precision=precision, flop_s=None, bandwidth_bytes_s=None,
-                    source=f"unknown GPU {name!r}: no peak (give --gpu or --peak-tflops)", known=False)
-    flop_s = g.peak_flop_s(precision)
-    src = g.source
-    fallback = {"tf32": "fp32", "bf16": "fp16", "fp16": "bf16", "fp64_tensor": "fp64"}.get(precision)
-    if flop_s is None and fallback and g.peak_flop_s(fallback):
-        flop_s, src = g.peak_flop_s(fallback), g.source + f" (no {precision} figure: {fallback} used)"
-        precision = fallback
-    return Peak(gpu=g.name, gpu_key=g.key, precision=precision, flop_s=flop_s,
-                bandwidth_bytes_s=g.memory_bandwidth_gbs * 1e9 if g.memory_bandwidth_gbs else None,
-                source=src if flop_s else f"{g.name} has no {precision} figure in the table", known=flop_s is not None)
+                    source=f"unknown GPU {name!r}: no peak (give --gpu or --peak-tflops)" if name else
+                    "GPU not named in the trace: no peak (give --gpu or --peak-tflops)", known=False)
+    base = Peak(gpu=g.name, gpu_key=g.key, precision=precision, flop_s=None, bandwidth_bytes_s=bw, source=g.source,
+                known=False, tflops=figures)
+    used = base.precision_for(precision)
+    if used is None:
+        return Peak(gpu=g.name, gpu_key=g.key, precision=precision, flop_s=None, bandwidth_bytes_s=bw,
+                    source=f"{g.name} has no {precision} figure in the table", known=False, tflops=figures)
+    src = g.source if used == precision else g.source + f" (no {precision} figure: {used} used)"
+    return Peak(gpu=g.name, gpu_key=g.key, precision=used, flop_s=g.tflops[used] * 1e12, bandwidth_bytes_s=bw,
+                source=src, known=True, tflops=figures)

@@ -165,6 +165,19 @@ CREATE TABLE IF NOT EXISTS counters (
     raw_time    VARCHAR
 );
 
+CREATE TABLE IF NOT EXISTS memory_events (
+    source_id       INTEGER,
+    rank            INTEGER,
+    device          INTEGER,
+    pid             BIGINT,
+    thread          BIGINT,
+    ts_ns           BIGINT,
+    bytes_delta     BIGINT,
+    total_allocated BIGINT,
+    total_reserved  BIGINT,
+    addr            BIGINT
+);
+
 CREATE TABLE IF NOT EXISTS ncu_kernels (
     source_id        INTEGER,
     launch_id        BIGINT,

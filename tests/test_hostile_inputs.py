@@ -217,33 +217,132 @@ def _trailing_garbage() -> bytes:
     return KINETO[1] + b"\x00\xff garbage"
 
 
+def _ops_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op"]
+
+
+def _nan_flops() -> bytes:
+    doc = kineto_doc()
+    for e, v in zip(_ops_of(doc)[:3], (float("nan"), float("inf"), -5.0), strict=False):
+        e["args"]["flops"] = v
+    return dump(doc)
+
+
+def _dims_wrong_type() -> bytes:
+    doc = kineto_doc()
+    for e, v in zip(_ops_of(doc)[:4], ("[[8, 8]]", {"a": 1}, 5, True), strict=False):
+        e["args"]["Input Dims"] = v
+        e["args"]["Input type"] = v
+    return dump(doc)
+
+
+def _pid_not_string() -> bytes:
+    doc = kineto_doc()
+    for e, v in zip(doc["traceEvents"][::5], (True, 1.5, [0], None, {"p": 1}, -3, 2**70), strict=False):
+        e["pid"] = v
+        e["tid"] = v
+    return dump(doc)
+
+
+def _negative_absolute_time() -> bytes:
+    # base + ts before 1970 for a few events: no UTC time; the rest stays
+    doc = kineto_doc()
+    ks = kernels_of(doc)
+    base = doc["baseTimeNanoseconds"]
+    for e in ks[:2]:
+        e["ts"] = -(base / 1000.0) - 10.0
+    return dump(doc)
+
+
+def _negative_base() -> bytes:
+    doc = kineto_doc()
+    doc["baseTimeNanoseconds"] = -1790857026000000000
+    return dump(doc)
+
+
+def _bom() -> bytes:
+    return b"\xef\xbb\xbf" + KINETO[1]
+
+
+def _leading_whitespace() -> bytes:
+    return b"\n\n   \t\r\n" * 1000 + KINETO[1]
+
+
+def _big_metadata_first() -> bytes:
+    # a harness's metadata object (200 KiB) before traceEvents: detection must not give up after 4 KiB
+    doc = kineto_doc()
+    meta = {"metadata": {"runs": [{"i": i, "note": "x" * 100} for i in range(2000)]}}
+    return dump({**meta, **doc})
+
+
+def _array_form() -> bytes:
+    return dump(kineto_doc()["traceEvents"])
+
+
+def _array_no_close() -> bytes:
+    data = _array_form()
+    return data[: data.rindex(b"]")] + b",\n"
+
+
+def _array_cut_mid_event() -> bytes:
+    data = _array_form()
+    return data[: data.rindex(b"]") - 40]
+
+
 KINETO_CASES: dict[str, tuple[Callable[[], bytes], str]] = {
     "truncated": (_truncated, "bad"),
     "bit_flips": (_bit_flips, "either"),
     "duplicate_keys": (_dup_keys, "either"),
-    "missing_ts": (_drop_ts, "bad"),
+    "missing_ts": (_drop_ts, "ok"),
     "wrong_types": (_wrong_types, "either"),
     "huge_negative_ids": (_huge_negative, "ok"),
     "int64_overflow_time_base": (_base_overflow, "bad"),
-    "nan": (_nan, "bad"),
-    "infinity": (_infinity, "bad"),
+    "nan": (_nan, "ok"),
+    "infinity": (_infinity, "ok"),
     "invalid_utf8": (_bad_utf8, "either"),
     "deep_nesting_100": (_deep(100), "ok"),
     "deep_nesting_100000": (_deep(100_000), "either"),
     "deep_nesting_in_args": (_deep_in_args, "either"),
     "zero_length_events": (_zero_length, "ok"),
     "events_out_of_order": (_out_of_order, "ok"),
-    "end_before_start": (_end_before_start, "bad"),
+    "end_before_start": (_end_before_start, "ok"),
     "unknown_categories": (_unknown_categories, "ok"),
     "reordered_keys": (_reordered_keys, "ok"),
     "trailing_garbage": (_trailing_garbage, "bad"),
+    "nan_flops": (_nan_flops, "ok"),
+    "input_dims_wrong_type": (_dims_wrong_type, "ok"),
+    "pid_not_string": (_pid_not_string, "ok"),
+    "negative_absolute_time": (_negative_absolute_time, "ok"),
+    "negative_time_base": (_negative_base, "bad"),
+    "utf8_bom": (_bom, "ok"),
+    "leading_whitespace": (_leading_whitespace, "ok"),
+    "big_metadata_before_events": (_big_metadata_first, "ok"),
+    "array_form": (_array_form, "ok"),
+    "array_form_without_closing_bracket": (_array_no_close, "ok"),
+    "array_form_cut_inside_an_event": (_array_cut_mid_event, "ok"),
+}
+
+# What the verdict must say of the events or fields it left out (never a silent loss).
+KINETO_NOTES = {
+    "missing_ts": "3 with a missing, NaN or infinite ts/dur",
+    "nan": "1 with a missing, NaN or infinite ts/dur",
+    "infinity": "1 with a missing, NaN or infinite ts/dur",
+    "end_before_start": "1 with a negative duration",
+    "nan_flops": "3 ops' 'flops' left out",
+    "input_dims_wrong_type": "4 ops' 'Input Dims' / 'Input type' left out",
+    "negative_absolute_time": "2 with a UTC time before 1970",
+    "array_form_cut_inside_an_event": "the trace ends inside its last event",
 }
 
 
 @pytest.mark.parametrize("case", list(KINETO_CASES))
 def test_hostile_kineto(case, tmp_path):
     make, expect = KINETO_CASES[case]
-    check([write(tmp_path, KINETO[0], make())], tmp_path, expect)
+    v = check([write(tmp_path, KINETO[0], make())], tmp_path, expect)
+    if case in KINETO_NOTES:
+        assert isinstance(v, dict) and KINETO_NOTES[case] in (v["clock"]["sources"][0]["notes"] or ""), v["clock"]
+    if expect == "ok" and isinstance(v, dict):
+        assert v["coverage"]["kernels"] > 0
 
 
 def test_events_out_of_order_give_the_same_numbers(tmp_path):
@@ -426,6 +525,18 @@ NSYS_CASES: dict[str, tuple[Callable[[sqlite3.Connection], None], str]] = {
     "absurd_rank_in_environment": (_sql("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', "
                                         "'RANK=99999999999999')"), "ok"),
     "invalid_utf8_names": (_sql("UPDATE StringIds SET value = x'6e63636cff' WHERE id % 2 = 0"), "ok"),
+    "times_before_1970": (_sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = -(SELECT utcEpochNs FROM "
+                               "TARGET_INFO_SESSION_START_TIME) - 2000, \"end\" = -(SELECT utcEpochNs FROM "
+                               "TARGET_INFO_SESSION_START_TIME) - 1000 WHERE rowid IN (1, 2, 3)"), "ok"),
+    "kernel_names_missing_from_string_ids": (_sql("DELETE FROM StringIds WHERE id IN (SELECT demangledName FROM "
+                                                  "CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 2 = 0)"), "ok"),
+    # a table replaced by an endlessly recursive view: tables are read, never views
+    "recursive_view_for_a_table": (_sql("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME TO k_real",
+                                        "CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS WITH RECURSIVE r(n) AS "
+                                        "(SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT n AS start, n AS \"end\", "
+                                        "0 AS deviceId FROM r",
+                                        "CREATE VIEW CUPTI_ACTIVITY_KIND_RUNTIME_V9 AS WITH RECURSIVE r(n) AS "
+                                        "(SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT n AS start FROM r"), "either"),
 }
 
 
@@ -441,6 +552,9 @@ NSYS_NOTES = {
     "no_metadata": "times are ns since capture start, not UTC",
     "no_process_column": "GPU activities of no known process",  # two processes: whose copies? not guessed
     "session_start_text": "times are ns since capture start, not UTC",
+    "kernel_names_missing_from_string_ids": "kernels have no name in StringIds",
+    "times_before_1970": "3 with impossible times",
+    "recursive_view_for_a_table": "no CUPTI_ACTIVITY_KIND_KERNEL table",
 }
 
 
@@ -468,6 +582,119 @@ def test_corrupt_sqlite_pages(tmp_path, how):
     else:
         data[16:20] = b"\x00\x03\x07\x07"  # a page size that is not a power of two
     check([write(tmp_path, "run.sqlite", bytes(data))], tmp_path, "either")
+
+
+# ------------------------------------------------------------- nsys SQLite read as SQLite reads it (issue 15)
+
+
+def _sqlite_kernels(db: Path) -> int:
+    """Independent truth: what SQLite itself sees (a private copy, so recovery writes nowhere near the input)."""
+    (n,), = sqlite3.connect(db).execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
+    return int(n)
+
+
+def _kernels_and_copies(v: dict[str, Any]) -> int:
+    return int(v["coverage"]["kernels"])
+
+
+def _seed_db(tmp: Path, name: str) -> Path:
+    p = tmp / name
+    p.write_bytes(seeds.seeds("nsys")[0][1])
+    return p
+
+
+def _copy_with_side_files(src: Path, dest_dir: Path) -> Path:
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-journal"):
+        if Path(str(src) + suffix).exists():
+            shutil.copyfile(str(src) + suffix, dest_dir / (src.name + suffix))
+    return dest_dir / src.name
+
+
+def test_wal_export_committed_frames_are_read(tmp_path):
+    """A WAL-mode export whose last committed transaction is still in its `-wal` file: the tool reads what SQLite
+    reads (here: half the kernels deleted), and the input and its -wal stay as they were."""
+    work = _seed_db(tmp_path, "w.sqlite")
+    con = sqlite3.connect(work)
+    assert con.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal"
+    con.execute("PRAGMA wal_autocheckpoint = 0")
+    before = _sqlite_kernels(work)
+    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 2 = 0")
+    con.commit()
+    # copy while the writer holds the WAL unmerged: the state a crashed (or still open) writer leaves
+    inp = _copy_with_side_files(work, tmp_path / "in")
+    con.close()
+    assert Path(str(inp) + "-wal").stat().st_size > 0
+    truth = _sqlite_kernels(_copy_with_side_files(inp, tmp_path / "truth"))
+    assert truth < before
+    v = check([inp], tmp_path, "ok")
+    assert isinstance(v, dict)
+    row = sqlite3.connect(str(tmp_path / "truth" / inp.name)).execute(
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY").fetchone()
+    memcpy = int(row[0]) if row else 0
+    memset = int(sqlite3.connect(str(tmp_path / "truth" / inp.name)).execute(
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET").fetchone()[0])
+    assert _kernels_and_copies(v) == truth + memcpy + memset
+    assert "-wal" in v["clock"]["sources"][0]["notes"]
+
+
+def test_hot_journal_is_rolled_back_on_a_copy(tmp_path):
+    """A rollback-journal export left by a writer that died mid-transaction (database pages already overwritten,
+    the hot `-journal` holding the originals): SQLite rolls it back, and so does the tool — on a copy."""
+    work = _seed_db(tmp_path, "j.sqlite")
+    before = _sqlite_kernels(work)
+    con = sqlite3.connect(work, isolation_level=None)
+    con.execute("PRAGMA journal_mode = DELETE")
+    con.execute("PRAGMA cache_size = 1")  # spill dirty pages into the database file before the commit
+    con.execute("BEGIN")
+    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    con.execute("DELETE FROM StringIds")
+    inp = _copy_with_side_files(work, tmp_path / "in")  # the crash: database and journal as they are now
+    con.execute("ROLLBACK")
+    con.close()
+    assert Path(str(inp) + "-journal").stat().st_size > 0
+    assert _sqlite_kernels(_copy_with_side_files(inp, tmp_path / "truth")) == before  # SQLite's own answer
+    v = check([inp], tmp_path, "ok")
+    assert isinstance(v, dict)
+    assert "hot -journal" in v["clock"]["sources"][0]["notes"]
+    memcpy = int(sqlite3.connect(str(tmp_path / "truth" / inp.name)).execute(
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY").fetchone()[0])
+    memset = int(sqlite3.connect(str(tmp_path / "truth" / inp.name)).execute(
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET").fetchone()[0])
+    assert _kernels_and_copies(v) == before + memcpy + memset
+
+
+def test_another_process_exclusive_lock_is_respected(tmp_path):
+    """A writer in another process holds an exclusive lock: one line saying so (never a read of pages being
+    rewritten, never a wait without end)."""
+    inp = write(tmp_path, "locked.sqlite", seeds.seeds("nsys")[0][1])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sqlite3, sys, time\n"
+         "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+         "c.execute('PRAGMA journal_mode = DELETE'); c.execute('BEGIN EXCLUSIVE')\n"
+         "c.execute('DELETE FROM StringIds')\n"
+         "print('locked', flush=True); time.sleep(120)\n", str(inp)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        line = check([inp], tmp_path, "bad")
+        assert "locked by another process" in line
+    finally:
+        holder.kill()
+        holder.wait()
+    # once the writer is gone (its journal is then hot), the database reads as before the writer began
+    v = check([inp], tmp_path, "ok")
+    assert isinstance(v, dict) and v["coverage"]["kernels"] > 0
+
+
+def test_parquetdir_with_a_fifo_as_a_table_is_refused_not_read(tmp_path):
+    src = Path(__file__).resolve().parent.parent / "sample_traces" / "h200x2_ddp" / "nsys" / "nsys_ddp_pqtdir"
+    d = tmp_path / "in" / "run_pqtdir"
+    shutil.copytree(src, d)
+    (d / "CUPTI_ACTIVITY_KIND_KERNEL.parquet").unlink()
+    os.mkfifo(d / "CUPTI_ACTIVITY_KIND_KERNEL.parquet")
+    line = check([d], tmp_path, "bad")
+    assert "not a regular file" in line
 
 
 def test_sparse_gpu_metrics_rowids_do_not_hang(tmp_path):
@@ -517,6 +744,7 @@ def test_nsys_says_events_were_lost(tmp_path):
 COUNTER_CASES: dict[str, tuple[str, Callable[[bytes], bytes]]] = {
     "nvml_nan_and_huge": ("nvml", lambda b: b.replace(b",", b",NaN,", 3).replace(b"\n17", b"\n99999999999999999999", 2)),
     "nvml_int64_edge_wall_ns": ("nvml", lambda b: b.replace(b"\n17", b"\n9223372036854775807", 5)),
+    "nvml_negative_wall_ns": ("nvml", lambda b: b.replace(b"\n17", b"\n-17", 5)),
     "smi_dmon_impossible_dates": ("smi_dmon", lambda b: b.replace(b"2026", b"9999").replace(b":", b"9", 4)),
     "smi_query_bad_utf8": ("smi_query", lambda b: b.replace(b"NVIDIA", b"NV\xff\xfeIA")),
     "dcgmi_epoch_overflow": ("dcgmi", lambda b: b"99999999999999999999 " + b.replace(b"\n", b"\n9999999999999999999 ")),
@@ -534,6 +762,33 @@ def test_hostile_counter_logs_and_ncu(case, tmp_path):
         work = tmp_path / f"s{i}"
         work.mkdir()
         check([write(work, trace_name, trace), write(work, name, mutate(data))], work, "either")
+
+
+def test_implausible_counter_values_are_left_out_and_counted(tmp_path):
+    """nvidia-smi dmon `sm` 250% and 1e23 are no utilization: left out and said, never passed on as 2.5."""
+    from plasmient_report import parsers, store
+    from plasmient_report.parsers import Detected, ParseOptions
+
+    src = Path(__file__).resolve().parent.parent / "sample_traces" / "h200_single" / "nvidia_smi_dmon.txt"
+    lines = src.read_text().splitlines()
+    head = [ln for ln in lines if ln.startswith("#")][:2]
+    names = head[0].lstrip("#").split()
+    sm = names.index("sm")
+    rows = [ln for ln in lines if not ln.startswith("#") and ln.strip()]
+    edited = []
+    for i, ln in enumerate(rows):
+        parts = ln.split()
+        if i in (1, 3):
+            parts[sm] = "250" if i == 1 else "1e23"
+        edited.append("  ".join(parts))
+    p = write(tmp_path, "nvidia_smi_dmon.txt", ("\n".join(head + edited) + "\n").encode())
+    con = store.connect()
+    info = parsers.ingest_one(Detected(p, parsers.detect(p)), con, 0, ParseOptions(tz="UTC"))
+    (hi,), = con.execute("SELECT max(value) FROM counters WHERE metric = 'gpu_util'").fetchall()
+    assert hi <= 1.0
+    assert any("2 of gpu_util" in n for n in info.notes), info.notes
+    n_util = con.execute("SELECT count(*) FROM counters WHERE metric = 'gpu_util'").fetchone()[0]
+    assert n_util == len(rows) - 2
 
 
 def test_a_stray_kernel_years_away_with_a_counter_log_does_not_hang(tmp_path):

@@ -6,6 +6,7 @@ shipped beside the cloverleaf export, and from the corpus README (measured on th
 from __future__ import annotations
 
 import csv
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from plasmient_report import metrics, pipeline, store
 from plasmient_report.errors import BadInput
 from plasmient_report.parsers import detect, nsys
+from plasmient_report.parsers.nsys import gpu_metrics
 from plasmient_report.peaks import load_table
 
 from .conftest import corpus_file
@@ -380,10 +382,45 @@ def test_sqlite_that_is_not_an_nsys_export(tmp_path: Path):
 def test_gpu_metrics_read_in_rowid_chunks(monkeypatch: pytest.MonkeyPatch, workload):
     """Large exports insert GPU_METRICS in rowid chunks with a checkpoint between (bounded memory): the same rows."""
     path, con0, _ = workload
-    monkeypatch.setattr(nsys, "COUNTER_CHUNK_ROWS", 100_000)
+    monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 100_000)
     con, _ = ingest(path)
     q = "SELECT metric, count(*), round(sum(value), 6), min(start_ns), max(end_ns) FROM counters GROUP BY 1 ORDER BY 1"
     assert con.execute(q).fetchall() == con0.cursor().execute(q).fetchall()
+
+
+def test_gpu_metrics_fast_and_careful_reads_agree(monkeypatch: pytest.MonkeyPatch, workload):
+    """Each rowid range is read as stored (fast) unless it holds a value of the wrong kind; the careful read
+    (typed value by value) gives the same rows."""
+    path, con0, _ = workload
+    monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 100_000)
+    monkeypatch.setattr(gpu_metrics, "_fast_chunk", lambda *a: None)
+    con, _ = ingest(path)
+    q = "SELECT metric, count(*), round(sum(value), 6), min(start_ns), max(end_ns) FROM counters GROUP BY 1 ORDER BY 1"
+    assert con.execute(q).fetchall() == con0.cursor().execute(q).fetchall()
+
+
+def test_gpu_metrics_values_of_the_wrong_kind_are_left_out_and_counted(monkeypatch: pytest.MonkeyPatch, tmp_path,
+                                                                        workload):
+    """Text in `value` for 11 rows and 150% for 5 others: those rows are left out and counted, the rest of
+    their range and of the table read as before. Truth: the same export as SQLite stores it."""
+    path, con0, _ = workload
+    db = tmp_path / "m.sqlite"
+    shutil.copyfile(path, db)
+    c = sqlite3.connect(db)
+    (pct_metric,), = c.execute("""SELECT metricId FROM TARGET_INFO_GPU_METRICS WHERE metricName LIKE 'SMs Active%'
+                                  LIMIT 1""").fetchall()
+    c.execute("UPDATE GPU_METRICS SET value = 'n/a' WHERE rowid BETWEEN 1000 AND 1010")
+    ids = [r for (r,) in c.execute("SELECT rowid FROM GPU_METRICS WHERE metricId = ? AND rowid > 2000 LIMIT 5",
+                                   [pct_metric]).fetchall()]
+    c.execute(f"UPDATE GPU_METRICS SET value = 150 WHERE rowid IN ({', '.join(map(str, ids))})")
+    c.commit()
+    c.close()
+    monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 100_000)
+    con, info = ingest(db)
+    n0 = con0.cursor().execute("SELECT count(*) FROM counters").fetchone()[0]
+    assert con.execute("SELECT count(*) FROM counters").fetchone()[0] == n0 - 16
+    assert any("GPU metrics: 16 samples left out" in n for n in info.notes)
+    assert con.execute("SELECT max(value) FROM counters WHERE metric = 'sm_active'").fetchone()[0] <= 1.0
 
 
 def test_metric_names():

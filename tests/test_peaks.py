@@ -1,47 +1,119 @@
-"""The peak table: names from real traces match the right entry; every entry cites a source."""
+"""The peak table: names from real traces match the right entry; every entry cites a source; the per-precision
+API; user-given names resolve or are refused with the candidates; a GPU is identified from its properties.
+
+Figures were checked against the vendors' datasheets / whitepapers named in each entry's `source`; the tests here
+check the table's structure and the lookups, and pin a few figures to those documents (comments say which)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from plasmient_report.peaks import PRECISIONS, choose_peak, load_table, match_gpu
+from plasmient_report.errors import BadInput
+from plasmient_report.peaks import PRECISIONS, choose_peak, identify, load_table, lookup, match_gpu
 
 TABLE = load_table()
 
 
 @pytest.mark.parametrize(("name", "key"), [
     ("NVIDIA H200", "H200"),
+    ("NVIDIA H200 NVL", "H200-NVL"),
     ("NVIDIA H100 80GB HBM3", "H100-SXM"),
     ("NVIDIA H100 PCIe", "H100-PCIe"),
     ("NVIDIA H100 NVL", "H100-NVL"),
+    ("NVIDIA H800", "H800-SXM"),
+    ("NVIDIA H800 PCIe", "H800-PCIe"),
+    ("NVIDIA H20", "H20"),
     ("NVIDIA GH200 480GB", "GH200"),
+    ("NVIDIA GH200 144G HBM3e", "GH200-144GB"),
     ("NVIDIA A100-SXM4-80GB", "A100-80GB-SXM"),
     ("NVIDIA A100-SXM4-40GB", "A100-40GB-SXM"),
     ("NVIDIA A100-PCIE-40GB", "A100-40GB-PCIe"),
     ("NVIDIA A100 80GB PCIe", "A100-80GB-PCIe"),
+    ("NVIDIA A100-PG509-200", "A100-40GB-SXM"),  # HTA's traces (an A100 SXM board of Meta's)
+    ("NVIDIA A800-SXM4-80GB", "A800-80GB-SXM"),
+    ("NVIDIA A800 80GB PCIe", "A800-80GB-PCIe"),
+    ("NVIDIA A800 40GB Active", "A800-40GB-PCIe"),
     ("NVIDIA A10", "A10"),
     ("NVIDIA L4", "L4"),
+    ("NVIDIA L20", "L20"),
+    ("NVIDIA L40", "L40"),
     ("NVIDIA L40S", "L40S"),
     ("Tesla V100-SXM2-32GB", "V100-SXM2"),
+    ("Tesla V100-DGXS-32GB", "V100-SXM2"),
+    ("Tesla V100-PCIE-32GB", "V100-PCIe"),
+    ("Tesla V100S-PCIE-32GB", "V100S-PCIe"),
+    ("Tesla T4", "T4"),
     ("NVIDIA B200", "B200"),
     ("NVIDIA GB200", "GB200"),
+    ("NVIDIA B300 SXM6 AC", "B300"),
+    ("NVIDIA GB300", "GB300"),
+    ("NVIDIA RTX A6000", "RTX-A6000"),
+    ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"),
+    ("NVIDIA GeForce RTX 2080 Ti", "RTX-2080-Ti"),
+    ("NVIDIA GeForce RTX 3080", "RTX-3080"),
+    ("NVIDIA GeForce RTX 3090", "RTX-3090"),
+    ("NVIDIA GeForce RTX 4090", "RTX-4090"),
+    ("NVIDIA GeForce RTX 5090", "RTX-5090"),
     ("AMD Instinct MI300X", "MI300X"),
+    ("AMD Instinct MI300X VF", "MI300X"),
+    ("AMD Instinct MI300A", "MI300A"),
     ("AMD Instinct MI325X", "MI325X"),
+    ("AMD Instinct MI355X", "MI355X"),
     ("AMD Instinct MI250X", "MI250X"),
+    ("AMD Instinct MI250", "MI250"),
+    ("AMD Instinct MI210", "MI210"),
 ])
 def test_name_matching(name, key):
     g = match_gpu(name, TABLE)
     assert g is not None and g.key == key
 
 
-def test_required_gpus_and_sources():
+@pytest.mark.parametrize("name", ["NVIDIA GeForce RTX 3080 Ti", "AMD Instinct MI250X / MI250", "AMD Radeon Graphics",
+                                  "NVIDIA RTX 6000"])
+def test_names_no_entry_is_sure_of_match_none(name):
+    # a 3080 Ti is not a 3080; "MI250X / MI250" could be either die; "RTX 6000" (Turing Quadro) is not the Ada card
+    assert match_gpu(name, TABLE) is None
+
+
+def test_required_gpus_sources_and_identification_fields():
     keys = {g.key for g in TABLE}
     for k in ("V100-SXM2", "A100-40GB-SXM", "A100-80GB-SXM", "A10", "L4", "L40S", "H100-SXM", "H100-PCIe",
-              "H100-NVL", "H200", "GH200", "B200", "GB200", "MI250X", "MI300X", "MI325X"):
-        assert k in keys
+              "H100-NVL", "H200", "GH200", "B200", "GB200", "MI250X", "MI300X", "MI325X",
+              # issue 14
+              "H800-SXM", "H20", "A800-80GB-SXM", "L20", "L40", "GH200-144GB", "B300", "GB300", "MI210", "MI250",
+              "MI300A", "MI355X", "RTX-A6000", "RTX-6000-Ada", "RTX-2080-Ti", "RTX-3090", "RTX-4090", "RTX-5090"):
+        assert k in keys, k
+    assert len(keys) == len(TABLE), "duplicate keys"
     for g in TABLE:
-        assert g.source and g.memory_bandwidth_gbs
-        assert set(g.tflops) <= set(PRECISIONS)
+        assert re.search(r"https?://", g.source), g.key
+        assert g.memory_bandwidth_gbs and g.memory_bandwidth_gbs > 100
+        assert set(g.tflops) <= set(PRECISIONS) and g.tflops
+        assert g.vendor in ("NVIDIA", "AMD") and g.compute_capability and g.sm_count and g.memory_gb
+        re.compile(g.match)
+
+
+def test_precisions_a_chip_lacks_are_absent():
+    # No bf16 / tf32 units before Ampere (V100, T4, RTX 2080 Ti); no fp8 before Hopper / Ada / CDNA 3.
+    for k in ("V100-SXM2", "V100-PCIe", "V100S-PCIe", "T4", "RTX-2080-Ti"):
+        g = next(x for x in TABLE if x.key == k)
+        assert "bf16" not in g.tflops and "tf32" not in g.tflops and "fp8" not in g.tflops, k
+    for k in ("A100-80GB-SXM", "A800-80GB-SXM", "A10", "RTX-3090", "RTX-A6000", "MI250X", "MI250", "MI210"):
+        assert "fp8" not in next(x for x in TABLE if x.key == k).tflops, k
+    for k in ("MI250X", "MI250", "MI210"):  # CDNA 2 has no TF32
+        assert "tf32" not in next(x for x in TABLE if x.key == k).tflops, k
+
+
+def test_figures_are_self_consistent():
+    for g in TABLE:
+        t = g.tflops
+        if "bf16" in t and "fp16" in t:
+            assert t["bf16"] == t["fp16"], g.key  # one tensor rate for both on every chip listed
+        if "fp8" in t and "fp16" in t:
+            assert t["fp8"] == pytest.approx(2 * t["fp16"], rel=0.02), g.key
+        if "fp16" in t and "fp32" in t:
+            assert t["fp16"] >= t["fp32"], g.key
 
 
 def test_h200_dense_bf16_is_datasheet_value():
@@ -51,6 +123,18 @@ def test_h200_dense_bf16_is_datasheet_value():
     assert p.bandwidth_bytes_s == pytest.approx(4.8e12)
 
 
+def test_new_entries_pinned_to_their_documents():
+    f = {g.key: g for g in TABLE}
+    # NVIDIA H800 datasheet: FP64 1 TFLOPS (cut), FP8 3,958 TFLOPS sparse
+    assert f["H800-SXM"].tflops["fp64"] == 1.0 and f["H800-SXM"].tflops["fp8"] == pytest.approx(1978.9)
+    # Ada whitepaper, RTX 4090: 82.6 TFLOPS FP32; 165.2 FP16 tensor with FP32 accumulate; 1008 GB/s
+    assert f["RTX-4090"].tflops["fp32"] == 82.6 and f["RTX-4090"].tflops["fp16"] == 165.2
+    assert f["RTX-4090"].memory_bandwidth_gbs == 1008
+    # AMD MI250 datasheet: 362.1 TFLOPS FP16 per package of two GCDs → 181.05 per GCD; 3.2768 TB/s → 1638.4
+    assert f["MI250"].tflops["fp16"] == pytest.approx(362.1 / 2)
+    assert f["MI250"].memory_bandwidth_gbs == pytest.approx(3276.8 / 2)
+
+
 def test_unknown_gpu_is_said_and_override_works():
     p = choose_peak("AMD Radeon Graphics", "bf16", TABLE)
     assert not p.known and p.flop_s is None and "unknown GPU" in p.source
@@ -58,8 +142,103 @@ def test_unknown_gpu_is_said_and_override_works():
     assert p.flop_s == pytest.approx(383e12)
     p = choose_peak(None, "bf16", TABLE, gpu_override="H100-SXM")
     assert p.flop_s == pytest.approx(989.4e12)
+    p = choose_peak(None, "bf16", TABLE)
+    assert not p.known and "not named" in p.source
 
 
 def test_missing_precision_falls_back_and_says_so():
     p = choose_peak("Tesla V100-SXM2-16GB", "bf16", TABLE)
     assert p.precision == "fp16" and p.flop_s == pytest.approx(125e12) and "fp16 used" in p.source
+
+
+# ------------------------------------------------------------------------------- per-precision API
+
+
+def test_flop_s_for_each_precision():
+    p = choose_peak("NVIDIA H100 80GB HBM3", "bf16", TABLE)
+    assert p.flop_s_for("fp8") == pytest.approx(1978.9e12)
+    assert p.flop_s_for("bf16") == pytest.approx(989.4e12)
+    assert p.flop_s_for("tf32") == pytest.approx(494.7e12)
+    assert p.flop_s_for("fp32") == pytest.approx(67e12)
+    assert p.available_precisions == PRECISIONS
+    v = choose_peak("Tesla V100-SXM2-32GB", "fp32", TABLE)
+    assert v.available_precisions == ("fp64", "fp32", "fp16")
+    assert v.precision_for("tf32") == "fp32" and v.flop_s_for("tf32") == pytest.approx(15.7e12)
+    assert v.flop_s_for("tf32", fallback=False) is None
+    assert v.flop_s_for("fp8") is None and v.precision_for("fp8") is None
+    assert v.flop_s_for("fp64_tensor") == pytest.approx(7.8e12)  # no fp64 tensor cores: the fp64 rate
+    forced = choose_peak("Tesla V100-SXM2-32GB", "fp32", TABLE, tflops_override=100.0)
+    assert forced.forced and forced.flop_s_for("fp8") == forced.flop_s_for("fp64") == pytest.approx(100e12)
+    unknown = choose_peak("Some GPU", "bf16", TABLE)
+    assert unknown.flop_s_for("bf16") is None and unknown.available_precisions == ()
+
+
+# ----------------------------------------------------------------------------- user-given names
+
+
+def test_lookup_by_key_alias_or_name():
+    assert lookup("H100-SXM", TABLE).key == "H100-SXM"
+    assert lookup("h100 sxm", TABLE).key == "H100-SXM"
+    assert lookup("A6000", TABLE).key == "RTX-A6000"
+    assert lookup("NVIDIA H100 80GB HBM3", TABLE).key == "H100-SXM"  # a device name as a trace writes it
+    assert lookup("MI355", TABLE).key == "MI355X"  # a prefix only one entry has
+    assert lookup("rtx 4090", TABLE).key == "RTX-4090"
+
+
+@pytest.mark.parametrize(("query", "candidates"), [
+    ("H100", {"H100-SXM", "H100-PCIe", "H100-NVL"}),
+    ("A100", {"A100-80GB-PCIe", "A100-40GB-PCIe", "A100-80GB-SXM", "A100-40GB-SXM"}),
+    ("MI3", {"MI300X", "MI300A", "MI325X"}),
+])
+def test_ambiguous_names_are_refused_with_the_candidates(query, candidates):
+    with pytest.raises(BadInput) as e:
+        lookup(query, TABLE)
+    msg = str(e.value)
+    assert "ambiguous" in msg and all(c in msg for c in candidates)
+    with pytest.raises(BadInput, match="ambiguous"):
+        choose_peak("NVIDIA H200", "bf16", TABLE, gpu_override=query)
+
+
+def test_unknown_name_is_refused():
+    with pytest.raises(BadInput, match="unknown GPU"):
+        lookup("Voodoo 5", TABLE)
+    with pytest.raises(BadInput, match="unknown GPU"):
+        choose_peak("NVIDIA H200", "bf16", TABLE, gpu_override="Voodoo 5")
+    # ... unless the user also gives the figure
+    p = choose_peak(None, "bf16", TABLE, gpu_override="Voodoo 5", tflops_override=1.0)
+    assert p.gpu == "Voodoo 5" and p.flop_s == pytest.approx(1e12)
+
+
+# ------------------------------------------------------------------------------ identification
+
+
+def test_identify_from_properties():
+    # Properties as real traces record them (TraceLens / HTA traces): MI300X, an MI250 GCD.
+    mi300 = identify("AMD", "9.4", 304, 206141652992)
+    assert mi300.gpu is not None and mi300.gpu.key == "MI300X"
+    gcd = identify("AMD", "9.0", 104, 68702699520)
+    assert gcd.gpu is not None and {"MI250", "MI210"} <= set(gcd.candidates)  # same figures: one answer
+    # an H200 (132 SMs, 143771 MiB) fits the SXM and the NVL board, whose peaks differ: not guessed
+    h200 = identify("NVIDIA", "9.0", 132, 143771 * 2**20)
+    assert h200.gpu is None and {"H200", "H200-NVL"} <= set(h200.candidates) and "give --gpu" in h200.sentence
+    b200 = identify("NVIDIA", "10.0", 148, 191503138816)  # TraceLens B200 trace's properties
+    assert b200.gpu is None and {"B200", "GB200"} <= set(b200.candidates)
+    assert identify("NVIDIA", "8.9", 128, 24 * 2**30).gpu.key == "RTX-4090"  # type: ignore[union-attr]
+    none = identify("NVIDIA", "7.5", 999, None)
+    assert none.gpu is None and "no GPU in the peak table" in none.sentence
+    few = identify(None, None, 80, None)
+    assert few.gpu is None and "too few" in few.sentence
+
+
+def test_user_peaks_file_overrides_and_adds(tmp_path):
+    f = tmp_path / "p.toml"
+    f.write_text('[[gpu]]\nkey = "H100-SXM"\nname = "my H100"\nmatch = "H100"\nbf16 = 900.0\n'
+                 'memory_bandwidth_gbs = 3000\nsource = "measured"\n'
+                 '[[gpu]]\nkey = "X1"\naliases = ["xone"]\nbf16 = 10.0\n')
+    t = load_table(f)
+    assert lookup("H100-SXM", t).tflops == {"bf16": 900.0}
+    assert lookup("xone", t).key == "X1"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[gpu]]\nkey = "Y"\nmatch = "(("\n')
+    with pytest.raises(BadInput, match="bad"):
+        load_table(bad)

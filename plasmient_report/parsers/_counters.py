@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -59,6 +59,20 @@ METRICS: dict[str, str] = {
 }
 FRACTION_METRICS = frozenset(m for m in METRICS if m.endswith(("_util", "_active", "_occupancy"))) | {
     "power_violation", "fan_speed"}
+# What a sample of each kind of metric can be (a value outside is a logging glitch or a corrupt line: left out and
+# counted, never passed on — a utilization of 2.5 would read as 250% busy). Units are the vocabulary's.
+_PLAUSIBLE_BY_SUFFIX: tuple[tuple[str, tuple[float, float]], ...] = (
+    ("_bytes_s", (0.0, 1e13)), ("_bytes", (0.0, 1e15)), ("_mhz", (0.0, 1e4)), ("_c", (-60.0, 200.0)),
+    ("_w", (0.0, 1e4)), ("_j", (0.0, 1e15)), ("_errors", (0.0, 1e12)),
+)
+
+
+def plausible_range(metric: str) -> tuple[float, float]:
+    if metric in FRACTION_METRICS or metric == "thermal_violation":
+        return (0.0, 1.0 + 1e-9)
+    return next((r for suf, r in _PLAUSIBLE_BY_SUFFIX if metric.endswith(suf)), (-1e15, 1e15))
+
+
 # Which metric, in order of preference, stands for "utilization" when aligning a log to a trace.
 UTIL_PREFERENCE = ("gpu_util", "gr_engine_active", "sm_active")
 
@@ -120,6 +134,7 @@ class Written:
     period_ns: int | None
     effective_period_ns: int | None
     gpus: int
+    notes: list[str] = field(default_factory=list)  # samples left out (implausible values), to add to the source
 
 
 def median_period_ns(t_ns: np.ndarray) -> int | None:
@@ -157,14 +172,31 @@ def emit(con: duckdb.DuckDBPyConnection, source_id: int, wide: pl.DataFrame, tim
     unknown = [c for c in wide.columns if c not in METRICS and c not in ID_COLUMNS]
     if unknown:
         raise AssertionError(f"parser produced columns outside the vocabulary: {unknown}")
+    notes: list[str] = []
+    bad: dict[str, int] = {}
+    for c in metric_cols:
+        lo, hi = plausible_range(c)
+        col = pl.col(c).cast(pl.Float64)
+        n = wide.select((col.is_not_null() & (~col.is_finite() | (col < lo) | (col > hi))).sum()).item()
+        if n:
+            bad[c] = int(n)
+            wide = wide.with_columns(pl.when(col.is_finite() & (col >= lo) & (col <= hi)).then(col).otherwise(None)
+                                     .alias(c))
+    if bad:
+        notes.append("implausible samples left out: " + ", ".join(
+            f"{n} of {m} (outside {_span(m)})" for m, n in bad.items()))
     for c in ID_COLUMNS:
         if c not in wide.columns:
             wide = wide.with_columns(pl.lit(None, dtype=pl.Int32 if c == "gpu_index" else
                                             pl.Int64 if c == "t_ns" else pl.Utf8).alias(c))
-    # a time beyond ±2**62 ns (before 1823 or after 2116) is no time: differences of two must fit in int64
-    wide = wide.filter(pl.col("t_ns").is_not_null() & pl.col("t_ns").is_between(-(2**62), 2**62))
+    # a time before 1970 (UTC epoch ns below 0) or after 2116 (2**62 ns) is no time of a sample: differences of
+    # two must fit in int64, and a negative epoch time is a corrupt line or a clock that was never set
+    before = wide.height
+    wide = wide.filter(pl.col("t_ns").is_not_null() & pl.col("t_ns").is_between(0, 2**62))
+    if wide.height < before:
+        notes.append(f"{before - wide.height} samples left out: no time, or a time before 1970 or after 2116")
     if wide.height == 0 or not metric_cols:
-        return Written(0, period_ns, period_ns, 0)
+        return Written(0, period_ns, period_ns, 0, notes)
     key = pl.concat_str([pl.col("gpu_index").cast(pl.Utf8).fill_null(""), pl.col("entity").fill_null(""),
                          pl.col("gpu_uuid").fill_null("")], separator="|")
     wide = wide.with_columns(key.alias("_gpu"))
@@ -198,7 +230,14 @@ def emit(con: duckdb.DuckDBPyConnection, source_id: int, wide: pl.DataFrame, tim
     con.unregister("_counter_rows")
     nominal = int(np.median(list(periods.values()))) if periods else period_ns
     eff = int(np.median(effective)) if effective else nominal
-    return Written(long.height, nominal, eff, len(periods))
+    return Written(long.height, nominal, eff, len(periods), notes)
+
+
+def _span(metric: str) -> str:
+    lo, hi = plausible_range(metric)
+    if metric in FRACTION_METRICS or metric == "thermal_violation":
+        return "0–100%"
+    return f"{lo:g}–{hi:g}"
 
 
 def add_devices(con: duckdb.DuckDBPyConnection, source_id: int, rows: Sequence[tuple]) -> None:

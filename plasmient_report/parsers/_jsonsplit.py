@@ -18,6 +18,7 @@ import numpy as np
 QUOTE, BACKSLASH = 34, 92
 OPEN_BRACE, CLOSE_BRACE, OPEN_BRACKET, CLOSE_BRACKET, COMMA = 123, 125, 91, 93, 44
 KEY = b'"traceEvents"'
+BOM = b"\xef\xbb\xbf"
 _NEWLINES_TO_SPACE = bytes.maketrans(b"\r\n", b"  ")
 HEAD_LIMIT = 256 << 20  # the non-event part of a trace is small; more means this is not a trace
 
@@ -83,8 +84,10 @@ def _batch(pending: bytearray, chunk: bytes, pos: int, cut: int, seps: np.ndarra
 def split_events(stream: Readable, chunk_bytes: int = 4 << 20, ndjson: bool = False
                  ) -> Iterator[bytes | tuple[str, bytes]]:
     """Yield batches (bytes of a JSON array of whole events, or NDJSON with one event a line), then
-    ('head', bytes of the rest of the document with an empty traceEvents). Raises SplitError on a
-    document that is not a trace."""
+    ('head', bytes of the rest of the document with an empty traceEvents). Markers on the way: ('array', b'')
+    first when the document is the array form `[{…}, …]`, ('partial_tail', b'') when such an array ends inside
+    its last event (left out). A UTF-8 BOM and leading whitespace are skipped. Raises SplitError on a document
+    that is not a trace."""
     st = _State(ndjson=ndjson)
     first = True
     while True:
@@ -92,13 +95,14 @@ def split_events(stream: Readable, chunk_bytes: int = 4 << 20, ndjson: bool = Fa
         if not chunk:
             break
         if first:
+            if chunk[:3] == BOM:  # a UTF-8 byte-order mark before the document: not part of it
+                chunk = chunk[3:]
             stripped = chunk.lstrip()
-            if stripped[:3] == b"\xef\xbb\xbf":
-                stripped = stripped[3:]
             if not stripped:
                 continue
             if stripped[:1] == b"[":
                 st.top_is_array = True
+                yield ("array", b"")
             elif stripped[:1] != b"{":
                 raise SplitError("not a JSON object")
             first = False
@@ -112,6 +116,18 @@ def split_events(stream: Readable, chunk_bytes: int = 4 << 20, ndjson: bool = Fa
         yield from _scan(chunk, st)
     if first:
         raise SplitError("empty document")
+    if st.top_is_array and st.in_events:
+        # The trace-event format's array form may end without its `]` (a process that died while writing):
+        # the whole events are the trace. An event cut off at the end is left out (and said).
+        tail = bytes(st.pending)
+        if st.depth == 1 and not st.in_string:
+            if tail.strip().rstrip(b",").strip():
+                yield _batch(bytearray(), tail.strip().rstrip(b","), 0, len(tail.strip().rstrip(b",")),
+                             np.zeros(0, dtype=np.int64), st.ndjson)
+        elif tail.strip():
+            yield ("partial_tail", b"")
+        yield ("head", b"[]")
+        return
     if st.depth != 0 or st.in_string:
         raise SplitError("truncated JSON (the file ends inside the trace)")
     if st.in_events:

@@ -1,10 +1,11 @@
-"""What every parser returns about one input file (the `sources` row), and the parser signature."""
+"""What every parser returns about one input file (the `sources` row), the parser signature, and what detection
+looks at (`Sniff`) and registers (`Format`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import duckdb
 
@@ -47,3 +48,42 @@ class ParseOptions:
 
 class Parser(Protocol):
     def __call__(self, path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> SourceInfo: ...
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True)
+class Sniff:
+    """What detection looks at: the path, its first bytes (decompressed when gzip, a UTF-8 BOM dropped) and
+    their text. A parser's `sniff(s)` names the format it recognises, or None."""
+
+    path: Path
+    size: int
+    head: bytes
+
+    @property
+    def text(self) -> str:
+        return self.head.decode("utf-8", "replace")
+
+    @property
+    def first_line(self) -> str:
+        t = self.text
+        return t.lstrip().splitlines()[0] if t.strip() else ""
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+@dataclass(frozen=True)
+class Format:
+    """One input format: its name (the `sources.format` value), a label for messages, how it is read, whether it
+    stands alone (a trace) or is placed on a trace (`auxiliary`: counter logs, Nsight Compute), and, for a format
+    recognised but not analysed, the one line that says so (then `ingest` is None)."""
+
+    name: str
+    label: str
+    ingest: Any = None
+    auxiliary: bool = False
+    refusal: str | None = None

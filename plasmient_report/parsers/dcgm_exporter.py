@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ..errors import BadInput
 from . import _counters as C
-from .base import ParseOptions, SourceInfo
+from .base import Format, ParseOptions, Sniff, SourceInfo
 
 MIB = float(1 << 20)
 # DCGM field name → (metric, factor). *_RATIO names (DCGM 4 renames) are 0–1; the old *_UTIL names are %.
@@ -163,6 +163,7 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     wide = long.pivot(on="metric", index=["t_ns", "raw_time", "gpu_index", "gpu_uuid", "entity"], values="value",
                       aggregate_function="mean")
     w = C.emit(con, source_id, wide, anchor)
+    notes += w.notes
     C.add_devices(con, source_id, [d for d in devices.values() if d[0] is not None or d[1] is not None])
     if long.filter(pl.col("entity").str.starts_with("GPU-I")).height:
         notes.append("MIG instance series (GPU_I_ID) are kept with their entity, not matched to a GPU")
@@ -214,3 +215,10 @@ def _from_query_json(path: Path, text: str, rec: dict[str, list], devices: dict,
                 continue  # not a [time, "value"] pair of numbers
             _add(rec, t, str(ts), idx, uuid, entity, metric, val * factor)
         devices[(idx, uuid, bus)] = (idx, uuid, bus, model, None)
+
+
+def sniff(s: Sniff) -> str | None:
+    return "dcgm-exporter" if "DCGM_FI_" in s.text else None
+
+
+FORMATS = (Format("dcgm-exporter", "dcgm-exporter scrape", ingest, auxiliary=True),)

@@ -17,7 +17,7 @@ import polars as pl
 
 from ..errors import BadInput
 from . import _counters as C
-from .base import ParseOptions, SourceInfo
+from .base import Format, ParseOptions, Sniff, SourceInfo
 
 MIB = float(1 << 20)
 # DCGM field id → (short name, metric, factor) — dcgm_fields.h. Ratios are already 0–1; GPUTL/MCUTL are %.
@@ -187,6 +187,7 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
         **{m: pl.Series(v, dtype=pl.Float64) for m, v in cols.items()},
     })
     w = C.emit(con, source_id, wide, anchor, period_ns)
+    notes += w.notes
     if any(r[3] != "GPU" for r in rows):
         notes.append("rows of non-GPU entities (GPU-I, GPU-CI, …) are kept with their entity, not matched to a GPU")
     return SourceInfo(format="dcgmi-dmon", format_version=version, rank=None, rank_method="counters",
@@ -229,3 +230,13 @@ def _prefix_times(rows: list[tuple], zone: str, path: Path) -> tuple[list[int], 
             d = d.replace(tzinfo=tz)
         out.append((d - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1) * 1000)
     return out, local
+
+
+def sniff(s: Sniff) -> str | None:
+    first = s.first_line
+    if first.startswith("#Entity") or first.startswith("# Entity") or looks_like_dcgmi(first):
+        return "dcgmi-dmon"
+    return None
+
+
+FORMATS = (Format("dcgmi-dmon", "dcgmi dmon log", ingest, auxiliary=True),)

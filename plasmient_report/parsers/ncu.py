@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from ..errors import BadInput
 from . import _counters as C
-from .base import ParseOptions, SourceInfo
+from .base import Format, ParseOptions, Sniff, SourceInfo
 
 ID_COLS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
            "Grid Size", "Device", "CC")
@@ -290,3 +290,13 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
                      "sizes are not multiples of its tile counts a few % more than 2·M·N·K")
     return SourceInfo(format="ncu-csv", format_version=version, rank=None, rank_method="counters",
                       clock_anchor="none", events=len(launches), notes=notes)
+
+
+def sniff(s: Sniff) -> str | None:
+    first = s.first_line
+    if first.startswith('"ID","Process ID"') or first.startswith("==PROF==") or looks_like_ncu(s.text):
+        return "ncu-csv"
+    return None
+
+
+FORMATS = (Format("ncu-csv", "Nsight Compute CSV", ingest, auxiliary=True),)

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from ..errors import BadInput
+from .base import Format, Sniff
 
 EXPORT_TIMEOUT_S = int(os.environ.get("PLASMIENT_NSYS_EXPORT_TIMEOUT", "1800"))
 # What `nsys export` names a report's exports (its defaults: `<report>.sqlite`, `<report>_pqtdir`,
@@ -46,7 +47,7 @@ def export_command(nsys: str, rep: Path, out: Path) -> list[str]:
 
 def resolve(rep: Path, cache_dir: Path | None) -> Path:
     """The export to read for a `.nsys-rep`: a sibling export newer than the report, else a (cached) SQLite export."""
-    from ._nsys_arrow import export_kind
+    from .nsys.arrow import export_kind
 
     sibling = rep.with_suffix(".sqlite")
     for cand in sibling_exports(rep):
@@ -75,3 +76,11 @@ def resolve(rep: Path, cache_dir: Path | None) -> Path:
         raise BadInput(rep, f"`nsys export` failed ({last[0]}); run: {shlex.join(suggested)}")
     os.replace(tmp, target)
     return target
+
+
+def sniff(s: Sniff) -> str | None:
+    return "nsys-rep" if s.path.suffix == ".nsys-rep" else None
+
+
+# Resolved to its export by `parsers.discover` (never ingested itself).
+FORMATS = (Format("nsys-rep", "Nsight Systems report"),)

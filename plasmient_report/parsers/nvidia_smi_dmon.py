@@ -15,7 +15,7 @@ import polars as pl
 
 from ..errors import BadInput
 from . import _counters as C
-from .base import ParseOptions, SourceInfo
+from .base import Format, ParseOptions, Sniff, SourceInfo
 
 MIB = float(1 << 20)
 # dmon column → (metric, factor). `sm` is NVML utilization.gpu; `pclk` the SM (processor) clock.
@@ -111,6 +111,7 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     wide = frame.select(pl.col("t_ns"), pl.col("raw_time"), pl.col("gpu_index"), pl.lit(None, pl.Utf8).alias("gpu_uuid"),
                         pl.lit(None, pl.Utf8).alias("entity"), *[e.alias(m) for m, e in metrics.items()])
     w = C.emit(con, source_id, wide, anchor, period_ns)
+    notes += w.notes
     return SourceInfo(format="nvidia-smi-dmon", format_version=version, rank=None, rank_method="counters",
                       clock_anchor=anchor, events=w.rows, notes=notes, time_zone=zone,
                       sample_period_ns=w.effective_period_ns)
@@ -142,3 +143,14 @@ def _dated_from_mtime(times: pl.Series, path: Path, zone: str) -> pl.Series:
     naive = pl.Series(naive_ns, dtype=pl.Int64).cast(pl.Datetime("ns"))
     naive = pl.select(pl.when(pl.Series(valid)).then(naive).otherwise(None)).to_series()
     return C.local_to_utc_ns(naive, zone)
+
+
+def sniff(s: Sniff) -> str | None:
+    first = s.first_line
+    if (first.startswith("#") and " gpu " in f" {first} " and ("pwr" in first or " sm " in first)) or \
+            looks_like_dmon(first):
+        return "nvidia-smi-dmon"
+    return None
+
+
+FORMATS = (Format("nvidia-smi-dmon", "nvidia-smi dmon log", ingest, auxiliary=True),)

@@ -14,7 +14,7 @@ import polars as pl
 
 from ..errors import BadInput
 from . import _counters as C
-from .base import ParseOptions, SourceInfo
+from .base import Format, ParseOptions, Sniff, SourceInfo
 
 TIME_RE = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?$")
 BUS_RE = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
@@ -145,6 +145,7 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     if wide.height == 0:
         raise BadInput(path, "nvidia-smi --query-gpu CSV has no sample rows")
     w = C.emit(con, source_id, wide, "anchored")
+    notes += w.notes
     dev_cols = [pl.col(f"c{gi}").cast(pl.Int32, strict=False) if gi is not None else pl.lit(None, pl.Int32),
                 pl.col(f"c{ui}") if ui is not None else pl.lit(None, pl.Utf8),
                 pl.col(f"c{bi}") if bi is not None else pl.lit(None, pl.Utf8),
@@ -156,3 +157,13 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     return SourceInfo(format="nvidia-smi-query", format_version=f"fields: {', '.join(names)}", rank=None,
                       rank_method="counters", clock_anchor="anchored", events=w.rows, notes=notes, time_zone=zone,
                       sample_period_ns=w.effective_period_ns)
+
+
+def sniff(s: Sniff) -> str | None:
+    first = s.first_line
+    if first.startswith("timestamp,") or first.startswith("timestamp, ") or looks_headerless(first):
+        return "nvidia-smi-query"
+    return None
+
+
+FORMATS = (Format("nvidia-smi-query", "nvidia-smi --query-gpu CSV", ingest, auxiliary=True),)

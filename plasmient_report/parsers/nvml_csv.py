@@ -13,7 +13,7 @@ import polars as pl
 
 from ..errors import BadInput
 from . import _counters as C
-from .base import ParseOptions, SourceInfo
+from .base import Format, ParseOptions, Sniff, SourceInfo
 
 # Unit suffix → (unit, factor to the vocabulary's unit). Checked longest first.
 SUFFIXES = {
@@ -111,6 +111,7 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     if wide.height == 0:
         raise BadInput(path, "NVML CSV has no sample rows")
     w = C.emit(con, source_id, wide, "native")
+    notes += w.notes
     if "gpu_index" not in ident:
         notes.append("no GPU column: samples taken to be of GPU 0")
     if "gpu_uuid" in ident or "bus_id" in ident or "name" in ident:
@@ -122,3 +123,10 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     return SourceInfo(format="nvml-csv", format_version=f"columns: {', '.join(header)}", rank=None,
                       rank_method="counters", clock_anchor="native", events=w.rows, notes=notes,
                       sample_period_ns=w.effective_period_ns)
+
+
+def sniff(s: Sniff) -> str | None:
+    return "nvml-csv" if s.first_line.startswith("wall_ns,") else None
+
+
+FORMATS = (Format("nvml-csv", "NVML samples CSV", ingest, auxiliary=True),)

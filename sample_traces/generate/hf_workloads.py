@@ -59,8 +59,8 @@ class StepTimer:
     def elapsed_ms(self):
         if CUDA:
             torch.cuda.synchronize()
-            return [a.elapsed_time(b) for a, b in zip(self.marks, self.marks[1:])]
-        return [(b - a) * 1e3 for a, b in zip(self.marks, self.marks[1:])]
+            return [a.elapsed_time(b) for a, b in zip(self.marks, self.marks[1:], strict=False)]
+        return [(b - a) * 1e3 for a, b in zip(self.marks, self.marks[1:], strict=False)]
 
 
 def sync():
@@ -421,7 +421,7 @@ def run_nsys(a):
     if CUDA:
         torch.cuda.cudart().cudaProfilerStart()
     timer.mark()
-    for i in range(n):
+    for _i in range(n):
         torch.cuda.nvtx.range_push("train_step") if CUDA else None
         step()
         torch.cuda.nvtx.range_pop() if CUDA else None

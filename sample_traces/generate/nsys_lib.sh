@@ -49,7 +49,10 @@ nsys_clean() {  # $1 = report base; rest = command.
   # root's /proc/PID/environ).
   local b=$1; shift
   local wrap wr hm
-  mkdir -p /tmp/gen /tmp/nbhome && cp "$G"/*.py /tmp/gen/ && chmod -R a+rwX "$W" /tmp/gen /tmp/nbhome
+  mkdir -p /tmp/gen/plasmient_report /tmp/nbhome && cp "$G"/*.py /tmp/gen/ &&
+    cp "$G/../../plasmient_report/__init__.py" /tmp/gen/plasmient_report/ &&
+    cp -r "$G/../../plasmient_report/workloads" /tmp/gen/plasmient_report/ &&  # single_gpu.py's phases, NVML sampler
+    chmod -R a+rwX "$W" /tmp/gen /tmp/nbhome
   for wrap in unshare nobody; do
     rm -f "$b".*
     if [ $wrap = unshare ]; then wr=(unshare --pid --fork --kill-child --mount-proc); hm=(HOME=/root)

@@ -31,12 +31,21 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+# The compute / memory / launch phases and the NVML sampler are plasmient-report's own (`plasmient-report measure`
+# runs the same workloads): found in the repository two folders up, or in a copy beside this script (nsys_lib.sh).
+_HERE = os.path.dirname(os.path.abspath(__file__))
+for _root in (os.path.dirname(os.path.dirname(_HERE)), _HERE):
+    if os.path.isdir(os.path.join(_root, "plasmient_report", "workloads")):
+        sys.path.insert(0, _root)
+        break
+from plasmient_report.workloads.kernels import Launch, Matmul, Memory  # noqa: E402
+from plasmient_report.workloads.nvml import NvmlSampler  # noqa: E402
 
 DEVICE = os.environ.get("GEN_DEVICE", "cuda")  # "cpu" only for a smoke test of the code paths
 H200_BF16_DENSE_PEAK = 989.4e12  # FLOP/s, datasheet, dense bf16 (SXM)
@@ -104,50 +113,6 @@ def gpt_flops(B, T, d, L, V):
 
 
 # ----------------------------------------------------------------------------- loggers
-class NvmlSampler:
-    """Samples NVML every `period` s into rows wall_ns,gpu_util,mem_util,sm_clock_mhz,power_w."""
-
-    def __init__(self, nvml_index, period=0.010):
-        import pynvml
-        self.nv = pynvml
-        pynvml.nvmlInit()
-        self.h = pynvml.nvmlDeviceGetHandleByIndex(nvml_index)
-        self.period = period
-        self.rows = []
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        nv, h = self.nv, self.h
-        nxt = time.monotonic()
-        while not self._stop.is_set():
-            try:
-                u = nv.nvmlDeviceGetUtilizationRates(h)
-                clk = nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
-                pw = nv.nvmlDeviceGetPowerUsage(h) / 1000.0
-                self.rows.append((time.time_ns(), u.gpu, u.memory, clk, pw))
-            except Exception as e:  # keep sampling
-                print("nvml sample failed:", e, file=sys.stderr)
-            nxt += self.period
-            dt = nxt - time.monotonic()
-            if dt > 0:
-                time.sleep(dt)
-            else:
-                nxt = time.monotonic()
-
-    def start(self):
-        self._t.start()
-
-    def stop(self, path):
-        self._stop.set()
-        self._t.join()
-        with open(path, "w") as f:
-            f.write("wall_ns,gpu_util,mem_util,sm_clock_mhz,power_w\n")
-            for r in self.rows:
-                f.write("%d,%d,%d,%d,%.3f\n" % r)
-        return len(self.rows)
-
-
 class SmiLoggers:
     def __init__(self, outdir, nvml_index, prefix=""):
         self.files = []
@@ -222,11 +187,10 @@ class Workload:
         dev = DEVICE
         g = torch.Generator(device=dev)
         g.manual_seed(0)
-        n = a.mm_n
-        self.A = torch.randn(n, n, device=dev, dtype=torch.bfloat16, generator=g)
-        self.Bm = torch.randn(n, n, device=dev, dtype=torch.bfloat16, generator=g)
-        self.x = torch.full((a.mem_bytes // 4,), 1.0, device=dev, dtype=torch.float32)
-        self.tiny = torch.zeros(1, device=dev, dtype=torch.float32)
+        self.mm = Matmul(dev, a.mm_n, generator=g)    # A, B drawn from g first, as before
+        self.mem = Memory(dev, a.mem_bytes)
+        self.launch = Launch(dev)
+        self.A, self.Bm, self.x, self.tiny = self.mm.A, self.mm.B, self.mem.x, self.launch.tiny
         s = a.stall_n
         self.S1 = torch.randn(s, s, device=dev, dtype=torch.bfloat16, generator=g)
         self.S2 = torch.randn(s, s, device=dev, dtype=torch.bfloat16, generator=g)
@@ -238,16 +202,13 @@ class Workload:
 
     # phases ------------------------------------------------------------------
     def compute_bound(self):
-        for _ in range(self.a.compute_iters):
-            torch.mm(self.A, self.Bm)
+        self.mm.run(self.a.compute_iters)
 
     def memory_bound(self):
-        for _ in range(self.a.mem_iters):
-            self.x.mul_(1.0001).add_(1e-6)
+        self.mem.run(self.a.mem_iters)
 
     def launch_bound(self):
-        for _ in range(self.a.launch_iters):
-            self.tiny.add_(1.0)
+        self.launch.run(self.a.launch_iters)
 
     def host_stall(self):
         for _ in range(self.a.stall_iters):

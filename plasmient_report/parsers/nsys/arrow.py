@@ -2,13 +2,15 @@
 tables as the SQLite export, so the nsys parser's SQL runs unchanged on them.
 
 Tables are read with pyarrow (parquet files, Arrow IPC streams memory-mapped: no copy) and typed the way the
-SQLite reader types them; DuckDB serves the small metadata queries. nsys writes `NVTX_EVENTS.binaryData` as a
+SQLite reader types them; DuckDB serves the small metadata queries. Only regular files are read: a FIFO or a
+device named like a table would block or never end. nsys writes `NVTX_EVENTS.binaryData` as a
 string column holding raw bytes, so it is read as binary, and other invalid UTF-8 is replaced, never fatal.
 """
 
 from __future__ import annotations
 
 import re
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +22,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from ..errors import BadInput
-from .nsys import BATCH_ROWS, Col, Export, _valid_utf8
+from ...errors import BadInput
+from .reader import BATCH_ROWS, Col, Export, valid_utf8
 
 # Tables whose presence marks a folder as an nsys export (any one of them; StringIds is always exported).
 MARKER_TABLES = ("StringIds", "META_DATA_EXPORT", "TARGET_INFO_SESSION_START_TIME")
@@ -40,6 +42,8 @@ def export_kind(path: Path) -> str | None:
             if any(f"{t}.arrow" in names for t in MARKER_TABLES):
                 return "nsys-arrow"
             return None
+        if not _regular(path):  # never open a FIFO: it would block
+            return None
         with open(path, "rb") as f:
             head = f.read(4096)
     except OSError:
@@ -48,6 +52,13 @@ def export_kind(path: Path) -> str | None:
         # one table of an arrowdir (its StringIds.arrow) is no export of its own: its folder is
         return None if path.suffix == ".arrow" and export_kind(path.parent) else "nsys-arrow"
     return None
+
+
+def _regular(p: Path) -> bool:
+    try:
+        return stat.S_ISREG(p.stat().st_mode)
+    except OSError:
+        return False
 
 
 @dataclass
@@ -98,7 +109,7 @@ def _typed(a: pa.Array, typ: str) -> pa.Array:
         return pa.nulls(len(a), pa.binary())
     if typ == "s":
         if pa.types.is_large_string(t) or pa.types.is_string(t):
-            a = _valid_utf8(pa.RecordBatch.from_arrays([a.cast(pa.string())], ["v"])).column(0)
+            a = valid_utf8(pa.RecordBatch.from_arrays([a.cast(pa.string())], ["v"])).column(0)
             return a
         if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
             return a.cast(pa.string())
@@ -121,12 +132,17 @@ class ArrowExport(Export):
         try:
             if path.is_dir():
                 for p in sorted(path.iterdir()):
+                    if p.suffix in (".parquet", ".arrow") and not _regular(p):
+                        raise BadInput(p, "a table of this nsys export is not a regular file (a pipe, socket or "
+                                          "device): give an export of plain files")
                     if p.suffix == ".parquet":
                         self._tables[p.stem] = _Table(pq.ParquetFile(str(p)).schema_arrow, _parquet_batches(p))
                     elif p.suffix == ".arrow":
                         for t in _ipc_tables(p):
                             self._add(t, p.stem)
             else:
+                if not _regular(path):
+                    raise BadInput(path, "not a regular file (a pipe, socket or device)")
                 for t in _ipc_tables(path):
                     self._add(t, None)
         except (pa.ArrowException, OSError) as e:

@@ -1,0 +1,228 @@
+"""PyTorch profiler (Kineto) Chrome-trace JSON → the store's tables.
+
+The pieces, each with one job:
+- `sniff`: is a file a trace (any key order, the array form, a BOM), or another profiler's JSON;
+- `decode`: `traceEvents` into typed staging tables, streaming (bounded memory, no Python loop over events);
+- `schema`: what differs between torch generations (categories, argument spellings, the document's top level,
+  which GPU a kernel's device id is);
+- `emit`: staging tables → store tables, times to UTC (SPEC §3).
+This module runs them and cleans what is bad but readable: events with no usable time, NaN / infinite FLOPs,
+shapes of the wrong type are left out (or their field dropped) and counted in the source's notes, never a
+reason to refuse the rest of the trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import msgspec
+
+from ...errors import BadInput
+from ...store import one
+from .. import gpus, ranks
+from ..base import Format, SourceInfo
+from . import decode, emit, schema
+from .schema import DeviceProp, DeviceRow
+from .sniff import looks_like_kineto, sniff, what_json
+
+__all__ = ["FORMATS", "DeviceProp", "KinetoSource", "ingest", "looks_like_kineto", "rank_from_filename", "sniff"]
+
+# Kineto `ts` is µs; above this it is already epoch µs (traces before baseTimeNanoseconds existed).
+EPOCH_US_THRESHOLD = 1e14
+# |ts| beyond this (µs) cannot be a time: |UTC ns| must stay below 2**62 so that differences of times fit in int64.
+MAX_ABS_TS_US = 4.6e15
+TIME_LIMIT_NS = 2**62
+rank_from_filename = ranks.from_filename
+
+
+@dataclass
+class KinetoSource(SourceInfo):
+    """What a Kineto file says about itself, for the `sources` and `devices` rows."""
+
+    devices: list[DeviceProp] = field(default_factory=list)
+    categories: dict[str, int] = field(default_factory=dict)
+
+
+def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> KinetoSource:
+    """Decode one Kineto file into the store. Rank may be None (decided by the caller)."""
+    try:
+        dec = decode.decode(path, con)
+        head = _head(path, dec)
+        cats = {str(c): int(n) for c, n in con.execute(
+            "SELECT cat, sum(n) FROM _kin_cats WHERE cat IS NOT NULL GROUP BY cat").fetchall()}
+        info = _describe(path, head, dec, cats)
+        _clean(con, path, info)
+        rows = _devices(con, head, info)
+        info.gpu_events = emit.emit(con, source_id, info.rank, int(info.base_time_ns or 0), rows)
+        if info.gpu_events == 0 and (what := schema.non_gpu_accelerator(cats)):
+            raise BadInput(path, f"{what}: this tool measures NVIDIA / AMD GPU work")
+        n_mem = one(con, "SELECT count(*) FROM memory_events WHERE source_id = ?", [source_id])
+        if n_mem and n_mem[0]:
+            info.notes.append(f"{n_mem[0]} device-memory allocator events (profile_memory=True)")
+        return info
+    finally:
+        decode.drop_stages(con)
+
+
+def _head(path: Path, dec: decode.Decoded) -> schema.Head:
+    if dec.top_is_array:
+        h = schema.Head()
+        if dec.partial_tail:
+            h.notes.append("the trace ends inside its last event (the array form without its closing ']'): "
+                           "that event was left out")
+        return h
+    try:
+        head = schema.decode_head(dec.head)
+    except msgspec.DecodeError as e:
+        msg = str(e)
+        if "utf-8" in msg.lower():
+            raise BadInput(path, f"invalid UTF-8 in JSON ({msg})") from None
+        raise BadInput(path, f"malformed JSON ({msg})") from None
+    except msgspec.ValidationError as e:
+        raise BadInput(path, f"not a PyTorch profiler trace ({e})") from None
+    if not head.has_events:
+        raise BadInput(path, what_json(path))
+    return head
+
+
+def _describe(path: Path, head: schema.Head, dec: decode.Decoded, cats: dict[str, int]) -> KinetoSource:
+    di = head.distributed
+    rank, method = None, "order"
+    if di is not None and ranks.valid_rank(di.rank) is not None:
+        rank, method = di.rank, "distributedInfo"
+    elif (r := ranks.from_filename(path)) is not None:
+        rank, method = r, "filename"
+    base = head.base_time_ns
+    version = f"kineto schema {head.schema_version}" if head.schema_version is not None else "chrome trace"
+    if base is None:
+        version += " (no baseTimeNanoseconds)"
+    notes = list(head.notes)
+    if head.rocm:
+        notes.append("ROCm trace")
+    incomplete, dropped = _profiler_losses(head.log_lines)
+    info = KinetoSource(incomplete=incomplete, dropped_events=dropped,
+                        format="kineto", format_version=version, rank=rank, rank_method=method,
+                        world_size=ranks.valid_world_size(di.world_size) if di is not None else None,
+                        base_time_ns=base, clock_anchor="native" if base is not None else "epoch_us",
+                        events=dec.events, host=head.host, devices=list(head.devices), notes=notes,
+                        categories=cats)
+    return info
+
+
+def _profiler_losses(lines: list[str]) -> tuple[list[str], int | None]:
+    """What Kineto's log in the trace (INFO / WARNING / ERROR) says was lost: CUPTI stopping early when its
+    activity buffer filled up, dropped records."""
+    import re
+
+    stopped = re.compile(r"CUPTI stopped early\?\s*=\s*[1-9]")
+    dropped_re = re.compile(r"(?i)(\d+)\s+(?:dropped|lost)\s+(?:activity\s+)?(?:records?|events?)"
+                            r"|(\d+)\s+(?:activity\s+)?(?:records?|events?)\s+(?:were\s+)?(?:dropped|lost)"
+                            r"|dropped(?:\s+records?)?\s*[=:]\s*(\d+)")
+    out: list[str] = []
+    dropped: int | None = None
+    for line in lines:
+        if stopped.search(line):
+            out.append("CUPTI stopped early (its activity buffer filled up): GPU events after that point are missing")
+        if m := dropped_re.search(line):
+            n = int(next(g for g in m.groups() if g))
+            dropped = (dropped or 0) + n
+            out.append(f"{n} CUPTI records dropped (activity buffer overflow)")
+    return list(dict.fromkeys(out)), dropped
+
+
+_STAGES = ("_kin_gpu", "_kin_cpu", "_kin_api")
+
+
+def _count(con: duckdb.DuckDBPyConnection, sql: str) -> int:
+    row = one(con, sql)
+    return int(row[0]) if row and row[0] else 0
+
+
+def _drop(con: duckdb.DuckDBPyConnection, cond: str) -> int:
+    """Delete the staged events matching `cond` from every event table; how many there were."""
+    n = 0
+    for t in _STAGES:
+        k = _count(con, f"SELECT count(*) FROM {t} WHERE {cond}")
+        if k:
+            con.execute(f"DELETE FROM {t} WHERE {cond}")
+            n += k
+    return n
+
+
+def _clean(con: duckdb.DuckDBPyConnection, path: Path, info: KinetoSource) -> None:
+    """Leave out the events no time can be given (and count them), decide how `ts` is anchored (SPEC §3), and
+    drop field values that are no values (NaN / infinite / negative FLOPs, shapes that are not lists)."""
+    total = _count(con, "SELECT (SELECT count(*) FROM _kin_gpu) + (SELECT count(*) FROM _kin_cpu) "
+                        "+ (SELECT count(*) FROM _kin_api)")
+    left: dict[str, int] = {}
+
+    def drop(reason: str, cond: str) -> None:
+        if (n := _drop(con, cond)):
+            left[reason] = left.get(reason, 0) + n
+
+    drop("a missing, NaN or infinite ts/dur", "ts IS NULL OR NOT isfinite(ts) OR (dur IS NOT NULL AND NOT isfinite(dur))")
+    drop("a negative duration", "dur < 0")
+    drop("a time out of range", f"abs(ts) > {MAX_ABS_TS_US} OR coalesce(dur, 0) > {MAX_ABS_TS_US}")
+    base = info.base_time_ns
+    parts = " UNION ALL ".join(f"SELECT ts FROM {s}" for s in _STAGES)
+    med = one(con, f"SELECT median(ts) FROM ({parts})")
+    median_ts = med[0] if med and med[0] is not None else None
+    if base is None:
+        info.base_time_ns = 0
+        if median_ts is not None and median_ts > EPOCH_US_THRESHOLD:
+            info.clock_anchor = "epoch_us"
+            # most events are epoch µs: one that is not is no time of this trace
+            drop("a time that is not epoch µs like the rest", f"ts <= {EPOCH_US_THRESHOLD}")
+        else:
+            info.clock_anchor = "relative"
+            info.notes.append("no baseTimeNanoseconds and ts is not epoch µs: times are relative, not UTC")
+    elif not 0 < base < TIME_LIMIT_NS:
+        raise BadInput(path, f"baseTimeNanoseconds {base} is no time (before 1970 or beyond int64 ns)")
+    if info.clock_anchor != "relative":
+        # UTC ns must be after 1970 and fit in int64 with room for differences
+        b = int(info.base_time_ns or 0)
+        drop("a UTC time before 1970 or beyond 2116",
+             f"{b}::DOUBLE + ts * 1000 < 0 OR {b}::DOUBLE + (ts + coalesce(dur, 0)) * 1000 >= {float(TIME_LIMIT_NS)}")
+    flops_bad = _count(con, "SELECT count(*) FROM _kin_cpu WHERE flops IS NOT NULL AND (NOT isfinite(flops) OR flops < 0)")
+    if flops_bad:
+        con.execute("UPDATE _kin_cpu SET flops = NULL WHERE flops IS NOT NULL AND (NOT isfinite(flops) OR flops < 0)")
+        info.notes.append(f"{flops_bad} ops' 'flops' left out (NaN, infinite or negative)")
+    shapes_bad = _count(con, "SELECT count(*) FROM _kin_cpu WHERE bad_shapes")
+    if shapes_bad:
+        info.notes.append(f"{shapes_bad} ops' 'Input Dims' / 'Input type' left out (not lists)")
+    read = ", ".join(f"'{c}'" for c in schema.GPU_CATS + schema.CPU_CATS + schema.API_CATS)
+    nameless = _count(con, f"SELECT sum(nameless) FROM _kin_cats WHERE cat IN ({read})")
+    if nameless:
+        left["no name"] = nameless
+    if left:
+        n_left = sum(v for k, v in left.items() if k != "no name")
+        if total and n_left >= total:
+            raise BadInput(path, "no event has a usable time (" + ", ".join(f"{n} with {r}" for r, n in left.items())
+                           + ")")
+        info.notes.append("events left out: " + ", ".join(f"{n} with {r}" for r, n in left.items()))
+
+
+def _devices(con: duckdb.DuckDBPyConnection, head: schema.Head, info: KinetoSource) -> list[DeviceRow]:
+    """The `devices` rows: the properties of every device id GPU work ran on (schema.map_devices); a GPU the
+    trace does not name (or names generically) is identified from its properties (parsers.gpus)."""
+    used = [int(d) for (d,) in con.execute(
+        f"SELECT DISTINCT {emit.device_sql()} AS d FROM _kin_gpu WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') "
+        "AND name IS NOT NULL AND d IS NOT NULL AND d BETWEEN 0 AND 2147483647").fetchall()]
+    rows, notes = schema.map_devices(used, head.devices, head.rocm)
+    info.notes += notes
+    out, said = [], set()
+    for r in rows:
+        name, note = gpus.name_from_properties(r.name, r.vendor, r.compute_capability, r.sm_count, r.memory_bytes)
+        if note and note not in said:
+            said.add(note)
+            info.notes.append(f"device {r.device}: {note}")
+        out.append(DeviceRow(r.device, name, r.sm_count, r.memory_bytes, r.compute_capability, r.vendor))
+    return out
+
+
+FORMATS = (
+    Format("kineto", "PyTorch profiler trace", ingest),
+    Format("json-other", "JSON of another tool", None, refusal="json-other"),
+)

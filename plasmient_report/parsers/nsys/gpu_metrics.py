@@ -1,0 +1,266 @@
+"""nsys GPU metrics (`--gpu-metrics-devices`): GPU_METRICS samples → `counters` intervals [t − period, t], named by
+(typeId, metricId) in TARGET_INFO_GPU_METRICS and placed on the GPU through typeId & 0xFF.
+
+GPU metrics dominate large exports (12.7 M rows at 10 kHz on two GPUs): the table is read once, in rowid ranges
+(a b-tree range each, no scan), through the ADBC driver as stored — typed value by value in SQL only for a range
+that holds a value of the wrong kind — by a reader thread that stays one range ahead of the inserts, with a
+checkpoint after each range so that DuckDB compresses what it holds (memory bounded by about two ranges)."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import adbc_driver_manager
+import duckdb
+import pyarrow as pa
+import pyarrow.compute
+
+from ...errors import BadInput
+from ...store import one
+from .metadata import Meta, NsysSource
+from .reader import BATCH_ROWS, Export, c, text
+
+COUNTER_CHUNK_ROWS = 1_000_000  # GPU_METRICS rows per insert; a checkpoint after each compresses them
+
+# GPU_METRICS names (2023.4+ carry a `[unit]` suffix; older ones none) → counters.metric, matched by prefix,
+# in the counter parsers' vocabulary (parsers/_counters.py) where the quantity is the same (GR Active = DCGM GRACT).
+METRIC_NAMES = (
+    ("SMs Active", "sm_active"), ("SM Active", "sm_active"), ("SM Issue", "sm_issue"),
+    ("Tensor Active", "tensor_active"), ("DRAM Read Bandwidth", "dram_read"),
+    ("DRAM Write Bandwidth", "dram_write"), ("GR Active", "gr_engine_active"), ("GPC Clock Frequency", "sm_clock_mhz"),
+    ("SYS Clock Frequency", "sys_clock_mhz"), ("PCIe RX Throughput", "pcie_rx"), ("PCIe TX Throughput", "pcie_tx"),
+    ("NVLink RX Responses User Data", "nvlink_rx_user"), ("NVLink TX Responses User Data", "nvlink_tx_user"),
+)
+PERCENT_METRICS = {"sm_active", "sm_issue", "tensor_active", "dram_read", "dram_write", "gr_engine_active",
+                   "pcie_rx", "pcie_tx"}
+
+
+def rowid_chunks(ex: Export, table: str) -> list[tuple[int, int] | None]:
+    """rowid ranges of about COUNTER_CHUNK_ROWS rows (a rowid range is a b-tree range in SQLite: no full scan);
+    one unbounded chunk for small tables or tables without rowid, and for Arrow-family exports (streamed)."""
+    if not ex.is_sqlite:
+        return [None]
+    try:
+        (lo,), = ex.rows(f'SELECT min(rowid) FROM "{table}"')
+        (hi,), = ex.rows(f'SELECT max(rowid) FROM "{table}"')
+    except sqlite3.DatabaseError:
+        return [None]
+    if lo is None or hi is None or hi - lo < COUNTER_CHUNK_ROWS:
+        return [None]
+    n_chunks = (hi - lo) // COUNTER_CHUNK_ROWS + 1
+    if n_chunks > 64:  # sparse rowids (an edited or hostile file): no more chunks than the rows need
+        (count,), = ex.rows(f'SELECT count(*) FROM "{table}"')
+        n_chunks = min(n_chunks, count // COUNTER_CHUNK_ROWS + 1)
+    stride = -(-(hi - lo + 1) // n_chunks)
+    return [(a, min(a + stride - 1, hi)) for a in range(lo, hi + 1, stride)]
+
+
+_COLS = ("timestamp", "typeId", "metricId", "value")
+# A sample that is no sample: a percentage outside 0–100 (values are stored as integers 0–100).
+_IMPLAUSIBLE = "(m.scale = 0.01 AND (g.value < 0 OR g.value > 100))"
+_TYPED = [c("timestamp"), c("typeId"), c("metricId"), c("value", typ="f")]
+_SCHEMA = pa.schema([("timestamp", pa.int64()), ("typeId", pa.int64()), ("metricId", pa.int64()),
+                     ("value", pa.float64())])
+
+
+def _fast_chunk(conn: Any, table: str, chunk: tuple[int, int] | None) -> pa.Table | None:
+    """One rowid range of GPU_METRICS as stored, through the driver without per-value SQL (the fast path); None
+    when the chunk holds a value of another kind (text in a number column, NULL-typed first rows): the driver then
+    fails or infers another type, and the chunk is read again the careful way."""
+    where = f" WHERE rowid BETWEEN {chunk[0]} AND {chunk[1]}" if chunk else ""
+    cols = ", ".join(f'"{x}"' for x in _COLS)
+    cur = conn.cursor()
+    try:
+        with contextlib.suppress(Exception):  # older drivers: default batch size
+            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+        cur.execute(f'SELECT {cols} FROM "{table}"{where}')
+        t = cur.fetch_arrow_table()
+    except (OSError, adbc_driver_manager.Error):
+        return None
+    finally:
+        cur.close()
+    if not all(pa.types.is_integer(f.type) for f in t.schema if f.name != "value") or not (
+            pa.types.is_integer(t.schema.field("value").type) or pa.types.is_floating(t.schema.field("value").type)):
+        return None
+    return t.cast(_SCHEMA)
+
+
+def _careful_chunk(ex: Export, table: str, chunk: tuple[int, int] | None) -> pa.Table:
+    """One rowid range typed value by value in SQL (a value of the wrong kind reads NULL): the fallback."""
+    where = f"rowid BETWEEN {chunk[0]} AND {chunk[1]}" if chunk else None
+    cur, rdr = ex.scan(table, _TYPED, where=where)
+    try:
+        t = rdr.read_all()
+    finally:
+        if cur is not None:
+            cur.close()
+    t = t.filter(pa.compute.equal(t.column("_s"), 1)).drop_columns(["_s"])
+    return t.cast(_SCHEMA)
+
+
+def read_chunks(ex: Export, table: str, chunks: list[tuple[int, int] | None]) -> Iterator[Any]:
+    """GPU_METRICS once, chunk by chunk, as Arrow: a reader thread (its own driver connection) fetches the next
+    rowid range while the caller inserts this one, at most one chunk ahead (memory bounded by two chunks).
+    Arrow-family exports stream their table."""
+    if not ex.is_sqlite or not all(ex.has(table, x) for x in _COLS):
+        for chunk in chunks:
+            if ex.is_sqlite:
+                yield _careful_chunk(ex, table, chunk)
+            else:
+                cur, rdr = ex.scan(table, _TYPED)
+                yield _without_sentinel(rdr)
+        return
+    ahead: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def produce() -> None:
+        conn = None
+        try:
+            conn = ex.connect_another()
+            for chunk in chunks:
+                if stop.is_set():
+                    return
+                t = _fast_chunk(conn, table, chunk)
+                ahead.put(("fast", t) if t is not None else ("careful", chunk))
+            ahead.put(("done", None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it
+            ahead.put(("error", e))
+        finally:
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.close()
+
+    worker = threading.Thread(target=produce, name="plasmient-gpu-metrics", daemon=True)
+    worker.start()
+    try:
+        while True:
+            kind, item = ahead.get()
+            if kind == "done":
+                return
+            if kind == "error":
+                raise item
+            yield item if kind == "fast" else _careful_chunk(ex, table, item)
+    finally:
+        stop.set()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                ahead.get_nowait()
+        worker.join()
+
+
+def _without_sentinel(rdr: pa.RecordBatchReader) -> pa.RecordBatchReader:
+    def batches() -> Iterator[pa.RecordBatch]:
+        for b in rdr:
+            yield b.drop_columns(["_s"]).cast(_SCHEMA) if b.num_rows else pa.RecordBatch.from_pylist([], _SCHEMA)
+    return pa.RecordBatchReader.from_batches(_SCHEMA, batches())
+
+
+def metric_name(raw: str) -> str:
+    """`SMs Active [Throughput %]` → sm_active; unknown names snake_cased (`[Throughput %]` dropped)."""
+    base, _, suffix = raw.partition(" [")
+    for prefix, name in METRIC_NAMES:
+        if base.startswith(prefix):
+            return name
+    suffix = suffix.rstrip("]")
+    words = re.sub(r"[^0-9a-zA-Z]+", "_", base).strip("_").lower()
+    if suffix and suffix != "Throughput %":
+        words += "_" + re.sub(r"[^0-9a-zA-Z]+", "_", suffix).strip("_").lower()
+    return words or "metric"
+
+
+def emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Meta, info: NsysSource) -> int:
+    """GPU_METRICS → `counters` as intervals [t − period, t], joined to their names on (typeId, metricId) and
+    to the GPU through typeId & 0xFF (TARGET_INFO_GPU.id) → the process's CUDA ordinal. Streams, never held."""
+    gm, names = ex.table("GPU_METRICS"), ex.table("TARGET_INFO_GPU_METRICS")
+    if gm is None or not all(ex.has(names, c) for c in ("typeId", "metricId", "metricName")):
+        return 0
+    rows = ex.rows(f'SELECT DISTINCT typeId, metricId, metricName FROM "{names}"')
+    tbl: dict[str, list[Any]] = {"typeId": [], "metricId": [], "metric": [], "scale": [], "hz_to_mhz": []}
+    for type_id, metric_id, raw in rows:
+        raw_name = text(raw)
+        m = metric_name(raw_name)
+        pct = "%" in raw_name or (m in PERCENT_METRICS and "[" not in raw_name)
+        tbl["typeId"].append(int(type_id))
+        tbl["metricId"].append(int(metric_id))
+        tbl["metric"].append(m)
+        tbl["scale"].append(0.01 if pct else 1.0)
+        # Clock metrics are named [MHz] but some versions store Hz (1.98e9 on an H200): no clock is 100 GHz.
+        tbl["hz_to_mhz"].append("MHz" in raw_name)
+    con.register("_ns_metric_in", pa.table({
+        "typeId": pa.array(tbl["typeId"], pa.int64()), "metricId": pa.array(tbl["metricId"], pa.int64()),
+        "metric": pa.array(tbl["metric"], pa.string()), "scale": pa.array(tbl["scale"], pa.float64()),
+        "hz_to_mhz": pa.array(tbl["hz_to_mhz"], pa.bool_())}))
+    con.execute("CREATE OR REPLACE TEMP TABLE _ns_metric AS SELECT * FROM _ns_metric_in")
+    con.unregister("_ns_metric_in")
+    # GPU id (typeId & 0xFF) → the rank and CUDA ordinal of the process that used it; GPUs no GPU process used
+    # are left out (their ordinal would collide with a used one's).
+    # Each row names its GPU by UUID (as counter logs do): the aligner matches counters to trace GPUs by it.
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _ns_gpumetric_dev AS
+        SELECT m.gpu_id, arg_min(m.rank, coalesce(m.rank, 1 << 30)) AS rank,
+               arg_min(m.device, coalesce(m.rank, 1 << 30)) AS device, any_value(d.gpu_uuid) AS gpu_uuid
+        FROM _ns_devmap m LEFT JOIN devices d ON d.source_id = {sid} AND d.rank IS NOT DISTINCT FROM m.rank
+                                              AND d.device = m.device
+        WHERE m.gpu_id IS NOT NULL GROUP BY m.gpu_id""")
+    single = one(con, "SELECT count(*), count(gpu_id) FROM _ns_devmap")
+    if single and single[0] == 1 and single[1] == 0:
+        # one GPU used and no TARGET_INFO_GPU to name it: the metrics' GPUs can only be that one
+        con.execute("""INSERT INTO _ns_gpumetric_dev SELECT DISTINCT m.typeId & 255, d.rank, d.device, NULL
+                       FROM _ns_metric m, _ns_devmap d""")
+    period = f"{round(1e9 / meta.gpu_metrics_hz)}::BIGINT" if meta.gpu_metrics_hz else "NULL::BIGINT"
+    base = int(info.base_time_ns or 0)
+    before = one(con, "SELECT count(*) FROM counters")
+    chunks = rowid_chunks(ex, gm)
+    insert = f"""
+        INSERT INTO counters (source_id, rank, device, gpu_index, gpu_uuid, metric, start_ns, end_ns, value,
+                              time_source)
+        SELECT {sid}, d.rank, d.device, d.device, d.gpu_uuid, m.metric,
+               {base}::BIGINT + g.timestamp - {period}, {base}::BIGINT + g.timestamp,
+               CASE WHEN m.hz_to_mhz AND g.value > 1e5 THEN g.value / 1e6 ELSE g.value * m.scale END, 'native'
+        FROM _nsys_in g JOIN _ns_metric m ON m.typeId = g.typeId AND m.metricId = g.metricId
+        JOIN _ns_gpumetric_dev d ON d.gpu_id = g.typeId & 255
+        WHERE g.timestamp >= 0 AND g.value IS NOT NULL AND NOT ({_IMPLAUSIBLE})"""
+    bad = 0
+    try:
+        for part in read_chunks(ex, gm, chunks):
+            con.register("_nsys_in", part)
+            try:
+                row = one(con, f"""SELECT count(*) FILTER (WHERE g.value IS NULL OR {_IMPLAUSIBLE})
+                                   FROM _nsys_in g JOIN _ns_metric m ON m.typeId = g.typeId AND m.metricId = g.metricId
+                                   WHERE g.timestamp >= 0""")
+                bad += int(row[0]) if row and row[0] else 0
+                con.execute(insert)
+            finally:
+                con.unregister("_nsys_in")
+            if len(chunks) > 1:
+                # DuckDB compresses in-memory tables at a checkpoint (~15x for counters): memory stays bounded.
+                with contextlib.suppress(duckdb.Error):  # inside a caller's transaction: no checkpoint, more memory
+                    con.execute("CHECKPOINT")
+    except (duckdb.Error, OSError, pa.ArrowException) as e:
+        raise BadInput(ex.path, f"cannot read table {gm} ({str(e).strip().splitlines()[0] if str(e).strip() else e})"
+                       ) from None
+    if bad:
+        info.notes.append(f"GPU metrics: {bad} samples left out (no number, or a percentage outside 0–100)")
+    after = one(con, "SELECT count(*) FROM counters")
+    n = int(after[0] - before[0]) if after and before else 0
+    if n and not meta.gpu_metrics_hz:
+        # No sampling frequency recorded: each series' mean sample spacing is its period.
+        con.execute(f"""
+            UPDATE counters SET start_ns = counters.end_ns - p.period FROM (
+                SELECT device, metric, ((max(end_ns) - min(end_ns)) / greatest(count(*) - 1, 1))::BIGINT AS period
+                FROM counters WHERE source_id = {sid} GROUP BY ALL) p
+            WHERE counters.source_id = {sid} AND counters.start_ns IS NULL
+              AND counters.device IS NOT DISTINCT FROM p.device AND counters.metric = p.metric""")
+    con.execute("DROP TABLE IF EXISTS _ns_gpumetric_dev")
+    if n:
+        info.notes.append(f"GPU metrics: {n} samples of {len(set(tbl['metric']))} metrics")
+        if meta.gpu_metrics_hz:
+            info.sample_period_ns = round(1e9 / meta.gpu_metrics_hz)
+    return n
+

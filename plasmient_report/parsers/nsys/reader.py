@@ -1,0 +1,268 @@
+"""Reading an Nsight Systems SQLite export as SQLite itself reads it, read-only, and the column plumbing every
+export shares (`Col`, typed SELECTs, Arrow batches into DuckDB staging tables).
+
+SQLite semantics are kept, never bypassed: the file is opened `mode=ro` (not `immutable`), so another process's
+lock is respected (one clear line when it holds the database), and a database with side files is recovered the
+way SQLite recovers it — committed frames of a `-wal` applied, a hot `-journal` rolled back — on a private copy:
+the input and its side files are never written (a read-only connection would otherwise write the `-shm`).
+Only tables are read (a view, even an endlessly recursive one, never is).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import duckdb
+import pyarrow as pa
+
+from ...errors import BadInput
+from ...store import one
+
+BATCH_ROWS = 65_536
+LOCK_TIMEOUT_S = 2.0  # how long to wait for another process's lock before saying so
+SIDE_FILES = ("-wal", "-journal")
+
+
+@dataclass(frozen=True)
+class Col:
+    """One column to read: the output name, the source column(s) tried in order, and its type (i, s, f, b: blob)."""
+
+    out: str
+    src: tuple[str, ...]
+    typ: str = "i"
+
+
+def c(out: str, *src: str, typ: str = "i") -> Col:
+    return Col(out, src or (out,), typ)
+
+
+class Export:
+    """A read-only view of one export: which tables and columns exist, and the two readers (`rows` for small
+    tables, `scan` for event tables as Arrow batches). `arrow.ArrowExport` serves parquetdir / arrow exports
+    through the same interface."""
+
+    is_sqlite = True
+    format = "nsys-sqlite"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.notes: list[str] = []
+        self._copy_dir: Path | None = None
+        self._adbc: Any = None
+        db = self._recovered(path)
+        self.uri = f"file:{quote(str(db.resolve()))}?mode=ro"
+        try:
+            self.sq = sqlite3.connect(self.uri, uri=True, timeout=LOCK_TIMEOUT_S)
+            self.sq.text_factory = bytes  # TARGET_INFO_SYSTEM_ENV values can be invalid UTF-8
+            names = [text(n) for (n,) in self.sq.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()]
+            self.columns: dict[str, list[str]] = {}
+            for n in names:
+                cols = self.sq.execute(f'PRAGMA table_info("{n.replace(chr(34), chr(34) * 2)}")').fetchall()
+                self.columns[n] = [text(c[1]) for c in cols]
+        except sqlite3.OperationalError as e:
+            self.close()
+            if "locked" in str(e).lower() or "busy" in str(e).lower():
+                raise BadInput(path, "the database is locked by another process (is an export or a writer still "
+                                     "running?): try again when it is done") from None
+            raise BadInput(path, f"not a readable SQLite database ({e})") from None
+        except sqlite3.DatabaseError as e:
+            self.close()
+            raise BadInput(path, f"not a readable SQLite database ({e})") from None
+
+    def _recovered(self, path: Path) -> Path:
+        """The file to read: the input itself, or — when SQLite would have to write to read it (committed frames
+        in a `-wal`, a hot `-journal`) — a private copy it recovered. Decided the way SQLite decides: a journal
+        is hot only when no process holds the database (a read-only open then fails with a read-only error)."""
+        wal, journal = (Path(str(path) + s) for s in SIDE_FILES)
+        has_wal = _nonempty(wal)
+        if not has_wal and not _nonempty(journal):
+            return path
+        if not has_wal:
+            try:
+                probe = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=LOCK_TIMEOUT_S)
+                try:
+                    probe.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                    return path  # a journal SQLite does not need to roll back (not hot)
+                finally:
+                    probe.close()
+            except sqlite3.OperationalError as e:
+                why = str(e).lower()
+                if "locked" in why or "busy" in why:
+                    raise BadInput(path, "the database is locked by another process (is an export or a writer "
+                                         "still running?): try again when it is done") from None
+                if "readonly" not in why and "read-only" not in why:  # SQLITE_READONLY_ROLLBACK: a hot journal
+                    raise BadInput(path, f"not a readable SQLite database ({e})") from None
+            except sqlite3.DatabaseError as e:
+                raise BadInput(path, f"not a readable SQLite database ({e})") from None
+        self._copy_dir = Path(tempfile.mkdtemp(prefix="plasmient-sqlite-"))
+        copy = self._copy_dir / "export.sqlite"
+        try:
+            shutil.copyfile(path, copy)
+            side = wal if has_wal else journal
+            shutil.copyfile(side, Path(str(copy) + ("-wal" if has_wal else "-journal")))
+            rec = sqlite3.connect(str(copy), timeout=LOCK_TIMEOUT_S)
+            try:
+                rec.execute("SELECT count(*) FROM sqlite_master").fetchone()  # SQLite recovers on first read
+                if has_wal:
+                    rec.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    rec.execute("PRAGMA journal_mode = DELETE")
+            finally:
+                rec.close()
+        except (OSError, sqlite3.DatabaseError) as e:
+            raise BadInput(path, f"cannot recover the database from its {'-wal' if has_wal else '-journal'} "
+                                 f"file on a copy ({e})") from None
+        self.notes.append("its -wal file's committed transactions applied (on a copy; the input is untouched)"
+                          if has_wal else "a hot -journal left by an interrupted writer rolled back (on a copy; "
+                                          "the input is untouched)")
+        return copy
+
+    def table(self, name: str) -> str | None:
+        """The table's name as exported: exact, else the highest `_V<n>` variant (never `…_MEMCPY2` for MEMCPY)."""
+        if name in self.columns:
+            return name
+        variants = [(int(m.group(1)), t) for t in self.columns if (m := re.fullmatch(re.escape(name) + r"_V(\d+)", t))]
+        return max(variants)[1] if variants else None
+
+    def has(self, table: str | None, column: str) -> bool:
+        return table is not None and column in self.columns.get(table, ())
+
+    def rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+        return self.sq.execute(sql, params).fetchall()
+
+    def scan(self, table: str, cols: Sequence[Col], where: str | None = None) -> tuple[Any, pa.RecordBatchReader]:
+        """The table's `cols` as Arrow batches (absent columns NULL) with a column `_s`: keep `_s = 1` rows only.
+        Returns (a handle to close after reading, the reader)."""
+        return _reader(self, _select_sql(self, table, cols, where))
+
+    def adbc(self) -> Any:
+        if self._adbc is None:
+            import adbc_driver_sqlite.dbapi as adbc
+
+            self._adbc = adbc.connect(self.uri)
+        return self._adbc
+
+    def connect_another(self) -> Any:
+        """A second driver connection to the same file (for reading chunks of a table in parallel)."""
+        import adbc_driver_sqlite.dbapi as adbc
+
+        return adbc.connect(self.uri)
+
+    def close(self) -> None:
+        with contextlib.suppress(AttributeError, sqlite3.Error):
+            self.sq.close()
+        if self._adbc is not None:
+            with contextlib.suppress(Exception):
+                self._adbc.close()
+            self._adbc = None
+        if self._copy_dir is not None:
+            shutil.rmtree(self._copy_dir, ignore_errors=True)
+            self._copy_dir = None
+
+
+def _nonempty(p: Path) -> bool:
+    try:
+        return p.stat().st_size > 0 and os.path.isfile(p)
+    except OSError:
+        return False
+
+
+def text(v: object) -> str:
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return "" if v is None else str(v)
+
+
+_SENTINEL = {"i": "0", "s": "''", "f": "0.0", "b": "x''"}
+_CAST = {"i": "INTEGER", "s": "TEXT", "f": "REAL", "b": "BLOB"}
+
+
+def _select_sql(ex: Export, table: str, cols: Sequence[Col], where: str | None = None) -> str:
+    """SQLite SELECT of the columns that exist (NULL for absent ones), typed by CAST. A number column holding
+    text or a blob reads NULL, not CAST's 0 (a kernel "starting" at 0 would fill the whole capture).
+
+    A first sentinel row (_s = 0) fixes every Arrow type: the ADBC driver infers types from the first rows and
+    fails when a column that starts NULL later holds text. The reader drops it (_s = 1 only)."""
+    head = ", ".join(f"{_SENTINEL[c.typ]} AS \"{c.out}\"" for c in cols)
+    body = []
+    for c in cols:
+        src = next((s for s in c.src if ex.has(table, s)), None)
+        body.append(f"{_typed(src, c.typ)} AS \"{c.out}\"" if src else f"NULL AS \"{c.out}\"")
+    sql = f"SELECT 0 AS _s, {head} UNION ALL SELECT 1, {', '.join(body)} FROM \"{table}\""
+    return sql + (f" WHERE {where}" if where else "")
+
+
+def _typed(col: str, typ: str) -> str:
+    if typ == "i":
+        return f"CASE typeof(\"{col}\") WHEN 'integer' THEN \"{col}\" WHEN 'real' THEN CAST(\"{col}\" AS INTEGER) END"
+    if typ == "f":
+        return f"CASE typeof(\"{col}\") WHEN 'real' THEN \"{col}\" WHEN 'integer' THEN CAST(\"{col}\" AS REAL) END"
+    if typ == "b":
+        return f"CASE typeof(\"{col}\") WHEN 'blob' THEN \"{col}\" WHEN 'text' THEN CAST(\"{col}\" AS BLOB) END"
+    return f"CAST(\"{col}\" AS TEXT)"
+
+
+def valid_utf8(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Replace invalid UTF-8 in string columns (rare: only then is a column decoded in Python)."""
+    arrays = []
+    changed = False
+    for a in batch.columns:
+        if pa.types.is_string(a.type):
+            try:
+                a.validate(full=True)
+            except pa.ArrowInvalid:
+                raw = a.view(pa.binary()).to_pylist()
+                a = pa.array([None if v is None else v.decode("utf-8", "replace") for v in raw], pa.string())
+                changed = True
+        arrays.append(a)
+    return pa.RecordBatch.from_arrays(arrays, schema=batch.schema) if changed else batch
+
+
+def _reader(ex: Export, sql: str) -> tuple[Any, pa.RecordBatchReader]:
+    cur = ex.adbc().cursor()
+    with contextlib.suppress(Exception):  # older drivers: default batch size
+        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+    cur.execute(sql)
+    rdr = cur.fetch_record_batch()
+    if any(pa.types.is_string(f.type) for f in rdr.schema):
+        src = rdr
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for b in src:
+                yield valid_utf8(b)
+
+        rdr = pa.RecordBatchReader.from_batches(src.schema, batches())
+    return cur, rdr
+
+
+def stage(con: duckdb.DuckDBPyConnection, ex: Export, name: str, table: str | None, cols: Sequence[Col],
+           where: str | None = None) -> int:
+    """Stream one export table into a DuckDB temp table `name` (empty, same columns, when the table is absent)."""
+    types = {"i": "BIGINT", "s": "VARCHAR", "f": "DOUBLE", "b": "BLOB"}
+    if table is None:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT "
+                    + ", ".join(f"NULL::{types[c.typ]} AS \"{c.out}\"" for c in cols) + " WHERE false")
+        return 0
+    cur, rdr = ex.scan(table, cols, where)
+    try:
+        con.register("_nsys_in", rdr)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * EXCLUDE (_s) FROM _nsys_in WHERE _s = 1")
+        con.unregister("_nsys_in")
+    except (duckdb.Error, OSError, pa.ArrowException) as e:
+        raise BadInput(ex.path, f"cannot read table {table} ({e})") from None
+    finally:
+        if cur is not None:
+            cur.close()
+    row = one(con, f"SELECT count(*) FROM {name}")
+    return int(row[0]) if row else 0
+
