@@ -6,8 +6,6 @@ kernel and each collective across ranks; counters of different logs are on separ
 
 from __future__ import annotations
 
-import gzip
-import json
 import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -299,19 +297,26 @@ def test_nsys_gpu_metrics_in_percent(tmp_path: Path) -> None:
 
 
 def test_negative_times_are_lifted_not_refused(tmp_path: Path) -> None:
-    """A Kineto time base before 1970 (issue 15): Perfetto timestamps are unsigned, so the whole trace moves
-    up by one constant and still lines up; the process name says so."""
-    doc = json.loads(gzip.open(SAMPLES / "h200_single/kineto_single.pt.trace.json.gz").read())
-    doc["baseTimeNanoseconds"] = -2 * 10**18
-    src = tmp_path / "negative.json"
-    src.write_text(json.dumps(doc))
-    res, tr, stats = build([src], tmp_path)
-    lo = rows(res.con, "SELECT min(start_ns) FROM (SELECT start_ns FROM kernels UNION ALL SELECT start_ns FROM ops "
-                       "UNION ALL SELECT start_ns FROM api_calls UNION ALL SELECT start_ns FROM ranges)")[0][0]
-    assert lo < 0 and stats["time_shift_ns"] >= -lo
-    k = rows(res.con, "SELECT start_ns, greatest(end_ns, start_ns), name FROM kernels ORDER BY start_ns LIMIT 1")[0]
-    shifted = [s for s in tr.slices if s["name"] == k[2] and s["start"] == k[0] + stats["time_shift_ns"]]
-    assert shifted and shifted[0]["end"] == k[1] + stats["time_shift_ns"]
+    """Times before 1970 in the store (issue 15: they made the writer fail): Perfetto timestamps are unsigned,
+    so the whole trace moves up by one constant and still lines up; the process name says so."""
+    con = store.connect()
+    con.execute("INSERT INTO kernels (kernel_id, source_id, rank, device, stream, start_ns, end_ns, name, kind, "
+                "correlation) VALUES (0, 0, 0, 0, 7, -5000, -1000, 'gemm', 'compute', 1), "
+                "(1, 0, 0, 0, 7, 2000, 3000, 'copy', 'memcpy', 2)")
+    con.execute("INSERT INTO api_calls (source_id, rank, thread, start_ns, end_ns, name, correlation) "
+                "VALUES (0, 0, 1, -9000, -8000, 'cudaLaunchKernel', 1)")
+    con.execute("INSERT INTO counters (source_id, rank, device, metric, start_ns, end_ns, value) "
+                "VALUES (0, 0, 0, 'power_w', -20000, -10000, 300.0)")
+    out = tmp_path / "t.pftrace"
+    stats = perfetto.write(con, {}, out)
+    tr = decode(out)
+    assert stats["time_shift_ns"] == 20000 - 10000  # the earliest time written (the counter sample at −10 µs)
+    got = {s["name"]: (s["start"], s["end"]) for s in tr.slices}
+    assert got == {"gemm": (5000, 9000), "copy": (12000, 13000), "cudaLaunchKernel": (1000, 2000)}
+    assert [v for vs in tr.counters.values() for v in vs] == [(0, 300.0)]
+    launch = next(s for s in tr.slices if s["name"] == "cudaLaunchKernel")
+    gemm = next(s for s in tr.slices if s["name"] == "gemm")
+    assert launch["flows"] == gemm["terms"] and launch["flows"]
     assert any("before 1970" in d.process.process_name for d in tr.tracks.values() if d.HasField("process"))
 
 

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from ..parsers import NSYS_EXPORTS
 from ..parsers._counters import FRACTION_METRICS
-from ..parsers.nsys import PERCENT_METRICS
+from ..parsers.nsys.gpu_metrics import PERCENT_METRICS
 
 SEQ_ID = 0x504C  # one trusted packet sequence for the whole file
 LAYERS = ("cluster", "model", "op", "kernel", "device", "verdict")
@@ -627,7 +627,7 @@ def counter_unit(metric: str, fmt: str | None) -> tuple[float, str]:
         if metric.endswith(suffix):
             return 1.0, unit
     if fmt in NSYS_EXPORTS:
-        # nsys.metric_name keeps a unit suffix on every GPU metric except the `[Throughput %]` ones (fractions)
+        # nsys gpu_metrics.metric_name keeps a unit suffix on every GPU metric except the `[Throughput %]` ones (fractions)
         return 100.0, "%"
     return 1.0, ""
 
