@@ -1,10 +1,15 @@
 """Command line: arguments in, pipeline call, exit codes out — no analysis here.
 
-Exit codes: 0 success; 1 a regression (diff); 2 unusable input or arguments (one line, no traceback).
+Exit codes: 0 success; 1 a regression (`diff --fail-if-drop`); 2 unusable input or arguments (one line naming the
+file, no traceback unless --debug); 130 interrupted (Ctrl-C), 143 terminated (SIGTERM; 129 SIGHUP) — nothing
+half-written is left, and the run's scratch folder is removed.
+
+A subcommand is one decorated function below (`@main.command(...)`): adding one is adding a function.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -13,60 +18,136 @@ import click
 import duckdb
 
 from . import __version__
-from .errors import BadInput
+from .errors import BadInput, Interrupted, path_text
+from .interrupt import interrupted, raise_on_termination, restore_handlers
 
-SUBCOMMANDS = ("report", "batch", "query", "peaks", "rules", "diff", "measure", "nsys-recipe-path")
+EXAMPLES = """\b
+Examples:
+  plasmient-report trace.pt.trace.json.gz             # the box; outputs in ./plasmient-out/trace/
+  plasmient-report rank*.pt.trace.json.gz dmon.txt    # the ranks of one run, with a counter log
+  plasmient-report run.nsys-rep --range 'ProfilerStep#*' --out report/
+  plasmient-report batch fleet.tar.zst --out fleet/   # many runs: summary.parquet + index.html
+  plasmient-report diff base/ cand/ --fail-if-drop 2  # CI gate: exit 1 on a regression
+  plasmient-report rules --explain PR101              # a rule's page
+  plasmient-report measure --workload matmul          # this GPU, known workloads: what the tool says of them
+  plasmient-report query plasmient-out/trace/run.duckdb "SELECT name, count(*) FROM kernels GROUP BY 1"
+
+\b
+Exit codes: 0 ok, 1 a diff regression, 2 unusable input or arguments (one line), 130 interrupted.
+Docs: README.md, docs/verdict.md (every key of verdict.json), docs/batch.md."""
 
 
 class DefaultGroup(click.Group):
-    """`plasmient-report INPUT...` is `plasmient-report report INPUT...`."""
+    """`plasmient-report INPUT...` is `plasmient-report report INPUT...`; interruptions end every command the
+    same way (one line, exit 128 + signal)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             args = ["report", *args]
         return super().parse_args(ctx, args)
 
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, "INPUT... [OPTIONS]")
+        formatter.write_usage(ctx.command_path, "COMMAND [ARGS]...")
+
+    def invoke(self, ctx: click.Context) -> Any:
+        previous = raise_on_termination()
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM / SIGHUP (errors.Interrupted): the cleanups have run
+            signum = getattr(e, "signum", signal.SIGINT)
+            click.echo("plasmient-report: interrupted" if signum == signal.SIGINT else
+                       f"plasmient-report: terminated ({signal.Signals(signum).name})", err=True)
+            sys.exit(128 + int(signum))
+        finally:
+            restore_handlers(previous)
+
 
 def _fail(msg: str, debug: bool = False) -> NoReturn:
-    click.echo(f"plasmient-report: error: {msg}", err=True)
+    signum = interrupted()
+    if signum is not None:  # an error that a library made of an interruption (DuckDB: 'Query interrupted')
+        raise Interrupted(signum)
+    click.echo(f"plasmient-report: error: {path_text(msg)}", err=True)
     sys.exit(2)
 
 
-@click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=DefaultGroup, epilog=EXAMPLES,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="plasmient-report")
 def main() -> None:
-    """Utilization vs achieved fraction of peak from GPU traces, and where the rest went."""
+    """Utilization vs achieved fraction of peak from GPU traces, and where the rest went.
+
+    INPUT is any mix of files and folders: Nsight Systems (.nsys-rep, .sqlite, parquetdir / arrow exports),
+    PyTorch profiler / Kineto JSON (.json, .json.gz), dcgmi dmon, dcgm-exporter, nvidia-smi dmon and
+    --query-gpu logs, Nsight Compute CSV. `plasmient-report report --help` lists the main job's options."""
 
 
-@main.command()
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Output folder (default ./plasmient-out/<name>/).")
-@click.option("--range", "ranges", multiple=True, help="Analyse only inside ranges of this name (glob; repeatable).")
+PRECISIONS = ["bf16", "fp16", "fp8", "int8", "tf32", "fp32", "fp64"]
+
+
+class Progress:
+    """Ingest and the long stages as a live line on stderr (rich), on a terminal only; silent otherwise."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.live = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                             console=Console(stderr=True), transient=True)
+        self.task: Any = None
+
+    @classmethod
+    def make(cls, quiet: bool) -> Progress | None:
+        return cls() if not quiet and sys.stderr.isatty() else None
+
+    def __call__(self, what: str, i: int, n: int) -> None:
+        if self.task is None:
+            self.live.start()
+            self.task = self.live.add_task(path_text(what), total=n or None)
+        self.live.update(self.task, description=path_text(what), completed=i, total=n or None)
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.live.stop()
+            self.task = None
+
+
+@main.command(short_help="Analyse traces of one run (the default command).", epilog=EXAMPLES)
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="INPUT...")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+              help="Output folder (default ./plasmient-out/<name>/): verdict.json, report.html, trace.pftrace, "
+                   "run.duckdb. An existing folder is replaced only when it is an earlier output of this tool.")
+@click.option("--range", "ranges", multiple=True, metavar="NAME",
+              help="Analyse only inside ranges of this name (NVTX / record_function; glob, e.g. 'ProfilerStep#*'; "
+                   "repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print verdict.json to stdout instead of the box.")
-@click.option("--quiet", is_flag=True, help="Print nothing on success.")
+@click.option("--quiet", is_flag=True, help="Print nothing on success (errors still go to stderr).")
 @click.option("--no-html", is_flag=True, help="Do not write report.html.")
 @click.option("--no-trace", is_flag=True, help="Do not write trace.pftrace.")
-@click.option("--peak-precision", type=click.Choice(["bf16", "fp16", "fp8", "int8", "tf32", "fp32", "fp64"]),
+@click.option("--peak-precision", type=click.Choice(PRECISIONS),
               help="Precision of the peak (default: the dominant matmul precision seen).")
-@click.option("--peak-tflops", type=float, help="Use this peak (TFLOP/s) instead of the table's.")
-@click.option("--peaks", "peaks_file", type=click.Path(path_type=Path), help="TOML file adding/overriding GPUs.")
-@click.option("--gpu", help="GPU name when the trace does not name it (e.g. H100-SXM, 'NVIDIA A100-SXM4-80GB').")
+@click.option("--peak-tflops", type=float, metavar="TFLOPS", help="Use this peak (TFLOP/s) instead of the table's.")
+@click.option("--peaks", "peaks_file", type=click.Path(path_type=Path), metavar="FILE.toml",
+              help="TOML file adding/overriding GPUs.")
+@click.option("--gpu", metavar="NAME",
+              help="GPU name when the trace does not name it (e.g. H100-SXM, 'NVIDIA A100-SXM4-80GB').")
 @click.option("--model-flops", type=float, metavar="N",
               help="FLOPs per step (ProfilerStep#N) or per --range occurrence, e.g. 6·params·tokens; spread over "
                    "that window's compute kernels by time (use when shapes are missing: CUDA graphs, compiled code).")
-@click.option("--tz", help="Time zone of local-time logs (nvidia-smi), e.g. Europe/Berlin (default: this machine's).")
+@click.option("--tz", metavar="ZONE",
+              help="Time zone of local-time logs (nvidia-smi), e.g. Europe/Berlin (default: this machine's).")
 @click.option("--offset", "offsets", multiple=True, metavar="SOURCE=±DURATION",
               help="Force a clock offset on one input (path or file name), e.g. dmon.txt=+37s (repeatable).")
-@click.option("--dcgm-period", type=float, default=1.0, show_default=True,
+@click.option("--dcgm-period", type=float, default=1.0, show_default=True, metavar="SECONDS",
               help="Sampling period (s) of logs that print no time (dcgmi dmon, nvidia-smi dmon without -o T).")
 @click.option("--select", "rule_select", multiple=True, metavar="IDS",
               help="Run only these rules: IDs, ID prefixes or names, comma-separated (e.g. PR1,PR502; default ALL).")
 @click.option("--ignore", "rule_ignore", multiple=True, metavar="IDS", help="Skip these rules (as --select).")
-@click.option("--rules-config", type=click.Path(path_type=Path),
+@click.option("--rules-config", type=click.Path(path_type=Path), metavar="FILE.toml",
               help="TOML file: select / ignore, and per-rule thresholds ([PR101] min_lateness_us = 50).")
 @click.option("--memory-budget", default="1.5GiB", show_default=True, metavar="SIZE",
-              help="Peak memory to stay under, e.g. 800MB, 4GiB, or 'none': the store spills to a temporary folder "
-                   "beyond it (traces of many GB).")
+              help="Peak memory to stay under, e.g. 800MB, 4GiB, or 'none': the store spills to the run's scratch "
+                   "folder beyond it (traces of many GB).")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ...], as_json: bool, quiet: bool,
            no_html: bool, no_trace: bool, peak_precision: str | None, peak_tflops: float | None,
@@ -74,8 +155,10 @@ def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ..
            offsets: tuple[str, ...], dcgm_period: float,
            rule_select: tuple[str, ...], rule_ignore: tuple[str, ...], rules_config: Path | None,
            memory_budget: str, debug: bool) -> None:
-    """Analyse INPUT files/folders and print the verdict (the main job)."""
-    from . import pipeline
+    """Analyse INPUT files and folders of one run and print the verdict (the main job):
+
+    plasmient-report [report] INPUT... [OPTIONS]"""
+    from . import outdir, pipeline, scratch
     from .render import terminal
     from .render import verdict as verdict_render
 
@@ -83,32 +166,38 @@ def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ..
                     gpu=gpu, write_html=not no_html, write_trace=not no_trace, tz=tz, offsets=offsets,
                     dcgm_period_s=dcgm_period, rule_select=rule_select, rule_ignore=rule_ignore,
                     rules_config=rules_config, model_flops=model_flops, memory_budget=memory_budget)
-    out_dir = out_dir or pipeline.default_out_dir(inputs)
-    opts.cache_dir = Path(out_dir).absolute().parent / ".plasmient-cache"
+    shown = ", ".join(map(str, inputs))
+    progress = Progress.make(quiet)
     try:
-        result = pipeline.analyse(list(inputs), opts, progress=_progress() if not quiet else None)
-        try:
-            out = pipeline.write_outputs(result, out_dir, inputs, opts)
-        finally:
-            result.close()
+        # Refused before the analysis, not after minutes of it (and checked again when the outputs are swapped in).
+        out = outdir.check_run_out(out_dir or pipeline.default_out_dir(inputs), inputs)
+        opts.cache_dir = out.parent / ".plasmient-cache"
+        with scratch.run():
+            try:
+                result = pipeline.analyse(list(inputs), opts, progress=progress)
+                try:
+                    out = pipeline.write_outputs(result, out, inputs, opts, progress=progress)
+                finally:
+                    result.close()
+            finally:
+                if progress:
+                    progress.stop()
     except BadInput as e:
         if debug:
             raise
         _fail(str(e))
-        return
     except (duckdb.Error, MemoryError, RecursionError) as e:
         if debug:
             raise
-        _fail(f"{', '.join(map(str, inputs))}: could not analyse ({type(e).__name__}: {str(e).splitlines()[0]})")
-        return
+        _fail(f"{shown}: could not analyse ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
     except Exception as e:  # a bug of ours: still one line and exit 2 (the contract); --debug shows the traceback
         if debug:
             raise
-        _fail(f"{', '.join(map(str, inputs))}: internal error ({_one_line(e)}); rerun with --debug and report it")
+        _fail(f"{shown}: internal error ({_one_line(e)}); rerun with --debug and report it")
     if as_json:
         click.echo(verdict_render.dumps(result.verdict), nl=False)
     elif not quiet:
-        terminal.render(result.verdict, footer=f"outputs: {out}/")
+        terminal.render(result.verdict, footer=f"outputs: {path_text(out)}/")
 
 
 def _one_line(e: BaseException) -> str:
@@ -168,16 +257,43 @@ def _progress() -> Any:
     return cb
 
 
-@main.command()
-@click.argument("db", type=click.Path(path_type=Path))
+def _store_path(db: Path) -> Path:
+    """The run.duckdb to query: the file, or an output folder's; a verdict.json or another file is refused with
+    what to give instead."""
+    if db.is_dir():
+        if (db / "run.duckdb").is_file():
+            return db / "run.duckdb"
+        _fail(f"{db}: a folder without run.duckdb (query needs the store a run wrote: <out>/run.duckdb)")
+    if not db.exists():
+        _fail(f"{db}: no such file")
+    try:
+        with open(db, "rb") as f:
+            head = f.read(16)
+    except OSError as e:
+        _fail(f"{db}: cannot read ({e.strerror})")
+    if head[8:12] != b"DUCK":
+        sibling = db.parent / "run.duckdb"
+        hint = f"; try {sibling}" if sibling.is_file() else ""
+        what = "a JSON file (verdict.json?)" if head.lstrip()[:1] in (b"{", b"[") else "not a DuckDB database"
+        _fail(f"{db}: {what}: query needs the run's store, run.duckdb, from the same output folder{hint}")
+    return db
+
+
+@main.command(short_help="Run SQL over a stored run (run.duckdb).")
+@click.argument("db", type=click.Path(path_type=Path), metavar="RUN.duckdb")
 @click.argument("sql")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")
 def query(db: Path, sql: str, as_csv: bool) -> None:
-    """Run SQL over a stored run (run.duckdb)."""
+    """Run SQL over a stored run: RUN.duckdb is the run.duckdb of an output folder (or the folder itself); the
+    tables are documented in docs/schema.md.
+
+    \b
+    Example:
+      plasmient-report query plasmient-out/trace/run.duckdb "SELECT name, count(*) FROM kernels GROUP BY 1"
+    """
     from . import store
 
-    if not db.exists():
-        _fail(f"{db}: no such file")
+    db = _store_path(db)
     try:
         con = store.open_readonly(db)
         cur = con.execute(sql)
@@ -187,7 +303,6 @@ def query(db: Path, sql: str, as_csv: bool) -> None:
         rows = cur.fetchall()
     except duckdb.Error as e:
         _fail(f"{db}: {str(e).splitlines()[0]}")
-        return
     if as_csv:
         import csv
 
@@ -195,42 +310,51 @@ def query(db: Path, sql: str, as_csv: bool) -> None:
         w.writerow(cols)
         w.writerows(rows)
         return
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(*cols)
     for r in rows:
         t.add_row(*("" if x is None else str(x) for x in r))
-    Console().print(t)
+    _wide_console(t).print(t)
 
 
-@main.command()
-@click.argument("gpu", required=False)
-@click.option("--peaks", "peaks_file", type=click.Path(path_type=Path), help="TOML file adding/overriding GPUs.")
-def peaks(gpu: str | None, peaks_file: Path | None) -> None:
-    """The peak table (dense TFLOP/s per precision, memory bandwidth), with sources."""
+def _wide_console(renderable: Any) -> Any:
+    """A console as wide as the table needs (at least the terminal's): piped output is not cut at 80 columns."""
     from rich.console import Console
+
+    probe = Console()
+    need = probe.measure(renderable).maximum
+    return Console(width=max(probe.width, need)) if need > probe.width else probe
+
+
+@main.command(short_help="The peak table, with sources.")
+@click.argument("gpu", required=False)
+@click.option("--peaks", "peaks_file", type=click.Path(path_type=Path), metavar="FILE.toml",
+              help="TOML file adding/overriding GPUs.")
+def peaks(gpu: str | None, peaks_file: Path | None) -> None:
+    """The peak table (dense TFLOP/s per precision, memory bandwidth), with sources. With GPU: the entry that name
+    means (as --gpu reads it; an ambiguous name is refused with the entries it could mean)."""
     from rich.table import Table
 
     from .peaks import PRECISIONS, load_table, lookup
 
     try:
         table = load_table(peaks_file)
-        rows = [lookup(gpu, table)] if gpu else table
+        rows = [lookup(gpu, table)] if gpu else table  # an ambiguous name is refused with its candidates
     except BadInput as e:
         _fail(str(e))
-        return
     t = Table("gpu", *PRECISIONS, "GB/s", title="dense peak TFLOP/s (TOPS for int8)")
+    t.columns[0].no_wrap = True
     for g in rows:
         t.add_row(g.key, *(f"{g.tflops[p]:g}" if p in g.tflops else "-" for p in PRECISIONS),
                   f"{g.memory_bandwidth_gbs:g}" if g.memory_bandwidth_gbs else "-")
-    c = Console()
+    c = _wide_console(t)
     c.print(t)
     for g in rows:
-        c.print(f"[dim]{g.key}: {g.name} — {g.source}[/dim]")
+        c.print(f"[dim]{g.key}: {g.name} — {g.source}[/dim]", highlight=False, soft_wrap=True)
 
 
-@main.command()
+@main.command(short_help="The rule catalog; --explain ID prints a rule's page.")
 @click.option("--explain", "explain", metavar="ID", help="Print the documentation page of one rule (ID or name).")
 @click.option("--json", "as_json", is_flag=True, help="Print the catalog as JSON.")
 def rules(explain: str | None, as_json: bool) -> None:
@@ -262,17 +386,23 @@ def rules(explain: str | None, as_json: bool) -> None:
                "choose and tune them.")
 
 
-@main.command()
+@main.command(short_help="Compare two runs; exit 1 on a regression (the CI gate).")
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("candidate", type=click.Path(path_type=Path))
 @click.option("--fail-if-drop", "fail_if_drop", type=float, metavar="PTS",
-              help="Exit 1 when the achieved fraction of peak fell by more than PTS percentage points.")
+              help="Exit 1 when the achieved fraction of peak fell by more than PTS percentage points; exit 2 when "
+                   "either side's achieved fraction is unknown or only a lower bound (the gate cannot decide).")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool, debug: bool) -> None:
-    """Compare two runs (verdict.json files, output folders, or traces): numbers, losses, findings.
+    """Compare two runs: BASE and CANDIDATE are verdict.json files, output folders, or traces (analysed now).
+    Prints the headline numbers, the losses, per-rank and per-range numbers, and new / resolved findings.
 
-    The CI gate for pull requests: with --fail-if-drop, exit 1 on a regression of the achieved fraction of peak."""
+    \b
+    The CI gate for pull requests, with --fail-if-drop PTS:
+      exit 0  the achieved fraction of peak fell by at most PTS points (or rose)
+      exit 1  it fell by more (a regression)
+      exit 2  a verdict is malformed, or either achieved fraction is unknown or a lower bound"""
     from . import diff as diff_stage
 
     if fail_if_drop is not None and not fail_if_drop >= 0:
@@ -283,7 +413,14 @@ def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool,
         if debug:
             raise
         _fail(str(e))
-        return
+    except (duckdb.Error, MemoryError, RecursionError) as e:
+        if debug:
+            raise
+        _fail(f"{base}, {candidate}: could not analyse ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+    except Exception as e:  # a bug of ours: one line and exit 2, never 1 (the regression code)
+        if debug:
+            raise
+        _fail(f"diff: internal error ({_one_line(e)}); rerun with --debug and report it")
     if as_json:
         import json
 
@@ -294,14 +431,15 @@ def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool,
     if gate["failed"]:
         click.echo(f"plasmient-report: regression: {gate['message']}", err=True)
         sys.exit(1)
-    if gate["threshold_pts"] is not None and gate["drop_pts"] is None:
+    if gate["undecided"]:
         _fail(gate["message"])
 
 
-@main.command()
-@click.argument("archives", nargs=-1, required=True, type=click.Path(path_type=Path))
+@main.command(short_help="Analyse many runs: a folder or archive of runs -> a fleet summary.")
+@click.argument("archives", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="ARCHIVE...")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
-              help="Output folder (default ./plasmient-out/batch-<name>/): runs/<run>/, summary.parquet, index.html.")
+              help="Output folder (default ./plasmient-out/batch-<name>/): runs/<run>/, summary.parquet, "
+                   "index.html. Must be new, empty, or an earlier batch output of this tool (then resumed).")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: a process pool; ray: Ray tasks (pip install 'plasmient-report[ray]').")
 @click.option("--address", help="Ray cluster address (with --executor ray; default: start a local Ray).")
@@ -315,17 +453,23 @@ def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool,
 @click.option("--no-html", is_flag=True, help="No report.html per run.")
 @click.option("--no-trace", is_flag=True, help="No trace.pftrace per run.")
 @click.option("--quiet", is_flag=True, help="Print nothing unless runs failed (then their count).")
-@click.option("--range", "ranges", multiple=True, help="As for the main job: analyse only inside these ranges.")
-@click.option("--peak-precision", type=click.Choice(["bf16", "fp16", "fp8", "int8", "tf32", "fp32", "fp64"]))
-@click.option("--peak-tflops", type=float)
-@click.option("--peaks", "peaks_file", type=click.Path(path_type=Path))
-@click.option("--gpu")
-@click.option("--model-flops", type=float, metavar="N")
-@click.option("--tz")
-@click.option("--dcgm-period", type=float, default=1.0, show_default=True)
-@click.option("--select", "rule_select", multiple=True, metavar="IDS")
-@click.option("--ignore", "rule_ignore", multiple=True, metavar="IDS")
-@click.option("--rules-config", type=click.Path(path_type=Path))
+@click.option("--range", "ranges", multiple=True, metavar="NAME",
+              help="As for the main job: analyse only inside these ranges (glob; repeatable).")
+@click.option("--peak-precision", type=click.Choice(PRECISIONS),
+              help="Precision of the peak (default: each run's dominant matmul precision).")
+@click.option("--peak-tflops", type=float, metavar="TFLOPS", help="Use this peak (TFLOP/s) for every run.")
+@click.option("--peaks", "peaks_file", type=click.Path(path_type=Path), metavar="FILE.toml",
+              help="TOML file adding/overriding GPUs.")
+@click.option("--gpu", metavar="NAME", help="GPU name for runs whose traces do not name it.")
+@click.option("--model-flops", type=float, metavar="N",
+              help="FLOPs per step / per --range occurrence, as for the main job (same for every run).")
+@click.option("--tz", metavar="ZONE", help="Time zone of local-time logs (nvidia-smi).")
+@click.option("--dcgm-period", type=float, default=1.0, show_default=True, metavar="SECONDS",
+              help="Sampling period (s) of logs that print no time.")
+@click.option("--select", "rule_select", multiple=True, metavar="IDS", help="Run only these rules (as the main job).")
+@click.option("--ignore", "rule_ignore", multiple=True, metavar="IDS", help="Skip these rules.")
+@click.option("--rules-config", type=click.Path(path_type=Path), metavar="FILE.toml",
+              help="Rule selection and thresholds (as the main job).")
 @click.option("--memory-budget", default="1.5GiB", show_default=True, metavar="SIZE",
               help="Peak memory of each worker (as for the main job; 'none' for no limit).")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
@@ -338,8 +482,12 @@ def batch(archives: tuple[Path, ...], out_dir: Path | None, executor: str, addre
     """Analyse many runs: ARCHIVE is a folder, .tar, .tar.gz, .tar.zst or .zip of runs (docs/batch.md).
 
     Exit 0 when the batch ran, even if some runs failed (they are counted here and listed in summary.parquet
-    and index.html); 2 when an archive or an argument is unusable."""
-    from .batch import Progress, run_batch
+    and index.html, as are folders that held no run); 2 when an archive or an argument is unusable; 130 when
+    interrupted (the workers stop with it). A rerun resumes: runs whose inputs and outputs are unchanged are
+    skipped."""
+    from . import scratch
+    from .batch import Progress as BatchProgress
+    from .batch import run_batch
     from .batch.archive import label_of
 
     if address and executor != "ray":
@@ -352,16 +500,16 @@ def batch(archives: tuple[Path, ...], out_dir: Path | None, executor: str, addre
                     model_flops=model_flops, memory_budget=memory_budget)
     if out_dir is None:
         out_dir = Path("plasmient-out") / f"batch-{label_of(Path(archives[0]).absolute())}"
-    progress = Progress(quiet)
+    progress = BatchProgress(quiet)
     try:
-        result = run_batch(list(archives), out_dir, opts, executor=executor, jobs=jobs, address=address,
-                           group_by=group_by, force=force, max_unpacked_bytes=int(max_unpacked_gib * (1 << 30)),
-                           on_done=progress, on_start=progress.start)
+        with scratch.run():
+            result = run_batch(list(archives), out_dir, opts, executor=executor, jobs=jobs, address=address,
+                               group_by=group_by, force=force, max_unpacked_bytes=int(max_unpacked_gib * (1 << 30)),
+                               on_done=progress, on_start=progress.start)
     except BadInput as e:
         if debug:
             raise
         _fail(str(e))
-        return
     except Exception as e:  # not a run's error (those are rows of the summary): a bug of ours
         if debug:
             raise
@@ -370,16 +518,20 @@ def batch(archives: tuple[Path, ...], out_dir: Path | None, executor: str, addre
         progress.stop()
     runs, failed, skipped = len(result.outcomes), result.count("failed"), result.count("skipped")
     if not quiet or failed:
+        unread = len(result.unread)
         click.echo(f"batch: {runs} run{'s' if runs != 1 else ''}: {result.count('analysed')} analysed, "
-                   f"skipped {skipped} (unchanged), {failed} failed", err=True)
+                   f"skipped {skipped} (unchanged), {failed} failed" +
+                   (f"; {unread} file{'s' if unread != 1 else ''} / folder{'s' if unread != 1 else ''} in no run (listed in "
+                    "the summary)" if unread else ""),
+                   err=True)
     if not quiet:  # (the failures were listed as they happened)
-        click.echo(f"summary: {result.summary}\nindex:   {result.index}")
+        click.echo(f"summary: {path_text(result.summary)}\nindex:   {path_text(result.index)}")
 
 
 # ----------------------------------------------------------------------------- measure, nsys-recipe-path
 # (docs: README "Measure your own GPU" and "Inside Nsight Systems: nsys recipe plasmient")
 
-@main.command()
+@main.command(short_help="Run known workloads on this GPU and analyse them (needs torch + CUDA).")
 @click.option("--workload", type=click.Choice(["matmul", "memory", "launch", "attention", "all"]), default="all",
               show_default=True, help="Which workload to run: each is bound by one thing, by construction.")
 @click.option("--gpu-index", type=int, default=0, show_default=True, help="CUDA device index of the GPU to measure.")
@@ -415,7 +567,7 @@ def measure(workload: str, gpu_index: int, seconds: float, out_dir: Path | None,
         _fail(f"measure: internal error ({_one_line(e)}); rerun with --debug and report it")
 
 
-@main.command("nsys-recipe-path")
+@main.command("nsys-recipe-path", short_help="The folder to put on NSYS_RECIPE_PATH for `nsys recipe plasmient`.")
 def nsys_recipe_path() -> None:
     """Print the folder to put on NSYS_RECIPE_PATH for `nsys recipe plasmient --input DIR --output OUT`."""
     from .nsys_recipe import recipe_path
@@ -424,4 +576,4 @@ def nsys_recipe_path() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="plasmient-report")

@@ -7,12 +7,12 @@ A run is a `verdict.json`, an output folder holding one, or trace inputs (analys
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import BadInput
+from .verdict_model import Finding, Loss, Verdict, from_dict, load_verdict
 
 SCHEMA = "plasmient.diff/1"
 VERDICT_SCHEMA = "plasmient.verdict/1"
@@ -21,28 +21,45 @@ VERDICT_SCHEMA = "plasmient.verdict/1"
 @dataclass(frozen=True)
 class Run:
     label: str
-    verdict: dict[str, Any]
+    verdict: Verdict
+
+
+def _looks_like_verdict(path: Path) -> bool:
+    """verdict.json, or a .json whose start has a `"schema"` key (Kineto traces have `schemaVersion`): read as a
+    verdict — a broken one is then refused as a verdict, not analysed as a trace."""
+    if path.suffix != ".json" or not path.is_file():
+        return False
+    if path.name == "verdict.json":
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    import re
+
+    return re.search(rb'"schema"\s*:', head) is not None
 
 
 def load(path: Path) -> Run:
-    """A verdict from a verdict.json, an output folder, or (anything else) trace inputs analysed now."""
+    """A verdict from a verdict.json, an output folder holding one, or (anything else) trace inputs analysed now.
+    A file that is a verdict but a malformed one is BadInput (exit 2), never a traceback or an exit 1."""
     path = Path(path)
     if not path.exists():
         raise BadInput(path, "no such file or directory")
     candidate = path / "verdict.json" if path.is_dir() else path
-    if candidate.is_file() and candidate.suffix == ".json" and candidate.stat().st_size < 256 * 2**20:
-        try:
-            doc = json.loads(candidate.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
-            doc = None
-        if isinstance(doc, dict) and doc.get("schema") == VERDICT_SCHEMA:
-            return Run(str(candidate), doc)
-        if isinstance(doc, dict) and "schema" in doc:
-            raise BadInput(candidate, f"not a plasmient verdict (schema {doc.get('schema')!r})")
-    from . import pipeline
+    if path.is_dir() and candidate.is_file():
+        return Run(str(candidate), load_verdict(candidate))
+    if _looks_like_verdict(candidate):
+        return Run(str(candidate), load_verdict(candidate))
+    from . import pipeline, scratch
 
-    result = pipeline.analyse([path], pipeline.Options())
-    return Run(str(path), result.verdict)
+    with scratch.run():
+        result = pipeline.analyse([path], pipeline.Options())
+        try:
+            return Run(str(path), from_dict(result.verdict, path, strict=False))
+        finally:
+            result.close()
 
 
 def _pts(a: float | None, b: float | None) -> float | None:
@@ -59,49 +76,85 @@ def _num(name: str, a: Any, b: Any, unit: str = "fraction") -> dict[str, Any]:
     return row
 
 
-def _finding_key(f: dict[str, Any]) -> tuple[Any, ...]:
-    return f.get("rule"), f.get("rank"), f.get("key") or f.get("title")
+def _finding_key(f: Finding) -> tuple[Any, ...]:
+    return f.rule, f.rank, f.key or f.title
 
 
-def _losses(v: dict[str, Any]) -> dict[str, float]:
-    return {x["category"]: x["fraction"] for x in v.get("losses") or []}
+def _losses(items: list[Loss]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for x in items:
+        out[x.category] = out.get(x.category, 0.0) + x.fraction
+    return out
+
+
+def _gate(base: Run, cand: Run, fail_if_drop: float | None) -> dict[str, Any]:
+    """The CI gate. `failed`: a regression (exit 1). `undecided`: the gate cannot judge — an achieved fraction is
+    unknown or only a lower bound — which fails the gate too, saying why (exit 2), instead of passing on a
+    collapsed measurement."""
+    b, c = base.verdict, cand.verdict
+    ach_b, ach_c = b.achieved_fraction_of_peak, c.achieved_fraction_of_peak
+    drop = None if ach_b is None or ach_c is None else (ach_b - ach_c) * 100.0
+    gate: dict[str, Any] = {"threshold_pts": fail_if_drop, "drop_pts": drop, "failed": False, "undecided": False}
+    if fail_if_drop is None:
+        gate["message"] = "no gate (--fail-if-drop not given)"
+        return gate
+    why = []
+    for side, run in (("base", base), ("candidate", cand)):
+        v = run.verdict
+        if v.achieved_fraction_of_peak is None:
+            why.append(f"the achieved fraction of peak is unknown in the {side} ({run.label}: "
+                       f"{'no peak known for the GPU' if v.peak.tflops is None else 'no FLOP estimate'})")
+        elif v.achieved_is_lower_bound:
+            why.append(f"the achieved fraction of peak is only a lower bound in the {side} ({run.label}: work "
+                       "without a FLOP estimate is material; give --model-flops or record shapes)")
+    if why:
+        gate["undecided"] = True
+        gate["message"] = "cannot gate: " + "; ".join(why)
+        return gate
+    assert drop is not None and ach_b is not None and ach_c is not None
+    failed = drop > fail_if_drop
+    gate["failed"] = failed
+    gate["message"] = (f"achieved fraction of peak fell {drop:.2f} points ({ach_b:.2%} → {ach_c:.2%}), more than "
+                       f"the {fail_if_drop:g} allowed") if failed else \
+        (f"achieved fraction of peak {'fell' if drop > 0 else 'rose'} {abs(drop):.2f} points "
+         f"({ach_b:.2%} → {ach_c:.2%}); limit {fail_if_drop:g}")
+    return gate
 
 
 def compare(base: Run, cand: Run, fail_if_drop: float | None = None) -> dict[str, Any]:
     b, c = base.verdict, cand.verdict
-    ach_b, ach_c = b.get("achieved_fraction_of_peak"), c.get("achieved_fraction_of_peak")
     numbers = [
-        _num("achieved_fraction_of_peak", ach_b, ach_c),
-        _num("utilization", (b.get("utilization") or {}).get("trace"), (c.get("utilization") or {}).get("trace")),
-        _num("utilization_measured", (b.get("utilization") or {}).get("measured"),
-             (c.get("utilization") or {}).get("measured")),
-        _num("headroom", (b.get("headroom") or {}).get("factor"), (c.get("headroom") or {}).get("factor"), "x"),
-        _num("window_ns", (b.get("run") or {}).get("window_ns"), (c.get("run") or {}).get("window_ns"), "ns"),
+        _num("achieved_fraction_of_peak", b.achieved_fraction_of_peak, c.achieved_fraction_of_peak),
+        _num("utilization", b.utilization.trace, c.utilization.trace),
+        _num("utilization_measured", b.utilization.measured, c.utilization.measured),
+        _num("headroom", b.headroom.factor, c.headroom.factor, "x"),
+        _num("window_ns", b.run.window_ns, c.run.window_ns, "ns"),
     ]
-    lb, lc = _losses(b), _losses(c)
+    lb, lc = _losses(b.losses), _losses(c.losses)
     losses: list[dict[str, Any]] = [{"category": k, "base": lb.get(k, 0.0), "candidate": lc.get(k, 0.0),
                                      "delta_pts": (lc.get(k, 0.0) - lb.get(k, 0.0)) * 100.0}
                                     for k in sorted(set(lb) | set(lc))]
     losses.sort(key=lambda x: -abs(x["delta_pts"]))
-    rb = {r["rank"]: r for r in b.get("ranks") or []}
-    rc = {r["rank"]: r for r in c.get("ranks") or []}
-    ranks = [{"rank": k, "achieved_base": (rb.get(k) or {}).get("achieved_fraction_of_peak"),
-              "achieved_candidate": (rc.get(k) or {}).get("achieved_fraction_of_peak"),
-              "delta_pts": _pts((rb.get(k) or {}).get("achieved_fraction_of_peak"),
-                                (rc.get(k) or {}).get("achieved_fraction_of_peak"))}
-             for k in sorted(set(rb) | set(rc), key=lambda x: (x is None, x))]
-    gb = {r["name"]: r for r in b.get("ranges") or []}
-    gc = {r["name"]: r for r in c.get("ranges") or []}
-    ranges = [{"name": k, "achieved_base": (gb.get(k) or {}).get("achieved_fraction_of_peak"),
-               "achieved_candidate": (gc.get(k) or {}).get("achieved_fraction_of_peak"),
-               "delta_pts": _pts((gb.get(k) or {}).get("achieved_fraction_of_peak"),
-                                 (gc.get(k) or {}).get("achieved_fraction_of_peak"))}
-              for k in sorted(set(gb) | set(gc))]
-    fb = {_finding_key(f): f for f in b.get("findings") or []}
-    fc = {_finding_key(f): f for f in c.get("findings") or []}
+    rb = {(r.rank, r.device): r for r in b.ranks}
+    rc = {(r.rank, r.device): r for r in c.ranks}
 
-    def brief(f: dict[str, Any]) -> dict[str, Any]:
-        return {k: f.get(k) for k in ("rule", "rank", "severity", "lost_fraction", "title", "fix")}
+    def ach(r: Any) -> float | None:
+        return r.achieved_fraction_of_peak if r is not None else None
+
+    ranks = [{"rank": k[0], "device": k[1], "achieved_base": ach(rb.get(k)), "achieved_candidate": ach(rc.get(k)),
+              "delta_pts": _pts(ach(rb.get(k)), ach(rc.get(k)))}
+             for k in sorted(set(rb) | set(rc), key=lambda x: (x[0] is None, x[0] or 0, x[1] is None, x[1] or 0))]
+    gb = {r.name: r for r in b.ranges}
+    gc = {r.name: r for r in c.ranges}
+    ranges = [{"name": k, "achieved_base": ach(gb.get(k)), "achieved_candidate": ach(gc.get(k)),
+               "delta_pts": _pts(ach(gb.get(k)), ach(gc.get(k)))}
+              for k in sorted(set(gb) | set(gc))]
+    fb = {_finding_key(f): f for f in b.findings}
+    fc = {_finding_key(f): f for f in c.findings}
+
+    def brief(f: Finding) -> dict[str, Any]:
+        return {"rule": f.rule, "rank": f.rank, "severity": f.severity, "lost_fraction": f.lost_fraction,
+                "title": f.title, "fix": f.fix}
 
     new = [brief(fc[k]) for k in fc if k not in fb]
     resolved = [brief(fb[k]) for k in fb if k not in fc]
@@ -109,42 +162,23 @@ def compare(base: Run, cand: Run, fail_if_drop: float | None = None) -> dict[str
     for k in fc:
         if k in fb:
             x, y = fb[k], fc[k]
-            d = _pts(x.get("lost_fraction"), y.get("lost_fraction"))
-            changed.append({**brief(y), "lost_base": x.get("lost_fraction"), "lost_candidate": y.get("lost_fraction"),
-                            "delta_pts": d, "title_base": x.get("title")})
+            changed.append({**brief(y), "lost_base": x.lost_fraction, "lost_candidate": y.lost_fraction,
+                            "delta_pts": _pts(x.lost_fraction, y.lost_fraction), "title_base": x.title})
     changed.sort(key=lambda x: -abs(x["delta_pts"] or 0))
     notes = []
-    pb, pc = b.get("peak") or {}, c.get("peak") or {}
-    same_peak = (pb.get("gpu"), pb.get("precision"), pb.get("tflops")) == (pc.get("gpu"), pc.get("precision"),
-                                                                           pc.get("tflops"))
-    if not same_peak:
-        notes.append(f"the peaks differ ({pb.get('gpu')} {pb.get('precision')} {pb.get('tflops')} TFLOP/s vs "
-                     f"{pc.get('gpu')} {pc.get('precision')} {pc.get('tflops')} TFLOP/s): fractions are of different "
-                     "peaks")
-    if b.get("achieved_is_lower_bound") or c.get("achieved_is_lower_bound"):
-        notes.append("an achieved fraction is a lower bound (little FLOP coverage): compare with care")
-    if (b.get("run") or {}).get("range") != (c.get("run") or {}).get("range"):
-        notes.append(f"the runs analyse different ranges ({(b.get('run') or {}).get('range')} vs "
-                     f"{(c.get('run') or {}).get('range')})")
-    drop = None if ach_b is None or ach_c is None else (ach_b - ach_c) * 100.0
-    if fail_if_drop is None:
-        gate = {"threshold_pts": None, "drop_pts": drop, "failed": False, "message": "no gate (--fail-if-drop not given)"}
-    elif drop is None:
-        which = "base" if ach_b is None else "candidate"
-        gate = {"threshold_pts": fail_if_drop, "drop_pts": None, "failed": False,
-                "message": f"cannot gate: the achieved fraction of peak is unknown in the {which} "
-                           f"({base.label if which == 'base' else cand.label})"}
-    else:
-        failed = drop > fail_if_drop
-        gate = {"threshold_pts": fail_if_drop, "drop_pts": drop, "failed": failed,
-                "message": (f"achieved fraction of peak fell {drop:.2f} points ({ach_b:.2%} → {ach_c:.2%}), more than "
-                            f"the {fail_if_drop:g} allowed") if failed else
-                           (f"achieved fraction of peak {'fell' if drop > 0 else 'rose'} {abs(drop):.2f} points "
-                            f"({ach_b:.2%} → {ach_c:.2%}); limit {fail_if_drop:g}")}
-    return {"schema": SCHEMA, "base": {"source": base.label, "verdict": b.get("verdict")},
-            "candidate": {"source": cand.label, "verdict": c.get("verdict")}, "numbers": numbers,
+    pb, pc = b.peak, c.peak
+    if (pb.gpu, pb.precision, pb.tflops) != (pc.gpu, pc.precision, pc.tflops):
+        notes.append(f"the peaks differ ({pb.gpu} {pb.precision} {pb.tflops} TFLOP/s vs "
+                     f"{pc.gpu} {pc.precision} {pc.tflops} TFLOP/s): fractions are of different peaks")
+    if b.achieved_is_lower_bound or c.achieved_is_lower_bound:
+        notes.append("an achieved fraction is a lower bound (work without a FLOP estimate): compare with care")
+    if b.run.range != c.run.range:
+        notes.append(f"the runs analyse different ranges ({b.run.range} vs {c.run.range})")
+    return {"schema": SCHEMA, "base": {"source": base.label, "verdict": b.verdict},
+            "candidate": {"source": cand.label, "verdict": c.verdict}, "numbers": numbers,
             "losses": losses, "ranks": ranks, "ranges": ranges,
-            "findings": {"new": new, "resolved": resolved, "changed": changed}, "notes": notes, "gate": gate}
+            "findings": {"new": new, "resolved": resolved, "changed": changed}, "notes": notes,
+            "gate": _gate(base, cand, fail_if_drop)}
 
 
 def _pct(x: float | None) -> str:
@@ -210,6 +244,6 @@ def render(d: dict[str, Any]) -> None:
         con.print(f"  [yellow]note:[/yellow] {escape(n)}", highlight=False)
     g = d["gate"]
     if g["threshold_pts"] is not None:
-        style = "bold red" if g["failed"] else "bold green" if g["drop_pts"] is not None else "bold yellow"
-        word = "FAIL" if g["failed"] else "OK" if g["drop_pts"] is not None else "UNKNOWN"
+        style = "bold red" if g["failed"] or g["undecided"] else "bold green"
+        word = "FAIL" if g["failed"] else "CANNOT GATE" if g["undecided"] else "OK"
         con.print(f"  [{style}]{word}[/{style}]: {escape(g['message'])}", highlight=False)

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import os
 import shutil
-import tempfile
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -17,8 +14,9 @@ from typing import Any
 import duckdb
 
 from . import align as align_stage
-from . import judge, metrics, parsers, rules, store
-from .errors import BadInput
+from . import interrupt, judge, metrics, outdir, parsers, rules, store
+from . import scratch as scratch_mod
+from .errors import BadInput, path_text
 from .parsers import _io
 from .peaks import load_table
 from .store import one
@@ -60,51 +58,50 @@ class Result:
     verdict: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     spill_dir: Path | None = None
+    scratch: scratch_mod.Scratch | None = None  # the scratch folder this result owns (analyse() outside a run)
 
     def close(self) -> None:
         """Close the store and remove its spill folder (the outputs are written by then)."""
         with contextlib.suppress(duckdb.Error):
             self.con.close()
         if self.spill_dir is not None:
-            _remove_spill_dir(self.spill_dir)
+            shutil.rmtree(self.spill_dir, ignore_errors=True)
             self.spill_dir = None
+        if self.scratch is not None:
+            self.scratch.close()
+            self.scratch = None
 
 
-_SPILL_DIRS: set[Path] = set()
-
-
-def _remove_spill_dir(d: Path) -> None:
-    shutil.rmtree(d, ignore_errors=True)
-    _SPILL_DIRS.discard(d)
-
-
-@atexit.register
-def _remove_spill_dirs() -> None:
-    for d in list(_SPILL_DIRS):
-        _remove_spill_dir(d)
-
-
-def open_store(opts: Options) -> tuple[duckdb.DuckDBPyConnection, Path | None]:
-    """The run's store: a DuckDB file in a private temporary folder (it becomes run.duckdb by a move), under the
-    memory budget, spilling into the same folder; removed by Result.close(), when the Result is collected, or at
-    exit."""
-    spill = Path(tempfile.gettempdir()) / f"plasmient-spill-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    _SPILL_DIRS.add(spill)
+def open_store(opts: Options, where: scratch_mod.Scratch) -> tuple[duckdb.DuckDBPyConnection, Path]:
+    """The run's store: a DuckDB file in the run's scratch folder from the start (it becomes run.duckdb by a
+    checkpoint and a move, `store.save`), under the memory budget (when one is set), spilling beside it — never
+    DuckDB's default `.tmp` in the working folder. The scratch folder is swept by the next run if this one is
+    killed."""
+    spill = where.path / f"store-{uuid.uuid4().hex[:12]}"
     limit = None if opts.memory_budget is None else max(MIN_DUCKDB_MEMORY, opts.memory_budget - PYTHON_RESERVE)
-    return store.connect_run(spill, limit), spill
+    con = store.connect_run(spill, limit)
+    interrupt.watch(con)  # a signal interrupts its queries (DuckDB holds the main thread while one runs)
+    return con, spill
 
 
 @contextlib.contextmanager
 def run_store(inputs: Sequence[Path], opts: Options) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A store for one run, closed (and its spill folder removed) on exit."""
-    con, spill = open_store(opts)
-    try:
-        yield con
-    finally:
-        Result(con=con, verdict={}, spill_dir=spill).close()
+    """A store for one run, closed (and its scratch folder removed) on exit."""
+    with scratch_mod.run() as where:
+        con, spill = open_store(opts, where)
+        try:
+            yield con
+        finally:
+            Result(con=con, verdict={}, spill_dir=spill).close()
 
 
 Progress = Callable[[str, int, int], None]
+
+
+def _sentences(items: Sequence[str]) -> str | None:
+    """A parser's notes as one text: joined with '; ' without doubling their full stops (not 'collected.; Not')."""
+    parts = [s.strip().rstrip(".;").strip() for s in items if s and s.strip()]
+    return "; ".join(parts) or None
 
 
 def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Progress | None = None,
@@ -119,11 +116,11 @@ def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Pro
                                     clock_anchor, base_time_ns, sha256, size_bytes, events, notes, time_zone,
                                     sample_period_ns, incomplete, dropped_events)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            [i, str(d.path), info.format, info.format_version, info.host, info.rank,
+            [i, path_text(d.path), info.format, info.format_version, info.host, info.rank,
              "multi" if info.multi_rank else info.rank_method, info.world_size,
              info.clock_anchor, info.base_time_ns, _io.sha256_of(d.path), _io.size_of(d.path), info.events,
-             "; ".join(info.notes) or None, info.time_zone, info.sample_period_ns,
-             "; ".join(info.incomplete) or None, info.dropped_events])
+             _sentences(info.notes), info.time_zone, info.sample_period_ns,
+             _sentences(info.incomplete), info.dropped_events])
         if info.gpu_events == 0 and d.format not in parsers.AUXILIARY:
             if len(found) == 1:
                 raise BadInput(d.path, "trace has no GPU kernels or copies (a CPU-only profile?)")
@@ -166,24 +163,41 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
 
 
 def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = None) -> Result:
-    """The pure per-run function: inputs in, store + verdict out (nothing written to disk)."""
+    """The pure per-run function: inputs in, store + verdict out (nothing written to disk but scratch files).
+
+    Inside a run (`scratch.run()`, as the CLI and batch call it) the store spills into that run's scratch folder;
+    outside one, the Result owns a scratch folder of its own, removed by `Result.close()` (or when it is
+    collected)."""
     selection = rules.configure(opts.rule_select, opts.rule_ignore, opts.rules_config)  # bad codes: fail early
     judge.thresholds_from(opts.rules_config)  # and bad verdict thresholds
-    con, spill = open_store(opts)
+    running = scratch_mod.current()
+    own = scratch_mod.Scratch.create() if running is None else None
+    where = running or own
+    assert where is not None
+    con, spill = open_store(opts, where)
     try:
-        ingest(con, inputs, progress, opts.cache_dir, opts.parse_options())
-        notes = align_stage.align(con, opts.offsets, int(opts.counter_search_s * 1e9))
-        ctx = measure(con, opts)
-        ctx.inputs = [str(p) for p in inputs]
-        _, rule_notes = rules.run(con, selection, ctx.ranges, ctx.precision, ctx.peaks, opts.peaks_file)
-        ctx.notes = ctx.notes + notes + rule_notes
-        verdict = judge.build(con, ctx, judge.thresholds_from(opts.rules_config))
+        with scratch_mod.active(where) if own is not None else contextlib.nullcontext():
+            ingest(con, inputs, progress, opts.cache_dir, opts.parse_options())
+            if progress:
+                progress("align clocks", 0, 0)
+            notes = align_stage.align(con, opts.offsets, int(opts.counter_search_s * 1e9))
+            if progress:
+                progress("measure", 0, 0)
+            ctx = measure(con, opts)
+            ctx.inputs = [path_text(p) for p in inputs]
+            if progress:
+                progress("rules", 0, 0)
+            _, rule_notes = rules.run(con, selection, ctx.ranges, ctx.precision, ctx.peaks, opts.peaks_file)
+            ctx.notes = ctx.notes + notes + rule_notes
+            if progress:
+                progress("verdict", 0, 0)
+            verdict = judge.build(con, ctx, judge.thresholds_from(opts.rules_config))
     except BaseException:
-        Result(con=con, verdict={}, spill_dir=spill).close()
+        Result(con=con, verdict={}, spill_dir=spill, scratch=own).close()
         raise
-    result = Result(con=con, verdict=verdict, notes=notes, spill_dir=spill)
-    if spill is not None:
-        weakref.finalize(result, _remove_spill_dir, spill)
+    result = Result(con=con, verdict=verdict, notes=notes, spill_dir=spill, scratch=own)
+    if own is not None:
+        weakref.finalize(result, own.close)
     return result
 
 
@@ -196,36 +210,49 @@ def default_out_dir(inputs: Sequence[Path]) -> Path:
     return Path("plasmient-out") / (name or "run")
 
 
-def write_outputs(result: Result, out_dir: Path, inputs: Sequence[Path], opts: Options) -> Path:
-    """Render into a temporary sibling folder, then rename it into place: never half-written."""
+OUTPUT_FILES = ("verdict.json", "report.html", "trace.pftrace", "run.duckdb")
+
+
+@contextlib.contextmanager
+def _writing(out: Path) -> Iterator[None]:
+    """A file-system error while writing the outputs (disk full, quota) is the output's problem, said in one line."""
+    try:
+        yield
+    except OSError as e:
+        if e.strerror is None:
+            raise
+        raise BadInput(out, f"cannot write the outputs ({e.strerror})") from None
+
+
+def write_outputs(result: Result, out_dir: Path, inputs: Sequence[Path], opts: Options,
+                  extra_files: Callable[[Path], dict[str, str]] | None = None,
+                  progress: Progress | None = None) -> Path:
+    """Render into a staging folder beside `out_dir`, then swap it into place (outdir.staged): never half-written,
+    and an existing folder is replaced only when it is an earlier output of this tool. `extra_files` (name →
+    text, from the staging folder holding the rendered outputs) are written with them (batch's manifest), so they
+    appear together or not at all."""
     from .render import verdict as verdict_render
 
-    out_dir = Path(out_dir).absolute()
-    resolved_inputs = [Path(p).resolve() for p in inputs]
-    for p in resolved_inputs:
-        if out_dir == p or (p.is_dir() and p in out_dir.parents) or out_dir in p.parents:
-            raise BadInput(out_dir, "output folder would be inside or over an input; choose another --out")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        verdict_render.write(result.verdict, tmp / "verdict.json")
-        if opts.write_html:
-            from .render import html
+    out = outdir.check_run_out(out_dir, inputs)
+    steps = [("verdict.json", True), ("report.html", opts.write_html), ("trace.pftrace", opts.write_trace),
+             ("run.duckdb", True)]
+    todo = [name for name, on in steps if on]
+    with outdir.staged(out, "run") as tmp, _writing(out):
+        for i, name in enumerate(todo):
+            if progress:
+                progress(f"write {name}", i, len(todo))
+            if name == "verdict.json":
+                verdict_render.write(result.verdict, tmp / name)
+            elif name == "report.html":
+                from .render import html
 
-            html.write(result.con, result.verdict, tmp / "report.html")
-        if opts.write_trace:
-            from .render import perfetto
+                html.write(result.con, result.verdict, tmp / name)
+            elif name == "trace.pftrace":
+                from .render import perfetto
 
-            perfetto.write(result.con, result.verdict, tmp / "trace.pftrace")
-        store.save(result.con, tmp / "run.duckdb")  # checkpointed and moved there: no copy
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old.{os.getpid()}")
-            os.replace(out_dir, old)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out_dir
+                perfetto.write(result.con, result.verdict, tmp / name)
+            else:
+                store.save(result.con, tmp / name)  # the store file, checkpointed and moved there: no copy
+        for name, text in (extra_files(tmp) if extra_files else {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
+    return out

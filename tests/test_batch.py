@@ -451,3 +451,82 @@ def test_nsys_parquetdir_export_is_one_trace_of_its_run(tmp_path: Path) -> None:
     assert rows[0]["inputs"][0].endswith("nsys_single_pqtdir")
     r = cli("batch", str(fleet), "--out", str(out), "--no-trace", "--no-html", "--jobs", "1")
     assert r.returncode == 0 and "skipped 1" in r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Resume verifies the outputs, not only the manifest; nothing of the inputs disappears silently.
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "wrong_type", "edited", "old_manifest"])
+def test_rerun_reanalyses_a_run_whose_outputs_are_damaged(batch_local, fleet_archive, tmp_path, damage):
+    out = tmp_path / "out"
+    shutil.copytree(batch_local["out"], out)
+    run = out / "runs" / "fleet__ddp_kineto"
+    vpath = run / "verdict.json"
+    good = json.loads(vpath.read_text())
+    if damage == "garbage":
+        vpath.write_bytes(os.urandom(len(vpath.read_bytes())))
+    elif damage == "truncated":
+        vpath.write_text(vpath.read_text()[:100])
+    elif damage == "wrong_type":
+        vpath.write_text(json.dumps({**good, "ranks": "two"}))
+    elif damage == "edited":  # valid, same keys, a number changed by hand: not what the tool wrote
+        text = vpath.read_text()
+        vpath.write_text(text.replace(json.dumps(good["achieved_fraction_of_peak"]), "0.999", 1))
+    else:  # a manifest of an earlier version, which recorded no outputs
+        m = json.loads((run / "batch-manifest.json").read_text())
+        m.pop("outputs")
+        m.pop("verdict_sha256")
+        (run / "batch-manifest.json").write_text(json.dumps(m))
+    r = cli("batch", str(fleet_archive), "--out", str(out), "--no-trace", "--no-html")
+    assert r.returncode == 0, r.stderr
+    assert "4 runs: 1 analysed, skipped 2 (unchanged), 1 failed" in r.stderr, r.stderr
+    row = next(x for x in summary_rows(out) if x["run_id"] == "fleet/ddp_kineto" and x["level"] == "run")
+    assert row["status"] == "ok" and row["achieved_fraction_of_peak"] == good["achieved_fraction_of_peak"]
+    assert json.loads(vpath.read_text()) == good
+
+
+def test_what_is_in_no_run_is_listed_with_why(tmp_path):
+    fleet = tmp_path / "fleet"
+    (fleet / "job").mkdir(parents=True)
+    shutil.copy2(SAMPLES / "h200_single/kineto_single.pt.trace.json.gz", fleet / "job")
+    (fleet / "notes").mkdir()
+    (fleet / "notes" / "todo.md").write_text("look at rank 3")
+    (fleet / "logs_only").mkdir()
+    shutil.copy2(SAMPLES / "h200_single/nvidia_smi_dmon.txt", fleet / "logs_only")
+    deep = fleet.joinpath(*[f"d{i}" for i in range(18)])
+    deep.mkdir(parents=True)
+    shutil.copy2(SAMPLES / "h200_single/kineto_single.pt.trace.json.gz", deep)
+    os.mkfifo(fleet / "job" / "pipe.pt.trace.json")
+    out = tmp_path / "out"
+    r = cli("batch", str(fleet), "--out", str(out), "--no-trace", "--no-html")
+    assert r.returncode == 0, r.stderr
+    assert "in no run" in r.stderr
+    rows = [x for x in summary_rows(out) if x["level"] == "unread"]
+    why = {x["run_id"]: x["error"] for x in rows}
+    assert "no trace or counter log" in why["fleet/notes"] and "todo.md" in why["fleet/notes"]
+    assert "no trace of its run" in why["fleet/logs_only/nvidia_smi_dmon.txt"]
+    assert any("folders deep" in w for p, w in why.items() if p.startswith("fleet/d0/"))
+    assert "FIFO" in why["fleet/job/pipe.pt.trace.json"]
+    assert all(x["status"] == "not analysed" for x in rows)
+    html = (out / "index.html").read_text()
+    for p, w in why.items():
+        assert p in html and w.split(" (")[0] in html
+    assert [x["run_id"] for x in summary_rows(out) if x["level"] == "run"] == ["fleet/job"]
+
+
+def test_an_unreadable_folder_is_listed(tmp_path):
+    fleet = tmp_path / "fleet"
+    (fleet / "job").mkdir(parents=True)
+    shutil.copy2(SAMPLES / "h200_single/kineto_single.pt.trace.json.gz", fleet / "job")
+    locked = fleet / "locked"
+    locked.mkdir()
+    shutil.copy2(SAMPLES / "h200_single/kineto_single.pt.trace.json.gz", locked)
+    locked.chmod(0)
+    try:
+        if os.access(locked, os.R_OK):
+            pytest.skip("running as root: permissions do not stop reading")
+        g = group.group(archive.open_sources([fleet], tmp_path / "work"), "folder", tmp_path / "work")
+        assert [(u.path, u.why) for u in g.unread] == [("fleet/locked", "cannot read (Permission denied)")]
+    finally:
+        locked.chmod(0o755)

@@ -111,7 +111,7 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, case):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert path.name in lines[0]
-    assert not out.exists() and not any(p.name.startswith(".out.") for p in tmp_path.iterdir())
+    assert not out.exists() and not any(p.name.startswith((".out.", ".plasmient-")) for p in tmp_path.iterdir())
     assert {p: p.stat().st_mtime_ns for p in inputs.rglob("*")} == before
 
 

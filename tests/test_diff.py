@@ -102,11 +102,94 @@ def test_diff_bad_inputs(tmp_path):
     assert r.returncode == 2 and "not a plasmient verdict" in r.stderr
 
 
-def test_gate_needs_achieved(tmp_path):
-    v = {"schema": "plasmient.verdict/1", "achieved_fraction_of_peak": None, "utilization": {"trace": 0.5},
-         "losses": [], "findings": [], "ranks": [], "ranges": [], "peak": {}, "run": {}, "headroom": {}}
-    p = tmp_path / "verdict.json"
-    p.write_text(json.dumps(v))
-    assert cli("diff", p, p).returncode == 0  # nothing to gate on: a plain comparison
-    r = cli("diff", p, p, "--fail-if-drop", "1")
-    assert r.returncode == 2 and "cannot gate" in r.stderr
+@pytest.fixture(scope="module")
+def real_verdict(tmp_path_factory) -> dict:
+    """A real verdict (the committed H200 sample, its compute_bound phase: ≈79% of peak) to edit into broken ones."""
+    from plasmient_report import pipeline
+
+    from .conftest import sample_file
+
+    res = pipeline.analyse([sample_file("h200_single/kineto_single.pt.trace.json.gz")],
+                           pipeline.Options(ranges=["phase:compute_bound"]))
+    try:
+        return json.loads(json.dumps(res.verdict))
+    finally:
+        res.close()
+
+
+def _write(tmp_path: Path, name: str, doc: object) -> Path:
+    p = tmp_path / name
+    p.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return p
+
+
+def test_gate_needs_a_known_achieved_fraction(real_verdict, tmp_path):
+    good = _write(tmp_path, "good.json", real_verdict)
+    unknown = _write(tmp_path, "unknown.json", {**real_verdict, "achieved_fraction_of_peak": None})
+    assert cli("diff", unknown, unknown).returncode == 0  # nothing to gate on: a plain comparison
+    for a, b in ((good, unknown), (unknown, good)):
+        r = cli("diff", a, b, "--fail-if-drop", "1")
+        assert r.returncode == 2, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "cannot gate" in r.stderr and "unknown" in r.stderr
+        assert "unknown.json" in r.stderr  # says which side
+
+
+def test_gate_refuses_a_lower_bound(real_verdict, tmp_path):
+    good = _write(tmp_path, "good.json", real_verdict)
+    low = _write(tmp_path, "low.json", {**real_verdict, "achieved_is_lower_bound": True})
+    for a, b in ((good, low), (low, good)):
+        r = cli("diff", a, b, "--fail-if-drop", "5")
+        assert r.returncode == 2 and "lower bound" in r.stderr and "low.json" in r.stderr, r.stderr
+    assert cli("diff", good, good, "--fail-if-drop", "0").returncode == 0
+
+
+@pytest.mark.parametrize("how", ["nan_literal", "infinity", "huge_float", "string_achieved", "list_losses",
+                                 "loss_without_fraction", "missing_run", "truncated", "not_an_object", "empty",
+                                 "binary", "ranks_not_a_list"])
+def test_malformed_verdicts_are_one_line_and_exit_2(real_verdict, tmp_path, how):
+    """A broken verdict is bad input (exit 2, one line naming it) — never a traceback, never exit 1 (the
+    regression code a CI gate reads)."""
+    v = json.loads(json.dumps(real_verdict))
+    text = None
+    if how == "nan_literal":
+        text = json.dumps(v).replace(json.dumps(v["achieved_fraction_of_peak"]), "NaN", 1)
+    elif how == "infinity":
+        text = json.dumps(v).replace(json.dumps(v["achieved_fraction_of_peak"]), "Infinity", 1)
+    elif how == "huge_float":
+        text = json.dumps(v).replace(json.dumps(v["achieved_fraction_of_peak"]), "1e999", 1)
+    elif how == "string_achieved":
+        v["achieved_fraction_of_peak"] = "79%"
+    elif how == "list_losses":
+        v["losses"] = {"memory_bound": 0.1}
+    elif how == "loss_without_fraction":
+        del v["losses"][0]["fraction"]
+    elif how == "missing_run":
+        del v["run"]
+    elif how == "truncated":
+        text = json.dumps(v)[:500]
+    elif how == "not_an_object":
+        text = "[1, 2, 3]"
+    elif how == "empty":
+        text = ""
+    elif how == "binary":
+        text = "\x00\x01garbage"
+    elif how == "ranks_not_a_list":
+        v["ranks"] = 3
+    bad = _write(tmp_path, "verdict.json", text if text is not None else v)
+    good = _write(tmp_path, "good.json", real_verdict)
+    for args in ((good, bad), (bad, good), (bad, bad, "--fail-if-drop", "1"), (good, bad, "--fail-if-drop", "0")):
+        r = cli("diff", *args)
+        assert r.returncode == 2, (how, args, r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in r.stderr and "verdict.json" in lines[0], r.stderr
+
+
+def test_load_verdict_accepts_keys_of_a_newer_version(real_verdict, tmp_path):
+    # Changes are additive: a verdict with keys this version does not know still loads (they are dropped).
+    from plasmient_report.verdict_model import load_verdict
+
+    v = {**real_verdict, "some_new_key": {"x": 1}}
+    v["losses"] = [{**x, "new_field": 2} for x in v["losses"]]
+    loaded = load_verdict(_write(tmp_path, "v.json", v))
+    assert loaded.achieved_fraction_of_peak == real_verdict["achieved_fraction_of_peak"]
+    assert [x.category for x in loaded.losses] == [x["category"] for x in real_verdict["losses"]]

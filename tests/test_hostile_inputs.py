@@ -73,7 +73,8 @@ def check(inputs: list[Path], tmp: Path, expect: str, *extra: str) -> dict[str, 
     assert "internal error" not in stderr, stderr  # the CLI's last-resort line: a bug, not a refusal
     assert {p: (p.read_bytes() if p.is_file() else None) for p in inputs} == before, "an input changed"
     assert {w: _listing(w) for w in _watched(inputs)} == listing, "wrote beside or into an input"
-    assert not [x for x in tmp.iterdir() if x.name.startswith(".out.")], "a temporary output folder was left"
+    assert not [x for x in tmp.iterdir() if x.name.startswith((".out.", ".plasmient-"))], \
+        "a temporary output folder was left"
     if code == 2:
         lines = stderr.strip().splitlines()
         assert len(lines) == 1, stderr
@@ -84,7 +85,7 @@ def check(inputs: list[Path], tmp: Path, expect: str, *extra: str) -> dict[str, 
     assert expect in ("ok", "either"), f"accepted: {stdout[:300]}"
     v = json.loads(stdout)
     check_verdict(v)
-    assert sorted(x.name for x in out.iterdir()) == ["run.duckdb", "verdict.json"]
+    assert sorted(x.name for x in out.iterdir()) == [".plasmient-output", "run.duckdb", "verdict.json"]
     return v
 
 
@@ -807,8 +808,8 @@ def test_a_stray_kernel_years_away_with_a_counter_log_does_not_hang(tmp_path):
     assert r.returncode == 0, r.stderr
     assert time.monotonic() - t0 < 120
     check_verdict(json.loads(r.stdout))
-    assert sorted(x.name for x in (tmp_path / "out").iterdir()) == ["report.html", "run.duckdb", "trace.pftrace",
-                                                                    "verdict.json"]
+    assert sorted(x.name for x in (tmp_path / "out").iterdir()) == [".plasmient-output", "report.html", "run.duckdb",
+                                                                    "trace.pftrace", "verdict.json"]
 
 
 def test_inputs_are_never_written_even_read_only_folder(tmp_path):

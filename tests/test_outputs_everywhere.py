@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from plasmient_report import pipeline
 from plasmient_report.errors import BadInput
 from plasmient_report.render import perfetto
+from plasmient_report.verdict_model import Verdict, load_verdict
 
 from .conftest import CORPUS, SAMPLES
 
@@ -42,9 +44,22 @@ def check(path: Path | list[Path], tmp_path: Path) -> None:
             pipeline.analyse(inputs, opts)
         return
     res = pipeline.analyse(inputs, opts)
+    try:
+        _check_result(res, inputs, out, opts)
+    finally:
+        res.close()
+
+
+def _check_result(res: pipeline.Result, inputs: list[Path], out: Path, opts: pipeline.Options) -> None:
     pipeline.write_outputs(res, out, inputs, opts)
-    assert sorted(p.name for p in out.iterdir()) == ["report.html", "run.duckdb", "trace.pftrace", "verdict.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".plasmient-output", "report.html", "run.duckdb",
+                                                     "trace.pftrace", "verdict.json"]
     v = res.verdict
+    # The verdict the judge built is the typed verdict, exactly: no key the model does not know (unknown fields
+    # are forbidden), none missing, every type right — so verdict_model.py, verdict.schema.json and
+    # docs/verdict.md cannot drift from what the tool writes. And what was written reads back the same.
+    typed = msgspec.convert(v, Verdict, strict=True)
+    assert load_verdict(out / "verdict.json") == typed
     util, ach = v["utilization"]["trace"], v["achieved_fraction_of_peak"]
     assert 0.0 <= util <= 1.0
     if ach is not None:

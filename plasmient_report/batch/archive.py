@@ -17,7 +17,7 @@ import re
 import shutil
 import stat
 import tarfile
-import tempfile
+import uuid
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from .. import scratch
 from ..errors import BadInput
+from ..outdir import follow_umask, is_special
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.zst", ".tar.zstd", ".tzst", ".tar.bz2", ".tbz2", ".tar.xz", ".txz",
                     ".tar", ".zip")
@@ -71,6 +73,9 @@ def kind_of(path: Path) -> str | None:
     From the content, so a misnamed archive still opens and a gzipped trace is not taken for a tarball."""
     if path.is_dir():
         return "folder"
+    special = is_special(path)
+    if special is not None:  # opening a FIFO blocks, a device never ends: refused, never read
+        raise BadInput(path, f"is {special}, not a folder or an archive of runs")
     try:
         with open(path, "rb") as f:
             head = f.read(4)
@@ -145,8 +150,12 @@ def unpack(archive: Path, kind: str, dest: Path, budget: Budget) -> Path:
         if json.loads(stamp.read_text(encoding="utf-8")).get("sha256") == digest:
             return _content_root(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    tmp = dest.parent / f".plasmient-unpack-{dest.name[:60]}-{uuid.uuid4().hex[:12]}"
+    owner = scratch.current()
+    if owner is not None:
+        owner.register(tmp)  # a killed batch leaves no half-unpacked copy: the next run's sweep removes it
     try:
+        os.mkdir(tmp)
         if kind == "zip":
             _unpack_zip(archive, tmp, budget)
         elif kind == "tar.zst":
@@ -156,8 +165,9 @@ def unpack(archive: Path, kind: str, dest: Path, budget: Budget) -> Path:
             with tarfile.open(archive, mode="r|*") as tf:
                 _unpack_tar(archive, tf, tmp, budget)
         (tmp / STAMP).write_text(json.dumps({"archive": archive.name, "sha256": digest}) + "\n", encoding="utf-8")
+        follow_umask(tmp)
         if dest.exists():
-            shutil.rmtree(dest)
+            shutil.rmtree(dest)  # our own earlier copy (under the batch output), of another archive content
         os.replace(tmp, dest)
     except BadInput:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -169,6 +179,9 @@ def unpack(archive: Path, kind: str, dest: Path, budget: Budget) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if owner is not None:
+            owner.unregister(tmp)
     return _content_root(dest)
 
 

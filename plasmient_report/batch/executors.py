@@ -3,22 +3,30 @@ the same `mapper.map_run` on the same tasks and hand each outcome to `on_done` a
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import multiprocessing
 import os
 import re
+import signal
 import socket
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from ..errors import BadInput
+from ..interrupt import interrupted, raise_on_termination
 from .mapper import Outcome, Task, lost, map_run
 
 OnDone = Callable[[Outcome], None]
 Mapper = Callable[[Task], Outcome]
 EXECUTORS = ("local", "ray")
 CONNECT_TIMEOUT_S = 10
+STOP_GRACE_S = 10.0  # an interrupted worker's time to remove its scratch and staging folders before SIGKILL
+PR_SET_PDEATHSIG = 1
+WAKE_S = 0.5
 
 
 def default_jobs() -> int:
@@ -33,6 +41,55 @@ def run(executor: str, tasks: Sequence[Task], on_done: OnDone, jobs: int | None 
     if executor == "ray":
         return run_ray(tasks, on_done, jobs, address, mapper)
     return run_local(tasks, on_done, jobs or default_jobs(), mapper)
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel sends this worker SIGTERM when the batch process dies, even by SIGKILL — no orphan keeps
+    writing `runs/`."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return
+
+
+def worker_init(parent_pid: int) -> None:
+    """Every pool worker: Ctrl-C is the parent's to handle (the terminal sends SIGINT to the whole process group);
+    SIGTERM — from the parent stopping the batch, or the parent's death — interrupts the run, which removes its
+    scratch and staging folders on the way out."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise_on_termination(sigint=False)
+    _die_with_parent()
+    if os.getppid() != parent_pid:  # the parent died before the line above: do not start
+        os._exit(128 + signal.SIGTERM)
+
+
+def guarded(mapper: Mapper, task: Task) -> Outcome:
+    """The mapper in a worker: an interruption ends the worker process once the run has cleaned up (the parent is
+    stopping, or gone; nothing is sent back)."""
+    try:
+        out = mapper(task)
+    except KeyboardInterrupt as e:
+        os._exit(128 + int(getattr(e, "signum", signal.SIGINT)))
+    signum = interrupted()
+    if signum is not None:  # interrupted inside a library, which made it a run's error: not this run's outcome
+        os._exit(128 + signum)
+    return out
+
+
+def stop_workers(pool: ProcessPoolExecutor, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM every worker of `pool`, wait `grace_s` for them to clean up, SIGKILL those still there."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        with contextlib.suppress(OSError, ValueError, AttributeError, AssertionError):
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join(1.0)
 
 
 def run_local(tasks: Sequence[Task], on_done: OnDone, jobs: int, mapper: Mapper = map_run) -> list[Outcome]:
@@ -55,12 +112,17 @@ def _pool_pass(tasks: list[Task], workers: int, mapper: Mapper, on_done: OnDone,
     if not tasks:
         return []
     ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
-    pending: dict[Future[Outcome], Task] = {pool.submit(mapper, t): t for t in tasks}
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=worker_init,
+                               initargs=(os.getpid(),))
+    pending: dict[Future[Outcome], Task] = {}
     left: list[Task] = []
     try:
+        for t in tasks:
+            pending[pool.submit(guarded, mapper, t)] = t
         while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            # With a timeout: a signal delivered to another thread (the pool's) runs its Python handler only when the
+            # main thread wakes up; an endless wait would leave Ctrl-C pending until a run finishes.
+            done, _ = wait(pending, timeout=WAKE_S, return_when=FIRST_COMPLETED)
             for fut in done:
                 task = pending.pop(fut)
                 try:
@@ -72,8 +134,11 @@ def _pool_pass(tasks: list[Task], workers: int, mapper: Mapper, on_done: OnDone,
                     out = lost(task.run, f"{type(e).__name__}: {e}")  # ship the result back (pickling): still one run's
                 outcomes.append(out)
                 on_done(out)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM) or a bug: the workers stop now, not after their runs
+        stop_workers(pool)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True, cancel_futures=True)
     return sorted(left, key=lambda t: t.run.run_id)
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from .. import parsers
-from ..errors import BadInput
+from ..errors import BadInput, path_text
+from ..outdir import is_special
 from .archive import JUNK, Source
 
 TRACE_FORMATS = frozenset({"kineto", "nsys-sqlite", "nsys-rep", "nsys-parquetdir", "nsys-arrow"})
@@ -37,9 +38,18 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Unread:
+    """A file or folder of a batch input that is in no run, and why: listed in summary.parquet and index.html, so
+    nothing of an archive disappears silently."""
+    path: str                  # `<archive label>/<path in it>`
+    why: str
+
+
+@dataclass(frozen=True)
 class Grouping:
     runs: list[Run]
     unassigned: list[str]      # traces and logs that no run took (say so; --group-by may fix it)
+    unread: list[Unread] = field(default_factory=list)  # those, and folders that could not be read or held no input
 
 
 @dataclass(frozen=True)
@@ -60,8 +70,12 @@ def parse_group_by(value: str) -> str | re.Pattern[str]:
 def group(sources: list[Source], group_by: str | re.Pattern[str], out_dir: Path) -> Grouping:
     runs: dict[str, list[str]] = {}
     unassigned: list[str] = []
+    unread: list[Unread] = []
+    why_loose = ("the regular expression of --group-by matches no file of it" if isinstance(group_by, re.Pattern)
+                 else "a counter log or Nsight Compute CSV with no trace of its run to join (see --group-by)")
     for src in sources:
-        files = _scan(src.root)
+        files, skipped = _scan(src.root)
+        unread.extend(Unread(f"{src.label}/{rel}" if rel != "." else src.label, why) for rel, why in skipped)
         if isinstance(group_by, re.Pattern):
             keyed, loose = _by_regex(files, group_by)
         elif group_by == "prefix":
@@ -69,16 +83,18 @@ def group(sources: list[Source], group_by: str | re.Pattern[str], out_dir: Path)
         else:
             keyed, loose = _by_folder(files)
         for key, members in keyed.items():
-            run_id = f"{src.label}/{key}" if key else src.label
+            run_id = path_text(f"{src.label}/{key}" if key else src.label)  # printable: it is a name in the summary
             paths = [_input_path(src, f.rel, out_dir) for f in members]
             runs.setdefault(run_id, []).extend(paths)
-        unassigned.extend(f"{src.label}/{f.rel}" for f in loose)
+        unassigned.extend(path_text(f"{src.label}/{f.rel}") for f in loose)
+        unread.extend(Unread(path_text(f"{src.label}/{f.rel}"), why_loose if f.role == "aux" else
+                             "a trace that no run took (see --group-by)") for f in loose)
     slugs: set[str] = set()
     out = []
     for run_id in sorted(runs):
         slug = _unique(_slug(run_id), slugs)
         out.append(Run(run_id, slug, tuple(sorted(set(runs[run_id])))))
-    return Grouping(out, sorted(unassigned))
+    return Grouping(out, sorted(unassigned), sorted(unread, key=lambda u: u.path))
 
 
 def _input_path(src: Source, rel: PurePosixPath, out_dir: Path) -> str:
@@ -89,28 +105,54 @@ def _input_path(src: Source, rel: PurePosixPath, out_dir: Path) -> str:
     return str(p)
 
 
-def _scan(root: Path) -> list[_File]:
-    """Every trace or log under `root` (sorted), with its role; hidden files and macOS metadata skipped."""
+def _scan(root: Path) -> tuple[list[_File], list[tuple[str, str]]]:
+    """Every trace or log under `root` (sorted), with its role; hidden files and macOS metadata skipped. Also the
+    folders that were not searched or held no input, as (path relative to root, why)."""
     out: list[_File] = []
+    skipped: list[tuple[str, str]] = []
     root_depth = len(root.parts)
-    for dirpath, dirnames, filenames in os.walk(root):
+
+    def rel(d: Path | str) -> str:
+        r = Path(d).relative_to(root).as_posix()
+        return path_text(r)
+
+    def walk_error(e: OSError) -> None:
+        skipped.append((rel(e.filename) if e.filename else ".", f"cannot read ({e.strerror})"))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=walk_error):
         d = Path(dirpath)
         deep = len(d.parts) - root_depth >= MAX_DEPTH
-        dirnames[:] = [] if deep else sorted(n for n in dirnames if not n.startswith(".") and not JUNK.search(n + "/"))
+        visible = sorted(n for n in dirnames if not n.startswith(".") and not JUNK.search(n + "/"))
+        if deep and visible:
+            skipped.extend((rel(d / n), f"more than {MAX_DEPTH} folders deep: not searched") for n in visible)
+        dirnames[:] = [] if deep else visible
         for name in list(dirnames):
             if parsers.nsys_export_kind(d / name) is not None:  # an nsys parquetdir / arrowdir: one trace
                 dirnames.remove(name)
                 out.append(_File(PurePosixPath((d / name).relative_to(root).as_posix()), "trace"))
+        found = 0
+        others: list[str] = []
         for name in sorted(filenames):
             if name.startswith(".") or JUNK.search(name):
                 continue
             p = d / name
+            special = is_special(p)
+            if special is not None:
+                skipped.append((rel(p), f"{special}: not read"))
+                continue
             if not p.is_file():
                 continue
             role = _role(p)
             if role is not None:
+                found += 1
                 out.append(_File(PurePosixPath(p.relative_to(root).as_posix()), role))
-    return out
+            else:
+                others.append(path_text(name))
+        if not found and others and not dirnames:
+            shown = ", ".join(others[:3]) + (" …" if len(others) > 3 else "")
+            skipped.append((rel(d), f"no trace or counter log among its {len(others)} file"
+                                    f"{'s' if len(others) != 1 else ''} ({shown})"))
+    return out, skipped
 
 
 def _role(p: Path) -> str | None:

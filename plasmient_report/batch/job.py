@@ -3,9 +3,10 @@ pipeline on an executor, reduce to the fleet summary. The command line calls `ru
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ class BatchResult:
     unassigned: list[str]        # traces / logs that no run took
     summary: Path
     index: Path
+    unread: list[group.Unread] = field(default_factory=list)  # files and folders in no run, with why
 
     def count(self, status: str) -> int:
         return sum(o.status == status for o in self.outcomes)
@@ -50,20 +52,21 @@ def run_batch(archives: Sequence[Path], out_dir: Path, opts: Any, *, executor: s
         if address:
             executors.check_reachable(address)
     grouping_rule = group.parse_group_by(group_by)
-    out = Path(out_dir).absolute()
-    _check_out(archives, out)
+    out = _check_out(archives, Path(out_dir))
     opts = _checked_options(opts)
 
-    out.mkdir(parents=True, exist_ok=True)
+    _make_out(out)
     sources = archive.open_sources(list(archives), out / "inputs", archive.Budget(max_unpacked_bytes))
     grouping = group.group(sources, grouping_rule, out)
     if not grouping.runs:
+        first = f"; {grouping.unread[0].path}: {grouping.unread[0].why}" if grouping.unread else ""
+        more = f" (and {len(grouping.unread) - 1} more)" if len(grouping.unread) > 1 else ""
         raise BadInput(", ".join(map(str, archives)), "no runs found (no PyTorch profiler traces or nsys reports; "
-                                                      "see --group-by)")
+                                                      f"see --group-by){first}{more}")
     fingerprint = options_fingerprint(opts)
     tasks = [Task(run, str(out), opts, fingerprint, force) for run in grouping.runs]
     if on_start:
-        on_start(len(tasks), len(grouping.unassigned))
+        on_start(len(tasks), len(grouping.unread))
     done = 0
 
     def finished(o: Outcome) -> None:
@@ -74,20 +77,37 @@ def run_batch(archives: Sequence[Path], out_dir: Path, opts: Any, *, executor: s
 
     outcomes = executors.run(executor, tasks, finished, jobs, address)
     title = "plasmient · batch · " + ", ".join(s.label for s in sources)
-    summary_path, index_path = reduce.reduce(outcomes, out, title)
-    return BatchResult(out, outcomes, grouping.unassigned, summary_path, index_path)
+    summary_path, index_path = reduce.reduce(outcomes, out, title, grouping.unread)
+    return BatchResult(out, outcomes, grouping.unassigned, summary_path, index_path, grouping.unread)
 
 
-def _check_out(archives: Sequence[Path], out: Path) -> None:
-    """Outputs (and unpacked archives) never go into an input folder, nor over an input."""
+def _check_out(archives: Sequence[Path], out_dir: Path) -> Path:
+    """The batch output folder, absolute: new, empty, or an earlier batch output of this tool (outdir); never
+    inside or over an input. Every archive must exist and be a folder or a regular file."""
+    from ..outdir import check_batch_out, is_special
+
+    out = check_batch_out(out_dir)
     for a in archives:
         p = Path(a).absolute()
-        if not p.exists():
+        if not os.path.lexists(p):
             raise BadInput(a, "no such file or directory")
+        special = is_special(p)
+        if special is not None:
+            raise BadInput(a, f"is {special}, not a folder or an archive of runs")
         r = p.resolve()
         o = out.resolve()
         if r == o or (r.is_dir() and r in o.parents) or o in r.parents:
-            raise BadInput(out, f"the output folder would be inside or over the input {a}; choose another --out")
+            raise BadInput(out_dir, f"the output folder would be inside or over the input {a}; choose another --out")
+    return out
+
+
+def _make_out(out: Path) -> None:
+    """Create the batch folder (following the umask) with its marker, so a later batch may resume into it."""
+    from ..outdir import read_marker, write_marker
+
+    out.mkdir(parents=True, exist_ok=True)
+    if read_marker(out) is None:
+        write_marker(out, "batch")
 
 
 def _checked_options(opts: Any) -> Any:
@@ -118,8 +138,8 @@ class Progress:
         if self.quiet:
             return
         if unassigned:
-            _err(f"batch: {unassigned} trace/log file{'s' if unassigned != 1 else ''} belong to no run "
-                 "(see --group-by)")
+            _err(f"batch: {unassigned} file{'s' if unassigned != 1 else ''} or folder{'s' if unassigned != 1 else ''}"
+                 " in no run (listed, with why, in summary.parquet and index.html; see --group-by)")
         if sys.stderr.isatty():
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

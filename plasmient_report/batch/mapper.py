@@ -8,12 +8,10 @@ A run that fails — bad input, a DuckDB error, anything — comes back as a fai
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import resource
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..verdict_model import Verdict, load_verdict
 from .group import Run
 
 MANIFEST = "batch-manifest.json"
@@ -95,9 +94,12 @@ def _expected_outputs(opts: Any) -> list[str]:
 
 
 def map_run(task: Task) -> Outcome:
-    """Analyse one run (or reuse its outputs) and return its summary rows. Never raises for a bad run."""
+    """Analyse one run (or reuse its outputs) and return its summary rows. Never raises for a bad run (an
+    interruption still propagates: the run's scratch and staging folders are removed on the way out)."""
+    from .. import scratch
+
     t0, cpu0 = time.monotonic(), time.process_time()
-    with _working_dir(task.out_dir):
+    with _working_dir(task.out_dir), scratch.run():
         outcome = _map_run(task)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     worker = {"pid": os.getpid(), "max_rss_bytes": rss, "seconds": time.monotonic() - t0,
@@ -118,16 +120,15 @@ def _map_run(task: Task) -> Outcome:
     manifest = {"schema": MANIFEST_SCHEMA, "run_id": run.run_id, "tool_version": __version__,
                 "options_sha256": task.options_sha256,
                 "inputs": [{"path": p, "sha256": h} for p, h in zip(inputs, hashes, strict=True)]}
-    if not task.force and _unchanged(run_dir, manifest, opts):
-        with contextlib.suppress(OSError, ValueError):  # unreadable outputs: analyse again
-            verdict = json.loads((run_dir / "verdict.json").read_text(encoding="utf-8"))
+    if not task.force:
+        verdict = _reusable(run_dir, manifest, opts)
+        if verdict is not None:
             return Outcome(run.run_id, "skipped", None,
                            summary.rows_ok(run.run_id, verdict, inputs, hashes, _report(run_dir)))
     try:
-        verdict = _analyse(run, run_dir, opts)
+        verdict = _analyse(run, run_dir, opts, manifest)
     except Exception as e:  # noqa: BLE001 — any failure of one run is that run's row, never the batch's end
         return _failed(run, run_dir, _one_line(e), hashes)
-    (run_dir / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     return Outcome(run.run_id, "analysed", None, summary.rows_ok(run.run_id, verdict, inputs, hashes, _report(run_dir)))
 
 
@@ -136,44 +137,74 @@ def _report(run_dir: Path) -> str:
     return (run_dir / ("report.html" if (run_dir / "report.html").is_file() else "verdict.json")).as_posix()
 
 
-def _unchanged(run_dir: Path, manifest: dict[str, Any], opts: Any) -> bool:
+def _output_sizes(folder: Path, opts: Any) -> dict[str, int]:
+    return {name: (folder / name).stat().st_size for name in _expected_outputs(opts)}
+
+
+def _reusable(run_dir: Path, manifest: dict[str, Any], opts: Any) -> Verdict | None:
+    """The earlier run's verdict when its outputs can be reused: the manifest matches (same inputs, options and
+    tool version), and the outputs it lists are there as they were written — each expected file present with
+    the size recorded, verdict.json with the sha256 recorded and a valid verdict. Anything else: analyse again."""
+    from ..errors import BadInput
+
     try:
         old = json.loads((run_dir / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return old == manifest and all((run_dir / name).is_file() for name in _expected_outputs(opts))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(old, dict) or {k: old.get(k) for k in manifest} != manifest:
+        return None
+    recorded = old.get("outputs")
+    if not isinstance(recorded, dict):
+        return None  # a manifest of an earlier version, which recorded no outputs: cannot verify them
+    try:
+        sizes = _output_sizes(run_dir, opts)
+        data = (run_dir / "verdict.json").read_bytes()
+    except OSError:
+        return None
+    if any(recorded.get(name) != size for name, size in sizes.items()):
+        return None
+    if old.get("verdict_sha256") != hashlib.sha256(data).hexdigest():
+        return None
+    try:
+        return load_verdict(run_dir / "verdict.json")
+    except BadInput:
+        return None
 
 
-def _analyse(run: Run, run_dir: Path, opts: Any) -> dict[str, Any]:
+def _analyse(run: Run, run_dir: Path, opts: Any, manifest: dict[str, Any]) -> Verdict:
     from dataclasses import replace
 
     from .. import pipeline, store
-    from ..render import verdict as verdict_render
 
     inputs = [Path(p) for p in run.inputs]
     # .nsys-rep exports are cached under the batch output, one folder per run (runs never share a partial file).
     run_opts = replace(opts, cache_dir=Path(".plasmient-cache") / run.slug)
+
+    def with_manifest(staging: Path) -> dict[str, str]:
+        # Written last, in the same staging folder as the outputs: they are swapped in together or not at all.
+        doc = {**manifest, "outputs": _output_sizes(staging, run_opts),
+               "verdict_sha256": hashlib.sha256((staging / "verdict.json").read_bytes()).hexdigest()}
+        return {MANIFEST: json.dumps(doc, indent=1) + "\n"}
+
     # One DuckDB thread per run: the batch is parallel across runs, and a single thread adds sums in one order,
     # so a run's numbers are the same to the last digit on every executor and every rerun.
     with store.threads(1):
         result = pipeline.analyse(inputs, run_opts)
         try:
-            pipeline.write_outputs(result, run_dir, inputs, run_opts)
+            pipeline.write_outputs(result, run_dir, inputs, run_opts, extra_files=with_manifest)
         finally:
             result.close()  # the store, and its spill folder
-    # The rows come from the verdict as written (a JSON round trip), exactly as a later skipped rerun reads it.
-    verdict: dict[str, Any] = json.loads(verdict_render.dumps(result.verdict))
-    return verdict
+    # The rows come from the verdict as written, exactly as a later skipped rerun reads it.
+    return load_verdict(run_dir / "verdict.json")
 
 
 def _failed(run: Run, run_dir: Path, error: str, hashes: list[str] | None) -> Outcome:
+    from ..outdir import remove_output
     from . import summary
 
-    # Outputs of an earlier success would now be stale: a failed run has no folder.
-    if run_dir.exists():
-        shutil.rmtree(run_dir, ignore_errors=True)
+    # Outputs of an earlier success would now be stale: a failed run has no folder (only our own is removed).
+    remove_output(run_dir)
     return Outcome(run.run_id, "failed", error, [summary.row_failed(run.run_id, error, list(run.inputs), hashes)])
-
 
 
 def lost(run: Run, error: str) -> Outcome:

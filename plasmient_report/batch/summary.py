@@ -1,4 +1,5 @@
-"""The fleet summary's rows: one per run and one per rank (GPU) of it, read from the run's verdict.json.
+"""The fleet summary's rows: one per run and one per rank (GPU) of it, read from the run's verdict.json, and one
+per file or folder of the inputs that is in no run (`unread`, with why).
 
 The columns are the Arrow schema below (docs/batch.md documents each). Rows hold only what the verdict and the
 inputs say — no times, process ids or absolute work paths — so every executor writes the same summary.
@@ -10,18 +11,21 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..errors import path_text
 from ..metrics import CATEGORIES
+from ..verdict_model import Finding, Loss, Verdict
 
 TOP_FINDINGS = 3
 LOSS_COLUMNS = tuple(f"loss_{c}" for c in CATEGORIES)
 
 SCHEMA = pa.schema([
     pa.field("run_id", pa.string(), nullable=False),          # `<archive label>/<run folder or prefix>`
-    pa.field("level", pa.string(), nullable=False),           # 'run' (whole run) | 'rank' (one GPU of it)
+    pa.field("level", pa.string(), nullable=False),           # 'run' (whole run) | 'rank' (one GPU of it) |
+                                                               # 'unread' (a file or folder in no run; error: why)
     pa.field("rank", pa.int32()),                              # null on run rows
     pa.field("device", pa.int32()),                            # CUDA ordinal in that rank's process; null on run rows
-    pa.field("status", pa.string(), nullable=False),          # 'ok' | 'failed'
-    pa.field("error", pa.string()),                            # the failure, one line (failed runs)
+    pa.field("status", pa.string(), nullable=False),          # 'ok' | 'failed' | 'not analysed' (unread rows)
+    pa.field("error", pa.string()),                            # the failure, one line (failed runs; why, unread)
     pa.field("formats", pa.string()),                          # trace/log formats read, '+'-joined (kineto, nsys-sqlite, …)
     pa.field("gpu", pa.string()),                              # GPU name(s) as the trace gives them
     pa.field("peak_gpu", pa.string()),                         # the peak-table entry used
@@ -47,27 +51,26 @@ SCHEMA = pa.schema([
 ])
 
 
-def _losses(items: list[dict[str, Any]]) -> dict[str, float]:
+def _losses(items: list[Loss]) -> dict[str, float]:
     out = {c: 0.0 for c in LOSS_COLUMNS}
     for item in items:
-        col = f"loss_{item.get('category')}"
-        if col in out and item.get("fraction") is not None:
-            out[col] += float(item["fraction"])
+        col = f"loss_{item.category}"
+        if col in out:
+            out[col] += item.fraction
     return out
 
 
-def _top_loss(items: list[dict[str, Any]]) -> str | None:
-    best = max((i for i in items if i.get("fraction")), key=lambda i: i["fraction"], default=None)
-    return best["category"] if best else None
+def _top_loss(items: list[Loss]) -> str | None:
+    best = max((i for i in items if i.fraction), key=lambda i: i.fraction, default=None)
+    return best.category if best else None
 
 
-def _findings(findings: list[dict[str, Any]]) -> list[str]:
-    ranked = sorted(findings, key=lambda f: (-(f.get("lost_fraction") or 0.0), f.get("rule") or ""))
+def _findings(findings: list[Finding]) -> list[str]:
+    ranked = sorted(findings, key=lambda f: (-(f.lost_fraction or 0.0), f.rule))
     out = []
     for f in ranked[:TOP_FINDINGS]:
-        lost = f.get("lost_fraction")
-        share = f" {lost:.0%}" if lost is not None else ""
-        out.append(f"{f.get('rule')}{share}: {f.get('title')}")
+        share = f" {f.lost_fraction:.0%}" if f.lost_fraction is not None else ""
+        out.append(f"{f.rule}{share}: {f.title}")
     return out
 
 
@@ -75,42 +78,36 @@ def _headroom(achieved: float | None) -> float | None:
     return 1.0 / achieved if achieved else None
 
 
-def rows_ok(run_id: str, verdict: dict[str, Any], inputs: list[str], hashes: list[str], report: str) -> list[dict[str, Any]]:
-    """The run row and its rank rows, from one verdict."""
-    run = verdict.get("run") or {}
-    peak = verdict.get("peak") or {}
-    util = verdict.get("utilization") or {}
-    sources = (verdict.get("clock") or {}).get("sources") or []
-    gpus = run.get("gpus") or []
-    findings = verdict.get("findings") or []
-    names = sorted({g.get("name") for g in gpus if g.get("name")})
+def rows_ok(run_id: str, verdict: Verdict, inputs: list[str], hashes: list[str], report: str) -> list[dict[str, Any]]:
+    """The run row and its rank rows, from one (typed) verdict."""
+    run, peak = verdict.run, verdict.peak
+    names = sorted({g.name for g in run.gpus if g.name})
     common = {
         "run_id": run_id, "status": "ok", "error": None,
-        "formats": "+".join(sorted({s.get("format") for s in sources if s.get("format")})) or None,
-        "peak_gpu": peak.get("gpu"), "precision": peak.get("precision"), "peak_tflops": peak.get("tflops"),
-        "world_size": len(run.get("ranks") or []), "inputs": inputs, "input_sha256": hashes, "report": report,
-        "tool_version": (verdict.get("tool") or {}).get("version"),
+        "formats": "+".join(sorted({s.format for s in verdict.clock.sources if s.format})) or None,
+        "peak_gpu": peak.gpu, "precision": peak.precision, "peak_tflops": peak.tflops,
+        "world_size": len(run.ranks), "inputs": [path_text(p) for p in inputs], "input_sha256": hashes,
+        "report": report, "tool_version": verdict.tool.version,
     }
-    achieved = verdict.get("achieved_fraction_of_peak")
     rows = [{
         **common, "level": "run", "rank": None, "device": None, "gpu": ", ".join(names) or None,
-        "window_ns": run.get("window_ns"), "utilization": util.get("trace"), "utilization_measured": util.get("measured"),
-        "achieved_fraction_of_peak": achieved, "achieved_is_lower_bound": verdict.get("achieved_is_lower_bound"),
-        "headroom": (verdict.get("headroom") or {}).get("factor"), "verdict": verdict.get("verdict"),
-        **_losses(verdict.get("losses") or []), "top_loss": _top_loss(verdict.get("losses") or []),
-        "top_findings": _findings(findings), "findings": len(findings),
+        "window_ns": run.window_ns, "utilization": verdict.utilization.trace,
+        "utilization_measured": verdict.utilization.measured,
+        "achieved_fraction_of_peak": verdict.achieved_fraction_of_peak,
+        "achieved_is_lower_bound": verdict.achieved_is_lower_bound,
+        "headroom": verdict.headroom.factor, "verdict": verdict.verdict,
+        **_losses(verdict.losses), "top_loss": _top_loss(verdict.losses),
+        "top_findings": _findings(verdict.findings), "findings": len(verdict.findings),
     }]
-    for r in sorted(verdict.get("ranks") or [], key=lambda r: (r.get("rank") is None, r.get("rank"), r.get("device"))):
-        mine = [f for f in findings if f.get("rank") == r.get("rank")]
-        gpu = next((g.get("name") for g in gpus if g.get("rank") == r.get("rank") and g.get("device") == r.get("device")),
-                   None)
-        rutil = r.get("utilization") or {}
+    for r in sorted(verdict.ranks, key=lambda r: (r.rank is None, r.rank or 0, r.device is None, r.device or 0)):
+        mine = [f for f in verdict.findings if f.rank == r.rank]
+        gpu = r.gpu or next((g.name for g in run.gpus if g.rank == r.rank and g.device == r.device), None)
         rows.append({
-            **common, "level": "rank", "rank": r.get("rank"), "device": r.get("device"), "gpu": gpu,
-            "window_ns": r.get("window_ns"), "utilization": rutil.get("trace"), "utilization_measured": rutil.get("measured"),
-            "achieved_fraction_of_peak": r.get("achieved_fraction_of_peak"), "achieved_is_lower_bound": None,
-            "headroom": _headroom(r.get("achieved_fraction_of_peak")), "verdict": None,
-            **_losses(r.get("losses") or []), "top_loss": _top_loss(r.get("losses") or []),
+            **common, "level": "rank", "rank": r.rank, "device": r.device, "gpu": gpu,
+            "window_ns": r.window_ns, "utilization": r.utilization.trace, "utilization_measured": r.utilization.measured,
+            "achieved_fraction_of_peak": r.achieved_fraction_of_peak, "achieved_is_lower_bound": None,
+            "headroom": _headroom(r.achieved_fraction_of_peak), "verdict": None,
+            **_losses(r.losses), "top_loss": _top_loss(r.losses),
             "top_findings": _findings(mine), "findings": len(mine),
         })
     return rows
@@ -118,12 +115,23 @@ def rows_ok(run_id: str, verdict: dict[str, Any], inputs: list[str], hashes: lis
 
 def row_failed(run_id: str, error: str, inputs: list[str], hashes: list[str] | None) -> dict[str, Any]:
     row: dict[str, Any] = {f.name: None for f in SCHEMA}
-    row.update(run_id=run_id, level="run", status="failed", error=error, inputs=inputs, input_sha256=hashes)
+    row.update(run_id=run_id, level="run", status="failed", error=path_text(error),
+               inputs=[path_text(p) for p in inputs], input_sha256=hashes)
+    return row
+
+
+def row_unread(path: str, why: str) -> dict[str, Any]:
+    """A file or folder of the batch's inputs that no run took, and why."""
+    row: dict[str, Any] = {f.name: None for f in SCHEMA}
+    row.update(run_id=path_text(path), level="unread", status="not analysed", error=path_text(why),
+               inputs=[path_text(path)])
     return row
 
 
 def table(rows: list[dict[str, Any]]) -> pa.Table:
     """Rows in a fixed order (run id, then the run row, then ranks), whatever order the executor finished in."""
-    ordered = sorted(rows, key=lambda r: (r["run_id"], r["level"] != "run", r["rank"] if r["rank"] is not None else -1,
+    level_order = {"run": 0, "rank": 1, "unread": 2}
+    ordered = sorted(rows, key=lambda r: (level_order.get(r["level"], 3) == 2, r["run_id"], level_order.get(r["level"], 3),
+                                          r["rank"] if r["rank"] is not None else -1,
                                           r["device"] if r["device"] is not None else -1))
     return pa.Table.from_pylist(ordered, schema=SCHEMA)

@@ -1,8 +1,26 @@
-"""Number formats shared by the renderers, so the terminal box, the HTML and the docs print the same text."""
+"""Number formats and wording shared by the renderers, so the terminal box and the HTML say the same thing: the
+headline achieved fraction (unknown / a lower bound), category labels, range occurrences as steps × ranks, long
+names shortened in the middle."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from ..verdict_model import RangeSummary, Verdict
+
+try:  # the one list of labels of the measure stage (CONTRACTS.md)
+    from ..vocab import CATEGORY_LABELS as _LABELS  # type: ignore[import-not-found, unused-ignore]
+except ImportError:  # pragma: no cover - before the measure stage defines them
+    _LABELS = {"unknown_flops": "unknown FLOPs", "startup": "start-up"}
+
+
+# Hardware counters (utilization.sm_active / tensor_active, hardware_estimate.metric) in words.
+HARDWARE_LABELS = {"tensor_active": "tensor cores active", "sm_active": "SM active"}
+
+
+def hardware_label(metric: str) -> str:
+    return HARDWARE_LABELS.get(metric, metric.replace("_", " "))
 
 
 def pct(x: float | None) -> str:
@@ -14,10 +32,128 @@ def pct(x: float | None) -> str:
     return f"{x:.0%}"
 
 
-def achieved_text(verdict: dict[str, Any]) -> str:
-    """The headline achieved fraction: '≥' when it is a lower bound (low FLOP coverage), '?' near zero."""
-    achieved = verdict.get("achieved_fraction_of_peak")
+def category_label(category: str) -> str:
+    """`unknown_flops` → 'unknown FLOPs', `startup` → 'start-up', `memory_bound` → 'memory bound'."""
+    return _LABELS.get(category) or category.replace("_", " ")
+
+
+def _verdict(v: Verdict | dict[str, Any]) -> Verdict:
+    if isinstance(v, Verdict):
+        return v
+    from ..verdict_model import from_dict
+
+    return from_dict(v, strict=False)
+
+
+def achieved_text(verdict: Verdict | dict[str, Any]) -> str:
+    """The headline achieved fraction: 'unknown' when it is null, '≥ 12%' when it is a lower bound, '≥ ?' for a
+    lower bound near zero (it says nothing)."""
+    v = _verdict(verdict)
+    achieved = v.achieved_fraction_of_peak
+    if achieved is None:
+        return "unknown"
     text = pct(achieved)
-    if verdict.get("achieved_is_lower_bound") and achieved is not None:
-        text = "≥" + text if achieved >= 0.005 else "?"
+    if v.achieved_is_lower_bound:
+        text = "≥ " + text if achieved >= 0.005 else "≥ ?"
     return text
+
+
+def achieved_why(verdict: Verdict | dict[str, Any]) -> str | None:
+    """Why the achieved fraction is unknown or a lower bound, in one phrase (None when it is neither)."""
+    v = _verdict(verdict)
+    cov = v.coverage
+    if v.achieved_fraction_of_peak is None:
+        if v.peak.tflops is None:
+            return "no peak known for this GPU (give --gpu or --peak-tflops)"
+        return "no kernel has a FLOP estimate (give --model-flops, record shapes, or an Nsight Compute CSV)"
+    if v.achieved_is_lower_bound:
+        unknown = cov.unknown_flops_time_fraction
+        if unknown is not None:
+            return f"a lower bound: {pct(unknown)} of compute time has no FLOP estimate"
+        return f"a lower bound: only {pct(cov.kernels_with_flops_time_fraction)} of compute time has a FLOP estimate"
+    return None
+
+
+def range_ranks(r: RangeSummary, v: Verdict) -> int:
+    """How many ranks ran the range: the verdict says, or the run's ranks less those without it."""
+    if r.ranks is not None:
+        return r.ranks
+    missing = set(r.missing_ranks)
+    return max(1, len([x for x in set(v.run.ranks) if x not in missing])) if v.run.ranks else 1
+
+
+def range_occurrences(r: RangeSummary, v: Verdict) -> str:
+    """'5' on one rank; '5 × 2 ranks' when every rank ran it 5 times; '9 over 2 ranks' when they differ."""
+    ranks = range_ranks(r, v)
+    if ranks <= 1:
+        return f"{r.count:,}"
+    if r.count % ranks == 0:
+        return f"{r.count // ranks:,} × {ranks} ranks"
+    return f"{r.count:,} over {ranks} ranks"
+
+
+def range_per_occurrence_ns(r: RangeSummary) -> float | None:
+    """Mean window of one occurrence on one rank (the range's window_ns is summed over occurrences and ranks)."""
+    if r.per_occurrence_ns is not None:
+        return r.per_occurrence_ns
+    if r.window_ns and r.count:
+        return r.window_ns / r.count
+    return None
+
+
+def range_name(name: str) -> str:
+    return name if name.strip() else "(unnamed range)"
+
+
+def middle_ellipsis(text: str, width: int) -> str:
+    """`text` cut to `width` characters in the middle: long kernel names that share a prefix stay apart."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) * 2 // 5
+    tail = width - 1 - head
+    return text[:head] + "…" + text[-tail:]
+
+
+_NAMESPACES = re.compile(r"at::native::|at::cuda::|\(anonymous namespace\)::|<unnamed>::|at_cuda_detail::|"
+                         r"cub::detail::|c10::|std::")
+_GENERIC = ("AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor", "UnaryFunctor")
+
+
+def _strip(name: str) -> str:
+    n = name.strip()
+    if n.startswith("void "):
+        n = n[5:]
+    return _NAMESPACES.sub("", n)
+
+
+def kernel_name(name: str, width: int) -> str:
+    """A kernel's name for a table cell: a C++ template kernel as its function and the functor that tells it
+    apart (`vectorized_elementwise_kernel [MulFunctor]`), anything else as it is; shortened in the middle past
+    `width` characters."""
+    n = _strip(name)
+    if "<" not in n:
+        return middle_ellipsis(n, width)
+    depth = 0
+    for i, ch in enumerate(n):  # cut the argument list: the first '(' outside the template brackets
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            n = n[:i]
+            break
+    base, _, inner = n.partition("<")
+    base = base.split("::")[-1] or base
+    tags = [t for t in re.findall(r"([A-Za-z_]\w*(?:Functor\w*|KernelImpl|_kernel_cuda|_kernel_impl|Epilogue))", inner)
+            if t not in _GENERIC]
+    return middle_ellipsis(f"{base} [{tags[-1].split('::')[-1]}]" if tags else base, width)
+
+
+def kernel_names(names: list[str], width: int) -> dict[str, str]:
+    """Each name's cell text (`kernel_name`); names that would read the same are shown in full, shortened in
+    the middle instead, so no two rows look alike (the full name is always the cell's title)."""
+    short = {n: kernel_name(n, width) for n in names}
+    seen: dict[str, int] = {}
+    for text in short.values():
+        seen[text] = seen.get(text, 0) + 1
+    return {n: (t if seen[t] == 1 else middle_ellipsis(_strip(n), width)) for n, t in short.items()}

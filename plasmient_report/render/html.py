@@ -28,7 +28,21 @@ from matplotlib.ticker import FuncFormatter
 
 from ..metrics import CATEGORIES
 from ..roofline import KernelGroup, kernel_groups
-from ._format import achieved_text, pct
+from ..verdict_model import from_dict
+from ._format import (
+    achieved_text,
+    achieved_why,
+    category_label,
+    hardware_label,
+    kernel_names,
+    middle_ellipsis,
+    pct,
+    range_occurrences,
+    range_per_occurrence_ns,
+)
+from ._format import (
+    range_name as range_label,
+)
 
 TIMELINE_BINS = 800
 TOP_KERNELS = 30
@@ -43,11 +57,13 @@ COLOURS: dict[str, str] = {
     "collective_transfer": "#ff7f0e",
     "pipeline_bubble": "#e377c2",
     "memory_bound": "#1f77b4",
+    "unknown_flops": "#aec7e8",
     "compute_inefficiency": "#17becf",
     "memcpy": "#bcbd22",
     "launch_bound": "#9467bd",
     "sync_stall": "#8c564b",
     "input_bound": "#e6b422",
+    "startup": "#c5b0d5",
     "host_other": "#9a9a9a",
     "no_coverage": "#4d4d4d",
 }
@@ -103,9 +119,24 @@ def fmt_value(x: Any) -> str:
         return f"{x:,.4g}"
     if isinstance(x, int):
         return f"{x:,}"
-    if isinstance(x, (dict, list)):
-        return json.dumps(x, default=str)
+    if isinstance(x, list):
+        if not x:
+            return "none"
+        if all(isinstance(i, dict) for i in x):
+            return "; ".join(", ".join(f"{k}: {fmt_value(val)}" for k, val in i.items()) for i in x)
+        return ", ".join(fmt_value(i) for i in x)
+    if isinstance(x, dict):
+        return ", ".join(f"{k}: {fmt_value(val)}" for k, val in x.items()) if x else "none"
     return str(x)
+
+
+def key_label(key: str) -> str:
+    """A verdict key as a column header: its unit suffix dropped (the cell says it), underscores as spaces —
+    `sample_period_ns` → 'sample period', `gpu_util` → 'gpu util'."""
+    for suffix in ("_ns", "_bytes", "_bytes_s"):
+        if key.endswith(suffix):
+            key = key[: -len(suffix)]
+    return key.replace("_", " ")
 
 
 def fmt_field(x: Any, key: str) -> str:
@@ -231,15 +262,18 @@ BUSY_SOURCE = f"""
     SELECT rank, device, min(start_ns) AS s, max(end_ns) AS e, 'busy' AS key, 1.0 AS val
     FROM g GROUP BY rank, device, island"""
 # A counter row belongs to a GPU by UUID when both sides know it, else by rank / device where given.
+# Keyed by metric and the log it comes from (`metric<US>file`): two logs of the same metric are two series, never
+# samples interleaved into one (their sum would cover the window twice).
+KEY_SEP = chr(31)
 COUNTER_SOURCE = """
     WITH g AS (
         SELECT DISTINCT w.rank, w.device, d.gpu_uuid FROM windows w
         LEFT JOIN devices d ON d.rank IS NOT DISTINCT FROM w.rank AND d.device = w.device
         WHERE w.scope = 'window'
     )
-    SELECT g.rank, g.device, c.start_ns AS s, greatest(c.end_ns, c.start_ns + 1) AS e, c.metric AS key,
-           c.value AS val
-    FROM counters c JOIN g
+    SELECT g.rank, g.device, c.start_ns AS s, greatest(c.end_ns, c.start_ns + 1) AS e,
+           c.metric || chr(31) || coalesce(regexp_extract(src.path, '[^/\\\\]+$'), '?') AS key, c.value AS val
+    FROM counters c LEFT JOIN sources src USING (source_id) JOIN g
       ON CASE WHEN c.gpu_uuid IS NOT NULL AND g.gpu_uuid IS NOT NULL THEN c.gpu_uuid = g.gpu_uuid
               ELSE (c.rank IS NULL OR c.rank = g.rank) AND (c.device IS NULL OR c.device = g.device) END
     WHERE c.value IS NOT NULL AND isfinite(c.value)"""
@@ -347,7 +381,7 @@ def _legend(where: Any, handles: list[Any], **kw: Any) -> None:
 
 def waterfall_chart(achieved: float, losses: list[dict[str, Any]]) -> Markup:
     """Peak (100%) minus each loss category in turn, down to what was achieved."""
-    labels = ["peak"] + [x["category"].replace("_", " ") for x in losses] + ["achieved"]
+    labels = ["peak"] + [category_label(x["category"]) for x in losses] + ["achieved"]
     lefts, widths, colours = [0.0], [1.0], ["#7f7f7f"]
     level = 1.0
     for x in losses:
@@ -394,7 +428,7 @@ def stacked_share_chart(shares: list[dict[str, float]], labels: list[str], xlabe
     ax.set_xticks(np.linspace(0, 1, 6), [f"{v:.0%}" for v in np.linspace(0, 1, 6)])
     ax.set_xlabel(xlabel, fontsize=8)
     _style(ax)
-    _legend(fig, [Patch(color=category_colour(c), label=c.replace("_", " ")) for c in present])
+    _legend(fig, [Patch(color=category_colour(c), label=category_label(c)) for c in present])
     return svg(fig, alt)
 
 
@@ -442,7 +476,7 @@ def timeline_chart(spans: list[Span], labels: list[str], choice: np.ndarray, com
         ax.set_yticks([])
     _style(ax, grid_axis=None)
     used = sorted({int(c) for c in np.unique(choice) if c >= 0})
-    _legend(fig, [Patch(color=category_colour(labels[i]), label=labels[i].replace("_", " ")) for i in used])
+    _legend(fig, [Patch(color=category_colour(labels[i]), label=category_label(labels[i])) for i in used])
     return svg(fig, "timeline strip" + (" (one clock)" if common else " (own windows)"))
 
 
@@ -523,28 +557,37 @@ def counters_view(con: duckdb.DuckDBPyConnection, windows: list[tuple[int | None
     lengths = np.stack([s.bin_lengths() for s in spans])
     rows: list[dict[str, Any]] = []
     scale = {}
-    for j, metric in enumerate(counters.keys):
+    for j, key in enumerate(counters.keys):
+        metric, _, source = key.partition(KEY_SEP)
         ov, wv = counters.overlap_ns[:, :, j], counters.weighted[:, :, j]
         with np.errstate(invalid="ignore", divide="ignore"):
             mean_all = wv.sum(axis=1) / ov.sum(axis=1)
             per_bin = wv / ov
         hi = np.nanmax(per_bin) if np.isfinite(per_bin).any() else 0.0
-        scale[metric] = 100.0 if _fraction_metric(metric) and hi > 1.5 else 1.0
+        scale[key] = 100.0 if _fraction_metric(metric) and hi > 1.5 else 1.0
         for i, s in enumerate(spans):
             if ov[i].sum() > 0:
                 vals = per_bin[i][ov[i] > 0]
-                rows.append({"rank": s.rank, "device": s.device, "metric": metric,
-                             "coverage": float(ov[i].sum() / max(lengths[i].sum(), 1)),
-                             "mean": float(mean_all[i]), "min": float(vals.min()), "max": float(vals.max())})
+                # One log's samples may still overlap each other (rounded times): covered is at most all of it.
+                covered = min(1.0, float(ov[i].sum() / max(lengths[i].sum(), 1)))
+                rows.append({"rank": s.rank, "device": s.device, "metric": metric, "source": source,
+                             "coverage": covered, "mean": float(mean_all[i]), "min": float(vals.min()),
+                             "max": float(vals.max())})
     shown = [i for i in range(len(spans)) if counters.overlap_ns[i].sum() > 0][:MAX_COUNTER_RANKS]
     # Plotted: the utilization-like counters that ever leave zero, on the busy fraction's 0–1 scale (at most six,
     # the common ones first); power, clocks and temperatures have other units and stay in the table.
     def priority(m: str) -> tuple[int, str]:
         return (FRACTION_METRICS.index(m) if m in FRACTION_METRICS else len(FRACTION_METRICS), m)
 
-    plotted = sorted((m for j, m in enumerate(counters.keys)
-                      if _fraction_metric(m) and np.nanmax(np.abs(counters.weighted[:, :, j])) > 0), key=priority)[:6]
-    rows.sort(key=lambda r: (r["rank"] is None, r["rank"] or 0, r["device"] or 0, priority(r["metric"])))
+    def metric_of(key: str) -> str:
+        return key.partition(KEY_SEP)[0]
+
+    plotted = sorted((k for j, k in enumerate(counters.keys)
+                      if _fraction_metric(metric_of(k)) and np.nanmax(np.abs(counters.weighted[:, :, j])) > 0),
+                     key=lambda k: (priority(metric_of(k)), k))[:6]
+    rows.sort(key=lambda r: (r["rank"] is None, r["rank"] or 0, r["device"] or 0, priority(r["metric"]),
+                             r["source"]))
+    several = len({k.partition(KEY_SEP)[2] for k in plotted}) > 1
     if not shown:
         return CounterView(None, rows, 0, len(windows))
     # The trace's busy fraction only for the GPUs plotted: merging kernel intervals is the costly part.
@@ -569,7 +612,9 @@ def counters_view(con: duckdb.DuckDBPyConnection, windows: list[tuple[int | None
                 continue
             series = np.where(ov > 0, wv / np.where(ov > 0, ov, 1), np.nan) / scale[metric]
             (line,) = ax.plot(t, series, color=palette[k % len(palette)], linewidth=1, drawstyle="steps-mid")
-            handles.setdefault(f"{metric}" + (" (÷100)" if scale[metric] != 1 else ""), line)
+            name, _, source = metric.partition(KEY_SEP)
+            handles.setdefault(name + (f" ({source})" if several else "") + (" (÷100)" if scale[metric] != 1 else ""),
+                               line)
         ax.set_ylim(-0.02, 1.05)
         ax.set_xlim(0, s.nbins * s.bin_ns / unit_scale)
         ax.set_title(f"rank {s.rank} · gpu {s.device}", fontsize=8, loc="left", color=_FG)
@@ -586,11 +631,20 @@ def counters_view(con: duckdb.DuckDBPyConnection, windows: list[tuple[int | None
 # The page.
 
 
+def _basename(x: Any) -> str:
+    """A path (or a list of them) as file names: the page names files, the title attribute the full path."""
+    if isinstance(x, (list, tuple)):
+        return ", ".join(_basename(i) for i in x)
+    return str(x).replace("\\", "/").rsplit("/", 1)[-1]
+
+
 def _env() -> Environment:
     env = Environment(loader=PackageLoader("plasmient_report", "templates"), autoescape=True,
                       trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(field=fmt_field, pct=pct, ms=fmt_ms, si=fmt_si, duration=fmt_duration, value=fmt_value, sortkey=sort_key,
-                       colour=category_colour, label=lambda c: str(c).replace("_", " "))
+    env.filters.update(field=fmt_field, pct=pct, ms=fmt_ms, si=fmt_si, duration=fmt_duration, value=fmt_value,
+                       sortkey=sort_key, colour=category_colour, label=lambda c: category_label(str(c)),
+                       key=key_label, short=middle_ellipsis, basename=_basename,
+                       hardware=hardware_label)
     return env
 
 
@@ -622,6 +676,13 @@ def _utc(ns: int | None) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
+def _gpu_title(v: Any) -> str:
+    if v.peak.gpu:
+        return str(v.peak.gpu)
+    names = sorted({g.name for g in v.run.gpus if g.name})
+    return ", ".join(names) + " (no peak known)" if names else "unknown GPU"
+
+
 def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str, Any]:
     """Everything the template shows, from the store tables and the verdict (never from input files)."""
     run, peak = verdict["run"], verdict["peak"]
@@ -632,8 +693,12 @@ def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str
     scope = "range" if run.get("range") else "window"
     range_name = run["range"][0] if run.get("range") else None
 
-    ach_text = achieved_text(verdict)
+    typed = from_dict(verdict, strict=False)
+    ach_text = achieved_text(typed)
     losses = verdict.get("losses") or []
+    range_rows = [{**r, "display_name": range_label(r["name"]), "occurrences": range_occurrences(t, typed),
+                   "per_occurrence_ns": range_per_occurrence_ns(t)}
+                  for r, t in zip(verdict.get("ranges") or [], typed.ranges, strict=True)]
 
     windows = gpu_windows(con)
     timeline_common = timeline_own = None
@@ -679,12 +744,13 @@ def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str
     return {
         "v": verdict,
         "title": f"plasmient · {', '.join(run['range']) if run.get('range') else 'whole profile'} · "
-                 f"{n_ranks} rank{'s' if n_ranks != 1 else ''} · {peak.get('gpu') or 'unknown GPU'}",
+                 f"{n_ranks} rank{'s' if n_ranks != 1 else ''} · {_gpu_title(typed)}",
         "n_ranks": n_ranks,
         "utilization": util.get("trace"),
         "measured": util.get("measured"),
         "achieved": achieved,
         "achieved_text": ach_text,
+        "achieved_why": achieved_why(typed),
         "headroom": verdict.get("headroom") or {},
         "peak": peak,
         "ridge": peak_flop_s / bandwidth if peak_flop_s and bandwidth else None,
@@ -701,6 +767,8 @@ def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str
         "run_start": _utc(min(w[2] for w in windows)) if windows else "n/a",
         "findings": findings,
         "kernel_groups": groups[:TOP_KERNELS],
+        "kernel_labels": kernel_names([g.name for g in groups[:TOP_KERNELS]], 56),
+        "op_labels": kernel_names([g.name for g in op_groups[:TOP_KERNELS]], 48),
         "kernel_groups_total": len(groups),
         "op_groups": op_groups[:TOP_KERNELS],
         "op_groups_total": len(op_groups),
@@ -708,7 +776,7 @@ def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str
         "roofline": roofline,
         "roofline_placed": placed,
         "roofline_unplaced": flops_no_bytes,
-        "ranges": verdict.get("ranges") or [],
+        "ranges": range_rows,
         "counters": counters,
         "clock": clock,
         "clock_extra": extra_clock,

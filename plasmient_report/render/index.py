@@ -1,6 +1,6 @@
 """index.html of a batch: the fleet on one self-contained page — runs ranked by headroom, each linking to its own
-report.html, where each run's peak went, and the runs that failed with their error. Built from the summary rows
-(summary.parquet), nothing else: no store, no files of the runs."""
+report.html, where each run's peak went, the runs that failed with their error, and what was in no run, with why.
+Built from the summary rows (summary.parquet), nothing else: no store, no files of the runs."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from matplotlib.patches import Patch
 
 from .. import __version__
 from ..metrics import CATEGORIES
+from ._format import category_label
 from .html import _FG, _env, _figure, _legend, _style, category_colour, stacked_share_chart, start_page, svg
 
 MAX_BARS = 40      # runs in the stacked-bar chart (the table has them all)
@@ -35,6 +36,7 @@ def context(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
     runs = [r for r in rows if r["level"] == "run"]
     ok = sorted((r for r in runs if r["status"] == "ok"), key=_rank_key)
     failed = sorted((r for r in runs if r["status"] != "ok"), key=lambda r: r["run_id"])
+    unread = sorted((r for r in rows if r["level"] == "unread"), key=lambda r: r["run_id"])
     ranks: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if r["level"] == "rank":
@@ -42,7 +44,7 @@ def context(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
     gpu_rows = [r for r in rows if r["level"] == "rank" and r["status"] == "ok"]
     achieved = [r["achieved_fraction_of_peak"] for r in ok if r.get("achieved_fraction_of_peak") is not None]
     return {
-        "title": title, "version": __version__, "ok": ok, "failed": failed, "ranks": ranks,
+        "title": title, "version": __version__, "ok": ok, "failed": failed, "unread": unread, "ranks": ranks,
         "n_runs": len(runs), "n_gpus": len(gpu_rows),
         "fleet_utilization": _weighted(gpu_rows, "utilization"),
         "fleet_achieved": _weighted(gpu_rows, "achieved_fraction_of_peak"),
@@ -80,7 +82,7 @@ def scatter_chart(ok: list[dict[str, Any]]) -> Markup:
     ax.set_xlabel("GPU utilization (trace): what the dashboard shows", fontsize=8)
     ax.set_ylabel("achieved fraction of peak", fontsize=8)
     _style(ax, grid_axis="both")
-    _legend(fig, [Patch(color=category_colour(c), label=f"largest loss: {c.replace('_', ' ')}") for c in present])
+    _legend(fig, [Patch(color=category_colour(c), label=f"largest loss: {category_label(c)}") for c in present])
     return svg(fig, "utilization against achieved fraction of peak, per run")
 
 

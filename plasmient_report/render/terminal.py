@@ -1,4 +1,4 @@
-"""The verdict box in the terminal (rich)."""
+"""The verdict box in the terminal (rich), from the typed verdict."""
 
 from __future__ import annotations
 
@@ -9,9 +9,24 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ._format import achieved_text, pct
+from ..verdict_model import RankSummary, Verdict, from_dict
+from ._format import (
+    achieved_text,
+    achieved_why,
+    category_label,
+    hardware_label,
+    pct,
+    range_name,
+    range_occurrences,
+    range_per_occurrence_ns,
+)
 
 WIDTH = 79
+TOP_FINDINGS = 3
+MAX_LOSSES = 5
+MAX_RANGES = 12
+MAX_NOTES = 4
+RANKS_DIFFER_PTS = 0.02  # per-rank lines when utilization or achieved differ by more than this, or the top loss does
 
 
 def _grid() -> Table:
@@ -23,21 +38,17 @@ def _grid() -> Table:
 
 
 def _row(g: Table, label: str, value: str, note: str = "", width: int = 33) -> None:
-    g.add_row(Text("  " + label + " " + "." * max(2, width - len(label))), value, note)
+    g.add_row(Text("  " + label + " " + "." * max(2, width - len(label))), value, Text(note))
 
 
-TOP_FINDINGS = 3
-RANKS_DIFFER_PTS = 0.02  # per-rank lines when utilization or achieved differ by more than this, or the top loss does
-
-
-def _ranks_differ(ranks: list[dict[str, Any]]) -> bool:
+def _ranks_differ(ranks: list[RankSummary]) -> bool:
     def spread(xs: list[float | None]) -> float:
         ys = [x for x in xs if x is not None]
         return max(ys) - min(ys) if ys else 0.0
 
-    tops = {(r.get("losses") or [{}])[0].get("category") for r in ranks}
-    return (spread([r["utilization"]["trace"] for r in ranks]) > RANKS_DIFFER_PTS
-            or spread([r["achieved_fraction_of_peak"] for r in ranks]) > RANKS_DIFFER_PTS or len(tops) > 1)
+    tops = {r.losses[0].category if r.losses else None for r in ranks}
+    return (spread([r.utilization.trace for r in ranks]) > RANKS_DIFFER_PTS
+            or spread([r.achieved_fraction_of_peak for r in ranks]) > RANKS_DIFFER_PTS or len(tops) > 1)
 
 
 def _span(xs: list[float | None]) -> str:
@@ -48,38 +59,56 @@ def _span(xs: list[float | None]) -> str:
     return lo if lo == hi else f"{lo}–{hi}"
 
 
-def box(v: dict[str, Any]) -> Panel:
-    run = v["run"]
-    peak = v["peak"]
-    n_ranks = len(run["ranks"])
-    scope = ", ".join(run["range"]) if run.get("range") else "whole profile"
-    gpu = peak.get("gpu") or "unknown GPU"
-    title = f"plasmient · {scope} · {n_ranks} rank{'s' if n_ranks != 1 else ''} · {gpu}"
-    util = v["utilization"]["trace"]
-    ach = v["achieved_fraction_of_peak"]
+def _gpu_name(v: Verdict) -> str:
+    if v.peak.gpu:
+        return v.peak.gpu
+    names = sorted({g.name for g in v.run.gpus if g.name})
+    return ", ".join(names) + " (no peak known)" if names else "unknown GPU"
+
+
+def _ms(ns: float | None) -> str:
+    return "n/a" if ns is None else f"{ns / 1e6:,.1f}"
+
+
+def box(verdict: Verdict | dict[str, Any]) -> Panel:
+    v = verdict if isinstance(verdict, Verdict) else from_dict(verdict, strict=False)
+    run, peak, util = v.run, v.peak, v.utilization
+    n_ranks = len(run.ranks)
+    scope = ", ".join(run.range) if run.range else "whole profile"
+    title = f"plasmient · {scope} · {n_ranks} rank{'s' if n_ranks != 1 else ''} · {_gpu_name(v)}"
+    ach = v.achieved_fraction_of_peak
     head = _grid()
     lines: list[Any] = [head]
-    _row(head, "GPU utilization (trace)", pct(util), "← what the dashboard shows")
-    if v["utilization"].get("measured") is not None:
-        _row(head, "GPU utilization (measured)", pct(v["utilization"]["measured"]))
-    ach_s = achieved_text(v)
-    prec = peak.get("precision")
-    tf = peak.get("tflops")
-    _row(head, "achieved fraction of peak", ach_s,
-         f"← of {tf:,.1f} TFLOP/s {prec}" if tf else "← no peak known for this GPU")
-    losses = v.get("losses") or []
-    if losses and ach is not None:
+    _row(head, "GPU utilization (trace)", pct(util.trace), "← what the dashboard shows")
+    if util.measured is not None:
+        _row(head, "GPU utilization (measured)", pct(util.measured))
+    if util.sm_active is not None:
+        _row(head, "SM active (GPU metrics)", pct(util.sm_active))
+    hw = v.hardware_estimate
+    if util.tensor_active is not None and not (hw and hw.metric == "tensor_active"):
+        _row(head, "tensor cores active", pct(util.tensor_active))
+    why = achieved_why(v)
+    of_peak = f"← of {peak.tflops:,.1f} TFLOP/s {peak.precision}" if peak.tflops else ""
+    _row(head, "achieved fraction of peak", achieved_text(v), "← " + why if why else of_peak)
+    if hw is not None and hw.value is not None:
+        _row(head, hardware_label(hw.metric), pct(hw.value),
+             "← the GPU's own counters")
+    if len(v.achieved_by_precision) > 1:
+        parts = " · ".join(f"{p.precision} {pct(p.fraction)}" for p in v.achieved_by_precision)
+        lines.append(Text(f"    achieved by precision: {parts}", style="dim"))
+    losses = v.losses
+    if losses:
         lines.append(Text(""))
-        lines.append(Text(f"  where the other {pct(1 - ach)} went:"))
+        lines.append(Text(f"  where the other {pct(1 - ach)} went:" if ach is not None else
+                          "  where the peak went (achieved unknown):"))
         g = _grid()
-        for loss in [x for x in losses if x["fraction"] >= 0.005][:5]:
-            _row(g, "  " + loss["category"].replace("_", " "), pct(loss["fraction"]),
-                 loss.get("recommendation") or "", width=31)
+        shown_losses = [x for x in losses if x.fraction >= 0.005][:MAX_LOSSES]
+        for loss in shown_losses:
+            _row(g, "  " + category_label(loss.category), pct(loss.fraction), loss.recommendation or "", width=31)
         lines.append(g)
     # The top findings' one-line fixes, except those already beside their loss line.
-    shown = {x.get("recommendation") for x in losses}
-    findings = [f for f in v.get("findings") or []
-                if (f.get("lost_fraction") or 0) >= 0.005 and f.get("fix") not in shown][:TOP_FINDINGS]
+    shown = {x.recommendation for x in losses}
+    findings = [f for f in v.findings if (f.lost_fraction or 0) >= 0.005 and f.fix not in shown][:TOP_FINDINGS]
     if findings:
         lines.append(Text(""))
         lines.append(Text("  also found (plasmient-report rules --explain ID):"))
@@ -88,9 +117,9 @@ def box(v: dict[str, Any]) -> Panel:
         fg.add_column(justify="right", no_wrap=True, style="bold")
         fg.add_column(style="dim", overflow="fold")
         for f in findings:
-            fg.add_row(Text(f"    {f['rule']}"), pct(f.get("lost_fraction")), Text(f.get("fix") or f["title"]))
+            fg.add_row(Text(f"    {f.rule}"), pct(f.lost_fraction), Text(f.fix or f.title))
         lines.append(fg)
-    ranks = v.get("ranks", [])
+    ranks = v.ranks
     if len(ranks) > 1 and _ranks_differ(ranks):
         lines.append(Text(""))
         tbl = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
@@ -99,49 +128,54 @@ def box(v: dict[str, Any]) -> Panel:
         tbl.add_column("util", justify="right")
         tbl.add_column("achieved", justify="right")
         tbl.add_column("largest loss", no_wrap=True, overflow="ellipsis")
-        for r in ranks:
-            top = (r.get("losses") or [None])[0]
-            tbl.add_row(f"  {r['rank']}", str(r["device"]), pct(r["utilization"]["trace"]),
-                        pct(r["achieved_fraction_of_peak"]),
-                        f"{top['category'].replace('_', ' ')} {pct(top['fraction'])}" if top else "")
+        for rk in ranks:
+            top = rk.losses[0] if rk.losses else None
+            tbl.add_row(f"  {rk.rank}", str(rk.device), pct(rk.utilization.trace), pct(rk.achieved_fraction_of_peak),
+                        f"{category_label(top.category)} {pct(top.fraction)}" if top else "")
         lines.append(tbl)
     elif len(ranks) > 1:
         lines.append(Text(""))
-        lines.append(Text(f"  {len(ranks)} ranks alike: utilization "
-                          f"{_span([r['utilization']['trace'] for r in ranks])}, achieved "
-                          f"{_span([r['achieved_fraction_of_peak'] for r in ranks])}"))
-    ranges = [r for r in v.get("ranges", []) if not run.get("range") or r["name"] not in run["range"]]
-    if ranges and not run.get("range"):
+        lines.append(Text(f"  {len(ranks)} ranks alike: utilization {_span([r.utilization.trace for r in ranks])}, "
+                          f"achieved {_span([r.achieved_fraction_of_peak for r in ranks])}"))
+    ranges = v.ranges
+    if ranges and not run.range:
         lines.append(Text(""))
         tbl = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False, title_justify="left")
-        tbl.add_column("  range")
-        tbl.add_column("n", justify="right")
-        tbl.add_column("ms", justify="right")
+        tbl.add_column("  range", overflow="ellipsis", no_wrap=True, max_width=30)
+        tbl.add_column("steps", justify="right", no_wrap=True)
+        tbl.add_column("ms/step", justify="right")
         tbl.add_column("util", justify="right")
         tbl.add_column("achieved", justify="right")
-        for r in ranges[:12]:
-            tbl.add_row(f"  {r['name'][:34]}", str(r["count"]), f"{(r['window_ns'] or 0) / 1e6:,.1f}",
-                        pct(r["utilization"]), pct(r["achieved_fraction_of_peak"]))
+        for r in ranges[:MAX_RANGES]:
+            tbl.add_row(f"  {range_name(r.name)}", range_occurrences(r, v), _ms(range_per_occurrence_ns(r)),
+                        pct(r.utilization), pct(r.achieved_fraction_of_peak))
         lines.append(tbl)
+        if len(ranges) > MAX_RANGES:
+            lines.append(Text(f"  … and {len(ranges) - MAX_RANGES} more ranges in report.html / verdict.json",
+                              style="dim"))
     lines.append(Text(""))
-    verdict = Text("  VERDICT: ", style="bold")
-    verdict.append(v["verdict"] + ".", style="bold")
-    hr = v["headroom"]
-    if hr.get("factor"):
-        verdict.append(" " + hr["text"] + ".")
-    lines.append(verdict)
-    if v.get("notes"):
+    verdict_line = Text("  VERDICT: ", style="bold")
+    verdict_line.append(v.verdict + ".", style="bold")
+    if v.headroom.factor:
+        verdict_line.append(" " + v.headroom.text + ".")
+    lines.append(verdict_line)
+    if v.notes:
         grid = Table.grid(padding=(0, 1))
         grid.add_column(no_wrap=True)
         grid.add_column()
-        for note in v["notes"][:4]:
+        for note in v.notes[:MAX_NOTES]:
             grid.add_row(Text("  note:", style="yellow"), Text(note, style="yellow"))
+        if len(v.notes) > MAX_NOTES:
+            more = len(v.notes) - MAX_NOTES
+            grid.add_row(Text("  note:", style="yellow"),
+                         Text(f"… and {more} more note{'s' if more != 1 else ''} in verdict.json (\"notes\") and "
+                              "report.html", style="yellow"))
         lines.append(grid)
-    return Panel(Group(*lines), title=title, title_align="left", width=WIDTH, expand=False)
+    return Panel(Group(*lines), title=Text(title), title_align="left", width=WIDTH, expand=False)
 
 
-def render(v: dict[str, Any], console: Console | None = None, footer: str | None = None) -> None:
+def render(v: Verdict | dict[str, Any], console: Console | None = None, footer: str | None = None) -> None:
     console = console or Console(width=WIDTH + 1)
     console.print(box(v))
     if footer:
-        console.print(f"  {footer}", style="dim", highlight=False)
+        console.print(Text(f"  {footer}", style="dim"))

@@ -108,7 +108,8 @@ def gpu_idle_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
            "move logging / checkpointing / evaluation off the step or to another thread, prefetch inputs, and avoid "
            "host syncs right before long host work (PR502).")
     yield Finding(
-        title=f"GPU idle {fmt_ns(total)} in {len(gaps)} gaps ≥ {t.min_gap_ms:g} ms "
+        title=f"GPU idle {fmt_ns(total)} in {len(gaps)} gap{'s' if len(gaps) != 1 else ''} ≥ {t.min_gap_ms:g} ms "
               f"(largest {fmt_ns(big['duration_ns'])}{ctx_text})",
-        recommendation=rec, fix=f"fill {len(gaps)} idle gaps ({fmt_ns(total)}): keep the GPU fed", lost_fraction=lost,
+        recommendation=rec, lost_fraction=lost,
+        fix=f"fill {len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}): keep the GPU fed",
         key="gaps", evidence={"gaps": listed, "gap_count": len(gaps), "idle_ns": total, "min_gap_ns": params["min_gap"]})

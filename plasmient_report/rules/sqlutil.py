@@ -62,7 +62,7 @@ def short_kernel(name: str | None, width: int = 72) -> str:
     n = name.strip()
     if n.startswith("void "):
         n = n[5:]
-    n = re.sub(r"at::native::|\(anonymous namespace\)::|at_cuda_detail::|cub::detail::|std::|c10::", "", n)
+    n = re.sub(r"at::native::|\(anonymous namespace\)::|<unnamed>::|at_cuda_detail::|cub::detail::|std::|c10::", "", n)
     depth = 0
     for i, ch in enumerate(n):
         if ch == "<":

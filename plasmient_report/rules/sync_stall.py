@@ -144,11 +144,11 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                "asynchronously (.to('cpu', non_blocking=True) into pinned memory + a CUDA event)."
                + ("" if site else " (Record with with_stack=True to see the Python line.)"))
         yield Finding(
-            title=f"host sync {what} ({chain}){f' at {site}' if site else ''} leaves the GPU idle {n}×, "
-                  f"{fmt_ns(each)} each",
+            title=f"host sync {what} ({chain}){f' at {site}' if site else ''} leaves the GPU idle " +
+                  (f"{n}×, {fmt_ns(each)} each" if n != 1 else f"{fmt_ns(each)}"),
             recommendation=rec,
-            fix=f"drop {what}{f' ({site})' if site else ''} from the loop: {n} sync{'s' if n != 1 else ''}, "
-                f"{fmt_ns(each)} idle each",
+            fix=f"drop {what}{f' ({site})' if site else ''} from the loop: " +
+                (f"{n} syncs, {fmt_ns(each)} idle each" if n != 1 else f"1 sync, {fmt_ns(each)} idle"),
             lost_fraction=ctx.fraction(g["lost_ns"]), key=f"{chain} @ {site}" if site else chain,
             rank=g["ranks"][0] if len(g["ranks"] or []) == 1 and len(ctx.rank_window_ns) > 1 else None,
             evidence={"sync_call": g["sync_name"], "op": g["inner_op"], "outer_op": g["outer_op"], "as_written": what,

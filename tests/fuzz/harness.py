@@ -19,7 +19,7 @@ from typing import Any
 from plasmient_report import parsers, pipeline, store
 from plasmient_report.errors import BadInput
 
-OUTPUT_FILES = ["run.duckdb", "verdict.json"]  # with --no-html --no-trace
+OUTPUT_FILES = [".plasmient-output", "run.duckdb", "verdict.json"]  # with --no-html --no-trace
 
 
 class Hang(BaseException):

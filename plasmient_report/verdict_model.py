@@ -1,0 +1,516 @@
+"""The typed verdict (`plasmient.verdict/1`): msgspec Structs for every object of verdict.json, each field with its
+unit and meaning. `verdict.schema.json` and `docs/verdict.md` are generated from these classes
+(`python -m plasmient_report.verdict_model --write`), and `load_verdict` is how every reader of a verdict on disk
+(`diff`, `batch` resume and reduce) gets one: checked, typed, or one line of `BadInput`.
+
+The judge still builds the verdict as a dict; a test converts it to `Verdict` on every sample trace with unknown
+fields forbidden, so the document and this model cannot drift apart. Changes are additive: a field added later
+has a default, so verdicts written by earlier versions still load.
+"""
+
+import math
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+
+from .errors import BadInput
+
+SCHEMA = "plasmient.verdict/1"
+MAX_VERDICT_BYTES = 256 << 20
+
+
+def _d(text: str) -> msgspec.Meta:
+    return msgspec.Meta(description=text)
+
+
+class _Struct(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Base: unknown fields are an error (see `load_verdict` for verdicts of a newer version)."""
+
+
+class Tool(_Struct, kw_only=True):
+    """What wrote the verdict."""
+    name: Annotated[str, _d("always `plasmient-report`")]
+    version: Annotated[str, _d("the tool's version")]
+
+
+class GpuEntry(_Struct, kw_only=True):
+    """One GPU of the run, as the trace names it."""
+    rank: Annotated[int | None, _d("rank (process) the GPU belongs to")]
+    device: Annotated[int | None, _d("CUDA device ordinal in that rank's process")]
+    name: Annotated[str | None, _d("GPU name as the trace gives it (null when it gives none)")]
+
+
+class RunInfo(_Struct, kw_only=True):
+    """What was analysed."""
+    inputs: Annotated[list[str], _d("input paths as given on the command line")]
+    ranks: Annotated[list[int | None], _d("ranks with GPU activity in the inputs")]
+    gpus: Annotated[list[GpuEntry], _d("one entry per (rank, device) with GPU activity")]
+    window_ns: Annotated[int | None, _d("ns: the analysed window, summed over the ranks' windows (each rank's "
+                                        "profiled window; with --range: the union of its occurrences)")]
+    range: Annotated[list[str] | None, _d("the --range patterns, or null for the whole profiled window")]
+    occurrences: Annotated[int | None, _d("occurrences of the range in the window (1 without --range)")]
+
+
+class WindowUtilization(_Struct, kw_only=True):
+    """Utilization of one window: from the trace, and measured by counter logs when given."""
+    trace: Annotated[float | None, _d("fraction 0–1 of the window with at least one kernel or copy resident "
+                                      "(from the trace)")]
+    measured: Annotated[float | None, _d("fraction 0–1: mean GPU utilization sampled by NVML / DCGM / nvidia-smi "
+                                         "over the window (null without a counter log covering it)")]
+    measured_source: Annotated[str | list[str] | None, _d("the counter log(s) the measured value comes from")]
+    sm_active: Annotated[float | None, _d("fraction 0–1: mean SM activity (DCGM PROF_SM_ACTIVE / nsys GPU "
+                                          "metrics), when recorded")]
+    tensor_active: Annotated[float | None, _d("fraction 0–1: mean tensor-core activity (DCGM "
+                                              "PROF_PIPE_TENSOR_ACTIVE / nsys GPU metrics), when recorded")]
+
+
+class MeasuredSource(_Struct, kw_only=True):
+    """One counter log's own mean over the window, to compare the logs with each other and with the trace."""
+    path: Annotated[str, _d("the counter log")]
+    format: Annotated[str, _d("its format (nvml-csv, nvidia-smi-dmon, dcgmi-dmon, …)")]
+    gpu_util: Annotated[float | None, _d("fraction 0–1: its mean GPU utilization over the part of the window "
+                                         "it covers")]
+    coverage: Annotated[float | None, _d("fraction 0–1 of the window its samples cover")]
+    samples: Annotated[int, _d("samples inside the window")]
+    sample_period_ns: Annotated[int | None, _d("ns: its sampling period")]
+
+
+class Utilization(WindowUtilization, kw_only=True):
+    """The run's utilization (as `WindowUtilization`) and every counter log's own mean."""
+    measured_by_source: Annotated[list[MeasuredSource], _d("per counter log, its mean over the window")] = []
+
+
+class PrecisionShare(_Struct, kw_only=True):
+    """The achieved fraction of peak of one precision (the shares add up to the headline)."""
+    precision: Annotated[str, _d("bf16, fp16, fp8, tf32, fp32, fp64, int8")]
+    flops: Annotated[float | None, _d("FLOP: useful work of that precision in the window")]
+    peak_tflops: Annotated[float | None, _d("TFLOP/s: the GPU's dense peak at that precision")]
+    fraction: Annotated[float | None, _d("fraction: flops / (window · peak_tflops) — its part of the achieved "
+                                         "fraction of peak")]
+
+
+class HardwareEstimate(_Struct, kw_only=True):
+    """A hardware counter's view of the useful work, beside the FLOP count (e.g. tensor-core activity)."""
+    metric: Annotated[str, _d("the counter, e.g. `tensor_active`")]
+    value: Annotated[float | None, _d("fraction 0–1: its mean over the window")]
+    source: Annotated[str | None, _d("the log or recorder it comes from")]
+    what: Annotated[str, _d("one sentence saying what the number means and how far to trust it")]
+
+
+class Peak(_Struct, kw_only=True):
+    """The peak the achieved fraction is measured against."""
+    gpu: Annotated[str | None, _d("peak-table entry used (null: no peak known for this GPU)")]
+    gpus: Annotated[list[str] | None, _d("all peak-table entries when the ranks' GPUs differ (else null)")]
+    precision: Annotated[str | None, _d("precision of the peak: --peak-precision, else the dominant matmul "
+                                        "precision seen")]
+    precisions: Annotated[list[str], _d("the matmul precisions present in the window")] = []
+    tflops: Annotated[float | None, _d("TFLOP/s: dense peak at that precision (10^12 FLOP/s)")]
+    memory_bandwidth_tbs: Annotated[float | None, _d("TB/s: the GPU's peak memory bandwidth (10^12 B/s)")]
+    source: Annotated[str | None, _d("where the peak comes from (datasheet, --peak-tflops, --peaks FILE)")]
+
+
+class Loss(_Struct, kw_only=True):
+    """One line of the loss waterfall: a share of the window's peak lost to one cause."""
+    category: Annotated[str, _d("collective_wait, collective_transfer, pipeline_bubble, memory_bound, "
+                                "unknown_flops, compute_inefficiency, memcpy, launch_bound, sync_stall, "
+                                "input_bound, startup, host_other, no_coverage (SPEC §4)")]
+    layer: Annotated[str, _d("cluster, pipeline, op, kernel, host, device")]
+    fraction: Annotated[float, _d("fraction 0–1 of the window's peak lost here; with the achieved fraction "
+                                  "the losses add up to 1")]
+    recommendation: Annotated[str | None, _d("one-line fix: the explaining finding's, else the category's generic "
+                                             "one")]
+
+
+class Headroom(_Struct, kw_only=True):
+    """How far below peak the run is."""
+    factor: Annotated[float | None, _d("1 / achieved fraction of peak (null when achieved is unknown or 0)")]
+    text: Annotated[str, _d("the same in words, as the box prints it")]
+
+
+class Finding(_Struct, kw_only=True):
+    """A rule's finding: a cause, with evidence and a fix (`plasmient-report rules --explain RULE`)."""
+    rule: Annotated[str, _d("rule ID, e.g. PR101")]
+    layer: Annotated[str, _d("cluster, pipeline, op, kernel, host, device")]
+    category: Annotated[str | None, _d("the loss category it explains (null: none)")]
+    severity: Annotated[str, _d("high, medium, low, info")]
+    rank: Annotated[int | None, _d("the rank it is about (null: the run)")]
+    lost_fraction: Annotated[float | None, _d("fraction 0–1 of the window's peak it accounts for")]
+    title: Annotated[str, _d("one-line statement of what was found, with its numbers")]
+    evidence: Annotated[dict[str, Any], _d("the rule's evidence (rule-specific keys; times in ns)")] = {}
+    recommendation: Annotated[str | None, _d("what to do, in a sentence or two")]
+    fix: Annotated[str | None, _d("the one-line fix shown in the box")]
+    key: Annotated[str | None, _d("stable key that tells two findings of one rule apart (diff matches on "
+                                  "rule, rank, key)")] = None
+
+
+class RankSummary(_Struct, kw_only=True):
+    """One (rank, device): its own numbers; its achieved fraction and losses add up to 1."""
+    rank: Annotated[int | None, _d("rank")]
+    device: Annotated[int | None, _d("CUDA device ordinal in that rank's process")]
+    host: Annotated[str | None, _d("host name the rank ran on, when the trace says")] = None
+    gpu: Annotated[str | None, _d("GPU name of this device, as the trace gives it")] = None
+    utilization: Annotated[WindowUtilization, _d("utilization of this rank's window")]
+    achieved_fraction_of_peak: Annotated[float | None, _d("fraction: useful FLOP/s over this GPU's peak "
+                                                          "(null: unknown)")]
+    achieved_is_lower_bound: Annotated[bool, _d("true when this GPU's work without a FLOP estimate is material")] = False
+    window_ns: Annotated[int | None, _d("ns: this rank's analysed window")]
+    flops: Annotated[float | None, _d("FLOP: useful work counted in the window")]
+    losses: Annotated[list[Loss], _d("this rank's waterfall")]
+
+
+class RangeSummary(_Struct, kw_only=True):
+    """One named range (NVTX / record_function): its occurrences' windows combined over the ranks."""
+    name: Annotated[str, _d("the range name")]
+    count: Annotated[int, _d("occurrences over all ranks (steps × ranks when every rank ran it)")]
+    ranks: Annotated[int | None, _d("ranks that ran the range")] = None
+    window: Annotated[str | None, _d("`gpu` when the GPU-window rule placed the range, `cpu` when it launched "
+                                     "nothing and keeps its CPU interval")] = None
+    window_ns: Annotated[int | None, _d("ns: the occurrences' windows summed over ranks")]
+    per_occurrence_ns: Annotated[float | None, _d("ns: mean window of one occurrence on one rank")] = None
+    utilization: Annotated[float | None, _d("fraction 0–1 of the range's window with a kernel resident")]
+    utilization_measured: Annotated[float | None, _d("fraction 0–1: measured GPU utilization over the range's "
+                                                     "window (counter logs)")] = None
+    achieved_fraction_of_peak: Annotated[float | None, _d("fraction: useful FLOP/s over peak in the range's "
+                                                          "window (null: unknown)")]
+    achieved_is_lower_bound: Annotated[bool, _d("true when the range's work without a FLOP estimate is "
+                                                "material")] = False
+    flops: Annotated[float | None, _d("FLOP: useful work counted in the range's window")]
+    missing_ranks: Annotated[list[int], _d("ranks of the run on which the range does not occur")] = []
+    losses: Annotated[list[Loss], _d("the range's waterfall")] = []
+
+
+class ClockSource(_Struct, kw_only=True):
+    """One input on the common clock."""
+    path: Annotated[str, _d("the input file")]
+    format: Annotated[str, _d("detected format (kineto, nsys-sqlite, nvml-csv, …)")]
+    format_version: Annotated[str | None, _d("format / recorder version, when the file says")]
+    rank: Annotated[int | None, _d("rank the input belongs to (null: all, or unknown)")]
+    rank_method: Annotated[str | None, _d("how the rank was found (distributedInfo, file name, …)")]
+    anchor: Annotated[str | None, _d("what ties the file's clock to UTC (baseTimeNanoseconds, …)")]
+    offset_ns: Annotated[int | None, _d("ns: offset added to this input's times to put it on the common clock")]
+    method: Annotated[str | None, _d("how the offset was found (anchor, cross-correlation, --offset, …)")]
+    uncertainty_ns: Annotated[int | None, _d("ns: uncertainty of the offset")]
+    time_zone: Annotated[str | None, _d("time zone of local-time logs")]
+    sample_period_ns: Annotated[int | None, _d("ns: sampling period of a counter log")]
+    notes: Annotated[str | None, _d("what the parser noticed about the file")]
+
+
+class Clock(_Struct, kw_only=True):
+    """How the inputs were put on one clock."""
+    sources: Annotated[list[ClockSource], _d("one entry per input file")]
+
+
+class IncompleteSource(_Struct, kw_only=True):
+    """An input whose recorder says data is missing."""
+    path: Annotated[str, _d("the input")]
+    what: Annotated[str, _d("what the recorder says it lost")]
+
+
+class Coverage(_Struct, kw_only=True):
+    """How much of the run the numbers rest on."""
+    kernels: Annotated[int, _d("GPU kernels in the inputs")]
+    kernels_with_flops_time_fraction: Annotated[float | None, _d("fraction 0–1 of compute-kernel time in the "
+                                                                 "window with a FLOP estimate")]
+    run_kernels_with_flops_time_fraction: Annotated[float | None, _d("the same over the whole run")]
+    kernels_flops_from_model: Annotated[int, _d("kernels whose FLOPs come from a shape model of their op "
+                                                "(flops.py; flops_source 'model')")]
+    kernels_flops_from_trace: Annotated[int, _d("kernels whose FLOPs come from the trace's own `flops` arg "
+                                                "(flops_source 'op')")]
+    kernels_flops_from_ncu: Annotated[int, _d("kernels whose FLOPs come from Nsight Compute")]
+    kernels_flops_from_user: Annotated[int, _d("kernels whose FLOPs come from --model-flops spread by time "
+                                               "(flops_source 'user')")] = 0
+    communication_time_fraction: Annotated[float | None, _d("fraction 0–1 of kernel time in communication "
+                                                            "kernels")]
+    unknown_flops_time_fraction: Annotated[float | None, _d("fraction 0–1 of compute time in kernels that may do "
+                                                            "matmul-class work with no FLOP estimate")] = None
+    kernels_linked_to_ops_fraction: Annotated[float | None, _d("fraction 0–1 of kernels linked to the CPU op "
+                                                               "that launched them")] = None
+    world_size: Annotated[int | None, _d("ranks of the job, as the traces say")]
+    missing_ranks: Annotated[list[int], _d("ranks of the job with no GPU activity in the inputs (first 1024)")]
+    missing_rank_count: Annotated[int, _d("how many ranks are missing")]
+    dropped_events: Annotated[int | None, _d("events the recorders say they dropped")]
+    incomplete_sources: Annotated[list[IncompleteSource], _d("inputs whose recorder says data is missing")]
+
+
+class KernelGroup(_Struct, kw_only=True):
+    """One kernel name's work in the window (kernels cut by the window counted pro rata)."""
+    name: Annotated[str, _d("kernel name")]
+    kind: Annotated[str, _d("kernel class: compute, memory, unknown, communication, copy")]
+    count: Annotated[int, _d("kernels of that name")]
+    time_ns: Annotated[float, _d("ns: their time in the window")]
+    time_share: Annotated[float, _d("fraction 0–1 of all kernel time in the window")]
+    flops: Annotated[float | None, _d("FLOP: their useful work (null: no estimate)")]
+    bytes: Annotated[float | None, _d("B: their memory traffic from the byte models (null: none)")]
+    achieved_flop_s: Annotated[float | None, _d("FLOP/s: flops over the time of the kernels that have one")]
+    achieved_fraction_of_peak: Annotated[float | None, _d("fraction: achieved_flop_s over the peak")]
+    arithmetic_intensity: Annotated[float | None, _d("FLOP/B over the kernels that have both")]
+    bound: Annotated[str, _d("memory, compute (against the ridge point), memory (no FLOPs), no FLOP estimate, "
+                             "compute (no bytes), communication, copy")]
+    achieved_bandwidth_bytes_s: Annotated[float | None, _d("B/s: bytes over the time of the kernels with a byte "
+                                                           "figure")] = None
+
+
+class OpGroup(_Struct, kw_only=True):
+    """One op's kernels in the window: the op that owns their FLOPs, else the op that launched them."""
+    op: Annotated[str, _d("op name (`(no op)` for kernels linked to none)")]
+    kind: Annotated[str, _d("kernel class of most of its time")]
+    kernels: Annotated[int, _d("kernels it ran")]
+    calls: Annotated[int | None, _d("distinct op calls whose kernels ran in the window")] = None
+    time_ns: Annotated[float, _d("ns: their time in the window")]
+    time_share: Annotated[float, _d("fraction 0–1 of all kernel time in the window")]
+    flops: Annotated[float | None, _d("FLOP: useful work")]
+    bytes: Annotated[float | None, _d("B: memory traffic")]
+    achieved_flop_s: Annotated[float | None, _d("FLOP/s")]
+    achieved_fraction_of_peak: Annotated[float | None, _d("fraction of peak")]
+    arithmetic_intensity: Annotated[float | None, _d("FLOP/B")]
+    bound: Annotated[str, _d("as for top_kernels")]
+    achieved_bandwidth_bytes_s: Annotated[float | None, _d("B/s")] = None
+
+
+class Verdict(_Struct, kw_only=True):
+    """verdict.json: the run's verdict, stable and machine-readable (SPEC §6)."""
+    schema: Annotated[str, _d("always `plasmient.verdict/1`")]
+    tool: Annotated[Tool, _d("what wrote it")]
+    run: Annotated[RunInfo, _d("what was analysed")]
+    utilization: Annotated[Utilization, _d("the run's utilization")]
+    achieved_fraction_of_peak: Annotated[float | None, _d("fraction: useful FLOP/s over the peak, over the window "
+                                                          "(null = unknown: no peak, or no FLOP estimate at all)")]
+    achieved_is_lower_bound: Annotated[bool, _d("true when work without a FLOP estimate is material: the true "
+                                                "achieved fraction is higher")] = False
+    achieved_by_precision: Annotated[list[PrecisionShare], _d("the achieved fraction per precision")] = []
+    hardware_estimate: Annotated[HardwareEstimate | None, _d("a hardware counter's view of the useful work, when "
+                                                             "recorded")] = None
+    peak: Annotated[Peak, _d("the peak used")]
+    losses: Annotated[list[Loss], _d("the loss waterfall, largest first (fractions of the window's peak)")]
+    headroom: Annotated[Headroom, _d("1 / achieved")]
+    verdict: Annotated[str, _d("verdict word: idle, communication-bound, healthy, busy, not useful, underused, "
+                               "busy (no peak known), no data")]
+    findings: Annotated[list[Finding], _d("the rules' findings, worst first")]
+    ranks: Annotated[list[RankSummary], _d("one entry per (rank, device)")]
+    ranges: Annotated[list[RangeSummary], _d("per named range (top-level ranges without --range)")]
+    clock: Annotated[Clock, _d("the clock alignment")]
+    coverage: Annotated[Coverage, _d("what the numbers rest on")]
+    top_kernels: Annotated[list[KernelGroup], _d("the first 20 kernel names by time in the window")] = []
+    top_ops: Annotated[list[OpGroup], _d("the first 20 ops by kernel time in the window")] = []
+    notes: Annotated[list[str], _d("what the reader should know (missing data, lower bounds, assumptions)")] = []
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+def _non_finite(x: Any, path: str = "") -> Iterator[str]:
+    if isinstance(x, float) and not math.isfinite(x):
+        yield path or "(top)"
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            yield from _non_finite(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _non_finite(v, f"{path}[{i}]")
+
+
+def _prune_unknown(doc: Any, t: Any) -> Any:
+    """`doc` without the keys `t` does not know (a verdict of a newer version: changes are additive)."""
+    from msgspec import inspect as mi
+
+    info = mi.type_info(t) if not isinstance(t, mi.Type) else t
+    if isinstance(info, mi.Metadata):
+        info = info.type
+    if isinstance(info, mi.UnionType):
+        for sub in info.types:
+            if isinstance(sub, (mi.StructType, mi.ListType)) and isinstance(doc, dict if isinstance(sub, mi.StructType)
+                                                                           else list):
+                return _prune_unknown(doc, sub)
+        return doc
+    if isinstance(info, mi.StructType) and isinstance(doc, dict):
+        fields = {f.encode_name: f.type for f in info.fields}
+        return {k: _prune_unknown(v, fields[k]) for k, v in doc.items() if k in fields}
+    if isinstance(info, mi.ListType) and isinstance(doc, list):
+        return [_prune_unknown(v, info.item_type) for v in doc]
+    return doc
+
+
+def from_dict(doc: Any, source: object = None, strict: bool = True) -> Verdict:
+    """A verdict document (a dict, as judge builds it or JSON decodes it) as a `Verdict`; BadInput naming
+    `source` when it is not one. With `strict=False`, keys this version does not know are dropped first."""
+    where = source if source is not None else "verdict"
+    if not isinstance(doc, dict):
+        raise BadInput(where, "not a plasmient verdict (not a JSON object)")
+    if doc.get("schema") != SCHEMA:
+        raise BadInput(where, f"not a plasmient verdict (schema {doc.get('schema')!r}, expected {SCHEMA!r})")
+    bad = next(_non_finite(doc), None)
+    if bad is not None:
+        raise BadInput(where, f"malformed verdict: {bad} is not a finite number")
+    if not strict:
+        doc = _prune_unknown(doc, Verdict)
+    try:
+        return msgspec.convert(doc, Verdict, strict=True)
+    except msgspec.ValidationError as e:
+        raise BadInput(where, f"malformed verdict: {e}") from None
+
+
+def load_verdict(path: Path) -> Verdict:
+    """verdict.json on disk as a `Verdict` (or an output folder's). Malformed, wrong-typed, non-finite, of another
+    schema, unreadable: one BadInput line naming the file (the CLI exits 2), never a traceback."""
+    path = Path(path)
+    target = path / "verdict.json" if path.is_dir() else path
+    try:
+        size = target.stat().st_size
+        if size > MAX_VERDICT_BYTES:
+            raise BadInput(target, f"too large for a verdict ({size} bytes)")
+        data = target.read_bytes()
+    except OSError as e:
+        raise BadInput(target, f"cannot read ({e.strerror})") from None
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError as e:
+        raise BadInput(target, f"not valid JSON ({e})") from None
+    return from_dict(doc, target, strict=False)
+
+
+def to_dict(v: Verdict) -> dict[str, Any]:
+    """A `Verdict` as the plain document (the JSON form)."""
+    out: dict[str, Any] = msgspec.to_builtins(v)
+    return out
+
+
+# ------------------------------------------------------------------------------------- schema and docs
+
+
+def json_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = msgspec.json.schema(Verdict)
+    schema["$id"] = "https://plasmient.dev/schema/verdict-1.json"
+    schema["title"] = "plasmient.verdict/1"
+    return schema
+
+
+def schema_text() -> str:
+    import json
+
+    return json.dumps(json_schema(), indent=1, sort_keys=True) + "\n"
+
+
+def _type_name(t: Any) -> str:
+    from msgspec import inspect as mi
+
+    if isinstance(t, mi.UnionType):
+        names = [_type_name(x) for x in t.types]
+        return " or ".join(n for n in names if n != "null") + (" or null" if "null" in names else "")
+    if isinstance(t, mi.NoneType):
+        return "null"
+    if isinstance(t, mi.ListType):
+        item = _type_name(t.item_type)
+        return f"list of ({item})" if " or " in item else f"list of {item}"
+    if isinstance(t, mi.DictType):
+        return "object"
+    if isinstance(t, mi.StructType):
+        return "object"
+    scalar: dict[type, str] = {mi.IntType: "integer", mi.FloatType: "number", mi.StrType: "string",
+                               mi.BoolType: "boolean", mi.AnyType: "any"}
+    return scalar.get(type(t), type(t).__name__)
+
+
+def _struct_of(t: Any) -> Any:
+    from msgspec import inspect as mi
+
+    if isinstance(t, mi.StructType):
+        return t
+    if isinstance(t, mi.ListType):
+        return _struct_of(t.item_type)
+    if isinstance(t, mi.UnionType):
+        for x in t.types:
+            s = _struct_of(x)
+            if s is not None:
+                return s
+    return None
+
+
+def key_rows() -> list[tuple[str, str, str, bool]]:
+    """Every key of the verdict as (dotted path, type, meaning, required), depth first."""
+    from msgspec import inspect as mi
+
+    rows: list[tuple[str, str, str, bool]] = []
+
+    def walk(info: mi.StructType, prefix: str) -> None:
+        for f in info.fields:
+            t = f.type
+            desc = ""
+            if isinstance(t, mi.Metadata):
+                desc = (t.extra_json_schema or {}).get("description", "") if hasattr(t, "extra_json_schema") else ""
+                desc = desc or getattr(t, "description", "") or ""
+                t = t.type
+            path = f"{prefix}{f.encode_name}"
+            rows.append((path, _type_name(t), desc, f.required))
+            sub = _struct_of(t)
+            if sub is not None:
+                walk(sub, path + ("[]." if isinstance(t, mi.ListType) or (
+                    isinstance(t, mi.UnionType) and any(isinstance(x, mi.ListType) for x in t.types)) else "."))
+
+    top = mi.type_info(Verdict)
+    assert isinstance(top, mi.StructType)
+    walk(top, "")
+    return rows
+
+
+DOC_HEAD = """# verdict.json (`plasmient.verdict/1`)
+
+Every key of the verdict, its type, unit and meaning. Generated from `plasmient_report/verdict_model.py` (the typed
+verdict) by `python -m plasmient_report.verdict_model --write`, which also writes the JSON Schema
+`plasmient_report/verdict.schema.json`; a test fails when this page, the schema or the model drift apart.
+
+- Fractions are 0–1 of the analysed window (`run.window_ns`), not percentages. Times are in ns, work in FLOP,
+  rates in FLOP/s or B/s, peaks in TFLOP/s (10^12) and TB/s.
+- Numbers are finite or null — never NaN or Infinity. Null means unknown: `achieved_fraction_of_peak` is null when
+  no peak is known for the GPU or no kernel has a FLOP estimate; a number with `achieved_is_lower_bound: true` is
+  a lower bound (work without a FLOP estimate is material).
+- The achieved fraction and the `losses` add up to 1 for the run, for every entry of `ranks` and for every range.
+- Changes are additive: keys are never renamed or removed; a key added later is optional (its default is shown
+  as *optional*). Readers should ignore keys they do not know; `load_verdict` does.
+- Read it typed in Python: `from plasmient_report.verdict_model import load_verdict`.
+
+| key | type | meaning |
+|---|---|---|
+"""
+
+
+DOC_TAIL = """
+## Notes
+
+- `top_kernels` and `top_ops` hold the first 20 groups by kernel time inside the analysed window (kernels cut by
+  the window counted pro rata). Bytes come from the byte models of `plasmient_report/flops.py` (`op_bytes` for
+  matmul-like ops, `op_traffic_bytes` for norms, softmax, reductions, embedding, copies, gathers / scatters, cat
+  and elementwise ops), evaluated once per distinct shape; `bound` compares arithmetic intensity with the ridge
+  point (peak / bandwidth) of the GPU. `report.html` shows the same two tables ("Top kernels", "Top ops").
+- `findings[].evidence` is each rule's own record (its keys are listed on the rule's page,
+  `plasmient-report rules --explain ID`); everything else above is stable.
+- The store behind the verdict (`run.duckdb`) is documented in docs/schema.md.
+"""
+
+
+def doc_text() -> str:
+    lines = [DOC_HEAD.rstrip("\n")]
+    for path, type_name, desc, required in key_rows():
+        opt = "" if required else " *optional*"
+        lines.append(f"| `{path}` | {type_name}{opt} | {desc.replace('|', '/')} |")
+    return "\n".join(lines) + "\n" + DOC_TAIL
+
+
+SCHEMA_PATH = Path(__file__).with_name("verdict.schema.json")
+DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "verdict.md"
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:] == ["--write"]:
+        SCHEMA_PATH.write_text(schema_text(), encoding="utf-8")
+        DOC_PATH.write_text(doc_text(), encoding="utf-8")
+        print(f"wrote {SCHEMA_PATH} and {DOC_PATH}")
+        return 0
+    print(doc_text(), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,192 @@
+"""The verdict box (render/terminal.py) and the command line's manners: what a newcomer reads first. Real verdicts
+from the samples and the corpus; hand-edited ones only for keys no trace of ours produces yet (CONTRACTS.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from plasmient_report import pipeline
+from plasmient_report.render import terminal
+
+from .conftest import ROOT, corpus_file, sample_file
+
+
+def box_text(verdict: dict) -> str:
+    console = Console(width=terminal.WIDTH + 1, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    terminal.render(verdict, console=console)
+    return console.export_text()
+
+
+def analysed(*paths: Path, **opts: object) -> dict:
+    res = pipeline.analyse(list(paths), pipeline.Options(**opts))  # type: ignore[arg-type]
+    try:
+        return json.loads(json.dumps(res.verdict))
+    finally:
+        res.close()
+
+
+@pytest.fixture(scope="module")
+def ddp() -> dict:
+    return analysed(sample_file("h200x2_ddp/kineto"))
+
+
+@pytest.fixture(scope="module")
+def single() -> dict:
+    return analysed(sample_file("h200_single/kineto_single.pt.trace.json.gz"))
+
+
+def test_range_rows_across_ranks_are_steps_times_ranks(ddp: dict) -> None:
+    # The DDP sample: 5 profiler steps on each of 2 ranks (sample_traces/README.md). The verdict counts 10
+    # occurrences and sums their windows over both ranks; the box says 5 × 2 ranks and the time of one step.
+    r = next(x for x in ddp["ranges"] if x["name"] == "ProfilerStep#*")
+    assert r["count"] == 10
+    text = box_text(ddp)
+    row = next(line for line in text.splitlines() if "ProfilerStep#*" in line)
+    assert "5 × 2 ranks" in row
+    per_step_ms = r["window_ns"] / 10 / 1e6
+    assert f"{per_step_ms:,.1f}" in row
+    # Truth for the step time: each rank's window is ~202 ms of 5 steps (run.window_ns is the two summed).
+    assert 35 < per_step_ms < 45
+
+
+def test_notes_past_four_are_counted_not_dropped(single: dict) -> None:
+    v = dict(single, notes=[f"note number {i}" for i in range(7)])
+    text = box_text(v)
+    assert "note number 3" in text and "note number 4" not in text
+    assert "and 3 more notes" in text
+
+
+def test_unknown_gpu_says_unknown_and_why(tmp_path: Path) -> None:
+    from .conftest import cpu_op, kernel, launch, write_trace
+
+    ev = [cpu_op("aten::add_", 10.0, 5.0, ext=6), launch(11.0, ext=6, corr=51),
+          kernel("vectorized_elementwise_kernel", 20.0, 50.0, ext=6, corr=51)]
+    v = analysed(write_trace(tmp_path / "t.pt.trace.json", ev, gpu="Mystery Accelerator 9000"))
+    text = box_text(v)
+    assert "unknown" in text and "no peak known for this GPU" in text
+    assert "None" not in text  # never "unknown GPU None"
+    head = text.splitlines()[0]
+    assert "Mystery Accelerator 9000" in head
+
+
+def test_lower_bound_and_new_categories(single: dict) -> None:
+    # Keys the measure stage adds this wave (CONTRACTS.md): hand-set here until a trace of ours produces them.
+    v = json.loads(json.dumps(single))
+    v["achieved_is_lower_bound"] = True
+    v["coverage"]["unknown_flops_time_fraction"] = 0.31
+    v["losses"][1:1] = [{"category": "unknown_flops", "layer": "op", "fraction": 0.02, "recommendation": "x"},
+                        {"category": "startup", "layer": "host", "fraction": 0.01, "recommendation": "y"}]
+    v["achieved_by_precision"] = [{"precision": "bf16", "flops": 1.0, "peak_tflops": 989.4, "fraction": 0.015},
+                                  {"precision": "fp32", "flops": 1.0, "peak_tflops": 67.0, "fraction": 0.002}]
+    text = box_text(v)
+    assert re.search(r"achieved fraction of peak \.+\s+≥ 2%", text)
+    assert "lower bound: 31% of compute time has no FLOP estimate" in " ".join(text.replace("│", " ").split())
+    assert "unknown FLOPs" in text and "start-up" in text and "unknown flops" not in text
+    assert "bf16 2% · fp32 0.2%" in text
+
+
+def test_empty_range_name_is_named(single: dict) -> None:
+    v = json.loads(json.dumps(single))
+    v["ranges"][0]["name"] = ""
+    assert "(unnamed range)" in box_text(v)
+
+
+def test_nsys_gpu_metrics_are_in_the_box() -> None:
+    # The nsys workload recording carries GPU metrics (SM / tensor active): verdict.json has them, and so the box.
+    v = analysed(corpus_file("h200-single-nsys/nsys_workload.sqlite"))
+    assert v["utilization"]["sm_active"] is not None
+    text = box_text(v)
+    assert "SM active" in text and f"{v['utilization']['sm_active'] * 100:.0f}%" in text
+
+
+def test_parser_notes_are_joined_once(tmp_path: Path) -> None:
+    # Notes of one file are joined without doubling their full stops ('collected.; Not all').
+    v = analysed(sample_file("h200_single/nsys_single.sqlite"))
+    notes = " ".join(v["notes"]) + " ".join(s["notes"] or "" for s in v["clock"]["sources"])
+    assert ".;" not in notes
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+
+
+def cli(*args: object) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="80")
+    return subprocess.run([sys.executable, "-m", "plasmient_report.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+def test_help_shows_the_main_form_and_examples() -> None:
+    r = cli("--help")
+    assert r.returncode == 0
+    assert "plasmient-report INPUT... [OPTIONS]" in r.stdout and "Examples:" in r.stdout
+    assert "plasmient-report diff base/ cand/ --fail-if-drop 2" in r.stdout
+    for line in r.stdout.splitlines():  # command summaries are whole sentences, never cut with "..."
+        if re.match(r"\s{2}(batch|diff|peaks|query|report|rules)\s", line):
+            assert not line.rstrip().endswith("..."), line
+    b = cli("batch", "--help").stdout
+    options = re.findall(r"^\s+(--[a-z-]+)(.*)$", b, flags=re.M)
+    assert len(options) > 20
+    undocumented = [o for o, rest in options if not rest.strip() and o != "--help"]
+    assert not [o for o in undocumented if not re.search(rf"{o}\s+\S+\s+\S", b)], undocumented
+
+
+def test_peaks_does_not_cut_gpu_names_when_piped() -> None:
+    r = cli("peaks")
+    assert r.returncode == 0
+    from plasmient_report.peaks import load_table
+
+    for g in load_table(None):
+        assert g.key in r.stdout, g.key
+
+
+def test_query_on_a_verdict_says_it_needs_run_duckdb(tiny_trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    assert cli(tiny_trace, "--out", out, "--quiet").returncode == 0
+    r = cli("query", out / "verdict.json", "SELECT 1")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "run.duckdb" in r.stderr and str(out / "run.duckdb") in r.stderr
+    r = cli("query", out, "SELECT count(*) FROM kernels", "--csv")  # the output folder works too
+    assert r.returncode == 0 and r.stdout.splitlines() == ["count_star()", "2"]
+
+
+def test_no_progress_when_stderr_is_not_a_terminal(tiny_trace: Path, tmp_path: Path) -> None:
+    r = cli(tiny_trace, "--out", tmp_path / "o")
+    assert r.returncode == 0 and r.stderr == ""
+
+
+def test_progress_on_a_terminal(tmp_path: Path) -> None:
+    """On a terminal (a pty here) the long stages show on stderr; the box still prints."""
+    trace = sample_file("h200_single/kineto_single.pt.trace.json.gz")
+    master, slave = pty.openpty()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="100", TERM="xterm")
+    p = subprocess.Popen([sys.executable, "-m", "plasmient_report.cli", str(trace), "--out", str(tmp_path / "o")],
+                         stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    seen = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 300)
+        if not ready:
+            p.kill()
+            break
+        try:
+            chunk = os.read(master, 1 << 16)
+        except OSError:  # the child closed the pty
+            break
+        if not chunk:
+            break
+        seen += chunk
+    p.wait(timeout=60)
+    os.close(master)
+    text = seen.decode("utf-8", "replace")
+    assert p.returncode == 0, text[-2000:]
+    assert "ingest kineto_single.pt.trace.json.gz" in text and "VERDICT" in text
