@@ -3,7 +3,7 @@
 In order: native anchors (offset 0); `--offset SOURCE=±DURATION` forces a source; ranks are shifted so that the
 ends of the same collective coincide (median residual reported); counter logs are matched to the trace's GPUs
 (UUID / bus id / index) and shifted to maximise the correlation of their utilization with the trace's
-kernel-busy series; Nsight Compute launches are joined to trace kernels by name and occurrence order.
+kernel-busy series. (Nsight Compute launches are joined to trace kernels in the measure stage: kernel_flops.py.)
 An offset moves every time column of that source's rows.
 """
 
@@ -16,7 +16,6 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 
 from .errors import BadInput
 from .store import one
@@ -617,108 +616,11 @@ def _align_one(con: duckdb.DuckDBPyConnection, sid: int, metric: str, eff_period
                             int(round(zone_jump * 1e9)))
 
 
-# ------------------------------------------------------------------------------ Nsight Compute launches
-
-def _key_exact(name: str) -> str:
-    return name
-
-
-def _key_normalized(name: str) -> str:
-    """Demanglers differ (`at::native::` vs `at::`, `2ul` vs `2`, `char*` vs `char *`, concrete vs T1
-    parameters): compare names without namespaces, parameter list, integer suffixes and spaces."""
-    n = name.strip()
-    n = n[5:] if n.startswith("void ") else n
-    n = re.sub(r"\(anonymous namespace\)::|<unnamed>::|\{anonymous\}::", "", n)
-    depth = 0
-    cut = len(n)
-    for i, ch in enumerate(n):  # cut the parameter list: the first '(' outside template brackets
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "(" and depth == 0:
-            cut = i
-            break
-    n = n[:cut]
-    n = re.sub(r"[A-Za-z_][A-Za-z0-9_]*::", "", n)
-    n = re.sub(r"\b(\d+)(ul|ull|u|l|ll)\b", r"\1", n)
-    return re.sub(r"\s+", "", n)
-
-
-def _key_base(name: str) -> str:
-    n = _key_normalized(name)
-    return n.split("<", 1)[0]
-
-
-KEYS = (("exact", _key_exact), ("normalized", _key_normalized), ("function", _key_base))
-
-
-def join_ncu(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Nsight Compute launches → trace kernels, by name and occurrence order (per rank): the k-th profiled
-    launch of a kernel is the k-th launch of that kernel in the trace. Names are compared exactly, else
-    without namespaces / parameters, else by function name. Joined kernels get flops/bytes with
-    flops_source = 'ncu' (the FLOP models leave those alone)."""
-    n_ncu = one(con, "SELECT count(*) FROM ncu_kernels")
-    if not n_ncu or not n_ncu[0]:
-        return []
-    ncu_names = [n for (n,) in con.execute("SELECT DISTINCT name FROM ncu_kernels").fetchall()]
-    trace_names = [n for (n,) in con.execute(
-        "SELECT DISTINCT name FROM kernels WHERE kind IN ('compute', 'nccl')").fetchall()]
-    level_of: dict[str, tuple[str, str]] = {}
-    for nm in ncu_names:
-        for level, fn in KEYS:
-            k = fn(nm)
-            if k and any(fn(t) == k for t in trace_names):
-                level_of[nm] = (level, k)
-                break
-    if not level_of:
-        return [f"Nsight Compute: none of its {len(ncu_names)} kernel names occurs in the trace (was it the same "
-                "program?); its counts are kept in ncu_kernels"]
-    tkeys = {(level, t): fn(t) for level, fn in KEYS for t in trace_names}
-    con.register("_ncu_map", pa.table({
-        "ncu_name": [n for n in level_of], "level": [level_of[n][0] for n in level_of],
-        "key": [level_of[n][1] for n in level_of]}))
-    con.register("_trace_map", pa.table({
-        "level": [lv for lv, _ in tkeys], "name": [t for _, t in tkeys], "key": list(tkeys.values())}))
-    con.execute("""
-        CREATE OR REPLACE TEMP TABLE _ncu_join AS
-        WITH n AS (
-            SELECT m.level, m.key, x.*,
-                   row_number() OVER (PARTITION BY m.level, m.key ORDER BY x.source_id, x.launch_id) - 1 AS k_occ
-            FROM ncu_kernels x JOIN _ncu_map m ON m.ncu_name = x.name
-        ), used AS (SELECT DISTINCT level, key FROM n),
-        t AS (
-            SELECT k.kernel_id, k.rank, u.level, u.key,
-                   row_number() OVER (PARTITION BY k.rank, u.level, u.key ORDER BY k.start_ns, k.kernel_id) - 1 AS k_occ
-            FROM kernels k JOIN _trace_map tm ON tm.name = k.name
-            JOIN used u ON u.level = tm.level AND u.key = tm.key
-            WHERE k.kind IN ('compute', 'nccl')
-        )
-        SELECT t.kernel_id, n.source_id, n.launch_id, n.flops, n.dram_bytes
-        FROM t JOIN n ON n.level = t.level AND n.key = t.key AND n.k_occ = t.k_occ""")
-    con.unregister("_ncu_map")
-    con.unregister("_trace_map")
-    con.execute("""UPDATE kernels SET flops = j.flops, bytes = coalesce(j.dram_bytes, kernels.bytes), flops_source = 'ncu'
-                   FROM _ncu_join j WHERE kernels.kernel_id = j.kernel_id AND j.flops IS NOT NULL""")
-    con.execute("""UPDATE ncu_kernels SET kernel_id = j.kernel_id FROM (
-                       SELECT source_id, launch_id, min(kernel_id) AS kernel_id FROM _ncu_join GROUP BY ALL) j
-                   WHERE ncu_kernels.source_id = j.source_id AND ncu_kernels.launch_id = j.launch_id""")
-    joined = one(con, "SELECT count(*), count(*) FILTER (WHERE flops IS NOT NULL) FROM _ncu_join") or (0, 0)
-    matched_launches = one(con, "SELECT count(*) FROM ncu_kernels WHERE kernel_id IS NOT NULL") or (0,)
-    con.execute("DROP TABLE _ncu_join")
-    levels = sorted({lv for lv, _ in level_of.values()} - {"exact"})
-    note = (f"Nsight Compute: {matched_launches[0]} of {n_ncu[0]} profiled launches matched trace kernels by name "
-            f"and occurrence; {joined[1]} trace kernels take ncu FLOPs")
-    if levels:
-        note += f" (names compared {' / '.join(levels)} where they differ)"
-    return [note]
-
-
 # ----------------------------------------------------------------------------------------------- stage
 
 def align(con: duckdb.DuckDBPyConnection, offsets: Sequence[str | ForcedOffset] = (),
           counter_search_ns: int = DEFAULT_SEARCH_NS) -> list[str]:
-    """The align stage: ranks, anchors, forced offsets, rank alignment, counter logs, ncu join. Returns notes."""
+    """The align stage: ranks, anchors, forced offsets, rank alignment, counter logs. Returns notes."""
     forced = [o if isinstance(o, ForcedOffset) else parse_offset(o) for o in offsets]
     notes = assign_ranks(con)
     for path, zone, src_notes in con.execute(
@@ -732,5 +634,4 @@ def align(con: duckdb.DuckDBPyConnection, offsets: Sequence[str | ForcedOffset] 
     notes += match_counter_gpus(con)
     _, counter_notes = align_counters(con, fixed, counter_search_ns)
     notes += counter_notes
-    notes += join_ncu(con)
     return notes

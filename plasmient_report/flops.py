@@ -14,18 +14,12 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .vocab import DTYPE_PRECISION, ELEMENT_BYTES, EXTRA_ELEMENT_BYTES, SCALAR_TYPE_BYTES
+
+__all__ = ["BOOL_OUTPUT_OPS", "BYTE_MODELS", "DTYPE_PRECISION", "ELEMENT_BYTES", "MATMUL_OPS", "MODELS", "element_bytes",
+           "op_bytes", "op_flops", "op_precision", "op_traffic_bytes"]
+
 Dims = list[Any]
-
-DTYPE_PRECISION = {
-    "c10::bfloat16": "bf16", "bfloat16": "bf16",
-    "c10::half": "fp16", "half": "fp16", "float16": "fp16",
-    "float": "fp32", "float32": "fp32",
-    "double": "fp64", "float64": "fp64",
-    "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "c10::float8_e4m3fnuz": "fp8",
-    "c10::float8_e5m2fnuz": "fp8",
-    "signed char": "int8", "int8": "int8", "char": "int8",
-}
-
 
 def _shape(x: Any) -> list[int] | None:
     if isinstance(x, list) and all(isinstance(v, int) for v in x):
@@ -223,9 +217,6 @@ def op_flops(name: str, input_dims: str | None, concrete_inputs: str | None = No
     return f if f is not None and math.isfinite(f) and f >= 0 else None
 
 
-ELEMENT_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
-
-
 def op_bytes(name: str, input_dims: str | None, input_types: str | None) -> float | None:
     """Minimum DRAM bytes of a matmul-like op: read each operand once, write the output once.
 
@@ -254,10 +245,6 @@ def op_bytes(name: str, input_dims: str | None, input_types: str | None) -> floa
     return float(elem * (sum(_prod(d) for d in shapes[:3]) + _prod(shapes[0])))
 
 
-_EXTRA_ELEMENT_BYTES = {"long int": 8, "long": 8, "int64": 8, "int": 4, "int32": 4, "short": 2, "bool": 1,
-                        "unsigned char": 1, "uint8": 1}
-
-
 def element_bytes(type_name: Any) -> int | None:
     if not isinstance(type_name, str):
         return None
@@ -265,11 +252,7 @@ def element_bytes(type_name: Any) -> int | None:
     prec = DTYPE_PRECISION.get(t)
     if prec:
         return ELEMENT_BYTES.get(prec)
-    return _EXTRA_ELEMENT_BYTES.get(t)
-
-
-# c10::ScalarType numbers as Kineto records a `dtype` argument in Concrete Inputs, → bytes per element.
-SCALAR_TYPE_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2, 23: 1, 24: 1, 25: 1, 26: 1}
+    return EXTRA_ELEMENT_BYTES.get(t)
 
 
 class _Args:

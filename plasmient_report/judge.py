@@ -16,8 +16,9 @@ import duckdb
 
 from . import __version__, measured, roofline
 from .errors import BadInput
-from .metrics import CATEGORIES, GpuPeak, loss_fractions
+from .metrics import GpuPeak, loss_fractions
 from .store import one
+from .vocab import CATEGORIES, MATERIAL_UNKNOWN_FLOPS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -35,8 +36,8 @@ class Thresholds:
     healthy_achieved: float = 0.50       # at or above: "healthy"
     busy_utilization: float = 0.70       # busy and achieved < useful_achieved: "busy, not useful"
     useful_achieved: float = 0.30
-    comm_share: float = 0.50             # NCCL share of busy time above which: "communication-bound"
-    low_coverage: float = 0.50           # compute time with a FLOP estimate below: achieved is a lower bound
+    comm_share: float = 0.50             # communication share of busy time above which: "communication-bound"
+    material_unknown_flops: float = MATERIAL_UNKNOWN_FLOPS  # unknown share of compute time above: a lower bound
 
 
 def thresholds_from(config: Path | None) -> Thresholds:
@@ -76,11 +77,13 @@ RECOMMENDATIONS = {
     "collective_transfer": "overlap communication with compute; bucket / compress gradients",
     "pipeline_bubble": "more micro-batches or an interleaved schedule",
     "memory_bound": "fuse elementwise ops; raise arithmetic intensity",
+    "unknown_flops": "unknown work: give --model-flops N, record shapes, or an Nsight Compute CSV",
     "compute_inefficiency": "bigger / better-shaped GEMMs; tensor-core precisions",
     "memcpy": "pinned memory, async copies, fewer host round trips",
     "launch_bound": "CUDA graphs / torch.compile; fewer, larger kernels",
     "sync_stall": "remove host syncs (.item(), .cpu()) from the hot loop",
     "input_bound": "more DataLoader workers, pinned memory, prefetch",
+    "startup": "one-time set-up: profile after warm-up steps, or analyse a --range that excludes it",
     "host_other": "the GPU waits on host code: profile the Python side",
     "no_coverage": "this GPU has no trace data in the window",
 }
@@ -132,7 +135,11 @@ def _metric_rows(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) 
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
-def verdict_word(util: float | None, achieved: float | None, comm_share: float, t: Thresholds) -> str:
+def verdict_word(util: float | None, achieved: float | None, comm_share: float, t: Thresholds,
+                 lower_bound: bool = False, peak_known: bool = True) -> str:
+    """The verdict's word from the two headline numbers. When the achieved fraction is a lower bound (unknown work
+    is material) or unknown, nothing calls the GPU "not useful": only time-based words, or "healthy" when even the
+    lower bound is."""
     if util is None:
         return "no data"
     if util < t.idle_utilization:
@@ -140,18 +147,30 @@ def verdict_word(util: float | None, achieved: float | None, comm_share: float, 
     if comm_share >= t.comm_share:
         return "communication-bound"
     if achieved is None:
-        return "busy (no peak known)"
+        if not peak_known:
+            return "busy (no peak known)"
+        return "busy (achieved unknown)" if util >= t.busy_utilization else "underused (achieved unknown)"
     if achieved >= t.healthy_achieved:
         return "healthy"
+    if lower_bound:
+        return "busy (achieved: lower bound)" if util >= t.busy_utilization else "underused"
     if util >= t.busy_utilization and achieved < t.useful_achieved:
         return "busy, not useful"
     return "underused"
 
 
-def headroom(achieved: float | None) -> dict[str, Any]:
-    if achieved is None or achieved <= 0:
-        return {"factor": None, "text": "unknown (no useful FLOPs measured)"}
+def headroom(achieved: float | None, lower_bound: bool = False) -> dict[str, Any]:
+    """1 / achieved, worded. A lower-bound achieved gives only an upper bound on headroom: no factor is claimed."""
+    if achieved is None:
+        return {"factor": None, "text": "unknown (the achieved fraction is unknown)" if lower_bound else
+                "unknown (no useful FLOPs measured)"}
+    if achieved <= 0:
+        return {"factor": None, "text": "unknown (the achieved fraction is a lower bound)" if lower_bound else
+                "unknown (no useful FLOPs measured)"}
     f = 1.0 / achieved
+    if lower_bound:
+        return {"factor": None, "text": f"unknown: at most {f:.1f}x (the achieved fraction is a lower bound)"
+                if f <= 100 else "unknown (the achieved fraction is a lower bound)"}
     if f > 100:
         return {"factor": f, "text": "more than 100x below peak"}
     return {"factor": f, "text": f"{f:.1f}x headroom before new hardware"}
@@ -174,6 +193,64 @@ def partial_coverage(con: duckdb.DuckDBPyConnection, present: set[int]) -> dict[
             "incomplete_sources": [{"path": p, "what": w} for p, w in incomplete]}
 
 
+@dataclass(frozen=True)
+class Achieved:
+    """The achieved fraction of one window as the verdict states it."""
+
+    value: float | None          # None: unknown (no peak, or no FLOP estimate at all beside unknown work)
+    lower_bound: bool            # unknown work is material: the value is a floor
+    unknown_fraction: float | None  # unknown-FLOP share of compute-kernel time
+    with_flops_fraction: float | None  # compute-kernel time with a FLOP estimate
+    peak_known: bool
+
+
+def achieved_of(row: dict[str, Any], t: Thresholds) -> Achieved:
+    """From a `metrics` row: the achieved fraction, whether it is a lower bound, and the coverage behind it."""
+    kns = row.get("kernel_ns") or 0
+    unknown = (row.get("unknown_ns") or 0) / kns if kns else None
+    with_flops = (row.get("kernel_ns_with_flops") or 0) / kns if kns else None
+    value = _f(row.get("achieved_fraction_of_peak"))
+    peak_known = row.get("peak_flop_s") is not None
+    lower = value is not None and unknown is not None and unknown > t.material_unknown_flops
+    if value is not None and kns and unknown and not row.get("kernel_ns_with_flops"):
+        value, lower = None, True  # nothing in the window has a FLOP estimate: a number would be a guess
+    return Achieved(value, lower, unknown, with_flops, peak_known)
+
+
+def _achieved_by_precision(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None,
+                           rank: int | None = None, device: int | None = None) -> list[dict[str, Any]]:
+    rows = con.execute("""
+        SELECT precision, flops, peak_flop_s, achieved_fraction_of_peak FROM metrics_by_precision
+        WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND rank IS NOT DISTINCT FROM ?
+          AND device IS NOT DISTINCT FROM ?
+        ORDER BY achieved_fraction_of_peak DESC, precision""", [scope, range_name, rank, device]).fetchall()
+    return [{"precision": p, "flops": _f(fl), "peak_tflops": pk / 1e12 if pk else None, "fraction": _f(fr)}
+            for p, fl, pk, fr in rows]
+
+
+def hardware_estimate(means: list[measured.WindowMean], scope: str, range_name: str | None) -> dict[str, Any] | None:
+    """Tensor-pipe activity from device counters (nsys GPU metrics' Tensor Active, DCGM PIPE_TENSOR_ACTIVE) covering
+    the window, beside the achieved fraction."""
+    m = next((x for x in means if x.scope == scope and x.range_name == range_name and x.rank is None
+              and x.metric == "tensor_active"), None)
+    if m is None:
+        return None
+    return {"metric": "tensor_active", "value": m.value,
+            "source": m.sources[0] if len(m.sources) == 1 else ", ".join(m.sources),
+            "what": "the share of time the tensor cores were active, averaged over the window by the GPU's own "
+                    "counters: an upper bound on tensor-core work (an active pipe is not a full one), measured with "
+                    "no FLOP estimate, so it stands where the trace cannot say"}
+
+
+def _range_info(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
+    rows = con.execute("""
+        SELECT label, count(DISTINCT rank) AS ranks, max(n) AS per_rank, bool_or(window_kind IN ('gpu', 'gpu_annotation'))
+        FROM (SELECT label, rank, window_kind, count(DISTINCT occurrence) OVER (PARTITION BY label, rank) AS n
+              FROM range_occurrences WHERE is_window)
+        GROUP BY label""").fetchall()
+    return {lab: {"ranks": int(r), "count": int(n), "window": "gpu" if g else "cpu"} for lab, r, n, g in rows}
+
+
 def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None = None) -> dict[str, Any]:
     t = t or Thresholds()
     scope = "range" if ctx.ranges else "window"
@@ -182,52 +259,66 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
         "scope = 'window' AND rank IS NULL"
     head_params: list[Any] = [ctx.ranges[0]] if ctx.ranges else []
     head = (_metric_rows(con, head_where, head_params) or [{}])[0]
-    util = _f(head.get("utilization"))
-    achieved = _f(head.get("achieved_fraction_of_peak"))
-
-    comm = one(con, """
-        SELECT coalesce(sum(CASE WHEN kind = 'nccl' THEN end_ns - start_ns END), 0),
-               coalesce(sum(end_ns - start_ns), 0) FROM kernels""") or (0, 0)
-    comm_share = comm[0] / comm[1] if comm[1] else 0.0
-    kern_time = one(con, """
-        SELECT count(*), coalesce(sum(end_ns - start_ns) FILTER (WHERE kind = 'compute'), 0),
-               coalesce(sum(end_ns - start_ns) FILTER (WHERE kind = 'compute' AND flops > 0), 0),
-               count(*) FILTER (WHERE flops_source = 'model'), count(*) FILTER (WHERE flops_source = 'op'),
-               count(*) FILTER (WHERE flops_source = 'ncu')
-        FROM kernels""") or (0, 0, 0, 0, 0, 0)
-    cov_run = kern_time[2] / kern_time[1] if kern_time[1] else None
-    cov_head = (head["kernel_ns_with_flops"] / head["kernel_ns"]) if head.get("kernel_ns") else cov_run
-
     head_range = ctx.ranges[0] if ctx.ranges else None
+    util = _f(head.get("utilization"))
+    ach = achieved_of(head, t)
+    achieved = ach.value
+    comm_share = (head.get("communication_ns") or 0) / head["activity_ns"] if head.get("activity_ns") else 0.0
+
+    kern = one(con, """
+        SELECT count(*), count(*) FILTER (WHERE flops_source = 'model'), count(*) FILTER (WHERE flops_source = 'op'),
+               count(*) FILTER (WHERE flops_source = 'ncu'), count(*) FILTER (WHERE flops_source = 'user')
+        FROM kernels""") or (0, 0, 0, 0, 0)
+    # kernels of the analysed window whose launch was linked to a CPU op
+    linked = one(con, """SELECT avg((l.op_id IS NOT NULL)::INTEGER) FROM
+                         (SELECT DISTINCT kernel_id FROM window_kernels WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?) w
+                         JOIN kernel_launch l USING (kernel_id)""", [scope, head_range])
+    run_row = (_metric_rows(con, "scope = 'window' AND rank IS NULL", []) or [{}])[0]
+    cov_run = (run_row["kernel_ns_with_flops"] / run_row["kernel_ns"]) if run_row.get("kernel_ns") else None
+
     means = measured.window_means(con)
     findings = findings_list(con)
-    losses = loss_list(loss_fractions(con, scope, head_range, None), best_fixes(findings)) \
-        if achieved is not None else []
+    # Losses whenever the window was swept: time-based categories need no peak.
+    losses = loss_list(loss_fractions(con, scope, head_range, None), best_fixes(findings))
+    hosts = {r: h for r, h in con.execute("SELECT rank, any_value(host) FROM sources WHERE rank IS NOT NULL "
+                                          "GROUP BY rank").fetchall()}
+    names = {(p.rank, p.device): p.device_name for p in ctx.peaks}
     ranks = []
     for r in _metric_rows(con, f"scope = '{scope}' AND rank IS NOT NULL" +
                           (" AND range_name = ?" if ctx.ranges else ""), head_params):
+        a = achieved_of(r, t)
         ranks.append({
-            "rank": r["rank"], "device": r["device"],
+            "rank": r["rank"], "device": r["device"], "host": hosts.get(r["rank"]),
+            "gpu": names.get((r["rank"], r["device"])),
             "utilization": measured.utilization_block(_f(r["utilization"]), means, scope, head_range, r["rank"],
                                                       r["device"]),
-            "achieved_fraction_of_peak": _f(r["achieved_fraction_of_peak"]),
+            "achieved_fraction_of_peak": a.value, "achieved_is_lower_bound": a.lower_bound,
             "window_ns": r["window_ns"], "flops": _f(r["flops"]),
-            "losses": loss_list(loss_fractions(con, scope, head_range, r["rank"]), best_fixes(findings, r["rank"]))
-            if r["achieved_fraction_of_peak"] is not None else []})
+            "losses": loss_list(loss_fractions(con, scope, head_range, r["rank"], r["device"]),
+                                best_fixes(findings, r["rank"]))})
+    info = _range_info(con)
     ranges = []
     for r in _metric_rows(con, "scope = 'range' AND rank IS NULL", []):
+        a = achieved_of(r, t)
+        ri = info.get(r["range_name"], {})
+        n_gpus = one(con, "SELECT count(*) FROM metrics WHERE scope = 'range' AND range_name = ? AND rank IS NOT NULL",
+                     [r["range_name"]]) or (1,)
+        per_occ = r["window_ns"] / r["occurrences"] if r.get("occurrences") else None
         ranges.append({
-            "name": r["range_name"], "count": r["occurrences"], "window_ns": r["window_ns"],
-            "utilization": _f(r["utilization"]), "achieved_fraction_of_peak": _f(r["achieved_fraction_of_peak"]),
+            "name": r["range_name"], "count": r["occurrences"], "ranks": ri.get("ranks"),
+            "window": ri.get("window"), "window_ns": r["window_ns"],
+            "per_occurrence_ns": per_occ if n_gpus[0] else None,
+            "utilization": _f(r["utilization"]), "achieved_fraction_of_peak": a.value,
+            "achieved_is_lower_bound": a.lower_bound,
             "utilization_measured": measured.utilization_block(None, means, "range", r["range_name"], None,
                                                                None)["measured"],
             "flops": _f(r["flops"]), "missing_ranks": ctx.missing_ranges.get(r["range_name"], []),
-            "losses": loss_list(loss_fractions(con, "range", r["range_name"], None))
-            if r["achieved_fraction_of_peak"] is not None else []})
+            "losses": loss_list(loss_fractions(con, "range", r["range_name"], None))})
     for name, miss in ctx.missing_ranges.items():
         if not any(x["name"] == name for x in ranges):
-            ranges.append({"name": name, "count": 0, "window_ns": 0, "utilization": None,
-                           "achieved_fraction_of_peak": None, "flops": None, "missing_ranks": miss, "losses": []})
+            ranges.append({"name": name, "count": 0, "ranks": 0, "window": None, "window_ns": 0,
+                           "per_occurrence_ns": None, "utilization": None, "achieved_fraction_of_peak": None,
+                           "achieved_is_lower_bound": False, "flops": None, "missing_ranks": miss, "losses": []})
 
     sources = con.execute("""
         SELECT path, format, format_version, rank, rank_method, clock_anchor, offset_ns, offset_method,
@@ -235,14 +326,24 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     gpus = [{"rank": p.rank, "device": p.device, "name": p.device_name} for p in ctx.peaks]
     first = ctx.peaks[0].peak if ctx.peaks else None
     distinct_gpus = {p.peak.gpu for p in ctx.peaks}
-    word = verdict_word(util, achieved, comm_share, t)
-    lower_bound = cov_head is not None and cov_head < t.low_coverage
+    by_precision = _achieved_by_precision(con, scope, head_range) if achieved is not None else []
+    dominant = by_precision[0]["precision"] if by_precision else (first.precision if first else ctx.precision)
+    dom_peak = one(con, """SELECT peak_flop_s, source FROM device_peaks WHERE peak_precision = ?
+                           ORDER BY rank, device LIMIT 1""", [dominant]) if ctx.peaks else None
+    word = verdict_word(util, achieved, comm_share, t, ach.lower_bound, ach.peak_known)
     notes = list(ctx.notes)
-    if lower_bound:
-        notes.append(f"only {cov_head:.0%} of compute-kernel time has a FLOP estimate: the achieved fraction is a "
-                     "lower bound (give --model-flops, or record shapes)")
+    unknown_pct = f"{ach.unknown_fraction:.0%}" if ach.unknown_fraction is not None else "?"
+    give = ("give --model-flops N (the model's FLOPs per step or per --range occurrence), record shapes "
+            "(torch.profiler record_shapes=True; nsys: emit_nvtx(record_shapes=True)), or an Nsight Compute CSV")
+    if achieved is None and ach.peak_known and ach.lower_bound:
+        notes.append(f"achieved: unknown — no compute kernel in the window has a FLOP estimate ({unknown_pct} of "
+                     f"compute-kernel time may do matmul-class work that nothing estimates); {give}")
+    elif ach.lower_bound:
+        notes.append(f"{unknown_pct} of compute-kernel time is unknown work (GEMM / attention / custom or compiled "
+                     f"kernels without a FLOP estimate): the achieved fraction is a lower bound; {give}")
     if first is not None and not first.known:
-        notes.append(first.source)
+        notes.append(first.source + ("; utilization and the time-based losses are still measured"
+                                     if util is not None else ""))
     partial = partial_coverage(con, {p.rank for p in ctx.peaks})
     if partial["missing_ranks"]:
         miss = partial["missing_ranks"]
@@ -254,10 +355,17 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     if head.get("capped_ns"):
         notes.append(f"{head['capped_ns'] / 1e6:.2f} ms of kernel time implied more than peak and was capped at "
                      "peak: a FLOP estimate or the peak is wrong")
-    bw = first.bandwidth_bytes_s if first else None
-    pk = first.flop_s if first else None
-    kgroups = roofline.kernel_groups(con, scope, head_range, pk, bw)
-    ogroups = roofline.kernel_groups(con, scope, head_range, pk, bw, by="op")
+    notes += _precision_notes(con, scope, head_range)
+    for r in ranges:
+        if r["window"] == "cpu":
+            notes.append(f"range {r['name']} launched no GPU work: its window is its CPU interval")
+    kgroups = roofline.kernel_groups(con, scope, head_range, by="kernel")
+    ogroups = roofline.kernel_groups(con, scope, head_range, by="op")
+    above = [g for g in kgroups[:TOP_GROUPS] if g.bandwidth_above_hbm_peak]
+    if above:
+        notes.append(f"{len(above)} of the top kernels' byte estimates imply more than the HBM peak (e.g. "
+                     f"{above[0].name[:60]}): L2-resident reuse, or a byte model that over-counts — their bandwidth "
+                     "is an estimate, not a measurement")
     return {
         "schema": SCHEMA,
         "tool": {"name": "plasmient-report", "version": __version__},
@@ -272,17 +380,20 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
         "utilization": {**measured.utilization_block(util, means, scope, head_range, None, None),
                         "measured_by_source": measured.by_source(con, scope, head_range)},
         "achieved_fraction_of_peak": achieved,
-        "achieved_is_lower_bound": lower_bound,
+        "achieved_is_lower_bound": ach.lower_bound,
+        "achieved_by_precision": by_precision,
+        "hardware_estimate": hardware_estimate(means, scope, head_range),
         "peak": {
             "gpu": first.gpu if first else None,
             "gpus": sorted(g for g in distinct_gpus if g) if len(distinct_gpus) > 1 else None,
-            "precision": ctx.precision,
-            "tflops": first.flop_s / 1e12 if first and first.flop_s else None,
+            "precision": dominant,
+            "precisions": [b["precision"] for b in by_precision] or ([dominant] if dominant else []),
+            "tflops": dom_peak[0] / 1e12 if dom_peak and dom_peak[0] else None,
             "memory_bandwidth_tbs": first.bandwidth_bytes_s / 1e12 if first and first.bandwidth_bytes_s else None,
-            "source": first.source if first else None,
+            "source": (dom_peak[1] if dom_peak else None) or (first.source if first else None),
         },
         "losses": losses,
-        "headroom": headroom(achieved),
+        "headroom": headroom(achieved, ach.lower_bound),
         "verdict": word,
         "findings": findings,
         "ranks": ranks,
@@ -292,12 +403,15 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
              "anchor": s[5], "offset_ns": s[6], "method": s[7], "uncertainty_ns": s[8], "time_zone": s[10],
              "sample_period_ns": s[11], "notes": s[9]} for s in sources]},
         "coverage": {
-            "kernels": kern_time[0],
-            "kernels_with_flops_time_fraction": cov_head,
+            "kernels": kern[0],
+            "kernels_with_flops_time_fraction": ach.with_flops_fraction,
+            "unknown_flops_time_fraction": ach.unknown_fraction,
             "run_kernels_with_flops_time_fraction": cov_run,
-            "kernels_flops_from_model": kern_time[3],
-            "kernels_flops_from_trace": kern_time[4],
-            "kernels_flops_from_ncu": kern_time[5],
+            "kernels_flops_from_model": kern[1],
+            "kernels_flops_from_trace": kern[2],
+            "kernels_flops_from_ncu": kern[3],
+            "kernels_flops_from_user": kern[4],
+            "kernels_linked_to_ops_fraction": _f(linked[0]) if linked else None,
             "communication_time_fraction": comm_share,
             **partial,
         },
@@ -305,3 +419,15 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
         "top_ops": roofline.as_records(ogroups, TOP_GROUPS, "op"),
         "notes": notes,
     }
+
+
+def _precision_notes(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None) -> list[str]:
+    """Precisions the GPU has no peak figure for: said, never invented (their kernels count as unknown work)."""
+    rows = con.execute("""
+        SELECT kc.precision, any_value(dp.gpu), sum(wk.end_ns - wk.start_ns) FROM window_kernels wk
+        JOIN kernel_class kc USING (kernel_id)
+        LEFT JOIN device_peaks dp ON dp.headline AND dp.rank IS NOT DISTINCT FROM kc.rank AND dp.device = kc.device
+        WHERE wk.scope = ? AND wk.range_name IS NOT DISTINCT FROM ? AND kc.reason = 'no peak for its precision'
+        GROUP BY kc.precision ORDER BY 3 DESC""", [scope, range_name]).fetchall()
+    return [f"{ns / 1e6:.2f} ms of {p} kernel time: the peak table has no {p} figure for {g}, so that work is counted "
+            "as unknown (give --peak-precision or --peaks FILE.toml)" for p, g, ns in rows]

@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 
 from . import align as align_stage
-from . import interrupt, judge, metrics, outdir, parsers, rules, store
+from . import interrupt, judge, kernel_flops, metrics, outdir, parsers, rules, store
 from . import scratch as scratch_mod
 from .errors import BadInput, path_text
 from .parsers import _io
@@ -138,16 +138,16 @@ def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Pro
 
 
 def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
-    metrics.model_op_flops(con)
-    metrics.nest_ops(con)
-    metrics.attribute_kernel_flops(con)
-    metrics.model_kernel_bytes(con)
-    user_note = None
-    if opts.model_flops is not None:
-        user_note = metrics.apply_model_flops(con, opts.model_flops, list(opts.ranges))
+    """The measure stage: ops and their models, kernel → op links, FLOPs and bytes per kernel (written once), the
+    peaks, the analysed windows, then the sweep (the SQL library, plasmient_report/sql/)."""
+    notes: list[str] = []
+    kernel_flops.prepare_ops(con)
+    kernel_flops.link_kernels(con)
+    kernel_flops.op_candidates(con)
+    notes += kernel_flops.ncu_candidates(con)
     table = load_table(opts.peaks_file)
     precision, gpu_peaks = metrics.assign_peaks(con, table, opts.peak_precision, opts.gpu, opts.peak_tflops)
-    missing = metrics.build_windows(con, list(opts.ranges))
+    missing = metrics.build_windows(con, list(opts.ranges), step_occurrences=opts.model_flops is not None)
     if opts.ranges:
         have = {r for (r,) in con.execute("SELECT DISTINCT range_name FROM windows WHERE scope='range'").fetchall()}
         absent = [p for p in opts.ranges if p not in have]
@@ -157,9 +157,13 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
                 "LIMIT 12").fetchall()]
             raise BadInput(None, f"no range matches {', '.join(repr(a) for a in absent)}; ranges in the trace "
                                  f"include: {', '.join(names) or '(none)'}")
-    metrics.sweep(con, gpu_peaks)
+    if opts.model_flops is not None:
+        label = opts.ranges[0] if opts.ranges else metrics.STEP_LABEL
+        notes.append(kernel_flops.user_candidates(con, opts.model_flops, label))
+    kernel_flops.write(con)
+    metrics.sweep(con)
     return judge.RunContext(inputs=[], ranges=list(opts.ranges), precision=precision, peaks=gpu_peaks,
-                            missing_ranges=missing, notes=[user_note] if user_note else [])
+                            missing_ranges=missing, notes=notes)
 
 
 def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = None) -> Result:

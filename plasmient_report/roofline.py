@@ -1,6 +1,6 @@
-"""The kernel roofline (SPEC §4): kernels aggregated per kernel name and per op over the analysed windows, with
-FLOPs, bytes, arithmetic intensity, achieved FLOP/s and bandwidth, fraction of peak, and memory- or compute-bound
-against the ridge point P / bandwidth. Read by the verdict (`top_kernels`, `top_ops`) and report.html."""
+"""The kernel roofline (SPEC §4), as the verdict and report.html read it: the SQL library's `kernel_roofline` table
+macro (sql/kernel_roofline.sql — kernels grouped per kernel name or per op over an analysed window, each kernel
+against the peak of its own precision, the group's class and bound from `kernel_class`) as records."""
 
 from __future__ import annotations
 
@@ -25,60 +25,25 @@ class KernelGroup:
     bound: str
     achieved_bandwidth_bytes_s: float | None = None
     calls: int | None = None  # per op: distinct op calls whose kernels ran in the window
+    kernel_class: str | None = None
+    bandwidth_fraction_of_hbm: float | None = None
+    bandwidth_above_hbm_peak: bool = False
 
 
-# Per op: the op that owns the kernel's FLOPs (the outermost with a FLOP model), else the op that launched it.
-_KEYS = {"kernel": "k.name", "op": "coalesce(fo.name, lo.name, '(no op)')"}
-
-
-def kernel_groups(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None, peak_flop_s: float | None,
-                  bandwidth_bytes_s: float | None, by: Literal["kernel", "op"] = "kernel") -> list[KernelGroup]:
-    """Kernels grouped by name (or by op) over the analysed windows (clipped to them, FLOPs and bytes pro rata)."""
-    rows = con.execute(f"""
-        WITH w AS (
-            SELECT rank, device, start_ns AS ws, end_ns AS we FROM windows
-            WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn AND end_ns > start_ns
-        ), k AS (
-            SELECT {_KEYS[by]} AS key, k.kind, k.flops, k.bytes, k.start_ns, k.end_ns,
-                   coalesce(k.flops_op_id, k.op_id) AS op,
-                   greatest(0, least(k.end_ns, w.we) - greatest(k.start_ns, w.ws)) AS ov
-            FROM kernels k ASOF JOIN w
-              ON k.rank IS NOT DISTINCT FROM w.rank AND k.device = w.device AND k.end_ns > w.ws
-            LEFT JOIN ops fo ON fo.op_id = k.flops_op_id LEFT JOIN ops lo ON lo.op_id = k.op_id
-        ), c AS (
-            SELECT *, CASE WHEN end_ns > start_ns THEN ov / (end_ns - start_ns) ELSE 1.0 END AS share,
-                   sum(ov) OVER (PARTITION BY key, kind) AS kind_ns FROM k
-            WHERE ov > 0
-        )
-        -- the group's kind: the kind of kernel it spent most time in (an op's GEMMs, not its workspace memsets)
-        SELECT key, arg_max(kind, kind_ns), count(*), sum(ov)::DOUBLE,
-               sum(flops * share) FILTER (WHERE flops > 0),
-               sum(flops * share) FILTER (WHERE flops > 0 AND bytes > 0),
-               sum(bytes * share) FILTER (WHERE flops > 0 AND bytes > 0),
-               sum(bytes * share) FILTER (WHERE bytes > 0),
-               sum(ov) FILTER (WHERE bytes > 0)::DOUBLE, count(DISTINCT op)
-        FROM c GROUP BY key ORDER BY sum(ov) DESC, key""", {"scope": scope, "rn": range_name}).fetchall()
-    total = sum(r[3] for r in rows) or 1.0
-    ridge = peak_flop_s / bandwidth_bytes_s if peak_flop_s and bandwidth_bytes_s else None
-    out = []
-    for name, kind, count, t, flops, f_ai, b_ai, nbytes, t_bytes, calls in rows:
-        rate = flops / (t / 1e9) if flops and t else None
-        ai = f_ai / b_ai if f_ai and b_ai else None
-        if kind == "nccl":
-            bound = "communication"
-        elif kind in ("memcpy", "memset"):
-            bound = "copy"
-        elif not flops:
-            bound = "memory (no FLOPs)" if nbytes else "no FLOP estimate"
-        elif ai is None or ridge is None:
-            bound = "compute (no bytes)" if ai is None else "unknown"
-        else:
-            bound = "memory" if ai < ridge else "compute"
-        out.append(KernelGroup(name, kind, count, t, t / total, flops, nbytes, rate,
-                               rate / peak_flop_s if rate and peak_flop_s else None, ai, bound,
-                               nbytes / (t_bytes / 1e9) if nbytes and t_bytes else None,
-                               calls if by == "op" else None))
-    return out
+def kernel_groups(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None,
+                  peak_flop_s: float | None = None, bandwidth_bytes_s: float | None = None,
+                  by: Literal["kernel", "op"] = "kernel") -> list[KernelGroup]:
+    """Kernels grouped by name (or by op) over the analysed windows (clipped to them, FLOPs and bytes pro rata).
+    The peak and bandwidth arguments are not used: every kernel is measured against its own GPU and precision."""
+    rows = con.execute("""
+        SELECT name, kind, count, time_ns, time_share, flops, bytes, achieved_flop_s, achieved_fraction_of_peak,
+               arithmetic_intensity, bound, achieved_bandwidth_bytes_s, calls, class, bandwidth_fraction_of_hbm,
+               bandwidth_above_hbm_peak
+        FROM kernel_roofline($scope, $rn, $by)""", {"scope": scope, "rn": range_name, "by": by}).fetchall()
+    return [KernelGroup(name, kind, int(count), float(t), float(share or 0.0), flops, nbytes, rate, frac, ai, bound,
+                        bw, int(calls) if by == "op" else None, cls, bw_frac, bool(above))
+            for (name, kind, count, t, share, flops, nbytes, rate, frac, ai, bound, bw, calls, cls, bw_frac,
+                 above) in rows]
 
 
 def as_records(groups: list[KernelGroup], limit: int, by: Literal["kernel", "op"]) -> list[dict[str, Any]]:

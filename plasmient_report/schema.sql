@@ -204,7 +204,8 @@ CREATE TABLE IF NOT EXISTS windows (
     rank       INTEGER,
     device     INTEGER,
     start_ns   BIGINT,
-    end_ns     BIGINT
+    end_ns     BIGINT,
+    occurrences INTEGER
 );
 
 CREATE TABLE IF NOT EXISTS metrics (
@@ -222,22 +223,15 @@ CREATE TABLE IF NOT EXISTS metrics (
     capped_ns                 BIGINT,
     kernel_ns                 BIGINT,
     kernel_ns_with_flops      BIGINT,
-    peak_flop_s               DOUBLE
+    peak_flop_s               DOUBLE,
+    achieved_ns               DOUBLE,
+    unknown_ns                BIGINT,
+    unmeasured_ns             BIGINT,
+    communication_ns          BIGINT,
+    activity_ns               BIGINT
 );
 
-CREATE TABLE IF NOT EXISTS losses (
-    scope             VARCHAR,
-    range_name        VARCHAR,
-    rank              INTEGER,
-    device            INTEGER,
-    start_ns          BIGINT,
-    end_ns            BIGINT,
-    category          VARCHAR,
-    layer             VARCHAR,
-    lost_flop_seconds DOUBLE,
-    lost_ns           DOUBLE,
-    rule_id           VARCHAR
-);
+-- losses: a view over the sweep's stretches (plasmient_report/sql/losses.sql), created by the measure stage.
 
 CREATE TABLE IF NOT EXISTS findings (
     rule_id        VARCHAR,

@@ -247,10 +247,16 @@ class KernelGroup(_Struct, kw_only=True):
     achieved_flop_s: Annotated[float | None, _d("FLOP/s: flops over the time of the kernels that have one")]
     achieved_fraction_of_peak: Annotated[float | None, _d("fraction: achieved_flop_s over the peak")]
     arithmetic_intensity: Annotated[float | None, _d("FLOP/B over the kernels that have both")]
-    bound: Annotated[str, _d("memory, compute (against the ridge point), memory (no FLOPs), no FLOP estimate, "
-                             "compute (no bytes), communication, copy")]
+    bound: Annotated[str, _d("compute or memory (against the ridge point of the kernel's precision), unknown (no "
+                             "FLOP estimate for matmul-class work), communication, copy")]
     achieved_bandwidth_bytes_s: Annotated[float | None, _d("B/s: bytes over the time of the kernels with a byte "
                                                            "figure")] = None
+    kernel_class: Annotated[str | None, _d("the measure stage's class of most of the time: compute, memory, unknown, "
+                                           "communication, copy")] = None
+    bandwidth_fraction_of_hbm: Annotated[float | None, _d("fraction: achieved_bandwidth_bytes_s over the GPU's memory "
+                                                          "bandwidth (above 1 is flagged, never stated as fact)")] = None
+    bandwidth_above_hbm_peak: Annotated[bool, _d("the byte estimate implies more than the memory bandwidth (L2 reuse or "
+                                                 "an over-counting byte model)")] = False
 
 
 class OpGroup(_Struct, kw_only=True):
@@ -268,6 +274,9 @@ class OpGroup(_Struct, kw_only=True):
     arithmetic_intensity: Annotated[float | None, _d("FLOP/B")]
     bound: Annotated[str, _d("as for top_kernels")]
     achieved_bandwidth_bytes_s: Annotated[float | None, _d("B/s")] = None
+    kernel_class: Annotated[str | None, _d("as for top_kernels")] = None
+    bandwidth_fraction_of_hbm: Annotated[float | None, _d("as for top_kernels")] = None
+    bandwidth_above_hbm_peak: Annotated[bool, _d("as for top_kernels")] = False
 
 
 class Verdict(_Struct, kw_only=True):

@@ -189,8 +189,9 @@ def test_ddp_run_matches_the_main_job(batch_local, tmp_path):
 def test_index_ranks_runs_by_headroom_and_lists_failures(batch_local):
     out = batch_local["out"]
     html = (out / "index.html").read_text()
+    # runs whose headroom is unknown (achieved null or a lower bound) come last
     ok = sorted((r for r in summary_rows(out) if r["level"] == "run" and r["status"] == "ok"),
-                key=lambda r: -r["headroom"])
+                key=lambda r: (r["headroom"] is None, -(r["headroom"] or 0.0), r["run_id"]))
     positions = [html.index(f'<tr data-run="{r["run_id"]}">') for r in ok]
     assert positions == sorted(positions)  # most headroom first
     for r in ok:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from plasmient_report import align, metrics, parsers, pipeline, store
+from plasmient_report import kernel_flops, metrics, parsers, pipeline, store
 from plasmient_report.parsers import Detected, ncu
 
 from .conftest import corpus_file
@@ -126,7 +126,7 @@ def test_ncu_names_differ_by_demangler():
               "<float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul>)")
     ncu_name = ("void at::vectorized_elementwise_kernel<4, at::AUnaryFunctor<float, float, float, "
                 "at::binary_internal::MulFunctor<float>>, std::array<char *, 2>>(int, T2, T3)")
-    assert align._key_normalized(kineto) == align._key_normalized(ncu_name)
+    assert kernel_flops._key_normalized(kineto) == kernel_flops._key_normalized(ncu_name)
     # anonymous namespaces never collapse a name to nothing
-    assert align._key_base("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float>(int)") == \
+    assert kernel_flops._key_base("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float>(int)") == \
         "vectorized_layer_norm_kernel"

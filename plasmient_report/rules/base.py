@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..metrics import CATEGORIES
+from ..vocab import CATEGORIES
 
 if TYPE_CHECKING:
     from .context import RuleContext

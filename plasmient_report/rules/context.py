@@ -12,15 +12,15 @@ from typing import Any
 
 import duckdb
 
-from ..metrics import CATEGORIES
 from ..peaks import GpuPeaks, load_table, match_gpu
+from ..vocab import BUSY_CATEGORIES, CATEGORIES, IDLE_CATEGORIES, MATERIAL_UNKNOWN_FLOPS
 
 # Temp tables every rule may read (the analysed window only; same columns as the store's tables).
+# rule_kernels carries each kernel's class from the measure stage (kernel_class: class, bound, comm_kind, …);
+# rule_collective_members and rule_idle_gaps are the measure stage's collective instances and idle gaps.
 RULE_TABLES = ("rule_windows", "rule_kernels", "rule_ops", "rule_api_calls", "rule_ranges", "rule_collectives",
-               "rule_losses", "rule_steps")
-IDLE_CATEGORIES = ("launch_bound", "sync_stall", "input_bound", "host_other")
-BUSY_CATEGORIES = ("collective_wait", "collective_transfer", "pipeline_bubble", "memory_bound", "compute_inefficiency",
-                   "memcpy")
+               "rule_losses", "rule_steps", "rule_collective_members", "rule_idle_gaps")
+__all__ = ["BUSY_CATEGORIES", "IDLE_CATEGORIES", "RULE_TABLES", "GpuInfo", "RuleContext", "cleanup", "prepare"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class RuleContext:
     achieved: float | None
     gpus: dict[tuple[int | None, int], GpuInfo]
     category_ns: dict[str, float] = field(default_factory=dict)
+    achieved_is_lower_bound: bool = False  # unknown work is material: the achieved fraction is a floor
 
     # ---- queries -------------------------------------------------------------------------------------------
     def rows(self, sql: str, params: Any = None) -> list[dict[str, Any]]:
@@ -110,19 +111,14 @@ class RuleContext:
               ON g.rank IS NOT DISTINCT FROM i.rank AND (i.device IS NULL OR i.device = g.device)
             WHERE i.end_ns > i.start_ns""", params)
         cats_param = "?"
+        # the intervals of each key merged (the measurement library's interval_union, sql/intervals.sql)
+        self.con.execute("""CREATE OR REPLACE TEMP VIEW _rule_lost_v AS
+                             SELECT {'key': key, 'rank': rank, 'device': device} AS grp, start_ns, end_ns
+                             FROM _rule_lost_raw""")
         sql = f"""
-            WITH raw AS (SELECT * FROM _rule_lost_raw), s AS (
-                SELECT *, max(end_ns) OVER (PARTITION BY key, rank, device ORDER BY start_ns, end_ns
-                                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-                FROM raw
-            ), g AS (
-                SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
-                          OVER (PARTITION BY key, rank, device ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING)
-                          AS island
-                FROM s
-            ), merged AS (
-                SELECT key, rank, device, min(start_ns) AS start_ns, max(end_ns) AS end_ns FROM g
-                GROUP BY key, rank, device, island
+            WITH raw AS (SELECT * FROM _rule_lost_raw), merged AS (
+                SELECT grp.key AS key, grp.rank AS rank, grp.device AS device, start_ns, end_ns
+                FROM interval_union('_rule_lost_v')
             ), l AS (
                 -- The losses of these categories on one GPU never overlap (the sweep gives every moment one
                 -- category), so the lost time inside [s, e] is C(e) - C(s), C(t) being the lost time before t:
@@ -152,6 +148,7 @@ class RuleContext:
         try:
             return {plain(k): float(v or 0) for k, v in self.con.execute(sql, [cats]).fetchall()}
         finally:
+            self.con.execute("DROP VIEW IF EXISTS _rule_lost_v")
             self.con.execute("DROP TABLE IF EXISTS _rule_lost_raw")
 
     def lost_fraction(self, intervals_sql: str, categories: Iterable[str], weighted: bool = False,
@@ -187,27 +184,39 @@ def prepare(con: duckdb.DuckDBPyConnection, ranges: Sequence[str], precision: st
                    WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND end_ns > start_ns""", p)
     con.execute("""CREATE OR REPLACE TEMP TABLE rule_losses AS
                    SELECT * FROM losses WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?""", p)
+    # kernels with the measure stage's class (kernel_class): class, bound, comm_kind, pipeline, precision, …
+    classed = """SELECT k.*, kc.class, kc.reason AS class_reason, kc.bound, kc.comm_kind, kc.pipeline,
+                         kc.precision, kc.peak_precision, kc.fraction_of_peak, kc.arithmetic_intensity,
+                         kc.above_hbm_peak
+                  FROM kernels k JOIN kernel_class kc USING (kernel_id)"""
     if scope == "window":
         # Each GPU's window spans all of its rank's events: nothing to cut (and nothing copied).
-        con.execute("CREATE OR REPLACE TEMP VIEW rule_kernels AS SELECT * FROM kernels")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW rule_kernels AS {classed}")
         for t in ("ops", "api_calls", "ranges", "collectives"):
             con.execute(f"CREATE OR REPLACE TEMP VIEW rule_{t} AS SELECT * FROM {t}")
+        con.execute("CREATE OR REPLACE TEMP VIEW rule_collective_members AS SELECT * FROM collective_members")
     else:
-        con.execute("""CREATE OR REPLACE TEMP TABLE rule_kernels AS
-                       SELECT k.* FROM kernels k SEMI JOIN rule_windows w
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE rule_kernels AS
+                       SELECT k.* FROM ({classed}) k SEMI JOIN rule_windows w
                          ON w.rank IS NOT DISTINCT FROM k.rank AND w.device = k.device
                         AND k.start_ns < w.end_ns AND k.end_ns > w.start_ns""")
         for t in ("ops", "api_calls", "ranges"):
             con.execute(f"""CREATE OR REPLACE TEMP TABLE rule_{t} AS
                             SELECT x.* FROM {t} x SEMI JOIN rule_windows w
                               ON w.rank IS NOT DISTINCT FROM x.rank AND x.start_ns < w.end_ns AND x.end_ns > w.start_ns""")
-        # A collective counts when any rank's part of it is in the window (its peers' parts come along).
+        # A collective counts when any rank's part of it is in the window (its peers' parts come along): the
+        # measure stage's instances (collective_members: key, collective, seq).
+        con.execute("""CREATE OR REPLACE TEMP TABLE rule_collective_members AS
+                       WITH hit AS (SELECT DISTINCT key, collective, seq FROM collective_members m SEMI JOIN rule_windows w
+                                      ON w.rank IS NOT DISTINCT FROM m.rank AND w.device = m.device
+                                     AND m.start_ns < w.end_ns AND m.end_ns > w.start_ns)
+                       SELECT m.* FROM collective_members m JOIN hit USING (key, collective, seq)""")
         con.execute("""CREATE OR REPLACE TEMP TABLE rule_collectives AS
-                       WITH c AS (SELECT *, coalesce(process_group, group_ranks, '') AS pg FROM collectives),
-                       hit AS (SELECT DISTINCT pg, collective, seq FROM c SEMI JOIN rule_windows w
-                                 ON w.rank IS NOT DISTINCT FROM c.rank AND w.device = c.device
-                                AND c.start_ns < w.end_ns AND c.end_ns > w.start_ns)
-                       SELECT c.* EXCLUDE (pg) FROM c JOIN hit USING (pg, collective, seq)""")
+                       SELECT c.* FROM collectives c SEMI JOIN rule_collective_members m
+                         ON m.source_id = c.source_id AND m.kernel_correlation IS NOT DISTINCT FROM c.kernel_correlation
+                        AND m.start_ns = c.start_ns""")
+    con.execute("""CREATE OR REPLACE TEMP TABLE rule_idle_gaps AS
+                   SELECT * FROM idle_gaps WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?""", p)
     # Steps: ProfilerStep#N ranges (CPU side) that lie inside the window, per rank.
     con.execute("""CREATE OR REPLACE TEMP TABLE rule_steps AS
                    SELECT DISTINCT r.rank, r.name, r.start_ns, r.end_ns FROM ranges r JOIN rule_windows w
@@ -226,9 +235,9 @@ def prepare(con: duckdb.DuckDBPyConnection, ranges: Sequence[str], precision: st
         steps, unit = max([int(o or 1) for *_, o in wrows] or [1]), f"occurrence of {range_name}"
     else:
         steps, unit = 1, None
-    head = con.execute("""SELECT utilization, achieved_fraction_of_peak FROM metrics
+    head = con.execute("""SELECT utilization, achieved_fraction_of_peak, unknown_ns / nullif(kernel_ns, 0) FROM metrics
                           WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND rank IS NULL""", p).fetchall()
-    util, achieved = (head[0] if head else (None, None))
+    util, achieved, unknown = (head[0] if head else (None, None, None))
     cat_ns = {c: float(n or 0) for c, n in con.execute(
         "SELECT category, sum(lost_ns) FROM rule_losses GROUP BY category").fetchall()}
     table = load_table(peaks_file)
@@ -245,7 +254,8 @@ def prepare(con: duckdb.DuckDBPyConnection, ranges: Sequence[str], precision: st
     return RuleContext(con=con, scope=scope, range_name=range_name, precision=precision, window_ns=window_ns,
                        rank_window_ns=rank_window, steps=steps, step_unit=unit,
                        utilization=float(util) if util is not None else None,
-                       achieved=float(achieved) if achieved is not None else None, gpus=gpus, category_ns=cat_ns)
+                       achieved=float(achieved) if achieved is not None else None, gpus=gpus, category_ns=cat_ns,
+                       achieved_is_lower_bound=unknown is not None and unknown > MATERIAL_UNKNOWN_FLOPS)
 
 
 def cleanup(con: duckdb.DuckDBPyConnection) -> None:

@@ -12,7 +12,7 @@ from .sqlutil import fmt_bytes, fmt_ns, pct
 OVERLAP_SQL = """
 WITH k AS (
     SELECT k.rank, k.device, greatest(k.start_ns, w.start_ns) AS s, least(k.end_ns, w.end_ns) AS e,
-           (k.kind = 'nccl')::INT AS is_nccl
+           (k.class = 'communication')::INT AS is_nccl
     FROM rule_kernels k JOIN rule_windows w
       ON w.rank IS NOT DISTINCT FROM k.rank AND w.device = k.device AND k.start_ns < w.end_ns AND k.end_ns > w.start_ns
 ), ev AS (
@@ -65,12 +65,11 @@ def exposed_communication(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     share = overlap / nccl
     if share >= t.max_overlap:
         return
-    lost = ctx.lost_fraction("SELECT rank, device, start_ns, end_ns FROM rule_kernels WHERE kind = 'nccl'",
+    lost = ctx.lost_fraction("SELECT rank, device, start_ns, end_ns FROM rule_kernels WHERE class = 'communication'",
                              ["collective_transfer"])
     top = ctx.rows("""
-        WITH c AS (SELECT *, coalesce(process_group, group_ranks, '') AS pg FROM rule_collectives),
-        i AS (SELECT pg, collective, seq, min(end_ns - start_ns) AS transfer_ns, max(bytes) AS bytes,
-                     count(DISTINCT rank) AS n FROM c GROUP BY ALL)
+        WITH i AS (SELECT key, collective, seq, min(dur_ns) AS transfer_ns, max(bytes) AS bytes,
+                          count(DISTINCT rank) AS n FROM rule_collective_members GROUP BY ALL)
         SELECT collective, count(*) AS count, sum(transfer_ns) AS transfer_ns, median(bytes) AS bytes,
                sum(bytes) / nullif(sum(transfer_ns), 0) AS algbw_gbs
         FROM i GROUP BY collective ORDER BY transfer_ns DESC LIMIT 5""")

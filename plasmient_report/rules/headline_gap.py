@@ -21,9 +21,10 @@ def utilization_vs_achieved_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Fin
     ## What it detects
     The distance between the two headline numbers: utilization (the share of the window with a kernel
     resident — what `nvidia-smi` shows) and the achieved fraction of peak. Fires when utilization is at least
-    `min_utilization` and exceeds the achieved fraction by `min_gap` or more. The gap is exactly the
-    waterfall's busy-time categories (memory-bound, compute inefficiency, communication, copies), listed
-    with their shares.
+    `min_utilization` and exceeds the achieved fraction by `min_gap` or more. The gap is the waterfall's
+    busy-time categories (memory-bound, compute inefficiency, communication, copies), listed with their shares.
+    Silent when the achieved fraction is a lower bound (unknown-FLOP work is material): unknown work may have
+    been useful, so nothing here calls it waste.
 
     ## Why it costs peak
     Utilization counts a kernel stalled on memory or spinning in a collective as 100% busy. A team that
@@ -41,9 +42,12 @@ def utilization_vs_achieved_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Fin
     compute inefficiency 16%.
     """
     util, ach = ctx.utilization, ctx.achieved
-    if util is None or ach is None or util < t.min_utilization or util - ach < t.min_gap:
+    # A lower-bound achieved (unknown work is material) cannot say the busy time was not useful.
+    if util is None or ach is None or ctx.achieved_is_lower_bound or util < t.min_utilization or util - ach < t.min_gap:
         return
-    parts = sorted(((c, ctx.category_fraction(c)) for c in BUSY_CATEGORIES), key=lambda x: -x[1])
+    # Unknown-FLOP time may have been useful: it is not part of the gap.
+    parts = sorted(((c, ctx.category_fraction(c)) for c in BUSY_CATEGORIES if c != "unknown_flops"),
+                   key=lambda x: -x[1])
     parts = [(c, f) for c, f in parts if f > 0]
     lost = sum(f for _, f in parts)
     listing = ", ".join(f"{c.replace('_', ' ')} {pct(f)}" + (f" ({SEE[c]})" if c in SEE else "") for c, f in parts[:4])

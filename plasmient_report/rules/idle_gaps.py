@@ -9,27 +9,10 @@ from .base import Finding, Thresholds, rule
 from .context import IDLE_CATEGORIES, RuleContext
 from .sqlutil import fmt_ns, pct
 
+# The measure stage's idle gaps (the sweep's maximal stretches with nothing resident, sql/stretches.sql) that are
+# long enough; a gap that opens the window (before its first kernel) counts too.
 GAPS_SQL = """
-WITH k AS (
-    SELECT k.rank, k.device, greatest(k.start_ns, w.start_ns) AS s, least(k.end_ns, w.end_ns) AS e
-    FROM rule_kernels k JOIN rule_windows w
-      ON w.rank IS NOT DISTINCT FROM k.rank AND w.device = k.device AND k.start_ns < w.end_ns AND k.end_ns > w.start_ns
-    UNION ALL SELECT rank, device, start_ns, start_ns FROM rule_windows
-    UNION ALL SELECT rank, device, end_ns, end_ns FROM rule_windows
-), s AS (
-    SELECT *, max(e) OVER (PARTITION BY rank, device ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pe
-    FROM k
-), g AS (
-    SELECT *, sum(CASE WHEN pe IS NULL OR s > pe THEN 1 ELSE 0 END)
-              OVER (PARTITION BY rank, device ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS island FROM s
-), busy AS (SELECT rank, device, min(s) AS s, max(e) AS e FROM g GROUP BY rank, device, island
-), raw AS (
-    SELECT rank, device, lag(e) OVER (PARTITION BY rank, device ORDER BY s) AS gs, s AS ge FROM busy
-)
-SELECT r.rank, r.device, greatest(r.gs, w.start_ns) AS start_ns, least(r.ge, w.end_ns) AS end_ns
-FROM raw r JOIN rule_windows w ON w.rank IS NOT DISTINCT FROM r.rank AND w.device = r.device
- AND r.gs < w.end_ns AND r.ge > w.start_ns
-WHERE r.gs IS NOT NULL AND least(r.ge, w.end_ns) - greatest(r.gs, w.start_ns) >= $min_gap"""
+SELECT rank, device, start_ns, end_ns FROM rule_idle_gaps WHERE end_ns - start_ns >= $min_gap"""
 
 
 @rule("PR504", name="gpu-idle-gap", layer="host", title="The GPU sits idle in long gaps", category=None,
@@ -37,11 +20,12 @@ WHERE r.gs IS NOT NULL AND least(r.ge, w.end_ns) - greatest(r.gs, w.start_ns) >=
 def gpu_idle_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     """
     ## What it detects
-    Stretches of at least `min_gap_ms` with no kernel or copy on a GPU inside the analysed window, the
-    largest listed with what the host was doing: the op or range running on the host during the gap, the op
-    it had just finished, and how the waterfall classed the idle time (sync stall, launch-bound, input-bound,
-    host other). "Nothing traced" means Python code outside PyTorch ops — a `sleep`, I/O, logging,
-    checkpointing, a Python-side data pipeline.
+    Stretches of at least `min_gap_ms` with no kernel or copy on a GPU inside the analysed window (the measure
+    stage's `idle_gaps`, the same gaps the waterfall names), the largest listed with what the host was doing: the
+    op running on the host during the gap, or a range that covers it and is not much longer (a `late_rank_sleep`,
+    a DataLoader step), the op it had just finished, and how the waterfall classed the idle time (start-up, sync
+    stall, input-bound, launch-bound, host other). "Nothing traced" means Python code outside PyTorch ops and
+    ranges — a `sleep`, I/O, logging, checkpointing, a Python-side data pipeline.
 
     ## Why it costs peak
     An idle GPU achieves nothing; long gaps add directly to the step time. Utilization shows them, but not
@@ -73,12 +57,19 @@ def gpu_idle_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
              AND o.start_ns < g.end_ns AND o.end_ns > g.start_ns
             GROUP BY g.i, o.name ORDER BY ns DESC"""):
         during.setdefault(r["i"], []).append(r)
-    ranges = {r["i"]: r["name"] for r in ctx.rows(f"""
-            SELECT g.i, arg_max(x.name, x.start_ns) AS name FROM {gv} g JOIN rule_ranges x
+    # The innermost range covering each gap; one not much longer than the gap (at most twice) names what the host
+    # was doing (a `late_rank_sleep`, a DataLoader step), an enclosing phase does not.
+    covering = ctx.rows(f"""
+            SELECT g.i, arg_max(x.name, x.start_ns) AS name,
+                   arg_max(x.name, x.start_ns) FILTER (WHERE x.end_ns - x.start_ns <= 2 * (g.end_ns - g.start_ns))
+                       AS tight
+            FROM {gv} g JOIN rule_ranges x
               ON x.rank IS NOT DISTINCT FROM g.rank AND NOT x.on_gpu AND x.name NOT LIKE 'ProfilerStep#%'
              AND x.domain IS DISTINCT FROM 'python'
              AND x.start_ns <= g.start_ns AND x.end_ns >= g.end_ns
-            GROUP BY g.i""")}
+            GROUP BY g.i""")
+    ranges = {r["i"]: r["name"] for r in covering}
+    naming = {r["i"]: r["tight"] for r in covering if r["tight"]}
     before = {r["i"]: r["name"] for r in ctx.rows(f"""
             SELECT g.i, o.name FROM {gv} g ASOF JOIN (SELECT * FROM rule_ops WHERE depth = 0) o
               ON o.rank IS NOT DISTINCT FROM g.rank AND o.start_ns <= g.start_ns""")}
@@ -94,7 +85,9 @@ def gpu_idle_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     for i, g in enumerate(top):
         dur = g["end_ns"] - g["start_ns"]
         busy_ops = [d["name"] for d in during.get(i, []) if d["ns"] >= 0.1 * dur][:2]
-        host = (f"host in {', '.join(busy_ops)}" if busy_ops else "nothing traced on the host")
+        rng = naming.get(i)
+        host = (f"host in {', '.join(busy_ops)}" if busy_ops else f"host in range {rng}" if rng
+                else "nothing traced on the host")
         listed.append({"rank": g["rank"], "device": g["device"], "start_ns": g["start_ns"], "duration_ns": dur,
                        "host_ops": busy_ops, "after_op": before.get(i), "range": ranges.get(i),
                        "categories": cats.get(i, {}), "host": host})

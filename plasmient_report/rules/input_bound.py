@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from ..metrics import DATALOADER_RE
+from ..vocab import DATALOADER_RE
 from .base import Finding, Thresholds, rule
 from .context import RuleContext
 from .sqlutil import fmt_ns, pct

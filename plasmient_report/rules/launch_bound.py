@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..vocab import LAUNCH_API_RE
 from .base import Finding, Thresholds, rule
 from .context import RuleContext
 from .sqlutil import fmt_ns, short_kernel
-
-LAUNCH_API_RE = r"(?i)(launchkernel|cuLaunch|graphlaunch|hipLaunch|hipModuleLaunch|hipExtLaunch)"
 
 KERNELS_SQL = """
 SELECT rank, device, stream, name, op_id, start_ns, end_ns, end_ns - start_ns AS dur,

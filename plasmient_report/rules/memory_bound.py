@@ -11,13 +11,11 @@ from .base import Finding, Thresholds, rule
 from .context import RuleContext
 from .sqlutil import (
     ELEMENTWISE_KERNEL_RE,
-    MATMUL_NAME_RE,
     NOT_ELEMENTWISE_RE,
     drop,
     fmt_bytes,
     fmt_ns,
     pct,
-    register_op_bytes,
     repeat_unit,
     short_kernel,
 )
@@ -26,25 +24,17 @@ OPTIMIZER_RE = r"(?i)(adam|adagrad|\bsgd|lamb\b|lion\b|rmsprop|optimizer|_foreac
 
 
 def _memory_bound_kernels(ctx: RuleContext) -> str:
-    """Compute kernels the sweep classes memory-bound (no FLOPs, or intensity below the ridge point), with a
-    byte estimate: the kernel's own (matmul-like ops) else its op's traffic model split by duration."""
+    """The kernels of class `memory` (the measure stage's kernel_class: below the ridge point, or known to do ~0
+    FLOPs), with their byte estimate (kernels.bytes: the op's byte model, split by duration)."""
     return f"""
         WITH g AS {ctx.gpus_sql()},
         k AS (
             SELECT k.*, k.end_ns - k.start_ns AS dur, g.peak, g.bw
             FROM rule_kernels k LEFT JOIN g ON g.rank IS NOT DISTINCT FROM k.rank AND g.device = k.device
-            WHERE k.kind = 'compute' AND k.end_ns > k.start_ns
-              AND NOT (coalesce(k.flops, 0) > 0 AND (k.bytes IS NULL OR g.bw IS NULL OR g.peak IS NULL
-                                                    OR k.flops / k.bytes >= g.peak / g.bw))
-              -- a GEMM without a FLOP estimate is unknown, not memory-bound (the verdict reports coverage)
-              AND NOT (k.flops IS NULL AND regexp_matches(k.name, '{MATMUL_NAME_RE}')
-                       AND NOT regexp_matches(k.name, '{ELEMENTWISE_KERNEL_RE}'))
-        ), shares AS (
-            SELECT k.*, b.traffic_bytes * k.dur / sum(k.dur) OVER (PARTITION BY k.op_id) AS op_share_bytes
-            FROM k LEFT JOIN _rule_op_bytes b ON b.op_id = k.op_id
+            WHERE k.class = 'memory' AND k.end_ns > k.start_ns
         )
-        SELECT s.*, CASE WHEN s.bytes > 0 THEN s.bytes ELSE s.op_share_bytes END AS est_bytes, o.name AS op_name
-        FROM shares s LEFT JOIN rule_ops o ON o.op_id = s.op_id"""
+        SELECT k.*, CASE WHEN k.bytes > 0 THEN k.bytes END AS est_bytes, o.name AS op_name
+        FROM k LEFT JOIN rule_ops o ON o.op_id = k.op_id"""
 
 
 @rule("PR301", name="memory-bound-kernel", layer="op", title="Hot kernels run below the ridge point (memory-bound)",
@@ -53,12 +43,14 @@ def _memory_bound_kernels(ctx: RuleContext) -> str:
 def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     """
     ## What it detects
-    The kernels that carry the waterfall's `memory_bound` time: compute kernels whose arithmetic intensity
-    (FLOPs per DRAM byte) is below the GPU's ridge point P / bandwidth, or that do no tensor-core FLOPs at all
-    (elementwise, normalisation, softmax, copies). For each of the hottest (by lost time) it gives its time,
-    the ops that launched it, and the DRAM bandwidth it reaches (bytes estimated from the op's input shapes:
-    every input read once, one output written) against the HBM peak. GEMM kernels without a FLOP estimate
-    are left out: they are unknown, not memory-bound (the verdict's coverage note covers them).
+    The kernels that carry the waterfall's `memory_bound` time: kernels of class `memory` (the measure stage's
+    kernel_class) — a FLOP estimate whose arithmetic intensity (FLOPs per DRAM byte) is below the ridge point
+    P(precision) / bandwidth of their GPU, or known to do ~0 useful FLOPs (elementwise, normalisation, softmax,
+    reductions, copies, optimizer). For each of the hottest (by lost time) it gives its time, the ops that
+    launched it, and the DRAM bandwidth it reaches (bytes estimated from the op's input shapes: every input read
+    once, one output written) against the HBM peak; an estimate above the HBM peak is flagged (L2 reuse or an
+    over-count), not stated as reached. Kernels that may do matmul-class work without an estimate (GEMM,
+    attention, custom or compiled kernels) are `unknown`, not memory-bound: see the waterfall's `unknown_flops`.
 
     ## Why it costs peak
     A memory-bound kernel keeps the GPU 100% *utilized* while its tensor cores idle: its speed is set by HBM,
@@ -77,7 +69,6 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     ≈4.2 TB/s (89% of HBM)` — the kernel streams at the roofline: fuse it, don't tune it.
     """
     con = ctx.con
-    register_op_bytes(con, "rule_ops")
     try:
         mb = _memory_bound_kernels(ctx)
         lost = ctx.lost_ns(f"SELECT name AS key, rank, device, start_ns, end_ns FROM ({mb})", ["memory_bound"])
@@ -111,24 +102,33 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         frac = bw / s["peak_bw"] if bw and s["peak_bw"] else None
         share = ctx.fraction(s["time_ns"])
         by = f" ({', '.join(op_names)})" if op_names else ""
-        bw_text = f" at ≈{bw / 1e12:.2f} TB/s ({pct(frac)} of HBM)" if bw and frac else ""
+        # A byte estimate implying more than the HBM peak (L2-resident reuse, or a model that over-counts) is
+        # flagged as such, like FLOPs above peak: never stated as a bandwidth reached.
+        above = bool(frac and frac > 1.0)
+        bw_text = (f" (its byte estimate implies {pct(frac)} of HBM: L2 reuse or an over-count)" if above else
+                   f" at ≈{bw / 1e12:.2f} TB/s ({pct(frac)} of HBM)" if bw and frac else "")
         title = f"memory-bound kernel {short}{by}: {pct(share)} of the window{bw_text}"
         head = (f"{short}{by} ran {s['count']}× for {fmt_ns(s['time_ns'])} (median {fmt_ns(s['median_ns'])}) with "
-                "no tensor-core work" + (f", streaming ≈{fmt_bytes(s['bytes'])} at ≈{bw / 1e12:.2f} TB/s, "
+                "no tensor-core work" + (f"; its byte estimate (≈{fmt_bytes(s['bytes'])}) would mean "
+                                         f"≈{bw / 1e12:.2f} TB/s, above the {s['peak_bw'] / 1e12:.1f} TB/s HBM peak: "
+                                         "the data is reused from L2, or the byte model over-counts"
+                                         if above else
+                                         f", streaming ≈{fmt_bytes(s['bytes'])} at ≈{bw / 1e12:.2f} TB/s, "
                                          f"{pct(frac)} of the {s['peak_bw'] / 1e12:.1f} TB/s HBM peak"
                                          if bw and frac else "") + ". ")
+        frac_for_advice = None if above else frac
         if any(re.search(OPTIMIZER_RE, x) for x in [short, *op_names]):
             rec = head + ("It is the optimizer step: memory-bound by nature (it streams parameters, gradients and "
                           "optimizer states once per step). Make it rarer or smaller — more tokens per step (larger "
                           "batch, gradient accumulation), 8-bit / low-precision optimizer states, or shard it "
                           "across data-parallel ranks (ZeRO / FSDP).")
             fix = f"optimizer step ({op_names[0] if op_names else short}): fewer steps or smaller states"
-        elif frac is not None and frac >= t.roofline_fraction:
+        elif frac_for_advice is not None and frac_for_advice >= t.roofline_fraction:
             rec = head + ("It already runs at the bandwidth roofline: it cannot get faster, only move fewer bytes — "
                           "fuse it with the elementwise ops around it (torch.compile), keep the tensor in bf16 "
                           "(half the bytes), or fold it into the producing GEMM's epilogue.")
             fix = f"fuse {op_names[0] if op_names else short.split(' ')[0]}: already at {pct(frac)} of HBM bandwidth"
-        elif frac is not None and frac < t.poor_bandwidth:
+        elif frac_for_advice is not None and frac_for_advice < t.poor_bandwidth:
             rec = head + (f"That is far below the roofline ({pct(frac)}): too few blocks ({s['blocks']}) or "
                           "strided / uncoalesced access — use larger, contiguous tensors and vectorised kernels, "
                           "or fuse it away.")
@@ -142,7 +142,8 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                       evidence={"kernel": name, "kernel_short": short, "ops": op_names, "count": s["count"],
                                 "time_ns": s["time_ns"], "median_ns": s["median_ns"], "window_share": share,
                                 "bytes_estimate": s["bytes"], "bandwidth_bytes_s": bw, "hbm_fraction": frac,
-                                "hbm_peak_bytes_s": s["peak_bw"], "ranks": s["ranks"], "blocks": s["blocks"]})
+                                "hbm_peak_bytes_s": s["peak_bw"], "ranks": s["ranks"], "blocks": s["blocks"],
+                                "bandwidth_above_hbm_peak": above})
 
 
 CHAINS_SQL = f"""

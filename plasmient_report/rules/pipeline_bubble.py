@@ -9,21 +9,21 @@ from .base import Finding, Thresholds, rule
 from .context import RuleContext
 from .sqlutil import pct
 
+# Point-to-point operations of the measure stage's kind `p2p` (send/recv outside all-to-alls: collective_members).
 P2P_SQL = """
 SELECT rank, device, start_ns, end_ns, lower(collective) AS coll,
        CASE WHEN regexp_matches(lower(collective), 'recv') AND NOT regexp_matches(lower(collective), 'send') THEN 'recv'
             WHEN regexp_matches(lower(collective), 'send') AND NOT regexp_matches(lower(collective), 'recv') THEN 'send'
        END AS dir
-FROM rule_collectives
-WHERE regexp_matches(lower(coalesce(collective, '')), 'send|recv')
-  AND NOT regexp_matches(lower(collective), 'all_?to_?all')"""
+FROM rule_collective_members
+WHERE kind = 'p2p'"""
 
 # Per stage rank, over the pipeline's GPU span (first kernel to last kernel on any stage, in the window): the
 # time a compute kernel or copy runs, the time only NCCL (send/recv) runs — waiting on or talking to a peer —
 # and, by difference, the time with no kernel at all.
 STAGES_SQL = """
 WITH k AS (
-    SELECT k.rank, (k.kind = 'nccl')::INT AS is_nccl, greatest(k.start_ns, w.start_ns) AS s,
+    SELECT k.rank, (k.class = 'communication')::INT AS is_nccl, greatest(k.start_ns, w.start_ns) AS s,
            least(k.end_ns, w.end_ns) AS e
     FROM rule_kernels k JOIN rule_windows w
       ON w.rank IS NOT DISTINCT FROM k.rank AND w.device = k.device AND k.start_ns < w.end_ns AND k.end_ns > w.start_ns
@@ -48,7 +48,9 @@ FROM run WHERE tn IS NOT NULL GROUP BY rank"""
 def pipeline_bubble(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     """
     ## What it detects
-    Pipeline parallelism: ranks that exchange activations and gradients with P2P send/recv are *stages*.
+    Pipeline parallelism: ranks that exchange activations and gradients with P2P send/recv are *stages* (the
+    measure stage's collective kind `p2p`: send/recv launched inside an all-to-all op or range is an all-to-all,
+    not a pipeline; one rank alone is no schedule).
     The rule orders them (the first stage sends before it receives; the others by when their first receive
     completes), counts micro-batches (the first stage's sends per step), measures each stage's bubble — the
     share of the pipeline's GPU time (first to last kernel on any stage) in which its GPU runs no compute,

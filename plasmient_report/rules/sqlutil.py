@@ -8,19 +8,11 @@ import re
 
 import duckdb
 
-from ..metrics import evaluate_op_bytes, op_byte_shapes_sql
+from ..kernel_flops import evaluate_op_bytes, op_byte_shapes_sql
+from ..vocab import ELEMENTWISE_KERNEL_RE, MATMUL_NAME_RE, NON_TENSOR_CORE_RE, NOT_ELEMENTWISE_RE, TENSOR_CORE_RE
 
-# Elementwise / pointwise kernels (PyTorch's TensorIterator kernels, Triton pointwise, copies, cat).
-ELEMENTWISE_KERNEL_RE = (r"(?i)(elementwise|pointwise|triton_poi|_copy_kernel|CatArrayBatchedCopy|FillFunctor|"
-                         r"Functor)")
-NOT_ELEMENTWISE_RE = r"(?i)(reduce|norm|softmax|gemm|gemv|nccl|sort|scan|gather|scatter|index|embedding|adam|multi_tensor)"
-# Names of GEMM kernels that run on CUDA cores, not tensor cores.
-NON_TENSOR_CORE_RE = r"(?i)(sgemm|simt|_ffma|f32f32_f32f32_f32)"
-# Markers of tensor-core GEMM / attention kernels.
-TENSOR_CORE_RE = (r"(?i)(tensorop|tf32|bf16|f16|fp16|h16|s16816|s1688|h1688|h884|i8816|e4m3|e5m2|wgmma|hmma|gmma|"
-                  r"nvjet|flash|fmha|sdpa|_mma|mma_)")
-MATMUL_NAME_RE = r"(?i)(gemm|gemv|nvjet|xmma|cutlass|cublas|matmul|sm[0-9]{2,3}_|ampere_|volta_|turing_|hopper_|Cijk_)"
-
+__all__ = ["ELEMENTWISE_KERNEL_RE", "MATMUL_NAME_RE", "NON_TENSOR_CORE_RE", "NOT_ELEMENTWISE_RE", "TENSOR_CORE_RE",
+           "drop", "fmt_bytes", "fmt_ns", "pct", "register_op_bytes", "repeat_unit", "short_kernel"]
 
 
 def fmt_ns(ns: float | None) -> str:

@@ -11,21 +11,21 @@ from .base import Finding, Thresholds, rule
 from .context import RuleContext
 from .sqlutil import fmt_ns, pct
 
-# One row per collective instance (same process group, collective, sequence number) seen on ≥ 2 ranks, and
-# one row per punctual rank's wait in it: from its own kernel start to the last rank's start.
+# One row per collective instance (the measure stage's collective_members: same key, collective, sequence number)
+# seen on ≥ 2 ranks, and one row per punctual rank's wait in it — the waterfall's own definition of the wait:
+# its duration above the instance's shortest, from its kernel start. The last rank is the one that waited least.
 WAITS_SQL = """
 WITH c AS (
-    SELECT rank, device, source_id, kernel_correlation, coalesce(process_group, group_ranks, '') AS pg,
-           collective, seq, start_ns, end_ns, bytes
-    FROM rule_collectives
-    WHERE collective IS NOT NULL AND NOT regexp_matches(lower(collective), 'send|recv')
+    SELECT rank, device, kernel_id, key AS pg, collective, seq, start_ns, end_ns, bytes, dur_ns, wait_ns
+    FROM rule_collective_members
+    WHERE collective IS NOT NULL AND kind <> 'p2p'
 ), inst AS (
-    SELECT pg, collective, seq, count(DISTINCT rank) AS n, arg_max(rank, start_ns) AS last_rank,
-           max(start_ns) AS last_start, min(start_ns) AS first_start, max(start_ns) - min(start_ns) AS lateness_ns
+    SELECT pg, collective, seq, count(DISTINCT rank) AS n, arg_min(rank, dur_ns) AS last_rank,
+           max(start_ns) AS last_start, min(start_ns) AS first_start, max(wait_ns) AS lateness_ns
     FROM c GROUP BY pg, collective, seq HAVING count(DISTINCT rank) > 1
 ), waits AS (
-    SELECT i.*, c.rank AS waiter, c.device, c.start_ns AS w_start, least(i.last_start, c.end_ns) AS w_end
-    FROM inst i JOIN c USING (pg, collective, seq) WHERE c.rank IS DISTINCT FROM i.last_rank
+    SELECT i.*, c.rank AS waiter, c.device, c.start_ns AS w_start, c.start_ns + c.wait_ns AS w_end
+    FROM inst i JOIN c USING (pg, collective, seq) WHERE c.rank IS DISTINCT FROM i.last_rank AND c.wait_ns > 0
 )"""
 
 PLURAL = {"allreduce": "all-reduces", "all_reduce": "all-reduces", "all_gather": "all-gathers",
@@ -43,7 +43,8 @@ def straggler_rank(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     """
     ## What it detects
     For every collective seen on two or more ranks (same process group, collective and sequence number), the
-    rank whose kernel starts last, and how much later than the first rank it starts (its *lateness*). Per
+    rank that arrives last — the one whose kernel waits least — and how long the first to arrive waits for it (its
+    *lateness*: the longest member's duration above the shortest, the waterfall's own measure of the wait). Per
     rank: the share of collectives it is last to (by at least `min_lateness_us`), its mean / worst lateness,
     the worst lateness per step, and the time its peers spend waiting for it.
 
@@ -92,10 +93,10 @@ def straggler_rank(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     steps: dict[int | None, list[float]] = {}
     for s in ctx.rows(f"""{WAITS_SQL}
             , late AS (
-                SELECT DISTINCT i.last_rank, i.lateness_ns, coalesce(a.start_ns, c.start_ns) AS launch_ns
+                SELECT DISTINCT i.last_rank, i.lateness_ns, coalesce(a.launch_start_ns, c.start_ns) AS launch_ns
                 FROM inst i JOIN c ON c.pg = i.pg AND c.collective = i.collective AND c.seq = i.seq
                                   AND c.rank IS NOT DISTINCT FROM i.last_rank
-                LEFT JOIN rule_api_calls a ON a.source_id = c.source_id AND a.correlation = c.kernel_correlation
+                LEFT JOIN kernel_launch a ON a.kernel_id = c.kernel_id
                 WHERE i.lateness_ns >= ?
             )
             SELECT l.last_rank, s.name AS step, max(l.lateness_ns) AS worst_ns

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..metrics import SYNC_API_RE
 from .base import Finding, Thresholds, rule
 from .context import RuleContext
 from .sqlutil import fmt_ns
@@ -31,12 +30,11 @@ BARE = {"cudaDeviceSynchronize": "torch.cuda.synchronize()", "cudaStreamSynchron
 STALLS_SQL = f"""
 WITH st AS (
     SELECT rank, device, start_ns, end_ns, lost_ns FROM rule_losses WHERE category = 'sync_stall'
-), syncs AS (
-    SELECT rank, thread, name, start_ns, end_ns FROM rule_api_calls WHERE regexp_matches(name, '{SYNC_API_RE}')
 ), j AS (
-    SELECT st.*, s.name AS sync_name, s.thread, s.start_ns AS sync_start, s.end_ns AS sync_end
-    -- the same sync the waterfall blames: the first to return once the GPU went idle (metrics.SYNC_TOLERANCE_NS)
-    FROM st ASOF LEFT JOIN syncs s ON s.rank IS NOT DISTINCT FROM st.rank AND s.end_ns >= st.start_ns - 20000
+    -- the sync the waterfall blames: the one whose return began the idle gap (the measure stage's idle_gaps)
+    SELECT st.*, g.sync_name, g.sync_thread AS thread, g.sync_start_ns AS sync_start, g.sync_end_ns AS sync_end
+    FROM st ASOF LEFT JOIN (SELECT * FROM rule_idle_gaps WHERE after_sync) g
+      ON g.rank IS NOT DISTINCT FROM st.rank AND g.device = st.device AND g.start_ns <= st.start_ns
 ), ctx_ops AS (
     SELECT j.rank, j.sync_start, j.thread,
            arg_max(o.name, o.depth) FILTER (WHERE NOT regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS inner_op,
@@ -91,7 +89,8 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     """
     ## What it detects
     Every stretch the waterfall calls `sync_stall` (the GPU idle right after a host-blocking call returned)
-    is traced back to the sync that preceded it: the CUDA call (`cudaStreamSynchronize`,
+    is traced back to the sync the measure stage found at the start of its idle gap (`idle_gaps.sync_*`): the CUDA
+    call (`cudaStreamSynchronize`,
     `cudaDeviceSynchronize`, a synchronous `cudaMemcpy`), the PyTorch op that made it (`aten::item` →
     `aten::_local_scalar_dense` is `.item()`; `aten::to` / `_to_copy` with a device→host copy is `.cpu()`;
     `aten::nonzero` has a data-dependent size), the device→host copy it waited for, the enclosing

@@ -10,11 +10,12 @@ from .context import RuleContext
 from .sqlutil import MATMUL_NAME_RE, NON_TENSOR_CORE_RE, TENSOR_CORE_RE, fmt_ns, short_kernel
 
 FLAGGED_SQL = f"""
-SELECT k.*, k.end_ns - k.start_ns AS dur, o.name AS op_name, o.input_dims, o.precision
+SELECT k.*, k.end_ns - k.start_ns AS dur, o.name AS op_name, o.input_dims
 FROM rule_kernels k LEFT JOIN rule_ops o ON o.op_id = coalesce(k.flops_op_id, k.op_id)
 WHERE k.kind = 'compute' AND k.end_ns > k.start_ns
   AND (regexp_matches(k.name, '{NON_TENSOR_CORE_RE}')
-       OR (o.precision = 'fp32' AND (regexp_matches(k.name, '{MATMUL_NAME_RE}') OR coalesce(k.flops, 0) > 0)
+       -- the kernel's precision as the measure stage decided it (kernel_class: the launching op's dtype first)
+       OR (k.precision = 'fp32' AND (regexp_matches(k.name, '{MATMUL_NAME_RE}') OR coalesce(k.flops, 0) > 0)
            AND NOT regexp_matches(k.name, '{TENSOR_CORE_RE}')))"""
 
 

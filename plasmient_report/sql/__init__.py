@@ -1,0 +1,162 @@
+"""The measurement library: the measure stage's concepts as SQL over the store, one module per concept, in the way
+of Perfetto's trace-processor standard library. Each module is a `.sql` file in this package with a header —
+
+    -- Module: kernel_class
+    -- Depends: kernel_launch, device_peaks, comm_kernels
+    -- One class per GPU activity: …            (the module's job, until the first blank line)
+
+— and creates views, tables or macros whose every column carries a `COMMENT ON`. `{{NAME}}` placeholders are the
+constants of `plasmient_report.vocab` as SQL literals (the patterns live there, once), and a few CASE lists generated
+from its tables (`vocab.sql` turns them into macros: `kernel_name_precision(name)`, `dtype_precision(type)`,
+`category_layer(category)`, `is_communication_kernel(kind, name)`).
+
+A module that creates a table computes it from the store when installed: the measure stage installs them in order,
+after the rows they read are final (`install`). Views and macros can be installed at any time. `docs()` renders
+the library's own comments as `docs/measurements.md` (a test fails when the two drift).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import duckdb
+
+from .. import vocab
+
+_HEADER_RE = re.compile(r"^--\s*(Module|Depends):\s*(.*)$")
+_PLACEHOLDER_RE = re.compile(r"\{\{([A-Z_][A-Z0-9_]*)\}\}")
+_COMMENT_RE = re.compile(r"COMMENT ON (TABLE|VIEW|COLUMN|MACRO TABLE|MACRO) ([a-z_][a-z0-9_.]*) IS '((?:[^']|'')*)'",
+                         re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    depends: tuple[str, ...]
+    doc: str
+    sql: str
+
+
+def _parse(name: str, text: str) -> Module:
+    depends: tuple[str, ...] = ()
+    doc_lines: list[str] = []
+    mod_name = None
+    in_header = True
+    for line in text.splitlines():
+        if not in_header:
+            break
+        m = _HEADER_RE.match(line)
+        if m:
+            if m.group(1) == "Module":
+                mod_name = m.group(2).strip()
+            else:
+                depends = tuple(d.strip() for d in m.group(2).split(",") if d.strip())
+        elif line.startswith("--"):
+            doc_lines.append(line[2:].strip())
+        else:
+            in_header = False
+    if mod_name != name:
+        raise ValueError(f"sql/{name}.sql: header names module {mod_name!r}")
+    return Module(name, depends, " ".join(doc_lines).strip(), text)
+
+
+@cache
+def modules() -> dict[str, Module]:
+    """Every module of the library by name (the package's .sql files)."""
+    out: dict[str, Module] = {}
+    for f in sorted(resources.files(__package__).iterdir(), key=lambda p: p.name):
+        if f.name.endswith(".sql"):
+            name = f.name[:-4]
+            out[name] = _parse(name, f.read_text(encoding="utf-8"))
+    for m in out.values():
+        for d in m.depends:
+            if d not in out:
+                raise ValueError(f"sql/{m.name}.sql depends on unknown module {d!r}")
+    return out
+
+
+def order(names: list[str] | tuple[str, ...]) -> list[str]:
+    """The modules `names` and their dependencies, dependencies first."""
+    mods = modules()
+    seen: list[str] = []
+
+    def visit(n: str, stack: tuple[str, ...]) -> None:
+        if n in stack:
+            raise ValueError(f"sql: dependency cycle {' → '.join((*stack, n))}")
+        if n in seen:
+            return
+        for d in mods[n].depends:
+            visit(d, (*stack, n))
+        seen.append(n)
+
+    for n in names:
+        visit(n, ())
+    return seen
+
+
+def _constants() -> dict[str, str]:
+    """The placeholders: vocab's constants as SQL literals, and CASE lists generated from its tables."""
+    consts = vocab.sql_constants()
+    consts["PRECISION_HINT_CASES"] = " ".join(f"WHEN regexp_matches(n, '{rx}') THEN '{p}'"
+                                              for p, rx in vocab.PRECISION_HINTS)
+    consts["DTYPE_PRECISION_CASES"] = " ".join(f"WHEN '{t}' THEN '{p}'" for t, p in vocab.DTYPE_PRECISION.items())
+    consts["CATEGORY_LAYER_CASES"] = " ".join(f"WHEN '{c}' THEN '{layer}'" for c, layer in vocab.CATEGORIES.items())
+    return consts
+
+
+def render(name: str) -> str:
+    """A module's SQL with the vocabulary's placeholders filled in."""
+    consts = _constants()
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) not in consts:
+            raise ValueError(f"sql/{name}.sql: unknown placeholder {{{{{m.group(1)}}}}}")
+        return consts[m.group(1)]
+
+    return _PLACEHOLDER_RE.sub(sub, modules()[name].sql)
+
+
+def install(con: duckdb.DuckDBPyConnection, *names: str, with_dependencies: bool = False) -> None:
+    """Run the modules `names` (tables are computed now, from the store as it is). With `with_dependencies`, their
+    dependencies first (for views and macros; the measure stage computes tables in its own order)."""
+    for n in (order(names) if with_dependencies else names):
+        con.execute(render(n))
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def docs() -> str:
+    """docs/measurements.md: every module, its job, its dependencies and the comment of every object and column."""
+    lines = ["# The measurement library (`plasmient_report/sql/`)", "",
+             "Generated from the modules' own comments by `python -m plasmient_report.sql > docs/measurements.md`;",
+             "`tests/test_sql_library.py` fails when this page and the modules drift. Every object below lives in",
+             "`run.duckdb` beside the tables of `docs/schema.md`: `plasmient-report query run.duckdb \"SELECT …\"`.", ""]
+    for name in order(list(modules())):
+        m = modules()[name]
+        lines += [f"## {name}", "", m.doc, ""]
+        if m.depends:
+            lines += [f"Depends on: {', '.join(m.depends)}.", ""]
+        text = render(name)
+        objects: dict[str, list[tuple[str, str]]] = {}
+        heads: dict[str, tuple[str, str]] = {}
+        for kind, obj, comment in _COMMENT_RE.findall(text):
+            comment = comment.replace("''", "'")
+            if kind.upper() == "COLUMN":
+                table, _, col = obj.partition(".")
+                objects.setdefault(table, []).append((col, comment))
+            else:
+                heads[obj] = (kind.lower(), comment)
+                objects.setdefault(obj, [])
+        for obj, cols in objects.items():
+            kind, comment = heads.get(obj, ("table", ""))
+            lines += [f"### `{obj}` ({kind})", "", comment, ""]
+            if cols:
+                lines += ["| column | meaning |", "|---|---|"]
+                lines += [f"| {c} | {_cell(t)} |" for c, t in cols]
+                lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,39 @@
+-- Module: host_activity
+-- What each rank's host is doing, as intervals, for naming idle GPU time: `launch_call` (a kernel / graph launch or
+-- async memset call), `launch_op` (a top-level CPU op that launches GPU work: the framework's per-op overhead
+-- before its launch), `startup` (one-time set-up calls — context and module loading, library handles, device
+-- queries, stream / event creation, allocations and frees — and the first CUDA call of a process when it is long:
+-- it creates the context), `loader` (DataLoader ranges).
+-- Depends: vocab
+
+CREATE OR REPLACE TABLE host_activity AS
+WITH api AS (
+    SELECT * FROM api_calls WHERE kind IS DISTINCT FROM 'osrt' AND end_ns >= start_ns
+), launch AS (
+    SELECT * FROM api WHERE regexp_matches(name, {{LAUNCH_API_RE}})
+), first_call AS (
+    SELECT rank, arg_min(name, start_ns) AS name, min(start_ns) AS start_ns, arg_min(end_ns, start_ns) AS end_ns
+    FROM api GROUP BY rank
+), launch_ops AS (
+    SELECT DISTINCT o.op_id, o.rank, o.start_ns, o.end_ns, o.name
+    FROM launch l ASOF JOIN (SELECT * FROM ops WHERE depth = 0) o
+      ON o.source_id = l.source_id AND o.thread = l.thread AND o.start_ns <= l.start_ns
+    WHERE o.end_ns >= l.start_ns
+)
+SELECT rank, 'launch_call' AS kind, name, start_ns, end_ns FROM launch
+UNION ALL
+SELECT rank, 'launch_op', name, start_ns, end_ns FROM launch_ops
+UNION ALL
+SELECT rank, 'startup', name, start_ns, end_ns FROM api WHERE regexp_matches(name, {{STARTUP_API_RE}})
+UNION ALL
+SELECT rank, 'startup', name, start_ns, end_ns FROM first_call
+WHERE end_ns - start_ns >= {{STARTUP_FIRST_CALL_MIN_NS}} AND NOT regexp_matches(name, {{STARTUP_API_RE}})
+UNION ALL
+SELECT rank, 'loader', name, start_ns, end_ns FROM ranges
+WHERE NOT on_gpu AND domain IS DISTINCT FROM 'python' AND regexp_matches(name, {{DATALOADER_RE}});
+COMMENT ON TABLE host_activity IS 'One row per host interval that names idle GPU time';
+COMMENT ON COLUMN host_activity.rank IS 'the rank';
+COMMENT ON COLUMN host_activity.kind IS 'launch_call, launch_op, startup or loader';
+COMMENT ON COLUMN host_activity.name IS 'the call, op or range';
+COMMENT ON COLUMN host_activity.start_ns IS 'start';
+COMMENT ON COLUMN host_activity.end_ns IS 'end';

@@ -1,0 +1,14 @@
+-- Module: vocab
+-- Macros generated from plasmient_report/vocab.py, the one home of the name patterns: a kernel name's precision,
+-- a dtype's precision, a category's layer, and what a communication kernel is.
+
+CREATE OR REPLACE MACRO kernel_name_precision(n) AS CASE {{PRECISION_HINT_CASES}} END;
+COMMENT ON MACRO kernel_name_precision IS 'kernel_name_precision(name): the precision a kernel name gives away (vocab.PRECISION_HINTS, first match), else NULL';
+CREATE OR REPLACE MACRO dtype_precision(t) AS CASE lower(t) {{DTYPE_PRECISION_CASES}} END;
+COMMENT ON MACRO dtype_precision IS 'dtype_precision(type): the precision of a dtype as traces spell it (vocab.DTYPE_PRECISION), else NULL';
+CREATE OR REPLACE MACRO exact_sum(x, scale) AS sum(round(x * scale)::HUGEINT) / scale;
+COMMENT ON MACRO exact_sum IS 'exact_sum(x, scale): a sum of doubles in fixed point (round(x * scale) summed as HUGEINT, then / scale): the same to the last digit whatever order the rows arrive in';
+CREATE OR REPLACE MACRO category_layer(c) AS CASE c {{CATEGORY_LAYER_CASES}} END;
+COMMENT ON MACRO category_layer IS 'category_layer(category): the layer of a loss category (vocab.CATEGORIES)';
+CREATE OR REPLACE MACRO is_communication_kernel(kind, n) AS kind = 'nccl' OR regexp_matches(coalesce(n, ''), {{COMM_KERNEL_RE}});
+COMMENT ON MACRO is_communication_kernel IS 'is_communication_kernel(kind, name): NCCL / RCCL kernels (kind nccl) and, by name, NVSHMEM, DeepEP, symmetric-memory, custom all-reduce and MSCCL++ kernels';

@@ -1,0 +1,188 @@
+"""The vocabulary the measurements share: loss categories and their layers, kernel classes, the name patterns that
+say what a kernel, a host call or a range is, precision hints, dtype sizes, and the few time constants of the
+sweep. One definition each: the SQL library (`plasmient_report/sql/`), the FLOP models, the rules and the
+renderers read them from here. Patterns are RE2 (DuckDB's `regexp_matches`): no look-around.
+"""
+
+from __future__ import annotations
+
+# ------------------------------------------------------------------------------------------------ loss waterfall
+
+# SPEC §4 loss categories and their layers, in the order the waterfall lists them.
+CATEGORIES: dict[str, str] = {
+    "collective_wait": "cluster",
+    "collective_transfer": "cluster",
+    "pipeline_bubble": "pipeline",
+    "memory_bound": "op",
+    "unknown_flops": "op",
+    "compute_inefficiency": "kernel",
+    "memcpy": "kernel",
+    "launch_bound": "host",
+    "sync_stall": "host",
+    "input_bound": "host",
+    "startup": "host",
+    "host_other": "host",
+    "no_coverage": "device",
+}
+# How a renderer names each category (everything else: the name with spaces).
+CATEGORY_LABELS: dict[str, str] = {c: c.replace("_", " ") for c in CATEGORIES} | {
+    "unknown_flops": "unknown FLOPs", "startup": "start-up", "memcpy": "memcpy / memset"}
+# Categories of idle time (no kernel resident; the cause read from the host) and of busy time.
+IDLE_CATEGORIES = ("launch_bound", "sync_stall", "input_bound", "startup", "host_other")
+BUSY_CATEGORIES = ("collective_wait", "collective_transfer", "pipeline_bubble", "memory_bound", "unknown_flops",
+                   "compute_inefficiency", "memcpy")
+
+# ------------------------------------------------------------------------------------------------ kernel classes
+
+# One class per GPU activity (sql/kernel_class.sql): `compute` — a FLOP estimate at or above the ridge point of its
+# GPU and precision; `memory` — below the ridge, or known to do ~0 useful FLOPs (elementwise, norms, reductions,
+# copies, optimizer: ops with a byte model); `unknown` — may do matmul-class work and nothing estimates it;
+# `communication` — NCCL / RCCL / NVSHMEM / DeepEP / symmetric-memory / custom all-reduce / MSCCL++; `copy` — memcpy /
+# memset.
+KERNEL_CLASSES = ("compute", "memory", "unknown", "communication", "copy")
+
+# Communication kernels by what they are, not only NCCL: the parsers' kind 'nccl' plus these names.
+COMM_KERNEL_RE = (r"(?i)(nccl|rccl|nvshmem|deep_?ep::|multimem_all_?reduce|one_?shot_all_?reduce|"
+                  r"two_?shot_all_?reduce|symmetric_?memory|cross_device_reduce|custom_?all_?reduce|quick_?all_?reduce|"
+                  r"mscclpp|msccl|lamport|allreduce_?fusion_?kernel)")
+# Point-to-point NCCL kernels (pipeline traffic, unless they implement an all-to-all).
+P2P_KERNEL_RE = r"(?i)(sendrecv|_send|_recv|send_|recv_)"
+P2P_COLLECTIVE_RE = r"(?i)(send|recv)"
+# Ops / ranges whose send/recv kernels are an all-to-all (DLRM / MoE expert parallelism), not a pipeline.
+ALL_TO_ALL_RE = r"(?i)(all_?to_?all|alltoall)"
+
+# Compiled kernels known to do no matmul work: Inductor's pointwise, reduction and persistent-reduction kernels.
+COMPILED_NO_MATMUL_KERNEL_RE = r"(?i)^(triton_(poi|red|per)_|triton_for_)"
+# Kernels that may do matmul-class work (GEMM, attention, convolution, grouped / MoE GEMM, templates).
+MATMUL_CLASS_KERNEL_RE = (r"(?i)(gemm|gemv|nvjet|xmma|cutlass|cublas|matmul|_mma|mma_|hmma|wgmma|gmma|imma|flash|fmha|"
+                          r"attn|attention|sdpa|convolv|convolution|conv[0-9]d|_conv_|conv2d|conv3d|winograd|fprop|dgrad|"
+                          r"wgrad|implicit_?gemm|cudnn|sm[0-9]{2,3}_|ampere_|volta_|turing_|hopper_|blackwell_|Cijk_|"
+                          r"fused_moe|moe_gemm|grouped_?gemm|group_gemm|deep_?gemm|triton_tem_|_scaled_mm|marlin|machete)")
+# Attention's helper kernels (FlashAttention's and cuDNN's backward: rowsum(dO·O) before, the fp32 dQ accumulator
+# cast after) run no tensor-core work (ncu: 0 tensor ops, sample_traces/h200_attention): no FLOPs of the op's.
+AUX_ATTENTION_KERNEL_RE = r"(?i)(dot_do_o|convert_dq|convert_dkv)"
+# Library / framework kernels known to do ~0 useful FLOPs: elementwise, reductions, norms, softmax, copies, indexing,
+# sorting, random numbers, optimizers (PyTorch's `at::native` and `at_cuda_detail`, cub, thrust).
+KNOWN_NO_MATMUL_KERNEL_RE = (r"(?i)(at::native::|at_cuda_detail|cub::|thrust::|elementwise|pointwise|reduce_kernel|"
+                             r"reduction|layer_?norm|rms_?norm|group_?norm|batch_?norm|softmax|_copy|copy_kernel|"
+                             r"CatArray|Fill|Functor|index|gather|scatter|embedding|sort|scan|radix|multi_tensor|adam|"
+                             r"memset|memcpy|transpose|permute|dropout|philox|distribution|topk|nonzero|arange)")
+# Framework op namespaces whose ops are known: an op of these that is not matmul-class launches no matmul work.
+KNOWN_OP_RE = r"^(aten|prims|c10d|nccl|record_param_comms|cudnn|autograd)::"
+# Ops that do matmul-class work (their kernels are unknown when the op has no FLOP figure).
+MATMUL_CLASS_OP_RE = (r"(?i)(::(mm|bmm|addmm|addbmm|baddbmm|matmul|linear|einsum|_scaled_mm|_int_mm|_grouped_mm|"
+                      r"_scaled_grouped_mm|addmv|mv|dot|conv[a-z0-9_]*|cudnn_convolution[a-z_]*|miopen_convolution[a-z_]*|"
+                      r"_convolution[a-z_]*|convolution[a-z_]*|[a-z_]*attention[a-z_]*|_flash_attention[a-z_]*|"
+                      r"_efficient_attention[a-z_]*|lstm|gru|rnn_tanh|rnn_relu|_cudnn_rnn[a-z_]*)$)")
+
+# --------------------------------------------------------------------------------------------------- precision
+
+# Kernel-name hints, in the order they are tried (the first that matches wins): names say the input type before
+# the accumulator (`sm80_xmma_gemm_bf16bf16_bf16f32_f32` is bf16, `turing_fp16_s1688gemm_fp16` fp16), so the
+# narrow types come first. ROCm Tensile names carry the types as `_BBS_` (bf16 in, fp32 compute) etc.
+PRECISION_HINTS: tuple[tuple[str, str], ...] = (
+    ("fp8", r"(?i)(fp8|e4m3|e5m2|f8f6f4|_f8_|f8f8|qmma|_fp8)"),
+    ("int8", r"(?i)(int8|i8816|i8i8|imma|_s8s8|_i8_)"),
+    ("bf16", r"(?i)(bf16|bfloat16|_BBS_|_BSS_|_BBH_)"),
+    # (not a bare `f16`: cuDNN's SDPA kernels say `_f16_` for bf16 too)
+    ("fp16", r"(?i)(fp16|half|h884|h1688|h16816|hgemm|_HHS_|_HSS_|_HHH_|s884gemm)"),
+    ("tf32", r"(?i)(tf32|s1688|s16816|xf32)"),
+    ("fp64", r"(?i)(fp64|dgemm|d884|d16816|dmma|_DDD_|double)"),
+    # (cuDNN / CUTLASS templates on float: `winogradForwardData4x4<float, float>`)
+    ("fp32", r"(?i)(sgemm|ffma|f32f32_f32f32|_SSS_|fp32|scudnn|implicit_convolve_sgemm|<float[,>])"),
+)
+# Dtypes as traces spell them (Kineto `Input type`, lower-cased) → the precision their matmuls run at.
+DTYPE_PRECISION: dict[str, str] = {
+    "c10::bfloat16": "bf16", "bfloat16": "bf16",
+    "c10::half": "fp16", "half": "fp16", "float16": "fp16",
+    "float": "fp32", "float32": "fp32",
+    "double": "fp64", "float64": "fp64",
+    "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "c10::float8_e4m3fnuz": "fp8",
+    "c10::float8_e5m2fnuz": "fp8", "c10::float8_e8m0fnu": "fp8",
+    "signed char": "int8", "int8": "int8", "char": "int8",
+}
+DEFAULT_PRECISION = "bf16"
+
+# ------------------------------------------------------------------------------------------------- dtype sizes
+
+ELEMENT_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+EXTRA_ELEMENT_BYTES = {"long int": 8, "long": 8, "int64": 8, "int": 4, "int32": 4, "short": 2, "bool": 1,
+                       "unsigned char": 1, "uint8": 1}
+# c10::ScalarType numbers as Kineto records a `dtype` argument in Concrete Inputs, → bytes per element.
+SCALAR_TYPE_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2, 23: 1, 24: 1, 25: 1, 26: 1}
+# The element size a kernel's name gives away where the op's arguments carry no dtype (cat's TensorList):
+# PyTorch's CatArrayBatchedCopy and other byte-moving kernels are templated on OpaqueType<sizeof(T)>.
+KERNEL_ELEMENT_BYTES_RE = r"OpaqueType<([0-9]+)"
+
+# --------------------------------------------------------------------------------------------- host timeline
+
+# Calls that block the host until the GPU is done (a sync stall follows when the host is slow to launch again).
+SYNC_API_RE = (r"(?i)(synchronize|^cudaMemcpy(2D|3D|ToSymbol|FromSymbol)?(_v[0-9]+)?$|^cuMemcpy[DH]to[DH](_v[0-9]+)?$|"
+               r"^hipMemcpy$)")
+# Calls that put work on the GPU (kernel and graph launches, async memsets). Async copies are copies, not launches:
+# a pageable cudaMemcpyAsync blocks the host for the copy.
+LAUNCH_API_RE = (r"(?i)(launchkernel|cuLaunch|graphlaunch|cudaLaunch|hipLaunch|hipModuleLaunch|hipExtLaunch|"
+                 r"memsetasync)")
+# One-time set-up calls: context and module loading, library handles, device queries, stream / event creation,
+# allocations and frees (the caching allocator's growth is a one-time cost too).
+STARTUP_API_RE = (r"(?i)(^cuInit|ctxcreate|primaryctx|ctxretain|modulelo|libraryload|^cudaFree$|^cudaFree_|^cuMemFree|"
+                  r"malloc|hostalloc|hostregister|^cuMemAlloc|^cuMemCreate|^cuMemMap|^cuMemSetAccess|^cuMemAddressReserve|"
+                  r"streamcreate|eventcreate|getdeviceproperties|getdevicecount|^cudaSetDevice|cudnncreate|cublascreate|"
+                  r"cublasltcreate|devicegetstreampriorityrange|cudaDeviceReset|^hipInit|^hipFree$)")
+# The first CUDA call of a process creates its context: it is start-up when it lasts at least this long.
+STARTUP_FIRST_CALL_MIN_NS = 1_000_000
+# Host ranges of data loading.
+DATALOADER_RE = r"(?i)(dataloader|data_loader|enumerate\(DataLoader)"
+# A sync that returned up to 20 µs before an idle stretch began caused it (the runtime's return trails the GPU).
+SYNC_TOLERANCE_NS = 20_000
+# An idle gap is launch-bound wholly (the host's per-op path of Python, dispatcher and launch) only when it is about
+# one launch long and the host launches in it; in a longer gap only the time inside launch calls is.
+LAUNCH_GAP_MAX_NS = 100_000
+
+# The unknown-FLOP share of compute-kernel time above which the achieved fraction is a lower bound (the verdict's
+# default; `[verdict] material_unknown_flops` overrides it there).
+MATERIAL_UNKNOWN_FLOPS = 0.10
+
+# --------------------------------------------------------------------------------------------------- plausibility
+
+# Sums of doubles are taken in fixed point (exact_sum in sql/vocab.sql), so that a run's numbers are the same to the
+# last digit whatever order the rows arrive in: times in ns at 2^-20 ns, rates (fractions of peak) at 2^-40.
+NS_FIXED_SCALE = float(2**20)
+RATE_FIXED_SCALE = float(2**40)
+
+# 1.5x the fastest HBM in peaks.toml (8 TB/s): no kernel moves more; a byte estimate implying more is wrong.
+MAX_PLAUSIBLE_BANDWIDTH_BYTES_S = 12e12
+
+# ----------------------------------------------------------------------------------------- rule-side patterns
+
+# Elementwise / pointwise kernels (PyTorch's TensorIterator kernels, Triton pointwise, copies, cat).
+ELEMENTWISE_KERNEL_RE = (r"(?i)(elementwise|pointwise|triton_poi|_copy_kernel|CatArrayBatchedCopy|FillFunctor|"
+                         r"Functor)")
+NOT_ELEMENTWISE_RE = (r"(?i)(reduce|norm|softmax|gemm|gemv|nccl|sort|scan|gather|scatter|index|embedding|adam|"
+                      r"multi_tensor)")
+# Names of GEMM kernels that run on CUDA cores, not tensor cores.
+NON_TENSOR_CORE_RE = r"(?i)(sgemm|simt|_ffma|f32f32_f32f32_f32)"
+# Markers of tensor-core GEMM / attention kernels.
+TENSOR_CORE_RE = (r"(?i)(tensorop|tf32|bf16|f16|fp16|h16|s16816|s1688|h1688|h884|i8816|e4m3|e5m2|wgmma|hmma|gmma|"
+                  r"nvjet|flash|fmha|sdpa|_mma|mma_)")
+# GEMM kernels by name (matrix products only: the FLOP split of an op and the GEMM rules).
+MATMUL_NAME_RE = r"(?i)(gemm|gemv|nvjet|xmma|cutlass|cublas|matmul|sm[0-9]{2,3}_|ampere_|volta_|turing_|hopper_|Cijk_)"
+# Kernel names that do matrix work: an op's FLOPs are split over these (by duration) when it has any.
+MATMUL_KERNEL_RE = (r"(?i)(gemm|nvjet|xmma|cutlass|cublas|matmul|_mma|mma_|wgmma|hmma|flash|fmha|attn|attention|"
+                    r"convolv|convolution|conv[0-9]d|winograd|implicit|fprop|dgrad|wgrad|sm[0-9]{2,3}_|ampere_|volta_|"
+                    r"turing_|hopper_|Cijk_)")
+
+
+def sql_constants() -> dict[str, str]:
+    """Every upper-case constant of this module as a SQL literal, for the SQL library's `{{NAME}}` placeholders."""
+    out: dict[str, str] = {}
+    for name, value in globals().items():
+        if not name.isupper():
+            continue
+        if isinstance(value, bool):
+            out[name] = "true" if value else "false"
+        elif isinstance(value, (int, float)):
+            out[name] = repr(value)
+        elif isinstance(value, str):
+            out[name] = "'" + value.replace("'", "''") + "'"
+    return out

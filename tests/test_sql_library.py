@@ -1,0 +1,91 @@
+"""The measurement library (plasmient_report/sql/): every module installs from the store and its declared
+dependencies alone, every object and column it creates carries a comment, the generated page matches, and the
+objects travel with run.duckdb."""
+
+from __future__ import annotations
+
+import re
+
+import duckdb
+import pytest
+
+from plasmient_report import pipeline, sql, store
+
+from .conftest import ROOT, sample_file
+
+_OBJECT_RE = re.compile(r"CREATE OR REPLACE (?:TEMP )?(TABLE|VIEW|MACRO) ([a-z_][a-z0-9_]*)", re.IGNORECASE)
+
+
+def library_objects() -> dict[str, list[tuple[str, str]]]:
+    """Per module: the (kind, name) of the persistent objects it creates (temporaries start with `_`)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for name in sql.modules():
+        found = [(k.upper(), n) for k, n in _OBJECT_RE.findall(sql.render(name)) if not n.startswith("_")]
+        out[name] = list(dict.fromkeys(found))
+    return out
+
+
+def test_docs_page_matches_the_modules():
+    page = (ROOT / "docs" / "measurements.md").read_text(encoding="utf-8")
+    assert page == sql.docs(), "docs/measurements.md is stale: python -m plasmient_report.sql > docs/measurements.md"
+
+
+@pytest.mark.parametrize("module", sorted(sql.modules()))
+def test_each_module_installs_from_its_declared_dependencies(module):
+    # an empty store and only the modules it says it depends on: a missing declaration fails here
+    con = store.connect()
+    sql.install(con, module, with_dependencies=True)
+    for kind, name in library_objects()[module]:
+        if kind == "MACRO":
+            assert con.execute("SELECT count(*) FROM duckdb_functions() WHERE function_name = ?", [name]).fetchone()[0]
+        else:
+            con.execute(f"SELECT * FROM {name} LIMIT 0")
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    res = pipeline.analyse([sample_file("h200x2_ddp/kineto")], pipeline.Options(ranges=["ProfilerStep#*"]))
+    out = tmp_path_factory.mktemp("db") / "run.duckdb"
+    store.copy_store(res.con, out)
+    yield res, out
+    res.close()
+
+
+def test_every_object_and_column_is_commented(analysed):
+    res, _ = analysed
+    con = res.con
+    for module, objs in library_objects().items():
+        for kind, name in objs:
+            if kind == "MACRO":
+                (c,), = con.execute("SELECT any_value(comment) FROM duckdb_functions() WHERE function_name = ?",
+                                    [name]).fetchall()
+                assert c, f"{module}: macro {name} has no comment"
+                continue
+            rows = con.execute("SELECT column_name, comment FROM duckdb_columns() WHERE table_name = ?",
+                               [name]).fetchall()
+            assert rows, f"{module}: {name} not in the store"
+            missing = [c for c, comment in rows if not comment]
+            assert not missing, f"{module}: {name} columns without a comment: {missing}"
+
+
+def test_library_objects_travel_with_run_duckdb(analysed):
+    res, path = analysed
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        for table in ("kernel_class", "stretches", "idle_gaps", "range_occurrences", "collective_members",
+                      "metrics_by_precision", "window_kernels", "kernel_launch", "device_peaks"):
+            assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == \
+                res.con.execute(f"SELECT count(*) FROM {table}").fetchone()
+        # views and table macros too: the waterfall's losses, the roofline
+        assert con.execute("SELECT sum(lost_ns) FROM losses").fetchone()[0] == \
+            pytest.approx(res.con.execute("SELECT sum(lost_ns) FROM losses").fetchone()[0])
+        assert con.execute("SELECT count(*) FROM kernel_roofline('range', 'ProfilerStep#*', 'kernel')").fetchone()[0] > 0
+    finally:
+        con.close()
+
+
+def test_patterns_come_from_vocab():
+    # the modules hold no name pattern of their own: every pattern is a vocab constant ({{NAME}}) or a macro
+    # generated from vocab (vocab.sql)
+    for name, m in sql.modules().items():
+        assert not re.search(r"'\(\?i\)|regexp_matches\([^;]*?,\s*'\^", m.sql), f"sql/{name}.sql: a literal pattern"
