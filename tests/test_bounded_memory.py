@@ -60,7 +60,8 @@ def test_spilling_store_gives_the_in_memory_numbers(tmp_path: Path, monkeypatch:
         monkeypatch.setattr(pipeline, "PYTHON_RESERVE", 0)
         tight = pipeline.analyse([trace], pipeline.Options(memory_budget=64 << 20))
     spill = tight.spill_dir
-    assert spill is not None and any((spill / "spill").glob("*.tmp")), "the store did not spill: proves nothing"
+    # DuckDB creates its temporary folder when it first spills (and removes the files when done with them)
+    assert spill is not None and (spill / "spill").is_dir(), "the store did not spill: the test proves nothing"
     assert tight.con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == "64.0 MiB"
     assert free.verdict["coverage"]["kernels"] > 10_000
     assert _diff(free.verdict, tight.verdict) == []

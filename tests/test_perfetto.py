@@ -166,33 +166,34 @@ def test_single_gpu_trace_has_every_event_of_the_store(tmp_path: Path) -> None:
 
 
 def test_kernel_arguments_follow_the_store(tmp_path: Path) -> None:
+    """A kernel slice's class, bound, achieved % and arithmetic intensity are the measure stage's kernel_class
+    row (one definition, never recomputed here); FLOPs and copy bytes the kernel's."""
     res, tr, _ = build([corpus_file("h200-single-kineto/kineto_single.json.gz")], tmp_path)
-    by_key = {(s, e, n): (k, f, b) for s, e, n, k, f, b in rows(
-        res.con, "SELECT start_ns, greatest(end_ns, start_ns), name, kind, flops, bytes FROM kernels")}
-    (peak,) = rows(res.con, "SELECT any_value(peak_flop_s) FROM metrics WHERE scope = 'window'")[0]
-    bw = res.verdict["peak"]["memory_bandwidth_tbs"] * 1e12
+    by_key = {(s, e, n): rest for s, e, n, *rest in rows(res.con, """
+        SELECT k.start_ns, greatest(k.end_ns, k.start_ns), k.name, k.kind, k.flops, k.bytes, c.class, c.bound,
+               c.fraction_of_peak, c.arithmetic_intensity
+        FROM kernels k JOIN kernel_class c USING (kernel_id)""")}
     seen = Counter()
     for s in tr.under("rank 0"):
         if "/kernel/" not in tr.path(s["track"]):
             continue
-        kind, flops, nbytes = by_key[(s["start"], s["end"], s["name"])]
+        kind, flops, nbytes, cls, bound, frac, ai = by_key[(s["start"], s["end"], s["name"])]
         a = s["args"]
+        assert a["kind"] == kind and a.get("class") == cls and a.get("bound") == bound
+        seen[cls] += 1
         if flops:
             seen["flops"] += 1
             assert a["flops"] == pytest.approx(flops, rel=1e-12)
-            dur_s = (s["end"] - s["start"]) / 1e9
-            if dur_s > 0:  # achieved % of the GPU's peak, from the store's FLOPs and the slice's own duration
-                assert a["achieved_pct_of_peak"] == pytest.approx(100 * flops / dur_s / peak, abs=0.006)
-            if nbytes and kind == "compute":
-                seen["bound"] += 1
-                assert a["arithmetic_intensity"] == pytest.approx(flops / nbytes, abs=0.006)
-                assert a["bound"] == ("compute" if flops / nbytes >= peak / bw else "memory")
+            if frac is not None:
+                assert a["achieved_pct_of_peak"] == pytest.approx(100 * frac, abs=0.006)
+            if ai is not None:
+                assert a["arithmetic_intensity"] == pytest.approx(ai, abs=0.006)
         else:
-            assert "flops" not in a and a.get("bound") == ("memory (no FLOPs)" if kind == "compute" else None)
+            assert "flops" not in a and "achieved_pct_of_peak" not in a
         if nbytes and kind in ("memcpy", "memset"):
             seen["bytes"] += 1
             assert a["bytes"] == pytest.approx(nbytes)
-    assert seen["flops"] > 100 and seen["bound"] > 10 and seen["bytes"] > 10, seen
+    assert seen["flops"] > 100 and seen["compute"] > 10 and seen["memory"] > 10 and seen["bytes"] > 10, seen
 
 
 def test_every_launch_flows_to_its_kernel(tmp_path: Path) -> None:

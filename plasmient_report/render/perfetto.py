@@ -609,9 +609,8 @@ def assign_lanes(start: Sequence[int], end: Sequence[int]) -> list[int]:
 
 
 def kernel_bound_sql(kind: str, flops: str, nbytes: str, ridge: str) -> str:
-    """The kernel slice's 'bound' label (memory- or compute-bound against the GPU's ridge point), in one place:
-    to be replaced by the measure stage's kernel class (one definition, a store column) once it is in the
-    store."""
+    """The kernel slice's 'bound' label for a store without the measure stage's `kernel_class` (memory- or
+    compute-bound against the GPU's ridge point)."""
     return (f"CASE WHEN {flops} <> 0 THEN (CASE WHEN {nbytes} <> 0 AND {kind} = 'compute' AND {ridge} > 0 "
             f"THEN (CASE WHEN {flops} / {nbytes} >= {ridge} THEN 'compute' ELSE 'memory' END) END) "
             f"WHEN {kind} = 'compute' THEN 'memory (no FLOPs)' END")
@@ -644,7 +643,7 @@ def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -
         "SELECT DISTINCT rank FROM kernels WHERE rank IS NOT NULL ORDER BY rank").fetchall()]
     peak = {(r, d): p for r, d, p in con.execute(
         "SELECT rank, device, any_value(peak_flop_s) FROM metrics WHERE scope='window' AND rank IS NOT NULL "
-        "GROUP BY rank, device").fetchall()}
+        "GROUP BY rank, device").fetchall()} if _exists(con, "metrics") else {}
     bw_all = verdict.get("peak", {}).get("memory_bandwidth_tbs")
     gpu_names = {(g["rank"], g["device"]): g.get("name") for g in verdict.get("run", {}).get("gpus", [])}
     hosts = dict(con.execute("SELECT rank, any_value(host) FROM sources GROUP BY rank").fetchall())
@@ -652,7 +651,7 @@ def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -
     stats["time_shift_ns"] = shift
     _intern_names(con)
     ann = Annotations()
-    for a in ("kind", "op", "flops", "achieved_pct_of_peak", "arithmetic_intensity", "bound", "bytes", "correlation",
+    for a in ("kind", "class", "op", "flops", "achieved_pct_of_peak", "arithmetic_intensity", "bound", "bytes", "correlation",
               "input_dims", "domain", "process_group", "seq", "dtype", "group_ranks", "lost_ns"):
         ann.iid(a)
     try:
@@ -706,10 +705,16 @@ _TIMES = (("kernels", "start_ns"), ("ops", "start_ns"), ("api_calls", "start_ns"
           ("collectives", "start_ns"), ("counters", "end_ns"), ("losses", "start_ns"))
 
 
+def _exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """Whether the store has this table (the measure stage creates some: a store it has not seen lacks them)."""
+    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
+                            [table]).fetchall()[0][0])
+
+
 def _time_shift(con: duckdb.DuckDBPyConnection) -> int:
     """0, or what lifts the earliest time written to 0: Perfetto timestamps are unsigned (times before 1970
     come from inputs with a bad time base; everything moves together, so the layers still line up)."""
-    sql = " UNION ALL ".join(f"SELECT min({c}) AS t FROM {t}" for t, c in _TIMES)
+    sql = " UNION ALL ".join(f"SELECT min({c}) AS t FROM {t}" for t, c in _TIMES if _exists(con, t))
     row = con.execute(f"SELECT min(t) FROM ({sql})").fetchall()
     lo = row[0][0] if row else None
     return int(-lo) if lo is not None and lo < 0 else 0
@@ -717,13 +722,13 @@ def _time_shift(con: duckdb.DuckDBPyConnection) -> int:
 
 def _intern_names(con: duckdb.DuckDBPyConnection) -> None:
     """Every slice name, numbered once (the events refer to them by iid)."""
-    con.execute("""
+    losses = "UNION SELECT category FROM losses WHERE category IS NOT NULL" if _exists(con, "losses") else ""
+    con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _pf_names AS
         SELECT name, row_number() OVER (ORDER BY name) AS iid FROM (
             SELECT coalesce(name, '?') AS name FROM kernels UNION SELECT coalesce(name, '?') FROM ops
             UNION SELECT coalesce(name, '?') FROM api_calls UNION SELECT coalesce(name, '?') FROM ranges
-            UNION SELECT coalesce(collective, 'collective') FROM collectives UNION SELECT category FROM losses
-            WHERE category IS NOT NULL)""")
+            UNION SELECT coalesce(collective, 'collective') FROM collectives {losses})""")
 
 
 def _cluster(ctx: _Ctx, rank: int, parent: int) -> None:
@@ -787,33 +792,47 @@ def _ops(ctx: _Ctx, rank: int, parent: int) -> None:
 
 def _kernels(ctx: _Ctx, rank: int, parent: int, peak: dict[tuple[int, int], float | None],
              bw_tbs: float | None) -> None:
+    """One track per GPU stream. A kernel's class, bound, achieved % of peak and arithmetic intensity are the
+    measure stage's (`kernel_class`, one definition); a store without that table gets them from the window's
+    peak and the run's bandwidth."""
     streams = ctx.con.execute("SELECT DISTINCT device, stream FROM kernels WHERE rank = ? ORDER BY 1, 2",
                               [rank]).fetchall()
     term = _fid_sql("'launch'", "k.source_id", "k.correlation")
+    measured = _exists(ctx.con, "kernel_class")
     for i, (dev, stream) in enumerate(streams):
         p = peak.get((rank, dev))
         ridge = p / (bw_tbs * 1e12) if p and bw_tbs else None
-        lanes = ctx.slices(parent, ("stream", rank, dev, stream), f"GPU {dev} stream {stream}", i, f"""
-            SELECT k.start_ns + $shift AS s, greatest(k.end_ns, k.start_ns) + $shift AS e, n.iid, k.kind, o.name AS op,
-                   CASE WHEN k.flops <> 0 THEN k.flops END AS flops,
+        if measured:
+            cls = """kc.class AS class,
+                   CASE WHEN k.flops <> 0 THEN round(100.0 * kc.fraction_of_peak, 2) END AS achieved,
+                   CASE WHEN k.flops <> 0 THEN round(kc.arithmetic_intensity, 2) END AS ai, kc.bound AS bound"""
+            join = "LEFT JOIN kernel_class kc ON kc.kernel_id = k.kernel_id"
+        else:
+            cls = f"""NULL::VARCHAR AS class,
                    CASE WHEN k.flops <> 0 AND $peak > 0 AND k.end_ns > k.start_ns
                         THEN round(100.0 * k.flops / ((k.end_ns - k.start_ns) / 1e9) / $peak, 2) END AS achieved,
                    CASE WHEN k.flops <> 0 AND k.bytes <> 0 AND k.kind = 'compute'
                         THEN round(k.flops / k.bytes, 2) END AS ai,
-                   {kernel_bound_sql("k.kind", "k.flops", "k.bytes", "$ridge")} AS bound,
+                   {kernel_bound_sql("k.kind", "k.flops", "k.bytes", "$ridge")} AS bound"""
+            join = ""
+        params: dict[str, Any] = {"rank": rank, "dev": dev, "stream": stream}
+        if not measured:
+            params.update(peak=p, ridge=ridge)
+        lanes = ctx.slices(parent, ("stream", rank, dev, stream), f"GPU {dev} stream {stream}", i, f"""
+            SELECT k.start_ns + $shift AS s, greatest(k.end_ns, k.start_ns) + $shift AS e, n.iid, k.kind, o.name AS op,
+                   CASE WHEN k.flops <> 0 THEN k.flops END AS flops, {cls},
                    CASE WHEN k.bytes <> 0 AND k.kind IN ('memcpy', 'memset') THEN k.bytes END AS nbytes,
                    CASE WHEN l.correlation IS NOT NULL THEN {term} END AS term
-            FROM kernels k LEFT JOIN ops o ON o.op_id = k.op_id
+            FROM kernels k LEFT JOIN ops o ON o.op_id = k.op_id {join}
             JOIN _pf_names n ON n.name = coalesce(k.name, '?')
             LEFT JOIN (SELECT DISTINCT source_id, correlation FROM api_calls WHERE rank = $rank) l
                    ON l.source_id = k.source_id AND l.correlation = k.correlation
             WHERE k.rank = $rank AND k.device = $dev AND k.stream IS NOT DISTINCT FROM $stream
             ORDER BY k.start_ns, greatest(k.end_ns, k.start_ns) DESC, k.kernel_id""",
-                           [Arg("kind", "kind", "string"), Arg("op", "op", "string"), Arg("flops", "flops", "double"),
-                            Arg("achieved_pct_of_peak", "achieved", "double"),
+                           [Arg("kind", "kind", "string"), Arg("class", "class", "string"), Arg("op", "op", "string"),
+                            Arg("flops", "flops", "double"), Arg("achieved_pct_of_peak", "achieved", "double"),
                             Arg("arithmetic_intensity", "ai", "double"), Arg("bound", "bound", "string"),
-                            Arg("bytes", "nbytes", "double")],
-                           rank=rank, dev=dev, stream=stream, peak=p, ridge=ridge)
+                            Arg("bytes", "nbytes", "double")], **params)
         ctx.stats["kernels"] += lanes.count
 
 
@@ -925,6 +944,8 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
 
 def _verdict(ctx: _Ctx, rank: int, parent: int) -> None:
     """An 'achieved % of peak' counter (100 where no loss was recorded) and the lost stretches by category."""
+    if not _exists(ctx.con, "losses"):
+        return
     devices = [d for (d,) in ctx.con.execute("SELECT DISTINCT device FROM losses WHERE scope = 'window' AND rank = ? "
                                              "ORDER BY 1", [rank]).fetchall()]
     for dev in devices:
