@@ -240,7 +240,7 @@ def unfused_elementwise_chain(ctx: RuleContext, t: Thresholds) -> Iterator[Findi
             title=f"unfused elementwise chain {name}: {c['kernels']} kernels, {fmt_ns(c['busy_ns'])}",
             recommendation=rec,
             fix=f"fuse {' → '.join(unit)} (torch.compile): −{pct(unit_save if len(unit) > 1 else run_save)} bytes",
-            lost_fraction=ctx.fraction(lost_ns), key=c["ops"][:500],
+            lost_fraction=ctx.fraction(lost_ns), key=(c["ops"] or name or "elementwise")[:500],
             evidence={"chain": name, "ops": unit, "repeats": reps, "occurrences": c["occurrences"],
                       "kernels": c["kernels"], "longest_chain": c["longest"], "time_ns": c["busy_ns"],
                       "shape": c["dims0"], "saving_if_unit_fused": unit_save, "saving_if_run_fused": run_save,
