@@ -171,3 +171,37 @@ def test_a_folder_of_unreadable_parquet_is_bad_input(tmp_path: Path):
     (bad / "StringIds.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(BadInput):
         nsys.ingest(bad, store.connect(), 0)
+
+
+def test_gpu_metrics_of_a_parquetdir_equal_the_sqlite(tmp_path: Path):
+    """The GPU_METRICS stream of an Arrow-family export is read once per batch (a stream can be read only once):
+    the same counters as the SQLite export. No committed parquetdir has GPU metrics, so the real H200 llama export
+    (10 kHz metrics) is written table by table as the parquetdir nsys would write (same tables, same columns)."""
+    import pyarrow as pa
+
+    src = sample_file("h200_hf/llama_nsys.sqlite")
+    folder = tmp_path / "llama_pqtdir"
+    folder.mkdir()
+    db = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+        cur = db.execute(f'SELECT * FROM "{name}"')
+        cols = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+        if not rows:
+            continue
+        pq.write_table(pa.table({c: [r[i] for r in rows] for i, c in enumerate(cols)}), folder / f"{name}.parquet")
+    db.close()
+    counters = "SELECT rank, device, gpu_uuid, metric, start_ns, end_ns, value FROM counters ORDER BY ALL"
+    con = store.connect()
+    nsys.ingest(src, con, 0)
+    ref = con.execute(counters).fetchall()
+    con.close()
+    con = store.connect()
+    nsys.ingest(folder, con, 0)
+    got = con.execute(counters).fetchall()
+    con.close()
+    # every sample of the export but those timed before the capture start (22 here) is a counter row
+    (n,), = sqlite3.connect(f"file:{src}?mode=ro", uri=True).execute(
+        "SELECT count(*) FROM GPU_METRICS WHERE timestamp >= 0").fetchall()
+    assert len(ref) == n == 93896
+    assert got == ref

@@ -161,6 +161,34 @@ def _without_sentinel(rdr: pa.RecordBatchReader) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(_SCHEMA, batches())
 
 
+def _tables(parts: Iterator[Any]) -> Iterator[pa.Table]:
+    """Each chunk as a table: a stream (Arrow-family exports) batch by batch, since a stream can be read once and
+    a chunk is read twice (what is left out, then the insert)."""
+    for part in parts:
+        if isinstance(part, pa.RecordBatchReader):
+            for b in part:
+                yield pa.Table.from_batches([b])
+        else:
+            yield part
+
+
+def _left_out(con: duckdb.DuckDBPyConnection, part: pa.Table) -> int:
+    """Samples of this chunk left out for want of a number or as an impossible percentage. Only rows with no
+    value or one outside 0–100 can be either: Arrow picks those (the clocks, mostly), SQL names their metric."""
+    v = part.column("value")
+    maybe = part.filter(pa.compute.fill_null(pa.compute.or_(pa.compute.less(v, 0), pa.compute.greater(v, 100)), True))
+    if not maybe.num_rows:
+        return 0
+    con.register("_nsys_maybe", maybe)
+    try:
+        row = one(con, f"""SELECT count(*) FILTER (WHERE g.value IS NULL OR {_IMPLAUSIBLE})
+                           FROM _nsys_maybe g JOIN _ns_metric m ON m.typeId = g.typeId AND m.metricId = g.metricId
+                           WHERE g.timestamp >= 0""")
+    finally:
+        con.unregister("_nsys_maybe")
+    return int(row[0]) if row and row[0] else 0
+
+
 def metric_name(raw: str) -> str:
     """`SMs Active [Throughput %]` → sm_active; unknown names snake_cased (`[Throughput %]` dropped)."""
     base, _, suffix = raw.partition(" [")
@@ -228,13 +256,10 @@ def emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Me
         WHERE g.timestamp >= 0 AND g.value IS NOT NULL AND NOT ({_IMPLAUSIBLE})"""
     bad = 0
     try:
-        for part in read_chunks(ex, gm, chunks):
+        for part in _tables(read_chunks(ex, gm, chunks)):
             con.register("_nsys_in", part)
             try:
-                row = one(con, f"""SELECT count(*) FILTER (WHERE g.value IS NULL OR {_IMPLAUSIBLE})
-                                   FROM _nsys_in g JOIN _ns_metric m ON m.typeId = g.typeId AND m.metricId = g.metricId
-                                   WHERE g.timestamp >= 0""")
-                bad += int(row[0]) if row and row[0] else 0
+                bad += _left_out(con, part)
                 con.execute(insert)
             finally:
                 con.unregister("_nsys_in")
