@@ -31,6 +31,7 @@ BEGIN, END, COUNTER = 1, 2, 4
 STATE_CLEARED, NEEDS_STATE = 1, 2
 EXPLICIT_ORDER = 3
 BATCH_ROWS = 1 << 15  # slices (or counter samples) per Arrow batch: bounds the writer's memory
+COUNTER_BATCH_FACTOR = 8  # counter samples come in batches of this many BATCH_ROWS (40 bytes a packet: 10 MiB)
 INTERN_PER_PACKET = 4096  # interned names per packet at the head of the sequence
 
 # Field numbers of perfetto_trace.proto (checked against the package's descriptors in tests/test_perfetto.py).
@@ -324,7 +325,7 @@ class Writer:
             d.append(_field_varint(F_TD_CHILD_ORDERING, EXPLICIT_ORDER))
         self._emit(_field_bytes(F_PKT_TRACK_DESCRIPTOR, b"".join(d)))
 
-    def bulk(self, data: bytes, n: int) -> None:
+    def bulk(self, data: bytes | memoryview, n: int) -> None:
         self.f.write(data)
         self.packets += n
 
@@ -574,8 +575,9 @@ def _place_one_by_one(s: list[int], e: list[int], lanes: np.ndarray, z: int,
     return i, np.array([r for _, r in stacks[0]] if stacks else [], dtype=np.int64)
 
 
-def _batches(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> Iterator[pa.RecordBatch]:
-    reader = con.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
+def _batches(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any],
+             rows: int | None = None) -> Iterator[pa.RecordBatch]:
+    reader = con.sql(sql, params=params).to_arrow_reader(rows or BATCH_ROWS)
     for b in reader:
         if b.num_rows:
             yield b
@@ -596,7 +598,7 @@ def assign_lanes(start: Sequence[int], end: Sequence[int]) -> list[int]:
         def track(self, *a: Any, **k: Any) -> None:
             pass
 
-        def bulk(self, data: bytes, n: int) -> None:
+        def bulk(self, data: bytes | memoryview, n: int) -> None:
             pass
 
     s = Slices(_Null(None), Annotations(), 0, ("lanes",), "", 0)  # type: ignore[arg-type]
@@ -836,11 +838,19 @@ def _kernels(ctx: _Ctx, rank: int, parent: int, peak: dict[tuple[int, int], floa
         ctx.stats["kernels"] += lanes.count
 
 
-def _varint_columns(v: np.ndarray, width: int) -> np.ndarray:
-    """(n, width) bytes of the varints of `v`, every one of which takes exactly `width` bytes."""
-    shifts = np.arange(width, dtype=np.uint64) * np.uint64(7)
-    out = ((v[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
-    out[:, :-1] |= 0x80
+def _varint_columns(v: np.ndarray, width: int, out: np.ndarray | None = None) -> np.ndarray:
+    """(n, width) bytes of the varints of `v`, every one of which takes exactly `width` bytes; written into `out`
+    (an (n, width) view, e.g. columns of a packet array) when given. Byte by byte: no (n, width) uint64 temporary."""
+    if out is None:
+        out = np.empty((v.size, width), dtype=np.uint8)
+    rest = v.copy()
+    low = np.empty(v.size, dtype=np.uint64)
+    for k in range(width):
+        np.bitwise_and(rest, np.uint64(0x7F), out=low)
+        if k < width - 1:
+            low |= np.uint64(0x80)
+            rest >>= np.uint64(7)
+        out[:, k] = low
     return out
 
 
@@ -849,7 +859,7 @@ _TS_9 = (np.uint64(1 << 56), np.uint64((1 << 63) - 1))  # epoch ns since 1972: 9
 
 
 def _counter_packets(tracks: np.ndarray, ts: np.ndarray, values: np.ndarray,
-                     track_bytes: np.ndarray | None = None) -> bytes:
+                     track_bytes: np.ndarray | None = None) -> bytes | memoryview:
     """Counter samples as TracePackets. Times since 1972 and track uuids (always 9-byte varints, see
     `uuid_of`) make every packet the same layout: written as columns of an (n, 40) byte array.
     `track_bytes`: the (n, 9) varint bytes of `tracks`, when the caller has them."""
@@ -867,17 +877,37 @@ def _counter_packets(tracks: np.ndarray, ts: np.ndarray, values: np.ndarray,
     row = 2 + pkt_len
     out = np.empty((n, row), dtype=np.uint8)
     out[:, 0], out[:, 1], out[:, 2] = F_TRACE_PACKET << 3 | 2, pkt_len, F_PKT_TIMESTAMP << 3
-    out[:, 3:12] = _varint_columns(t, 9)
+    _varint_columns(t, 9, out[:, 3:12])
     out[:, 12], out[:, 13] = F_PKT_TRACK_EVENT << 3 | 2, ev_len
     i = 14 + len(ev[0])
     out[:, 14:i] = np.frombuffer(ev[0], dtype=np.uint8)
-    out[:, i:i + 9] = track_bytes if track_bytes is not None else _varint_columns(np.ascontiguousarray(tracks), 9)
+    if track_bytes is not None:
+        out[:, i:i + 9] = track_bytes
+    else:
+        _varint_columns(np.ascontiguousarray(tracks), 9, out[:, i:i + 9])
     i += 9
     out[:, i:i + len(ev[2])] = np.frombuffer(ev[2], dtype=np.uint8)
     i += len(ev[2])
     out[:, i:i + 8] = np.ascontiguousarray(values, dtype=np.float64).view(np.uint8).reshape(n, 8)
     out[:, i + 8:] = _SEQ_FIELD
-    return out.tobytes()
+    return memoryview(out.reshape(-1))  # written as it is: no copy
+
+
+def _still_in_order(idx: np.ndarray, ts: np.ndarray, last: np.ndarray) -> bool:
+    """Whether every series of this batch (samples of series `idx` at times `ts`, the series interleaved) goes on
+    in time order from its `last` time; `last` is moved on to each series' last time here. Array operations: the
+    batch grouped by series with a stable sort (each series' samples keep their order)."""
+    order = np.argsort(idx.astype(np.int16) if idx.size and idx.max() < 1 << 15 else idx, kind="stable")  # radix
+    si, st = idx[order], ts[order]
+    same = si[1:] == si[:-1]
+    if (st[1:][same] < st[:-1][same]).any():
+        return False
+    first = np.flatnonzero(np.concatenate(([True], ~same)))
+    if (st[first] < last[si[first]]).any():
+        return False
+    final = np.concatenate((first[1:] - 1, [si.size - 1]))
+    last[si[final]] = st[final]
+    return True
 
 
 def _device(ctx: _Ctx, rank: int, parent: int) -> None:
@@ -918,18 +948,13 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
             last = np.full(len(series), np.iinfo(np.int64).min, dtype=np.int64)
             in_order = True
             ctx.con.execute(f"SET threads = {1 if not ordered else int(threads)}")
-            for b in ctx.batches(sql + (" ORDER BY c.end_ns, s.idx" if ordered else ""), rank=rank):
+            for b in _batches(ctx.con, sql + (" ORDER BY c.end_ns, s.idx" if ordered else ""),
+                              {"shift": ctx.shift, "rank": rank}, COUNTER_BATCH_FACTOR * BATCH_ROWS):
                 idx = _num(b.column("idx"), np.int64)
                 ts = _num(b.column("t"), np.int64)
-                if not ordered:
-                    for k in np.unique(idx).tolist():  # each series of the batch (a handful): still in time order?
-                        tk = ts[idx == k]
-                        if tk[0] < last[k] or (tk[1:] < tk[:-1]).any():
-                            in_order = False
-                            break
-                        last[k] = tk[-1]
-                    if not in_order:
-                        break
+                if not ordered and not _still_in_order(idx, ts, last):
+                    in_order = False
+                    break
                 v = _num(b.column("v"), np.float64)
                 ctx.w.bulk(_counter_packets(track_of[idx], ts, v, track_bytes[idx]), ts.size)
             if in_order:

@@ -255,7 +255,12 @@ def emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Me
         JOIN _ns_gpumetric_dev d ON d.gpu_id = g.typeId & 255
         WHERE g.timestamp >= 0 AND g.value IS NOT NULL AND NOT ({_IMPLAUSIBLE})"""
     bad = 0
+    (threads,) = one(con, "SELECT current_setting('threads')") or (None,)
     try:
+        # One DuckDB thread for the inserts: rows go in as stored (time order, each series after the other within a
+        # sample) — with more, the join's output comes batch by batch in any order, and every later reader in time
+        # order (the Perfetto writer) would sort 12 M rows. The reader thread has the other core.
+        con.execute("SET threads = 1")
         for part in _tables(read_chunks(ex, gm, chunks)):
             con.register("_nsys_in", part)
             try:
@@ -270,6 +275,9 @@ def emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Me
     except (duckdb.Error, OSError, pa.ArrowException) as e:
         raise BadInput(ex.path, f"cannot read table {gm} ({str(e).strip().splitlines()[0] if str(e).strip() else e})"
                        ) from None
+    finally:
+        if threads is not None:
+            con.execute(f"SET threads = {int(threads)}")
     if bad:
         info.notes.append(f"GPU metrics: {bad} samples left out (no number, or a percentage outside 0–100)")
     after = one(con, "SELECT count(*) FROM counters")
