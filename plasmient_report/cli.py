@@ -374,16 +374,16 @@ def rules(explain: str | None, as_json: bool) -> None:
     if as_json:
         import json
 
-        click.echo(json.dumps([{"id": r.id, "name": r.name, "layer": r.layer, "category": r.category,
-                                "title": r.title, "thresholds": dict(r.thresholds), "origin": r.origin}
-                               for r in catalog], indent=1))
+        click.echo(json.dumps([{"id": r.id, "name": r.name, "layer": r.layer, "status": r.status,
+                                "category": r.category, "title": r.title, "thresholds": dict(r.thresholds),
+                                "origin": r.origin} for r in catalog], indent=1))
         return
     w = max(len(r.name) for r in catalog) if catalog else 4
-    click.echo(f"{'id':6} {'name':{w}} {'layer':8} {'explains':20} title")
+    click.echo(f"{'code':6} {'name':{w}} {'layer':8} {'status':10} {'explains':20} title")
     for r in catalog:
-        click.echo(f"{r.id:6} {r.name:{w}} {r.layer:8} {(r.category or '-'):20} {r.title}")
-    click.echo("\n`plasmient-report rules --explain ID` prints a rule's page; --select / --ignore / --rules-config "
-               "choose and tune them.")
+        click.echo(f"{r.id:6} {r.name:{w}} {r.layer:8} {r.status:10} {(r.category or '-'):20} {r.title}")
+    click.echo("\n`plasmient-report rules --explain ID` prints a rule's page (docs/rules/ID.md); --select / --ignore / "
+               "--rules-config choose and tune them; a preview rule runs only when selected by its own code.")
 
 
 @main.command(short_help="Compare two runs; exit 1 on a regression (the CI gate).")

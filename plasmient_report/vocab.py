@@ -186,3 +186,18 @@ def sql_constants() -> dict[str, str]:
         elif isinstance(value, str):
             out[name] = "'" + value.replace("'", "''") + "'"
     return out
+
+# ------------------------------------------------------------------------------------- what program it is
+# (sql/program.sql: the rules word their advice for the program, not for PyTorch alone)
+
+# PyTorch's own kernels (ATen, its CUDA helpers, Inductor's compiled kernels) and its host-side markers.
+PYTORCH_KERNEL_RE = r"(at::native::|at_cuda_detail|c10::|^triton_(poi|red|per|tem)_)"
+PYTORCH_RANGE_RE = r"^(ProfilerStep#|enumerate\(DataLoader|Optimizer\.(step|zero_grad)|Torch-Compiled Region|## )"
+# TensorRT: its NVTX domain, its engine ranges and its kernels' suffixes / names.
+TENSORRT_RE = r"(?i)(^TensorRT$|ExecutionContext::|_trt$|genericReformat|^trt_|tensorrt)"
+# Graph launches: the program already replays captured graphs (CUDA / HIP graphs).
+GRAPH_LAUNCH_API_RE = r"(?i)graphlaunch"
+# HIP runtime calls: a ROCm program.
+HIP_API_RE = r"^hip"
+# CPU ops that are annotations or compiled regions, not framework ops: never a kernel's op to fuse.
+ANNOTATION_OP_RE = r"(?i)(^Torch-Compiled Region|^CompiledFunction|^## |^ProfilerStep#|^enumerate\(|Optimizer\.|\.py\(|^<)"

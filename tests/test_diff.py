@@ -12,7 +12,7 @@ import pytest
 from plasmient_report import diff
 
 from .conftest import corpus_file, cpu_op, kernel, launch, write_trace
-from .test_rules import allreduce_traces
+from .rules.traces import allreduce_traces
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
