@@ -118,6 +118,8 @@ def claims_within_waterfall(v: dict[str, Any]) -> None:
     losses = {x["category"]: x["fraction"] for x in v["losses"]}
     for f in v["findings"]:
         assert f["lost_fraction"] is None or f["lost_fraction"] >= 0
+        if f["lost_fraction"] is None:
+            continue
         if f["category"] and losses:
             assert f["lost_fraction"] <= losses.get(f["category"], 0.0) + 1e-9, f
         elif v["achieved_fraction_of_peak"] is not None and f["lost_fraction"] is not None:

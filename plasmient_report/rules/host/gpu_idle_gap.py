@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ...vocab import ANNOTATION_OP_RE, LAUNCH_API_RE
 from ..advice import warm_up_profile
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import IDLE_CATEGORIES, RuleContext
@@ -21,8 +22,9 @@ EXPLANATION = Explanation(
         DataLoader step), the op it had just finished, and how the waterfall classed the idle time (start-up, sync
         stall, input-bound, launch-bound, host other). "Nothing traced on the host" means the host ran code
         outside any traced op, call or range — a `sleep`, I/O, logging, a Python-side pipeline. Gaps the waterfall
-        calls `startup` (context creation, module loading, `cudaFree`, first allocations) are reported apart, as
-        the one-time cost they are.""",
+        calls `startup` (context creation, module loading, `cudaFree`, first allocations), and gaps spent in launch
+        calls longer than `slow_launch_ms` (a kernel's first launch loads its module: lazy loading, JIT), are
+        reported apart, as the one-time cost they are — never as launch overhead or gaps to fill.""",
     why_is_this_bad="""
         An idle GPU achieves nothing; long gaps add directly to the step time. Utilization shows them, but not
         their cause. One-time start-up is not a steady-state cost: it only says the profiled region began too
@@ -45,7 +47,8 @@ STARTUP_SHARE = 0.5
 
 
 @rule(title="The GPU sits idle in long gaps", category=None,
-      thresholds={"min_gap_ms": 1.0, "max_gaps": 5, "range_cover": 0.5}, explanation=EXPLANATION)
+      thresholds={"min_gap_ms": 1.0, "max_gaps": 5, "range_cover": 0.5, "slow_launch_ms": 1.0},
+      explanation=EXPLANATION)
 def gpu_idle_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     params = {"min_gap": t.min_gap_ms * 1e6}
     gaps = ctx.rows(f"SELECT * FROM ({GAPS_SQL}) ORDER BY end_ns - start_ns DESC, start_ns", params)
@@ -62,29 +65,47 @@ def gpu_idle_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
             GROUP BY g.i, l.category ORDER BY ns DESC"""):
         cats.setdefault(r["i"], {})[r["category"]] = r["ns"]
 
+    # A launch call far longer than a launch, while the GPU idles, is the driver loading the kernel's module (lazy
+    # loading, JIT) at its first use: a one-time cost, whatever the waterfall's launch_bound says of it.
+    slow: dict[int, float] = {r["i"]: r["ns"] for r in ctx.rows("""
+            SELECT g.i, sum(least(a.end_ns, g.end_ns) - greatest(a.start_ns, g.start_ns)) AS ns
+            FROM _gaps g JOIN rule_api_calls a ON a.rank IS NOT DISTINCT FROM g.rank
+             AND a.start_ns < g.end_ns AND a.end_ns > g.start_ns AND a.end_ns - a.start_ns >= ?
+             AND regexp_matches(a.name, ?)
+            GROUP BY g.i""", [t.slow_launch_ms * 1e6, LAUNCH_API_RE])}
+
     def is_startup(i: int) -> bool:
         c = cats.get(i, {})
-        return sum(c.values()) > 0 and c.get("startup", 0.0) >= STARTUP_SHARE * sum(c.values())
+        total = sum(c.values())
+        return total > 0 and c.get("startup", 0.0) + min(slow.get(i, 0.0), c.get("launch_bound", 0.0)) \
+            >= STARTUP_SHARE * total
 
     startup = [dict(g, i=i) for i, g in enumerate(gaps) if is_startup(i)]
     steady = [dict(g, i=i) for i, g in enumerate(gaps) if not is_startup(i)]
-    listed = _describe(ctx, t, steady[: int(t.max_gaps)] + startup[: int(t.max_gaps)], cats)
+    listed = _describe(ctx, t, steady[: int(t.max_gaps)] + startup[: int(t.max_gaps)], cats,
+                       {g["i"] for g in startup}, slow)
     if steady:
         yield _steady_finding(ctx, t, steady, [x for x in listed if not x["startup"]], startup)
     if startup:
         yield _startup_finding(ctx, t, startup, [x for x in listed if x["startup"]])
 
 
-def _describe(ctx: RuleContext, t: Thresholds, top: list[dict[str, Any]],
-              cats: dict[int, dict[str, float]]) -> list[dict[str, Any]]:
+def _describe(ctx: RuleContext, t: Thresholds, top: list[dict[str, Any]], cats: dict[int, dict[str, float]],
+              startup: set[int], slow: dict[int, float]) -> list[dict[str, Any]]:
     """What the host did in each listed gap: ops, the covering range, the op before, set-up calls, categories."""
     if not top:
         return []
     ids = [g["i"] for g in top]
+    # the host's top-level ops: outermost, annotations (ProfilerStep#N, compiled regions, `## … ##`) looked through
+    ctx.con.execute("""
+        CREATE TABLE _top_ops AS
+        SELECT o.* FROM rule_ops o LEFT JOIN rule_ops p ON p.op_id = o.parent_op_id
+        WHERE NOT regexp_matches(o.name, $ann) AND (o.parent_op_id IS NULL OR p.op_id IS NULL
+              OR regexp_matches(p.name, $ann))""", {"ann": ANNOTATION_OP_RE})
     during: dict[int, list[dict[str, Any]]] = {}
     for r in ctx.rows("""
             SELECT g.i, o.name, sum(least(o.end_ns, g.end_ns) - greatest(o.start_ns, g.start_ns)) AS ns
-            FROM _gaps g JOIN rule_ops o ON o.rank IS NOT DISTINCT FROM g.rank AND o.depth = 0
+            FROM _gaps g JOIN _top_ops o ON o.rank IS NOT DISTINCT FROM g.rank
              AND o.start_ns < g.end_ns AND o.end_ns > g.start_ns
             WHERE g.i IN (SELECT unnest(?::BIGINT[]))
             GROUP BY g.i, o.name ORDER BY ns DESC""", [ids]):
@@ -109,8 +130,7 @@ def _describe(ctx: RuleContext, t: Thresholds, top: list[dict[str, Any]],
             FROM x GROUP BY i""", [ids, t.range_cover, t.range_cover])}
     before = {r["i"]: r["name"] for r in ctx.rows("""
             SELECT g.i, o.name FROM (SELECT * FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[]))) g
-            ASOF JOIN (SELECT * FROM rule_ops WHERE depth = 0) o
-              ON o.rank IS NOT DISTINCT FROM g.rank AND o.start_ns <= g.start_ns""", [ids])}
+            ASOF JOIN _top_ops o ON o.rank IS NOT DISTINCT FROM g.rank AND o.start_ns <= g.start_ns""", [ids])}
     setup: dict[int, list[str]] = {}
     for r in ctx.rows("""
             SELECT g.i, h.name, sum(least(h.end_ns, g.end_ns) - greatest(h.start_ns, g.start_ns)) AS ns
@@ -133,8 +153,7 @@ def _describe(ctx: RuleContext, t: Thresholds, top: list[dict[str, Any]],
                     "host_ops": busy_ops, "after_op": before.get(i), "range": rng or cov.get("enclosing"),
                     "covering_range": rng, "range_cover": cov.get("tight_cover") if rng else None,
                     "categories": c, "main_category": max(c, key=lambda k: c[k]) if c else None,
-                    "startup_calls": setup.get(i, [])[:3],
-                    "startup": sum(c.values()) > 0 and c.get("startup", 0.0) >= STARTUP_SHARE * sum(c.values()),
+                    "startup_calls": setup.get(i, [])[:3], "slow_launch_ns": slow.get(i, 0.0), "startup": i in startup,
                     "host": host})
     return out
 
@@ -145,8 +164,7 @@ def _line(ctx: RuleContext, x: dict[str, Any]) -> str:
             + (f" after {x['after_op']}" if x["after_op"] else "") + f" ({x['host']})")
 
 
-SEE = {"sync_stall": "after host syncs (PR502)", "input_bound": "waiting for data (PR503)",
-       "launch_bound": "while the host launches (PR501)"}
+SEE = {"sync_stall": "after host syncs", "input_bound": "waiting for data", "launch_bound": "while the host launches"}
 
 
 def _steady_finding(ctx: RuleContext, t: Thresholds, gaps: list[dict[str, Any]], listed: list[dict[str, Any]],
@@ -196,6 +214,8 @@ def _startup_finding(ctx: RuleContext, t: Thresholds, gaps: list[dict[str, Any]]
     lost = ctx.lost_fraction("SELECT rank, device, start_ns, end_ns FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[]))",
                              ["startup"], params=[ids])
     calls = list(dict.fromkeys(c for x in listed for c in x["startup_calls"]))[:4]
+    if any(x["slow_launch_ns"] for x in listed):
+        calls.append("first launches of kernels: module loading")
     what = f" ({', '.join(calls)})" if calls else ""
     big = listed[0]
     rec = (f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}, {pct(ctx.fraction(total))} of the "

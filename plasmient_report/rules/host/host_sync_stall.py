@@ -136,6 +136,7 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     for g in groups[: int(t.max_findings)]:
         what = friendly(g["sync_name"], g["inner_op"], g["outer_op"], p.pytorch)
         chain = " → ".join(x for x in dict.fromkeys([g["outer_op"], g["inner_op"], g["sync_name"]]) if x)
+        said = f"{what} ({chain})" if chain != what else what
         n = g["syncs"]
         each = g["idle_ns"] / max(n, 1)
         site = g["python_site"]
@@ -152,25 +153,25 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                              [g["idle_end"], g["first_rank"]])[0]["f"]
         before_work = after is not None and after >= t.before_work_share
         if n > 1:
-            rec = (f"{what} ({chain}){where} synchronizes the host with the GPU{copy} {n}×; each time the GPU then "
+            rec = (f"{said}{where} synchronizes the host with the GPU{copy} {n}×; each time the GPU then "
                    f"sat idle {fmt_ns(each)} on average (worst {fmt_ns(g['max_idle_ns'])}; {fmt_ns(g['idle_ns'])} in "
                    f"all{per}) until the host launched again. Take it out of the hot loop: {sync_fix(p)}.")
-            title = f"host sync {what} ({chain}){f' at {site}' if site else ''} leaves the GPU idle {n}×, " \
+            title = f"host sync {said}{f' at {site}' if site else ''} leaves the GPU idle {n}×, " \
                     f"{fmt_ns(each)} each"
             fix = f"drop {what}{f' ({site})' if site else ''} from the loop: {n} syncs, {fmt_ns(each)} idle each"
         elif before_work:
-            rec = (f"{what} ({chain}){where} synchronized the host with the GPU{copy} once, and the GPU then sat idle "
+            rec = (f"{said}{where} synchronized the host with the GPU{copy} once, and the GPU then sat idle "
                    f"{fmt_ns(each)} before {pct(after)} of the window's GPU work began: a one-time wait before the "
                    f"work (set-up: loading, building, warm-up), not a cost of the loop. {warm_up_profile(p)[0].upper()}"
                    f"{warm_up_profile(p)[1:]}; if it recurs in every iteration, {sync_fix(p)}.")
-            title = (f"host sync {what} ({chain}){f' at {site}' if site else ''}: the GPU idles {fmt_ns(each)} after "
+            title = (f"host sync {said}{f' at {site}' if site else ''}: the GPU idles {fmt_ns(each)} after "
                      "it, once, before the work")
             fix = f"one {fmt_ns(each)} wait after {what} before the work (set-up?): profile after it"
         else:
-            rec = (f"{what} ({chain}){where} synchronized the host with the GPU{copy} once in this window, and the "
+            rec = (f"{said}{where} synchronized the host with the GPU{copy} once in this window, and the "
                    f"GPU then sat idle {fmt_ns(each)} until the host launched again. One window cannot tell whether "
                    f"it recurs: if it does (every iteration), {sync_fix(p)}.")
-            title = (f"host sync {what} ({chain}){f' at {site}' if site else ''} leaves the GPU idle "
+            title = (f"host sync {said}{f' at {site}' if site else ''} leaves the GPU idle "
                      f"{fmt_ns(each)} (once)")
             fix = f"{what}{f' ({site})' if site else ''}: 1 sync, {fmt_ns(each)} idle after it"
         if p.pytorch and not site:

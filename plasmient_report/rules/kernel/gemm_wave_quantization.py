@@ -53,6 +53,7 @@ SM_LIMITS = {"9.0": (233472, 2048, 32), "8.0": (167936, 2048, 32), "8.6": (10240
 AMD_LIMITS = {"9.5": (163840, 2048, 32)}
 AMD_DEFAULT = (65536, 2048, 32)
 REGS_PER_SM = 65536
+MAX_TILE_AREA = 256 * 256  # the largest GEMM tile a block computes (CUTLASS / cuBLAS / Tensile)
 TILE_RE = re.compile(r"(?<![0-9])(16|32|64|96|112|128|160|192|224|256|320|384|512)x"
                      r"(16|32|64|96|112|128|160|192|224|256|320|384|512)(?![0-9])")
 CONV_OP_RE = re.compile(r"(?i)conv")
@@ -176,6 +177,12 @@ def _one(blocks: int, slots: int, m: re.Match[str] | None, mnk: tuple[int, int, 
             if best is None or cand.efficiency > best.efficiency:  # the orientation is unknown: assume the better
                 best = cand
         return best
+    # No tile in the name: a grid smaller than the GPU may be a persistent kernel looping over its tiles (its M×N
+    # needs more tiles than it has blocks, even at the largest tile) — or its size is not known: nothing is said.
+    if mnk is not None and mnk[0] * mnk[1] * mnk[2] > blocks * MAX_TILE_AREA:
+        return None
+    if mnk is None and blocks < sm_count:
+        return None
     if blocks >= slots and blocks % slots == 0:
         return Waves(blocks, slots, blocks / slots, 1.0, 1.0, None if shape == "blocks" else 1.0, None, False,
                      occupancy_known, shape)

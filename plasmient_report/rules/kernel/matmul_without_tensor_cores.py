@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ...vocab import MATMUL_NAME_RE, NON_TENSOR_CORE_RE, TENSOR_CORE_RE
+from ...vocab import NON_TENSOR_CORE_RE, TENSOR_CORE_RE
 from ..advice import tensor_cores
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import RuleContext
@@ -40,8 +40,8 @@ FROM rule_kernels k LEFT JOIN rule_ops o ON o.op_id = coalesce(k.flops_op_id, k.
 WHERE k.kind = 'compute' AND k.end_ns > k.start_ns
   AND (regexp_matches(k.name, '{NON_TENSOR_CORE_RE}')
        -- the kernel's precision as the measure stage decided it (kernel_class: the launching op's dtype first)
-       OR (k.precision = 'fp32' AND (regexp_matches(k.name, '{MATMUL_NAME_RE}') OR coalesce(k.flops, 0) > 0)
-           AND NOT regexp_matches(k.name, '{TENSOR_CORE_RE}')))"""
+       -- (with a FLOP estimate: a precision guessed from a name alone does not make a kernel fp32)
+       OR (k.precision = 'fp32' AND coalesce(k.flops, 0) > 0 AND NOT regexp_matches(k.name, '{TENSOR_CORE_RE}')))"""
 
 
 @rule(title="Matmuls run on CUDA cores (fp32 without TF32)", category="compute_inefficiency",
@@ -53,13 +53,12 @@ def matmul_without_tensor_cores(ctx: RuleContext, t: Thresholds) -> Iterator[Fin
         FROM ({FLAGGED_SQL}) GROUP BY name ORDER BY time_ns DESC""")
     if not rows:
         return
-    # Their lost time: compute inefficiency or memory-bound when they have FLOPs; with none (no shapes) it is the
-    # waterfall's unknown FLOPs — the finding then explains that line (a CUDA-core GEMM is what the unknown work is).
-    spans = f"SELECT rank, device, start_ns, end_ns FROM ({FLAGGED_SQL})"
-    by_cat = {c: ctx.lost_fraction(spans, [c]) for c in ("compute_inefficiency", "memory_bound", "unknown_flops")}
-    known = by_cat["compute_inefficiency"] + by_cat["memory_bound"]
-    category = "unknown_flops" if by_cat["unknown_flops"] > known else None
-    lost = by_cat["unknown_flops"] if category else known
+    # Their lost time: compute inefficiency or memory-bound where they have FLOPs. Without a FLOP estimate (no shapes)
+    # their time is the waterfall's unknown FLOPs: how much of it is lost is not measured, so none is claimed (the
+    # finding is then information: a CUDA-core GEMM is what that unknown work is).
+    lost = ctx.lost_fraction(f"SELECT rank, device, start_ns, end_ns FROM ({FLAGGED_SQL})",
+                             ["compute_inefficiency", "memory_bound"])
+    measured = any(r["flops"] for r in rows)
     g = ctx.gpu()
     tf = g.table_entry.tflops if g and g.table_entry else {}
     time_ns = sum(r["time_ns"] for r in rows)
@@ -78,14 +77,15 @@ def matmul_without_tensor_cores(ctx: RuleContext, t: Thresholds) -> Iterator[Fin
                  f"{tf[half]:g} ({tf[half] / tf['fp32']:.0f}×).")
     advice = tensor_cores(ctx.program, has_tf32, half)
     rec = (f"{sum(r['count'] for r in rows)} matmul kernels ran on CUDA cores for {fmt_ns(time_ns)}"
-           + (f" at {rate / 1e12:.1f} TFLOP/s" if rate else "") + f"; the largest: {what}.{peaks} " + advice)
+           + (f" at {rate / 1e12:.1f} TFLOP/s" if rate else " (the trace gives no shapes: their FLOP rate, and so "
+              "what they lose, is not measured)") + f"; the largest: {what}.{peaks} " + advice)
     yield Finding(
         title=f"fp32 matmuls on CUDA cores{' (no TF32)' if has_tf32 else ''}: {what}, {fmt_ns(time_ns)}",
         recommendation=rec, fix=(f"enable TF32 or {half}{' autocast' if ctx.program.pytorch else ''}: fp32 GEMMs use "
                                  "CUDA cores" if has_tf32 else
                                  f"{half}{' autocast' if ctx.program.pytorch else ' inputs'}: fp32 GEMMs use CUDA "
                                  "cores"),
-        lost_fraction=lost, key="fp32-matmul", category=category,
+        lost_fraction=lost if measured else None, key="fp32-matmul",
         evidence={"kernels": [{"kernel": r["name"], "op": r["op_name"], "input_dims": r["dims"],
                                "precision": r["precision"], "count": r["count"], "time_ns": r["time_ns"],
                                "tflop_s": (r["flops"] / (r["time_ns"] / 1e9) / 1e12) if r["flops"] else None}

@@ -8,7 +8,13 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ...vocab import ANNOTATION_OP_RE, COMPILED_NO_MATMUL_KERNEL_RE, MATMUL_CLASS_KERNEL_RE, MATMUL_CLASS_OP_RE
+from ...vocab import (
+    ANNOTATION_OP_RE,
+    COMPILED_NO_MATMUL_KERNEL_RE,
+    KNOWN_NO_MATMUL_KERNEL_RE,
+    MATMUL_CLASS_KERNEL_RE,
+    MATMUL_CLASS_OP_RE,
+)
 from ..advice import fuse_memory, half_precision
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import RuleContext
@@ -103,7 +109,8 @@ def _finding(ctx: RuleContext, t: Thresholds, name: str, lost_ns: float, s: dict
              hbm: float | None, launched_by: list[str]) -> Finding:
     short = short_kernel(name)
     op_names = [o for o in launched_by if _framework_op(o)][:3]
-    regions = [o for o in launched_by if not _framework_op(o)][:1]  # an annotation / compiled region: context only
+    # an annotation or compiled region (never the kernel's own name again): where it ran, not what to fuse
+    regions = [o for o in launched_by if not _framework_op(o) and o != name][:1]
     bw, frac = roof.get("achieved_bandwidth_bytes_s"), roof.get("bandwidth_fraction_of_hbm")
     nbytes = roof.get("bytes")
     above = bool(roof.get("bandwidth_above_hbm_peak"))
@@ -128,7 +135,10 @@ def _finding(ctx: RuleContext, t: Thresholds, name: str, lost_ns: float, s: dict
     head = (f"{short}{by} ran {s['count']}× for {fmt_ns(s['time_ns'])} (median {fmt_ns(s['median_ns'])}) with no "
             f"tensor-core work{stream}. ")
     p = ctx.program
-    matmul = bool(re.search(MATMUL_CLASS_KERNEL_RE, name) or any(re.search(MATMUL_CLASS_OP_RE, o) for o in op_names))
+    # matmul-class work: by the kernel's name, or an unnamed kernel of a matmul op (a layout transform or a
+    # reduction launched by a convolution is not a GEMM)
+    matmul = bool(re.search(MATMUL_CLASS_KERNEL_RE, name) or (
+        not re.search(KNOWN_NO_MATMUL_KERNEL_RE, name) and any(re.search(MATMUL_CLASS_OP_RE, o) for o in op_names)))
     if any(re.search(OPTIMIZER_RE, x) for x in [short, *op_names]):
         kind = "optimizer"
         rec = head + ("It is the optimizer step: memory-bound by nature (it streams parameters, gradients and "
