@@ -160,13 +160,15 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                     f"{fmt_ns(each)} each"
             fix = f"drop {what}{f' ({site})' if site else ''} from the loop: {n} syncs, {fmt_ns(each)} idle each"
         elif before_work:
+            # One window cannot tell set-up from a per-iteration wait when it holds one iteration: both are said.
             rec = (f"{said}{where} synchronized the host with the GPU{copy} once, and the GPU then sat idle "
-                   f"{fmt_ns(each)} before {pct(after)} of the window's GPU work began: a one-time wait before the "
-                   f"work (set-up: loading, building, warm-up), not a cost of the loop. {warm_up_profile(p)[0].upper()}"
-                   f"{warm_up_profile(p)[1:]}; if it recurs in every iteration, {sync_fix(p)}.")
+                   f"{fmt_ns(each)} before {pct(after)} of the window's GPU work began: a wait before the work — "
+                   "set-up (loading, building, warm-up) if it happens once; if this window is one iteration of a "
+                   f"loop it may recur every iteration, which a longer profile shows. Set-up: "
+                   f"{warm_up_profile(p)}. Per iteration: {sync_fix(p)}.")
             title = (f"host sync {said}{f' at {site}' if site else ''}: the GPU idles {fmt_ns(each)} after "
                      "it, once, before the work")
-            fix = f"one {fmt_ns(each)} wait after {what} before the work (set-up?): profile after it"
+            fix = f"one {fmt_ns(each)} wait after {what} before the work: set-up, or once per iteration?"
         else:
             rec = (f"{said}{where} synchronized the host with the GPU{copy} once in this window, and the "
                    f"GPU then sat idle {fmt_ns(each)} until the host launched again. One window cannot tell whether "
