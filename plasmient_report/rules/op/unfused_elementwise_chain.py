@@ -91,7 +91,8 @@ def unfused_elementwise_chain(ctx: RuleContext, t: Thresholds) -> Iterator[Findi
         else:
             # One op repeated: on the same tensor one kernel would read it once; on different tensors of one shape
             # (a per-parameter loop) a multi-tensor kernel saves the launches, not the bytes.
-            how = (f"the run of {per_chain:.0f} {unit[0]} kernels could be one: up to {pct(run_save)} less traffic "
+            what = unit[0] if unit else "elementwise"  # ops not recorded: the kernels' chain alone
+            how = (f"the run of {per_chain:.0f} {what} kernels could be one: up to {pct(run_save)} less traffic "
                    f"(≈{fmt_ns(c['busy_ns'] * run_save)}) if they update the same tensor; if each touches its own "
                    "tensor (a loop over parameters), a multi-tensor (foreach) kernel removes the launches but not the "
                    "bytes")
@@ -104,11 +105,11 @@ def unfused_elementwise_chain(ctx: RuleContext, t: Thresholds) -> Iterator[Findi
                f"round trip. {how[0].upper() + how[1:]}. {tool}")
         how_fix = "torch.compile" if ctx.program.pytorch else "one kernel"
         fix = (f"fuse {' → '.join(unit)} ({how_fix}): −{pct(unit_save)} bytes" if len(unit) > 1 else
-               f"{unit[0]} ×{per_chain:.0f} in a row: one kernel if on one tensor (−{pct(run_save)} bytes)")
+               f"{what} ×{per_chain:.0f} in a row: one kernel if on one tensor (−{pct(run_save)} bytes)")
         yield Finding(
             title=f"unfused elementwise chain {name}: {c['kernels']} kernels, {fmt_ns(c['busy_ns'])}",
             recommendation=rec, fix=fix,
-            lost_fraction=ctx.fraction(lost_ns), key=c["ops"][:500],
+            lost_fraction=ctx.fraction(lost_ns), key=(c["ops"] or name or "elementwise")[:500],
             evidence={"chain": name, "ops": unit, "repeats": reps, "occurrences": c["occurrences"],
                       "kernels": c["kernels"], "longest_chain": c["longest"], "time_ns": c["busy_ns"],
                       "shape": c["dims0"], "saving_if_unit_fused": unit_save, "saving_if_run_fused": run_save,
