@@ -194,10 +194,11 @@ def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ..
         if debug:
             raise
         _fail(f"{shown}: internal error ({_one_line(e)}); rerun with --debug and report it")
+    assert result.typed is not None
     if as_json:
-        click.echo(verdict_render.dumps(result.verdict), nl=False)
+        click.echo(verdict_render.dumps(result.typed), nl=False)
     elif not quiet:
-        terminal.render(result.verdict, footer=f"outputs: {path_text(out)}/")
+        terminal.render(result.typed, footer=f"outputs: {path_text(out)}/")
 
 
 def _one_line(e: BaseException) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BadInput
-from .verdict_model import Finding, Loss, Verdict, from_dict, load_verdict
+from .verdict_model import Finding, Loss, Verdict, load_verdict
 
 SCHEMA = "plasmient.diff/1"
 VERDICT_SCHEMA = "plasmient.verdict/1"
@@ -57,7 +57,8 @@ def load(path: Path) -> Run:
     with scratch.run():
         result = pipeline.analyse([path], pipeline.Options())
         try:
-            return Run(str(path), from_dict(result.verdict, path, strict=False))
+            assert result.typed is not None
+            return Run(str(path), result.typed)
         finally:
             result.close()
 

@@ -20,6 +20,7 @@ from .errors import BadInput, path_text
 from .parsers import _io
 from .peaks import load_table
 from .store import one
+from .verdict_model import Verdict
 
 # Peak RSS the main job aims to stay under, whatever the trace size (--memory-budget): DuckDB gets the budget
 # less what the interpreter, the libraries and the Arrow batches passed to Python take, and spills the rest.
@@ -54,11 +55,20 @@ class Options:
 
 @dataclass
 class Result:
+    """One analysed run: its store and its typed verdict (`typed`; `verdict` is the same as the JSON document)."""
+
     con: duckdb.DuckDBPyConnection
-    verdict: dict[str, Any]
+    typed: Verdict | None
     notes: list[str] = field(default_factory=list)
     spill_dir: Path | None = None
     scratch: scratch_mod.Scratch | None = None  # the scratch folder this result owns (analyse() outside a run)
+
+    @property
+    def verdict(self) -> dict[str, Any]:
+        """The verdict as verdict.json holds it (plain dicts and lists); renderers read `typed`."""
+        from .render.verdict import document
+
+        return document(self.typed) if self.typed is not None else {}
 
     def close(self) -> None:
         """Close the store and remove its spill folder (the outputs are written by then)."""
@@ -95,7 +105,7 @@ def run_store(inputs: Sequence[Path], opts: Options) -> Iterator[duckdb.DuckDBPy
         try:
             yield con
         finally:
-            Result(con=con, verdict={}, spill_dir=spill).close()
+            Result(con=con, typed=None, spill_dir=spill).close()
 
 
 Progress = Callable[[str, int, int], None]
@@ -200,9 +210,9 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
                 progress("verdict", 0, 0)
             verdict = judge.build(con, ctx, judge.thresholds_from(opts.rules_config))
     except BaseException:
-        Result(con=con, verdict={}, spill_dir=spill, scratch=own).close()
+        Result(con=con, typed=None, spill_dir=spill, scratch=own).close()
         raise
-    result = Result(con=con, verdict=verdict, notes=notes, spill_dir=spill, scratch=own)
+    result = Result(con=con, typed=verdict, notes=notes, spill_dir=spill, scratch=own)
     if own is not None:
         weakref.finalize(result, own.close)
     return result
@@ -248,16 +258,17 @@ def write_outputs(result: Result, out_dir: Path, inputs: Sequence[Path], opts: O
         for i, name in enumerate(todo):
             if progress:
                 progress(f"write {name}", i, len(todo))
+            assert result.typed is not None
             if name == "verdict.json":
-                verdict_render.write(result.verdict, tmp / name)
+                verdict_render.write(result.typed, tmp / name)
             elif name == "report.html":
                 from .render import html
 
-                html.write(result.con, result.verdict, tmp / name)
+                html.write(result.con, result.typed, tmp / name)
             elif name == "trace.pftrace":
                 from .render import perfetto
 
-                perfetto.write(result.con, result.verdict, tmp / name)
+                perfetto.write(result.con, result.verdict, tmp / name)  # (reads the document's GPU names)
             else:
                 store.copy_store(result.con, tmp / name)
         for name, text in (extra_files(tmp) if extra_files else {}).items():

@@ -3,9 +3,9 @@ unit and meaning. `verdict.schema.json` and `docs/verdict.md` are generated from
 (`python -m plasmient_report.verdict_model --write`), and `load_verdict` is how every reader of a verdict on disk
 (`diff`, `batch` resume and reduce) gets one: checked, typed, or one line of `BadInput`.
 
-The judge still builds the verdict as a dict; a test converts it to `Verdict` on every sample trace with unknown
-fields forbidden, so the document and this model cannot drift apart. Changes are additive: a field added later
-has a default, so verdicts written by earlier versions still load.
+The judge builds a `Verdict` (judge.build) and render/verdict.py encodes it, so verdict.json is this model by
+construction; a test reads every sample's verdict.json back with unknown fields forbidden. Changes are additive: a
+field added later has a default, so verdicts written by earlier versions still load.
 """
 
 import math
@@ -228,6 +228,10 @@ class Coverage(_Struct, kw_only=True):
                                                             "matmul-class work with no FLOP estimate")] = None
     kernels_linked_to_ops_fraction: Annotated[float | None, _d("fraction 0–1 of kernels linked to the CPU op "
                                                                "that launched them")] = None
+    kernel_names: Annotated[int | None, _d("distinct kernel names in the window (`top_kernels` holds the first "
+                                           "20)")] = None
+    op_names: Annotated[int | None, _d("distinct ops whose kernels ran in the window (`top_ops` holds the first "
+                                       "20)")] = None
     world_size: Annotated[int | None, _d("ranks of the job, as the traces say")]
     missing_ranks: Annotated[list[int], _d("ranks of the job with no GPU activity in the inputs (first 1024)")]
     missing_rank_count: Annotated[int, _d("how many ranks are missing")]
