@@ -19,7 +19,7 @@ import msgspec
 
 from . import __version__, measured, roofline
 from .errors import BadInput
-from .metrics import GpuPeak, loss_fractions
+from .metrics import STEP_LABEL, GpuPeak, loss_fractions
 from .store import one
 from .verdict_model import (
     Clock,
@@ -36,8 +36,12 @@ from .verdict_model import (
     Peak,
     PrecisionShare,
     RangeSummary,
+    RankSteps,
     RankSummary,
     RunInfo,
+    Step,
+    StepRef,
+    StepSummary,
     Tool,
     Utilization,
     Verdict,
@@ -63,6 +67,8 @@ class Thresholds:
     useful_achieved: float = 0.30
     comm_share: float = 0.50             # communication share of busy time above which: "communication-bound"
     material_unknown_flops: float = MATERIAL_UNKNOWN_FLOPS  # unknown share of compute time above: a lower bound
+    slow_step: float = 0.10              # a step this much slower than the median step is flagged (an outlier)
+    slow_rank: float = 0.05              # a rank whose mean step is this much above the fastest rank's is named
 
 
 def thresholds_from(config: Path | None) -> Thresholds:
@@ -94,6 +100,9 @@ class RunContext:
     peaks: list[GpuPeak]
     missing_ranges: dict[str, list[int]]
     notes: list[str] = field(default_factory=list)
+    tokens_per_step: float | None = None   # --tokens-per-step: tokens one rank processes per step
+    samples_per_step: float | None = None  # --samples-per-step
+    model_flops: float | None = None       # --model-flops: the model's FLOPs per step (the MFU convention)
 
 
 # One-line fixes per category; the rules (SPEC §5) replace these with findings that name the cause.
@@ -290,6 +299,101 @@ def _utilization(block: dict[str, Any]) -> WindowUtilization:
     return msgspec.convert(block, WindowUtilization)
 
 
+MAX_STEPS = 4096      # step rows in the verdict (the store's `steps` table has all)
+MAX_STEP_REFS = 20
+MAX_RANK_STEPS = 64
+
+
+def step_labels(con: duckdb.DuckDBPyConnection, ranges: list[str]) -> list[str]:
+    """The ranges whose occurrences are the run's steps: the --range patterns; without --range, ProfilerStep#* when
+    the trace has it, else the top-level range that repeats on a rank (two or more occurrences) and covers the most
+    GPU time; none when nothing repeats."""
+    have = {lab: (per_rank, total) for lab, per_rank, total in con.execute(
+        "SELECT label, max(occurrence) + 1, sum(gpu_ns) FROM steps GROUP BY label").fetchall()}
+    if ranges:
+        return [r for r in dict.fromkeys(ranges) if r in have]
+    if STEP_LABEL in have:
+        return [STEP_LABEL]
+    repeating = sorted(((-total, lab) for lab, (per_rank, total) in have.items() if per_rank >= 2))
+    return [repeating[0][1]] if repeating else []
+
+
+def _ref(row: dict[str, Any]) -> StepRef:
+    return StepRef(rank=row["rank"], device=row["device"], occurrence=row["occurrence"], name=row["name"],
+                   gpu_ns=row["gpu_ns"], excess_over_median=_f(row["excess_over_median"]))
+
+
+def _per_s(amount: float | None, ns: float | None) -> float | None:
+    return amount / (ns / 1e9) if amount is not None and ns else None
+
+
+def steps_of(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds) -> tuple[list[Step], list[StepSummary]]:
+    """Per step and per range of steps, from the library's `steps` / `step_stats` (sql/steps.sql), with throughput
+    and MFU when --tokens-per-step / --samples-per-step / --model-flops say the work of a step."""
+    labels = step_labels(con, ctx.ranges)
+    steps: list[Step] = []
+    summaries: list[StepSummary] = []
+    for label in labels:
+        cur = con.execute("SELECT * FROM steps WHERE label = ? ORDER BY rank, device, occurrence", [label])
+        cols = [d[0] for d in cur.description]
+        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        for row in rows:
+            gpu = row["gpu_ns"]
+            kns = row["kernel_ns"] or 0
+            unknown = (row["unknown_ns"] or 0) / kns if kns else 0.0
+            achieved = _f(row["achieved_fraction_of_peak"])
+            lower = achieved is not None and unknown > t.material_unknown_flops
+            if achieved is not None and kns and row["unknown_ns"] and not row["kernel_ns_with_flops"]:
+                achieved, lower = None, True
+            peak = row["peak_flop_s"]
+            row["slow"] = row["excess_over_median"] is not None and row["excess_over_median"] > t.slow_step
+            top = row["largest_loss"]
+            steps.append(Step(
+                range=label, name=row["name"], rank=row["rank"], device=row["device"], occurrence=row["occurrence"],
+                start_ns=row["start_ns"], gpu_ns=gpu, cpu_ns=row["cpu_ns"], window=row["window_kind"],
+                utilization=_f(row["utilization"]), achieved_fraction_of_peak=achieved, achieved_is_lower_bound=lower,
+                flops=_f(row["flops"]), largest_loss=top,
+                largest_loss_fraction=_f(row["largest_loss_ns"] / gpu) if top and gpu else None,
+                excess_over_median=_f(row["excess_over_median"]), slow=row["slow"],
+                tokens_per_s=_per_s(ctx.tokens_per_step, gpu), samples_per_s=_per_s(ctx.samples_per_step, gpu),
+                mfu=_f(ctx.model_flops / (gpu / 1e9 * peak)) if ctx.model_flops is not None and peak and gpu else None))
+        stats = con.execute("SELECT * FROM step_stats WHERE label = ?", [label]).fetchall()
+        if not stats or not rows:
+            continue
+        st = dict(zip([d[0] for d in con.description], stats[0], strict=True))
+        slow = sorted((r for r in rows if r["slow"]), key=lambda r: -r["gpu_ns"])
+        by_gpu: dict[tuple[Any, Any], list[int]] = {}
+        for r in rows:
+            by_gpu.setdefault((r["rank"], r["device"]), []).append(r["gpu_ns"])
+        means = {k: sum(v) / len(v) for k, v in by_gpu.items()}
+        fastest = min(means.values())
+        ranked = sorted(means, key=lambda k: (-means[k], k[0] if k[0] is not None else -1, k[1] or 0))
+        by_rank = [RankSteps(rank=k[0], device=k[1], steps=len(by_gpu[k]), mean_ns=means[k],
+                             excess_over_fastest=means[k] / fastest - 1.0 if fastest else 0.0) for k in ranked]
+        slowest_rank = by_rank[0] if len(by_rank) > 1 and by_rank[0].excess_over_fastest > t.slow_rank else None
+        n_ranks = int(st["ranks"])
+        mean = float(st["mean_ns"])
+        peaks = [(r["gpu_ns"], r["peak_flop_s"]) for r in rows]
+        mfu = None
+        if ctx.model_flops is not None and all(p for _, p in peaks):
+            mfu = _f(ctx.model_flops * len(peaks) / sum(g / 1e9 * p for g, p in peaks))
+        tps = _per_s(ctx.tokens_per_step, mean)
+        sps = _per_s(ctx.samples_per_step, mean)
+        summaries.append(StepSummary(
+            range=label, steps=int(st["steps"]), per_rank=int(st["per_rank"]), ranks=n_ranks, mean_ns=mean,
+            median_ns=float(st["median_ns"]), min_ns=int(st["min_ns"]), max_ns=int(st["max_ns"]),
+            stddev_ns=float(st["stddev_ns"]), spread=_f(st["cv"]), utilization=_f(st["utilization"]),
+            achieved_fraction_of_peak=_f(st["achieved_fraction_of_peak"]),
+            slowest=_ref(max(rows, key=lambda r: (r["gpu_ns"], -r["occurrence"]))),
+            slow_threshold=t.slow_step, slow_steps=[_ref(r) for r in slow[:MAX_STEP_REFS]],
+            slow_step_count=len(slow), by_rank=by_rank[:MAX_RANK_STEPS], slowest_rank=slowest_rank,
+            tokens_per_step=ctx.tokens_per_step, samples_per_step=ctx.samples_per_step,
+            tokens_per_s=tps, tokens_per_s_all_ranks=tps * n_ranks if tps is not None else None,
+            samples_per_s=sps, samples_per_s_all_ranks=sps * n_ranks if sps is not None else None,
+            model_flops=ctx.model_flops, mfu=mfu))
+    return steps[:MAX_STEPS], summaries
+
+
 GIVE_FLOPS = ("give --model-flops N (the model's FLOPs per step or per --range occurrence), record shapes "
               "(torch.profiler record_shapes=True; nsys: emit_nvtx(record_shapes=True)), or an Nsight Compute CSV")
 
@@ -403,6 +507,14 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     # The roofline, built once here (the library's kernel_roofline): report.html reads these rows.
     kgroups = roofline.kernel_groups(con, scope, head_range, by="kernel")
     ogroups = roofline.kernel_groups(con, scope, head_range, by="op")
+    steps, step_summary = steps_of(con, ctx, t)
+    for ss in step_summary:
+        if ss.slow_step_count:
+            worst = ss.slow_steps[0]
+            notes.append(f"{ss.slow_step_count} of {ss.steps} steps of {ss.range} are more than {ss.slow_threshold:.0%} "
+                         f"slower than the median step ({ss.median_ns / 1e6:,.1f} ms); the slowest, {worst.name} on "
+                         f"rank {worst.rank}, took {worst.gpu_ns / 1e6:,.1f} ms "
+                         f"(+{(worst.excess_over_median or 0):.0%}): an outlier step is often the finding")
     above = [g for g in kgroups[:TOP_GROUPS] if g.bandwidth_above_hbm_peak]
     if above:
         notes.append(f"{len(above)} of the top kernels' byte estimates imply more than the HBM peak (e.g. "
@@ -454,6 +566,8 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
             incomplete_sources=[IncompleteSource(path=x["path"], what=x["what"]) for x in partial["incomplete_sources"]]),
         top_kernels=[msgspec.convert(_finite(d), KernelGroup) for d in roofline.as_records(kgroups, TOP_GROUPS, "kernel")],
         top_ops=[msgspec.convert(_finite(d), OpGroup) for d in roofline.as_records(ogroups, TOP_GROUPS, "op")],
+        steps=steps,
+        step_summary=step_summary,
         notes=notes,
     )
 

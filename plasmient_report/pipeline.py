@@ -47,6 +47,8 @@ class Options:
     dcgm_period_s: float = 1.0  # --dcgm-period: sampling period of logs that print no time
     counter_search_s: float = align_stage.DEFAULT_SEARCH_NS / 1e9  # counter-log alignment: ± search range
     model_flops: float | None = None  # --model-flops: FLOPs per step / per --range occurrence (the MFU convention)
+    tokens_per_step: float | None = None  # --tokens-per-step: throughput per step (judge; changes no measurement)
+    samples_per_step: float | None = None  # --samples-per-step
     memory_budget: int | None = DEFAULT_MEMORY_BUDGET  # --memory-budget: peak RSS to stay under (None: no limit)
 
     def parse_options(self) -> parsers.ParseOptions:
@@ -202,6 +204,8 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
                 progress("measure", 0, 0)
             ctx = measure(con, opts)
             ctx.inputs = [path_text(p) for p in inputs]
+            ctx.tokens_per_step, ctx.samples_per_step = opts.tokens_per_step, opts.samples_per_step
+            ctx.model_flops = opts.model_flops
             if progress:
                 progress("rules", 0, 0)
             _, rule_notes = rules.run(con, selection, ctx.ranges, ctx.precision, ctx.peaks, opts.peaks_file)
