@@ -544,7 +544,8 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
             notes.append(f"{ss.slow_step_count} of {ss.steps} steps of {ss.range} are more than {ss.slow_threshold:.0%} "
                          f"slower than the median step ({ss.median_ns / 1e6:,.1f} ms); the slowest, {worst.name} on "
                          f"rank {worst.rank}, took {worst.gpu_ns / 1e6:,.1f} ms "
-                         f"(+{(worst.excess_over_median or 0):.0%}): an outlier step is often the finding")
+                         f"({1 + (worst.excess_over_median or 0):,.1f}× the median): an outlier step is often the "
+                         "finding")
     above = [g for g in kgroups[:TOP_GROUPS] if g.bandwidth_above_hbm_peak]
     if above:
         notes.append(f"{len(above)} of the top kernels' byte estimates imply more than the HBM peak (e.g. "

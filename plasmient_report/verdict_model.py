@@ -643,6 +643,15 @@ DOC_TAIL = """
   matmul-like ops, `op_traffic_bytes` for norms, softmax, reductions, embedding, copies, gathers / scatters, cat
   and elementwise ops), evaluated once per distinct shape; `bound` compares arithmetic intensity with the ridge
   point (peak / bandwidth) of the GPU. `report.html` shows the same two tables ("Top kernels", "Top ops").
+- `steps` has one entry per occurrence of the analysed range on each GPU — `ProfilerStep#*`, or each `--range`, or
+  without either the top-level range that repeats on a rank and covers the most GPU time — over its own GPU window
+  (SPEC §1; `run.duckdb`'s `steps` and `step_losses` hold every step and each step's waterfall). `step_summary`
+  has one entry per such range. Throughput needs `--tokens-per-step` / `--samples-per-step` (work of one rank's
+  step); MFU needs `--model-flops`.
+- `shapes` groups the window's GEMM / attention / convolution kernels by the op they ran for (the outermost op with
+  a shape model among the launching op and its callers) and its input shapes (`flops.op_shape`); helper kernels of
+  the op count in its time, its workspace memsets do not. `run.duckdb`'s `shape_roofline(scope, range)` macro has
+  every shape of every window; `plasmient-report export` writes them.
 - `findings[].evidence` is each rule's own record (its keys are listed on the rule's page,
   `plasmient-report rules --explain ID`); everything else above is stable.
 - The store behind the verdict (`run.duckdb`) is documented in docs/schema.md.

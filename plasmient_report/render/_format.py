@@ -178,9 +178,11 @@ def rate(x: float | None, unit: str) -> str:
 
 
 def signed_pct(x: float) -> str:
-    """A relative change: '+0.5%', '+35%', '-2.1%', '0.0%'."""
+    """A relative change: '+0.5%', '+35%', '-2.1%', '0.0%'; from +100% on as a ratio: '×3.0' (it is no share)."""
     if abs(x) < 0.0005:
         return "0.0%"
+    if x >= 1:
+        return f"×{1 + x:,.1f}"
     return f"{x:+.1%}" if abs(x) < 0.1 else f"{x:+.0%}"
 
 
@@ -192,8 +194,8 @@ def step_counts(s: StepSummary) -> str:
 
 
 def step_time_text(s: StepSummary) -> str:
-    """The mean GPU step time and its spread: '134.9 ms ± 0.6%'."""
-    spread = f" ± {s.spread:.1%}" if s.spread and s.steps > 1 else ""
+    """The mean GPU step time and its spread (the standard deviation): '134.9 ms ± 0.795 ms'."""
+    spread = f" ± {ms(s.stddev_ns)}" if s.stddev_ns and s.steps > 1 else ""
     return ms(s.mean_ns) + spread
 
 
