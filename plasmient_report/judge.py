@@ -551,10 +551,11 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
         notes.append(f"{len(above)} of the top kernels' byte estimates imply more than the HBM peak (e.g. "
                      f"{above[0].name[:60]}): L2-resident reuse, or a byte model that over-counts — their bandwidth "
                      "is an estimate, not a measurement")
+    run_ranks: list[int | None] = [r for r in sorted({p.rank for p in ctx.peaks})]
     return Verdict(
         schema=SCHEMA,
         tool=Tool(name="plasmient-report", version=__version__),
-        run=RunInfo(inputs=ctx.inputs, ranks=sorted({p.rank for p in ctx.peaks}), gpus=gpus,
+        run=RunInfo(inputs=ctx.inputs, ranks=run_ranks, gpus=gpus,
                     window_ns=head.get("window_ns"), range=ctx.ranges or None, occurrences=head.get("occurrences")),
         utilization=msgspec.convert({**measured.utilization_block(util, means, scope, head_range, None, None),
                                      "measured_by_source": measured.by_source(con, scope, head_range)}, Utilization),

@@ -558,10 +558,10 @@ def step_time_chart(steps: Sequence[Step], summary: StepSummary) -> Markup | Non
         ms_ = [x.gpu_ns / 1e6 for x in xs]
         ax.plot(occ, ms_, marker="o", markersize=3, linewidth=1, color=palette[i % len(palette)],
                 label=f"rank {key[0]}" + (f" · gpu {key[1]}" if key[1] is not None else ""))
-        slow = [(x.occurrence, x.gpu_ns / 1e6) for x in xs if x.slow]
+        slow = [x for x in xs if x.slow]
         if slow:
-            ax.scatter(*zip(*slow, strict=True), s=40, facecolors="none", edgecolors=COLOURS["collective_wait"],
-                       linewidths=1.2, zorder=3)
+            ax.scatter([x.occurrence for x in slow], [x.gpu_ns / 1e6 for x in slow], s=40, facecolors="none",
+                       edgecolors=COLOURS["collective_wait"], linewidths=1.2, zorder=3)
     ax.axhline(summary.median_ns / 1e6, color=_FG, linestyle="--", linewidth=0.8)
     ax.text(0.0, summary.median_ns / 1e6, f" median {summary.median_ns / 1e6:,.1f} ms", fontsize=7, color=_FG,
             va="bottom", transform=ax.get_yaxis_transform())
@@ -802,9 +802,9 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
     # The roofline of the verdict (judge built it once from the library's kernel_roofline).
     groups, op_groups = typed.top_kernels, typed.top_ops
     roofline = roofline_chart(groups, peak_flop_s, bandwidth) if peak_flop_s else None
-    top = groups[:ROOFLINE_POINTS]
-    placed = sum(1 for g in top if g.arithmetic_intensity and g.achieved_flop_s)
-    flops_no_bytes = sum(1 for g in top if g.flops and not g.arithmetic_intensity)
+    shown = groups[:ROOFLINE_POINTS]
+    placed = sum(1 for g in shown if g.arithmetic_intensity and g.achieved_flop_s)
+    flops_no_bytes = sum(1 for g in shown if g.flops and not g.arithmetic_intensity)
 
     counters = counters_view(con, windows)
     clock = doc["clock"]["sources"]
