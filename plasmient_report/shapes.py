@@ -12,7 +12,7 @@ import pyarrow as pa
 from . import sql
 from .flops import ATTENTION_OPS, CONV_OPS, GEMM_OPS, SHAPE_FIELDS, op_shape
 
-SHAPE_OPS = sorted({*GEMM_OPS, *ATTENTION_OPS, *CONV_OPS})
+SHAPE_OPS = sorted({*GEMM_OPS, *ATTENTION_OPS, *CONV_OPS, "aten::convolution_backward"})
 
 
 def _dtype(name: str, input_types: str | None) -> str | None:
@@ -23,7 +23,8 @@ def _dtype(name: str, input_types: str | None) -> str | None:
         return None
     if not isinstance(types, list):
         return None
-    at = GEMM_OPS[name][0] if name in GEMM_OPS else ATTENTION_OPS[name][0] if name in ATTENTION_OPS else 0
+    at = GEMM_OPS[name][0] if name in GEMM_OPS else ATTENTION_OPS[name][0] if name in ATTENTION_OPS else \
+        1 if name == "aten::convolution_backward" else 0
     t = types[at] if at < len(types) else None
     if not isinstance(t, str) or not t:
         return None
