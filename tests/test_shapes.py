@@ -96,6 +96,29 @@ def test_llama_shapes_follow_its_config() -> None:
     assert all(s["time_share"] <= 1 for s in shapes) and v["coverage"]["shapes"] >= len(shapes)
 
 
+def test_resnet50_convolutions_against_the_flop_counter() -> None:
+    """torchvision ResNet-50 (batch 128, 224², bf16 autocast; truth.json): the convolution shapes' FLOPs over the
+    three profiled steps are FlopCounterMode's aten.convolution and aten.convolution_backward per step, × 3; the stem
+    is one 7×7 / stride 2 / pad 3 convolution of the 3-channel image per step."""
+    truth = json.loads(sample_file("h200_hf/resnet50_amp.truth.json").read_text())
+    steps, batch, image = truth["profiled_steps"], truth["batch"], truth["image"]
+    v = _verdict([sample_file("h200_hf/resnet50_amp.pt.trace.json.gz")], ranges=["ProfilerStep#*"])
+    res = pipeline.analyse([sample_file("h200_hf/resnet50_amp.pt.trace.json.gz")],
+                           pipeline.Options(ranges=["ProfilerStep#*"]))
+    try:
+        rows = res.con.execute("SELECT pass, sum(flops) FROM shape_roofline('range', 'ProfilerStep#*') "
+                               "WHERE family = 'conv' GROUP BY pass").fetchall()
+    finally:
+        res.close()
+    by_pass = dict(rows)
+    assert by_pass["forward"] == pytest.approx(truth["flops_by_op"]["aten.convolution"] * steps, rel=0.01)
+    assert by_pass["backward"] == pytest.approx(truth["flops_by_op"]["aten.convolution_backward"] * steps, rel=0.01)
+    stem = next(s for s in v["shapes"] if s["family"] == "conv" and s["pass"] == "forward"
+                and s["conv_input"] == f"{batch}×3×{image}×{image}")
+    assert (stem["conv_weight"], stem["stride"], stem["padding"], stem["groups"], stem["calls"]) == \
+        ("64×3×7×7", "2×2", "3×3", 1, steps)
+
+
 def test_no_shapes_without_input_shapes() -> None:
     v = _verdict([sample_file("h200_hf/llama_nsys.sqlite")])  # nsys, no emit_nvtx: no shapes at all
     assert v["shapes"] == [] and v["coverage"]["shapes"] == 0

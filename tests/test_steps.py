@@ -33,7 +33,8 @@ def _analyse(paths: list[Path], **kw: object) -> tuple[dict, list[dict]]:
         res.close()
 
 
-@pytest.mark.parametrize("workload", ["llama_eager", "llama_compile", "llama_fsdp2", "input_bound"])
+@pytest.mark.parametrize("workload", ["llama_eager", "llama_compile", "llama_fsdp2", "input_bound", "resnet50_amp",
+                                      "bert_amp", "vit_compile"])
 def test_profiler_steps_match_the_cuda_events(workload: str) -> None:
     truth = json.loads(sample_file(f"h200_hf/{workload}.truth.json").read_text())
     v, losses = _analyse([sample_file(f"h200_hf/{workload}.pt.trace.json.gz")])
