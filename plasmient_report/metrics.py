@@ -207,7 +207,10 @@ def sweep(con: duckdb.DuckDBPyConnection, peaks: Sequence[GpuPeak] | None = None
     if one(con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'kernel_launch'") == (0,):
         kernel_flops.link_kernels(con)
     sql.install(con, "vocab", "intervals", "collectives", "kernel_class", "window_kernels", "host_activity",
-                "stretches", "losses", "window_metrics", "kernel_roofline")
+                "stretches", "losses", "window_metrics", "kernel_roofline", "steps")
+    from . import shapes
+
+    shapes.fill(con)
 
 
 def loss_fractions(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None,
