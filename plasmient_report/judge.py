@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import msgspec
 
-from . import __version__, measured, roofline
+from . import __version__, measured, roofline, verdict_tables
 from .errors import BadInput
 from .metrics import GpuPeak, loss_fractions
 from .store import one
@@ -417,6 +418,11 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
         },
         "top_kernels": roofline.as_records(kgroups, TOP_GROUPS, "kernel"),
         "top_ops": roofline.as_records(ogroups, TOP_GROUPS, "op"),
+        # the tables beside the headline (verdict_tables: collectives, memory, launch statistics)
+        **msgspec.to_builtins({
+            "collective_stats": verdict_tables.collective_stats(con, scope, head_range),
+            "memory": verdict_tables.memory(con),
+            "launch_stats": verdict_tables.launch_stats(con, scope, head_range)}),
         "notes": notes,
     }
 
