@@ -232,7 +232,7 @@ def sweep(con: duckdb.DuckDBPyConnection, peaks: Sequence[GpuPeak] | None = None
     if one(con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'device_links'") == (0,):
         sql.install(con, "device_links")  # no peak table consulted (a caller that did not run assign_peaks)
     sql.install(con, "vocab", "intervals", "collectives", "kernel_class", "window_kernels", "host_activity",
-                "stretches", "losses", "window_metrics", "kernel_roofline", "collective_stats", "memory",
+                "stretches", "losses", "window_metrics", "kernel_roofline", "steps", "collective_stats", "memory",
                 "launch_stats")
 
 

@@ -3,9 +3,9 @@ unit and meaning. `verdict.schema.json` and `docs/verdict.md` are generated from
 (`python -m plasmient_report.verdict_model --write`), and `load_verdict` is how every reader of a verdict on disk
 (`diff`, `batch` resume and reduce) gets one: checked, typed, or one line of `BadInput`.
 
-The judge still builds the verdict as a dict; a test converts it to `Verdict` on every sample trace with unknown
-fields forbidden, so the document and this model cannot drift apart. Changes are additive: a field added later
-has a default, so verdicts written by earlier versions still load.
+The judge builds a `Verdict` (judge.build) and render/verdict.py encodes it, so verdict.json is this model by
+construction; a test reads every sample's verdict.json back with unknown fields forbidden. Changes are additive: a
+field added later has a default, so verdicts written by earlier versions still load.
 """
 
 import math
@@ -228,6 +228,10 @@ class Coverage(_Struct, kw_only=True):
                                                             "matmul-class work with no FLOP estimate")] = None
     kernels_linked_to_ops_fraction: Annotated[float | None, _d("fraction 0–1 of kernels linked to the CPU op "
                                                                "that launched them")] = None
+    kernel_names: Annotated[int | None, _d("distinct kernel names in the window (`top_kernels` holds the first "
+                                           "20)")] = None
+    op_names: Annotated[int | None, _d("distinct ops whose kernels ran in the window (`top_ops` holds the first "
+                                       "20)")] = None
     world_size: Annotated[int | None, _d("ranks of the job, as the traces say")]
     missing_ranks: Annotated[list[int], _d("ranks of the job with no GPU activity in the inputs (first 1024)")]
     missing_rank_count: Annotated[int, _d("how many ranks are missing")]
@@ -391,6 +395,91 @@ class StreamLaunchStats(_Struct, kw_only=True):
     kernel_time_ns: Annotated[int, _d("ns: kernel time, summed")]
     launch_time_ns: Annotated[int | None, _d("ns: host time in launching calls, summed")]
     histogram: Annotated[list[DurationBucket], _d("kernel durations in log2 buckets from 1 µs (buckets with kernels)")]
+class Step(_Struct, kw_only=True):
+    """One step: an occurrence of the analysed range (a ProfilerStep, or an occurrence of a --range) on one GPU, over
+    its own GPU window (SPEC §1); its achieved fraction and losses add up to 1."""
+    range: Annotated[str, _d("the range pattern (`ProfilerStep#*`, a --range)")]
+    name: Annotated[str, _d("the occurrence's own name (e.g. `ProfilerStep#5`)")]
+    rank: Annotated[int | None, _d("rank")]
+    device: Annotated[int | None, _d("CUDA device ordinal in that rank's process")]
+    occurrence: Annotated[int, _d("occurrence on its rank (0…, by CPU start)")]
+    start_ns: Annotated[int, _d("ns (UTC, the common clock): start of its GPU window")]
+    gpu_ns: Annotated[int, _d("ns: GPU step time, the length of its GPU window")]
+    cpu_ns: Annotated[int, _d("ns: the length of its CPU interval (the host's view of the step)")]
+    window: Annotated[str, _d("`gpu` (placed by the work it launched), `cpu` (launched nothing: its CPU interval), "
+                              "`gpu_annotation` (only Kineto's GPU-stream copy of the range)")]
+    utilization: Annotated[float | None, _d("fraction 0–1 of the step's window with a kernel or copy resident")]
+    achieved_fraction_of_peak: Annotated[float | None, _d("fraction: useful FLOP/s over peak in the step's window "
+                                                          "(null: unknown)")]
+    achieved_is_lower_bound: Annotated[bool, _d("true when the step's work without a FLOP estimate is material")] = False
+    flops: Annotated[float | None, _d("FLOP: useful work of the activities that start in the step")]
+    largest_loss: Annotated[str | None, _d("the loss category that took most of the step's peak")]
+    largest_loss_fraction: Annotated[float | None, _d("fraction 0–1 of the step's peak it took")]
+    excess_over_median: Annotated[float | None, _d("fraction: how much longer than the median step of the range "
+                                                   "(all ranks) it is; 0.2 = 20% slower, negative = faster")]
+    slow: Annotated[bool, _d("true when it is slower than the median step by more than the threshold "
+                             "(`step_summary[].slow_threshold`): an outlier")] = False
+    tokens_per_s: Annotated[float | None, _d("tokens/s: --tokens-per-step over gpu_ns (null without it)")] = None
+    samples_per_s: Annotated[float | None, _d("samples/s: --samples-per-step over gpu_ns (null without it)")] = None
+    mfu: Annotated[float | None, _d("fraction: model FLOPs utilization, --model-flops over (gpu_ns · the GPU's dense "
+                                    "peak at the headline precision) (null without --model-flops)")] = None
+
+
+class StepRef(_Struct, kw_only=True):
+    """A step pointed at: the slowest, or an outlier."""
+    rank: Annotated[int | None, _d("rank")]
+    device: Annotated[int | None, _d("CUDA device ordinal")]
+    occurrence: Annotated[int, _d("occurrence on its rank (0…)")]
+    name: Annotated[str, _d("the occurrence's name")]
+    gpu_ns: Annotated[int, _d("ns: its GPU step time")]
+    excess_over_median: Annotated[float | None, _d("fraction over the median step (0.2 = 20% slower)")]
+
+
+class RankSteps(_Struct, kw_only=True):
+    """One rank's steps: its mean step time (the slowest rank sets the pace of a synchronous job)."""
+    rank: Annotated[int | None, _d("rank")]
+    device: Annotated[int | None, _d("CUDA device ordinal")]
+    steps: Annotated[int, _d("its steps")]
+    mean_ns: Annotated[float, _d("ns: its mean GPU step time")]
+    excess_over_fastest: Annotated[float, _d("fraction: its mean over the fastest rank's mean, minus 1")]
+
+
+class StepSummary(_Struct, kw_only=True):
+    """The steps of one range over all ranks: mean and spread of the GPU step time, the slowest steps and ranks,
+    and throughput when the work per step is given."""
+    range: Annotated[str, _d("the range pattern (`ProfilerStep#*`, a --range)")]
+    steps: Annotated[int, _d("step rows (occurrences × GPUs)")]
+    per_rank: Annotated[int, _d("occurrences on the rank with the most")]
+    ranks: Annotated[int, _d("ranks with steps")]
+    mean_ns: Annotated[float, _d("ns: mean GPU step time")]
+    median_ns: Annotated[float, _d("ns: median GPU step time")]
+    min_ns: Annotated[int, _d("ns: the fastest step")]
+    max_ns: Annotated[int, _d("ns: the slowest step")]
+    stddev_ns: Annotated[float, _d("ns: sample standard deviation of the step times (0 for one step)")]
+    spread: Annotated[float | None, _d("fraction: stddev_ns / mean_ns (coefficient of variation)")]
+    utilization: Annotated[float | None, _d("fraction 0–1: the steps' busy time over their windows")]
+    achieved_fraction_of_peak: Annotated[float | None, _d("fraction: the steps' achieved peak-time over their "
+                                                          "windows (null: unknown)")]
+    slowest: Annotated[StepRef | None, _d("the slowest step")]
+    slow_threshold: Annotated[float, _d("fraction: a step slower than the median by more than this is flagged "
+                                        "`slow` ([verdict] slow_step)")]
+    slow_steps: Annotated[list[StepRef], _d("the steps flagged slow, slowest first (first 20)")] = []
+    slow_step_count: Annotated[int, _d("how many steps are flagged slow")] = 0
+    by_rank: Annotated[list[RankSteps], _d("per rank (and GPU): mean step time, slowest first (first 64)")] = []
+    slowest_rank: Annotated[RankSteps | None, _d("the rank with the longest mean step, when it is slower than the "
+                                                 "fastest by more than [verdict] slow_rank (null otherwise, or "
+                                                 "with one rank)")] = None
+    tokens_per_step: Annotated[float | None, _d("--tokens-per-step: tokens one rank processes per step")] = None
+    samples_per_step: Annotated[float | None, _d("--samples-per-step: samples one rank processes per step")] = None
+    tokens_per_s: Annotated[float | None, _d("tokens/s of one rank: tokens_per_step over the mean step time")] = None
+    tokens_per_s_all_ranks: Annotated[float | None, _d("tokens/s of the job: tokens_per_s × ranks")] = None
+    samples_per_s: Annotated[float | None, _d("samples/s of one rank: samples_per_step over the mean step time")] = None
+    samples_per_s_all_ranks: Annotated[float | None, _d("samples/s of the job: samples_per_s × ranks")] = None
+    model_flops: Annotated[float | None, _d("FLOP: --model-flops, the model's FLOPs per step of one rank (the MFU "
+                                            "convention, e.g. 6·params·tokens)")] = None
+    mfu: Annotated[float | None, _d("fraction: model FLOPs utilization, model_flops × steps over Σ (step time · the "
+                                    "GPU's dense peak at the headline precision): beside the achieved fraction, "
+                                    "which counts the kernels' own FLOPs")] = None
 
 
 class Verdict(_Struct, kw_only=True):
@@ -423,6 +512,10 @@ class Verdict(_Struct, kw_only=True):
     memory: Annotated[list[MemoryPeak], _d("per GPU with allocator events: peak allocated and reserved memory")] = []
     launch_stats: Annotated[list[StreamLaunchStats], _d("per stream, most kernels first (the first 64): launch delay, "
                                                         "launch cost and the short-kernel histogram")] = []
+    steps: Annotated[list[Step], _d("per step: each occurrence of the analysed range on each GPU (first 4096; "
+                                    "the store's `steps` table has all)")] = []
+    step_summary: Annotated[list[StepSummary], _d("per analysed range with steps: step time, spread, slowest steps "
+                                                  "and ranks, throughput")] = []
     notes: Annotated[list[str], _d("what the reader should know (missing data, lower bounds, assumptions)")] = []
 
 

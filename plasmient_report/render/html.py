@@ -1,4 +1,4 @@
-"""report.html: one self-contained page (SPEC §6) from the store tables and the verdict document.
+"""report.html: one self-contained page (SPEC §6) from the typed verdict and the store's views.
 
 Charts are matplotlib figures inlined as SVG (their text and axes take the page's colours, so light and dark
 themes both read); tables sort in the browser with a few lines of inline script. No network, no CDN.
@@ -10,6 +10,7 @@ import io
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,8 +28,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
 from ..metrics import CATEGORIES
-from ..roofline import KernelGroup, kernel_groups
-from ..verdict_model import from_dict
+from ..verdict_model import KernelGroup, Loss, RankSummary, Verdict, from_dict
 from ._format import (
     achieved_text,
     achieved_why,
@@ -43,10 +43,10 @@ from ._format import (
 from ._format import (
     range_name as range_label,
 )
+from .verdict import document
 
 TIMELINE_BINS = 800
-TOP_KERNELS = 30
-ROOFLINE_POINTS = TOP_KERNELS  # each point is numbered by its row in the kernel table
+ROOFLINE_POINTS = 30  # at most; each point is numbered by its row in the kernel table (the verdict's top_kernels)
 MAX_RANK_BARS = 128        # the per-rank stacked bars; beyond this the sortable matrix table carries it
 MAX_COUNTER_RANKS = 8
 
@@ -379,16 +379,16 @@ def _legend(where: Any, handles: list[Any], **kw: Any) -> None:
         t.set_color(_FG)
 
 
-def waterfall_chart(achieved: float, losses: list[dict[str, Any]]) -> Markup:
+def waterfall_chart(achieved: float, losses: list[Loss]) -> Markup:
     """Peak (100%) minus each loss category in turn, down to what was achieved."""
-    labels = ["peak"] + [category_label(x["category"]) for x in losses] + ["achieved"]
+    labels = ["peak"] + [category_label(x.category) for x in losses] + ["achieved"]
     lefts, widths, colours = [0.0], [1.0], ["#7f7f7f"]
     level = 1.0
     for x in losses:
-        level -= x["fraction"]
+        level -= x.fraction
         lefts.append(level)
-        widths.append(x["fraction"])
-        colours.append(category_colour(x["category"]))
+        widths.append(x.fraction)
+        colours.append(category_colour(x.category))
     lefts.append(0.0)
     widths.append(achieved)
     colours.append(COLOURS["achieved"])
@@ -432,12 +432,12 @@ def stacked_share_chart(shares: list[dict[str, float]], labels: list[str], xlabe
     return svg(fig, alt)
 
 
-def rank_bars_chart(ranks: list[dict[str, Any]]) -> Markup:
+def rank_bars_chart(ranks: list[RankSummary]) -> Markup:
     """One 100% stacked bar per rank: achieved, then each loss category."""
-    shares = [{"achieved": r.get("achieved_fraction_of_peak") or 0.0,
-               **{c: sum(x["fraction"] for x in r.get("losses", []) if x["category"] == c) for c in CATEGORIES}}
+    shares = [{"achieved": r.achieved_fraction_of_peak or 0.0,
+               **{c: sum(x.fraction for x in r.losses if x.category == c) for c in CATEGORIES}}
               for r in ranks]
-    labels = [f"rank {r['rank']}" for r in ranks] if len(ranks) <= 32 else [""] * len(ranks)
+    labels = [f"rank {r.rank}" for r in ranks] if len(ranks) <= 32 else [""] * len(ranks)
     return stacked_share_chart(shares, labels, "share of each rank's window", "where each rank's peak went")
 
 
@@ -480,7 +480,7 @@ def timeline_chart(spans: list[Span], labels: list[str], choice: np.ndarray, com
     return svg(fig, "timeline strip" + (" (one clock)" if common else " (own windows)"))
 
 
-def roofline_chart(groups: list[KernelGroup], peak_flop_s: float, bandwidth_bytes_s: float | None) -> Markup | None:
+def roofline_chart(groups: Sequence[KernelGroup], peak_flop_s: float, bandwidth_bytes_s: float | None) -> Markup | None:
     placed = [g for g in groups[:ROOFLINE_POINTS] if g.arithmetic_intensity and g.achieved_flop_s]
     if not placed:
         return None
@@ -857,9 +857,9 @@ def _env() -> Environment:
     return env
 
 
-def _loss_rows(achieved: float | None, losses: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows = [{"category": x["category"], "layer": x.get("layer"), "fraction": x["fraction"],
-             "recommendation": x.get("recommendation")} for x in losses]
+def _loss_rows(achieved: float | None, losses: list[Loss]) -> list[dict[str, Any]]:
+    rows = [{"category": x.category, "layer": x.layer, "fraction": x.fraction, "recommendation": x.recommendation}
+            for x in losses]
     if achieved is not None:
         rows.insert(0, {"category": "achieved", "layer": "", "fraction": achieved,
                         "recommendation": "useful FLOPs at the chosen peak"})
@@ -892,22 +892,26 @@ def _gpu_title(v: Any) -> str:
     return ", ".join(names) + " (no peak known)" if names else "unknown GPU"
 
 
-def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str, Any]:
-    """Everything the template shows, from the store tables and the verdict (never from input files)."""
-    run, peak = verdict["run"], verdict["peak"]
-    achieved = verdict.get("achieved_fraction_of_peak")
-    util = verdict.get("utilization") or {}
-    peak_flop_s = peak["tflops"] * 1e12 if peak.get("tflops") else None
-    bandwidth = peak["memory_bandwidth_tbs"] * 1e12 if peak.get("memory_bandwidth_tbs") else None
-    scope = "range" if run.get("range") else "window"
-    range_name = run["range"][0] if run.get("range") else None
+def _typed(verdict: Verdict | dict[str, Any]) -> Verdict:
+    return verdict if isinstance(verdict, Verdict) else from_dict(verdict, strict=False)
 
-    typed = from_dict(verdict, strict=False)
+
+def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -> dict[str, Any]:
+    """Everything the template shows, from the typed verdict and the store's views (never from input files, never
+    from the verdict's text). `v` in the template is the verdict's JSON document, for its generic key-value
+    tables (coverage, clock, counter sources)."""
+    typed = _typed(verdict)
+    doc = document(typed)
+    run, peak = typed.run, typed.peak
+    achieved = typed.achieved_fraction_of_peak
+    peak_flop_s = peak.tflops * 1e12 if peak.tflops else None
+    bandwidth = peak.memory_bandwidth_tbs * 1e12 if peak.memory_bandwidth_tbs else None
+
     ach_text = achieved_text(typed)
-    losses = verdict.get("losses") or []
+    losses = typed.losses
     range_rows = [{**r, "display_name": range_label(r["name"]), "occurrences": range_occurrences(t, typed),
                    "per_occurrence_ns": range_per_occurrence_ns(t)}
-                  for r, t in zip(verdict.get("ranges") or [], typed.ranges, strict=True)]
+                  for r, t in zip(doc["ranges"], typed.ranges, strict=True)]
 
     windows = gpu_windows(con)
     timeline_common = timeline_own = None
@@ -921,51 +925,51 @@ def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str
             labels, choice = where_peak_went(bin_intervals(con, LOSS_SOURCE, own), own)
             timeline_own = timeline_chart(own, labels, choice, common=False)
 
-    ranks = verdict.get("ranks") or []
-    gpu_names = {(g.get("rank"), g.get("device")): g.get("name") for g in run.get("gpus") or []}
+    ranks = typed.ranks
+    gpu_names = {(g.rank, g.device): g.name for g in run.gpus}
     window_by_gpu = {(r, d): (s, e) for r, d, s, e in windows}
     first_ns = min((w[2] for w in windows), default=None)
     rank_rows = []
-    for r in ranks:
-        top = (r.get("losses") or [{}])[0]
-        w = window_by_gpu.get((r["rank"], r["device"]))
-        rank_rows.append({**r, "gpu": gpu_names.get((r["rank"], r["device"])),
+    for r, rd in zip(ranks, doc["ranks"], strict=True):
+        top = r.losses[0] if r.losses else None
+        w = window_by_gpu.get((r.rank, r.device))
+        rank_rows.append({**rd, "gpu": gpu_names.get((r.rank, r.device)),
                           "window_start": _utc(w[0]) if w else "n/a",
                           "start_offset_ns": w[0] - first_ns if w and first_ns is not None else None,
-                          "top_loss": top.get("category"), "top_loss_fraction": top.get("fraction"),
-                          "loss_by_category": {x["category"]: x["fraction"] for x in r.get("losses") or []}})
+                          "top_loss": top.category if top else None, "top_loss_fraction": top.fraction if top else None,
+                          "loss_by_category": {x.category: x.fraction for x in r.losses}})
     rank_categories = [c for c in CATEGORIES if any(c in rr["loss_by_category"] for rr in rank_rows)]
 
-    groups = kernel_groups(con, scope, range_name, peak_flop_s, bandwidth)
-    op_groups = kernel_groups(con, scope, range_name, peak_flop_s, bandwidth, by="op")
+    # The roofline of the verdict (judge built it once from the library's kernel_roofline).
+    groups, op_groups = typed.top_kernels, typed.top_ops
     roofline = roofline_chart(groups, peak_flop_s, bandwidth) if peak_flop_s else None
     top = groups[:ROOFLINE_POINTS]
     placed = sum(1 for g in top if g.arithmetic_intensity and g.achieved_flop_s)
     flops_no_bytes = sum(1 for g in top if g.flops and not g.arithmetic_intensity)
 
     counters = counters_view(con, windows)
-    clock = (verdict.get("clock") or {}).get("sources") or []
+    clock = doc["clock"]["sources"]
     known_clock = ["path", "format", "format_version", "rank", "rank_method", "anchor", "offset_ns", "method",
                    "uncertainty_ns"]
     extra_clock = sorted({k for s in clock for k in s if k not in known_clock})
-    findings = [{**f, "evidence_rows": _evidence(f.get("evidence"))} for f in verdict.get("findings") or []]
-    n_ranks = len(run.get("ranks") or [])
+    findings = [{**f, "evidence_rows": _evidence(f.get("evidence"))} for f in doc["findings"]]
+    n_ranks = len(run.ranks)
     return {
-        "v": verdict,
-        "title": f"plasmient · {', '.join(run['range']) if run.get('range') else 'whole profile'} · "
+        "v": doc,
+        "title": f"plasmient · {', '.join(run.range) if run.range else 'whole profile'} · "
                  f"{n_ranks} rank{'s' if n_ranks != 1 else ''} · {_gpu_title(typed)}",
         "n_ranks": n_ranks,
-        "utilization": util.get("trace"),
-        "measured": util.get("measured"),
+        "utilization": typed.utilization.trace,
+        "measured": typed.utilization.measured,
         "achieved": achieved,
         "achieved_text": ach_text,
         "achieved_why": achieved_why(typed),
-        "headroom": verdict.get("headroom") or {},
-        "peak": peak,
+        "headroom": doc["headroom"],
+        "peak": doc["peak"],
         "ridge": peak_flop_s / bandwidth if peak_flop_s and bandwidth else None,
-        "window_ns": run.get("window_ns"),
+        "window_ns": run.window_ns,
         "loss_rows": _loss_rows(achieved, losses),
-        "loss_total": (achieved or 0.0) + sum(x["fraction"] for x in losses) if achieved is not None else None,
+        "loss_total": (achieved or 0.0) + sum(x.fraction for x in losses) if achieved is not None else None,
         "waterfall": waterfall_chart(achieved, losses) if achieved is not None else None,
         "rank_rows": rank_rows,
         "rank_categories": rank_categories,
@@ -975,13 +979,14 @@ def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str
         "timeline_bins": TIMELINE_BINS,
         "run_start": _utc(min(w[2] for w in windows)) if windows else "n/a",
         "findings": findings,
-        "kernel_groups": groups[:TOP_KERNELS],
-        "kernel_labels": kernel_names([g.name for g in groups[:TOP_KERNELS]], 56),
-        "op_labels": kernel_names([g.name for g in op_groups[:TOP_KERNELS]], 48),
-        "kernel_groups_total": len(groups),
-        "op_groups": op_groups[:TOP_KERNELS],
-        "op_groups_total": len(op_groups),
-        "kernel_time_ns": sum(g.time_ns for g in groups),
+        "kernel_groups": groups,
+        "kernel_labels": kernel_names([g.name for g in groups], 56),
+        "op_labels": kernel_names([g.op for g in op_groups], 48),
+        "kernel_groups_total": typed.coverage.kernel_names or len(groups),
+        "op_groups": op_groups,
+        "op_groups_total": typed.coverage.op_names or len(op_groups),
+        "kernel_time_ns": sum(g.time_ns for g in groups) / sum(g.time_share for g in groups)
+        if groups and sum(g.time_share for g in groups) > 0 else None,
         "roofline": roofline,
         "roofline_placed": placed,
         "roofline_unplaced": flops_no_bytes,
@@ -989,13 +994,13 @@ def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str
         "counters": counters,
         "clock": clock,
         "clock_extra": extra_clock,
-        "coverage": verdict.get("coverage") or {},
-        "notes": verdict.get("notes") or [],
-        **tables_context(con, verdict, min((w[2] for w in windows), default=None)),
+        "coverage": doc["coverage"],
+        "notes": typed.notes,
+        **tables_context(con, doc, min((w[2] for w in windows), default=None)),
     }
 
 
-def render(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> str:
+def render(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -> str:
     start_page()
     # A cursor of our own: the caller's connection may hold an unfinished result, and ours registers views.
     cur = con.cursor()
@@ -1005,6 +1010,6 @@ def render(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> str:
         cur.close()
 
 
-def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -> None:
+def write(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any], path: Path) -> None:
     """Write report.html for this run to `path`."""
     Path(path).write_text(render(con, verdict), encoding="utf-8")
