@@ -569,7 +569,8 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
         steps=steps,
         step_summary=step_summary,
         # the tables beside the headline (verdict_tables: collectives, memory, launch statistics)
-        collective_stats=verdict_tables.collective_stats(con, scope, head_range),
+        collective_stats=verdict_tables.collective_stats(con, scope, head_range,
+                                                         next(iter(step_labels(con, ctx.ranges)), None)),
         memory=verdict_tables.memory(con),
         launch_stats=verdict_tables.launch_stats(con, scope, head_range),
         notes=notes,

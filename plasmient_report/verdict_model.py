@@ -335,9 +335,12 @@ class CollectiveStats(_Struct, kw_only=True):
     """The collectives table: per collective kind, group and message size; and the lateness per step and rank."""
     groups: Annotated[list[CollectiveGroup], _d("the groups by time in the window, largest first (the first 50)")]
     groups_total: Annotated[int, _d("groups in the window")]
-    lateness: Annotated[list[RankLateness], _d("per step and rank (whole profile, collectives seen on two or more "
-                                               "ranks); when steps × ranks exceed 4096, one row per rank (step null)")]
+    lateness: Annotated[list[RankLateness], _d("per step and rank (collectives seen on two or more ranks); without "
+                                               "steps, or when steps × ranks exceed 4096, one row per rank for the "
+                                               "whole profile (step null)")]
     lateness_per_step: Annotated[bool, _d("true when `lateness` holds one row per step and rank")]
+    steps_label: Annotated[str | None, _d("the range whose occurrences are the steps (ProfilerStep#*, the --range); "
+                                          "null: the whole profile")] = None
 
 
 class MemoryPeak(_Struct, kw_only=True):

@@ -47,9 +47,11 @@ def _int(x: Any) -> int | None:
     return None if x is None else int(x)
 
 
-def collective_stats(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None) -> CollectiveStats | None:
+def collective_stats(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None,
+                     step_label: str | None) -> CollectiveStats | None:
     """The collectives of the analysed window by (collective, process group, group size, message size), largest
-    time first, and the lateness of every rank to every step's collectives (null when the run has none)."""
+    time first, and the lateness of every rank to every step's collectives — the steps of `step_label` (the run's
+    steps, judge.step_labels), else the whole profile per rank (null when the run has no collectives)."""
     if not _exists(con, "collective_stats"):
         return None
     rows = _rows(con, """SELECT * FROM collective_stats WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?
@@ -69,18 +71,18 @@ def collective_stats(con: duckdb.DuckDBPyConnection, scope: str, range_name: str
             link=r["link"], placement=r["placement"], link_bytes_s=link,
             busbw_fraction_of_link=busbw / link if busbw is not None and link else None,
             link_source=r["link_source"] if link else None))
-    cells = _rows(con, "SELECT * FROM collective_lateness ORDER BY step_occurrence NULLS LAST, step, rank")
-    per_step = len(cells) <= MAX_LATENESS_CELLS
+    query = """SELECT * FROM collective_lateness WHERE label IS NOT DISTINCT FROM ?
+               ORDER BY step_occurrence NULLS LAST, step, rank"""
+    cells = _rows(con, query, [step_label]) if step_label is not None else []
+    per_step = bool(cells) and len(cells) <= MAX_LATENESS_CELLS
     if not per_step:
-        cells = _rows(con, """SELECT NULL AS step, NULL AS step_occurrence, rank, sum(ops) AS ops,
-                                     sum(lateness_ns) AS lateness_ns, max(max_lateness_ns) AS max_lateness_ns,
-                                     sum(wait_ns) AS wait_ns, sum(last_arrivals) AS last_arrivals
-                              FROM collective_lateness GROUP BY rank ORDER BY rank""")
+        cells = _rows(con, query, [None])
     lateness = [RankLateness(step=c["step"], step_occurrence=_int(c["step_occurrence"]), rank=_int(c["rank"]),
                              ops=int(c["ops"]), lateness_ns=int(c["lateness_ns"] or 0),
                              max_lateness_ns=int(c["max_lateness_ns"] or 0), wait_ns=int(c["wait_ns"] or 0),
                              last_arrivals=int(c["last_arrivals"])) for c in cells]
-    return CollectiveStats(groups=groups, groups_total=len(rows), lateness=lateness, lateness_per_step=per_step)
+    return CollectiveStats(groups=groups, groups_total=len(rows), lateness=lateness, lateness_per_step=per_step,
+                           steps_label=step_label if per_step else None)
 
 
 def memory(con: duckdb.DuckDBPyConnection) -> list[MemoryPeak]:

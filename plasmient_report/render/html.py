@@ -660,9 +660,11 @@ def fmt_bucket(lower_ns: int, upper_ns: int | None) -> str:
     return f"{fmt_duration(lower_ns).split(' ')[0]}–{fmt_duration(upper_ns)}"
 
 
-def lateness_heatmap(cells: list[dict[str, Any]]) -> Markup | None:
-    """Steps (columns) × ranks (rows), each cell how late that rank arrived to that step's collectives (summed)."""
-    steps = sorted({(c["step_occurrence"] if c["step_occurrence"] is not None else 1 << 30, c["step"] or "outside steps")
+def lateness_heatmap(cells: list[dict[str, Any]], per_step: bool = True) -> Markup | None:
+    """Steps (columns) × ranks (rows), each cell how late that rank arrived to that step's collectives (summed);
+    without steps one column, the whole profile."""
+    other = "outside steps" if per_step else "whole profile"
+    steps = sorted({(c["step_occurrence"] if c["step_occurrence"] is not None else 1 << 30, c["step"] or other)
                     for c in cells})
     ranks = sorted({c["rank"] for c in cells if c["rank"] is not None})
     if not steps or not ranks or len(ranks) > MAX_HEATMAP_RANKS or len(steps) > MAX_HEATMAP_STEPS:
@@ -672,7 +674,7 @@ def lateness_heatmap(cells: list[dict[str, Any]]) -> Markup | None:
     grid = np.full((len(ranks), len(names)), np.nan)
     for c in cells:
         if c["rank"] in ranks:
-            j = names.index(c["step"] or "outside steps")
+            j = names.index(c["step"] or other)
             grid[ranks.index(c["rank"]), j] = np.nansum([grid[ranks.index(c["rank"]), j], c["lateness_ns"] / 1e6])
     fig = _figure(7.5, min(0.28 * len(ranks) + 1.3, 9))
     ax = fig.add_subplot()
@@ -688,7 +690,7 @@ def lateness_heatmap(cells: list[dict[str, Any]]) -> Markup | None:
                   rotation=45 if len(names) > 8 else 0, ha="right" if len(names) > 8 else "center")
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks] if len(ranks) <= 32 else
                   [str(r) if i % max(1, len(ranks) // 16) == 0 else "" for i, r in enumerate(ranks)])
-    ax.set_xlabel("step", fontsize=8)
+    ax.set_xlabel("step" if per_step else "", fontsize=8)
     _style(ax, grid_axis=None)
     bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
     bar.set_label("lateness (ms)", fontsize=8, color=_FG)
@@ -825,7 +827,7 @@ def tables_context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], t0_n
     return {
         "coll": cs,
         "coll_busbw": busbw_chart(cs["groups"]) if cs else None,
-        "coll_heatmap": lateness_heatmap(cs["lateness"]) if cs and cs["lateness"] else None,
+        "coll_heatmap": lateness_heatmap(cs["lateness"], cs["lateness_per_step"]) if cs and cs["lateness"] else None,
         "memory": memory,
         "memory_chart": memory_chart(con, memory, t0_ns) if memory else None,
         "memory_t0": memory_origin(memory, t0_ns) if memory else None,

@@ -11,9 +11,9 @@
 -- its ranks are on one host (the traces' host names; without names, assumed when every rank uses another device
 -- ordinal, and said so); a group across hosts runs on the network, whose peak no trace gives. A rank's lateness to an
 -- operation is how long the first rank to arrive waited for it: the instance's longest wait less its own (0 for the
--- first, the instance's lateness for the last); per step (the GPU windows of ProfilerStep#N, range_occurrences) and
--- rank it is the heatmap of the report.
--- Depends: vocab, collectives, device_links, range_windows, windows
+-- first, the instance's lateness for the last); per step (each occurrence of an analysed range, the library's `steps`,
+-- over its GPU window) and rank it is the heatmap of the report.
+-- Depends: vocab, collectives, device_links, windows, steps
 
 CREATE OR REPLACE MACRO bus_bandwidth_factor(collective, kind, n) AS
     CASE WHEN n IS NULL OR n < 1 THEN NULL
@@ -69,10 +69,9 @@ WITH c AS (
     FROM placed p JOIN m USING (key, collective, seq)
     LEFT JOIN device_links l ON l.rank IS NOT DISTINCT FROM m.rank AND l.device = m.device
     GROUP BY p.key, p.collective, p.seq, p.placement, p.n
-), steps AS (
-    SELECT rank, device, name, occurrence, start_ns, end_ns FROM range_occurrences WHERE label = {{STEP_LABEL}}
 )
-SELECT m.key, m.collective, m.seq, m.kind, m.rank, m.device, m.kernel_id, m.start_ns, m.dur_ns, m.wait_ns,
+SELECT m.key, m.collective, m.seq, m.kind, m.rank, m.device, m.kernel_id, m.source_id, m.kernel_correlation,
+       m.start_ns, m.dur_ns, m.wait_ns,
        m.dur_ns - m.wait_ns AS transfer_ns, m.bytes, p.n AS group_size, p.n_source AS group_size_source,
        p.seen AS ranks_seen, m.kind <> 'p2p' AND p.seen > 1 AS wait_known,
        bus_bandwidth_factor(m.collective, m.kind, p.n) AS busbw_factor,
@@ -81,13 +80,10 @@ SELECT m.key, m.collective, m.seq, m.kind, m.rank, m.device, m.kernel_id, m.star
             THEN m.bytes * 1e9 / (m.dur_ns - m.wait_ns) * bus_bandwidth_factor(m.collective, m.kind, p.n) END
            AS busbw_bytes_s,
        CASE WHEN m.kind <> 'p2p' AND p.seen > 1 THEN m.arrival_lateness_ns END AS arrival_lateness_ns,
-       p.placement, l.link, l.link_bytes_s, l.link_source,
-       CASE WHEN m.start_ns < s.end_ns THEN s.name END AS step,
-       CASE WHEN m.start_ns < s.end_ns THEN s.occurrence END AS step_occurrence
+       p.placement, l.link, l.link_bytes_s, l.link_source
 FROM m JOIN placed p USING (key, collective, seq)
-JOIN link l USING (key, collective, seq)
-ASOF LEFT JOIN steps s ON s.rank = m.rank AND s.device = m.device AND m.start_ns >= s.start_ns;
-COMMENT ON TABLE collective_transfers IS 'One row per collective operation on a rank (collective_members): its transfer time, bandwidths, lateness, link and step';
+JOIN link l USING (key, collective, seq);
+COMMENT ON TABLE collective_transfers IS 'One row per collective operation on a rank (collective_members): its transfer time, bandwidths, lateness and link';
 COMMENT ON COLUMN collective_transfers.key IS 'the instance key (collective_members.key: process group, else group ranks)';
 COMMENT ON COLUMN collective_transfers.collective IS 'the collective';
 COMMENT ON COLUMN collective_transfers.seq IS 'sequence number in its group';
@@ -95,6 +91,8 @@ COMMENT ON COLUMN collective_transfers.kind IS 'all_to_all, p2p or collective';
 COMMENT ON COLUMN collective_transfers.rank IS 'the rank';
 COMMENT ON COLUMN collective_transfers.device IS 'the GPU';
 COMMENT ON COLUMN collective_transfers.kernel_id IS 'its kernel (kernels.kernel_id)';
+COMMENT ON COLUMN collective_transfers.source_id IS 'collectives.source_id';
+COMMENT ON COLUMN collective_transfers.kernel_correlation IS 'collectives.kernel_correlation (with source_id: the collectives row)';
 COMMENT ON COLUMN collective_transfers.start_ns IS 'kernel start';
 COMMENT ON COLUMN collective_transfers.dur_ns IS 'kernel duration, waiting included';
 COMMENT ON COLUMN collective_transfers.wait_ns IS 'its wait for peers (collective_members.wait_ns)';
@@ -112,8 +110,6 @@ COMMENT ON COLUMN collective_transfers.placement IS 'one host (host names), one 
 COMMENT ON COLUMN collective_transfers.link IS 'the link it runs on: the GPUs'' fabric (NVLink …) or PCIe on one host, network across hosts; NULL: unknown';
 COMMENT ON COLUMN collective_transfers.link_bytes_s IS 'one direction of that link, bytes/s (the slowest member''s); NULL: unknown (the network always)';
 COMMENT ON COLUMN collective_transfers.link_source IS 'where the link figure comes from (peaks.toml)';
-COMMENT ON COLUMN collective_transfers.step IS 'the step (ProfilerStep#N) whose GPU window holds its start on its rank; NULL: none';
-COMMENT ON COLUMN collective_transfers.step_occurrence IS 'that step''s occurrence number on its rank (range_occurrences.occurrence)';
 
 CREATE OR REPLACE TABLE collective_stats AS
 SELECT w.scope, w.range_name, t.collective, t.kind, t.key AS process_group, t.group_size,
@@ -162,16 +158,30 @@ COMMENT ON COLUMN collective_stats.link_bytes_s IS 'one direction of the link, b
 COMMENT ON COLUMN collective_stats.link_source IS 'where the link figure comes from';
 
 CREATE OR REPLACE TABLE collective_lateness AS
-SELECT step, step_occurrence, rank, count(*) AS ops, sum(arrival_lateness_ns) AS lateness_ns,
+WITH t AS (
+    SELECT * FROM collective_transfers WHERE arrival_lateness_ns IS NOT NULL
+), tl AS (
+    SELECT l.label, t.* FROM (SELECT DISTINCT label FROM steps) l, t
+), j AS (
+    -- each operation to the step of each label whose GPU window holds its start on its rank
+    SELECT tl.label, tl.rank, tl.arrival_lateness_ns, tl.wait_ns,
+           CASE WHEN tl.start_ns < s.end_ns THEN s.name END AS step,
+           CASE WHEN tl.start_ns < s.end_ns THEN s.occurrence END AS step_occurrence
+    FROM tl ASOF LEFT JOIN steps s
+      ON s.label = tl.label AND s.rank = tl.rank AND s.device = tl.device AND tl.start_ns >= s.start_ns
+    UNION ALL
+    SELECT NULL, rank, arrival_lateness_ns, wait_ns, NULL, NULL FROM t
+)
+SELECT label, step, step_occurrence, rank, count(*) AS ops, sum(arrival_lateness_ns) AS lateness_ns,
        max(arrival_lateness_ns) AS max_lateness_ns, sum(wait_ns) AS wait_ns,
        count(*) FILTER (WHERE arrival_lateness_ns > 0 AND wait_ns = 0) AS last_arrivals
-FROM collective_transfers WHERE arrival_lateness_ns IS NOT NULL
-GROUP BY step, step_occurrence, rank;
-COMMENT ON TABLE collective_lateness IS 'Per step and rank: how late the rank arrived to the step''s collectives (the report''s heatmap); step NULL: collectives outside any step (or a run without steps)';
-COMMENT ON COLUMN collective_lateness.step IS 'the step (ProfilerStep#N); NULL: outside steps';
-COMMENT ON COLUMN collective_lateness.step_occurrence IS 'its occurrence number on the rank';
+FROM j GROUP BY label, step, step_occurrence, rank;
+COMMENT ON TABLE collective_lateness IS 'Per step and rank: how late the rank arrived to the step''s collectives (the report''s heatmap); one set of rows per range of steps, and one (label NULL) for the whole profile';
+COMMENT ON COLUMN collective_lateness.label IS 'the steps'' range (steps.label: ProfilerStep#*, a --range pattern); NULL: the whole profile, one row per rank';
+COMMENT ON COLUMN collective_lateness.step IS 'the step (steps.name, e.g. ProfilerStep#3); NULL: outside that range''s steps (or the whole profile)';
+COMMENT ON COLUMN collective_lateness.step_occurrence IS 'its occurrence number on the rank (steps.occurrence)';
 COMMENT ON COLUMN collective_lateness.rank IS 'the rank';
-COMMENT ON COLUMN collective_lateness.ops IS 'collective operations of the rank in the step whose wait is measured';
+COMMENT ON COLUMN collective_lateness.ops IS 'collective operations of the rank in the step whose wait is measured (seen on two or more ranks)';
 COMMENT ON COLUMN collective_lateness.lateness_ns IS 'summed lateness: how long the first rank to arrive waited for this one, over the step''s collectives';
 COMMENT ON COLUMN collective_lateness.max_lateness_ns IS 'its worst lateness to one collective in the step';
 COMMENT ON COLUMN collective_lateness.wait_ns IS 'the rank''s own wait for its peers in the step';
