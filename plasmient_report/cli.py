@@ -32,6 +32,7 @@ Examples:
   plasmient-report rules --explain PR101              # a rule's page
   plasmient-report measure --workload matmul          # this GPU, known workloads: what the tool says of them
   plasmient-report query plasmient-out/trace/run.duckdb "SELECT name, count(*) FROM kernels GROUP BY 1"
+  plasmient-report export plasmient-out/trace --csv sheets/     # every table as CSV (or --parquet DIR)
 
 \b
 Exit codes: 0 ok, 1 a diff regression, 2 unusable input or arguments (one line), 130 interrupted.
@@ -393,6 +394,40 @@ def _wide_console(renderable: Any) -> Any:
     probe = Console()
     need = probe.measure(renderable).maximum
     return Console(width=max(probe.width, need)) if need > probe.width else probe
+
+
+@main.command(short_help="Export a stored run's tables as CSV or Parquet (spreadsheets).")
+@click.argument("run", type=click.Path(path_type=Path), metavar="RUN")
+@click.option("--csv", "csv_dir", type=click.Path(path_type=Path), metavar="DIR", help="Write one CSV file per table here.")
+@click.option("--parquet", "parquet_dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="Write one Parquet file per table here.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def export(run: Path, csv_dir: Path | None, parquet_dir: Path | None, debug: bool) -> None:
+    """Export the tables of a stored run — RUN is an output folder or its run.duckdb — one file per table: kernels,
+    ops, shapes, steps, collectives, losses, findings, metrics, … (README.md in DIR lists them). DIR must be new,
+    empty or an earlier export (then replaced whole).
+
+    \b
+    Example:
+      plasmient-report export plasmient-out/trace --csv sheets/"""
+    from . import export as export_stage
+
+    targets = [(f, d) for f, d in (("csv", csv_dir), ("parquet", parquet_dir)) if d is not None]
+    if not targets:
+        _fail("export: give --csv DIR and/or --parquet DIR")
+    try:
+        done = export_stage.export(run, targets)
+    except BadInput as e:
+        if debug:
+            raise
+        _fail(str(e))
+    except duckdb.Error as e:
+        if debug:
+            raise
+        _fail(f"{run}: could not export ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+    for folder, files in done:
+        click.echo(f"{path_text(folder)}/: {len(files)} tables ({', '.join(f'{n} {r:,}' for n, r in files[:6])}"
+                   f"{' …' if len(files) > 6 else ''})")
 
 
 @main.command(short_help="The peak table, with sources.")

@@ -39,6 +39,7 @@ from .verdict_model import (
     RankSteps,
     RankSummary,
     RunInfo,
+    Shape,
     Step,
     StepRef,
     StepSummary,
@@ -299,6 +300,34 @@ def _utilization(block: dict[str, Any]) -> WindowUtilization:
     return msgspec.convert(block, WindowUtilization)
 
 
+TOP_SHAPES = 30
+
+
+def shapes_of(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None) -> tuple[list[Shape], int]:
+    """The window's matmul-class work per shape (sql/shapes.sql `shape_roofline`): the first TOP_SHAPES by time, and
+    how many shapes there are."""
+    if one(con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'kernel_shapes'") == (0,):
+        return [], 0
+    cur = con.execute("SELECT * FROM shape_roofline(?, ?)", [scope, range_name])
+    cols = [d[0] for d in cur.description]
+    rows = cur.fetchall()
+    out = []
+    for r in rows[:TOP_SHAPES]:
+        d = _finite(dict(zip(cols, r, strict=True)))
+        out.append(Shape(
+            family=d["family"], op=d["op"], shape=d["shape"], dtype=d["dtype"], precision=d["precision"],
+            layout=d["layout"], pass_=d["pass"], batch=d["batch"], m=d["m"], n=d["n"], k=d["k"], heads=d["heads"],
+            kv_heads=d["kv_heads"], q_len=d["q_len"], kv_len=d["kv_len"], head_dim=d["head_dim"], causal=d["causal"],
+            conv_input=d["conv_input"], conv_weight=d["conv_weight"], stride=d["stride"], padding=d["padding"],
+            groups=d["groups"], transposed=d["transposed"], calls=int(d["calls"]), kernels=int(d["kernels"]),
+            time_ns=float(d["time_ns"]), time_share=d["time_share"], time_per_call_ns=d["time_per_call_ns"],
+            flops=d["flops"], bytes=d["bytes"], achieved_flop_s=d["achieved_flop_s"],
+            achieved_bandwidth_bytes_s=d["achieved_bandwidth_bytes_s"], fraction_of_peak=d["fraction_of_peak"],
+            arithmetic_intensity=d["arithmetic_intensity"], bound=d["bound"], kernel_class=d["class"],
+            kernel=d["kernel"], kernel_names=int(d["kernel_names"]), parent_op=d["parent_op"]))
+    return out, len(rows)
+
+
 MAX_STEPS = 4096      # step rows in the verdict (the store's `steps` table has all)
 MAX_STEP_REFS = 20
 MAX_RANK_STEPS = 64
@@ -508,22 +537,25 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     kgroups = roofline.kernel_groups(con, scope, head_range, by="kernel")
     ogroups = roofline.kernel_groups(con, scope, head_range, by="op")
     steps, step_summary = steps_of(con, ctx, t)
+    shapes, n_shapes = shapes_of(con, scope, head_range)
     for ss in step_summary:
         if ss.slow_step_count:
             worst = ss.slow_steps[0]
             notes.append(f"{ss.slow_step_count} of {ss.steps} steps of {ss.range} are more than {ss.slow_threshold:.0%} "
                          f"slower than the median step ({ss.median_ns / 1e6:,.1f} ms); the slowest, {worst.name} on "
                          f"rank {worst.rank}, took {worst.gpu_ns / 1e6:,.1f} ms "
-                         f"(+{(worst.excess_over_median or 0):.0%}): an outlier step is often the finding")
+                         f"({1 + (worst.excess_over_median or 0):,.1f}× the median): an outlier step is often the "
+                         "finding")
     above = [g for g in kgroups[:TOP_GROUPS] if g.bandwidth_above_hbm_peak]
     if above:
         notes.append(f"{len(above)} of the top kernels' byte estimates imply more than the HBM peak (e.g. "
                      f"{above[0].name[:60]}): L2-resident reuse, or a byte model that over-counts — their bandwidth "
                      "is an estimate, not a measurement")
+    run_ranks: list[int | None] = [r for r in sorted({p.rank for p in ctx.peaks})]
     return Verdict(
         schema=SCHEMA,
         tool=Tool(name="plasmient-report", version=__version__),
-        run=RunInfo(inputs=ctx.inputs, ranks=sorted({p.rank for p in ctx.peaks}), gpus=gpus,
+        run=RunInfo(inputs=ctx.inputs, ranks=run_ranks, gpus=gpus,
                     window_ns=head.get("window_ns"), range=ctx.ranges or None, occurrences=head.get("occurrences")),
         utilization=msgspec.convert({**measured.utilization_block(util, means, scope, head_range, None, None),
                                      "measured_by_source": measured.by_source(con, scope, head_range)}, Utilization),
@@ -560,12 +592,13 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
             kernels_flops_from_user=kern[4],
             kernels_linked_to_ops_fraction=_f(linked[0]) if linked else None,
             communication_time_fraction=_f(comm_share),
-            kernel_names=len(kgroups), op_names=len(ogroups),
+            kernel_names=len(kgroups), op_names=len(ogroups), shapes=n_shapes,
             world_size=partial["world_size"], missing_ranks=partial["missing_ranks"],
             missing_rank_count=partial["missing_rank_count"], dropped_events=partial["dropped_events"],
             incomplete_sources=[IncompleteSource(path=x["path"], what=x["what"]) for x in partial["incomplete_sources"]]),
         top_kernels=[msgspec.convert(_finite(d), KernelGroup) for d in roofline.as_records(kgroups, TOP_GROUPS, "kernel")],
         top_ops=[msgspec.convert(_finite(d), OpGroup) for d in roofline.as_records(ogroups, TOP_GROUPS, "op")],
+        shapes=shapes,
         steps=steps,
         step_summary=step_summary,
         # the tables beside the headline (verdict_tables: collectives, memory, launch statistics)

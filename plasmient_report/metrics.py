@@ -234,6 +234,9 @@ def sweep(con: duckdb.DuckDBPyConnection, peaks: Sequence[GpuPeak] | None = None
     sql.install(con, "vocab", "intervals", "collectives", "kernel_class", "window_kernels", "host_activity",
                 "stretches", "losses", "window_metrics", "kernel_roofline", "steps", "collective_stats", "memory",
                 "launch_stats")
+    from . import shapes
+
+    shapes.fill(con)
 
 
 def loss_fractions(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None,

@@ -232,6 +232,8 @@ class Coverage(_Struct, kw_only=True):
                                            "20)")] = None
     op_names: Annotated[int | None, _d("distinct ops whose kernels ran in the window (`top_ops` holds the first "
                                        "20)")] = None
+    shapes: Annotated[int | None, _d("distinct GEMM / attention / convolution shapes in the window (`shapes` holds "
+                                     "the first 30)")] = None
     world_size: Annotated[int | None, _d("ranks of the job, as the traces say")]
     missing_ranks: Annotated[list[int], _d("ranks of the job with no GPU activity in the inputs (first 1024)")]
     missing_rank_count: Annotated[int, _d("how many ranks are missing")]
@@ -485,6 +487,57 @@ class StepSummary(_Struct, kw_only=True):
                                     "which counts the kernels' own FLOPs")] = None
 
 
+class Shape(_Struct, kw_only=True):
+    """One problem shape of matmul-class work in the window (TraceLens's per-shape view): an op (the one that owns its
+    kernels' FLOPs), its shape and dtype, and how its kernels did (kernels cut by the window counted pro rata)."""
+    family: Annotated[str, _d("gemm, attention or conv")]
+    op: Annotated[str, _d("the op whose inputs give the shape (aten::mm, aten::linear, "
+                          "aten::scaled_dot_product_attention, aten::conv2d, …)")]
+    shape: Annotated[str, _d("the shape in one line: `M=… N=… K=…`; `B=… H=…[/kv heads] L=… S=… D=… [causal]`; "
+                             "`in N×C×… w …`")]
+    dtype: Annotated[str | None, _d("dtype of its first matrix operand as the trace spells it (BFloat16, "
+                                    "Float8_e4m3fn, float)")]
+    precision: Annotated[str | None, _d("the precision whose peak its FLOPs are measured against (kernel_class)")]
+    layout: Annotated[str | None, _d("GEMM: the operands' transposes as its kernel names spell them (cuBLAS "
+                                     "`tn`, nvjet `NTN`); null when they do not say")] = None
+    pass_: Annotated[str | None, _d("attention: forward or backward")] = msgspec.field(default=None, name="pass")
+    batch: Annotated[int | None, _d("GEMM: batch of a batched matmul (1 otherwise); attention: batch; conv: N")] = None
+    m: Annotated[int | None, _d("GEMM: rows of the output (a linear's leading dims folded)")] = None
+    n: Annotated[int | None, _d("GEMM: columns of the output")] = None
+    k: Annotated[int | None, _d("GEMM: the reduction dimension")] = None
+    heads: Annotated[int | None, _d("attention: query heads")] = None
+    kv_heads: Annotated[int | None, _d("attention: key / value heads (fewer than heads: GQA / MQA)")] = None
+    q_len: Annotated[int | None, _d("attention: query length L")] = None
+    kv_len: Annotated[int | None, _d("attention: key / value length S")] = None
+    head_dim: Annotated[int | None, _d("attention: head dimension")] = None
+    causal: Annotated[bool | None, _d("attention: causal masking")] = None
+    conv_input: Annotated[str | None, _d("conv: input dims N×C×spatial")] = None
+    conv_weight: Annotated[str | None, _d("conv: weight dims")] = None
+    stride: Annotated[str | None, _d("conv: stride per spatial dim")] = None
+    padding: Annotated[str | None, _d("conv: padding per spatial dim")] = None
+    groups: Annotated[int | None, _d("conv: groups")] = None
+    transposed: Annotated[bool | None, _d("conv: a transposed convolution")] = None
+    calls: Annotated[int, _d("op calls with this shape whose kernels ran in the window")]
+    kernels: Annotated[int, _d("their kernels (helper kernels of the op included)")]
+    time_ns: Annotated[float, _d("ns: their kernels' time in the window")]
+    time_share: Annotated[float | None, _d("fraction 0–1 of all kernel time in the window")]
+    time_per_call_ns: Annotated[float | None, _d("ns: kernel time per call")]
+    flops: Annotated[float | None, _d("FLOP: their useful work")]
+    bytes: Annotated[float | None, _d("B: their memory traffic from the byte model")]
+    achieved_flop_s: Annotated[float | None, _d("FLOP/s: flops over their kernel time")]
+    achieved_bandwidth_bytes_s: Annotated[float | None, _d("B/s: bytes over their kernel time")]
+    fraction_of_peak: Annotated[float | None, _d("fraction: their FLOPs against the peak of each kernel's own "
+                                                 "precision, over their kernel time")]
+    arithmetic_intensity: Annotated[float | None, _d("FLOP/B")]
+    bound: Annotated[str | None, _d("compute or memory: arithmetic intensity against the ridge point of its "
+                                    "precision (kernel_class)")]
+    kernel_class: Annotated[str | None, _d("the class of most of its time: compute, memory, unknown")]
+    kernel: Annotated[str | None, _d("the kernel of most of its time")]
+    kernel_names: Annotated[int, _d("distinct kernel names it ran")]
+    parent_op: Annotated[str | None, _d("the op that called it (most of its time), e.g. an autograd node or a "
+                                        "module's op")]
+
+
 class Verdict(_Struct, kw_only=True):
     """verdict.json: the run's verdict, stable and machine-readable (SPEC §6)."""
     schema: Annotated[str, _d("always `plasmient.verdict/1`")]
@@ -510,6 +563,8 @@ class Verdict(_Struct, kw_only=True):
     coverage: Annotated[Coverage, _d("what the numbers rest on")]
     top_kernels: Annotated[list[KernelGroup], _d("the first 20 kernel names by time in the window")] = []
     top_ops: Annotated[list[OpGroup], _d("the first 20 ops by kernel time in the window")] = []
+    shapes: Annotated[list[Shape], _d("per shape: the first 30 GEMM / attention / convolution shapes by time in the "
+                                      "window (the store's `shape_roofline` macro has all)")] = []
     collective_stats: Annotated[CollectiveStats | None, _d("the collectives table and the lateness heatmap (null: no "
                                                            "collectives)")] = None
     memory: Annotated[list[MemoryPeak], _d("per GPU with allocator events: peak allocated and reserved memory")] = []
@@ -708,6 +763,15 @@ DOC_TAIL = """
   matmul-like ops, `op_traffic_bytes` for norms, softmax, reductions, embedding, copies, gathers / scatters, cat
   and elementwise ops), evaluated once per distinct shape; `bound` compares arithmetic intensity with the ridge
   point (peak / bandwidth) of the GPU. `report.html` shows the same two tables ("Top kernels", "Top ops").
+- `steps` has one entry per occurrence of the analysed range on each GPU — `ProfilerStep#*`, or each `--range`, or
+  without either the top-level range that repeats on a rank and covers the most GPU time — over its own GPU window
+  (SPEC §1; `run.duckdb`'s `steps` and `step_losses` hold every step and each step's waterfall). `step_summary`
+  has one entry per such range. Throughput needs `--tokens-per-step` / `--samples-per-step` (work of one rank's
+  step); MFU needs `--model-flops`.
+- `shapes` groups the window's GEMM / attention / convolution kernels by the op they ran for (the outermost op with
+  a shape model among the launching op and its callers) and its input shapes (`flops.op_shape`); helper kernels of
+  the op count in its time, its workspace memsets do not. `run.duckdb`'s `shape_roofline(scope, range)` macro has
+  every shape of every window; `plasmient-report export` writes them.
 - `findings[].evidence` is each rule's own record (its keys are listed on the rule's page,
   `plasmient-report rules --explain ID`); everything else above is stable.
 - The store behind the verdict (`run.duckdb`) is documented in docs/schema.md.

@@ -177,6 +177,15 @@ def rate(x: float | None, unit: str) -> str:
     return f"{x:,.3g} {unit}/s"
 
 
+def signed_pct(x: float) -> str:
+    """A relative change: '+0.5%', '+35%', '-2.1%', '0.0%'; from +100% on as a ratio: '×3.0' (it is no share)."""
+    if abs(x) < 0.0005:
+        return "0.0%"
+    if x >= 1:
+        return f"×{1 + x:,.1f}"
+    return f"{x:+.1%}" if abs(x) < 0.1 else f"{x:+.0%}"
+
+
 def step_counts(s: StepSummary) -> str:
     """'3 steps', '5 steps × 2 ranks'."""
     n = s.per_rank if s.ranks > 1 else s.steps
@@ -185,8 +194,8 @@ def step_counts(s: StepSummary) -> str:
 
 
 def step_time_text(s: StepSummary) -> str:
-    """The mean GPU step time and its spread: '134.9 ms ± 0.6%'."""
-    spread = f" ± {s.spread:.1%}" if s.spread and s.steps > 1 else ""
+    """The mean GPU step time and its spread (the standard deviation): '134.9 ms ± 0.795 ms'."""
+    spread = f" ± {ms(s.stddev_ns)}" if s.stddev_ns and s.steps > 1 else ""
     return ms(s.mean_ns) + spread
 
 
@@ -197,9 +206,10 @@ def step_outliers_text(s: StepSummary) -> str:
     if w is not None and s.steps > 1:
         where = f" on rank {w.rank}" if s.ranks > 1 else ""
         parts.append(f"slowest {range_name(w.name)}{where} {ms(w.gpu_ns)}"
-                     + (f" ({w.excess_over_median:+.0%})" if w.excess_over_median is not None else ""))
+                     + (f" ({signed_pct(w.excess_over_median)} over the median)"
+                        if w.excess_over_median is not None else ""))
     if s.slow_step_count:
         parts.append(f"{s.slow_step_count} more than {s.slow_threshold:.0%} over the median")
     if s.slowest_rank is not None:
-        parts.append(f"rank {s.slowest_rank.rank} {s.slowest_rank.excess_over_fastest:+.0%} per step")
+        parts.append(f"rank {s.slowest_rank.rank} {signed_pct(s.slowest_rank.excess_over_fastest)} per step")
     return "; ".join(parts)

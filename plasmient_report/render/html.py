@@ -25,10 +25,10 @@ from markupsafe import Markup
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from ..metrics import CATEGORIES
-from ..verdict_model import KernelGroup, Loss, RankSummary, Verdict, from_dict
+from ..verdict_model import KernelGroup, Loss, RankSummary, Step, StepSummary, Verdict, from_dict
 from ._format import (
     achieved_text,
     achieved_why,
@@ -39,6 +39,11 @@ from ._format import (
     pct,
     range_occurrences,
     range_per_occurrence_ns,
+    rate,
+    signed_pct,
+    step_counts,
+    step_outliers_text,
+    step_time_text,
 )
 from ._format import (
     range_name as range_label,
@@ -532,6 +537,69 @@ def roofline_chart(groups: Sequence[KernelGroup], peak_flop_s: float, bandwidth_
     return svg(fig, "roofline")
 
 
+MAX_STEP_ROWS = 256        # the per-step table (the store's `steps` table and the export have all)
+MAX_STEP_BARS = 64         # the per-step stacked bars
+MAX_STEP_SERIES = 16       # ranks drawn in the step-time chart
+
+
+def step_time_chart(steps: Sequence[Step], summary: StepSummary) -> Markup | None:
+    """GPU step time per occurrence, one line per rank (GPU), the median dashed and the slow steps marked: the
+    outlier step shows itself."""
+    if len(steps) < 2:
+        return None
+    by_gpu: dict[tuple[Any, Any], list[Step]] = {}
+    for st in steps:
+        by_gpu.setdefault((st.rank, st.device), []).append(st)
+    fig = _figure(7.5, 2.0, legend_below=len(by_gpu) > 1)
+    ax = fig.add_subplot()
+    palette = ["#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#e377c2", "#7f7f7f", "#bcbd22"]
+    for i, (key, xs) in enumerate(list(by_gpu.items())[:MAX_STEP_SERIES]):
+        occ = [x.occurrence for x in xs]
+        ms_ = [x.gpu_ns / 1e6 for x in xs]
+        ax.plot(occ, ms_, marker="o", markersize=3, linewidth=1, color=palette[i % len(palette)],
+                label=f"rank {key[0]}" + (f" · gpu {key[1]}" if key[1] is not None else ""))
+        slow = [x for x in xs if x.slow]
+        if slow:
+            ax.scatter([x.occurrence for x in slow], [x.gpu_ns / 1e6 for x in slow], s=40, facecolors="none",
+                       edgecolors=COLOURS["collective_wait"], linewidths=1.2, zorder=3)
+    ax.axhline(summary.median_ns / 1e6, color=_FG, linestyle="--", linewidth=0.8)
+    ax.text(0.0, summary.median_ns / 1e6, f" median {summary.median_ns / 1e6:,.1f} ms", fontsize=7, color=_FG,
+            va="bottom", transform=ax.get_yaxis_transform())
+    top = max(x.gpu_ns for x in steps) / 1e6
+    ax.set_ylim(0, top * 1.12)
+    ax.set_xlabel(f"occurrence of {summary.range} on its rank", fontsize=8)
+    ax.set_ylabel("GPU step time (ms)", fontsize=8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _style(ax, grid_axis="y")
+    if len(by_gpu) > 1:
+        _legend(fig, ax.get_legend_handles_labels()[0])
+    return svg(fig, "GPU step time per step")
+
+
+def steps_view(con: duckdb.DuckDBPyConnection, typed: Verdict) -> dict[str, Any] | None:
+    """The per-step section: the first range of steps (step_summary[0]), its steps from the verdict and each step's
+    waterfall from the store (step_losses)."""
+    if not typed.step_summary:
+        return None
+    summary = typed.step_summary[0]
+    steps = [x for x in typed.steps if x.range == summary.range]
+    bars = None
+    if 1 < len(steps) <= MAX_STEP_BARS:
+        lost: dict[tuple[Any, Any, int], dict[str, float]] = {}
+        for r, d, o, c, ns in con.execute(
+                "SELECT rank, device, occurrence, category, lost_ns FROM step_losses WHERE label = ?",
+                [summary.range]).fetchall():
+            lost.setdefault((r, d, o), {})[c] = ns
+        shares = [{"achieved": x.achieved_fraction_of_peak or 0.0,
+                   **{c: ns / x.gpu_ns for c, ns in lost.get((x.rank, x.device, x.occurrence), {}).items()}}
+                  for x in steps]
+        labels = [(f"r{x.rank} " if summary.ranks > 1 else "") + range_label(x.name) for x in steps]
+        bars = stacked_share_chart(shares, labels, "share of each step's GPU window", "where each step's peak went")
+    return {"summary": summary, "rows": steps[:MAX_STEP_ROWS], "total": len(steps),
+            "chart": step_time_chart(steps, summary), "bars": bars, "outliers": step_outliers_text(summary),
+            "counts": step_counts(summary), "time": step_time_text(summary)}
+
+
 @dataclass(frozen=True)
 class CounterView:
     chart: Markup | None
@@ -855,7 +923,7 @@ def _env() -> Environment:
                        bytes=fmt_bytes, bucket=fmt_bucket,
                        sortkey=sort_key, colour=category_colour, label=lambda c: category_label(str(c)),
                        key=key_label, short=middle_ellipsis, basename=_basename,
-                       hardware=hardware_label)
+                       hardware=hardware_label, rate=rate, signed=lambda x: signed_pct(x) if x is not None else "")
     return env
 
 
@@ -945,9 +1013,9 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
     # The roofline of the verdict (judge built it once from the library's kernel_roofline).
     groups, op_groups = typed.top_kernels, typed.top_ops
     roofline = roofline_chart(groups, peak_flop_s, bandwidth) if peak_flop_s else None
-    top = groups[:ROOFLINE_POINTS]
-    placed = sum(1 for g in top if g.arithmetic_intensity and g.achieved_flop_s)
-    flops_no_bytes = sum(1 for g in top if g.flops and not g.arithmetic_intensity)
+    shown = groups[:ROOFLINE_POINTS]
+    placed = sum(1 for g in shown if g.arithmetic_intensity and g.achieved_flop_s)
+    flops_no_bytes = sum(1 for g in shown if g.flops and not g.arithmetic_intensity)
 
     counters = counters_view(con, windows)
     clock = doc["clock"]["sources"]
@@ -998,6 +1066,9 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
         "clock_extra": extra_clock,
         "coverage": doc["coverage"],
         "notes": typed.notes,
+        "steps": steps_view(con, typed),
+        "shapes": typed.shapes,
+        "shapes_total": typed.coverage.shapes or len(typed.shapes),
         **tables_context(con, doc, min((w[2] for w in windows), default=None)),
     }
 

@@ -78,12 +78,10 @@ def verdict(v: Verdict) -> str:
         rows.append(("step time (GPU)", esc(step_time_text(s)), esc(f"{step_counts(s)} of {s.range}")))
         if s.tokens_per_s is not None:
             rows.append(("throughput", esc(rate(s.tokens_per_s, "tokens")),
-                         "per rank" + (f"; {esc(rate(s.tokens_per_s_all_ranks, 'tokens'))} all ranks"
-                                       if s.ranks > 1 else "")))
+                         f"per rank; {esc(rate(s.tokens_per_s_all_ranks, 'tokens'))} in all" if s.ranks > 1 else ""))
         if s.samples_per_s is not None:
             rows.append(("throughput", esc(rate(s.samples_per_s, "samples")),
-                         "per rank" + (f"; {esc(rate(s.samples_per_s_all_ranks, 'samples'))} all ranks"
-                                       if s.ranks > 1 else "")))
+                         f"per rank; {esc(rate(s.samples_per_s_all_ranks, 'samples'))} in all" if s.ranks > 1 else ""))
         if s.mfu is not None:
             rows.append(("MFU (--model-flops)", esc(pct(s.mfu)), "model FLOPs over step time × peak"))
         out = step_outliers_text(s)

@@ -107,10 +107,10 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
         _row(steps, "step time (GPU)", step_time_text(ss), "← " + step_counts(ss))
         if ss.tokens_per_s is not None:
             _row(steps, "throughput", rate(ss.tokens_per_s, "tokens"),
-                 "← per rank" + (f"; {rate(ss.tokens_per_s_all_ranks, 'tokens')} in all" if ss.ranks > 1 else ""))
+                 f"← per rank; {rate(ss.tokens_per_s_all_ranks, 'tokens')} in all" if ss.ranks > 1 else "")
         if ss.samples_per_s is not None:
             _row(steps, "throughput" if ss.tokens_per_s is None else "samples", rate(ss.samples_per_s, "samples"),
-                 "← per rank" + (f"; {rate(ss.samples_per_s_all_ranks, 'samples')} in all" if ss.ranks > 1 else ""))
+                 f"← per rank; {rate(ss.samples_per_s_all_ranks, 'samples')} in all" if ss.ranks > 1 else "")
         if ss.mfu is not None:
             _row(steps, "MFU (--model-flops)", pct(ss.mfu), "← model FLOPs / (step × peak)")
         outliers = step_outliers_text(ss)
