@@ -71,3 +71,16 @@ def test_histogram_buckets_are_log2_from_one_microsecond():
         lo, hi = verdict_tables.bucket_edges(b)
         assert lo <= d and (hi is None or d < hi), (d, b, lo, hi)
     assert verdict_tables.bucket_edges(0) == (0, 1000) and verdict_tables.bucket_edges(HISTOGRAM_BUCKETS - 1)[1] is None
+
+
+def test_graph_replays_are_one_launch_each():
+    """A Llama forward captured in a CUDA graph and replayed 5 times (h200_hf/cuda_graph.truth.json): every kernel
+    is started by a graph launch, and the host pays for 5 launches, not one per kernel."""
+    truth = json.loads(sample_file("h200_hf/cuda_graph.truth.json").read_text())
+    v = pipeline.analyse([sample_file("h200_hf/cuda_graph.pt.trace.json.gz")],
+                         pipeline.Options(ranges=["graph_replays"])).typed
+    s = v.launch_stats[0]
+    assert s.graph_kernels == s.kernels and s.launch_calls == truth["replays"]
+    assert s.kernels % truth["replays"] == 0  # the same graph each time
+    # the kernels of one replay queue behind each other: the last waits most of a replay's GPU time for its start
+    assert s.launch_delay_ns.max > 0.5 * truth["gpu_ms"] * 1e6 / truth["replays"]
