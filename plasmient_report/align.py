@@ -20,9 +20,10 @@ import numpy as np
 from .errors import BadInput
 from .store import one
 
-TABLES_WITH_RANK = ("kernels", "ops", "api_calls", "syncs", "ranges", "collectives", "counters", "devices")
+TABLES_WITH_RANK = ("kernels", "ops", "api_calls", "syncs", "ranges", "collectives", "counters", "devices",
+                    "memory_events")
 # Columns that hold a point in time (shifted with their source); durations are named otherwise.
-TIME_COLUMNS = ("start_ns", "end_ns")
+TIME_COLUMNS = ("start_ns", "end_ns", "ts_ns")
 # Typical uncertainty of a native anchor across hosts (NTP); within one host CPU and GPU share a clock.
 NATIVE_UNCERTAINTY_NS = {"native": 1_000, "epoch_us": 1_000, "relative": None}
 # Counter-log anchors whose time the log itself gives (their uncertainty is one sampling period).

@@ -455,6 +455,11 @@ def peaks(gpu: str | None, peaks_file: Path | None) -> None:
     c.print(t)
     for g in rows:
         c.print(f"[dim]{g.key}: {g.name} — {g.source}[/dim]", highlight=False, soft_wrap=True)
+        ic = g.interconnect
+        if ic:  # the links NCCL's bus bandwidth is measured against (both ways; one way is half)
+            links = ", ".join(x for x in (f"{ic.link} {ic.link_gbs:g} GB/s" if ic.link_gbs else "",
+                                           f"{ic.pcie} {ic.pcie_gbs:g} GB/s" if ic.pcie_gbs else "") if x)
+            c.print(f"[dim]  links: {links} — {ic.source}[/dim]", highlight=False, soft_wrap=True)
 
 
 @main.command(short_help="The rule catalog; --explain ID prints a rule's page.")

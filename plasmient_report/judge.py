@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 import msgspec
 
-from . import __version__, measured, roofline
+from . import __version__, measured, roofline, verdict_tables
 from .errors import BadInput
 from .metrics import STEP_LABEL, GpuPeak, loss_fractions
 from .store import one
@@ -601,6 +601,11 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
         shapes=shapes,
         steps=steps,
         step_summary=step_summary,
+        # the tables beside the headline (verdict_tables: collectives, memory, launch statistics)
+        collective_stats=verdict_tables.collective_stats(con, scope, head_range,
+                                                         next(iter(step_labels(con, ctx.ranges)), None)),
+        memory=verdict_tables.memory(con),
+        launch_stats=verdict_tables.launch_stats(con, scope, head_range),
         notes=notes,
     )
 

@@ -285,6 +285,121 @@ class OpGroup(_Struct, kw_only=True):
     bandwidth_above_hbm_peak: Annotated[bool, _d("as for top_kernels")] = False
 
 
+class CollectiveGroup(_Struct, kw_only=True):
+    """One collective, process group, group size and message size in the window: count, time and NCCL's bandwidths
+    (nccl-tests doc/PERFORMANCE.md), from the transfer part of each operation (its kernel less its wait)."""
+    collective: Annotated[str | None, _d("the collective (allreduce, all_gather, _reduce_scatter_base, sendrecv, …)")]
+    kind: Annotated[str, _d("collective, all_to_all, or p2p (send/recv outside an all-to-all)")]
+    process_group: Annotated[str | None, _d("the process group (else the group's ranks; empty: the trace names none)")]
+    group_size: Annotated[int | None, _d("n, ranks in the group (null: unknown)")]
+    group_size_source: Annotated[str | None, _d("`trace` (recorded) or `ranks seen` (counted in the inputs)")]
+    bytes: Annotated[int | None, _d("B: message size S as nccl-tests counts it — the larger of the input and output "
+                                    "buffers (null: the trace does not say)")]
+    ops: Annotated[int, _d("operations: one per rank and instance, starting in the window")]
+    instances: Annotated[int, _d("distinct operations (sequence numbers)")]
+    ranks: Annotated[int, _d("ranks they ran on")]
+    time_ns: Annotated[int, _d("ns: their kernel time, waiting included, summed over ranks")]
+    mean_ns: Annotated[float, _d("ns: mean kernel time of one operation")]
+    wait_ns: Annotated[int, _d("ns: the part spent waiting for peers (the waterfall's collective_wait definition)")]
+    transfer_ns: Annotated[int, _d("ns: the rest, data moving")]
+    mean_transfer_ns: Annotated[float, _d("ns: mean transfer time of one operation")]
+    wait_known: Annotated[bool, _d("false when the wait cannot be measured (P2P, operations seen on one rank): the "
+                                   "transfer time includes waiting and the bandwidths are lower bounds")]
+    algbw_bytes_s: Annotated[float | None, _d("B/s: algorithm bandwidth, bytes / transfer time")]
+    busbw_factor: Annotated[float | None, _d("busbw / algbw: 2(n−1)/n all-reduce; (n−1)/n all-gather, reduce-scatter, "
+                                             "all-to-all; 1 broadcast, reduce, send/recv")]
+    busbw_bytes_s: Annotated[float | None, _d("B/s: bus bandwidth, algbw × busbw_factor — comparable with the link")]
+    link: Annotated[str | None, _d("the link they run on: the GPUs' fabric (NVLink, Infinity Fabric) or PCIe on one "
+                                   "host, `network` across hosts; null: unknown")]
+    placement: Annotated[str | None, _d("`one host` (host names), `one host (assumed)` (no host names; every rank on "
+                                        "another device ordinal), `several hosts`; null: unknown")]
+    link_bytes_s: Annotated[float | None, _d("B/s: one direction of that link (datasheet; null: unknown, always for "
+                                             "the network)")]
+    busbw_fraction_of_link: Annotated[float | None, _d("fraction: busbw over link_bytes_s (above 1: the link is faster "
+                                                       "than the table assumes, e.g. an NVLink bridge)")]
+    link_source: Annotated[str | None, _d("where the link figure comes from (peaks.toml)")] = None
+
+
+class RankLateness(_Struct, kw_only=True):
+    """How late one rank arrived to one step's collectives (a cell of the report's lateness heatmap)."""
+    step: Annotated[str | None, _d("the step (ProfilerStep#N); null: collectives outside any step")]
+    step_occurrence: Annotated[int | None, _d("the step's occurrence number on the rank (0…)")]
+    rank: Annotated[int | None, _d("the rank")]
+    ops: Annotated[int, _d("its collective operations in the step whose wait is measured")]
+    lateness_ns: Annotated[int, _d("ns: summed lateness — how long the first rank to arrive waited for this one, "
+                                   "over the step's collectives")]
+    max_lateness_ns: Annotated[int, _d("ns: its worst lateness to one collective of the step")]
+    wait_ns: Annotated[int, _d("ns: its own wait for its peers in the step")]
+    last_arrivals: Annotated[int, _d("collectives of the step it arrived last to")]
+
+
+class CollectiveStats(_Struct, kw_only=True):
+    """The collectives table: per collective kind, group and message size; and the lateness per step and rank."""
+    groups: Annotated[list[CollectiveGroup], _d("the groups by time in the window, largest first (the first 50)")]
+    groups_total: Annotated[int, _d("groups in the window")]
+    lateness: Annotated[list[RankLateness], _d("per step and rank (collectives seen on two or more ranks); without "
+                                               "steps, or when steps × ranks exceed 4096, one row per rank for the "
+                                               "whole profile (step null)")]
+    lateness_per_step: Annotated[bool, _d("true when `lateness` holds one row per step and rank")]
+    steps_label: Annotated[str | None, _d("the range whose occurrences are the steps (ProfilerStep#*, the --range); "
+                                          "null: the whole profile")] = None
+
+
+class MemoryPeak(_Struct, kw_only=True):
+    """One GPU's device memory from the allocator's records (Kineto `profile_memory=True`): its peaks and when."""
+    rank: Annotated[int | None, _d("the rank")]
+    device: Annotated[int | None, _d("the GPU")]
+    source: Annotated[str, _d("`allocator`: the caching allocator's [memory] events")]
+    events: Annotated[int, _d("allocator events recorded")]
+    first_ns: Annotated[int, _d("ns (UTC epoch): first event")]
+    last_ns: Annotated[int, _d("ns (UTC epoch): last event")]
+    absolute: Annotated[bool, _d("false when the trace lacks the allocator's totals (torch < 1.10): allocated is "
+                                 "then relative to the profile's start")]
+    peak_allocated_bytes: Annotated[int | None, _d("B: the most memory live tensors held")]
+    peak_allocated_ns: Annotated[int | None, _d("ns (UTC epoch): when that peak was first reached")]
+    peak_reserved_bytes: Annotated[int | None, _d("B: the most memory the caching allocator held from the driver "
+                                                  "(null: not recorded)")]
+    peak_reserved_ns: Annotated[int | None, _d("ns (UTC epoch): when that peak was first reached")]
+    allocated_at_start_bytes: Annotated[int | None, _d("B: allocated before the first event")]
+    reserved_at_start_bytes: Annotated[int | None, _d("B: reserved after the first event")]
+    allocated_at_end_bytes: Annotated[int | None, _d("B: allocated after the last event")]
+    device_memory_bytes: Annotated[int | None, _d("B: the device's memory (null: not in the trace)")]
+    peak_allocated_fraction: Annotated[float | None, _d("fraction: peak allocated / device memory")]
+    peak_reserved_fraction: Annotated[float | None, _d("fraction: peak reserved / device memory — how close the rank "
+                                                       "ran to the limit")]
+
+
+class Quantiles(_Struct, kw_only=True):
+    """A distribution of durations."""
+    p50: Annotated[int | None, _d("ns: median")]
+    p99: Annotated[int | None, _d("ns: 99th percentile")]
+    max: Annotated[int | None, _d("ns: largest")]
+
+
+class DurationBucket(_Struct, kw_only=True):
+    """One bucket of the kernel-duration histogram (log2 buckets from 1 µs)."""
+    lower_ns: Annotated[int, _d("ns: the bucket's lower edge (0 for the first)")]
+    upper_ns: Annotated[int | None, _d("ns: its upper edge, exclusive (null: the last bucket, open-ended)")]
+    kernels: Annotated[int, _d("kernels in it")]
+    time_ns: Annotated[int, _d("ns: their time")]
+
+
+class StreamLaunchStats(_Struct, kw_only=True):
+    """One stream's launches in the window: delay, CPU cost, kernel durations — the evidence of launch-bound work."""
+    rank: Annotated[int | None, _d("the rank")]
+    device: Annotated[int | None, _d("the GPU")]
+    stream: Annotated[int | None, _d("the stream")]
+    kernels: Annotated[int, _d("GPU activities on it in the window (kernels and memsets; copies aside)")]
+    launched: Annotated[int, _d("those whose launching call is in the trace")]
+    graph_kernels: Annotated[int, _d("those started by a CUDA graph launch")]
+    launch_calls: Annotated[int | None, _d("distinct launching calls (a graph launch once)")]
+    launch_delay_ns: Annotated[Quantiles, _d("ns: the launching call's start to the kernel's start — near the launch "
+                                             "latency when the GPU waits on the host, long when the host runs ahead")]
+    launch_cost_ns: Annotated[Quantiles, _d("ns: the launching call's duration, the host's cost of one launch")]
+    kernel_ns: Annotated[Quantiles, _d("ns: kernel durations")]
+    kernel_time_ns: Annotated[int, _d("ns: kernel time, summed")]
+    launch_time_ns: Annotated[int | None, _d("ns: host time in launching calls, summed")]
+    histogram: Annotated[list[DurationBucket], _d("kernel durations in log2 buckets from 1 µs (buckets with kernels)")]
 class Step(_Struct, kw_only=True):
     """One step: an occurrence of the analysed range (a ProfilerStep, or an occurrence of a --range) on one GPU, over
     its own GPU window (SPEC §1); its achieved fraction and losses add up to 1."""
@@ -450,6 +565,11 @@ class Verdict(_Struct, kw_only=True):
     top_ops: Annotated[list[OpGroup], _d("the first 20 ops by kernel time in the window")] = []
     shapes: Annotated[list[Shape], _d("per shape: the first 30 GEMM / attention / convolution shapes by time in the "
                                       "window (the store's `shape_roofline` macro has all)")] = []
+    collective_stats: Annotated[CollectiveStats | None, _d("the collectives table and the lateness heatmap (null: no "
+                                                           "collectives)")] = None
+    memory: Annotated[list[MemoryPeak], _d("per GPU with allocator events: peak allocated and reserved memory")] = []
+    launch_stats: Annotated[list[StreamLaunchStats], _d("per stream, most kernels first (the first 64): launch delay, "
+                                                        "launch cost and the short-kernel histogram")] = []
     steps: Annotated[list[Step], _d("per step: each occurrence of the analysed range on each GPU (first 4096; "
                                     "the store's `steps` table has all)")] = []
     step_summary: Annotated[list[StepSummary], _d("per analysed range with steps: step time, spread, slowest steps "

@@ -50,6 +50,12 @@ P2P_KERNEL_RE = r"(?i)(sendrecv|_send|_recv|send_|recv_)"
 P2P_COLLECTIVE_RE = r"(?i)(send|recv)"
 # Ops / ranges whose send/recv kernels are an all-to-all (DLRM / MoE expert parallelism), not a pipeline.
 ALL_TO_ALL_RE = r"(?i)(all_?to_?all|alltoall)"
+# Collectives by how NCCL's bus bandwidth counts them (nccl-tests doc/PERFORMANCE.md): busbw = algbw × 2(n−1)/n for
+# all-reduce; × (n−1)/n for all-gather, reduce-scatter, all-to-all (and gather / scatter); × 1 for broadcast, reduce
+# and send / recv. Anything else (barrier, …) has no bus bandwidth.
+ALL_REDUCE_RE = r"(?i)all_?reduce"
+GATHER_SCATTER_RE = r"(?i)(all_?gather|reduce_?scatter|^_?gather|^_?scatter)"
+ONE_TO_ONE_RE = r"(?i)(broadcast|^_?reduce(_oop)?$|send|recv)"
 
 # Compiled kernels known to do no matmul work: Inductor's pointwise, reduction and persistent-reduction kernels.
 COMPILED_NO_MATMUL_KERNEL_RE = r"(?i)^(triton_(poi|red|per)_|triton_for_)"
@@ -123,6 +129,8 @@ SYNC_API_RE = (r"(?i)(synchronize|^cudaMemcpy(2D|3D|ToSymbol|FromSymbol)?(_v[0-9
 # a pageable cudaMemcpyAsync blocks the host for the copy.
 LAUNCH_API_RE = (r"(?i)(launchkernel|cuLaunch|graphlaunch|cudaLaunch|hipLaunch|hipModuleLaunch|hipExtLaunch|"
                  r"memsetasync)")
+# Launches of a captured CUDA / HIP graph: one call starts all the graph's kernels.
+GRAPH_LAUNCH_API_RE = r"(?i)graphlaunch"
 # One-time set-up calls: context and module loading, library handles, device queries, stream / event creation,
 # allocations and frees (the caching allocator's growth is a one-time cost too).
 STARTUP_API_RE = (r"(?i)(^cuInit|ctxcreate|primaryctx|ctxretain|modulelo|libraryload|^cudaFree$|^cudaFree_|^cuMemFree|"
@@ -138,6 +146,13 @@ SYNC_TOLERANCE_NS = 20_000
 # An idle gap is launch-bound wholly (the host's per-op path of Python, dispatcher and launch) only when it is about
 # one launch long and the host launches in it; in a longer gap only the time inside launch calls is.
 LAUNCH_GAP_MAX_NS = 100_000
+
+# The range label of a training step: torch.profiler's ProfilerStep#N ranges, #N folded.
+STEP_LABEL = "ProfilerStep#*"
+# Kernel-duration histograms (sql/launch_stats.sql): log2 buckets from 1 µs — bucket 0 holds kernels under 1 µs,
+# bucket b ≥ 1 those of [2^(b-1), 2^b) µs; the last bucket holds everything longer.
+HISTOGRAM_BASE_NS = 1_000
+HISTOGRAM_BUCKETS = 24
 
 # The unknown-FLOP share of compute-kernel time above which the achieved fraction is a lower bound (the verdict's
 # default; `[verdict] material_unknown_flops` overrides it there).

@@ -23,7 +23,7 @@ from plasmient_report.render import html as html_render
 from .conftest import corpus_file
 
 SECTIONS = ("headline", "waterfall", "findings", "timeline", "ranks", "steps", "kernels", "ops", "shapes", "roofline",
-            "ranges", "counters", "clock", "coverage", "notes", "perfetto")
+            "ranges", "collectives", "memory", "launch-stats", "counters", "clock", "coverage", "notes", "perfetto")
 ALLOWED_URLS = ("https://ui.perfetto.dev",)
 MAX_BYTES = 5 * 1024 * 1024
 

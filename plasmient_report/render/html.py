@@ -696,6 +696,216 @@ def counters_view(con: duckdb.DuckDBPyConnection, windows: list[tuple[int | None
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Collectives, memory and launch statistics (the verdict's collective_stats, memory, launch_stats; sql/
+# collective_stats.sql, sql/memory.sql, sql/launch_stats.sql).
+
+MAX_HEATMAP_RANKS = 64
+MAX_HEATMAP_STEPS = 64
+MAX_MEMORY_GPUS = 8
+MEMORY_BINS = 800
+MAX_HISTOGRAM_STREAMS = 4
+# Sections a finding's evidence is shown in (an anchor of this page), by rule.
+RULE_SECTIONS = {"PR101": "collective-lateness", "PR501": "launch-stats"}
+STREAM_PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+
+
+def fmt_bytes(n: float | None) -> str:
+    """Bytes in binary units (message and memory sizes are powers of two)."""
+    if n is None:
+        return "n/a"
+    for factor, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if abs(n) >= factor:
+            return f"{n / factor:,.3g} {unit}"
+    return f"{n:,.0f} B"
+
+
+def fmt_bucket(lower_ns: int, upper_ns: int | None) -> str:
+    """A kernel-duration bucket as a label: '< 1 µs', '2–4 µs', '≥ 8.39 s'."""
+    if not lower_ns:
+        return f"< {fmt_duration(upper_ns)}"
+    if upper_ns is None:
+        return f"≥ {fmt_duration(lower_ns)}"
+    return f"{fmt_duration(lower_ns).split(' ')[0]}–{fmt_duration(upper_ns)}"
+
+
+def lateness_heatmap(cells: list[dict[str, Any]], per_step: bool = True) -> Markup | None:
+    """Steps (columns) × ranks (rows), each cell how late that rank arrived to that step's collectives (summed);
+    without steps one column, the whole profile."""
+    other = "outside steps" if per_step else "whole profile"
+    steps = sorted({(c["step_occurrence"] if c["step_occurrence"] is not None else 1 << 30, c["step"] or other)
+                    for c in cells})
+    ranks = sorted({c["rank"] for c in cells if c["rank"] is not None})
+    if not steps or not ranks or len(ranks) > MAX_HEATMAP_RANKS or len(steps) > MAX_HEATMAP_STEPS:
+        return None
+    # Steps line up across ranks by name (ProfilerStep#N), not by occurrence number.
+    names = list(dict.fromkeys(name for _, name in steps))
+    grid = np.full((len(ranks), len(names)), np.nan)
+    for c in cells:
+        if c["rank"] in ranks:
+            j = names.index(c["step"] or other)
+            grid[ranks.index(c["rank"]), j] = np.nansum([grid[ranks.index(c["rank"]), j], c["lateness_ns"] / 1e6])
+    fig = _figure(7.5, min(0.28 * len(ranks) + 1.3, 9))
+    ax = fig.add_subplot()
+    image = ax.imshow(grid, aspect="auto", cmap="Reds", vmin=0, vmax=max(float(np.nanmax(grid)), 1e-3),
+                      interpolation="nearest")
+    if grid.size <= 240:
+        top = float(np.nanmax(grid)) or 1.0
+        for (i, j), x in np.ndenumerate(grid):
+            if np.isfinite(x):
+                ax.text(j, i, f"{x:.3g}", ha="center", va="center", fontsize=7,
+                        color="white" if x > 0.6 * top else "black")
+    ax.set_xticks(range(len(names)), [n.replace("ProfilerStep", "step ") for n in names], fontsize=7,
+                  rotation=45 if len(names) > 8 else 0, ha="right" if len(names) > 8 else "center")
+    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks] if len(ranks) <= 32 else
+                  [str(r) if i % max(1, len(ranks) // 16) == 0 else "" for i, r in enumerate(ranks)])
+    ax.set_xlabel("step" if per_step else "", fontsize=8)
+    _style(ax, grid_axis=None)
+    bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+    bar.set_label("lateness (ms)", fontsize=8, color=_FG)
+    bar.ax.tick_params(colors=_FG, labelcolor=_FG, labelsize=7)
+    bar.outline.set_edgecolor(_FG)
+    return svg(fig, "lateness per step and rank")
+
+
+def busbw_chart(groups: list[dict[str, Any]]) -> Markup | None:
+    """Bus bandwidth against message size (as nccl-tests plots it), with each link's one-direction peak."""
+    pts = [g for g in groups if g.get("busbw_bytes_s") and g.get("bytes")]
+    if not pts:
+        return None
+    fig = _figure(7.5, 3.2)
+    ax = fig.add_subplot()
+    colls = list(dict.fromkeys(f"{g['collective']} ({g['kind']})" if g["kind"] != "collective" else str(g["collective"])
+                               for g in pts))
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+    for i, name in enumerate(colls):
+        sel = [g for g in pts if (f"{g['collective']} ({g['kind']})" if g["kind"] != "collective"
+                                  else str(g["collective"])) == name]
+        ax.scatter([g["bytes"] for g in sel], [g["busbw_bytes_s"] / 1e9 for g in sel],
+                   s=[max(12.0, min(200.0, 12.0 * math.sqrt(g["ops"]))) for g in sel], color=palette[i % len(palette)],
+                   label=name, alpha=0.85, linewidths=0)
+    for link, bw in sorted({(g["link"], g["link_bytes_s"]) for g in pts if g.get("link_bytes_s")}, key=lambda x: x[1]):
+        ax.axhline(bw / 1e9, color=_FG, linestyle="--", linewidth=0.8)
+        ax.text(min(g["bytes"] for g in pts), bw / 1e9, f" {link}: {bw / 1e9:,.0f} GB/s one way", fontsize=7,
+                color=_FG, va="bottom")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_bytes(v)))
+    ax.set_xlabel("message size", fontsize=8)
+    ax.set_ylabel("bus bandwidth (GB/s)", fontsize=8)
+    top = max([g["busbw_bytes_s"] for g in pts] + [g["link_bytes_s"] or 0 for g in pts]) / 1e9
+    ax.set_ylim(0, top * 1.15)
+    _style(ax, grid_axis="both")
+    _legend(ax, ax.get_legend_handles_labels()[0], loc="upper left")
+    return svg(fig, "bus bandwidth by message size")
+
+
+def memory_origin(peaks: list[dict[str, Any]], t0_ns: int | None) -> int:
+    """The memory chart's time origin: the first window's start, or the first allocator event when earlier."""
+    lo = min(p["first_ns"] for p in peaks)
+    return t0_ns if t0_ns is not None and t0_ns <= lo else lo
+
+
+def memory_chart(con: duckdb.DuckDBPyConnection, peaks: list[dict[str, Any]], t0_ns: int | None) -> Markup | None:
+    """Allocated (solid) and reserved (dashed) device memory over time per GPU, binned (the most in each bin),
+    with each peak marked and the device's memory when the run came near it."""
+    gpus = [(p["rank"], p["device"]) for p in peaks][:MAX_MEMORY_GPUS]
+    if not gpus:
+        return None
+    t0 = memory_origin(peaks, t0_ns)
+    hi = max(p["last_ns"] for p in peaks)
+    span = max(hi - t0, 1)
+    bw = span / MEMORY_BINS
+    rows = con.execute("""
+        SELECT rank, device, least(floor((ts_ns - $t0) / $bw)::BIGINT, $nb - 1) AS b,
+               max(allocated_bytes) AS a, max(reserved_bytes) AS r
+        FROM memory_timeline WHERE rank IS NOT NULL GROUP BY ALL ORDER BY rank, device, b""",
+                       {"t0": t0, "bw": bw, "nb": MEMORY_BINS}).fetchall()
+    scale, unit = _time_unit(span)
+    fig = _figure(7.5, 3.2, legend_below=True)
+    ax = fig.add_subplot()
+    top = 0.0
+    for k, (rank, dev) in enumerate(gpus):
+        pts = [(b, a, r) for rr, dd, b, a, r in rows if rr == rank and dd == dev]
+        if not pts:
+            continue
+        colour = STREAM_PALETTE[k % len(STREAM_PALETTE)] if len(gpus) <= 4 else None
+        t = np.array([(b + 0.5) * bw / scale for b, _, _ in pts])
+        alloc = np.array([a if a is not None else np.nan for _, a, _ in pts], dtype=float) / 2**30
+        res = np.array([r if r is not None else np.nan for _, _, r in pts], dtype=float) / 2**30
+        label = f"rank {rank}" + (f" · gpu {dev}" if len({d for _, d in gpus}) > 1 else "")
+        (line,) = ax.plot(t, alloc, drawstyle="steps-mid", linewidth=1.1, color=colour, label=f"{label} allocated")
+        if np.isfinite(res).any():
+            ax.plot(t, res, drawstyle="steps-mid", linewidth=1.0, linestyle="--", color=line.get_color(),
+                    label=f"{label} reserved")
+        p = next(x for x in peaks if x["rank"] == rank and x["device"] == dev)
+        if p.get("peak_allocated_bytes") is not None and p.get("peak_allocated_ns") is not None:
+            ax.plot([(p["peak_allocated_ns"] - t0) / scale], [p["peak_allocated_bytes"] / 2**30], marker="o",
+                    markersize=4, color=line.get_color())
+        top = max(top, float(np.nanmax(np.concatenate([alloc, res]))) if len(alloc) else 0.0)
+    near = [p for p in peaks if p.get("device_memory_bytes") and (p.get("peak_reserved_fraction") or
+                                                                  p.get("peak_allocated_fraction") or 0) >= 0.5]
+    if near:
+        cap = min(p["device_memory_bytes"] for p in near) / 2**30
+        ax.axhline(cap, color=_FG, linestyle=":", linewidth=0.9)
+        ax.text(0, cap, f" device memory {cap:,.0f} GiB", fontsize=7, color=_FG, va="bottom")
+        top = max(top, cap)
+    ax.set_ylim(0, top * 1.12 if top else 1)
+    ax.set_xlim(0, span / scale)
+    ax.set_xlabel(f"time since the first window starts ({unit})", fontsize=8)
+    ax.set_ylabel("GiB", fontsize=8)
+    _style(ax, grid_axis="y")
+    _legend(fig, ax.get_legend_handles_labels()[0])
+    return svg(fig, "device memory over time")
+
+
+def histogram_chart(streams: list[dict[str, Any]]) -> Markup | None:
+    """Kernel durations per stream in log2 buckets (counts): the short-kernel histogram."""
+    shown = [s for s in streams if s.get("histogram")][:MAX_HISTOGRAM_STREAMS]
+    if not shown:
+        return None
+    buckets = sorted({(h["lower_ns"], h["upper_ns"] if h["upper_ns"] is not None else 1 << 62)
+                      for s in shown for h in s["histogram"]})
+    lo = buckets[0][0]
+    hi = buckets[-1][0]
+    edges = [0] + [1000 * 2**i for i in range(0, 40)]
+    labels = [(a, b) for a, b in zip(edges, edges[1:], strict=False) if lo <= a <= hi]
+    x = np.arange(len(labels))
+    width = 0.8 / len(shown)
+    fig = _figure(7.5, 2.8, legend_below=True)
+    ax = fig.add_subplot()
+    for k, s in enumerate(shown):
+        counts = {h["lower_ns"]: h["kernels"] for h in s["histogram"]}
+        ax.bar(x + (k - (len(shown) - 1) / 2) * width, [counts.get(a, 0) for a, _ in labels], width=width,
+               color=STREAM_PALETTE[k % len(STREAM_PALETTE)], linewidth=0,
+               label=f"rank {s['rank']} · stream {s['stream']}")
+    last_upper = {h["lower_ns"]: h["upper_ns"] for s in shown for h in s["histogram"]}
+    ax.set_xticks(x, [fmt_bucket(a, last_upper.get(a, b)) for a, b in labels], fontsize=7, rotation=30, ha="right")
+    ax.set_ylabel("kernels", fontsize=8)
+    ax.set_xlabel("kernel duration", fontsize=8)
+    _style(ax, grid_axis="y")
+    _legend(fig, ax.get_legend_handles_labels()[0])
+    return svg(fig, "kernel durations per stream")
+
+
+def tables_context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], t0_ns: int | None) -> dict[str, Any]:
+    """What the collectives, memory and launch-statistics sections show, from the verdict (and, for the memory
+    curve, the store's memory_timeline)."""
+    cs = verdict.get("collective_stats") or None
+    memory = verdict.get("memory") or []
+    launch = verdict.get("launch_stats") or []
+    return {
+        "coll": cs,
+        "coll_busbw": busbw_chart(cs["groups"]) if cs else None,
+        "coll_heatmap": lateness_heatmap(cs["lateness"], cs["lateness_per_step"]) if cs and cs["lateness"] else None,
+        "memory": memory,
+        "memory_chart": memory_chart(con, memory, t0_ns) if memory else None,
+        "memory_t0": memory_origin(memory, t0_ns) if memory else None,
+        "launch": launch,
+        "launch_histogram": histogram_chart(launch),
+        "rule_sections": RULE_SECTIONS,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The page.
 
 
@@ -710,6 +920,7 @@ def _env() -> Environment:
     env = Environment(loader=PackageLoader("plasmient_report", "templates"), autoescape=True,
                       trim_blocks=True, lstrip_blocks=True)
     env.filters.update(field=fmt_field, pct=pct, ms=fmt_ms, si=fmt_si, duration=fmt_duration, value=fmt_value,
+                       bytes=fmt_bytes, bucket=fmt_bucket,
                        sortkey=sort_key, colour=category_colour, label=lambda c: category_label(str(c)),
                        key=key_label, short=middle_ellipsis, basename=_basename,
                        hardware=hardware_label, rate=rate, signed=lambda x: signed_pct(x) if x is not None else "")
@@ -858,6 +1069,7 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
         "steps": steps_view(con, typed),
         "shapes": typed.shapes,
         "shapes_total": typed.coverage.shapes or len(typed.shapes),
+        **tables_context(con, doc, min((w[2] for w in windows), default=None)),
     }
 
 
