@@ -206,7 +206,7 @@ def sweep(con: duckdb.DuckDBPyConnection, peaks: Sequence[GpuPeak] | None = None
         _headline_peaks(con, peaks)
     if one(con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'kernel_launch'") == (0,):
         kernel_flops.link_kernels(con)
-    sql.install(con, "vocab", "intervals", "collectives", "kernel_class", "window_kernels", "host_activity",
+    sql.install(con, "vocab", "intervals", "collective_key", "collectives", "kernel_class", "window_kernels", "host_activity",
                 "stretches", "losses", "window_metrics", "kernel_roofline")
 
 

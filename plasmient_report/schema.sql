@@ -28,6 +28,14 @@ CREATE TABLE IF NOT EXISTS sources (
     dropped_events        BIGINT
 );
 
+CREATE TABLE IF NOT EXISTS clock (
+    source_id           INTEGER PRIMARY KEY,
+    offset_ns           BIGINT NOT NULL,
+    method              VARCHAR NOT NULL,
+    uncertainty_ns      BIGINT,
+    reference_source_id INTEGER
+);
+
 CREATE TABLE IF NOT EXISTS devices (
     source_id          INTEGER,
     rank               INTEGER,
