@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from plasmient_report.cli import main
 from plasmient_report.workloads import report
 
+from . import contract
 from .conftest import sample_file
 
 
@@ -25,9 +26,9 @@ def _invoke(*args: str) -> Any:
 
 def _one_line_error(r: Any) -> str:
     assert r.exit_code == 2, r.output
-    lines = [ln for ln in r.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("plasmient-report: error: "), r.output
-    return lines[0]
+    line = contract.one_line(r.output)
+    assert line.startswith("plasmient-report: error: "), r.output
+    return line
 
 
 def _fake_torch(available: bool = True, count: int = 1, cuda_build: str | None = "13.0") -> types.ModuleType:
