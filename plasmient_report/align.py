@@ -35,8 +35,9 @@ COUNTER_TRUSTED = ("native", "anchored", "prefixed")
 DEFAULT_SEARCH_NS = 300 * 10**9           # ±5 min around each candidate
 ZONE_STEP_NS = 15 * 60 * 10**9            # time zones differ by multiples of 15 min …
 ZONE_MAX_NS = 14 * 3600 * 10**9           # … by at most 14 h
-# A rank is shifted only when its collective ends sit at least this far from its peer's (clock error, not
-# NCCL's own few-µs spread between ranks on one host).
+# A rank is shifted only when its collective ends sit at least this far from its peer's (clock error, not NCCL's
+# own spread of ends between ranks on one host: 1–16 µs on the H200 recordings); an applied shift is uncertain
+# by at least as much.
 MIN_RANK_SHIFT_NS = 50_000
 UTIL_METRICS = ("gpu_util", "gr_engine_active", "sm_active")
 _UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 10**9, "sec": 10**9, "m": 60 * 10**9,
@@ -266,7 +267,9 @@ def align_ranks(con: duckdb.DuckDBPyConnection, fixed: set[int]) -> tuple[list[R
             notes.append(f"rank {ranks.get(b)}: collective ends differ from rank {ranks.get(a)} by "
                          f"{_fmt_ns(-shift)} (median over {n}), under {_fmt_ns(MIN_RANK_SHIFT_NS)}: clocks kept")
             continue
-        _set_clock(con, b, offsets.get(b, 0) + shift, "collectives", max(int(round(mad)), 1), a)
+        # The residuals' spread says how well the ends were matched, not how far NCCL's ends sit apart on
+        # one clock (up to tens of µs between two ranks of one host): that is the floor of what ends can tell.
+        _set_clock(con, b, offsets.get(b, 0) + shift, "collectives", max(int(round(mad)), MIN_RANK_SHIFT_NS), a)
         out.append(RankAlignment(b, a, shift, int(round(mad)), n))
         notes.append(f"rank {ranks.get(b)} aligned to rank {ranks.get(a)} on {n} collectives: shifted "
                      f"{_fmt_ns(shift)}, median residual {_fmt_ns(int(round(mad)))}")

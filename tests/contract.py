@@ -267,8 +267,8 @@ class Watch:
     input itself; a file input's parent), nothing added or removed there. `Watch(inputs)` before, `.check()` after."""
 
     def __init__(self, inputs: Sequence[Path], *folders: Path) -> None:
-        self.folders = sorted({p if p.is_dir() else p.parent for p in map(Path, inputs)
-                               if p.exists() and p.parent != Path("/dev")} | set(folders))
+        watched = {p if p.is_dir() else p.parent for p in map(Path, inputs) if p.parent != Path("/dev")}
+        self.folders = sorted({f for f in watched if f.is_dir()} | set(folders))
         self.before = {f: _tree(f) for f in self.folders}
         self.files = {p: _digest(p) for p in map(Path, inputs) if p.is_file()}
 
@@ -284,16 +284,18 @@ class Watch:
 
 
 def check_cli(*args: object, inputs: Sequence[Path], out: Path | None, expect: str = "ok",
-              files: Sequence[str] | None = OUTPUT_FILES, **kw: Any) -> dict[str, Any] | str | None:
+              files: Sequence[str] | None = OUTPUT_FILES, names_input: bool = True,
+              **kw: Any) -> dict[str, Any] | str | None:
     """Run the command on `inputs` and hold it to the whole contract. `expect`: 'ok' (exit 0; returns the verdict),
-    'bad' (exit 2; returns the line), 'either'. The caller's args carry the inputs and --out."""
+    'bad' (exit 2; returns the line), 'either'. The caller's args carry the inputs and --out. A refusal names the
+    input it is about unless `names_input` is False (a bad option, not a bad file)."""
     watch = Watch(inputs)
     run = cli(*args, **kw)
     watch.check()
     if "internal error" in run.stderr:
         _fail(f"the last-resort line (a bug, not a refusal): {run.stderr.strip()}")
     if run.code == 2 and expect in ("bad", "either"):
-        return refused(run, inputs, out)
+        return refused(run, inputs if names_input else (), out)
     if run.code == 0 and expect in ("ok", "either"):
         return succeeded(run, out, files)
     _fail(f"expected {expect}, got exit {run.code}: {run.stderr.strip()[-800:] or run.stdout[-400:]}")

@@ -105,7 +105,7 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, case):
     inputs.mkdir()
     path = _bad_inputs(inputs)[case]
     out = tmp_path / "out"
-    contract.check_cli(path, "--out", out, inputs=[path] if path.exists() else [inputs], out=out, expect="bad")
+    contract.check_cli(path, "--out", out, inputs=[path], out=out, expect="bad")
 
 
 def test_output_inside_input_folder_is_refused(tmp_path):
