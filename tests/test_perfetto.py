@@ -63,7 +63,7 @@ def test_single_gpu_trace_round_trips(tmp_path):
     assert sum(per_track[u] for u in kernel_tracks) == n_kernels == stats["kernels"]
     # every launch flow ends on a kernel, every kernel's terminating flow starts at a launch
     launches = set(flows_out)
-    assert set(flows_in) <= launches | set(flows_in)
+    assert set(flows_in) <= launches and all(n == 1 for n in flows_in.values())
     assert len(set(flows_in) & launches) == res.con.execute(
         "SELECT count(DISTINCT (source_id, correlation)) FROM kernels k WHERE EXISTS (SELECT 1 FROM api_calls a "
         "WHERE a.source_id = k.source_id AND a.correlation = k.correlation)").fetchall()[0][0]
