@@ -23,7 +23,6 @@ from . import sql, vocab
 from .errors import BadInput
 from .store import one
 
-TABLES_WITH_RANK = ("kernels", "ops", "api_calls", "syncs", "ranges", "collectives", "counters", "devices")
 # Columns that hold a point in time (shifted with their source); durations are named otherwise.
 TIME_COLUMNS = ("start_ns", "end_ns", "ts_ns")
 # Tables read through the clock while the stage runs (`clocked_<table>`: the times plus the offsets so far).
@@ -96,10 +95,16 @@ def assign_ranks(con: duckdb.DuckDBPyConnection) -> list[str]:
             notes.append(f"{path}: claims rank {rank}, already taken by another input; counted as rank {nxt}")
         final[sid] = (nxt, "order" if rank is None else "renumbered")
         taken.add(nxt)
+    # every table of the store whose rows carry their source's rank (memory_events included)
+    tables = [t for (t,) in con.execute("""
+        SELECT table_name FROM duckdb_columns() WHERE schema_name = 'main' AND table_name <> 'sources'
+          AND table_name IN (SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main')
+        GROUP BY table_name HAVING list_contains(list(column_name), 'source_id') AND list_contains(list(column_name), 'rank')
+        ORDER BY table_name""").fetchall()]
     for sid, (rank, how) in final.items():
         con.execute("UPDATE sources SET rank = ?, rank_method = ? WHERE source_id = ?", [rank, how, sid])
-        for t in TABLES_WITH_RANK:
-            con.execute(f"UPDATE {t} SET rank = ? WHERE source_id = ?", [rank, sid])
+        for t in tables:
+            con.execute(f'UPDATE "{t}" SET rank = ? WHERE source_id = ?', [rank, sid])
     return notes
 
 

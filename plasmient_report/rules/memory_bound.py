@@ -110,7 +110,7 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         title = f"memory-bound kernel {short}{by}: {pct(share)} of the window{bw_text}"
         head = (f"{short}{by} ran {s['count']}× for {fmt_ns(s['time_ns'])} (median {fmt_ns(s['median_ns'])}) with "
                 "no tensor-core work" + (f"; its byte estimate (≈{fmt_bytes(s['bytes'])}) would mean "
-                                         f"≈{bw / 1e12:.2f} TB/s, above the {s['peak_bw'] / 1e12:.1f} TB/s HBM peak: "
+                                         f"≈{(bw or 0) / 1e12:.2f} TB/s, above the {s['peak_bw'] / 1e12:.1f} TB/s HBM peak: "
                                          "the data is reused from L2, or the byte model over-counts"
                                          if above else
                                          f", streaming ≈{fmt_bytes(s['bytes'])} at ≈{bw / 1e12:.2f} TB/s, "

@@ -126,6 +126,12 @@ def install(con: duckdb.DuckDBPyConnection, *names: str, with_dependencies: bool
         con.execute(render(n))
 
 
+def comments(name: str) -> list[tuple[str, str, str]]:
+    """A module's `COMMENT ON` statements as (kind, object, comment): kind TABLE, VIEW, COLUMN, MACRO or MACRO TABLE;
+    a column's object is `table.column`."""
+    return [(kind.upper(), obj, comment.replace("''", "'")) for kind, obj, comment in _COMMENT_RE.findall(render(name))]
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
