@@ -1,5 +1,6 @@
-"""Where the time and memory of one run go: wall time and peak RSS of every pipeline stage, every measure
-step and every rule, on one input. A profiling aid for large traces (nothing asserts on it).
+"""Where the time and memory of one run go: wall and CPU time (all threads) and peak RSS of every pipeline
+stage, every measure step and every rule, on one input. A profiling aid for large traces (nothing asserts on it;
+on a shared machine read the CPU column).
 
     python benchmarks/profile_stages.py TRACE [--range NAME] [--memory-budget 1.5GB] [--renders]
 """
@@ -33,10 +34,10 @@ def peak_mib() -> float:
 
 @contextmanager
 def timed(what: str):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     yield
-    print(f"{what:42} {time.perf_counter() - t0:8.2f} s   rss {rss_mib():7.0f} MiB   peak {peak_mib():7.0f} MiB",
-          flush=True)
+    print(f"{what:42} {time.perf_counter() - t0:8.2f} s  cpu {time.process_time() - c0:7.2f} s   "
+          f"rss {rss_mib():7.0f} MiB   peak {peak_mib():7.0f} MiB", flush=True)
 
 
 def main() -> None:
@@ -91,9 +92,10 @@ def main() -> None:
                     html.write(con, verdict, Path(d) / "report.html")
                 with timed("render.perfetto"):
                     perfetto.write(con, verdict, Path(d) / "trace.pftrace")
-                with timed("store.copy_store"):
-                    store.copy_store(con, Path(d) / "run.duckdb")
-    print(f"{'total':42} {time.perf_counter() - t_all:8.2f} s   peak {peak_mib():7.0f} MiB")
+                with timed("store.save (run.duckdb)"):
+                    store.save(con, Path(d) / "run.duckdb")
+    print(f"{'total':42} {time.perf_counter() - t_all:8.2f} s  cpu {time.process_time():7.2f} s   "
+          f"peak {peak_mib():7.0f} MiB")
     print(f"achieved {verdict['achieved_fraction_of_peak']}  utilization {verdict['utilization']['trace']}")
 
 

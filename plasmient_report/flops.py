@@ -120,44 +120,73 @@ def _sdpa(q_at: int, causal_at: int, layout: str = "bhsd", backward: bool = Fals
     return model
 
 
-def conv(d: Dims, concrete: list[Any] | None = None, transposed: bool = False) -> float | None:
-    """Convolution: 2 · N · C_out · prod(out spatial) · C_in/groups · prod(kernel)."""
-    x, w = _shape(d[0]), _shape(d[1])
+# Where each convolution op keeps stride, padding, dilation and groups among its arguments (aten signatures):
+# conv1d/2d/3d, convolution and _convolution (input, weight, bias, stride, padding, dilation, [transposed,
+# output_padding,] groups …); conv_transpose (…, stride, padding, output_padding, groups, dilation);
+# cudnn_convolution (input, weight, padding, stride, dilation, groups, …), which has no bias argument.
+_CONV_ARGS = {"conv": (3, 4, 5, 6), "convolution": (3, 4, 5, 8), "transpose": (3, 4, 7, 6),
+              "cudnn": (3, 2, 4, 5)}
+
+
+def _ints(concrete: list[Any] | None, i: int, nsp: int) -> list[int] | None:
+    if not concrete or i >= len(concrete):
+        return None
+    raw = concrete[i]
+    try:
+        v = json.loads(raw) if isinstance(raw, str) and raw else raw
+    except ValueError:
+        return None
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return [v] * nsp
+    if isinstance(v, list) and v and all(isinstance(t, int) and not isinstance(t, bool) for t in v):
+        return list(v) if len(v) == nsp else [v[0]] * nsp
+    return None
+
+
+def conv(d: Dims, concrete: list[Any] | None = None, transposed: bool = False,
+         args: tuple[int, int, int, int] = _CONV_ARGS["conv"]) -> float | None:
+    """Convolution: 2 · N · C_out · prod(out spatial) · C_in/groups · prod(kernel). `args`: the argument positions of
+    stride, padding, dilation and groups in the op's signature."""
+    x, w = _shape(d[0]), _shape(d[1]) if len(d) > 1 else None
     if not x or not w or len(x) < 3 or len(w) != len(x):
         return None
     nsp = len(x) - 2
-    groups = 1
-    stride, padding, dilation = [1] * nsp, [0] * nsp, [1] * nsp
-    if concrete:
-        def ints(i: int) -> list[int] | None:
-            if i >= len(concrete):
-                return None
-            try:
-                v = json.loads(concrete[i]) if isinstance(concrete[i], str) and concrete[i] else concrete[i]
-            except ValueError:
-                return None
-            if isinstance(v, int):
-                return [v] * nsp
-            if isinstance(v, list) and all(isinstance(t, int) for t in v):
-                return list(v) if len(v) == nsp else [v[0]] * nsp
-            return None
-
-        stride = ints(3) or stride
-        padding = ints(4) or padding
-        dilation = ints(5) or dilation
-        g = ints(8 if transposed else 6)
-        groups = g[0] if g else 1
+    stride = _ints(concrete, args[0], nsp) or [1] * nsp
+    padding = _ints(concrete, args[1], nsp) or [0] * nsp
+    dilation = _ints(concrete, args[2], nsp) or [1] * nsp
+    g = _ints(concrete, args[3], nsp)
+    groups = max(g[0] if g else 1, 1)
     n, cin = x[0], x[1]
     ksp = w[2:]
     if transposed:
         cout = w[1] * groups
         # FLOPs of a transposed conv equal those of the forward conv it is the gradient of (on the input grid).
-        return 2.0 * n * cin * _prod(x[2:]) * (cout // max(groups, 1)) * _prod(ksp)
+        return 2.0 * n * cin * _prod(x[2:]) * (cout // groups) * _prod(ksp)
     cout = w[0]
     out = [(x[2 + i] + 2 * padding[i] - dilation[i] * (ksp[i] - 1) - 1) // stride[i] + 1 for i in range(nsp)]
     if any(o <= 0 for o in out):
         return None
-    return 2.0 * n * cout * _prod(out) * (cin // max(groups, 1)) * _prod(ksp)
+    return 2.0 * n * cout * _prod(out) * (cin // groups) * _prod(ksp)
+
+
+def conv_backward(d: Dims, concrete: list[Any] | None = None) -> float | None:
+    """aten::convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+    output_padding, groups, output_mask): the gradient of the input and the gradient of the weight each cost the
+    forward convolution's FLOPs (as torch.utils.flop_counter counts them); the bias gradient is a reduction."""
+    if len(d) < 3:
+        return None
+    transposed = _is_causal(concrete, 7)
+    f = conv(d[1:], None if concrete is None else concrete[1:], transposed=transposed, args=(3, 4, 5, 8))
+    if f is None:
+        return None
+    mask = [True, True, False]
+    if concrete and len(concrete) > 10 and isinstance(concrete[10], str) and concrete[10].startswith("["):
+        parts = [t.strip().lower() for t in concrete[10].strip("[]").split(",")]
+        if len(parts) == 3 and all(t in ("true", "false") for t in parts):
+            mask = [t == "true" for t in parts]
+    return f * (int(mask[0]) + int(mask[1]))
 
 
 def _plain(f: Callable[[Dims], float | None]) -> Callable[..., float | None]:
@@ -186,12 +215,13 @@ MODELS: dict[str, Callable[..., float | None]] = {
     "aten::conv1d": conv,
     "aten::conv2d": conv,
     "aten::conv3d": conv,
-    "aten::convolution": lambda d, c=None: conv(d, c, transposed=_is_causal(c, 6)),
-    "aten::_convolution": lambda d, c=None: conv(d, c, transposed=_is_causal(c, 6)),
-    "aten::cudnn_convolution": conv,
-    "aten::conv_transpose1d": lambda d, c=None: conv(d, c, transposed=True),
-    "aten::conv_transpose2d": lambda d, c=None: conv(d, c, transposed=True),
-    "aten::conv_transpose3d": lambda d, c=None: conv(d, c, transposed=True),
+    "aten::convolution": lambda d, c=None: conv(d, c, _is_causal(c, 6), _CONV_ARGS["convolution"]),
+    "aten::_convolution": lambda d, c=None: conv(d, c, _is_causal(c, 6), _CONV_ARGS["convolution"]),
+    "aten::cudnn_convolution": lambda d, c=None: conv(d, c, False, _CONV_ARGS["cudnn"]),
+    "aten::conv_transpose1d": lambda d, c=None: conv(d, c, True, _CONV_ARGS["transpose"]),
+    "aten::conv_transpose2d": lambda d, c=None: conv(d, c, True, _CONV_ARGS["transpose"]),
+    "aten::conv_transpose3d": lambda d, c=None: conv(d, c, True, _CONV_ARGS["transpose"]),
+    "aten::convolution_backward": conv_backward,
 }
 
 # The matmul-like ops whose input dtype decides the default peak precision.

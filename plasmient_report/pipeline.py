@@ -73,16 +73,13 @@ class Result:
 
 
 def open_store(opts: Options, where: scratch_mod.Scratch) -> tuple[duckdb.DuckDBPyConnection, Path]:
-    """The run's store: in memory, under the memory budget (when one is set), spilling into the run's scratch
-    folder — never DuckDB's default `.tmp` in the working folder."""
-    # Named, not created: DuckDB makes the folder only when it first spills. It lives in the run's scratch
-    # folder, which the next run sweeps if this one is killed.
-    spill = where.path / f"spill-{uuid.uuid4().hex[:12]}"
-    if opts.memory_budget is None:
-        con = store.connect(temp_dir=spill)
-    else:
-        limit = max(MIN_DUCKDB_MEMORY, opts.memory_budget - PYTHON_RESERVE)
-        con = store.connect(memory_limit_bytes=limit, temp_dir=spill)
+    """The run's store: a DuckDB file in the run's scratch folder from the start (it becomes run.duckdb by a
+    checkpoint and a move, `store.save`), under the memory budget (when one is set), spilling beside it — never
+    DuckDB's default `.tmp` in the working folder. The scratch folder is swept by the next run if this one is
+    killed."""
+    spill = where.path / f"store-{uuid.uuid4().hex[:12]}"
+    limit = None if opts.memory_budget is None else max(MIN_DUCKDB_MEMORY, opts.memory_budget - PYTHON_RESERVE)
+    con = store.connect_run(spill, limit)
     interrupt.watch(con)  # a signal interrupts its queries (DuckDB holds the main thread while one runs)
     return con, spill
 
@@ -259,7 +256,7 @@ def write_outputs(result: Result, out_dir: Path, inputs: Sequence[Path], opts: O
 
                 perfetto.write(result.con, result.verdict, tmp / name)
             else:
-                store.copy_store(result.con, tmp / name)
+                store.save(result.con, tmp / name)  # the store file, checkpointed and moved there: no copy
         for name, text in (extra_files(tmp) if extra_files else {}).items():
             (tmp / name).write_text(text, encoding="utf-8")
     return out

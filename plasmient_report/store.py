@@ -1,10 +1,15 @@
 """The store: one DuckDB database per run, created from schema.sql.
 
-Every stage reads and writes these tables and nothing else (SPEC §2).
+Every stage reads and writes these tables and nothing else (SPEC §2). A run's store is a DuckDB file from the
+start (in the run's private temporary folder, with its spill files): it becomes the output run.duckdb by a
+checkpoint and a move, never by copying the tables.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -73,14 +78,54 @@ def connect(path: str | Path | None = None, memory_limit_bytes: int | None = Non
     return con
 
 
-def copy_store(src: duckdb.DuckDBPyConnection, dest: Path) -> None:
-    """Write the in-memory store to a DuckDB file (the run.duckdb users query)."""
+STORE_FILE = "run.duckdb"
+
+
+def connect_run(folder: Path, memory_limit_bytes: int | None = None) -> duckdb.DuckDBPyConnection:
+    """A run's store: the DuckDB file `folder/run.duckdb` (the folder is created, private), spilling into
+    `folder/spill`. Under a memory limit DuckDB evicts the store's own pages to its file and intermediate
+    results to the spill folder, so the budget holds whatever the trace size."""
+    folder = Path(folder)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return connect(folder / STORE_FILE, memory_limit_bytes=memory_limit_bytes, temp_dir=folder / "spill")
+
+
+def database_file(con: duckdb.DuckDBPyConnection) -> Path | None:
+    """The file of the connection's main database, None for an in-memory one."""
+    row = one(con, "SELECT path FROM duckdb_databases() WHERE database_name = current_database()")
+    return Path(row[0]) if row and row[0] else None
+
+
+def save(con: duckdb.DuckDBPyConnection, dest: Path) -> None:
+    """Make `dest` the run.duckdb users query, as the store's last write: a store kept in a file is
+    checkpointed and moved there (a rename; one file copy across file systems), and the connection goes on
+    reading it; an in-memory store is copied."""
+    src = database_file(con)
+    if src is None:
+        copy_store(con, dest)
+        return
+    con.execute("CHECKPOINT")
     dest = Path(dest)
     if dest.exists():
         dest.unlink()
+    try:
+        os.replace(src, dest)  # the open connection follows the file (the same inode)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        shutil.copyfile(src, dest)
+
+
+def copy_store(src: duckdb.DuckDBPyConnection, dest: Path) -> None:
+    """Copy the store's tables into a new DuckDB file (the store stays open; `save` is the run's way)."""
+    dest = Path(dest)
+    if dest.exists():
+        dest.unlink()
+    row = one(src, "SELECT current_database()")
+    name = row[0] if row else "memory"
     src.execute(f"ATTACH '{_sql_str(dest)}' AS outdb")
     try:
-        src.execute("COPY FROM DATABASE memory TO outdb")
+        src.execute(f'COPY FROM DATABASE "{name}" TO outdb')
     finally:
         src.execute("DETACH outdb")
 

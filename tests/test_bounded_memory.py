@@ -1,4 +1,5 @@
-"""Bounded memory (issue 8): the store under --memory-budget spills to disk and gives the same numbers.
+"""Bounded memory (issue 8): the store under --memory-budget spills to disk and gives the same numbers and the
+same trace; the store is a file from the start and becomes run.duckdb by a move (issue 16).
 
 The multi-GB run itself is a benchmark (benchmarks/bench_big_trace.py, numbers in benchmarks/README.md); here a
 real sample replicated 8x (benchmarks/make_scaled_trace.py: shifted times, fresh ids) is analysed with DuckDB
@@ -16,8 +17,10 @@ import pytest
 
 from plasmient_report import pipeline, store
 from plasmient_report.cli import parse_size
+from plasmient_report.render import perfetto
 
 from . import contract
+from .test_perfetto import decode
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_traces/h200_single/kineto_single.pt.trace.json.gz"
@@ -57,13 +60,47 @@ def test_spilling_store_gives_the_in_memory_numbers(tmp_path: Path, monkeypatch:
         monkeypatch.setattr(pipeline, "PYTHON_RESERVE", 0)
         tight = pipeline.analyse([trace], pipeline.Options(memory_budget=64 << 20))
     spill = tight.spill_dir
-    assert spill is not None and spill.exists(), "the store did not spill: the test proves nothing"
+    # DuckDB creates its temporary folder when it first spills (and removes the files when done with them)
+    assert spill is not None and (spill / "spill").is_dir(), "the store did not spill: the test proves nothing"
     assert tight.con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == "64.0 MiB"
     assert free.verdict["coverage"]["kernels"] > 10_000
     assert _diff(free.verdict, tight.verdict) == []
+    # The trace, written from the squeezed store in batches, has the same tracks, slices and counters.
+    monkeypatch.setattr(perfetto, "BATCH_ROWS", 1000)
+    perfetto.write(tight.con, tight.verdict, tmp_path / "tight.pftrace")
+    perfetto.write(free.con, free.verdict, tmp_path / "free.pftrace")
+    a, b = decode(tmp_path / "tight.pftrace"), decode(tmp_path / "free.pftrace")
+    assert {u: d.name for u, d in a.tracks.items()} == {u: d.name for u, d in b.tracks.items()}
+
+    def slices(d: Any) -> Any:
+        return sorted((s["track"], s["start"], s["end"], s["name"], sorted(s["args"].items())) for s in d.slices)
+
+    assert slices(a) == slices(b) and len(a.slices) > 50_000
+    assert a.counters == b.counters
     tight.close()
     free.close()
     assert not spill.exists()
+
+
+def test_run_duckdb_is_the_store_moved_into_place(tmp_path: Path) -> None:
+    """The store is a DuckDB file from the start: run.duckdb is that file, checkpointed and moved (no copy of
+    the tables), with every table of the store."""
+    res = pipeline.analyse([SAMPLE], pipeline.Options())
+    db = store.database_file(res.con)
+    assert db is not None and res.spill_dir is not None and db.parent == res.spill_dir
+    counts = {t: res.con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in store.TABLES}
+    inode = db.stat().st_ino
+    out = pipeline.write_outputs(res, tmp_path / "out", [SAMPLE], pipeline.Options())
+    if (tmp_path / "out").stat().st_dev == res.spill_dir.stat().st_dev:
+        assert not db.exists(), "the store file was copied, not moved"
+        assert (out / "run.duckdb").stat().st_ino == inode  # a rename
+    # the result's connection still reads the store (now the output file)
+    assert res.con.execute("SELECT count(*) FROM kernels").fetchall()[0][0] == counts["kernels"]
+    res.close()
+    con = store.open_readonly(out / "run.duckdb")
+    assert {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in store.TABLES} == counts
+    assert counts["kernels"] > 1000 and counts["losses"] > 0
+    con.close()
 
 
 def test_spill_folder_is_removed_with_the_result() -> None:

@@ -60,6 +60,33 @@ def test_conv2d_with_stride_padding_groups():
     assert f("aten::conv2d", [[2, 64, 56, 56], [128, 32, 3, 3], [128], [], [], [], []], conc) == expected
 
 
+def test_cudnn_convolution_reads_its_own_argument_order():
+    # aten::cudnn_convolution(input, weight, padding, stride, dilation, groups, …) has no bias: padding comes before
+    # stride. ResNet-50's stem as Kineto recorded it (sample_traces/h200_hf/resnet50_amp): x [128,3,224,224],
+    # w [64,3,7,7], padding 3, stride 2 → out 112×112.
+    dims = [[128, 3, 224, 224], [64, 3, 7, 7], [], [], [], [], [], [], []]
+    conc = ["", "", "[3, 3]", "[2, 2]", "[1, 1]", "1", "False", "False", "True"]
+    assert f("aten::cudnn_convolution", dims, conc) == 2 * 128 * 64 * 112 * 112 * 3 * 49
+
+
+def test_conv_transpose_groups_position():
+    # conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation): groups at 6
+    conc = ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "2", "[1, 1]"]
+    x, w = [4, 64, 14, 14], [64, 16, 3, 3]  # weight [C_in, C_out/groups, kH, kW]
+    assert f("aten::conv_transpose2d", [x, w, [], [], [], [], [], []], conc) == 2 * 4 * 64 * 14 * 14 * 16 * 9
+
+
+def test_convolution_backward_is_the_input_and_weight_gradients():
+    # torch.utils.flop_counter's convention: grad_input and grad_weight each cost the forward convolution; the
+    # output mask says which were asked for. A ResNet-50 1×1 conv as recorded (sample_traces/h200_hf/resnet50_amp).
+    dims = [[128, 2048, 7, 7], [128, 512, 7, 7], [2048, 512, 1, 1], [], [], [], [], [], [], [], []]
+    fwd = 2 * 128 * 2048 * 7 * 7 * 512
+    conc = ["", "", "", "[0]", "[1, 1]", "[0, 0]", "[1, 1]", "False", "[0, 0]", "1", "[True, True, False]"]
+    assert f("aten::convolution_backward", dims, conc) == 2 * fwd
+    first_layer = conc[:10] + ["[False, True, False]"]  # the stem needs no input gradient
+    assert f("aten::convolution_backward", dims, first_layer) == fwd
+
+
 def test_unknown_or_malformed_is_none():
     assert f("aten::relu", [[10]]) is None
     assert op_flops("aten::mm", "not json") is None

@@ -19,9 +19,6 @@ QUOTE, BACKSLASH = 34, 92
 OPEN_BRACE, CLOSE_BRACE, OPEN_BRACKET, CLOSE_BRACKET, COMMA = 123, 125, 91, 93, 44
 KEY = b'"traceEvents"'
 BOM = b"\xef\xbb\xbf"
-_STRUCTURAL = bytes(1 if c in (OPEN_BRACE, CLOSE_BRACE, OPEN_BRACKET, CLOSE_BRACKET, COMMA) else 0
-                    for c in range(256))
-_QUOTES = bytes(1 if c == QUOTE else 0 for c in range(256))
 _NEWLINES_TO_SPACE = bytes.maketrans(b"\r\n", b"  ")
 HEAD_LIMIT = 256 << 20  # the non-event part of a trace is small; more means this is not a trace
 
@@ -49,24 +46,28 @@ class _State:
     ndjson: bool = False
 
 
-def _quote_mask(chunk: bytes, carry_bs: int) -> np.ndarray:
-    """1 at each quote that delimits a string (not preceded by an odd run of backslashes), else 0."""
-    mask = np.frombuffer(chunk.translate(_QUOTES), dtype=np.uint8)
+# One table for the scan: 1 at a quote, 2 at a structural byte, 0 elsewhere (one pass finds both).
+_CLASSES = bytes(1 if c == QUOTE else 2 if c in (OPEN_BRACE, CLOSE_BRACE, OPEN_BRACKET, CLOSE_BRACKET, COMMA)
+                 else 0 for c in range(256))
+
+
+def _escaped(chunk: bytes, quotes: np.ndarray, carry_bs: int) -> np.ndarray:
+    """Of the quote positions `quotes`, those escaped (preceded by an odd run of backslashes)."""
+    out = np.zeros(quotes.size, dtype=bool)
     if carry_bs == 0 and chunk.find(b"\\") < 0:
-        return mask
-    mask = mask.copy()
-    q = np.flatnonzero(mask)
+        return out
+    arr = np.frombuffer(chunk, dtype=np.uint8)
     # only quotes right after a backslash need a look (rare in traces): count the run before each
-    for k in q[(q == 0) | (np.frombuffer(chunk, dtype=np.uint8)[np.maximum(q - 1, 0)] == BACKSLASH)].tolist():
+    for j in np.flatnonzero((quotes == 0) | (arr[np.maximum(quotes - 1, 0)] == BACKSLASH)).tolist():
+        k = int(quotes[j])
         run, i = 0, k - 1
         while i >= 0 and chunk[i] == BACKSLASH:
             run += 1
             i -= 1
         if i < 0:
             run += carry_bs
-        if run & 1:
-            mask[k] = 0
-    return mask
+        out[j] = bool(run & 1)
+    return out
 
 
 def _batch(pending: bytearray, chunk: bytes, pos: int, cut: int, seps: np.ndarray, ndjson: bool) -> bytes:
@@ -135,16 +136,24 @@ def split_events(stream: Readable, chunk_bytes: int = 4 << 20, ndjson: bool = Fa
 
 
 def _scan(chunk: bytes, st: _State) -> Iterator[bytes]:
-    """Work on the sparse set of structural bytes ({ } [ ] ,) outside strings, not on every byte."""
+    """Work on the sparse set of quotes and structural bytes ({ } [ ] ,), found in one pass, not on every
+    byte: a structural byte is outside strings when an even number of (unescaped) quotes come before it."""
     arr = np.frombuffer(chunk, dtype=np.uint8)
     n = arr.size
     carry_in = int(st.in_string)
-    qmask = _quote_mask(chunk, st.trailing_backslashes if st.in_string else 0)
-    # parity of the quotes up to each byte: a uint8 running sum keeps the low bit exactly (mod 256)
-    qpar = np.cumsum(qmask, dtype=np.uint8)
-    spos = np.flatnonzero(np.frombuffer(chunk.translate(_STRUCTURAL), dtype=np.uint8))
-    outside = ((qpar[spos] + carry_in) & 1) == 0  # structural bytes are never quotes themselves
-    spos = spos[outside]
+    cls = np.frombuffer(chunk.translate(_CLASSES), dtype=np.uint8)
+    marks = np.flatnonzero(cls)
+    kinds = cls[marks]
+    is_quote = kinds == 1
+    quotes = marks[is_quote]
+    esc = _escaped(chunk, quotes, st.trailing_backslashes if st.in_string else 0)
+    if esc.any():
+        is_quote[np.flatnonzero(is_quote)[esc]] = False
+        quotes = quotes[~esc]
+    # quotes before each mark (a structural byte is never a quote itself): its parity says in or out of a string
+    before = np.cumsum(is_quote) - is_quote
+    spos = marks[~(kinds == 1) & (((before + carry_in) & 1) == 0)]
+    n_quotes = int(quotes.size)
     ch = arr[spos]
     delta = np.zeros(spos.size, dtype=np.int64)
     delta[(ch == OPEN_BRACE) | (ch == OPEN_BRACKET)] = 1
@@ -158,7 +167,7 @@ def _scan(chunk: bytes, st: _State) -> Iterator[bytes]:
         return int(depth_after[k]) if k >= 0 else st.depth
 
     def quote_parity_at(i: int) -> int:
-        return ((int(qpar[i - 1]) if i > 0 else 0) + carry_in) & 1
+        return (int(np.searchsorted(quotes, i)) + carry_in) & 1
 
     pos = 0  # next byte of this chunk not yet assigned to head or events
     events_depth = 1 if st.top_is_array else 2
@@ -218,7 +227,7 @@ def _scan(chunk: bytes, st: _State) -> Iterator[bytes]:
     if len(st.head) > HEAD_LIMIT:
         raise SplitError(f"no 'traceEvents' array in the first {HEAD_LIMIT >> 20} MiB")
     st.depth = int(depth_after[-1]) if spos.size else st.depth
-    st.in_string = bool((carry_in + (int(qpar[-1]) if n else 0)) & 1)
+    st.in_string = bool((carry_in + n_quotes) & 1)
     if st.in_string:
         tail_bs = 0
         i = n - 1

@@ -1,374 +1,990 @@
 """trace.pftrace: the vertical trace — native Perfetto protobuf where cluster, model, op, kernel, device and
-verdict line up on one clock (SPEC §6). Reads only the store; streams packets to the file with interned names.
+verdict line up on one clock (SPEC §6). Reads only the store and encodes packets in bulk from its Arrow columns.
 
 Per rank a process; under it one track group per layer, each holding leaf tracks. Slices that overlap without
 nesting are spread over sibling lanes so every track nests. Flows join each CUDA launch to its kernel, and the
-same collective across ranks.
+same collective across ranks. Slices stream from the store in time order, a batch at a time: the writer holds
+one batch and the slices still open, whatever the size of the trace.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import duckdb
-from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..parsers import NSYS_EXPORTS
+from ..parsers._counters import FRACTION_METRICS
+from ..parsers.nsys.gpu_metrics import PERCENT_METRICS
 
 SEQ_ID = 0x504C  # one trusted packet sequence for the whole file
 LAYERS = ("cluster", "model", "op", "kernel", "device", "verdict")
-BEGIN, END, COUNTER = pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_SLICE_END, pb.TrackEvent.TYPE_COUNTER
+# TrackEvent.Type values; TracePacket.SequenceFlags; TrackDescriptor.ChildTracksOrdering.EXPLICIT
+BEGIN, END, COUNTER = 1, 2, 4
+STATE_CLEARED, NEEDS_STATE = 1, 2
+EXPLICIT_ORDER = 3
+BATCH_ROWS = 1 << 15  # slices (or counter samples) per Arrow batch: bounds the writer's memory
+INTERN_PER_PACKET = 4096  # interned names per packet at the head of the sequence
+
+# Field numbers of perfetto_trace.proto (checked against the package's descriptors in tests/test_perfetto.py).
+F_TRACE_PACKET = 1
+F_PKT_TIMESTAMP, F_PKT_SEQ_ID, F_PKT_TRACK_EVENT, F_PKT_INTERNED, F_PKT_FLAGS = 8, 10, 11, 12, 13
+F_EV_ANNOTATION, F_EV_TYPE, F_EV_NAME_IID, F_EV_TRACK_UUID = 4, 9, 10, 11
+F_EV_DOUBLE_COUNTER, F_EV_FLOW, F_EV_TERMINATING_FLOW = 44, 47, 48
+F_ANN_NAME_IID, F_ANN_INT, F_ANN_DOUBLE, F_ANN_STRING = 1, 4, 5, 6
+F_INTERNED_EVENT_NAMES, F_INTERNED_ANNOTATION_NAMES = 2, 3
+F_NAME_IID, F_NAME_NAME = 1, 2
+F_PKT_TRACK_DESCRIPTOR = 60
+F_TD_UUID, F_TD_NAME, F_TD_PROCESS, F_TD_PARENT, F_TD_COUNTER, F_TD_CHILD_ORDERING, F_TD_ORDER = 1, 2, 3, 5, 8, 11, 12
+F_PROCESS_PID, F_PROCESS_NAME = 1, 6
+F_COUNTER_UNIT_NAME = 6
 
 
 def uuid_of(*parts: object) -> int:
+    """A track's uuid: a hash of what it shows, in [2**56, 2**63) so that its varint is always 9 bytes."""
     h = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(h, "little") & ((1 << 63) - 1)
+    return (int.from_bytes(h, "little") & ((1 << 63) - 1)) | (1 << 56)
+
+
+# ------------------------------------------------------------------------------------ protobuf in bulk
+
+_VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
+
+
+def _varint_size(v: np.ndarray) -> np.ndarray:
+    """Bytes of the base-128 varint of each uint64 (1–10)."""
+    out = np.ones(v.size, dtype=np.int64)
+    top = int(v.max()) if v.size else 0
+    for limit in _VARINT_LIMITS:
+        if int(limit) > top:
+            break
+        out += v >= limit
+    return out
+
+
+def _varint_bytes(x: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = x & 0x7F
+        x >>= 7
+        if x:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _field_varint(number: int, value: int) -> bytes:
+    return _varint_bytes(number << 3) + _varint_bytes(value)
+
+
+def _field_bytes(number: int, payload: bytes) -> bytes:
+    return _varint_bytes(number << 3 | 2) + _varint_bytes(len(payload)) + payload
+
+
+def _u64(v: Any) -> np.ndarray:
+    """As uint64 (int64 two's complement, as protobuf encodes negative int64)."""
+    a = np.asarray(v)
+    if a.dtype == np.uint64:
+        return a
+    if a.dtype.kind == "b":
+        return a.astype(np.uint64)
+    return a.astype(np.int64, copy=False).view(np.uint64)
+
+
+def _put_varint(buf: np.ndarray, pos: np.ndarray, v: np.ndarray, size: np.ndarray) -> None:
+    for k in range(int(size.max()) if size.size else 0):
+        if size[0] > k and size.min() > k:  # every row has this byte: no mask
+            b = ((v >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+            b[size > k + 1] |= 0x80
+            buf[pos + k] = b
+        else:
+            m = size > k
+            b = ((v[m] >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+            b[size[m] > k + 1] |= 0x80
+            buf[pos[m] + k] = b
 
 
 @dataclass
-class Slice:
-    start: int
-    end: int
-    name: str
-    args: dict[str, Any] | None = None
-    flows: tuple[int, ...] = ()
-    terminating: tuple[int, ...] = ()
+class Blobs:
+    """A column of byte strings: one buffer and n + 1 offsets."""
+
+    data: np.ndarray
+    offsets: np.ndarray
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @staticmethod
+    def of_strings(arr: pa.Array) -> Blobs:
+        """UTF-8 bytes of an Arrow string column (nulls as empty strings: mask them)."""
+        a = pc.fill_null(arr.cast(pa.large_string()), "")
+        if isinstance(a, pa.ChunkedArray):
+            a = a.combine_chunks()
+        _, offs, data = a.buffers()
+        o = np.frombuffer(offs, dtype=np.int64)[a.offset:a.offset + len(a) + 1]
+        d = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+        return Blobs(d, o)
+
+
+@dataclass
+class Messages:
+    """A column of n protobuf messages of one type, built field by field (each field for all rows at once,
+    present where `mask` is true). Encoding sizes the whole tree first, then writes every field once, in
+    place (nested messages are not copied): no Python object per message."""
+
+    n: int
+    parts: list[tuple[bytes, str, Any, np.ndarray | None, np.ndarray | None]] = field(default_factory=list)
+    _sizes: np.ndarray | None = None
+
+    def varint(self, number: int, values: Any, mask: np.ndarray | None = None) -> Messages:
+        if np.ndim(values) == 0 and mask is None:  # the same bytes in every row
+            const = _varint_bytes(number << 3) + _varint_bytes(int(_u64(values)))
+            if self.parts and self.parts[-1][1] == "const":
+                const = self.parts.pop()[0] + const
+            self.parts.append((const, "const", None, None, None))
+            return self
+        self.parts.append((_varint_bytes(number << 3), "varint", _u64(np.broadcast_to(values, (self.n,))), mask,
+                           None))
+        return self
+
+    def fixed64(self, number: int, values: Any, mask: np.ndarray | None = None) -> Messages:
+        v = np.ascontiguousarray(np.broadcast_to(values, (self.n,)))
+        self.parts.append((_varint_bytes(number << 3 | 1), "fixed64", v.view(np.uint8).reshape(self.n, 8), mask,
+                           None))
+        return self
+
+    def bytes(self, number: int, blobs: Blobs, mask: np.ndarray | None = None,
+              take: np.ndarray | None = None) -> Messages:
+        """A length-delimited field from `blobs` (row i takes blob `take[i]`, else blob i)."""
+        self.parts.append((_varint_bytes(number << 3 | 2), "bytes", blobs, mask, take))
+        return self
+
+    def message(self, number: int, inner: Messages, mask: np.ndarray | None = None) -> Messages:
+        self.parts.append((_varint_bytes(number << 3 | 2), "message", inner, mask, None))
+        return self
+
+    def _payload(self, kind: str, val: Any, take: np.ndarray | None) -> np.ndarray | int:
+        if kind == "const":
+            return 0
+        if kind == "varint":
+            return _varint_size(val)
+        if kind == "fixed64":
+            return np.full(self.n, 8, dtype=np.int64)
+        lens = val.sizes() if kind == "message" else (val.sizes[take] if take is not None else val.sizes)
+        return _varint_size(lens.astype(np.uint64)) + lens
+
+    def sizes(self) -> np.ndarray:
+        """Encoded size of each row's message."""
+        if self._sizes is None:
+            total = np.zeros(self.n, dtype=np.int64)
+            for tag, kind, val, mask, take in self.parts:
+                size = self._payload(kind, val, take) + len(tag)
+                total += size if mask is None else np.where(mask, size, 0)
+            self._sizes = total
+        return self._sizes
+
+    def encode(self) -> Blobs:
+        offsets = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(self.sizes(), out=offsets[1:])
+        buf = np.empty(int(offsets[-1]), dtype=np.uint8)
+        self._write(buf, offsets[:-1].copy(), np.arange(self.n))
+        return Blobs(buf, offsets)
+
+    def _write(self, buf: np.ndarray, cur: np.ndarray, rows: np.ndarray) -> None:
+        """Write rows `rows` of this column, row r starting at cur[r] (cur is advanced)."""
+        for tag, kind, val, mask, take in self.parts:
+            r = rows if mask is None else rows[mask[rows]]
+            if r.size == 0:
+                continue
+            pos = cur[r]
+            if len(tag) == 1:
+                buf[pos] = tag[0]
+            else:
+                buf[(pos[:, None] + np.arange(len(tag))).ravel()] = np.tile(np.frombuffer(tag, np.uint8), r.size)
+            pos += len(tag)
+            if kind == "const":
+                pass
+            elif kind == "varint":
+                v = val[r]
+                size = _varint_size(v)
+                _put_varint(buf, pos, v, size)
+                pos += size
+            elif kind == "fixed64":
+                buf[(pos[:, None] + np.arange(8)).ravel()] = val[r].ravel()
+                pos += 8
+            elif kind == "bytes":
+                src = take[r] if take is not None else r
+                lens = val.offsets[src + 1] - val.offsets[src]
+                ls = _varint_size(lens.astype(np.uint64))
+                _put_varint(buf, pos, lens.astype(np.uint64), ls)
+                pos += ls
+                _copy_ranges(buf, pos, val.data, val.offsets[src], lens)
+                pos += lens
+            else:
+                lens = val.sizes()[r]
+                ls = _varint_size(lens.astype(np.uint64))
+                _put_varint(buf, pos, lens.astype(np.uint64), ls)
+                pos += ls
+                inner_cur = np.empty(val.n, dtype=np.int64)
+                inner_cur[r] = pos
+                val._write(buf, inner_cur, r)
+                pos += lens
+            cur[r] = pos
+
+
+def _copy_ranges(dst: np.ndarray, dst_start: np.ndarray, src: np.ndarray, src_start: np.ndarray,
+                 lens: np.ndarray) -> None:
+    """dst[dst_start[i] : + lens[i]] = src[src_start[i] : + lens[i]] for every i, at once."""
+    total = int(lens.sum())
+    if total == 0:
+        return
+    shift = np.repeat(dst_start - src_start, lens)
+    idx = np.repeat(src_start - (np.cumsum(lens) - lens), lens) + np.arange(total, dtype=np.int64)
+    dst[idx + shift] = src[idx]
+
+
+def packets_of(events: Messages, ts: np.ndarray) -> bytes:
+    """Bytes of n TracePackets with these track events at these times (each packet wrapped as a Trace.packet
+    field), on our sequence, using its interned names."""
+    n = events.n
+    p = Messages(n).varint(F_PKT_TIMESTAMP, ts).message(F_PKT_TRACK_EVENT, events)
+    p.varint(F_PKT_SEQ_ID, SEQ_ID).varint(F_PKT_FLAGS, NEEDS_STATE)
+    return Messages(n).message(F_TRACE_PACKET, p).encode().data.tobytes()
+
+
+# ------------------------------------------------------------------------------------------- the writer
+
+
+def _pkt(*fields: bytes) -> bytes:
+    """One TracePacket on our sequence, as a Trace.packet field."""
+    return _field_bytes(F_TRACE_PACKET, b"".join(fields) + _field_varint(F_PKT_SEQ_ID, SEQ_ID))
+
+
+def _str_field(number: int, text: str) -> bytes:
+    return _field_bytes(number, text.encode("utf-8", "surrogatepass"))
 
 
 class Writer:
-    """Streams TracePackets with interned event and annotation names."""
+    """The output file: descriptor packets one by one (there are few), events in bulk."""
 
     def __init__(self, f: IO[bytes]) -> None:
         self.f = f
-        self.names: dict[str, int] = {}
-        self.arg_names: dict[str, int] = {}
-        self.first = True
         self.packets = 0
         self.tracks = 0
+        self.started = False
 
-    def _emit(self, packet: pb.TracePacket) -> None:
-        packet.trusted_packet_sequence_id = SEQ_ID
-        if self.first:
-            packet.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-            self.first = False
-        else:
-            packet.sequence_flags = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
-        t = pb.Trace()
-        t.packet.append(packet)
-        self.f.write(t.SerializeToString())
+    def _emit(self, *fields: bytes) -> None:
+        flags = NEEDS_STATE if self.started else STATE_CLEARED  # the first packet clears the incremental state
+        self.started = True
+        self.f.write(_pkt(*fields, _field_varint(F_PKT_FLAGS, flags)))
         self.packets += 1
+
+    def interned(self, event_names: Iterator[pa.RecordBatch], annotation_names: Sequence[tuple[int, str]]) -> None:
+        """All interned names at the head of the sequence (every later packet may use them): the annotation
+        names in one packet, the event names (batches of columns iid, name) encoded in bulk, a few thousand
+        a packet."""
+        self._emit()
+        entries = b"".join(_field_bytes(F_INTERNED_ANNOTATION_NAMES, _field_varint(F_NAME_IID, iid)
+                                        + _str_field(F_NAME_NAME, name)) for iid, name in annotation_names)
+        self._emit(_field_bytes(F_PKT_INTERNED, entries))
+        for batch in event_names:
+            n = batch.num_rows
+            names = Messages(n).varint(F_NAME_IID, _num(batch.column("iid"), np.uint64))
+            names.bytes(F_NAME_NAME, Blobs.of_strings(batch.column("name")))
+            fields = Messages(n).message(F_INTERNED_EVENT_NAMES, names).encode()
+            for i in range(0, n, INTERN_PER_PACKET):
+                payload = fields.data[fields.offsets[i]:fields.offsets[min(i + INTERN_PER_PACKET, n)]].tobytes()
+                self._emit(_field_bytes(F_PKT_INTERNED, payload))
 
     def track(self, uuid: int, name: str, parent: int | None = None, process: tuple[int, str] | None = None,
               counter: str | None = None, order: int | None = None, explicit_children: bool = False) -> None:
         self.tracks += 1
-        p = pb.TracePacket()
-        d = p.track_descriptor
-        d.uuid = uuid
+        d = [_field_varint(F_TD_UUID, uuid)]
         if parent is not None:
-            d.parent_uuid = parent
+            d.append(_field_varint(F_TD_PARENT, parent))
         if process is not None:
-            d.process.pid, d.process.process_name = process
+            d.append(_field_bytes(F_TD_PROCESS, _field_varint(F_PROCESS_PID, process[0])
+                                  + _str_field(F_PROCESS_NAME, process[1])))
         else:
-            d.name = name
+            d.append(_str_field(F_TD_NAME, name))
         if counter is not None:
-            d.counter.unit_name = counter
+            d.append(_field_bytes(F_TD_COUNTER, _str_field(F_COUNTER_UNIT_NAME, counter)))
         if order is not None:
-            d.sibling_order_rank = order
+            d.append(_field_varint(F_TD_ORDER, order & 0xFFFFFFFFFFFFFFFF))
         if explicit_children:
-            d.child_ordering = pb.TrackDescriptor.EXPLICIT
-        self._emit(p)
+            d.append(_field_varint(F_TD_CHILD_ORDERING, EXPLICIT_ORDER))
+        self._emit(_field_bytes(F_PKT_TRACK_DESCRIPTOR, b"".join(d)))
 
-    @staticmethod
-    def _intern(table: dict[str, int], entries: Any, name: str) -> int:
-        """The interned id of `name`; first use adds it to the packet's interned data (`entries`)."""
-        iid = table.get(name)
-        if iid is None:
-            iid = table[name] = len(table) + 1
-            e = entries.add()
-            e.iid, e.name = iid, name
-        return iid
-
-    def begin(self, track: int, s: Slice) -> None:
-        p = pb.TracePacket()
-        p.timestamp = s.start
-        ev = p.track_event
-        ev.type = BEGIN
-        ev.track_uuid = track
-        ev.name_iid = self._intern(self.names, p.interned_data.event_names, s.name)
-        if s.args:
-            for k, v in s.args.items():
-                if v is None:
-                    continue
-                a = ev.debug_annotations.add()
-                a.name_iid = self._intern(self.arg_names, p.interned_data.debug_annotation_names, k)
-                if isinstance(v, bool):
-                    a.bool_value = v
-                elif isinstance(v, int):
-                    a.int_value = v
-                elif isinstance(v, float):
-                    a.double_value = v
-                else:
-                    a.string_value = str(v)
-        if s.flows:
-            ev.flow_ids.extend(s.flows)
-        if s.terminating:
-            ev.terminating_flow_ids.extend(s.terminating)
-        self._emit(p)
-
-    def end(self, track: int, ts: int) -> None:
-        p = pb.TracePacket()
-        p.timestamp = ts
-        p.track_event.type = END
-        p.track_event.track_uuid = track
-        self._emit(p)
-
-    def counter(self, track: int, ts: int, value: float) -> None:
-        p = pb.TracePacket()
-        p.timestamp = ts
-        p.track_event.type = COUNTER
-        p.track_event.track_uuid = track
-        p.track_event.double_counter_value = value
-        self._emit(p)
+    def bulk(self, data: bytes, n: int) -> None:
+        self.f.write(data)
+        self.packets += n
 
 
-class Lanes:
-    """One leaf track, plus overflow lanes named alike, fed slices in (start, longer first) order and written
-    as they come: a slice goes to the first lane where it nests or is disjoint, so every lane nests. Holds only
-    the open slices, whatever the number of slices (a multi-GB trace streams through)."""
+@dataclass(frozen=True)
+class Arg:
+    """One debug annotation of a slice: its name, its column in the batch, and how it is typed."""
 
-    def __init__(self, w: Writer, parent: int, key: tuple[Any, ...], name: str, order: int) -> None:
-        self.w, self.parent, self.key, self.name, self.order = w, parent, key, name, order
-        self.stacks: list[list[int]] = []  # open end times per lane
+    name: str
+    column: str
+    kind: str  # 'string' | 'int' | 'double'
+
+
+class Annotations:
+    """Debug-annotation names, interned once for the file."""
+
+    def __init__(self) -> None:
+        self.iids: dict[str, int] = {}
+
+    def iid(self, name: str) -> int:
+        return self.iids.setdefault(name, len(self.iids) + 1)
+
+
+def _valid(col: pa.Array) -> np.ndarray:
+    if col.null_count == 0:
+        return np.ones(len(col), dtype=bool)
+    return np.asarray(col.is_valid(), dtype=bool)
+
+
+def _num(col: pa.Array, dtype: Any) -> np.ndarray:
+    return np.asarray(pc.fill_null(col, 0).to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+class Slices:
+    """One leaf track, plus overflow lanes named alike, fed batches of slices in (start, longer first) order.
+
+    A slice goes to the first lane where it nests in what is open there or where nothing is open, so every
+    lane nests. Batches are placed at once: when their brackets nest (checked with array operations) all go
+    to the first lane; otherwise only from each slice that crosses an earlier one are slices placed one by
+    one, until nothing is open outside the first lane again. Ends are written in time order as the batches
+    pass them; only the slices still open are kept between batches."""
+
+    def __init__(self, w: Writer, ann: Annotations, parent: int, key: tuple[Any, ...], name: str, order: int,
+                 args: Sequence[Arg] = ()) -> None:
+        self.w, self.ann, self.parent, self.key, self.name, self.order = w, ann, parent, key, name, order
+        self.args = list(args)
         self.tracks: list[int] = []
         self.count = 0
+        self.flows = 0
+        # the slices still open after the last batch: start, end, lane, sequence number
+        self.open_s = np.zeros(0, np.int64)
+        self.open_e = np.zeros(0, np.int64)
+        self.open_lane = np.zeros(0, np.int64)
+        self.open_seq = np.zeros(0, np.int64)
+        self.last_lanes = np.zeros(0, np.int64)
 
-    def add(self, s: Slice) -> int:
-        """Write `s`; returns its lane."""
-        self.count += 1
-        for i, st in enumerate(self.stacks):
-            t = self.tracks[i]
-            while st and st[-1] <= s.start:  # ends before begins at a tie
-                self.w.end(t, st.pop())
-            if not st or s.end <= st[-1]:
-                st.append(s.end)
-                self.w.begin(t, s)
-                return i
-        i = len(self.tracks)
-        t = uuid_of(*self.key, i)
-        self.w.track(t, self.name if i == 0 else f"{self.name} (overlap {i})", parent=self.parent,
-                     order=self.order * 100 + i)
-        self.tracks.append(t)
-        self.stacks.append([s.end])
-        self.w.begin(t, s)
-        return i
+    def _lane_track(self, lane: int) -> None:
+        while len(self.tracks) <= lane:
+            i = len(self.tracks)
+            t = uuid_of(*self.key, i)
+            self.w.track(t, self.name if i == 0 else f"{self.name} (overlap {i})", parent=self.parent,
+                         order=self.order * 100 + i)
+            self.tracks.append(t)
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Slices of `batch` (columns s, e, iid, optional flow / term and the args), sorted by (s, e desc)."""
+        if batch.num_rows:
+            self._feed(batch, final=False)
 
     def close(self) -> int:
-        for t, st in zip(self.tracks, self.stacks, strict=True):
-            while st:
-                self.w.end(t, st.pop())
+        self._feed(None, final=True)
         return len(self.tracks)
 
+    def _feed(self, batch: pa.RecordBatch | None, final: bool) -> None:
+        n = batch.num_rows if batch is not None else 0
+        start = _num(batch.column("s"), np.int64) if batch is not None else np.zeros(0, np.int64)
+        end = _num(batch.column("e"), np.int64) if batch is not None else np.zeros(0, np.int64)
+        c = self.open_s.size
+        S = np.concatenate([self.open_s, start])
+        E = np.maximum(np.concatenate([self.open_e, end]), S)
+        seq = np.concatenate([self.open_seq, self.count + np.arange(n, dtype=np.int64)])
+        N = c + n
+        # The bracket sequence: before the begin of slice j come the ends of the earlier slices that end at or
+        # before its start (a tie ends first); inner slices end first. Ends past the batch go last.
+        slot = np.maximum(np.searchsorted(S, E, side="left"), np.arange(N) + 1)
+        slot = np.minimum(slot, N)
+        ev_slot = np.concatenate([np.arange(N), slot])
+        ev_end = np.concatenate([np.arange(N) < 0, np.ones(N, dtype=bool)])  # False: begin, True: end
+        ev_t = np.concatenate([np.zeros(N, np.int64), E])
+        ev_q = np.concatenate([np.zeros(N, np.int64), -seq])
+        order = np.lexsort((ev_q, ev_t, ~ev_end, ev_slot))
+        ev_row = np.concatenate([np.arange(N), np.arange(N)])[order]
+        ev_is_end = ev_end[order]
+        lanes = self._lanes(S, E, c, ev_row, ev_is_end)
+        self.last_lanes = lanes[c:]
+        self._lane_track(int(lanes.max()) if lanes.size else -1)
+        # What is written now: begins of this batch's slices, ends before the batch's last begin (all when final).
+        ev_s = ev_slot[order]
+        keep = np.where(ev_is_end, (ev_s < N) | final, ev_row >= c)
+        rows, is_end = ev_row[keep], ev_is_end[keep]
+        ts = np.where(is_end, E[rows], S[rows])
+        tracks = np.array(self.tracks, dtype=np.uint64)[lanes[rows]] if len(self.tracks) else np.zeros(0, np.uint64)
+        if rows.size:
+            self.w.bulk(self._encode(batch, rows - c, is_end, ts, tracks), rows.size)
+        still = (slot >= N) & (not final)
+        self.open_s, self.open_e, self.open_lane, self.open_seq = S[still], E[still], lanes[still], seq[still]
+        self.count += n
+        if batch is not None and "flow" in batch.schema.names:
+            self.flows += len(batch) - batch.column("flow").null_count
 
-def assign_lanes(slices: list[Slice]) -> list[list[Slice]]:
-    """The lanes `Lanes` puts these slices in (for tests and small groups)."""
+    def _lanes(self, S: np.ndarray, E: np.ndarray, c: int, ev_row: np.ndarray, ev_is_end: np.ndarray) -> np.ndarray:
+        """The lane of every slice (the first `c` are the open ones, lanes known), as placing them one by one
+        in order would give — computed at once where the slices nest, one by one only from a slice that
+        crosses an earlier one until nothing is open outside the first lane again."""
+        N = S.size
+        lanes = np.zeros(N, dtype=np.int64)
+        lanes[:c] = self.open_lane
+        if N == c:
+            return lanes
+        carried_up = bool(c) and bool((self.open_lane != 0).any())
+        if not carried_up and _nests(ev_row, ev_is_end):
+            return lanes
+        pos_b = np.empty(N, dtype=np.int64)
+        pos_e = np.empty(N, dtype=np.int64)
+        ev_pos = np.arange(ev_row.size, dtype=np.int64)
+        pos_b[ev_row[~ev_is_end]] = ev_pos[~ev_is_end]
+        pos_e[ev_row[ev_is_end]] = ev_pos[ev_is_end]
+        crossing = np.flatnonzero(_crosses(ev_row, ev_is_end, pos_b, pos_e))
+        crossing = crossing[crossing >= c]
+        s_list, e_list = S.tolist(), E.tolist()
+        pointer = c
+        chain = np.arange(c, dtype=np.int64)  # rows open in the first lane at the pointer (a superset)
+        if carried_up:
+            stacks: list[list[tuple[int, int]]] = []
+            for i in range(c):
+                while len(stacks) <= lanes[i]:
+                    stacks.append([])
+                stacks[lanes[i]].append((e_list[i], i))
+            pointer, chain = _place_one_by_one(s_list, e_list, lanes, c, stacks)
+        while True:
+            k = int(np.searchsorted(crossing, pointer))
+            if k == crossing.size:
+                return lanes
+            z = int(crossing[k])
+            rows = np.concatenate([chain, np.arange(pointer, z, dtype=np.int64)])
+            rows = rows[pos_e[rows] > pos_b[z]]  # what is open when z begins: a chain, all in the first lane
+            pointer, chain = _place_one_by_one(s_list, e_list, lanes, z, [[(e_list[r], r) for r in rows.tolist()]])
+
+    def _encode(self, batch: pa.RecordBatch | None, brow: np.ndarray, is_end: np.ndarray, ts: np.ndarray,
+                tracks: np.ndarray) -> bytes:
+        """TracePackets for events: begins (brow = row of the batch) and ends (brow ignored)."""
+        m = brow.size
+        begin = ~is_end
+        ev = Messages(m).varint(F_EV_TYPE, np.where(is_end, END, BEGIN)).varint(F_EV_TRACK_UUID, tracks)
+        if batch is not None and begin.any():
+            r = np.where(begin, brow, 0)
+            ev.varint(F_EV_NAME_IID, _num(batch.column("iid"), np.uint64)[r], begin)
+            for a in self.args:
+                col = batch.column(a.column)
+                present = begin & _valid(col)[r]
+                if not present.any():
+                    continue
+                ann = Messages(m).varint(F_ANN_NAME_IID, self.ann.iid(a.name))
+                if a.kind == "string":
+                    ann.bytes(F_ANN_STRING, Blobs.of_strings(col), take=r)
+                elif a.kind == "int":
+                    ann.varint(F_ANN_INT, _num(col, np.int64)[r])
+                else:
+                    ann.fixed64(F_ANN_DOUBLE, _num(col, np.float64)[r])
+                ev.message(F_EV_ANNOTATION, ann, present)
+            for name, number in (("flow", F_EV_FLOW), ("term", F_EV_TERMINATING_FLOW)):
+                if name in batch.schema.names:
+                    col = batch.column(name)
+                    present = begin & _valid(col)[r]
+                    if present.any():
+                        ev.fixed64(number, _num(col, np.uint64)[r], present)
+        return packets_of(ev, ts)
+
+
+def _nests(ev_row: np.ndarray, ev_is_end: np.ndarray) -> bool:
+    """Whether the bracket sequence is valid: grouped by depth, begins and ends alternate, each end closing
+    the slice that the begin before it opened."""
+    depth = np.cumsum(np.where(ev_is_end, -1, 1))
+    level = np.where(ev_is_end, depth + 1, depth)
+    o = np.argsort(level, kind="stable")
+    lv, is_end, row = level[o], ev_is_end[o], ev_row[o]
+    first = np.concatenate([[True], lv[1:] != lv[:-1]])
+    rank = np.arange(o.size) - np.maximum.accumulate(np.where(first, np.arange(o.size), 0))
+    if (is_end != (rank % 2 == 1)).any():
+        return False
+    closing = rank[1:] % 2 == 1
+    return bool((row[1:][closing] == row[:-1][closing]).all())
+
+
+def _crosses(ev_row: np.ndarray, ev_is_end: np.ndarray, pos_b: np.ndarray, pos_e: np.ndarray) -> np.ndarray:
+    """Per slice: does an earlier slice end inside it (it crosses that one)? A range minimum, over the
+    brackets between its begin and its end, of the slices that end there (a sparse table)."""
+    N = pos_b.size
+    ends = np.where(ev_is_end, ev_row, N).astype(np.int32 if N < 2**31 else np.int64)
+    table = [ends]
+    while (2 << (len(table) - 1)) <= ends.size:
+        h = 1 << (len(table) - 1)
+        prev = table[-1]
+        table.append(np.minimum(prev[:-h], prev[h:]))
+    lo, hi = pos_b + 1, pos_e - 1
+    length = hi - lo + 1
+    first = np.full(N, N, dtype=np.int64)
+    some = length > 0
+    k = np.zeros(N, dtype=np.int64)
+    k[some] = np.floor(np.log2(length[some])).astype(np.int64)
+    for level in np.unique(k[some]).tolist():
+        m = some & (k == level)
+        t = table[level]
+        first[m] = np.minimum(t[lo[m]], t[hi[m] - (1 << level) + 1])
+    return first < np.arange(N)
+
+
+def _place_one_by_one(s: list[int], e: list[int], lanes: np.ndarray, z: int,
+                      stacks: list[list[tuple[int, int]]]) -> tuple[int, np.ndarray]:
+    """Place slices from z on, each in the first lane where it nests or nothing is open, until (after z) no
+    lane but the first has anything open; returns that slice (the next to place) and the first lane's rows."""
+    n = len(s)
+    i = z
+    while i < n:
+        si, ei = s[i], e[i]
+        if i > z:
+            clean = True
+            for st in stacks[1:]:
+                while st and st[-1][0] <= si:
+                    st.pop()
+                if st:
+                    clean = False
+                    break
+            if clean:
+                break
+        for k, st in enumerate(stacks):
+            while st and st[-1][0] <= si:
+                st.pop()
+            if not st or ei <= st[-1][0]:
+                st.append((ei, i))
+                lanes[i] = k
+                break
+        else:
+            stacks.append([(ei, i)])
+            lanes[i] = len(stacks) - 1
+        i += 1
+    return i, np.array([r for _, r in stacks[0]] if stacks else [], dtype=np.int64)
+
+
+def _batches(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+    reader = con.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
+    for b in reader:
+        if b.num_rows:
+            yield b
+
+
+def emit_slices(w: Writer, ann: Annotations, parent: int, key: tuple[Any, ...], name: str, order: int,
+                batches: Iterator[pa.RecordBatch], args: Sequence[Arg] = ()) -> Slices:
+    lanes = Slices(w, ann, parent, key, name, order, args)
+    for b in batches:
+        lanes.add(b)
+    lanes.close()
+    return lanes
+
+
+def assign_lanes(start: Sequence[int], end: Sequence[int]) -> list[int]:
+    """The lane of each slice (given in (start, longer first) order), as the writer places them."""
     class _Null(Writer):
-        def _emit(self, packet: pb.TracePacket) -> None:
-            self.packets += 1  # counted, not written: only the lane assignment is wanted
+        def track(self, *a: Any, **k: Any) -> None:
+            pass
 
-    slices.sort(key=lambda s: (s.start, -s.end))
-    lanes = Lanes(_Null(None), 0, ("lanes",), "", 0)  # type: ignore[arg-type]
-    out: list[list[Slice]] = []
-    for s in slices:
-        i = lanes.add(s)
-        if i == len(out):
-            out.append([])
-        out[i].append(s)
-    return out
+        def bulk(self, data: bytes, n: int) -> None:
+            pass
+
+    s = Slices(_Null(None), Annotations(), 0, ("lanes",), "", 0)  # type: ignore[arg-type]
+    s.add(pa.record_batch({"s": pa.array(start, pa.int64()), "e": pa.array(end, pa.int64()),
+                           "iid": pa.array([0] * len(start), pa.uint64())}))
+    return s.last_lanes.tolist()
 
 
-def emit_group(w: Writer, parent: int, key: tuple[Any, ...], name: str, slices: Iterable[Slice], order: int,
-               presorted: bool = False) -> int:
-    """One leaf track (plus overflow lanes) for a set of slices; returns lanes used. `presorted`: the slices
-    come in (start, longer first) order — then they stream, never held."""
-    lanes = Lanes(w, parent, key, name, order)
-    for s in slices if presorted else sorted(slices, key=lambda s: (s.start, -s.end)):
-        lanes.add(s)
-    return lanes.close()
+# ------------------------------------------------------------------------------------------- the layers
 
 
-def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | dict[str, Any] | None = None
-          ) -> Iterator[tuple[Any, ...]]:
-    cur = con.execute(sql, params or [])
-    while batch := cur.fetchmany(50_000):
-        yield from batch
+def kernel_bound_sql(kind: str, flops: str, nbytes: str, ridge: str) -> str:
+    """The kernel slice's 'bound' label for a store without the measure stage's `kernel_class` (memory- or
+    compute-bound against the GPU's ridge point)."""
+    return (f"CASE WHEN {flops} <> 0 THEN (CASE WHEN {nbytes} <> 0 AND {kind} = 'compute' AND {ridge} > 0 "
+            f"THEN (CASE WHEN {flops} / {nbytes} >= {ridge} THEN 'compute' ELSE 'memory' END) END) "
+            f"WHEN {kind} = 'compute' THEN 'memory (no FLOPs)' END")
 
 
-def _fid(*parts: object) -> int:
-    return uuid_of("flow", *parts) | 1
+def counter_unit(metric: str, fmt: str | None) -> tuple[float, str]:
+    """(scale, unit) of a `counters.metric` as shown: fractions as %, the vocabulary's units from its names."""
+    if metric in FRACTION_METRICS or metric in PERCENT_METRICS:
+        return 100.0, "%"
+    for suffix, unit in (("_bytes_s", "B/s"), ("_mhz", "MHz"), ("_w", "W"), ("_j", "J"), ("_c", "°C"),
+                         ("_bytes", "B"), ("_errors", "errors"), ("_avg_warps_per_cycle", "warps/cycle"),
+                         ("_avg", "warps"), ("_violation", "")):
+        if metric.endswith(suffix):
+            return 1.0, unit
+    if fmt in NSYS_EXPORTS:
+        # nsys gpu_metrics.metric_name keeps a unit suffix on every GPU metric except the `[Throughput %]` ones (fractions)
+        return 100.0, "%"
+    return 1.0, ""
+
+
+def _fid_sql(*parts: str) -> str:
+    """A flow id from the store's columns (the same expression on both ends of a flow): odd, never 0."""
+    return f"(hash({', '.join(parts)}) | 1)"
 
 
 def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -> dict[str, int]:
     """Write trace.pftrace; returns counts of what was written (for tests and the report)."""
-    stats = {"kernels": 0, "collective_flows": 0, "tracks": 0}
+    stats = {"kernels": 0, "collective_flows": 0, "tracks": 0, "time_shift_ns": 0}
     ranks = [r for (r,) in con.execute(
         "SELECT DISTINCT rank FROM kernels WHERE rank IS NOT NULL ORDER BY rank").fetchall()]
-    peak = {(r, d): (p, bw) for r, d, p, bw in con.execute(
-        "SELECT rank, device, any_value(peak_flop_s), NULL FROM metrics WHERE scope='window' AND rank IS NOT NULL "
-        "GROUP BY rank, device").fetchall()}
+    peak = {(r, d): p for r, d, p in con.execute(
+        "SELECT rank, device, any_value(peak_flop_s) FROM metrics WHERE scope='window' AND rank IS NOT NULL "
+        "GROUP BY rank, device").fetchall()} if _exists(con, "metrics") else {}
     bw_all = verdict.get("peak", {}).get("memory_bandwidth_tbs")
     gpu_names = {(g["rank"], g["device"]): g.get("name") for g in verdict.get("run", {}).get("gpus", [])}
     hosts = dict(con.execute("SELECT rank, any_value(host) FROM sources GROUP BY rank").fetchall())
-    with open(path, "wb") as f:
-        w = Writer(f)
-        for rank in ranks:
-            proc = uuid_of("rank", rank)
-            gpus = sorted({d for (r, d) in peak if r == rank} | {d for (r, d) in gpu_names if r == rank})
-            gname = ", ".join(sorted({str(gpu_names.get((rank, d)) or "GPU") for d in gpus}))
-            label = f"rank {rank}" + (f" · {hosts[rank]}" if hosts.get(rank) else "") + f" · {gname}"
-            w.track(proc, label, process=(100000 + int(rank), label), explicit_children=True, order=int(rank))
-            layer_uuid = {}
-            for i, layer in enumerate(LAYERS):
-                layer_uuid[layer] = uuid_of("layer", rank, layer)
-                w.track(layer_uuid[layer], layer, parent=proc, order=i, explicit_children=True)
-            _cluster(con, w, rank, layer_uuid["cluster"], stats)
-            _model(con, w, rank, layer_uuid["model"])
-            _ops(con, w, rank, layer_uuid["op"], stats)
-            _kernels(con, w, rank, layer_uuid["kernel"], peak, bw_all, stats)
-            _device(con, w, rank, layer_uuid["device"])
-            _verdict(con, w, rank, layer_uuid["verdict"])
-        stats["packets"] = w.packets
-        stats["tracks"] = w.tracks
+    shift = _time_shift(con)
+    stats["time_shift_ns"] = shift
+    _intern_names(con)
+    ann = Annotations()
+    for a in ("kind", "class", "op", "flops", "achieved_pct_of_peak", "arithmetic_intensity", "bound", "bytes", "correlation",
+              "input_dims", "domain", "process_group", "seq", "dtype", "group_ranks", "lost_ns"):
+        ann.iid(a)
+    try:
+        with open(path, "wb") as f:
+            w = Writer(f)
+            w.interned(_batches(con, "SELECT iid::UBIGINT AS iid, name FROM _pf_names ORDER BY iid", {}),
+                       [(i, n) for n, i in ann.iids.items()])
+            ctx = _Ctx(con, w, ann, shift, stats)
+            for rank in ranks:
+                proc = uuid_of("rank", rank)
+                gpus = sorted({d for (r, d) in peak if r == rank} | {d for (r, d) in gpu_names if r == rank})
+                gname = ", ".join(sorted({str(gpu_names.get((rank, d)) or "GPU") for d in gpus}))
+                label = f"rank {rank}" + (f" · {hosts[rank]}" if hosts.get(rank) else "") + f" · {gname}"
+                if shift:
+                    label += f" · times +{shift} ns (the inputs have times before 1970)"
+                w.track(proc, label, process=(100000 + int(rank), label), explicit_children=True, order=int(rank))
+                layer_uuid = {}
+                for i, layer in enumerate(LAYERS):
+                    layer_uuid[layer] = uuid_of("layer", rank, layer)
+                    w.track(layer_uuid[layer], layer, parent=proc, order=i, explicit_children=True)
+                _cluster(ctx, rank, layer_uuid["cluster"])
+                _model(ctx, rank, layer_uuid["model"])
+                _ops(ctx, rank, layer_uuid["op"])
+                _kernels(ctx, rank, layer_uuid["kernel"], peak, bw_all)
+                _device(ctx, rank, layer_uuid["device"])
+                _verdict(ctx, rank, layer_uuid["verdict"])
+            stats["packets"] = w.packets
+            stats["tracks"] = w.tracks
+    finally:
+        con.execute("DROP TABLE IF EXISTS _pf_names")
     return stats
 
 
-def _cluster(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int, stats: dict[str, int]) -> None:
-    rows = list(_rows(con, """
+@dataclass
+class _Ctx:
+    con: duckdb.DuckDBPyConnection
+    w: Writer
+    ann: Annotations
+    shift: int
+    stats: dict[str, int]
+
+    def batches(self, sql: str, **params: Any) -> Iterator[pa.RecordBatch]:
+        return _batches(self.con, sql, {"shift": self.shift, **params})
+
+    def slices(self, parent: int, key: tuple[Any, ...], name: str, order: int, sql: str,
+               args: Sequence[Arg] = (), **params: Any) -> Slices:
+        return emit_slices(self.w, self.ann, parent, key, name, order, self.batches(sql, **params), args)
+
+
+_TIMES = (("kernels", "start_ns"), ("ops", "start_ns"), ("api_calls", "start_ns"), ("ranges", "start_ns"),
+          ("collectives", "start_ns"), ("counters", "end_ns"), ("losses", "start_ns"))
+
+
+def _exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """Whether the store has this table (the measure stage creates some: a store it has not seen lacks them)."""
+    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
+                            [table]).fetchall()[0][0])
+
+
+def _time_shift(con: duckdb.DuckDBPyConnection) -> int:
+    """0, or what lifts the earliest time written to 0: Perfetto timestamps are unsigned (times before 1970
+    come from inputs with a bad time base; everything moves together, so the layers still line up)."""
+    sql = " UNION ALL ".join(f"SELECT min({c}) AS t FROM {t}" for t, c in _TIMES if _exists(con, t))
+    row = con.execute(f"SELECT min(t) FROM ({sql})").fetchall()
+    lo = row[0][0] if row else None
+    return int(-lo) if lo is not None and lo < 0 else 0
+
+
+def _intern_names(con: duckdb.DuckDBPyConnection) -> None:
+    """Every slice name, numbered once (the events refer to them by iid)."""
+    losses = "UNION SELECT category FROM losses WHERE category IS NOT NULL" if _exists(con, "losses") else ""
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _pf_names AS
+        SELECT name, row_number() OVER (ORDER BY name) AS iid FROM (
+            SELECT coalesce(name, '?') AS name FROM kernels UNION SELECT coalesce(name, '?') FROM ops
+            UNION SELECT coalesce(name, '?') FROM api_calls UNION SELECT coalesce(name, '?') FROM ranges
+            UNION SELECT coalesce(collective, 'collective') FROM collectives {losses})""")
+
+
+def _cluster(ctx: _Ctx, rank: int, parent: int) -> None:
+    sql = f"""
         WITH c AS (
             SELECT *, coalesce(process_group, group_ranks, '') AS pg,
                    count(*) OVER (PARTITION BY coalesce(process_group, group_ranks, ''), collective, seq) AS nranks
             FROM collectives
         )
-        SELECT start_ns, end_ns, collective, pg, seq, bytes, dtype, group_ranks, nranks
-        FROM c WHERE rank = ? ORDER BY start_ns""", [rank]))
-    slices = []
-    for s, e, coll, pg, seq, nbytes, dtype, granks, nranks in rows:
-        fl = (_fid("coll", pg, coll, seq),) if nranks > 1 else ()
-        stats["collective_flows"] += len(fl)
-        slices.append(Slice(s, max(e, s), f"{coll or 'collective'}", {
-            "process_group": pg, "seq": seq, "bytes": nbytes, "dtype": dtype, "group_ranks": granks}, flows=fl))
-    if slices:
-        emit_group(w, parent, ("coll", rank), "collectives (NCCL)", slices, 0)
+        SELECT c.start_ns + $shift AS s, greatest(c.end_ns, c.start_ns) + $shift AS e, n.iid, c.pg, c.seq, c.bytes,
+               c.dtype, c.group_ranks,
+               CASE WHEN nranks > 1 THEN {_fid_sql("'coll'", "c.pg", "c.collective", "c.seq")} END AS flow
+        FROM c JOIN _pf_names n ON n.name = coalesce(c.collective, 'collective')
+        WHERE c.rank = $rank ORDER BY c.start_ns, greatest(c.end_ns, c.start_ns) DESC, c.seq"""
+    lanes = ctx.slices(parent, ("coll", rank), "collectives (NCCL)", 0, sql, [
+        Arg("process_group", "pg", "string"), Arg("seq", "seq", "int"), Arg("bytes", "bytes", "int"),
+        Arg("dtype", "dtype", "string"), Arg("group_ranks", "group_ranks", "string")], rank=rank)
+    ctx.stats["collective_flows"] += lanes.flows
 
 
-def _model(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int) -> None:
+def _model(ctx: _Ctx, rank: int, parent: int) -> None:
     for on_gpu, label in ((False, "ranges (record_function / NVTX)"), (True, "ranges on the GPU timeline")):
-        slices = [Slice(s, max(e, s), n or "?", {"domain": d})
-                  for s, e, n, d in _rows(con, "SELECT start_ns, end_ns, name, domain FROM ranges WHERE rank = ? "
-                                               "AND on_gpu = ? AND domain IS DISTINCT FROM 'python'", [rank, on_gpu])]
-        if slices:
-            emit_group(w, parent, ("ranges", rank, on_gpu), label, slices, int(on_gpu))
+        ctx.slices(parent, ("ranges", rank, on_gpu), label, int(on_gpu), """
+            SELECT r.start_ns + $shift AS s, greatest(r.end_ns, r.start_ns) + $shift AS e, n.iid, r.domain
+            FROM ranges r JOIN _pf_names n ON n.name = coalesce(r.name, '?')
+            WHERE r.rank = $rank AND r.on_gpu = $on_gpu AND r.domain IS DISTINCT FROM 'python'
+            ORDER BY r.start_ns, greatest(r.end_ns, r.start_ns) DESC, r.name""",
+                   [Arg("domain", "domain", "string")], rank=rank, on_gpu=on_gpu)
 
 
-def _ops(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int, stats: dict[str, int]) -> None:
-    threads = [t for (t,) in con.execute(
+def _ops(ctx: _Ctx, rank: int, parent: int) -> None:
+    threads = [t for (t,) in ctx.con.execute(
         "SELECT DISTINCT thread FROM (SELECT thread FROM ops WHERE rank = $r UNION ALL "
         "SELECT thread FROM api_calls WHERE rank = $r UNION ALL SELECT thread FROM ranges WHERE rank = $r "
         "AND domain = 'python') WHERE thread IS NOT NULL ORDER BY 1", {"r": rank}).fetchall()]
+    launch = _fid_sql("'launch'", "a.source_id", "a.correlation")
     for i, tid in enumerate(threads):
-        def slices(tid: Any = tid) -> Iterator[Slice]:
-            for s, e, n, f, dims, sid, corr, has_kernel in _rows(con, """
-                    SELECT start_ns, greatest(end_ns, start_ns) AS e, name, flops, input_dims, NULL, NULL, NULL
-                    FROM ops WHERE rank = $rank AND thread = $tid
-                    UNION ALL  -- Python frames (with_stack=True) enclose the ops they called
-                    SELECT start_ns, greatest(end_ns, start_ns), name, NULL, NULL, NULL, NULL, NULL
-                    FROM ranges WHERE rank = $rank AND thread = $tid AND domain = 'python'
-                    UNION ALL
-                    SELECT a.start_ns, greatest(a.end_ns, a.start_ns), a.name, NULL, NULL, a.source_id, a.correlation,
-                           EXISTS (SELECT 1 FROM kernels k WHERE k.source_id = a.source_id
-                                                             AND k.correlation = a.correlation)
-                    FROM api_calls a WHERE a.rank = $rank AND a.thread = $tid
-                    ORDER BY 1, 2 DESC, 3, 7 NULLS FIRST""", {"rank": rank, "tid": tid}):
-                if sid is None:
-                    yield Slice(s, e, n, {"flops": f, "input_dims": dims} if f or dims else None)
-                else:
-                    fl = (_fid("launch", sid, corr),) if has_kernel and corr is not None else ()
-                    yield Slice(s, e, n, {"correlation": corr}, flows=fl)
-        emit_group(w, parent, ("thread", rank, tid), f"CPU thread {tid}", slices(), i, presorted=True)
+        ctx.slices(parent, ("thread", rank, tid), f"CPU thread {tid}", i, f"""
+            SELECT u.s + $shift AS s, u.e + $shift AS e, n.iid, u.flops, u.input_dims, u.correlation, u.flow
+            FROM (
+                SELECT start_ns AS s, greatest(end_ns, start_ns) AS e, coalesce(name, '?') AS name,
+                       CASE WHEN flops <> 0 OR input_dims <> '' THEN flops END AS flops,
+                       CASE WHEN flops <> 0 OR input_dims <> '' THEN input_dims END AS input_dims,
+                       NULL::BIGINT AS correlation, NULL::UBIGINT AS flow, 0 AS api
+                FROM ops WHERE rank = $rank AND thread = $tid
+                UNION ALL  -- Python frames (with_stack=True) enclose the ops they called
+                SELECT start_ns, greatest(end_ns, start_ns), coalesce(name, '?'), NULL, NULL, NULL, NULL, 0
+                FROM ranges WHERE rank = $rank AND thread = $tid AND domain = 'python'
+                UNION ALL
+                SELECT a.start_ns, greatest(a.end_ns, a.start_ns), coalesce(a.name, '?'), NULL, NULL, a.correlation,
+                       CASE WHEN a.correlation IS NOT NULL AND l.correlation IS NOT NULL THEN {launch} END, 1
+                FROM api_calls a
+                LEFT JOIN (SELECT DISTINCT source_id, correlation FROM kernels WHERE rank = $rank) l
+                       ON l.source_id = a.source_id AND l.correlation = a.correlation
+                WHERE a.rank = $rank AND a.thread = $tid
+            ) u JOIN _pf_names n ON n.name = u.name
+            ORDER BY u.s, u.e DESC, u.name, u.api, u.correlation NULLS FIRST""",
+                   [Arg("flops", "flops", "double"), Arg("input_dims", "input_dims", "string"),
+                    Arg("correlation", "correlation", "int")], rank=rank, tid=tid)
 
 
-def _kernels(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int,
-             peak: dict[tuple[int, int], tuple[float | None, Any]], bw_tbs: float | None, stats: dict[str, int]) -> None:
-    streams = con.execute("SELECT DISTINCT device, stream FROM kernels WHERE rank = ? ORDER BY 1, 2",
-                          [rank]).fetchall()
+def _kernels(ctx: _Ctx, rank: int, parent: int, peak: dict[tuple[int, int], float | None],
+             bw_tbs: float | None) -> None:
+    """One track per GPU stream. A kernel's class, bound, achieved % of peak and arithmetic intensity are the
+    measure stage's (`kernel_class`, one definition); a store without that table gets them from the window's
+    peak and the run's bandwidth."""
+    streams = ctx.con.execute("SELECT DISTINCT device, stream FROM kernels WHERE rank = ? ORDER BY 1, 2",
+                              [rank]).fetchall()
+    term = _fid_sql("'launch'", "k.source_id", "k.correlation")
+    measured = _exists(ctx.con, "kernel_class")
     for i, (dev, stream) in enumerate(streams):
-        p = peak.get((rank, dev), (None, None))[0]
+        p = peak.get((rank, dev))
         ridge = p / (bw_tbs * 1e12) if p and bw_tbs else None
-        lanes = Lanes(w, parent, ("stream", rank, dev, stream), f"GPU {dev} stream {stream}", i)
-        for s, e, n, kind, flops, nbytes, sid, corr, op in _rows(con, """
-                SELECT k.start_ns, k.end_ns, k.name, k.kind, k.flops, k.bytes, k.source_id, k.correlation, o.name
-                FROM kernels k LEFT JOIN ops o ON o.op_id = k.op_id
-                WHERE k.rank = ? AND k.device = ? AND k.stream IS NOT DISTINCT FROM ?
-                ORDER BY k.start_ns, greatest(k.end_ns, k.start_ns) DESC, k.kernel_id""", [rank, dev, stream]):
-            dur = max(e - s, 0)
-            args: dict[str, Any] = {"kind": kind, "op": op}
-            if flops:
-                args["flops"] = float(flops)
-                if p and dur:
-                    args["achieved_pct_of_peak"] = round(100.0 * flops / (dur / 1e9) / p, 2)
-                if nbytes and kind == "compute":
-                    ai = flops / nbytes
-                    args["arithmetic_intensity"] = round(ai, 2)
-                    if ridge:
-                        args["bound"] = "compute" if ai >= ridge else "memory"
-            elif kind == "compute":
-                args["bound"] = "memory (no FLOPs)"
-            if nbytes and kind in ("memcpy", "memset"):
-                args["bytes"] = float(nbytes)
-            term = (_fid("launch", sid, corr),) if corr is not None else ()
-            lanes.add(Slice(s, max(e, s), n, args, terminating=term))
-        stats["kernels"] += lanes.count
-        lanes.close()
+        if measured:
+            cls = """kc.class AS class,
+                   CASE WHEN k.flops <> 0 THEN round(100.0 * kc.fraction_of_peak, 2) END AS achieved,
+                   CASE WHEN k.flops <> 0 THEN round(kc.arithmetic_intensity, 2) END AS ai, kc.bound AS bound"""
+            join = "LEFT JOIN kernel_class kc ON kc.kernel_id = k.kernel_id"
+        else:
+            cls = f"""NULL::VARCHAR AS class,
+                   CASE WHEN k.flops <> 0 AND $peak > 0 AND k.end_ns > k.start_ns
+                        THEN round(100.0 * k.flops / ((k.end_ns - k.start_ns) / 1e9) / $peak, 2) END AS achieved,
+                   CASE WHEN k.flops <> 0 AND k.bytes <> 0 AND k.kind = 'compute'
+                        THEN round(k.flops / k.bytes, 2) END AS ai,
+                   {kernel_bound_sql("k.kind", "k.flops", "k.bytes", "$ridge")} AS bound"""
+            join = ""
+        params: dict[str, Any] = {"rank": rank, "dev": dev, "stream": stream}
+        if not measured:
+            params.update(peak=p, ridge=ridge)
+        lanes = ctx.slices(parent, ("stream", rank, dev, stream), f"GPU {dev} stream {stream}", i, f"""
+            SELECT k.start_ns + $shift AS s, greatest(k.end_ns, k.start_ns) + $shift AS e, n.iid, k.kind, o.name AS op,
+                   CASE WHEN k.flops <> 0 THEN k.flops END AS flops, {cls},
+                   CASE WHEN k.bytes <> 0 AND k.kind IN ('memcpy', 'memset') THEN k.bytes END AS nbytes,
+                   CASE WHEN l.correlation IS NOT NULL THEN {term} END AS term
+            FROM kernels k LEFT JOIN ops o ON o.op_id = k.op_id {join}
+            JOIN _pf_names n ON n.name = coalesce(k.name, '?')
+            LEFT JOIN (SELECT DISTINCT source_id, correlation FROM api_calls WHERE rank = $rank) l
+                   ON l.source_id = k.source_id AND l.correlation = k.correlation
+            WHERE k.rank = $rank AND k.device = $dev AND k.stream IS NOT DISTINCT FROM $stream
+            ORDER BY k.start_ns, greatest(k.end_ns, k.start_ns) DESC, k.kernel_id""",
+                           [Arg("kind", "kind", "string"), Arg("class", "class", "string"), Arg("op", "op", "string"),
+                            Arg("flops", "flops", "double"), Arg("achieved_pct_of_peak", "achieved", "double"),
+                            Arg("arithmetic_intensity", "ai", "double"), Arg("bound", "bound", "string"),
+                            Arg("bytes", "nbytes", "double")], **params)
+        ctx.stats["kernels"] += lanes.count
 
 
-def _device(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int) -> None:
-    series = con.execute("SELECT DISTINCT device, metric FROM counters WHERE rank = ? ORDER BY 1, 2",
-                         [rank]).fetchall()
-    for i, (dev, metric) in enumerate(series):
-        t = uuid_of("counter", rank, dev, metric)
-        w.track(t, f"GPU {dev} {metric}", parent=parent, counter=metric, order=i)
-        for ts, v in _rows(con, "SELECT end_ns, value FROM counters WHERE rank = ? AND device IS NOT DISTINCT FROM ? "
-                                "AND metric = ? AND value IS NOT NULL ORDER BY end_ns", [rank, dev, metric]):
-            w.counter(t, ts, float(v))
+def _varint_columns(v: np.ndarray, width: int) -> np.ndarray:
+    """(n, width) bytes of the varints of `v`, every one of which takes exactly `width` bytes."""
+    shifts = np.arange(width, dtype=np.uint64) * np.uint64(7)
+    out = ((v[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
+    out[:, :-1] |= 0x80
+    return out
 
 
-def _verdict(con: duckdb.DuckDBPyConnection, w: Writer, rank: int, parent: int) -> None:
+_SEQ_FIELD = np.frombuffer(_field_varint(F_PKT_SEQ_ID, SEQ_ID), dtype=np.uint8)
+_TS_9 = (np.uint64(1 << 56), np.uint64((1 << 63) - 1))  # epoch ns since 1972: 9-byte varints
+
+
+def _counter_packets(tracks: np.ndarray | np.uint64, ts: np.ndarray, values: np.ndarray,
+                     track_bytes: np.ndarray | None = None) -> bytes:
+    """Counter samples as TracePackets. Times since 1972 and track uuids (always 9-byte varints, see
+    `uuid_of`) make every packet the same layout: written as columns of an (n, 40) byte array.
+    `track_bytes`: the (n, 9) varint bytes of `tracks`, when the caller has them."""
+    n = ts.size
+    t = _u64(ts)
+    tracks = np.broadcast_to(_u64(tracks), (n,))
+    if n == 0 or t.min() < _TS_9[0] or t.max() > _TS_9[1] or tracks.min() < _TS_9[0]:
+        ev = Messages(n).varint(F_EV_TYPE, COUNTER).varint(F_EV_TRACK_UUID, tracks)
+        ev.fixed64(F_EV_DOUBLE_COUNTER, values.astype(np.float64))
+        return packets_of(ev, ts)
+    lay = (_varint_bytes(F_EV_TYPE << 3) + _varint_bytes(COUNTER) + _varint_bytes(F_EV_TRACK_UUID << 3), 9,
+           _varint_bytes(F_EV_DOUBLE_COUNTER << 3 | 1), 8)
+    ev_len = len(lay[0]) + 9 + len(lay[2]) + 8
+    pkt_len = 1 + 9 + 1 + 1 + ev_len + _SEQ_FIELD.size
+    row = 2 + pkt_len
+    out = np.empty((n, row), dtype=np.uint8)
+    out[:, 0], out[:, 1], out[:, 2] = F_TRACE_PACKET << 3 | 2, pkt_len, F_PKT_TIMESTAMP << 3
+    out[:, 3:12] = _varint_columns(t, 9)
+    out[:, 12], out[:, 13] = F_PKT_TRACK_EVENT << 3 | 2, ev_len
+    i = 14 + len(lay[0])
+    out[:, 14:i] = np.frombuffer(lay[0], dtype=np.uint8)
+    out[:, i:i + 9] = track_bytes if track_bytes is not None else _varint_columns(np.ascontiguousarray(tracks), 9)
+    i += 9
+    out[:, i:i + len(lay[2])] = np.frombuffer(lay[2], dtype=np.uint8)
+    i += len(lay[2])
+    out[:, i:i + 8] = np.ascontiguousarray(values, dtype=np.float64).view(np.uint8).reshape(n, 8)
+    out[:, i + 8:] = _SEQ_FIELD
+    return out.tobytes()
+
+
+def _device(ctx: _Ctx, rank: int, parent: int) -> None:
+    """One counter track per (GPU, log, metric): samples of two logs never interleave on one track. The rank's
+    samples come in one stream as stored (logs and nsys store each series in time order), the series
+    interleaved, read on one thread so that the order holds; should a series go back in time, the samples
+    are written again in time order (ORDER BY, the cost of a sort)."""
+    series = ctx.con.execute("""
+        SELECT c.device, c.source_id, c.metric, s.format, s.path,
+               count(*) OVER (PARTITION BY c.device, c.metric, s.format) AS same_format
+        FROM (SELECT DISTINCT device, source_id, metric FROM counters WHERE rank = ?) c
+        LEFT JOIN sources s ON s.source_id = c.source_id ORDER BY 1, 3, 2""", [rank]).fetchall()
+    if not series:
+        return
+    uuids, scales = [], []
+    for i, (dev, sid, metric, fmt, path, same) in enumerate(series):
+        scale, unit = counter_unit(metric, fmt)
+        source = (fmt or "log") + (f" {Path(path).name}" if same > 1 and path else "")
+        t = uuid_of("counter", rank, dev, sid, metric)
+        ctx.w.track(t, f"GPU {dev} {metric}" + (f" ({unit})" if unit else "") + f" · {source}", parent=parent,
+                    counter=unit, order=i)
+        uuids.append(t)
+        scales.append(scale)
+    track_of = np.array(uuids, dtype=np.uint64)
+    track_bytes = _varint_columns(track_of, 9)
+    ctx.con.register("_pf_series_in", pa.table({
+        "idx": pa.array(range(len(series)), pa.int32()), "device": pa.array([x[0] for x in series], pa.int32()),
+        "source_id": pa.array([x[1] for x in series], pa.int32()), "metric": pa.array([x[2] for x in series]),
+        "scale": pa.array(scales, pa.float64())}))
+    sql = """SELECT s.idx, c.end_ns + $shift AS t, c.value * s.scale AS v
+             FROM counters c JOIN _pf_series_in s
+               ON s.source_id = c.source_id AND s.metric = c.metric AND s.device IS NOT DISTINCT FROM c.device
+             WHERE c.rank = $rank AND c.value IS NOT NULL AND isfinite(c.value)"""
+    start, packets = ctx.w.f.tell(), ctx.w.packets
+    (threads,) = ctx.con.execute("SELECT current_setting('threads')").fetchall()[0]
+    try:
+        for ordered in (False, True):
+            last = np.full(len(series), np.iinfo(np.int64).min, dtype=np.int64)
+            in_order = True
+            ctx.con.execute(f"SET threads = {1 if not ordered else int(threads)}")
+            for b in ctx.batches(sql + (" ORDER BY c.end_ns, s.idx" if ordered else ""), rank=rank):
+                idx = _num(b.column("idx"), np.int64)
+                ts = _num(b.column("t"), np.int64)
+                if not ordered:
+                    for k in np.unique(idx).tolist():  # each series of the batch (a handful): still in time order?
+                        tk = ts[idx == k]
+                        if tk[0] < last[k] or (tk[1:] < tk[:-1]).any():
+                            in_order = False
+                            break
+                        last[k] = tk[-1]
+                    if not in_order:
+                        break
+                v = _num(b.column("v"), np.float64)
+                ctx.w.bulk(_counter_packets(track_of[idx], ts, v, track_bytes[idx]), ts.size)
+            if in_order:
+                return
+            ctx.w.f.seek(start)  # a series went back in time: write the samples again, sorted
+            ctx.w.f.truncate()
+            ctx.w.packets = packets
+    finally:
+        ctx.con.execute(f"SET threads = {int(threads)}")
+        ctx.con.unregister("_pf_series_in")
+
+
+def _verdict(ctx: _Ctx, rank: int, parent: int) -> None:
     """An 'achieved % of peak' counter (100 where no loss was recorded) and the lost stretches by category."""
-    devices = [d for (d,) in con.execute("SELECT DISTINCT device FROM losses WHERE scope = 'window' AND rank = ? "
-                                         "ORDER BY 1", [rank]).fetchall()]
+    if not _exists(ctx.con, "losses"):
+        return
+    devices = [d for (d,) in ctx.con.execute("SELECT DISTINCT device FROM losses WHERE scope = 'window' AND rank = ? "
+                                             "ORDER BY 1", [rank]).fetchall()]
     for dev in devices:
         counter = uuid_of("achieved", rank, dev)
-        w.track(counter, f"GPU {dev} achieved % of peak", parent=parent, counter="%", order=0)
-        lanes = Lanes(w, parent, ("lost", rank, dev), f"GPU {dev} lost peak", 1)
-        prev_end = None
-        for s, e, cat, lost in _rows(con, """
-                SELECT start_ns, end_ns, category, lost_ns FROM losses
-                WHERE scope = 'window' AND rank = ? AND device IS NOT DISTINCT FROM ?
-                ORDER BY start_ns, end_ns DESC""", [rank, dev]):
-            if prev_end is not None and s > prev_end:
-                w.counter(counter, prev_end, 100.0)
-            w.counter(counter, s, max(0.0, 100.0 * (1.0 - lost / (e - s))) if e > s else 100.0)
-            prev_end = e
-            if e > s:
-                lanes.add(Slice(s, e, cat, {"lost_ns": float(lost)}))
+        ctx.w.track(counter, f"GPU {dev} achieved % of peak", parent=parent, counter="%", order=0)
+        lanes = Slices(ctx.w, ctx.ann, parent, ("lost", rank, dev), f"GPU {dev} lost peak", 1,
+                       [Arg("lost_ns", "lost_ns", "double")])
+        prev_end: int | None = None
+        for b in ctx.batches("""
+                SELECT l.start_ns + $shift AS s, l.end_ns + $shift AS e, n.iid, l.lost_ns
+                FROM losses l JOIN _pf_names n ON n.name = l.category
+                WHERE l.scope = 'window' AND l.rank = $rank AND l.device IS NOT DISTINCT FROM $dev
+                ORDER BY l.start_ns, l.end_ns DESC, l.category""", rank=rank, dev=dev):
+            s, e = _num(b.column("s"), np.int64), _num(b.column("e"), np.int64)
+            lost = _num(b.column("lost_ns"), np.float64)
+            prev = np.concatenate([[prev_end if prev_end is not None else np.iinfo(np.int64).max], e[:-1]])
+            gap = s > prev  # back to 100% in the gap since the previous stretch ended
+            dur = e - s
+            val = np.where(dur > 0, np.maximum(0.0, 100.0 * (1.0 - lost / np.where(dur > 0, dur, 1))), 100.0)
+            ts = np.stack([prev, s], axis=1).ravel()
+            vs = np.stack([np.full(s.size, 100.0), val], axis=1).ravel()
+            keep = np.stack([gap, np.ones(s.size, dtype=bool)], axis=1).ravel()
+            ctx.w.bulk(_counter_packets(np.uint64(counter), ts[keep], vs[keep]), int(keep.sum()))
+            prev_end = int(e[-1])
+            pos = dur > 0
+            if pos.any():
+                lanes.add(b.filter(pa.array(pos)))
         if prev_end is not None:
-            w.counter(counter, prev_end, 100.0)
+            ctx.w.bulk(_counter_packets(np.uint64(counter), np.array([prev_end], np.int64), np.array([100.0])), 1)
         lanes.close()
 
 
-def read_back(path: Path) -> Iterable[pb.TracePacket]:
-    """Parse a written trace (for tests and checks): the file is a concatenation of Trace messages."""
+def read_back(path: Path) -> Sequence[Any]:
+    """Parse a written trace (for tests and checks) with the `perfetto` package's protobuf classes: the file is
+    a concatenation of Trace messages."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
     t = pb.Trace()
     t.ParseFromString(Path(path).read_bytes())
     return t.packet
+
+

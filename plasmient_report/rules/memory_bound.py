@@ -228,7 +228,8 @@ def unfused_elementwise_chain(ctx: RuleContext, t: Thresholds) -> Iterator[Findi
             if reps > 1:
                 how += f"; one fused kernel for the whole run of {per_chain:.0f} would move the tensor once"
         else:
-            how = (f"the run of {per_chain:.0f} {unit[0]} kernels could be one: up to {pct(run_save)} less traffic "
+            what = unit[0] if unit else "elementwise"  # ops not recorded: the kernels' chain alone
+            how = (f"the run of {per_chain:.0f} {what} kernels could be one: up to {pct(run_save)} less traffic "
                    f"(≈{fmt_ns(c['busy_ns'] * run_save)})")
         shape = f" on a tensor of shape {c['dims0']}" if c["dims0"] else ""
         rec = (f"{c['occurrences']} chain{'s' if c['occurrences'] > 1 else ''} of elementwise kernels from "
@@ -239,7 +240,7 @@ def unfused_elementwise_chain(ctx: RuleContext, t: Thresholds) -> Iterator[Findi
             title=f"unfused elementwise chain {name}: {c['kernels']} kernels, {fmt_ns(c['busy_ns'])}",
             recommendation=rec,
             fix=f"fuse {' → '.join(unit)} (torch.compile): −{pct(unit_save if len(unit) > 1 else run_save)} bytes",
-            lost_fraction=ctx.fraction(lost_ns), key=c["ops"][:500],
+            lost_fraction=ctx.fraction(lost_ns), key=(c["ops"] or name or "elementwise")[:500],
             evidence={"chain": name, "ops": unit, "repeats": reps, "occurrences": c["occurrences"],
                       "kernels": c["kernels"], "longest_chain": c["longest"], "time_ns": c["busy_ns"],
                       "shape": c["dims0"], "saving_if_unit_fused": unit_save, "saving_if_run_fused": run_save,

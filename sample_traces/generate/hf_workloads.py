@@ -19,6 +19,9 @@ Workloads (--workload):
   cuda_graph      HF Llama forward passes replayed from a CUDA graph (kernels without op shapes)
   fp8_gemm        torch._scaled_mm e4m3 GEMMs (range "fp8_gemm") next to bf16 torch.mm (range "bf16_gemm")
   input_bound     a small MLP fed by a DataLoader whose __getitem__ sleeps (per-step ProfilerStep ranges)
+  resnet50_amp    torchvision ResNet-50, channels_last, bf16 autocast, SGD (cuDNN convolutions)
+  bert_amp        HF BertForMaskedLM (bert-base), seq 512, bf16 autocast, fp32 weights, fused AdamW
+  vit_compile     timm ViT-B/16 under torch.compile, bf16 autocast
   llama_nsys      llama_eager under nsys: NVTX "train_step" ranges (torch.cuda.nvtx), no shapes recorded,
                   capture range = cudaProfilerStart/Stop (run it under `nsys profile --capture-range=...`)
 
@@ -148,8 +151,61 @@ def train_setup(a, mode):
     return step, info
 
 
+def other_setup(a):
+    """Held-out training workloads (other model families, mixed precision by autocast, fp32 master weights)."""
+    w = a.workload
+    torch.manual_seed(0)
+    g = torch.Generator(device="cpu").manual_seed(1)
+    amp = torch.autocast(device_type="cuda" if CUDA else "cpu", dtype=torch.bfloat16)
+    if w in ("resnet50_amp", "vit_compile"):
+        b = a.img_batch if CUDA else 2
+        if w == "resnet50_amp":
+            import torchvision
+            model = torchvision.models.resnet50().to(DEVICE, memory_format=torch.channels_last)
+            info = {"model": "torchvision resnet50", "channels_last": True}
+        else:
+            import timm
+            model = timm.create_model("vit_base_patch16_224", pretrained=False).to(DEVICE)
+            info = {"model": "timm vit_base_patch16_224"}
+        x = torch.randn(b, 3, 224, 224, generator=g).to(DEVICE)
+        if w == "resnet50_amp":
+            x = x.contiguous(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (b,), generator=g).to(DEVICE)
+        fwd = torch.compile(model) if w == "vit_compile" else model
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if w == "resnet50_amp" else \
+            torch.optim.AdamW(model.parameters(), lr=1e-4, fused=CUDA)
+
+        def loss():
+            with amp:
+                return torch.nn.functional.cross_entropy(fwd(x), y)
+        info.update(batch=b, image=224)
+    elif w == "bert_amp":
+        from transformers import BertConfig, BertForMaskedLM
+        cfg = BertConfig() if CUDA else BertConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                                                   num_attention_heads=4, vocab_size=256)
+        cfg._attn_implementation = "sdpa"
+        model = BertForMaskedLM(cfg).to(DEVICE)
+        b, t = (a.bert_batch, 512) if CUDA else (2, 32)
+        ids = torch.randint(0, cfg.vocab_size, (b, t), generator=g).to(DEVICE)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=CUDA)
+
+        def loss():
+            with amp:
+                return model(input_ids=ids, labels=ids).loss
+        info = {"model": "HF BertForMaskedLM (bert-base config)", "batch": b, "seq": t}
+    else:
+        raise SystemExit(f"unknown workload {w}")
+
+    def step():
+        loss().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    info["precision"] = "bf16 autocast, fp32 weights"
+    return step, info
+
+
 def run_training(a, mode):
-    step, info = train_setup(a, mode)
+    step, info = other_setup(a) if mode == "other" else train_setup(a, mode)
     t0 = time.time()
     for _ in range(a.warmup):  # compile, cuBLAS handles, allocator, optimizer state
         step()
@@ -173,10 +229,13 @@ def run_training(a, mode):
     ms = timer.elapsed_ms()
     info.update(trace=os.path.basename(path), profiled_steps=n,
                 steps=[{"profiler_step": f"ProfilerStep#{i + 1}", "gpu_ms": m} for i, m in enumerate(ms)],
-                gpu_ms_total=sum(ms), precision="bf16")
+                gpu_ms_total=sum(ms))
+    info.setdefault("precision", "bf16")
     info["achieved_truth"] = info["flops_per_step"] * n / (sum(ms) / 1e3) / PEAK["bf16"]
-    info["flops_per_step_causal"], info["sdpa_flops_per_step"] = causal_flops(info["flops_per_step"], info["flops_by_op"])
-    info["achieved_truth_causal"] = info["flops_per_step_causal"] * n / (sum(ms) / 1e3) / PEAK["bf16"]
+    if mode != "other":  # Llama's SDPA is causal; BERT's and ViT's are not
+        info["flops_per_step_causal"], info["sdpa_flops_per_step"] = causal_flops(info["flops_per_step"],
+                                                                                  info["flops_by_op"])
+        info["achieved_truth_causal"] = info["flops_per_step_causal"] * n / (sum(ms) / 1e3) / PEAK["bf16"]
     if mode == "fsdp2":
         import torch.distributed as dist
         dist.destroy_process_group()
@@ -459,12 +518,16 @@ def main():
     p.add_argument("--gen-tokens", type=int, default=16)
     p.add_argument("--sleep-ms", type=float, default=2.0)
     p.add_argument("--loader-batch", type=int, default=16)
+    p.add_argument("--img-batch", type=int, default=128)
+    p.add_argument("--bert-batch", type=int, default=32)
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     w = a.workload
     t0 = time.time()
     if w in ("llama_eager", "llama_compile", "llama_fsdp2"):
         info = run_training(a, w.split("_")[1])
+    elif w in ("resnet50_amp", "bert_amp", "vit_compile"):
+        info = run_training(a, "other")
     elif w == "llama_memory":
         info = run_memory(a)
     elif w == "llama_generate":

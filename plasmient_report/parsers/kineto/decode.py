@@ -64,16 +64,17 @@ def read_json_sql(path: Path) -> str:
 def decode(path: Path, con: duckdb.DuckDBPyConnection) -> Decoded:
     """Fill the staging tables from the trace at `path` (plain or gzip)."""
     cols = ", ".join(f'"{k}" {v}' for k, v in RAW_COLUMNS.items())
-    # The staging tables, typed by their SELECTs over an empty raw table; plain tables (not TEMP): the loader
-    # thread's cursor is another connection to the same database.
+    # The staging tables, typed by their SELECTs over an empty raw table. TEMP: they live in memory (spilling
+    # under the budget), never in the store's file; the loader thread uses this same connection, one statement
+    # at a time (this thread only cuts segments meanwhile), so it sees them.
     con.execute(f"CREATE OR REPLACE TEMP TABLE _kin_raw0 ({cols})")
     for table, sql in stage_selects("_kin_raw0").items():
-        con.execute(f"CREATE OR REPLACE TABLE {table} AS {sql}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}")
     con.execute("DROP TABLE _kin_raw0")
     # Segments of today's traces take the plain category; those that may hold torch 1.8-era names the mapped one.
     selects = {False: stage_selects("_kin_seg", old=False), True: stage_selects("_kin_seg", old=True)}
     tmp = Path(tempfile.mkdtemp(prefix="plasmient-kineto-"))
-    loader = con.cursor()
+    loader = con
     pool = ThreadPoolExecutor(max_workers=1)
     pending: Future[None] | None = None
     n_events = 0
@@ -145,7 +146,6 @@ def decode(path: Path, con: duckdb.DuckDBPyConnection) -> Decoded:
             with contextlib.suppress(BaseException):  # already failing; the first error is the one reported
                 pending.result()
         pool.shutdown(wait=True)
-        loader.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return Decoded(head=head_bytes, events=n_events, partial_tail=partial, top_is_array=top_array)
 

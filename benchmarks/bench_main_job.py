@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""The main job as a user runs it (every default output) against a peer on the same file, side by side.
+
+    python benchmarks/bench_main_job.py [--kineto TRACE.json] [--nsys EXPORT.sqlite] [--repeat N]
+                                        [--hta-python .bench_venv/bin/python] [--json OUT.json]
+
+Rows, each a fresh process (peak RSS = its own `ru_maxrss`, read by the parent from `os.wait4`):
+
+  ours             `python -m plasmient_report.cli INPUT --out NEW_DIR --quiet`: verdict.json, report.html,
+                   trace.pftrace and run.duckdb, the default memory budget
+  ours-lean        the same with `--no-html --no-trace` (what the two renders cost is the difference)
+  hta              HolisticTraceAnalysis: `TraceAnalysis(trace_dir=DIR)` (load) then `get_temporal_breakdown()`,
+                   each timed inside the child; the row's wall time is the whole process, like ours
+  sqlite-floor     (nsys) Python `sqlite3` reading every GPU_METRICS row: the floor of any reader of that table
+
+The rows run interleaved (ours, peer, ours, peer, …), so a burst of load from other work on this shared machine
+hits both; ratios are the median of the per-repeat ratios, with their range. Nothing asserts on timings. Inputs:
+`benchmarks/make_scaled_trace.py` (a committed sample scaled to ~100 MiB) and `benchmarks/make_scaled_nsys.py`
+(the corpus nsys export with 10 kHz GPU metrics, scaled), both into `.bench_data/` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parent.parent
+MiB = 1 << 20
+
+HTA_CHILD = r"""
+import json, logging, sys, time
+t0 = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+imp = time.perf_counter() - t0
+logging.disable(logging.WARNING)
+t = time.perf_counter()
+ta = TraceAnalysis(trace_dir=sys.argv[1])
+load = time.perf_counter() - t
+t = time.perf_counter()
+tb = ta.get_temporal_breakdown(visualize=False)
+brk = time.perf_counter() - t
+events = sum(len(df) for df in ta.t.traces.values())
+print("BENCH-RESULT " + json.dumps({"import_s": imp, "load_s": load, "breakdown_s": brk, "events": events,
+                                    "idle_pct": float(tb["idle_time_pctg"].iloc[0])}))
+"""
+
+SQLITE_FLOOR = r"""
+import json, sqlite3, sys, time
+t = time.perf_counter()
+con = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
+n = 0
+cur = con.execute("SELECT * FROM GPU_METRICS")
+while rows := cur.fetchmany(100_000):
+    n += len(rows)
+print("BENCH-RESULT " + json.dumps({"load_s": time.perf_counter() - t, "rows": n}))
+"""
+
+
+def run(cmd: list[str], env: dict[str, str]) -> dict:
+    """One fresh process: wall, CPU and peak RSS from wait4, plus the child's own BENCH-RESULT line if any."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=str(REPO))
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t
+        code = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if code != 0:
+        tail = "\n".join((stderr or stdout).strip().splitlines()[-15:])
+        raise RuntimeError(f"{' '.join(cmd[:4])} … failed (exit {code}):\n{tail}")
+    res: dict = {}
+    for line in stdout.splitlines():
+        if line.startswith("BENCH-RESULT "):
+            res = json.loads(line[len("BENCH-RESULT "):])
+    res.update(wall_s=wall, cpu_s=ru.ru_utime + ru.ru_stime, peak_rss=ru.ru_maxrss * 1024)
+    return res
+
+
+def ours_cmd(python: str, inp: Path, out: Path, lean: bool) -> list[str]:
+    cmd = [python, "-m", "plasmient_report.cli", str(inp), "--out", str(out), "--quiet"]
+    return cmd + (["--no-html", "--no-trace"] if lean else [])
+
+
+def med(rs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rs)
+
+
+def table(title: str, size: int, rows: dict[str, list[dict]]) -> None:
+    print(f"\n{title}")
+    hdr = f"  {'row':<14} {'wall s':>7} {'(min)':>6} {'CPU s':>7} {'peak RSS MiB':>12} {'peak/input':>10}   detail"
+    print(hdr)
+    print("  " + "-" * (len(hdr) - 2))
+    for name, rs in rows.items():
+        if not rs:
+            print(f"  {name:<14} FAILED")
+            continue
+        detail = ""
+        if "load_s" in rs[0] and "breakdown_s" in rs[0]:
+            detail = (f"load {med(rs, 'load_s'):.2f} s + temporal breakdown {med(rs, 'breakdown_s'):.2f} s "
+                      f"(import {med(rs, 'import_s'):.2f} s), {rs[0]['events']:,} events")
+        elif "rows" in rs[0]:
+            detail = f"read {med(rs, 'load_s'):.2f} s, {rs[0]['rows']:,} rows"
+        print(f"  {name:<14} {med(rs, 'wall_s'):>7.2f} {min(r['wall_s'] for r in rs):>6.2f} {med(rs, 'cpu_s'):>7.2f} "
+              f"{med(rs, 'peak_rss') / MiB:>12,.0f} {med(rs, 'peak_rss') / size:>10.2f}   {detail}")
+
+
+def ratio(num: list[dict], den: list[dict], key_n: str, key_d: str) -> str:
+    """Median (and range) of the per-repeat ratios num/den."""
+    rs = [a[key_n] / b[key_d] for a, b in zip(num, den, strict=False) if b[key_d] > 0]
+    if not rs:
+        return "–"
+    return f"{statistics.median(rs):.2f}x (range {min(rs):.2f}–{max(rs):.2f})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kineto", type=Path, help="a ~100 MiB Kineto trace (.json)")
+    ap.add_argument("--nsys", type=Path, help="a large nsys SQLite export with GPU metrics")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--hta-python", default=str(REPO / ".bench_venv/bin/python"),
+                    help="interpreter of the venv holding HolisticTraceAnalysis; '' skips HTA")
+    ap.add_argument("--python", default=sys.executable, help="interpreter for ours (with the dependencies)")
+    ap.add_argument("--no-lean", action="store_true", help="skip the --no-html --no-trace rows")
+    ap.add_argument("--json", type=Path, help="write every raw measurement here")
+    a = ap.parse_args(argv)
+    if not a.kineto and not a.nsys:
+        ap.error("give --kineto and/or --nsys")
+    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(REPO))
+    env_peer = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    work = Path(tempfile.mkdtemp(prefix="bench-main-"))
+    results: dict[str, dict[str, list[dict]]] = {}
+    load0 = os.getloadavg()[0]
+    try:
+        if a.kineto:
+            k = a.kineto.resolve()
+            results["kineto"] = {"ours": [], **({} if a.no_lean else {"ours-lean": []}),
+                                 **({"hta": []} if a.hta_python else {})}
+            if a.hta_python:
+                (work / "hta").mkdir()
+                (work / "hta" / k.name).symlink_to(k)  # HTA parses every trace in its folder: give it only this
+        if a.nsys:
+            results["nsys"] = {"ours": [], **({} if a.no_lean else {"ours-lean": []}), "sqlite-floor": []}
+        for i in range(a.repeat):
+            for kind, rows in results.items():
+                inp = (a.kineto if kind == "kineto" else a.nsys).resolve()
+                for row in rows:
+                    out = work / f"out-{kind}-{row}-{i}"
+                    if row.startswith("ours"):
+                        cmd, e = ours_cmd(a.python, inp, out, row == "ours-lean"), env
+                    elif row == "hta":
+                        cmd, e = [a.hta_python, "-c", HTA_CHILD, str(work / "hta")], env_peer
+                    else:
+                        cmd, e = [a.python, "-c", SQLITE_FLOOR, str(inp)], env_peer
+                    print(f"[{i + 1}/{a.repeat}] {kind} {row} …", file=sys.stderr, flush=True)
+                    r = run(cmd, e)
+                    if row.startswith("ours"):
+                        r["outputs"] = {p.name: p.stat().st_size for p in out.iterdir()}
+                        shutil.rmtree(out, ignore_errors=True)
+                    rows[row].append(r)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    load1 = os.getloadavg()[0]
+    print(f"machine {platform.node()} · {os.cpu_count()} CPUs · Python {platform.python_version()} · "
+          f"{time.strftime('%Y-%m-%d %H:%M')} · repeat {a.repeat}, medians · 1-min load {load0:.1f} → {load1:.1f}")
+    if "kineto" in results:
+        size = a.kineto.stat().st_size
+        rows = results["kineto"]
+        table(f"Kineto {a.kineto.name}: {size / MiB:,.1f} MiB of JSON", size, rows)
+        print(f"  outputs of ours: {rows['ours'][0]['outputs']}")
+        if rows.get("hta"):
+            print(f"  HTA load / ours (all outputs), wall:          {ratio(rows['hta'], rows['ours'], 'load_s', 'wall_s')}")
+            print(f"  HTA load+breakdown / ours (all outputs):      "
+                  f"{ratio([dict(r, lb=r['load_s'] + r['breakdown_s']) for r in rows['hta']], rows['ours'], 'lb', 'wall_s')}")
+            print(f"  HTA process / ours process, wall:             {ratio(rows['hta'], rows['ours'], 'wall_s', 'wall_s')}")
+            print(f"  HTA peak RSS / ours:                          {ratio(rows['hta'], rows['ours'], 'peak_rss', 'peak_rss')}")
+        print(f"  ours peak RSS / JSON size:                    {med(rows['ours'], 'peak_rss') / size:.2f}")
+        if rows.get("ours-lean"):
+            print(f"  ours all outputs / ours --no-html --no-trace: "
+                  f"{ratio(rows['ours'], rows['ours-lean'], 'wall_s', 'wall_s')}")
+    if "nsys" in results:
+        size = a.nsys.stat().st_size
+        rows = results["nsys"]
+        table(f"nsys {a.nsys.name}: {size / MiB:,.1f} MiB", size, rows)
+        print(f"  outputs of ours: {rows['ours'][0]['outputs']}")
+        print(f"  ours (all outputs) / sqlite3 GPU_METRICS read: "
+              f"{ratio(rows['ours'], rows['sqlite-floor'], 'wall_s', 'load_s')}")
+        if rows.get("ours-lean"):
+            print(f"  ours all outputs / ours --no-html --no-trace:  "
+                  f"{ratio(rows['ours'], rows['ours-lean'], 'wall_s', 'wall_s')}")
+    if a.json:
+        a.json.write_text(json.dumps({"loadavg": [load0, load1], "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
