@@ -19,7 +19,7 @@ NOT_WRITTEN = "always NULL"  # how a column's comment says that nothing writes i
 FILLED_ONLY_BY = {
     ("collectives", "peer"): "an nsys report of NCCL send/recv exported with --include-blobs (NCCL's payload `Peer rank`)",
     ("ncu_kernels", "flops_fp64"): "an Nsight Compute CSV of a kernel doing FP64 work",
-    ("sources", "dropped_events"): "a trace whose recorder counts dropped events (tests/test_hostile_inputs.py)",
+    ("sources", "dropped_events"): "a trace whose recorder counts dropped events (tests/test_contract_hostile_inputs.py)",
 }
 
 

@@ -140,7 +140,7 @@ def docs() -> str:
     """docs/measurements.md: every module, its job, its dependencies and the comment of every object and column."""
     lines = ["# The measurement library (`plasmient_report/sql/`)", "",
              "Generated from the modules' own comments by `python -m plasmient_report.sql > docs/measurements.md`;",
-             "`tests/test_sql_library.py` fails when this page and the modules drift. Every object below lives in",
+             "`tests/test_measure_library.py` fails when this page and the modules drift. Every object below lives in",
              "`run.duckdb` beside the tables of `docs/schema.md`: `plasmient-report query run.duckdb \"SELECT …\"`.", ""]
     for name in order(list(modules())):
         m = modules()[name]
