@@ -136,7 +136,7 @@ def test_measure_from_the_committed_recording(tmp_path: Path) -> None:
     from plasmient_report.workloads import NAMES
 
     rec = sample_file("h200_measure/measure.json").parent
-    before = sorted(p.relative_to(rec).as_posix() for p in rec.rglob("*"))
+    watch = contract.Watch([], rec)
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["measure", "--from", str(rec), "--out", str(out), "--no-trace"])
     assert r.exit_code == 0, r.output
@@ -165,4 +165,4 @@ def test_measure_from_the_committed_recording(tmp_path: Path) -> None:
         finally:
             con.close()
         assert n > 0
-    assert sorted(p.relative_to(rec).as_posix() for p in rec.rglob("*")) == before  # the recording is untouched
+    watch.check()  # the recording is untouched: every file's bytes, nothing added
