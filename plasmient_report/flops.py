@@ -325,16 +325,16 @@ def op_shape(name: str, input_dims: str | None, concrete_inputs: str | None = No
         if not q or not kk or len(q) != 4 or len(kk) != 4:
             return None
         if layout == "bhsd":
-            b, h, lq, e = q
+            nb_, h, lq, e = q
             hk, s_len = kk[1], kk[2]
         else:
-            b, lq, h, e = q
+            nb_, lq, h, e = q
             s_len, hk = kk[1], kk[2]
         ev = v[-1] if v and len(v) == 4 else e
         causal = _is_causal(concrete, causal_at)
-        out.update(family="attention", batch=b, heads=h, kv_heads=hk, q_len=lq, kv_len=s_len, head_dim=e,
+        out.update(family="attention", batch=nb_, heads=h, kv_heads=hk, q_len=lq, kv_len=s_len, head_dim=e,
                    causal=causal, **{"pass": "backward" if backward else "forward"},
-                   shape=f"B={b} H={h}" + (f"/{hk}" if hk != h else "") + f" L={lq} S={s_len} D={e}"
+                   shape=f"B={nb_} H={h}" + (f"/{hk}" if hk != h else "") + f" L={lq} S={s_len} D={e}"
                          + (f"/{ev}" if ev != e else "") + (" causal" if causal else ""))
         return out
     if name in CONV_OPS or name == "aten::convolution_backward":

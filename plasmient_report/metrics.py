@@ -231,9 +231,9 @@ def sweep(con: duckdb.DuckDBPyConnection, peaks: Sequence[GpuPeak] | None = None
         kernel_flops.link_kernels(con)
     if one(con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'device_links'") == (0,):
         sql.install(con, "device_links")  # no peak table consulted (a caller that did not run assign_peaks)
-    sql.install(con, "vocab", "intervals", "collectives", "kernel_class", "window_kernels", "host_activity",
-                "stretches", "losses", "window_metrics", "kernel_roofline", "steps", "collective_stats", "memory",
-                "launch_stats")
+    sql.install(con, "vocab", "intervals", "collective_key", "collectives", "kernel_class", "window_kernels",
+                "host_activity", "stretches", "losses", "window_metrics", "kernel_roofline", "steps",
+                "collective_stats", "memory", "launch_stats")
     from . import shapes
 
     shapes.fill(con)

@@ -312,7 +312,7 @@ def choose_peak(device_name: str | None, precision: str, table: list[GpuPeaks],
             if tflops_override is None or "ambiguous" in str(e):
                 raise
             g = None
-        name = g.name if g else gpu_override
+        name: str | None = g.name if g else gpu_override
     else:
         g = match_gpu(device_name, table)
         name = device_name

@@ -48,6 +48,9 @@ COMM_KERNEL_RE = (r"(?i)(nccl|rccl|nvshmem|deep_?ep::|multimem_all_?reduce|one_?
 # Point-to-point NCCL kernels (pipeline traffic, unless they implement an all-to-all).
 P2P_KERNEL_RE = r"(?i)(sendrecv|_send|_recv|send_|recv_)"
 P2P_COLLECTIVE_RE = r"(?i)(send|recv)"
+# Collectives whose ranks all end together (the align stage pairs their ends across ranks); send/recv cannot be
+# paired by sequence number alone (one rank's sends are its peer's recvs).
+SYMMETRIC_COLLECTIVE_RE = r"(?i)(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|barrier)"
 # Ops / ranges whose send/recv kernels are an all-to-all (DLRM / MoE expert parallelism), not a pipeline.
 ALL_TO_ALL_RE = r"(?i)(all_?to_?all|alltoall)"
 # Collectives by how NCCL's bus bandwidth counts them (nccl-tests doc/PERFORMANCE.md): busbw = algbw × 2(n−1)/n for

@@ -873,7 +873,7 @@ _SEQ_FIELD = np.frombuffer(_field_varint(F_PKT_SEQ_ID, SEQ_ID), dtype=np.uint8)
 _TS_9 = (np.uint64(1 << 56), np.uint64((1 << 63) - 1))  # epoch ns since 1972: 9-byte varints
 
 
-def _counter_packets(tracks: np.ndarray, ts: np.ndarray, values: np.ndarray,
+def _counter_packets(tracks: np.ndarray | np.uint64, ts: np.ndarray, values: np.ndarray,
                      track_bytes: np.ndarray | None = None) -> bytes:
     """Counter samples as TracePackets. Times since 1972 and track uuids (always 9-byte varints, see
     `uuid_of`) make every packet the same layout: written as columns of an (n, 40) byte array.
@@ -885,21 +885,21 @@ def _counter_packets(tracks: np.ndarray, ts: np.ndarray, values: np.ndarray,
         ev = Messages(n).varint(F_EV_TYPE, COUNTER).varint(F_EV_TRACK_UUID, tracks)
         ev.fixed64(F_EV_DOUBLE_COUNTER, values.astype(np.float64))
         return packets_of(ev, ts)
-    ev = (_varint_bytes(F_EV_TYPE << 3) + _varint_bytes(COUNTER) + _varint_bytes(F_EV_TRACK_UUID << 3), 9,
-          _varint_bytes(F_EV_DOUBLE_COUNTER << 3 | 1), 8)
-    ev_len = len(ev[0]) + 9 + len(ev[2]) + 8
+    lay = (_varint_bytes(F_EV_TYPE << 3) + _varint_bytes(COUNTER) + _varint_bytes(F_EV_TRACK_UUID << 3), 9,
+           _varint_bytes(F_EV_DOUBLE_COUNTER << 3 | 1), 8)
+    ev_len = len(lay[0]) + 9 + len(lay[2]) + 8
     pkt_len = 1 + 9 + 1 + 1 + ev_len + _SEQ_FIELD.size
     row = 2 + pkt_len
     out = np.empty((n, row), dtype=np.uint8)
     out[:, 0], out[:, 1], out[:, 2] = F_TRACE_PACKET << 3 | 2, pkt_len, F_PKT_TIMESTAMP << 3
     out[:, 3:12] = _varint_columns(t, 9)
     out[:, 12], out[:, 13] = F_PKT_TRACK_EVENT << 3 | 2, ev_len
-    i = 14 + len(ev[0])
-    out[:, 14:i] = np.frombuffer(ev[0], dtype=np.uint8)
+    i = 14 + len(lay[0])
+    out[:, 14:i] = np.frombuffer(lay[0], dtype=np.uint8)
     out[:, i:i + 9] = track_bytes if track_bytes is not None else _varint_columns(np.ascontiguousarray(tracks), 9)
     i += 9
-    out[:, i:i + len(ev[2])] = np.frombuffer(ev[2], dtype=np.uint8)
-    i += len(ev[2])
+    out[:, i:i + len(lay[2])] = np.frombuffer(lay[2], dtype=np.uint8)
+    i += len(lay[2])
     out[:, i:i + 8] = np.ascontiguousarray(values, dtype=np.float64).view(np.uint8).reshape(n, 8)
     out[:, i + 8:] = _SEQ_FIELD
     return out.tobytes()

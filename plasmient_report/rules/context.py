@@ -302,7 +302,7 @@ def own_schema(ctx: RuleContext, rule_id: str) -> Iterator[str]:
     qualifier lands there, the store and the shared `rule_*` tables stay readable, and everything it made goes when
     it ends — no rule can step on another's tables."""
     con = ctx.con
-    db = con.execute("SELECT current_database()").fetchone()[0]
+    (db,) = con.execute("SELECT current_database()").fetchall()[0]
     store_db = '"' + str(db).replace('"', '""') + '"'
     schema = "rule_" + "".join(c for c in rule_id.lower() if c.isalnum())
     con.execute(f"DETACH DATABASE IF EXISTS {schema}")

@@ -121,7 +121,7 @@ def _finding(ctx: RuleContext, t: Thresholds, name: str, lost_ns: float, s: dict
     # as an estimate problem, like FLOPs above peak: never stated as a bandwidth reached.
     if above:
         bw_text = f" (its byte estimate implies {pct(frac)} of HBM: an estimate problem — L2 reuse or an over-count)"
-        stream = (f"; its byte estimate (≈{fmt_bytes(nbytes)}) would mean ≈{bw / 1e12:.2f} TB/s, above the "
+        stream = (f"; its byte estimate (≈{fmt_bytes(nbytes)}) would mean ≈{(bw or 0) / 1e12:.2f} TB/s, above the "
                   f"{(hbm or 0) / 1e12:.1f} TB/s HBM peak — the data is reused from L2, or the byte model "
                   "over-counts, so its real bandwidth is not known")
     elif bw and frac:

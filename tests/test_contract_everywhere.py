@@ -1,8 +1,8 @@
-"""The main job on every trace we have — the shared corpus and our samples — writes all four outputs, and the
-numbers keep their invariants: utilization in [0, 1], achieved ≤ utilization (no useful work while idle, per rank
-too), achieved + losses = 1, every rank of the job present or reported missing, every trace kernel a slice in
-trace.pftrace. Inputs that cannot be analysed give one
-clear error (BadInput) and nothing written."""
+"""The main job on every trace we have — the shared corpus and our samples — writes all four outputs, the verdict
+is the typed verdict exactly, and the contract holds (tests/contract.py: numbers in range, the waterfall closes for
+the run, each GPU and each range, every rank present or reported missing, one clock record per source); every
+trace kernel is a slice in trace.pftrace. Inputs that cannot be analysed give one clear error (BadInput) and
+nothing written."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from plasmient_report.errors import BadInput
 from plasmient_report.render import perfetto
 from plasmient_report.verdict_model import Verdict, load_verdict
 
+from . import contract
 from .conftest import CORPUS, SAMPLES
 
 TRACES = [
@@ -43,37 +44,25 @@ def check(path: Path | list[Path], tmp_path: Path) -> None:
         with pytest.raises(BadInput):
             pipeline.analyse(inputs, opts)
         return
+    watch = contract.Watch(inputs)
     res = pipeline.analyse(inputs, opts)
     try:
         _check_result(res, inputs, out, opts)
     finally:
         res.close()
+    watch.check()
 
 
 def _check_result(res: pipeline.Result, inputs: list[Path], out: Path, opts: pipeline.Options) -> None:
     pipeline.write_outputs(res, out, inputs, opts)
-    assert sorted(p.name for p in out.iterdir()) == [".plasmient-output", "report.html", "run.duckdb",
-                                                     "trace.pftrace", "verdict.json"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(contract.OUTPUT_FILES)
     v = res.verdict
     # The verdict the judge built is the typed verdict, exactly: no key the model does not know (unknown fields
     # are forbidden), none missing, every type right — so verdict_model.py, verdict.schema.json and
     # docs/verdict.md cannot drift from what the tool writes. And what was written reads back the same.
     typed = msgspec.convert(v, Verdict, strict=True)
     assert load_verdict(out / "verdict.json") == typed
-    util, ach = v["utilization"]["trace"], v["achieved_fraction_of_peak"]
-    assert 0.0 <= util <= 1.0
-    if ach is not None:
-        assert 0.0 <= ach <= util + 1e-9
-        assert ach + sum(x["fraction"] for x in v["losses"]) == pytest.approx(1.0, abs=1e-9)
-    # every rank of the job is present or reported missing (coverage.missing_ranks), never silently absent
-    cov, present = v["coverage"], set(v["run"]["ranks"])
-    if cov["world_size"]:
-        assert not present & set(cov["missing_ranks"])
-        assert set(range(cov["world_size"])) <= present | set(cov["missing_ranks"])
-        assert cov["missing_rank_count"] == len(set(range(cov["world_size"])) - present)
-    for r in v["ranks"]:  # no useful work while idle, per rank too
-        if r["achieved_fraction_of_peak"] is not None:
-            assert 0.0 <= r["achieved_fraction_of_peak"] <= r["utilization"]["trace"] + 1e-9
+    contract.check_result(res)  # the numbers' invariants, the store's books, the clock records
     n_kernels = res.con.execute("SELECT count(*) FROM kernels WHERE rank IS NOT NULL").fetchall()[0][0]
     slices = sum(1 for p in perfetto.read_back(out / "trace.pftrace")
                  if p.HasField("track_event") and p.track_event.type == perfetto.BEGIN
@@ -168,12 +157,16 @@ def test_every_sample_file_alone_keeps_the_contract(rel):
 
 
 def _alone(path: Path) -> None:
-    from .fuzz.harness import check_bad_input, check_verdict
-
+    watch = contract.Watch([path])
     try:
         res = pipeline.analyse([path], pipeline.Options(write_html=False, write_trace=False))
     except BadInput as e:
-        check_bad_input(e, [path])
+        contract.one_line(str(e), [path])
         return
-    check_verdict(res.verdict)
+    finally:
+        watch.check()
+    try:
+        contract.check_result(res)
+    finally:
+        res.close()
 

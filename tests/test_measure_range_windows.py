@@ -113,7 +113,7 @@ def test_input_bound_waits_stay_inside_the_steps(tmp_path):
     res = analyse([input_bound_trace(tmp_path, steps, load_us, gpu_us)], ranges=["ProfilerStep#*"])
     occ = res.con.execute("SELECT start_ns, end_ns, cpu_start_ns, cpu_end_ns FROM range_occurrences").fetchall()
     # the GPU is never behind: every window is its step's CPU interval
-    assert all(s == cs and e == ce for s, e, cs, ce in occ)
+    assert len(occ) == steps and all(s == cs and e == ce for s, e, cs, ce in occ)
     v = res.verdict
     cats = {x["category"]: x["fraction"] for x in v["losses"]}
     step_us = load_us + 50.0 + gpu_us + 50.0

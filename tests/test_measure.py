@@ -6,6 +6,7 @@ import pytest
 
 from plasmient_report import pipeline
 
+from . import contract
 from .conftest import corpus_file, cpu_op, kernel, launch, write_trace
 
 H100_BF16 = 989.4e12  # NVIDIA H100 SXM datasheet, dense bf16
@@ -91,16 +92,9 @@ def test_two_ranks_each_reported():
     assert v["coverage"]["communication_time_fraction"] > 0.5  # rank 1 waits ~1 s in its first all-reduce
 
 
-def _waterfall_sums(v):
-    total = v["achieved_fraction_of_peak"] + sum(x["fraction"] for x in v["losses"])
-    assert total == pytest.approx(1.0, abs=1e-9)
-    for r in v["ranks"]:
-        assert r["achieved_fraction_of_peak"] + sum(x["fraction"] for x in r["losses"]) == pytest.approx(1.0, abs=1e-9)
-
-
 def test_waterfall_sums_to_one_exactly(tiny_trace):
     v = run([tiny_trace])
-    _waterfall_sums(v)
+    contract.check_verdict(v)  # the waterfall closes: run, each GPU, each range
     cats = {x["category"]: x["fraction"] for x in v["losses"]}
     # The fixture's mm kernel runs at 6.87e14 FLOP/s (< peak) for 200 µs: the rest of its time is compute
     # inefficiency; the 795 µs with no kernel are host time (a launch, then host code).
@@ -110,7 +104,7 @@ def test_waterfall_sums_to_one_exactly(tiny_trace):
 @pytest.mark.parametrize("phase", ["compute_bound", "memory_bound", "train_step", "launch_bound", "host_stall"])
 def test_h200_phase_waterfall(phase):
     v = run([corpus_file("h200-single-kineto/kineto_single.json.gz")], ranges=[f"phase:{phase}"])
-    _waterfall_sums(v)
+    contract.check_verdict(v)  # the waterfall closes: run, each GPU, each range
     top = v["losses"][0]["category"]
     # What each phase is built to lose (../shared/corpus/README.md).
     expected = {"compute_bound": "compute_inefficiency", "memory_bound": "memory_bound",
@@ -121,7 +115,7 @@ def test_h200_phase_waterfall(phase):
 def test_straggler_wait_is_collective_wait():
     # Rank 1's first all-reduce waits ~1 s for rank 0 (../shared/corpus/h200x2-small/PROVENANCE.txt).
     v = run([corpus_file("h200x2-small/kineto")])
-    _waterfall_sums(v)
+    contract.check_verdict(v)  # the waterfall closes: run, each GPU, each range
     r1 = next(r for r in v["ranks"] if r["rank"] == 1)
     assert r1["losses"][0]["category"] == "collective_wait" and r1["losses"][0]["fraction"] > 0.9
 

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from plasmient_report.cli import main
 from plasmient_report.workloads import report
 
+from . import contract
 from .conftest import sample_file
 
 
@@ -25,9 +26,9 @@ def _invoke(*args: str) -> Any:
 
 def _one_line_error(r: Any) -> str:
     assert r.exit_code == 2, r.output
-    lines = [ln for ln in r.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("plasmient-report: error: "), r.output
-    return lines[0]
+    line = contract.one_line(r.output)
+    assert line.startswith("plasmient-report: error: "), r.output
+    return line
 
 
 def _fake_torch(available: bool = True, count: int = 1, cuda_build: str | None = "13.0") -> types.ModuleType:
@@ -135,7 +136,7 @@ def test_measure_from_the_committed_recording(tmp_path: Path) -> None:
     from plasmient_report.workloads import NAMES
 
     rec = sample_file("h200_measure/measure.json").parent
-    before = sorted(p.relative_to(rec).as_posix() for p in rec.rglob("*"))
+    watch = contract.Watch([], rec)
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["measure", "--from", str(rec), "--out", str(out), "--no-trace"])
     assert r.exit_code == 0, r.output
@@ -164,4 +165,4 @@ def test_measure_from_the_committed_recording(tmp_path: Path) -> None:
         finally:
             con.close()
         assert n > 0
-    assert sorted(p.relative_to(rec).as_posix() for p in rec.rglob("*")) == before  # the recording is untouched
+    watch.check()  # the recording is untouched: every file's bytes, nothing added

@@ -37,7 +37,7 @@ def test_measured_next_to_trace_on_the_corpus():
     assert u["sm_active"] is None and u["tensor_active"] is None  # NVML/nvidia-smi log no SM/tensor activity
     assert v["ranks"][0]["utilization"]["measured"] == pytest.approx(u["measured"])
     # Phases of 40–210 ms are shorter than two NVML refreshes: no per-phase measurement is made up.
-    assert all(r.get("utilization_measured") is None for r in v["ranges"])
+    assert v["ranges"] and all(r.get("utilization_measured") is None for r in v["ranges"])
 
 
 def test_measured_on_a_long_real_recording():

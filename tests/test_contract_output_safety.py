@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from . import contract
 from .conftest import ROOT, sample_file
 
 SAMPLE = "h200_single/kineto_single.pt.trace.json.gz"
@@ -42,22 +43,7 @@ def cli(*args: object, cwd: Path, env: dict[str, str] | None = None,
 
 
 def one_line_exit_2(r: subprocess.CompletedProcess[str]) -> str:
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
-    return lines[0]
-
-
-def tree(folder: Path) -> dict[str, bytes | None]:
-    """Every path under `folder` with its content (folders: None): what must not change."""
-    out: dict[str, bytes | None] = {}
-    for root, dirs, files in os.walk(folder):
-        for d in dirs:
-            out[os.path.relpath(os.path.join(root, d), folder)] = None
-        for f in files:
-            p = os.path.join(root, f)
-            out[os.path.relpath(p, folder)] = Path(p).read_bytes() if not os.path.islink(p) else b"link"
-    return out
+    return contract.refused(contract.Run(r.returncode, r.stdout, r.stderr))
 
 
 def fake_project(folder: Path) -> Path:
@@ -83,31 +69,32 @@ def trace(tmp_path: Path) -> Path:
 
 def test_a_project_folder_survives(trace: Path, tmp_path: Path) -> None:
     proj = fake_project(tmp_path / "proj")
-    before = tree(proj)
+    watch = contract.Watch([], proj)
     msg = one_line_exit_2(cli(trace, "--out", proj, cwd=tmp_path))
     assert "not an earlier output" in msg and "proj" in msg
-    assert tree(proj) == before
+    watch.check()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "proj", "systmp"]  # nothing hidden left beside it
 
 
 def test_the_current_folder_survives(trace: Path, tmp_path: Path) -> None:
     proj = fake_project(tmp_path / "proj")
-    before = tree(proj)
+    watch = contract.Watch([], proj)
     for out in (".", "./", str(proj), "..", str(tmp_path)):
         msg = one_line_exit_2(cli(trace, "--out", out, cwd=proj, env=env_for(tmp_path)))
         assert "current folder" in msg or "not an earlier output" in msg, msg
-    assert tree(proj) == before
+    watch.check()
 
 
 def test_home_root_and_an_unexpanded_tilde_are_refused(trace: Path, tmp_path: Path) -> None:
     home = fake_project(tmp_path / "home")
     env = env_for(tmp_path, HOME=str(home))
-    before = tree(home)
+    watch = contract.Watch([], home)
     assert "home folder" in one_line_exit_2(cli(trace, "--out", home, cwd=tmp_path, env=env))
     assert "root" in one_line_exit_2(cli(trace, "--out", "/", cwd=tmp_path, env=env))
     assert "'~'" in one_line_exit_2(cli(trace, "--out", "~", cwd=tmp_path, env=env))
     assert "'~'" in one_line_exit_2(cli(trace, "--out", "~/x", cwd=tmp_path, env=env))
-    assert tree(home) == before and not (tmp_path / "~").exists()
+    watch.check()
+    assert not (tmp_path / "~").exists()
 
 
 def test_a_file_and_a_path_under_a_file_are_refused(trace: Path, tmp_path: Path) -> None:
@@ -122,9 +109,9 @@ def test_a_file_and_a_path_under_a_file_are_refused(trace: Path, tmp_path: Path)
 def test_a_symlink_is_refused_and_its_target_kept(trace: Path, tmp_path: Path) -> None:
     proj = fake_project(tmp_path / "proj")
     (tmp_path / "link").symlink_to(proj)
-    before = tree(proj)
+    watch = contract.Watch([], proj)
     assert "symbolic link" in one_line_exit_2(cli(trace, "--out", tmp_path / "link", cwd=tmp_path))
-    assert tree(proj) == before
+    watch.check()
 
 
 def test_a_mount_point_is_refused(trace: Path, tmp_path: Path) -> None:
@@ -215,9 +202,10 @@ def test_batch_out_must_be_new_empty_or_an_earlier_batch(trace: Path, tmp_path: 
     f.write_text("mine")
     assert "not a folder" in one_line_exit_2(cli("batch", trace.parent, "--out", f, cwd=tmp_path))
     proj = fake_project(tmp_path / "proj")
-    before = tree(proj)
+    watch = contract.Watch([], proj)
     assert "not an earlier output" in one_line_exit_2(cli("batch", trace.parent, "--out", proj, cwd=tmp_path))
-    assert tree(proj) == before and f.read_text() == "mine"
+    watch.check()
+    assert f.read_text() == "mine"
     out = tmp_path / "fleet"
     r = cli("batch", trace.parent, "--out", out, "--quiet", "--no-html", "--no-trace", "--jobs", "1", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
