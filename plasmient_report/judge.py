@@ -19,7 +19,7 @@ import msgspec
 
 from . import __version__, measured, roofline, verdict_tables
 from .errors import BadInput
-from .metrics import STEP_LABEL, GpuPeak, loss_fractions
+from .metrics import STEP_LABEL, GpuPeak, loss_fractions, window_label
 from .store import one
 from .verdict_model import (
     Clock,
@@ -432,12 +432,12 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     headline window (the first --range, else each GPU's profiled window), per rank, per range."""
     t = t or Thresholds()
     scope = "range" if ctx.ranges else "window"
-    # With --range the headline is the union of the requested ranges; several patterns → the first.
+    # With --range the headline is the union of the requested ranges (several patterns: a label of its own).
+    head_range = window_label(ctx.ranges)
     head_where = "scope = 'range' AND range_name = ? AND rank IS NULL" if ctx.ranges else \
         "scope = 'window' AND rank IS NULL"
-    head_params: list[Any] = [ctx.ranges[0]] if ctx.ranges else []
+    head_params: list[Any] = [head_range] if ctx.ranges else []
     head = (_metric_rows(con, head_where, head_params) or [{}])[0]
-    head_range = ctx.ranges[0] if ctx.ranges else None
     util = _f(head.get("utilization"))
     ach = achieved_of(head, t)
     achieved = ach.value
@@ -476,6 +476,8 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     info = _range_info(con)
     ranges = []
     for r in _metric_rows(con, "scope = 'range' AND rank IS NULL", []):
+        if len(set(ctx.ranges)) > 1 and r["range_name"] == head_range:
+            continue  # the union of the patterns is the headline window, not a range of the trace
         a = achieved_of(r, t)
         ri = info.get(r["range_name"], {})
         n_gpus = one(con, "SELECT count(*) FROM metrics WHERE scope = 'range' AND range_name = ? AND rank IS NOT NULL",

@@ -174,6 +174,13 @@ def _top_level_labels(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
 
 
 
+def window_label(range_patterns: Sequence[str]) -> str | None:
+    """The label of the analysed window under `--range`: the pattern itself, or with several patterns their
+    union, labelled by the patterns joined with ", " (SPEC §1: the window is the union of the ranges asked for)."""
+    pats = list(dict.fromkeys(range_patterns))
+    return ", ".join(pats) if pats else None
+
+
 def build_windows(con: duckdb.DuckDBPyConnection, range_patterns: Sequence[str],
                   step_occurrences: bool = False) -> dict[str, list[int]]:
     """Fill `windows`: each GPU's profiled window, plus one entry per requested (or top-level) range, each the union
@@ -188,6 +195,9 @@ def build_windows(con: duckdb.DuckDBPyConnection, range_patterns: Sequence[str],
     if range_patterns:
         pats = list(dict.fromkeys(range_patterns))
         label_rows = [(p, n, True) for p in pats for n in match_range_names(p, names)]
+        if len(pats) > 1:  # the analysed window: the union of every pattern's ranges
+            union = ", ".join(pats)
+            label_rows += [(union, n, True) for n in dict.fromkeys(n for _, n, _ in label_rows)]
     else:
         label_rows = [(p, n, True) for p, n in _top_level_labels(con)]
         pats = sorted({p for p, _, _ in label_rows})

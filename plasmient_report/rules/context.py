@@ -16,6 +16,7 @@ from typing import Any
 import duckdb
 
 from .. import sql
+from ..metrics import window_label
 from ..peaks import GpuPeaks, load_table, match_gpu
 from ..vocab import BUSY_CATEGORIES, CATEGORIES, IDLE_CATEGORIES, MATERIAL_UNKNOWN_FLOPS
 
@@ -207,7 +208,7 @@ def prepare(con: duckdb.DuckDBPyConnection, ranges: Sequence[str], precision: st
             peaks_file: Any = None) -> RuleContext:
     """Narrow the store to the headline window (the first `--range`, else each GPU's profiled window)."""
     scope = "range" if ranges else "window"
-    range_name = ranges[0] if ranges else None
+    range_name = window_label(ranges)
     p = [scope, range_name]
     cleanup(con)
     con.execute("""CREATE OR REPLACE TEMP TABLE rule_windows AS

@@ -20,6 +20,7 @@ from typing import Any
 import duckdb
 
 from ..errors import BadInput
+from ..metrics import window_label
 from . import context
 from .base import COMMON_THRESHOLDS, ID_RE, LAYERS, Finding, Rule, Thresholds
 from .codes import CODES
@@ -240,7 +241,7 @@ def run(con: duckdb.DuckDBPyConnection, selection: Selection, ranges: Sequence[s
                      "(min_window_us)")
     found.sort(key=lambda f: (-(f.lost_fraction if f.lost_fraction is not None else -1.0), f.rule_id, f.key))
     scope = "range" if ranges else "window"
-    rn = ranges[0] if ranges else None
+    rn = window_label(ranges)
     if found:
         con.executemany(
             """INSERT INTO findings (rule_id, layer, severity, rank, lost_fraction, title, evidence, recommendation,
