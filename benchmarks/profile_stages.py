@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from plasmient_report import align, judge, metrics, pipeline, rules, store  # noqa: E402
+from plasmient_report.render.verdict import document  # noqa: E402
 from plasmient_report.rules import context  # noqa: E402
 
 
@@ -82,6 +83,7 @@ def main() -> None:
                               missing_ranges=missing, notes=[])
         with timed("judge"):
             verdict = judge.build(con, rc)
+        doc = verdict if isinstance(verdict, dict) else document(verdict)  # verdict.json as a dict
         if a.renders:
             import tempfile
 
@@ -91,12 +93,12 @@ def main() -> None:
                 with timed("render.html"):
                     html.write(con, verdict, Path(d) / "report.html")
                 with timed("render.perfetto"):
-                    perfetto.write(con, verdict, Path(d) / "trace.pftrace")
+                    perfetto.write(con, doc, Path(d) / "trace.pftrace")
                 with timed("store.save (run.duckdb)"):
                     store.save(con, Path(d) / "run.duckdb")
     print(f"{'total':42} {time.perf_counter() - t_all:8.2f} s  cpu {time.process_time():7.2f} s   "
           f"peak {peak_mib():7.0f} MiB")
-    print(f"achieved {verdict['achieved_fraction_of_peak']}  utilization {verdict['utilization']['trace']}")
+    print(f"achieved {doc['achieved_fraction_of_peak']}  utilization {doc['utilization']['trace']}")
 
 
 if __name__ == "__main__":

@@ -161,6 +161,28 @@ def test_gpu_metrics_become_interval_counters(workload):
     assert mean("dram_read", "phase:memory_bound") + mean("dram_write", "phase:memory_bound") > 0.8
 
 
+def test_gpu_metrics_are_stored_in_the_exports_order(monkeypatch: pytest.MonkeyPatch):
+    """Counters go into the store as the export holds them (each series in time order): readers that need time
+    order (the Perfetto writer) then stream them instead of sorting millions of rows. Many small chunks and
+    batches, so that a parallel insert would have had the chance to interleave them. Truth: the export's own
+    rowid order, read with sqlite3."""
+    path = corpus_file(WORKLOAD)
+    monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 20_000)
+    monkeypatch.setattr(nsys.reader, "BATCH_ROWS", 2_048)
+    monkeypatch.setattr(gpu_metrics, "BATCH_ROWS", 2_048)
+    con = store.connect()
+    con.execute("SET threads = 2")
+    nsys.ingest(path, con, 0)
+    got = con.execute("SELECT end_ns - min(end_ns) OVER () FROM counters WHERE metric = 'sm_active' "
+                      "ORDER BY rowid").fetchall()
+    con.close()
+    want = sq(path, """SELECT g.timestamp - min(g.timestamp) OVER () FROM GPU_METRICS g
+                       JOIN TARGET_INFO_GPU_METRICS m USING (typeId, metricId)
+                       WHERE m.metricName LIKE 'SMs Active%' AND g.timestamp >= 0 ORDER BY g.rowid""")
+    assert len(got) == len(want) > 20_000
+    assert got == want
+
+
 @pytest.mark.slow
 def test_workload_end_to_end_matches_the_ground_truth():
     """README ground truth: compute_bound ≈ 0.76 of 989.4 TFLOP/s bf16; train_step ≈ 0.47. emit_nvtx has no
