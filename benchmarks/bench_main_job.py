@@ -2,7 +2,7 @@
 """The main job as a user runs it (every default output) against a peer on the same file, side by side.
 
     python benchmarks/bench_main_job.py [--kineto TRACE.json] [--nsys EXPORT.sqlite] [--repeat N]
-                                        [--hta-python .bench_venv/bin/python] [--json OUT.json]
+                                        [--hta-python .bench_venv/bin/python] [--ref OTHER_CHECKOUT] [--json OUT.json]
 
 Rows, each a fresh process (peak RSS = its own `ru_maxrss`, read by the parent from `os.wait4`):
 
@@ -12,6 +12,7 @@ Rows, each a fresh process (peak RSS = its own `ru_maxrss`, read by the parent f
   hta              HolisticTraceAnalysis: `TraceAnalysis(trace_dir=DIR)` (load) then `get_temporal_breakdown()`,
                    each timed inside the child; the row's wall time is the whole process, like ours
   sqlite-floor     (nsys) Python `sqlite3` reading every GPU_METRICS row: the floor of any reader of that table
+  ref              (`--ref DIR`) the same command as `ours` run from another checkout: before / after a change
 
 The rows run interleaved (ours, peer, ours, peer, …), so a burst of load from other work on this shared machine
 hits both; ratios are the median of the per-repeat ratios, with their range. Nothing asserts on timings. Inputs:
@@ -66,11 +67,11 @@ print("BENCH-RESULT " + json.dumps({"load_s": time.perf_counter() - t, "rows": n
 """
 
 
-def run(cmd: list[str], env: dict[str, str]) -> dict:
+def run(cmd: list[str], env: dict[str, str], cwd: Path = REPO) -> dict:
     """One fresh process: wall, CPU and peak RSS from wait4, plus the child's own BENCH-RESULT line if any."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=str(REPO))
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=str(cwd))
         _, status, ru = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t
         code = os.waitstatus_to_exitcode(status)
@@ -135,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", default=sys.executable, help="interpreter for ours (with the dependencies)")
     ap.add_argument("--no-lean", action="store_true", help="skip the --no-html --no-trace rows")
     ap.add_argument("--json", type=Path, help="write every raw measurement here")
+    ap.add_argument("--ref", type=Path, help="another checkout (e.g. /work/main): its CLI as row `ref`, all outputs, "
+                                             "interleaved with ours (before / after a change)")
     a = ap.parse_args(argv)
     if not a.kineto and not a.nsys:
         ap.error("give --kineto and/or --nsys")
@@ -146,27 +149,32 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.kineto:
             k = a.kineto.resolve()
-            results["kineto"] = {"ours": [], **({} if a.no_lean else {"ours-lean": []}),
+            results["kineto"] = {"ours": [], **({"ref": []} if a.ref else {}), **({} if a.no_lean else {"ours-lean": []}),
                                  **({"hta": []} if a.hta_python else {})}
             if a.hta_python:
                 (work / "hta").mkdir()
                 (work / "hta" / k.name).symlink_to(k)  # HTA parses every trace in its folder: give it only this
         if a.nsys:
-            results["nsys"] = {"ours": [], **({} if a.no_lean else {"ours-lean": []}), "sqlite-floor": []}
+            results["nsys"] = {"ours": [], **({"ref": []} if a.ref else {}), **({} if a.no_lean else {"ours-lean": []}),
+                               "sqlite-floor": []}
         for i in range(a.repeat):
             for kind, rows in results.items():
                 inp = (a.kineto if kind == "kineto" else a.nsys).resolve()
                 for row in rows:
                     out = work / f"out-{kind}-{row}-{i}"
+                    cwd = REPO
                     if row.startswith("ours"):
                         cmd, e = ours_cmd(a.python, inp, out, row == "ours-lean"), env
+                    elif row == "ref":
+                        cwd = a.ref.resolve()
+                        cmd, e = ours_cmd(a.python, inp, out, False), dict(env, PYTHONPATH=str(cwd))
                     elif row == "hta":
                         cmd, e = [a.hta_python, "-c", HTA_CHILD, str(work / "hta")], env_peer
                     else:
                         cmd, e = [a.python, "-c", SQLITE_FLOOR, str(inp)], env_peer
                     print(f"[{i + 1}/{a.repeat}] {kind} {row} …", file=sys.stderr, flush=True)
-                    r = run(cmd, e)
-                    if row.startswith("ours"):
+                    r = run(cmd, e, cwd)
+                    if row.startswith("ours") or row == "ref":
                         r["outputs"] = {p.name: p.stat().st_size for p in out.iterdir()}
                         shutil.rmtree(out, ignore_errors=True)
                     rows[row].append(r)
@@ -195,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = results["nsys"]
         table(f"nsys {a.nsys.name}: {size / MiB:,.1f} MiB", size, rows)
         print(f"  outputs of ours: {rows['ours'][0]['outputs']}")
+        if rows.get("ref"):
+            for key in ("wall_s", "cpu_s", "peak_rss"):
+                print(f"  ours / ref, {key:<9}                        {ratio(rows['ours'], rows['ref'], key, key)}")
         print(f"  ours (all outputs) / sqlite3 GPU_METRICS read: "
               f"{ratio(rows['ours'], rows['sqlite-floor'], 'wall_s', 'load_s')}")
         if rows.get("ours-lean"):
