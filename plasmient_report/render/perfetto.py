@@ -918,7 +918,7 @@ def _counter_packets(tracks: np.ndarray | np.uint64, ts: np.ndarray, values: np.
     i += len(lay[2])
     out[:, i:i + 8] = np.ascontiguousarray(values, dtype=np.float64).view(np.uint8).reshape(n, 8)
     out[:, i + 8:] = _SEQ_FIELD
-    return memoryview(out.reshape(-1))  # written as it is: no copy
+    return out.reshape(-1).data  # written as it is: no copy
 
 
 def _still_in_order(idx: np.ndarray, ts: np.ndarray, last: np.ndarray) -> bool:
