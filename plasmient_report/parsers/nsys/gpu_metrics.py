@@ -4,7 +4,9 @@
 GPU metrics dominate large exports (12.7 M rows at 10 kHz on two GPUs): the table is read once, in rowid ranges
 (a b-tree range each, no scan), through the ADBC driver as stored — typed value by value in SQL only for a range
 that holds a value of the wrong kind — by a reader thread that stays one range ahead of the inserts, with a
-checkpoint after each range so that DuckDB compresses what it holds (memory bounded by about two ranges)."""
+checkpoint after each range so that DuckDB compresses what it holds (memory bounded by about two ranges). The
+inserts run on one DuckDB thread, so the store holds each series in the export's (time) order and readers in time
+order stream it without a sort."""
 
 from __future__ import annotations
 
