@@ -110,9 +110,10 @@ def device_memory_pressure(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
               else None)
     step = ops[0]["step"] if ops else None
     what = "reserved" if worst["measure"] == "reserved" else "allocated"
-    cap = fmt_bytes(worst["capacity_bytes"])
-    nominal = " (nominal, from the peak table: the trace does not give the device's memory)" \
-        if worst["capacity_source"] == "peak_table" else ""
+    table = worst["capacity_source"] == "peak_table"
+    cap = f"nominal {worst['nominal_gb']:g} GB" if table else fmt_bytes(worst["capacity_bytes"])
+    nominal = " (the peak table's size for this GPU, read as GiB: the trace does not give the device's memory)" \
+        if table else ""
     at_least = "at least " if worst["lower_bound"] else ""
     peak_ns = worst["peak_reserved_ns"] if what == "reserved" else worst["peak_allocated_ns"]
     when = ("" if peak_ns is None else ", held from the first allocator event on" if peak_ns == worst["first_event_ns"]
@@ -171,6 +172,8 @@ def _judge(ctx: RuleContext, g: dict[str, Any]) -> dict[str, Any]:
         # The table's sizes are nominal ("141 GB" H200: 150.1e9 B = 139.8 GiB; "80 GB" H100: 79.2 GiB): read as
         # GiB they are within ~1% above the real size, so a fraction from them errs low, never high.
         cap, source = (gb * 2**30, "peak_table") if gb else (None, None)
+    else:
+        gb = None
     reserved, allocated = g["peak_reserved_bytes"], g["peak_allocated_bytes"]
     if reserved is not None:
         measure, peak, lower = "reserved", reserved, False
@@ -179,7 +182,7 @@ def _judge(ctx: RuleContext, g: dict[str, Any]) -> dict[str, Any]:
     frac = peak / cap if cap and peak is not None else None
     cached = (g["reserved_at_allocated_peak_bytes"] - allocated
               if g["absolute"] and g["reserved_at_allocated_peak_bytes"] is not None and allocated is not None else None)
-    return {**g, "capacity_bytes": cap, "capacity_source": source, "measure": measure, "peak_bytes": peak,
+    return {**g, "capacity_bytes": cap, "capacity_source": source, "nominal_gb": gb, "measure": measure, "peak_bytes": peak,
             "lower_bound": lower, "fraction": frac,
             "reserved_fraction": reserved / cap if cap and reserved is not None else None,
             "allocated_fraction": allocated / cap if cap and allocated is not None and g["absolute"] else None,
