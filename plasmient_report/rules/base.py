@@ -142,8 +142,10 @@ class Rule:
         for k, v in self.thresholds.items():
             lines.append(f"- `{k}` = {v:g}")
         for k, v in COMMON_THRESHOLDS.items():
-            if k not in self.thresholds and (self.claims_loss or k != "min_lost_fraction"):
-                lines.append(f"- `{k}` = {v:g} (every rule)")
+            if k not in self.thresholds:
+                unused = "; unused here: its findings claim no lost time" if not self.claims_loss and \
+                    k == "min_lost_fraction" else ""
+                lines.append(f"- `{k}` = {v:g} (every rule{unused})")
         lines += ["", f"Override in a `--rules-config` TOML file: `[{self.id}]` then `name = value`."]
         return "\n".join(lines) + "\n"
 
