@@ -537,7 +537,7 @@ def decode(path: Path, con: duckdb.DuckDBPyConnection, strict: bool = True) -> D
                     elif item[0] == "array":
                         top_array = True
                     continue
-                run: _Run | None = item if isinstance(item, _Run) else _exact(item) if strict else _Run(item)
+                run = item if isinstance(item, _Run) else _exact(item) if strict else _Run(item)
                 tables = None
                 if run.events is not None:
                     with contextlib.suppress(_NotStrict):
@@ -554,7 +554,7 @@ def decode(path: Path, con: duckdb.DuckDBPyConnection, strict: bool = True) -> D
                 for stage, (tbl, text) in tables.items():
                     buffered.setdefault(stage, (text, []))[1].append(tbl)
                 buffered_bytes += len(run.data)
-                run = None  # the run's objects go as soon as its columns are built
+                del run  # the run's objects go as soon as its columns are built
                 if buffered_bytes >= LOAD_BYTES:
                     flush()
             flush()
