@@ -1,10 +1,12 @@
-"""One clock (SPEC §3): every source gets a rank (traces) and a clock record — offset, method, uncertainty.
+"""One clock (SPEC §3): every source gets a rank (traces) and one clock record — offset, method, uncertainty — in
+the store's `clock` table, and its times are moved by that offset once, at the end of the stage.
 
 In order: native anchors (offset 0); `--offset SOURCE=±DURATION` forces a source; ranks are shifted so that the
-ends of the same collective coincide (median residual reported); counter logs are matched to the trace's GPUs
-(UUID / bus id / index) and shifted to maximise the correlation of their utilization with the trace's
-kernel-busy series. (Nsight Compute launches are joined to trace kernels in the measure stage: kernel_flops.py.)
-An offset moves every time column of that source's rows.
+ends of the same collective (the library's collective key) coincide (median residual reported); counter logs are
+matched to the trace's GPUs (UUID / bus id / index) and shifted to maximise the correlation of their utilization
+with the trace's kernel-busy series. Each step reads the times through the clock as the steps before it left it;
+`apply_clock` then adds each source's offset to every time column of its rows, in one pass. (Nsight Compute
+launches are joined to trace kernels in the measure stage: kernel_flops.py.)
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
+from . import sql, vocab
 from .errors import BadInput
 from .store import one
 
-TABLES_WITH_RANK = ("kernels", "ops", "api_calls", "syncs", "ranges", "collectives", "counters", "devices")
 # Columns that hold a point in time (shifted with their source); durations are named otherwise.
-TIME_COLUMNS = ("start_ns", "end_ns")
+TIME_COLUMNS = ("start_ns", "end_ns", "ts_ns")
+# Tables read through the clock while the stage runs (`clocked_<table>`: the times plus the offsets so far).
+CLOCKED_TABLES = ("kernels", "ops", "api_calls", "ranges", "collectives", "counters")
 # Typical uncertainty of a native anchor across hosts (NTP); within one host CPU and GPU share a clock.
 NATIVE_UNCERTAINTY_NS = {"native": 1_000, "epoch_us": 1_000, "relative": None}
 # Counter-log anchors whose time the log itself gives (their uncertainty is one sampling period).
@@ -30,10 +34,9 @@ COUNTER_TRUSTED = ("native", "anchored", "prefixed")
 DEFAULT_SEARCH_NS = 300 * 10**9           # ±5 min around each candidate
 ZONE_STEP_NS = 15 * 60 * 10**9            # time zones differ by multiples of 15 min …
 ZONE_MAX_NS = 14 * 3600 * 10**9           # … by at most 14 h
-SYMMETRIC_COLLECTIVE_RE = r"(?i)(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|barrier)"
-P2P_COLLECTIVE_RE = r"(?i)(send|recv)"
-# A rank is shifted only when its collective ends sit at least this far from its peer's (clock error, not
-# NCCL's own few-µs spread between ranks on one host).
+# A rank is shifted only when its collective ends sit at least this far from its peer's (clock error, not NCCL's
+# own spread of ends between ranks on one host: 1–16 µs on the H200 recordings); an applied shift is uncertain
+# by at least as much.
 MIN_RANK_SHIFT_NS = 50_000
 UTIL_METRICS = ("gpu_util", "gr_engine_active", "sm_active")
 _UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 10**9, "sec": 10**9, "m": 60 * 10**9,
@@ -92,51 +95,91 @@ def assign_ranks(con: duckdb.DuckDBPyConnection) -> list[str]:
             notes.append(f"{path}: claims rank {rank}, already taken by another input; counted as rank {nxt}")
         final[sid] = (nxt, "order" if rank is None else "renumbered")
         taken.add(nxt)
+    # every table of the store whose rows carry their source's rank (memory_events included)
+    tables = [t for (t,) in con.execute("""
+        SELECT table_name FROM duckdb_columns() WHERE schema_name = 'main' AND table_name <> 'sources'
+          AND table_name IN (SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main')
+        GROUP BY table_name HAVING list_contains(list(column_name), 'source_id') AND list_contains(list(column_name), 'rank')
+        ORDER BY table_name""").fetchall()]
     for sid, (rank, how) in final.items():
         con.execute("UPDATE sources SET rank = ?, rank_method = ? WHERE source_id = ?", [rank, how, sid])
-        for t in TABLES_WITH_RANK:
-            con.execute(f"UPDATE {t} SET rank = ? WHERE source_id = ?", [rank, sid])
+        for t in tables:
+            con.execute(f'UPDATE "{t}" SET rank = ? WHERE source_id = ?', [rank, sid])
     return notes
 
 
 def anchor_sources(con: duckdb.DuckDBPyConnection) -> None:
-    """Record each source's offset (0: its own anchor) and uncertainty; later refinements change them.
-    A counter log's uncertainty is its effective sampling period; a synthesized one's is unknown."""
-    for anchor, unc in NATIVE_UNCERTAINTY_NS.items():
-        con.execute("""UPDATE sources SET offset_ns = coalesce(offset_ns, 0),
-                       offset_method = coalesce(offset_method, ?), offset_uncertainty_ns = ?
-                       WHERE clock_anchor = ? AND rank_method <> 'counters'""", [anchor, unc, anchor])
-    con.execute("""UPDATE sources SET offset_ns = coalesce(offset_ns, 0), offset_method = coalesce(offset_method, clock_anchor),
-                   offset_uncertainty_ns = CASE WHEN clock_anchor IN ('native', 'anchored', 'prefixed')
-                                                THEN sample_period_ns END
-                   WHERE rank_method = 'counters'""")
+    """Give each source its clock record: offset 0 (its own anchor), the anchor as method, and its uncertainty. A
+    counter log's uncertainty is its effective sampling period; a synthesized one's is unknown. Later steps
+    refine the records; `apply_clock` moves the times."""
+    if one(con, "SELECT count(*) FROM clock") != (0,):
+        raise RuntimeError("the align stage ran twice on one store: its offsets are already applied")
+    cases = " ".join(f"WHEN '{a}' THEN {'NULL' if u is None else u}" for a, u in NATIVE_UNCERTAINTY_NS.items())
+    trusted = ", ".join(f"'{a}'" for a in COUNTER_TRUSTED)
+    con.execute(f"""
+        INSERT INTO clock (source_id, offset_ns, method, uncertainty_ns)
+        SELECT source_id, 0, coalesce(clock_anchor, 'none'),
+               CASE WHEN rank_method = 'counters'
+                    THEN CASE WHEN clock_anchor IN ({trusted}) THEN sample_period_ns END
+                    ELSE CASE clock_anchor {cases} END END
+        FROM sources""")
     con.execute("""UPDATE sources SET first_ns = t.s, last_ns = t.e FROM (
                        SELECT source_id, min(start_ns) s, max(end_ns) e FROM counters GROUP BY source_id) t
                    WHERE sources.source_id = t.source_id""")
 
 
-def shift_source(con: duckdb.DuckDBPyConnection, source_id: int, delta_ns: int) -> None:
-    """Add delta_ns to every time column of one source's rows (and to its recorded offset)."""
-    if delta_ns == 0:
+def _set_clock(con: duckdb.DuckDBPyConnection, source_id: int, offset_ns: int, method: str,
+               uncertainty_ns: int | None, reference_source_id: int | None = None) -> None:
+    con.execute("UPDATE clock SET offset_ns = ?, method = ?, uncertainty_ns = ?, reference_source_id = ? "
+                "WHERE source_id = ?", [int(offset_ns), method, uncertainty_ns, reference_source_id, source_id])
+
+
+def _offsets(con: duckdb.DuckDBPyConnection) -> dict[int, int]:
+    return {int(sid): int(off) for sid, off in con.execute("SELECT source_id, offset_ns FROM clock").fetchall()}
+
+
+def _clocked_views(con: duckdb.DuckDBPyConnection) -> None:
+    """`clocked_<table>`: a trace table with its times on the clock as the stage has it so far (temporary views;
+    the stored times move once, in apply_clock). Every step reads through them, so each can also run alone."""
+    for t in CLOCKED_TABLES:
+        con.execute(f"""CREATE OR REPLACE TEMP VIEW clocked_{t} AS
+                        SELECT t.* REPLACE (t.start_ns + coalesce(c.offset_ns, 0) AS start_ns,
+                                            t.end_ns + coalesce(c.offset_ns, 0) AS end_ns)
+                        FROM {t} t LEFT JOIN clock c ON c.source_id = t.source_id""")
+
+
+def _drop_clocked_views(con: duckdb.DuckDBPyConnection) -> None:
+    for t in CLOCKED_TABLES:
+        con.execute(f"DROP VIEW IF EXISTS temp.clocked_{t}")
+
+
+def apply_clock(con: duckdb.DuckDBPyConnection) -> None:
+    """The one pass: add each source's clock offset to every time column of its rows (every table with a source_id
+    and a time column), to the span recorded for it, and copy its record to `sources` (offset_ns, offset_method,
+    offset_uncertainty_ns: the public columns of SPEC §2)."""
+    con.execute("""UPDATE sources SET offset_ns = c.offset_ns, offset_method = c.method,
+                                      offset_uncertainty_ns = c.uncertainty_ns,
+                                      first_ns = sources.first_ns + c.offset_ns, last_ns = sources.last_ns + c.offset_ns
+                   FROM clock c WHERE c.source_id = sources.source_id""")
+    if one(con, "SELECT count(*) FROM clock WHERE offset_ns <> 0") == (0,):
         return
     tables = con.execute("""
         SELECT table_name, list(column_name) FROM information_schema.columns
-        WHERE table_schema = 'main' AND table_name <> 'sources'
+        WHERE table_schema = 'main' AND table_name NOT IN ('sources', 'clock')
+          AND table_name IN (SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main')
         GROUP BY table_name HAVING list_contains(list(column_name), 'source_id')""").fetchall()
-    for table, cols in tables:
+    for table, cols in sorted(tables):
         tcols = [c for c in cols if c in TIME_COLUMNS]
         if tcols:
-            sets = ", ".join(f"{c} = {c} + {int(delta_ns)}" for c in tcols)
-            con.execute(f'UPDATE "{table}" SET {sets} WHERE source_id = ?', [source_id])
-    con.execute(f"""UPDATE sources SET offset_ns = coalesce(offset_ns, 0) + {int(delta_ns)},
-                    first_ns = first_ns + {int(delta_ns)}, last_ns = last_ns + {int(delta_ns)}
-                    WHERE source_id = ?""", [source_id])
+            sets = ", ".join(f"{c} = {c} + c.offset_ns" for c in tcols)
+            con.execute(f'UPDATE "{table}" SET {sets} FROM clock c '
+                        f'WHERE c.source_id = "{table}".source_id AND c.offset_ns <> 0')
 
 
 def apply_forced(con: duckdb.DuckDBPyConnection, forced: Sequence[ForcedOffset]) -> set[int]:
     """--offset: each named source gets exactly that offset (method 'forced'). Unknown or ambiguous names fail."""
     done: set[int] = set()
-    rows = con.execute("SELECT source_id, path, offset_ns FROM sources").fetchall()
+    rows = con.execute("SELECT source_id, path FROM sources").fetchall()
     for f in forced:
         want = Path(f.source)
         hits = [r for r in rows if r[1] == f.source or _same_file(Path(r[1]), want)]
@@ -147,9 +190,8 @@ def apply_forced(con: duckdb.DuckDBPyConnection, forced: Sequence[ForcedOffset])
                                  f"{', '.join(Path(r[1]).name for r in rows)})")
         if len(hits) > 1:
             raise BadInput(None, f"--offset {f.source}: several inputs have that name; give the path")
-        sid, _, cur = hits[0]
-        shift_source(con, sid, f.offset_ns - (cur or 0))
-        con.execute("UPDATE sources SET offset_method = 'forced', offset_uncertainty_ns = 0 WHERE source_id = ?", [sid])
+        sid = hits[0][0]
+        _set_clock(con, sid, f.offset_ns, "forced", 0)
         done.add(sid)
     return done
 
@@ -173,22 +215,26 @@ class RankAlignment:
 
 
 def align_ranks(con: duckdb.DuckDBPyConnection, fixed: set[int]) -> tuple[list[RankAlignment], list[str]]:
-    """Shift trace sources so that the ends of the same collective (process group, collective, seq) coincide.
-    The lowest rank (and any --offset source) stays put; the others follow, breadth-first over shared groups."""
-    sym = one(con, f"SELECT count(*) FROM collectives WHERE regexp_matches(collective, '{SYMMETRIC_COLLECTIVE_RE}')")
+    """Shift trace sources so that the ends of the same collective instance (sql/collective_key: key, collective,
+    seq) coincide. The lowest rank (and any --offset source) stays put; the others follow, breadth-first over
+    shared groups."""
+    sym = one(con, "SELECT count(*) FROM collectives WHERE regexp_matches(collective, ?)",
+              [vocab.SYMMETRIC_COLLECTIVE_RE])
     # Send/recv cannot be paired by sequence number alone (one rank's sends are its peer's recvs): never used.
-    where = (f"WHERE regexp_matches(collective, '{SYMMETRIC_COLLECTIVE_RE}')" if sym and sym[0]
-             else f"WHERE NOT regexp_matches(coalesce(collective, ''), '{P2P_COLLECTIVE_RE}')")
+    where, pattern = (("WHERE regexp_matches(collective, ?)", vocab.SYMMETRIC_COLLECTIVE_RE) if sym and sym[0]
+                      else ("WHERE NOT regexp_matches(coalesce(collective, ''), ?)", vocab.P2P_COLLECTIVE_RE))
+    _clocked_views(con)
+    sql.install(con, "collective_key")
     pairs = con.execute(f"""
-        WITH c AS (SELECT source_id, rank, coalesce(process_group, group_ranks, '') AS pg, collective, seq, end_ns
-                   FROM collectives {where}),
+        WITH c AS (SELECT source_id, rank, collective_key(process_group, group_ranks) AS key, collective, seq, end_ns
+                   FROM clocked_collectives {where}),
         d AS (
             SELECT a.source_id AS sa, b.source_id AS sb, b.end_ns - a.end_ns AS res
-            FROM c a JOIN c b ON a.pg = b.pg AND a.collective = b.collective AND a.seq = b.seq
+            FROM c a JOIN c b ON a.key = b.key AND a.collective = b.collective AND a.seq = b.seq
                              AND a.source_id < b.source_id
         ), m AS (SELECT sa, sb, median(res) AS med, count(*) AS n FROM d GROUP BY sa, sb)
         SELECT m.sa, m.sb, m.med, m.n, median(abs(d.res - m.med)) FROM m JOIN d USING (sa, sb)
-        GROUP BY m.sa, m.sb, m.med, m.n""").fetchall()
+        GROUP BY m.sa, m.sb, m.med, m.n""", [pattern]).fetchall()
     if not pairs:
         return [], []
     edges: dict[int, list[tuple[int, float, int, float]]] = {}
@@ -213,6 +259,7 @@ def align_ranks(con: duckdb.DuckDBPyConnection, fixed: set[int]) -> tuple[list[R
     out: list[RankAlignment] = []
     notes: list[str] = []
     hosts = dict(con.execute("SELECT source_id, host FROM sources").fetchall())
+    offsets = _offsets(con)
     for b, (a, n, mad) in parent.items():
         shift = int(round(delta[b]))
         if hosts.get(a) and hosts.get(a) == hosts.get(b) and delta[a] == 0:
@@ -225,10 +272,9 @@ def align_ranks(con: duckdb.DuckDBPyConnection, fixed: set[int]) -> tuple[list[R
             notes.append(f"rank {ranks.get(b)}: collective ends differ from rank {ranks.get(a)} by "
                          f"{_fmt_ns(-shift)} (median over {n}), under {_fmt_ns(MIN_RANK_SHIFT_NS)}: clocks kept")
             continue
-        shift_source(con, b, shift)
-        unc = max(int(round(mad)), 1)
-        con.execute("UPDATE sources SET offset_method = 'collectives', offset_uncertainty_ns = ? WHERE source_id = ?",
-                    [unc, b])
+        # The residuals' spread says how well the ends were matched, not how far NCCL's ends sit apart on
+        # one clock (up to tens of µs between two ranks of one host): that is the floor of what ends can tell.
+        _set_clock(con, b, offsets.get(b, 0) + shift, "collectives", max(int(round(mad)), MIN_RANK_SHIFT_NS), a)
         out.append(RankAlignment(b, a, shift, int(round(mad)), n))
         notes.append(f"rank {ranks.get(b)} aligned to rank {ranks.get(a)} on {n} collectives: shifted "
                      f"{_fmt_ns(shift)}, median residual {_fmt_ns(int(round(mad)))}")
@@ -273,11 +319,11 @@ def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
     index. One physical GPU can appear in several traces (runs one after another): among the GPUs that match,
     the one whose profiled window the log overlaps wins, then a UUID / bus id match over an index match.
     Unmatched and ambiguous GPUs are said in the notes."""
+    _clocked_views(con)
+    sql.install(con, "rank_span")
     trace = con.execute("""
-        WITH span AS (
-            SELECT rank, min(s) AS s, max(e) AS e FROM (
-                SELECT rank, start_ns s, end_ns e FROM kernels UNION ALL SELECT rank, start_ns, end_ns FROM ops
-                UNION ALL SELECT rank, start_ns, end_ns FROM ranges) GROUP BY rank)
+        WITH span AS (SELECT rank, start_ns AS s, end_ns AS e
+                      FROM rank_span_of('clocked_kernels', 'clocked_ops', 'clocked_api_calls', 'clocked_ranges'))
         SELECT g.rank, g.device, any_value(d.gpu_uuid), any_value(d.bus_id), any_value(span.s), any_value(span.e)
         FROM (SELECT DISTINCT rank, device FROM kernels) g
         LEFT JOIN devices d ON d.rank IS NOT DISTINCT FROM g.rank AND d.device = g.device
@@ -289,7 +335,7 @@ def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
                (SELECT any_value(d.bus_id) FROM devices d WHERE d.source_id = c.source_id
                   AND (d.gpu_uuid = c.gpu_uuid OR (c.gpu_uuid IS NULL AND d.device = c.gpu_index))) AS bus,
                c.s, c.e
-        FROM (SELECT source_id, gpu_index, gpu_uuid, min(start_ns) AS s, max(end_ns) AS e FROM counters
+        FROM (SELECT source_id, gpu_index, gpu_uuid, min(start_ns) AS s, max(end_ns) AS e FROM clocked_counters
               WHERE entity IS NULL OR entity LIKE 'GPU %' GROUP BY ALL) c JOIN sources s USING (source_id)
         WHERE s.rank_method = 'counters'
         ORDER BY c.source_id, c.gpu_index""").fetchall()
@@ -364,27 +410,31 @@ class _Series:
     w1: float
 
 
-def _busy(con: duckdb.DuckDBPyConnection, rank: int, device: int, origin: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cumulative kernel-busy time of one GPU as breakpoints (x, B(x)) of a piecewise-linear function."""
-    rows = con.execute(f"""
-        WITH k AS (SELECT start_ns, end_ns FROM kernels WHERE rank = ? AND device = ? AND end_ns > start_ns),
-        s AS (SELECT *, max(end_ns) OVER (ORDER BY start_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                         AS prev_end FROM k),
-        g AS (SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
-                         OVER (ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island FROM s)
-        SELECT (min(start_ns) - {origin})::DOUBLE / 1e9 AS s, (max(end_ns) - {origin})::DOUBLE / 1e9 AS e
-        FROM g GROUP BY island ORDER BY 1""", [rank, device]).fetchnumpy()
-    s = np.asarray(rows["s"], dtype=float)
-    e = np.asarray(rows["e"], dtype=float)
-    if len(s) == 0:
-        return np.array([0.0, 1.0]), np.array([0.0, 0.0])
-    dur = e - s
-    before = np.concatenate([[0.0], np.cumsum(dur)[:-1]])
-    x = np.empty(2 * len(s))
-    y = np.empty(2 * len(s))
-    x[0::2], x[1::2] = s, e
-    y[0::2], y[1::2] = before, before + dur
-    return x, y
+def _busy(con: duckdb.DuckDBPyConnection, origin: int) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
+    """Cumulative kernel-busy time of each trace GPU (rank, device) as breakpoints (x, B(x)) of a piecewise-linear
+    function of time (s since `origin`), from the union of its kernels on the clock (sql/intervals)."""
+    sql.install(con, "intervals")
+    con.execute("""CREATE OR REPLACE TEMP VIEW _align_busy_parts AS
+                   SELECT {'rank': rank, 'device': device} AS grp, start_ns, end_ns FROM clocked_kernels
+                   WHERE rank IS NOT NULL AND device IS NOT NULL AND end_ns > start_ns""")
+    rows = con.execute("""SELECT grp.rank AS rank, grp.device AS device, start_ns, end_ns
+                          FROM interval_union('_align_busy_parts') ORDER BY rank, device, start_ns""").fetchnumpy()
+    con.execute("DROP VIEW temp._align_busy_parts")
+    ranks, devs = np.asarray(rows["rank"]), np.asarray(rows["device"])
+    starts, ends = np.asarray(rows["start_ns"], dtype=np.int64), np.asarray(rows["end_ns"], dtype=np.int64)
+    out: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    for key in sorted({(int(r), int(d)) for r, d in zip(ranks, devs, strict=True)}):
+        sel = (ranks == key[0]) & (devs == key[1])
+        s = (starts[sel] - origin).astype(float) / 1e9
+        e = (ends[sel] - origin).astype(float) / 1e9
+        dur = e - s
+        before = np.concatenate([[0.0], np.cumsum(dur)[:-1]])
+        x = np.empty(2 * len(s))
+        y = np.empty(2 * len(s))
+        x[0::2], x[1::2] = s, e
+        y[0::2], y[1::2] = before, before + dur
+        out[key] = (x, y)
+    return out
 
 
 def _held(t_s: np.ndarray, v: np.ndarray, period_s: float) -> tuple[np.ndarray, np.ndarray]:
@@ -484,6 +534,14 @@ def align_counters(con: duckdb.DuckDBPyConnection, fixed: set[int],
         FROM sources s WHERE s.rank_method = 'counters'
           AND EXISTS (SELECT 1 FROM counters c WHERE c.source_id = s.source_id AND c.rank IS NOT NULL)
         ORDER BY s.source_id""").fetchall()
+    offsets = _offsets(con)
+    _clocked_views(con)
+    sql.install(con, "rank_span")
+    spans = {r: (int(s), int(e)) for r, s, e in con.execute(
+        "SELECT rank, start_ns, end_ns FROM rank_span_of('clocked_kernels', 'clocked_ops', 'clocked_api_calls', "
+        "'clocked_ranges')").fetchall()}
+    origin = min((s for s, _ in spans.values()), default=0)
+    busy = _busy(con, origin) if srcs else {}
     for sid, path, anchor, eff_period, zone in srcs:
         if sid in fixed:
             continue
@@ -494,13 +552,11 @@ def align_counters(con: duckdb.DuckDBPyConnection, fixed: set[int],
         if metric is None:
             notes.append(f"{name}: no utilization metric to align by; its own clock is kept")
             continue
-        res = _align_one(con, sid, metric, eff_period, search_ns, anchor)
+        res = _align_one(con, sid, metric, eff_period, search_ns, anchor, spans, origin, busy)
         out.append(res)
         unc = _fmt_ns(res.uncertainty_ns)[1:]
         if res.applied and res.shift_ns is not None:
-            shift_source(con, sid, res.shift_ns)
-            con.execute("UPDATE sources SET offset_method = ?, offset_uncertainty_ns = ? WHERE source_id = ?",
-                        [res.method, res.uncertainty_ns, sid])
+            _set_clock(con, sid, offsets.get(sid, 0) + res.shift_ns, res.method, res.uncertainty_ns)
             if res.method == "zone":
                 msg = f"{name}: moved {_fmt_ns(res.shift_ns)} (whole quarter-hours) onto the trace"
             else:
@@ -529,9 +585,12 @@ def _r(x: float | None) -> str:
 
 
 def _align_one(con: duckdb.DuckDBPyConnection, sid: int, metric: str, eff_period: int | None, search_ns: int,
-               anchor: str) -> CounterAlignment:
+               anchor: str, spans: dict[int | None, tuple[int, int]], origin: int,
+               busy: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]) -> CounterAlignment:
+    """One log against the trace GPUs it was matched to: spans are the ranks' profiled spans, busy their GPUs'
+    kernel-busy series, both on the clock and in s since origin (busy) or ns (spans)."""
     rows = con.execute("""
-        SELECT rank, device, end_ns, end_ns - start_ns AS period_ns, value FROM counters
+        SELECT rank, device, end_ns, end_ns - start_ns AS period_ns, value FROM clocked_counters
         WHERE source_id = ? AND metric = ? AND rank IS NOT NULL ORDER BY rank, device, end_ns""",
                        [sid, metric]).fetchnumpy()
     ranks, devs = np.asarray(rows["rank"]), np.asarray(rows["device"])
@@ -544,12 +603,6 @@ def _align_one(con: duckdb.DuckDBPyConnection, sid: int, metric: str, eff_period
     # was sampled, over about one refresh period.
     window = eff / 1e9
     lag = window / 2 if held else 0.0
-    spans = dict((r, (s, e)) for r, s, e in con.execute("""
-        SELECT rank, min(s), max(e) FROM (
-            SELECT rank, start_ns s, end_ns e FROM kernels UNION ALL SELECT rank, start_ns, end_ns FROM ops
-            UNION ALL SELECT rank, start_ns, end_ns FROM api_calls UNION ALL SELECT rank, start_ns, end_ns FROM ranges)
-        GROUP BY rank""").fetchall())
-    origin = int(min(s for s, _ in spans.values()))
     series: list[_Series] = []
     for key in sorted({(int(r), int(d)) for r, d in zip(ranks, devs, strict=True)}):
         if key[0] not in spans:
@@ -557,7 +610,7 @@ def _align_one(con: duckdb.DuckDBPyConnection, sid: int, metric: str, eff_period
         sel = (ranks == key[0]) & (devs == key[1])
         ts = (t_all[sel] - origin) / 1e9
         lx, ly = _held(ts, v_all[sel], period / 1e9)
-        bx, by = _busy(con, key[0], key[1], origin)
+        bx, by = busy.get(key, (np.array([0.0, 1.0]), np.array([0.0, 0.0])))
         series.append(_Series(bx, by, lx, ly, (spans[key[0]][0] - origin) / 1e9, (spans[key[0]][1] - origin) / 1e9))
     none = CounterAlignment(sid, None, False, "none", None, None, None, eff, 0)
     if not series:
@@ -620,7 +673,8 @@ def _align_one(con: duckdb.DuckDBPyConnection, sid: int, metric: str, eff_period
 
 def align(con: duckdb.DuckDBPyConnection, offsets: Sequence[str | ForcedOffset] = (),
           counter_search_ns: int = DEFAULT_SEARCH_NS) -> list[str]:
-    """The align stage: ranks, anchors, forced offsets, rank alignment, counter logs. Returns notes."""
+    """The align stage: ranks, anchors, forced offsets, rank alignment, counter logs — each refining the `clock`
+    table — then the offsets applied to the store's times in one pass. Returns notes."""
     forced = [o if isinstance(o, ForcedOffset) else parse_offset(o) for o in offsets]
     notes = assign_ranks(con)
     for path, zone, src_notes in con.execute(
@@ -628,10 +682,14 @@ def align(con: duckdb.DuckDBPyConnection, offsets: Sequence[str | ForcedOffset] 
         said = next((n for n in (src_notes or "").split("; ") if "read as" in n), f"local times read as {zone}")
         notes.append(f"{Path(path).name}: {said}")
     anchor_sources(con)
-    fixed = apply_forced(con, forced)
-    _, rank_notes = align_ranks(con, fixed)
-    notes += rank_notes
-    notes += match_counter_gpus(con)
-    _, counter_notes = align_counters(con, fixed, counter_search_ns)
-    notes += counter_notes
+    try:
+        fixed = apply_forced(con, forced)
+        _, rank_notes = align_ranks(con, fixed)
+        notes += rank_notes
+        notes += match_counter_gpus(con)
+        _, counter_notes = align_counters(con, fixed, counter_search_ns)
+        notes += counter_notes
+    finally:
+        _drop_clocked_views(con)
+    apply_clock(con)
     return notes

@@ -9,6 +9,7 @@ A subcommand is one decorated function below (`@main.command(...)`): adding one 
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ Examples:
   plasmient-report rules --explain PR101              # a rule's page
   plasmient-report measure --workload matmul          # this GPU, known workloads: what the tool says of them
   plasmient-report query plasmient-out/trace/run.duckdb "SELECT name, count(*) FROM kernels GROUP BY 1"
+  plasmient-report export plasmient-out/trace --csv sheets/     # every table as CSV (or --parquet DIR)
 
 \b
 Exit codes: 0 ok, 1 a diff regression, 2 unusable input or arguments (one line), 130 interrupted.
@@ -134,6 +136,13 @@ class Progress:
 @click.option("--model-flops", type=float, metavar="N",
               help="FLOPs per step (ProfilerStep#N) or per --range occurrence, e.g. 6·params·tokens; spread over "
                    "that window's compute kernels by time (use when shapes are missing: CUDA graphs, compiled code).")
+@click.option("--tokens-per-step", type=float, metavar="N",
+              help="Tokens one rank processes per step (or per --range occurrence): adds tokens/s to the steps.")
+@click.option("--samples-per-step", type=float, metavar="N",
+              help="Samples one rank processes per step (or per --range occurrence): adds samples/s to the steps.")
+@click.option("--markdown", "markdown_file", type=click.Path(path_type=Path), metavar="FILE",
+              help="Also write the verdict as GitHub-flavoured markdown (a PR comment, $GITHUB_STEP_SUMMARY); '-' "
+                   "prints it to stdout instead of the box.")
 @click.option("--tz", metavar="ZONE",
               help="Time zone of local-time logs (nvidia-smi), e.g. Europe/Berlin (default: this machine's).")
 @click.option("--offset", "offsets", multiple=True, metavar="SOURCE=±DURATION",
@@ -151,7 +160,8 @@ class Progress:
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ...], as_json: bool, quiet: bool,
            no_html: bool, no_trace: bool, peak_precision: str | None, peak_tflops: float | None,
-           peaks_file: Path | None, gpu: str | None, model_flops: float | None, tz: str | None,
+           peaks_file: Path | None, gpu: str | None, model_flops: float | None,
+           tokens_per_step: float | None, samples_per_step: float | None, markdown_file: Path | None, tz: str | None,
            offsets: tuple[str, ...], dcgm_period: float,
            rule_select: tuple[str, ...], rule_ignore: tuple[str, ...], rules_config: Path | None,
            memory_budget: str, debug: bool) -> None:
@@ -159,13 +169,18 @@ def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ..
 
     plasmient-report [report] INPUT... [OPTIONS]"""
     from . import outdir, pipeline, scratch
-    from .render import terminal
+    from .render import markdown, terminal
     from .render import verdict as verdict_render
 
     opts = _options(ranges=ranges, peak_precision=peak_precision, peak_tflops=peak_tflops, peaks_file=peaks_file,
                     gpu=gpu, write_html=not no_html, write_trace=not no_trace, tz=tz, offsets=offsets,
                     dcgm_period_s=dcgm_period, rule_select=rule_select, rule_ignore=rule_ignore,
                     rules_config=rules_config, model_flops=model_flops, memory_budget=memory_budget)
+    for flag, n in (("--tokens-per-step", tokens_per_step), ("--samples-per-step", samples_per_step)):
+        if n is not None and not n > 0:
+            _fail(f"{flag} must be a positive number")
+    opts.tokens_per_step, opts.samples_per_step = tokens_per_step, samples_per_step
+    _check_markdown(markdown_file, as_json)
     shown = ", ".join(map(str, inputs))
     progress = Progress.make(quiet)
     try:
@@ -194,10 +209,64 @@ def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ..
         if debug:
             raise
         _fail(f"{shown}: internal error ({_one_line(e)}); rerun with --debug and report it")
+    assert result.typed is not None
+    to_stdout = markdown_file is not None and str(markdown_file) == "-"
+    if markdown_file is not None:
+        _write_markdown(markdown_file, markdown.verdict(result.typed))
     if as_json:
-        click.echo(verdict_render.dumps(result.verdict), nl=False)
-    elif not quiet:
-        terminal.render(result.verdict, footer=f"outputs: {path_text(out)}/")
+        click.echo(verdict_render.dumps(result.typed), nl=False)
+    elif not quiet and not to_stdout:
+        terminal.render(result.typed, footer=f"outputs: {path_text(out)}/")
+
+
+def _check_markdown(path: Path | None, as_json: bool) -> None:
+    """--markdown FILE refused before any work when it cannot be written: a folder, a missing parent folder, or '-'
+    beside --json (both would print to stdout)."""
+    if path is None:
+        return
+    if str(path) == "-":
+        if as_json:
+            _fail("--markdown - and --json both print to stdout: give --markdown a file")
+        return
+    if path.is_dir():
+        _fail(f"{path}: --markdown needs a file, not a folder")
+    if not path.absolute().parent.is_dir():
+        _fail(f"{path}: --markdown: no folder {path.absolute().parent}")
+
+
+def _write_markdown(path: Path, text: str) -> None:
+    """--markdown FILE: '-' is stdout; $GITHUB_STEP_SUMMARY is appended to (the runner's summary collects several
+    steps); any other file is written whole, in one rename (never half-written)."""
+    import os
+    import tempfile
+
+    if str(path) == "-":
+        click.echo(text, nl=False)
+        return
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    try:
+        if summary and os.path.abspath(summary) == os.path.abspath(path):
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(text)
+            return
+        fd, tmp = tempfile.mkstemp(prefix=".plasmient-md-", dir=path.absolute().parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as e:
+        _fail(f"{path}: cannot write the markdown ({e.strerror})")
+
+
+def _umask() -> int:
+    from .outdir import umask
+
+    return umask()
 
 
 def _one_line(e: BaseException) -> str:
@@ -327,6 +396,40 @@ def _wide_console(renderable: Any) -> Any:
     return Console(width=max(probe.width, need)) if need > probe.width else probe
 
 
+@main.command(short_help="Export a stored run's tables as CSV or Parquet (spreadsheets).")
+@click.argument("run", type=click.Path(path_type=Path), metavar="RUN")
+@click.option("--csv", "csv_dir", type=click.Path(path_type=Path), metavar="DIR", help="Write one CSV file per table here.")
+@click.option("--parquet", "parquet_dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="Write one Parquet file per table here.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def export(run: Path, csv_dir: Path | None, parquet_dir: Path | None, debug: bool) -> None:
+    """Export the tables of a stored run — RUN is an output folder or its run.duckdb — one file per table: kernels,
+    ops, shapes, steps, collectives, losses, findings, metrics, … (README.md in DIR lists them). DIR must be new,
+    empty or an earlier export (then replaced whole).
+
+    \b
+    Example:
+      plasmient-report export plasmient-out/trace --csv sheets/"""
+    from . import export as export_stage
+
+    targets = [(f, d) for f, d in (("csv", csv_dir), ("parquet", parquet_dir)) if d is not None]
+    if not targets:
+        _fail("export: give --csv DIR and/or --parquet DIR")
+    try:
+        done = export_stage.export(run, targets)
+    except BadInput as e:
+        if debug:
+            raise
+        _fail(str(e))
+    except duckdb.Error as e:
+        if debug:
+            raise
+        _fail(f"{run}: could not export ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+    for folder, files in done:
+        click.echo(f"{path_text(folder)}/: {len(files)} tables ({', '.join(f'{n} {r:,}' for n, r in files[:6])}"
+                   f"{' …' if len(files) > 6 else ''})")
+
+
 @main.command(short_help="The peak table, with sources.")
 @click.argument("gpu", required=False)
 @click.option("--peaks", "peaks_file", type=click.Path(path_type=Path), metavar="FILE.toml",
@@ -352,6 +455,11 @@ def peaks(gpu: str | None, peaks_file: Path | None) -> None:
     c.print(t)
     for g in rows:
         c.print(f"[dim]{g.key}: {g.name} — {g.source}[/dim]", highlight=False, soft_wrap=True)
+        ic = g.interconnect
+        if ic:  # the links NCCL's bus bandwidth is measured against (both ways; one way is half)
+            links = ", ".join(x for x in (f"{ic.link} {ic.link_gbs:g} GB/s" if ic.link_gbs else "",
+                                           f"{ic.pcie} {ic.pcie_gbs:g} GB/s" if ic.pcie_gbs else "") if x)
+            c.print(f"[dim]  links: {links} — {ic.source}[/dim]", highlight=False, soft_wrap=True)
 
 
 @main.command(short_help="The rule catalog; --explain ID prints a rule's page.")
@@ -374,16 +482,16 @@ def rules(explain: str | None, as_json: bool) -> None:
     if as_json:
         import json
 
-        click.echo(json.dumps([{"id": r.id, "name": r.name, "layer": r.layer, "category": r.category,
-                                "title": r.title, "thresholds": dict(r.thresholds), "origin": r.origin}
-                               for r in catalog], indent=1))
+        click.echo(json.dumps([{"id": r.id, "name": r.name, "layer": r.layer, "status": r.status,
+                                "category": r.category, "title": r.title, "thresholds": dict(r.thresholds),
+                                "origin": r.origin} for r in catalog], indent=1))
         return
     w = max(len(r.name) for r in catalog) if catalog else 4
-    click.echo(f"{'id':6} {'name':{w}} {'layer':8} {'explains':20} title")
+    click.echo(f"{'code':6} {'name':{w}} {'layer':8} {'status':10} {'explains':20} title")
     for r in catalog:
-        click.echo(f"{r.id:6} {r.name:{w}} {r.layer:8} {(r.category or '-'):20} {r.title}")
-    click.echo("\n`plasmient-report rules --explain ID` prints a rule's page; --select / --ignore / --rules-config "
-               "choose and tune them.")
+        click.echo(f"{r.id:6} {r.name:{w}} {r.layer:8} {r.status:10} {(r.category or '-'):20} {r.title}")
+    click.echo("\n`plasmient-report rules --explain ID` prints a rule's page (docs/rules/ID.md); --select / --ignore / "
+               "--rules-config choose and tune them; a preview rule runs only when selected by its own code.")
 
 
 @main.command(short_help="Compare two runs; exit 1 on a regression (the CI gate).")
@@ -393,8 +501,12 @@ def rules(explain: str | None, as_json: bool) -> None:
               help="Exit 1 when the achieved fraction of peak fell by more than PTS percentage points; exit 2 when "
                    "either side's achieved fraction is unknown or only a lower bound (the gate cannot decide).")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option("--markdown", "markdown_file", type=click.Path(path_type=Path), metavar="FILE",
+              help="Also write the comparison as GitHub-flavoured markdown (a PR comment, $GITHUB_STEP_SUMMARY); "
+                   "'-' prints it instead of the table.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
-def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool, debug: bool) -> None:
+def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool, markdown_file: Path | None,
+         debug: bool) -> None:
     """Compare two runs: BASE and CANDIDATE are verdict.json files, output folders, or traces (analysed now).
     Prints the headline numbers, the losses, per-rank and per-range numbers, and new / resolved findings.
 
@@ -407,6 +519,7 @@ def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool,
 
     if fail_if_drop is not None and not fail_if_drop >= 0:
         _fail("--fail-if-drop must be a number of percentage points (>= 0)")
+    _check_markdown(markdown_file, as_json)
     try:
         result = diff_stage.compare(diff_stage.load(base), diff_stage.load(candidate), fail_if_drop)
     except BadInput as e:
@@ -421,11 +534,15 @@ def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool,
         if debug:
             raise
         _fail(f"diff: internal error ({_one_line(e)}); rerun with --debug and report it")
+    if markdown_file is not None:
+        from .render import markdown
+
+        _write_markdown(markdown_file, markdown.diff(result))
     if as_json:
         import json
 
         click.echo(json.dumps(result, indent=1))
-    else:
+    elif markdown_file is None or str(markdown_file) != "-":
         diff_stage.render(result)
     gate = result["gate"]
     if gate["failed"]:

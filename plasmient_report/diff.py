@@ -1,6 +1,8 @@
-"""`plasmient-report diff BASE CANDIDATE`: what changed between two runs — the headline numbers, the loss
-waterfall, per-rank and per-range numbers, and the findings (new, resolved, changed) — and the CI gate
-(`--fail-if-drop PTS`: the achieved fraction of peak fell by more than PTS percentage points).
+"""`plasmient-report diff BASE CANDIDATE`: what changed between two runs — the headline numbers, the step time, the
+loss waterfall, per-rank and per-range numbers, and the findings (new, resolved, changed) — and the CI gate
+(`--fail-if-drop PTS`: the achieved fraction of peak fell by more than PTS percentage points; it cannot decide, and
+fails saying why, when either side's achieved fraction is unknown or only a lower bound). `--markdown FILE` writes
+the comparison for a pull request (render/markdown.py).
 
 A run is a `verdict.json`, an output folder holding one, or trace inputs (analysed on the fly).
 """
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BadInput
-from .verdict_model import Finding, Loss, Verdict, from_dict, load_verdict
+from .verdict_model import Finding, Loss, Verdict, load_verdict
 
 SCHEMA = "plasmient.diff/1"
 VERDICT_SCHEMA = "plasmient.verdict/1"
@@ -57,7 +59,8 @@ def load(path: Path) -> Run:
     with scratch.run():
         result = pipeline.analyse([path], pipeline.Options())
         try:
-            return Run(str(path), from_dict(result.verdict, path, strict=False))
+            assert result.typed is not None
+            return Run(str(path), result.typed)
         finally:
             result.close()
 
@@ -149,6 +152,14 @@ def compare(base: Run, cand: Run, fail_if_drop: float | None = None) -> dict[str
     ranges = [{"name": k, "achieved_base": ach(gb.get(k)), "achieved_candidate": ach(gc.get(k)),
                "delta_pts": _pts(ach(gb.get(k)), ach(gc.get(k)))}
               for k in sorted(set(gb) | set(gc))]
+    sb = {s.range: s for s in b.step_summary}
+    sc = {s.range: s for s in c.step_summary}
+    steps = [{"range": k, "base_ns": sb[k].mean_ns, "candidate_ns": sc[k].mean_ns,
+              "ratio": sc[k].mean_ns / sb[k].mean_ns if sb[k].mean_ns else None,
+              "spread_base": sb[k].spread, "spread_candidate": sc[k].spread,
+              "tokens_per_s_base": sb[k].tokens_per_s, "tokens_per_s_candidate": sc[k].tokens_per_s,
+              "mfu_base": sb[k].mfu, "mfu_candidate": sc[k].mfu}
+             for k in sb if k in sc]
     fb = {_finding_key(f): f for f in b.findings}
     fc = {_finding_key(f): f for f in c.findings}
 
@@ -176,7 +187,7 @@ def compare(base: Run, cand: Run, fail_if_drop: float | None = None) -> dict[str
         notes.append(f"the runs analyse different ranges ({b.run.range} vs {c.run.range})")
     return {"schema": SCHEMA, "base": {"source": base.label, "verdict": b.verdict},
             "candidate": {"source": cand.label, "verdict": c.verdict}, "numbers": numbers,
-            "losses": losses, "ranks": ranks, "ranges": ranges,
+            "losses": losses, "ranks": ranks, "ranges": ranges, "steps": steps,
             "findings": {"new": new, "resolved": resolved, "changed": changed}, "notes": notes,
             "gate": _gate(base, cand, fail_if_drop)}
 
@@ -219,6 +230,9 @@ def render(d: dict[str, Any]) -> None:
             t.add_row(n["name"], f"{a:.1f}x" if a else "n/a", f"{b:.1f}x" if b else "n/a",
                       f"{n['ratio']:.2f}x" if n.get("ratio") else "")
     t.add_row("verdict", escape(str(d["base"]["verdict"])), escape(str(d["candidate"]["verdict"])), "")
+    for x in d.get("steps") or []:
+        t.add_row(f"step time ({escape(x['range'])})", f"{x['base_ns'] / 1e6:,.1f} ms", f"{x['candidate_ns'] / 1e6:,.1f} ms",
+                  f"{x['ratio']:.2f}x" if x.get("ratio") else "")
     con.print(t)
     if d["losses"]:
         lt = Table("loss", "base", "candidate", "change", box=None, pad_edge=False, title_justify="left")

@@ -16,8 +16,9 @@ from typing import Any
 
 from .vocab import DTYPE_PRECISION, ELEMENT_BYTES, EXTRA_ELEMENT_BYTES, SCALAR_TYPE_BYTES
 
-__all__ = ["BOOL_OUTPUT_OPS", "BYTE_MODELS", "DTYPE_PRECISION", "ELEMENT_BYTES", "MATMUL_OPS", "MODELS", "element_bytes",
-           "op_bytes", "op_flops", "op_precision", "op_traffic_bytes"]
+__all__ = ["ATTENTION_OPS", "BOOL_OUTPUT_OPS", "BYTE_MODELS", "CONV_OPS", "DTYPE_PRECISION", "ELEMENT_BYTES", "GEMM_OPS",
+           "MATMUL_OPS", "MODELS", "SHAPE_FIELDS", "element_bytes", "op_bytes", "op_flops", "op_precision", "op_shape",
+           "op_traffic_bytes"]
 
 Dims = list[Any]
 
@@ -193,6 +194,43 @@ def _plain(f: Callable[[Dims], float | None]) -> Callable[..., float | None]:
     return lambda d, concrete=None: f(d)
 
 
+# Attention ops: (index of q in the inputs, index of is_causal in the concrete inputs, layout, backward).
+ATTENTION_OPS: dict[str, tuple[int, int, str, bool]] = {
+    "aten::scaled_dot_product_attention": (0, 5, "bhsd", False),
+    "aten::_scaled_dot_product_flash_attention": (0, 4, "bhsd", False),
+    "aten::_scaled_dot_product_efficient_attention": (0, 6, "bhsd", False),
+    "aten::_scaled_dot_product_cudnn_attention": (0, 6, "bhsd", False),
+    "aten::_scaled_dot_product_flash_attention_backward": (1, 11, "bhsd", True),
+    "aten::_scaled_dot_product_efficient_attention_backward": (1, 11, "bhsd", True),
+    "aten::_scaled_dot_product_cudnn_attention_backward": (1, 14, "bhsd", True),
+    "aten::_flash_attention_forward": (0, 8, "bshd", False),
+    "aten::_flash_attention_backward": (1, 11, "bshd", True),
+    "aten::_efficient_attention_forward": (0, 99, "bshd", False),
+    "aten::_efficient_attention_backward": (1, 99, "bshd", True),
+}
+# Matmul ops: (index of the first operand, kind) — the second operand follows it.
+GEMM_OPS: dict[str, tuple[int, str]] = {
+    "aten::mm": (0, "mm"), "aten::_scaled_mm": (0, "mm"), "aten::addmm": (1, "mm"), "aten::bmm": (0, "bmm"),
+    "aten::baddbmm": (1, "bmm"), "aten::matmul": (0, "matmul"), "aten::linear": (0, "linear"),
+}
+# Convolution ops: whether the op is a transposed convolution (None: its concrete input 6 says), and which of
+# _CONV_ARGS's argument orders its signature has.
+CONV_OPS: dict[str, tuple[bool | None, str]] = {
+    "aten::conv1d": (False, "conv"), "aten::conv2d": (False, "conv"), "aten::conv3d": (False, "conv"),
+    "aten::convolution": (None, "convolution"), "aten::_convolution": (None, "convolution"),
+    "aten::cudnn_convolution": (False, "cudnn"), "aten::conv_transpose1d": (True, "transpose"),
+    "aten::conv_transpose2d": (True, "transpose"), "aten::conv_transpose3d": (True, "transpose"),
+}
+
+
+def _conv_model(name: str) -> Callable[..., float | None]:
+    transposed, order = CONV_OPS[name]
+    args = _CONV_ARGS[order]
+    if transposed is None:
+        return lambda d, c=None: conv(d, c, _is_causal(c, 6), args)
+    return lambda d, c=None: conv(d, c, transposed, args)
+
+
 MODELS: dict[str, Callable[..., float | None]] = {
     "aten::mm": _plain(mm),
     "aten::addmm": _plain(addmm),
@@ -201,26 +239,9 @@ MODELS: dict[str, Callable[..., float | None]] = {
     "aten::matmul": _plain(matmul),
     "aten::linear": _plain(linear),
     "aten::_scaled_mm": _plain(mm),
-    "aten::scaled_dot_product_attention": _sdpa(0, 5),
-    "aten::_scaled_dot_product_flash_attention": _sdpa(0, 4),
-    "aten::_scaled_dot_product_efficient_attention": _sdpa(0, 6),
-    "aten::_scaled_dot_product_cudnn_attention": _sdpa(0, 6),
-    "aten::_scaled_dot_product_flash_attention_backward": _sdpa(1, 11, backward=True),
-    "aten::_scaled_dot_product_efficient_attention_backward": _sdpa(1, 11, backward=True),
-    "aten::_scaled_dot_product_cudnn_attention_backward": _sdpa(1, 14, backward=True),
-    "aten::_flash_attention_forward": _sdpa(0, 8, layout="bshd"),
-    "aten::_flash_attention_backward": _sdpa(1, 11, layout="bshd", backward=True),
-    "aten::_efficient_attention_forward": _sdpa(0, 99, layout="bshd"),
-    "aten::_efficient_attention_backward": _sdpa(1, 99, layout="bshd", backward=True),
-    "aten::conv1d": conv,
-    "aten::conv2d": conv,
-    "aten::conv3d": conv,
-    "aten::convolution": lambda d, c=None: conv(d, c, _is_causal(c, 6), _CONV_ARGS["convolution"]),
-    "aten::_convolution": lambda d, c=None: conv(d, c, _is_causal(c, 6), _CONV_ARGS["convolution"]),
-    "aten::cudnn_convolution": lambda d, c=None: conv(d, c, False, _CONV_ARGS["cudnn"]),
-    "aten::conv_transpose1d": lambda d, c=None: conv(d, c, True, _CONV_ARGS["transpose"]),
-    "aten::conv_transpose2d": lambda d, c=None: conv(d, c, True, _CONV_ARGS["transpose"]),
-    "aten::conv_transpose3d": lambda d, c=None: conv(d, c, True, _CONV_ARGS["transpose"]),
+    **{name: _sdpa(q_at, causal_at, layout=layout, backward=bwd)
+       for name, (q_at, causal_at, layout, bwd) in ATTENTION_OPS.items()},
+    **{name: _conv_model(name) for name in CONV_OPS},
     "aten::convolution_backward": conv_backward,
 }
 
@@ -245,6 +266,106 @@ def op_flops(name: str, input_dims: str | None, concrete_inputs: str | None = No
     except (TypeError, ValueError, IndexError, ZeroDivisionError):
         return None
     return f if f is not None and math.isfinite(f) and f >= 0 else None
+
+
+SHAPE_FIELDS = ("family", "shape", "pass", "batch", "m", "n", "k", "heads", "kv_heads", "q_len", "kv_len", "head_dim",
+                "causal", "conv_input", "conv_weight", "stride", "padding", "dilation", "groups", "transposed")
+
+
+def op_shape(name: str, input_dims: str | None, concrete_inputs: str | None = None) -> dict[str, Any] | None:
+    """The problem shape of a matmul-class op, as its FLOP model reads it (the per-shape table): GEMM M, N, K (and
+    batch), attention batch, heads (query and key/value), query / key length, head dim, causal and pass, convolution
+    input, weight, stride, padding, dilation, groups. None when the op has no shape model or its dims are missing.
+    Every value is an int, a bool or text; `shape` is the one-line description."""
+    try:
+        d = json.loads(input_dims) if input_dims else None
+        concrete = json.loads(concrete_inputs) if concrete_inputs else None
+    except ValueError:
+        return None
+    if not isinstance(d, list):
+        return None
+    concrete = concrete if isinstance(concrete, list) else None
+    out: dict[str, Any] = dict.fromkeys(SHAPE_FIELDS)
+    if name in GEMM_OPS:
+        at, kind = GEMM_OPS[name]
+        if len(d) < at + 2:
+            return None
+        a, b = _shape(d[at]), _shape(d[at + 1])
+        if not a or not b:
+            return None
+        batch = 1
+        if kind == "mm":
+            if len(a) != 2 or len(b) != 2:
+                return None
+            m, k, n = a[0], a[1], b[1]
+        elif kind == "bmm":
+            if len(a) != 3 or len(b) != 3:
+                return None
+            batch, m, k, n = a[0], a[1], a[2], b[2]
+        elif kind == "linear":
+            if len(b) != 2:
+                return None
+            m, k, n = _prod(a[:-1]), a[-1], b[0]
+        else:  # matmul: numpy broadcasting, 1-D operands promoted; a batch against a matrix is one GEMM (torch folds it)
+            a2 = [1, a[0]] if len(a) == 1 else a
+            b2 = [b[0], 1] if len(b) == 1 else b
+            m, k, n = (_prod(a2[:-1]) if len(b2) == 2 else a2[-2]), a2[-1], b2[-1]
+            ba, bb = (a2[:-2], b2[:-2]) if len(b2) > 2 else ([], [])
+            nb = max(len(ba), len(bb))
+            ba, bb = [1] * (nb - len(ba)) + ba, [1] * (nb - len(bb)) + bb
+            batch = _prod([max(x, y) for x, y in zip(ba, bb, strict=True)])
+        out.update(family="gemm", batch=batch, m=m, n=n, k=k,
+                   shape=(f"batch {batch} × " if batch > 1 else "") + f"M={m} N={n} K={k}")
+        return out
+    if name in ATTENTION_OPS:
+        q_at, causal_at, layout, backward = ATTENTION_OPS[name]
+        if len(d) < q_at + 3:
+            return None
+        q, kk, v = _shape(d[q_at]), _shape(d[q_at + 1]), _shape(d[q_at + 2])
+        if not q or not kk or len(q) != 4 or len(kk) != 4:
+            return None
+        if layout == "bhsd":
+            nb_, h, lq, e = q
+            hk, s_len = kk[1], kk[2]
+        else:
+            nb_, lq, h, e = q
+            s_len, hk = kk[1], kk[2]
+        ev = v[-1] if v and len(v) == 4 else e
+        causal = _is_causal(concrete, causal_at)
+        out.update(family="attention", batch=nb_, heads=h, kv_heads=hk, q_len=lq, kv_len=s_len, head_dim=e,
+                   causal=causal, **{"pass": "backward" if backward else "forward"},
+                   shape=f"B={nb_} H={h}" + (f"/{hk}" if hk != h else "") + f" L={lq} S={s_len} D={e}"
+                         + (f"/{ev}" if ev != e else "") + (" causal" if causal else ""))
+        return out
+    if name in CONV_OPS or name == "aten::convolution_backward":
+        backward = name == "aten::convolution_backward"
+        if backward:  # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, …, groups)
+            d, concrete = d[1:], None if concrete is None else concrete[1:]
+            transposed, args = _is_causal(concrete, 6), _CONV_ARGS["convolution"]
+        else:
+            t, order = CONV_OPS[name]
+            transposed, args = (t if t is not None else _is_causal(concrete, 6)), _CONV_ARGS[order]
+        x, w = (_shape(d[0]) if d else None), (_shape(d[1]) if len(d) > 1 else None)
+        if not x or not w or len(x) < 3 or len(w) != len(x):
+            return None
+        nsp = len(x) - 2
+        stride = _ints(concrete, args[0], nsp) or [1] * nsp
+        padding = _ints(concrete, args[1], nsp) or [0] * nsp
+        dilation = _ints(concrete, args[2], nsp) or [1] * nsp
+        g = _ints(concrete, args[3], nsp)
+        groups = max(g[0] if g else 1, 1)
+
+        def dims(xs: list[int]) -> str:
+            return "×".join(map(str, xs))
+
+        out.update(family="conv", batch=x[0], conv_input=dims(x), conv_weight=dims(w), stride=dims(stride),
+                   padding=dims(padding), dilation=dims(dilation), groups=groups, transposed=bool(transposed),
+                   **{"pass": "backward" if backward else "forward"},
+                   shape=f"in {dims(x)} w {dims(w)}" + (f" stride {dims(stride)}" if any(v != 1 for v in stride) else "")
+                         + (f" pad {dims(padding)}" if any(padding) else "") + (f" groups {groups}" if groups != 1 else "")
+                         + (" transposed" if transposed else ""))
+        return out
+    return None
 
 
 def op_bytes(name: str, input_dims: str | None, input_types: str | None) -> float | None:

@@ -1,6 +1,8 @@
-"""Judge: turn the measured tables into the verdict document (SPEC §6, `plasmient.verdict/1`).
+"""Judge: turn the measured tables into the verdict (SPEC §6, `plasmient.verdict/1`), typed: a
+`verdict_model.Verdict` built from the window-scoped views of the measurement library (sql/).
 
-Renderers only format this document; the wording thresholds live here.
+Renderers, `diff` and `batch` read this typed verdict (and the store's views), never its text; the wording
+thresholds live here.
 """
 
 from __future__ import annotations
@@ -13,11 +15,39 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import msgspec
 
-from . import __version__, measured, roofline
+from . import __version__, measured, roofline, verdict_tables
 from .errors import BadInput
-from .metrics import GpuPeak, loss_fractions
+from .metrics import STEP_LABEL, GpuPeak, loss_fractions, window_label
 from .store import one
+from .verdict_model import (
+    Clock,
+    ClockSource,
+    Coverage,
+    Finding,
+    GpuEntry,
+    HardwareEstimate,
+    Headroom,
+    IncompleteSource,
+    KernelGroup,
+    Loss,
+    OpGroup,
+    Peak,
+    PrecisionShare,
+    RangeSummary,
+    RankSteps,
+    RankSummary,
+    RunInfo,
+    Shape,
+    Step,
+    StepRef,
+    StepSummary,
+    Tool,
+    Utilization,
+    Verdict,
+    WindowUtilization,
+)
 from .vocab import CATEGORIES, MATERIAL_UNKNOWN_FLOPS
 
 if sys.version_info >= (3, 11):
@@ -38,6 +68,8 @@ class Thresholds:
     useful_achieved: float = 0.30
     comm_share: float = 0.50             # communication share of busy time above which: "communication-bound"
     material_unknown_flops: float = MATERIAL_UNKNOWN_FLOPS  # unknown share of compute time above: a lower bound
+    slow_step: float = 0.10              # a step this much slower than the median step is flagged (an outlier)
+    slow_rank: float = 0.05              # a rank whose mean step is this much above the fastest rank's is named
 
 
 def thresholds_from(config: Path | None) -> Thresholds:
@@ -69,6 +101,9 @@ class RunContext:
     peaks: list[GpuPeak]
     missing_ranges: dict[str, list[int]]
     notes: list[str] = field(default_factory=list)
+    tokens_per_step: float | None = None   # --tokens-per-step: tokens one rank processes per step
+    samples_per_step: float | None = None  # --samples-per-step
+    model_flops: float | None = None       # --model-flops: the model's FLOPs per step (the MFU convention)
 
 
 # One-line fixes per category; the rules (SPEC §5) replace these with findings that name the cause.
@@ -89,36 +124,35 @@ RECOMMENDATIONS = {
 }
 
 
-def loss_list(fractions: dict[str, float], fixes: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """The waterfall's lines; a category's recommendation is its best finding's one-line fix when a rule
-    explained it, else the generic text."""
+def loss_list(fractions: dict[str, float], fixes: dict[str, str] | None = None) -> list[Loss]:
+    """The waterfall's lines, largest first; a category's recommendation is its best finding's one-line fix when a
+    rule explained it, else the generic text."""
     fixes = fixes or {}
-    out = [{"category": c, "layer": CATEGORIES[c], "fraction": f,
-            "recommendation": fixes.get(c) or RECOMMENDATIONS[c]}
+    out = [Loss(category=c, layer=CATEGORIES[c], fraction=f, recommendation=fixes.get(c) or RECOMMENDATIONS[c])
            for c, f in fractions.items() if c in CATEGORIES and f > 0]
-    return sorted(out, key=lambda x: -x["fraction"])
+    return sorted(out, key=lambda x: -x.fraction)
 
 
-def findings_list(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+def findings_list(con: duckdb.DuckDBPyConnection) -> list[Finding]:
     """The rules' findings (the `findings` table, worst first) as verdict entries."""
     cur = con.execute("""SELECT rule_id, layer, category, severity, rank, lost_fraction, title, evidence,
                                   recommendation, fix, key FROM findings
                            ORDER BY lost_fraction DESC NULLS LAST, rule_id, key""")
     out = []
     for rid, layer, cat, sev, rank, lost, title, ev, rec, fix, key in cur.fetchall():
-        out.append({"rule": rid, "layer": layer, "category": cat, "severity": sev, "rank": rank,
-                    "lost_fraction": _f(lost), "title": title, "evidence": json.loads(ev) if ev else {},
-                    "recommendation": rec, "fix": fix, "key": key})
+        out.append(Finding(rule=rid, layer=layer, category=cat, severity=sev, rank=rank, lost_fraction=_f(lost),
+                           title=title, evidence=_finite(json.loads(ev)) if ev else {}, recommendation=rec,
+                           fix=fix, key=key))
     return out
 
 
-def best_fixes(findings: list[dict[str, Any]], rank: int | None = None) -> dict[str, str]:
+def best_fixes(findings: list[Finding], rank: int | None = None) -> dict[str, str]:
     """Per loss category, the one-line fix of the finding that explains most of it (for `rank`: its own
     findings and the run-wide ones)."""
     fixes: dict[str, str] = {}
     for f in findings:  # worst first
-        if f["category"] and f["fix"] and f["category"] not in fixes and (rank is None or f["rank"] in (None, rank)):
-            fixes[f["category"]] = f["fix"]
+        if f.category and f.fix and f.category not in fixes and (rank is None or f.rank in (None, rank)):
+            fixes[f.category] = f.fix
     return fixes
 
 
@@ -127,6 +161,17 @@ def _f(x: Any) -> float | None:
         return None
     x = float(x)
     return x if math.isfinite(x) else None
+
+
+def _finite(x: Any) -> Any:
+    """A rule's evidence with every non-finite number as null (the verdict holds finite numbers only)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
 
 
 def _metric_rows(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> list[dict[str, Any]]:
@@ -159,21 +204,21 @@ def verdict_word(util: float | None, achieved: float | None, comm_share: float, 
     return "underused"
 
 
-def headroom(achieved: float | None, lower_bound: bool = False) -> dict[str, Any]:
+def headroom(achieved: float | None, lower_bound: bool = False) -> Headroom:
     """1 / achieved, worded. A lower-bound achieved gives only an upper bound on headroom: no factor is claimed."""
     if achieved is None:
-        return {"factor": None, "text": "unknown (the achieved fraction is unknown)" if lower_bound else
-                "unknown (no useful FLOPs measured)"}
+        return Headroom(factor=None, text="unknown (the achieved fraction is unknown)" if lower_bound else
+                        "unknown (no useful FLOPs measured)")
     if achieved <= 0:
-        return {"factor": None, "text": "unknown (the achieved fraction is a lower bound)" if lower_bound else
-                "unknown (no useful FLOPs measured)"}
+        return Headroom(factor=None, text="unknown (the achieved fraction is a lower bound)" if lower_bound else
+                        "unknown (no useful FLOPs measured)")
     f = 1.0 / achieved
     if lower_bound:
-        return {"factor": None, "text": f"unknown: at most {f:.1f}x (the achieved fraction is a lower bound)"
-                if f <= 100 else "unknown (the achieved fraction is a lower bound)"}
+        return Headroom(factor=None, text=f"unknown: at most {f:.1f}x (the achieved fraction is a lower bound)"
+                        if f <= 100 else "unknown (the achieved fraction is a lower bound)")
     if f > 100:
-        return {"factor": f, "text": "more than 100x below peak"}
-    return {"factor": f, "text": f"{f:.1f}x headroom before new hardware"}
+        return Headroom(factor=f, text="more than 100x below peak")
+    return Headroom(factor=f, text=f"{f:.1f}x headroom before new hardware")
 
 
 MAX_LISTED_RANKS = 1024
@@ -218,28 +263,28 @@ def achieved_of(row: dict[str, Any], t: Thresholds) -> Achieved:
 
 
 def _achieved_by_precision(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None,
-                           rank: int | None = None, device: int | None = None) -> list[dict[str, Any]]:
+                           rank: int | None = None, device: int | None = None) -> list[PrecisionShare]:
     rows = con.execute("""
         SELECT precision, flops, peak_flop_s, achieved_fraction_of_peak FROM metrics_by_precision
         WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND rank IS NOT DISTINCT FROM ?
           AND device IS NOT DISTINCT FROM ?
         ORDER BY achieved_fraction_of_peak DESC, precision""", [scope, range_name, rank, device]).fetchall()
-    return [{"precision": p, "flops": _f(fl), "peak_tflops": pk / 1e12 if pk else None, "fraction": _f(fr)}
+    return [PrecisionShare(precision=p, flops=_f(fl), peak_tflops=pk / 1e12 if pk else None, fraction=_f(fr))
             for p, fl, pk, fr in rows]
 
 
-def hardware_estimate(means: list[measured.WindowMean], scope: str, range_name: str | None) -> dict[str, Any] | None:
+def hardware_estimate(means: list[measured.WindowMean], scope: str, range_name: str | None) -> HardwareEstimate | None:
     """Tensor-pipe activity from device counters (nsys GPU metrics' Tensor Active, DCGM PIPE_TENSOR_ACTIVE) covering
     the window, beside the achieved fraction."""
     m = next((x for x in means if x.scope == scope and x.range_name == range_name and x.rank is None
               and x.metric == "tensor_active"), None)
     if m is None:
         return None
-    return {"metric": "tensor_active", "value": m.value,
-            "source": m.sources[0] if len(m.sources) == 1 else ", ".join(m.sources),
-            "what": "the share of time the tensor cores were active, averaged over the window by the GPU's own "
-                    "counters: an upper bound on tensor-core work (an active pipe is not a full one), measured with "
-                    "no FLOP estimate, so it stands where the trace cannot say"}
+    return HardwareEstimate(
+        metric="tensor_active", value=_f(m.value), source=m.sources[0] if len(m.sources) == 1 else ", ".join(m.sources),
+        what="the share of time the tensor cores were active, averaged over the window by the GPU's own counters: an "
+             "upper bound on tensor-core work (an active pipe is not a full one), measured with no FLOP estimate, so "
+             "it stands where the trace cannot say")
 
 
 def _range_info(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
@@ -251,15 +296,148 @@ def _range_info(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
     return {lab: {"ranks": int(r), "count": int(n), "window": "gpu" if g else "cpu"} for lab, r, n, g in rows}
 
 
-def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None = None) -> dict[str, Any]:
+def _utilization(block: dict[str, Any]) -> WindowUtilization:
+    return msgspec.convert(block, WindowUtilization)
+
+
+TOP_SHAPES = 30
+
+
+def shapes_of(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None) -> tuple[list[Shape], int]:
+    """The window's matmul-class work per shape (sql/shapes.sql `shape_roofline`): the first TOP_SHAPES by time, and
+    how many shapes there are."""
+    if one(con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'kernel_shapes'") == (0,):
+        return [], 0
+    cur = con.execute("SELECT * FROM shape_roofline(?, ?)", [scope, range_name])
+    cols = [d[0] for d in cur.description]
+    rows = cur.fetchall()
+    out = []
+    for r in rows[:TOP_SHAPES]:
+        d = _finite(dict(zip(cols, r, strict=True)))
+        out.append(Shape(
+            family=d["family"], op=d["op"], shape=d["shape"], dtype=d["dtype"], precision=d["precision"],
+            layout=d["layout"], pass_=d["pass"], batch=d["batch"], m=d["m"], n=d["n"], k=d["k"], heads=d["heads"],
+            kv_heads=d["kv_heads"], q_len=d["q_len"], kv_len=d["kv_len"], head_dim=d["head_dim"], causal=d["causal"],
+            conv_input=d["conv_input"], conv_weight=d["conv_weight"], stride=d["stride"], padding=d["padding"],
+            groups=d["groups"], transposed=d["transposed"], calls=int(d["calls"]), kernels=int(d["kernels"]),
+            time_ns=float(d["time_ns"]), time_share=d["time_share"], time_per_call_ns=d["time_per_call_ns"],
+            flops=d["flops"], bytes=d["bytes"], achieved_flop_s=d["achieved_flop_s"],
+            achieved_bandwidth_bytes_s=d["achieved_bandwidth_bytes_s"], fraction_of_peak=d["fraction_of_peak"],
+            arithmetic_intensity=d["arithmetic_intensity"], bound=d["bound"], kernel_class=d["class"],
+            kernel=d["kernel"], kernel_names=int(d["kernel_names"]), parent_op=d["parent_op"]))
+    return out, len(rows)
+
+
+MAX_STEPS = 4096      # step rows in the verdict (the store's `steps` table has all)
+MAX_STEP_REFS = 20
+MAX_RANK_STEPS = 64
+
+
+def step_labels(con: duckdb.DuckDBPyConnection, ranges: list[str]) -> list[str]:
+    """The ranges whose occurrences are the run's steps: the --range patterns; without --range, ProfilerStep#* when
+    the trace has it, else the top-level range that repeats on a rank (two or more occurrences) and covers the most
+    GPU time; none when nothing repeats."""
+    have = {lab: (per_rank, total) for lab, per_rank, total in con.execute(
+        "SELECT label, max(occurrence) + 1, sum(gpu_ns) FROM steps GROUP BY label").fetchall()}
+    if ranges:
+        return [r for r in dict.fromkeys(ranges) if r in have]
+    if STEP_LABEL in have:
+        return [STEP_LABEL]
+    repeating = sorted(((-total, lab) for lab, (per_rank, total) in have.items() if per_rank >= 2))
+    return [repeating[0][1]] if repeating else []
+
+
+def _ref(row: dict[str, Any]) -> StepRef:
+    return StepRef(rank=row["rank"], device=row["device"], occurrence=row["occurrence"], name=row["name"],
+                   gpu_ns=row["gpu_ns"], excess_over_median=_f(row["excess_over_median"]))
+
+
+def _per_s(amount: float | None, ns: float | None) -> float | None:
+    return amount / (ns / 1e9) if amount is not None and ns else None
+
+
+def steps_of(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds) -> tuple[list[Step], list[StepSummary]]:
+    """Per step and per range of steps, from the library's `steps` / `step_stats` (sql/steps.sql), with throughput
+    and MFU when --tokens-per-step / --samples-per-step / --model-flops say the work of a step."""
+    labels = step_labels(con, ctx.ranges)
+    steps: list[Step] = []
+    summaries: list[StepSummary] = []
+    for label in labels:
+        cur = con.execute("SELECT * FROM steps WHERE label = ? ORDER BY rank, device, occurrence", [label])
+        cols = [d[0] for d in cur.description]
+        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        for row in rows:
+            gpu = row["gpu_ns"]
+            kns = row["kernel_ns"] or 0
+            unknown = (row["unknown_ns"] or 0) / kns if kns else 0.0
+            achieved = _f(row["achieved_fraction_of_peak"])
+            lower = achieved is not None and unknown > t.material_unknown_flops
+            if achieved is not None and kns and row["unknown_ns"] and not row["kernel_ns_with_flops"]:
+                achieved, lower = None, True
+            peak = row["peak_flop_s"]
+            row["slow"] = row["excess_over_median"] is not None and row["excess_over_median"] > t.slow_step
+            top = row["largest_loss"]
+            steps.append(Step(
+                range=label, name=row["name"], rank=row["rank"], device=row["device"], occurrence=row["occurrence"],
+                start_ns=row["start_ns"], gpu_ns=gpu, cpu_ns=row["cpu_ns"], window=row["window_kind"],
+                utilization=_f(row["utilization"]), achieved_fraction_of_peak=achieved, achieved_is_lower_bound=lower,
+                flops=_f(row["flops"]), largest_loss=top,
+                largest_loss_fraction=_f(row["largest_loss_ns"] / gpu) if top and gpu else None,
+                excess_over_median=_f(row["excess_over_median"]), slow=row["slow"],
+                tokens_per_s=_per_s(ctx.tokens_per_step, gpu), samples_per_s=_per_s(ctx.samples_per_step, gpu),
+                mfu=_f(ctx.model_flops / (gpu / 1e9 * peak)) if ctx.model_flops is not None and peak and gpu else None))
+        stats = con.execute("SELECT * FROM step_stats WHERE label = ?", [label]).fetchall()
+        if not stats or not rows:
+            continue
+        st = dict(zip([d[0] for d in con.description], stats[0], strict=True))
+        slow = sorted((r for r in rows if r["slow"]), key=lambda r: -r["gpu_ns"])
+        by_gpu: dict[tuple[Any, Any], list[int]] = {}
+        for r in rows:
+            by_gpu.setdefault((r["rank"], r["device"]), []).append(r["gpu_ns"])
+        means = {k: sum(v) / len(v) for k, v in by_gpu.items()}
+        fastest = min(means.values())
+        ranked = sorted(means, key=lambda k: (-means[k], k[0] if k[0] is not None else -1, k[1] or 0))
+        by_rank = [RankSteps(rank=k[0], device=k[1], steps=len(by_gpu[k]), mean_ns=means[k],
+                             excess_over_fastest=means[k] / fastest - 1.0 if fastest else 0.0) for k in ranked]
+        slowest_rank = by_rank[0] if len(by_rank) > 1 and by_rank[0].excess_over_fastest > t.slow_rank else None
+        n_ranks = int(st["ranks"])
+        mean = float(st["mean_ns"])
+        peaks = [(r["gpu_ns"], r["peak_flop_s"]) for r in rows]
+        mfu = None
+        if ctx.model_flops is not None and all(p for _, p in peaks):
+            mfu = _f(ctx.model_flops * len(peaks) / sum(g / 1e9 * p for g, p in peaks))
+        tps = _per_s(ctx.tokens_per_step, mean)
+        sps = _per_s(ctx.samples_per_step, mean)
+        summaries.append(StepSummary(
+            range=label, steps=int(st["steps"]), per_rank=int(st["per_rank"]), ranks=n_ranks, mean_ns=mean,
+            median_ns=float(st["median_ns"]), min_ns=int(st["min_ns"]), max_ns=int(st["max_ns"]),
+            stddev_ns=float(st["stddev_ns"]), spread=_f(st["cv"]), utilization=_f(st["utilization"]),
+            achieved_fraction_of_peak=_f(st["achieved_fraction_of_peak"]),
+            slowest=_ref(max(rows, key=lambda r: (r["gpu_ns"], -r["occurrence"]))),
+            slow_threshold=t.slow_step, slow_steps=[_ref(r) for r in slow[:MAX_STEP_REFS]],
+            slow_step_count=len(slow), by_rank=by_rank[:MAX_RANK_STEPS], slowest_rank=slowest_rank,
+            tokens_per_step=ctx.tokens_per_step, samples_per_step=ctx.samples_per_step,
+            tokens_per_s=tps, tokens_per_s_all_ranks=tps * n_ranks if tps is not None else None,
+            samples_per_s=sps, samples_per_s_all_ranks=sps * n_ranks if sps is not None else None,
+            model_flops=ctx.model_flops, mfu=mfu))
+    return steps[:MAX_STEPS], summaries
+
+
+GIVE_FLOPS = ("give --model-flops N (the model's FLOPs per step or per --range occurrence), record shapes "
+              "(torch.profiler record_shapes=True; nsys: emit_nvtx(record_shapes=True)), or an Nsight Compute CSV")
+
+
+def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None = None) -> Verdict:
+    """The verdict of one run, typed (`verdict_model.Verdict`), from the window-scoped views of the store: the
+    headline window (the first --range, else each GPU's profiled window), per rank, per range."""
     t = t or Thresholds()
     scope = "range" if ctx.ranges else "window"
-    # With --range the headline is the union of the requested ranges; several patterns → the first.
+    # With --range the headline is the union of the requested ranges (several patterns: a label of its own).
+    head_range = window_label(ctx.ranges)
     head_where = "scope = 'range' AND range_name = ? AND rank IS NULL" if ctx.ranges else \
         "scope = 'window' AND rank IS NULL"
-    head_params: list[Any] = [ctx.ranges[0]] if ctx.ranges else []
+    head_params: list[Any] = [head_range] if ctx.ranges else []
     head = (_metric_rows(con, head_where, head_params) or [{}])[0]
-    head_range = ctx.ranges[0] if ctx.ranges else None
     util = _f(head.get("utilization"))
     ach = achieved_of(head, t)
     achieved = ach.value
@@ -287,60 +465,58 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     for r in _metric_rows(con, f"scope = '{scope}' AND rank IS NOT NULL" +
                           (" AND range_name = ?" if ctx.ranges else ""), head_params):
         a = achieved_of(r, t)
-        ranks.append({
-            "rank": r["rank"], "device": r["device"], "host": hosts.get(r["rank"]),
-            "gpu": names.get((r["rank"], r["device"])),
-            "utilization": measured.utilization_block(_f(r["utilization"]), means, scope, head_range, r["rank"],
-                                                      r["device"]),
-            "achieved_fraction_of_peak": a.value, "achieved_is_lower_bound": a.lower_bound,
-            "window_ns": r["window_ns"], "flops": _f(r["flops"]),
-            "losses": loss_list(loss_fractions(con, scope, head_range, r["rank"], r["device"]),
-                                best_fixes(findings, r["rank"]))})
+        ranks.append(RankSummary(
+            rank=r["rank"], device=r["device"], host=hosts.get(r["rank"]), gpu=names.get((r["rank"], r["device"])),
+            utilization=_utilization(measured.utilization_block(_f(r["utilization"]), means, scope, head_range,
+                                                                r["rank"], r["device"])),
+            achieved_fraction_of_peak=a.value, achieved_is_lower_bound=a.lower_bound,
+            window_ns=r["window_ns"], flops=_f(r["flops"]),
+            losses=loss_list(loss_fractions(con, scope, head_range, r["rank"], r["device"]),
+                             best_fixes(findings, r["rank"]))))
     info = _range_info(con)
     ranges = []
     for r in _metric_rows(con, "scope = 'range' AND rank IS NULL", []):
+        if len(set(ctx.ranges)) > 1 and r["range_name"] == head_range:
+            continue  # the union of the patterns is the headline window, not a range of the trace
         a = achieved_of(r, t)
         ri = info.get(r["range_name"], {})
         n_gpus = one(con, "SELECT count(*) FROM metrics WHERE scope = 'range' AND range_name = ? AND rank IS NOT NULL",
                      [r["range_name"]]) or (1,)
         per_occ = r["window_ns"] / r["occurrences"] if r.get("occurrences") else None
-        ranges.append({
-            "name": r["range_name"], "count": r["occurrences"], "ranks": ri.get("ranks"),
-            "window": ri.get("window"), "window_ns": r["window_ns"],
-            "per_occurrence_ns": per_occ if n_gpus[0] else None,
-            "utilization": _f(r["utilization"]), "achieved_fraction_of_peak": a.value,
-            "achieved_is_lower_bound": a.lower_bound,
-            "utilization_measured": measured.utilization_block(None, means, "range", r["range_name"], None,
-                                                               None)["measured"],
-            "flops": _f(r["flops"]), "missing_ranks": ctx.missing_ranges.get(r["range_name"], []),
-            "losses": loss_list(loss_fractions(con, "range", r["range_name"], None))})
+        ranges.append(RangeSummary(
+            name=r["range_name"], count=r["occurrences"], ranks=ri.get("ranks"), window=ri.get("window"),
+            window_ns=r["window_ns"], per_occurrence_ns=_f(per_occ) if n_gpus[0] else None,
+            utilization=_f(r["utilization"]), achieved_fraction_of_peak=a.value,
+            achieved_is_lower_bound=a.lower_bound,
+            utilization_measured=_f(measured.utilization_block(None, means, "range", r["range_name"], None,
+                                                               None)["measured"]),
+            flops=_f(r["flops"]), missing_ranks=ctx.missing_ranges.get(r["range_name"], []),
+            losses=loss_list(loss_fractions(con, "range", r["range_name"], None))))
     for name, miss in ctx.missing_ranges.items():
-        if not any(x["name"] == name for x in ranges):
-            ranges.append({"name": name, "count": 0, "ranks": 0, "window": None, "window_ns": 0,
-                           "per_occurrence_ns": None, "utilization": None, "achieved_fraction_of_peak": None,
-                           "achieved_is_lower_bound": False, "flops": None, "missing_ranks": miss, "losses": []})
+        if not any(x.name == name for x in ranges):
+            ranges.append(RangeSummary(name=name, count=0, ranks=0, window=None, window_ns=0, per_occurrence_ns=None,
+                                       utilization=None, achieved_fraction_of_peak=None, achieved_is_lower_bound=False,
+                                       flops=None, missing_ranks=miss, losses=[]))
 
     sources = con.execute("""
         SELECT path, format, format_version, rank, rank_method, clock_anchor, offset_ns, offset_method,
                offset_uncertainty_ns, notes, time_zone, sample_period_ns FROM sources ORDER BY source_id""").fetchall()
-    gpus = [{"rank": p.rank, "device": p.device, "name": p.device_name} for p in ctx.peaks]
+    gpus = [GpuEntry(rank=p.rank, device=p.device, name=p.device_name) for p in ctx.peaks]
     first = ctx.peaks[0].peak if ctx.peaks else None
     distinct_gpus = {p.peak.gpu for p in ctx.peaks}
     by_precision = _achieved_by_precision(con, scope, head_range) if achieved is not None else []
-    dominant = by_precision[0]["precision"] if by_precision else (first.precision if first else ctx.precision)
+    dominant = by_precision[0].precision if by_precision else (first.precision if first else ctx.precision)
     dom_peak = one(con, """SELECT peak_flop_s, source FROM device_peaks WHERE peak_precision = ?
                            ORDER BY rank, device LIMIT 1""", [dominant]) if ctx.peaks else None
     word = verdict_word(util, achieved, comm_share, t, ach.lower_bound, ach.peak_known)
     notes = list(ctx.notes)
     unknown_pct = f"{ach.unknown_fraction:.0%}" if ach.unknown_fraction is not None else "?"
-    give = ("give --model-flops N (the model's FLOPs per step or per --range occurrence), record shapes "
-            "(torch.profiler record_shapes=True; nsys: emit_nvtx(record_shapes=True)), or an Nsight Compute CSV")
     if achieved is None and ach.peak_known and ach.lower_bound:
         notes.append(f"achieved: unknown — no compute kernel in the window has a FLOP estimate ({unknown_pct} of "
-                     f"compute-kernel time may do matmul-class work that nothing estimates); {give}")
+                     f"compute-kernel time may do matmul-class work that nothing estimates); {GIVE_FLOPS}")
     elif ach.lower_bound:
         notes.append(f"{unknown_pct} of compute-kernel time is unknown work (GEMM / attention / custom or compiled "
-                     f"kernels without a FLOP estimate): the achieved fraction is a lower bound; {give}")
+                     f"kernels without a FLOP estimate): the achieved fraction is a lower bound; {GIVE_FLOPS}")
     if first is not None and not first.known:
         notes.append(first.source + ("; utilization and the time-based losses are still measured"
                                      if util is not None else ""))
@@ -356,69 +532,84 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
         notes.append(f"{head['capped_ns'] / 1e6:.2f} ms of kernel time implied more than peak and was capped at "
                      "peak: a FLOP estimate or the peak is wrong")
     notes += _precision_notes(con, scope, head_range)
-    for r in ranges:
-        if r["window"] == "cpu":
-            notes.append(f"range {r['name']} launched no GPU work: its window is its CPU interval")
+    for rs in ranges:
+        if rs.window == "cpu":
+            notes.append(f"range {rs.name} launched no GPU work: its window is its CPU interval")
+    # The roofline, built once here (the library's kernel_roofline): report.html reads these rows.
     kgroups = roofline.kernel_groups(con, scope, head_range, by="kernel")
     ogroups = roofline.kernel_groups(con, scope, head_range, by="op")
+    steps, step_summary = steps_of(con, ctx, t)
+    shapes, n_shapes = shapes_of(con, scope, head_range)
+    for ss in step_summary:
+        if ss.slow_step_count:
+            worst = ss.slow_steps[0]
+            notes.append(f"{ss.slow_step_count} of {ss.steps} steps of {ss.range} are more than {ss.slow_threshold:.0%} "
+                         f"slower than the median step ({ss.median_ns / 1e6:,.1f} ms); the slowest, {worst.name} on "
+                         f"rank {worst.rank}, took {worst.gpu_ns / 1e6:,.1f} ms "
+                         f"({1 + (worst.excess_over_median or 0):,.1f}× the median): an outlier step is often the "
+                         "finding")
     above = [g for g in kgroups[:TOP_GROUPS] if g.bandwidth_above_hbm_peak]
     if above:
         notes.append(f"{len(above)} of the top kernels' byte estimates imply more than the HBM peak (e.g. "
                      f"{above[0].name[:60]}): L2-resident reuse, or a byte model that over-counts — their bandwidth "
                      "is an estimate, not a measurement")
-    return {
-        "schema": SCHEMA,
-        "tool": {"name": "plasmient-report", "version": __version__},
-        "run": {
-            "inputs": ctx.inputs,
-            "ranks": sorted({p.rank for p in ctx.peaks}),
-            "gpus": gpus,
-            "window_ns": head.get("window_ns"),
-            "range": ctx.ranges or None,
-            "occurrences": head.get("occurrences"),
-        },
-        "utilization": {**measured.utilization_block(util, means, scope, head_range, None, None),
-                        "measured_by_source": measured.by_source(con, scope, head_range)},
-        "achieved_fraction_of_peak": achieved,
-        "achieved_is_lower_bound": ach.lower_bound,
-        "achieved_by_precision": by_precision,
-        "hardware_estimate": hardware_estimate(means, scope, head_range),
-        "peak": {
-            "gpu": first.gpu if first else None,
-            "gpus": sorted(g for g in distinct_gpus if g) if len(distinct_gpus) > 1 else None,
-            "precision": dominant,
-            "precisions": [b["precision"] for b in by_precision] or ([dominant] if dominant else []),
-            "tflops": dom_peak[0] / 1e12 if dom_peak and dom_peak[0] else None,
-            "memory_bandwidth_tbs": first.bandwidth_bytes_s / 1e12 if first and first.bandwidth_bytes_s else None,
-            "source": (dom_peak[1] if dom_peak else None) or (first.source if first else None),
-        },
-        "losses": losses,
-        "headroom": headroom(achieved, ach.lower_bound),
-        "verdict": word,
-        "findings": findings,
-        "ranks": ranks,
-        "ranges": ranges,
-        "clock": {"sources": [
-            {"path": s[0], "format": s[1], "format_version": s[2], "rank": s[3], "rank_method": s[4],
-             "anchor": s[5], "offset_ns": s[6], "method": s[7], "uncertainty_ns": s[8], "time_zone": s[10],
-             "sample_period_ns": s[11], "notes": s[9]} for s in sources]},
-        "coverage": {
-            "kernels": kern[0],
-            "kernels_with_flops_time_fraction": ach.with_flops_fraction,
-            "unknown_flops_time_fraction": ach.unknown_fraction,
-            "run_kernels_with_flops_time_fraction": cov_run,
-            "kernels_flops_from_model": kern[1],
-            "kernels_flops_from_trace": kern[2],
-            "kernels_flops_from_ncu": kern[3],
-            "kernels_flops_from_user": kern[4],
-            "kernels_linked_to_ops_fraction": _f(linked[0]) if linked else None,
-            "communication_time_fraction": comm_share,
-            **partial,
-        },
-        "top_kernels": roofline.as_records(kgroups, TOP_GROUPS, "kernel"),
-        "top_ops": roofline.as_records(ogroups, TOP_GROUPS, "op"),
-        "notes": notes,
-    }
+    run_ranks: list[int | None] = [r for r in sorted({p.rank for p in ctx.peaks})]
+    return Verdict(
+        schema=SCHEMA,
+        tool=Tool(name="plasmient-report", version=__version__),
+        run=RunInfo(inputs=ctx.inputs, ranks=run_ranks, gpus=gpus,
+                    window_ns=head.get("window_ns"), range=ctx.ranges or None, occurrences=head.get("occurrences")),
+        utilization=msgspec.convert({**measured.utilization_block(util, means, scope, head_range, None, None),
+                                     "measured_by_source": measured.by_source(con, scope, head_range)}, Utilization),
+        achieved_fraction_of_peak=achieved,
+        achieved_is_lower_bound=ach.lower_bound,
+        achieved_by_precision=by_precision,
+        hardware_estimate=hardware_estimate(means, scope, head_range),
+        peak=Peak(
+            gpu=first.gpu if first else None,
+            gpus=sorted(g for g in distinct_gpus if g) if len(distinct_gpus) > 1 else None,
+            precision=dominant,
+            precisions=[b.precision for b in by_precision] or ([dominant] if dominant else []),
+            tflops=dom_peak[0] / 1e12 if dom_peak and dom_peak[0] else None,
+            memory_bandwidth_tbs=first.bandwidth_bytes_s / 1e12 if first and first.bandwidth_bytes_s else None,
+            source=(dom_peak[1] if dom_peak else None) or (first.source if first else None)),
+        losses=losses,
+        headroom=headroom(achieved, ach.lower_bound),
+        verdict=word,
+        findings=findings,
+        ranks=ranks,
+        ranges=ranges,
+        clock=Clock(sources=[
+            ClockSource(path=s[0], format=s[1], format_version=s[2], rank=s[3], rank_method=s[4], anchor=s[5],
+                        offset_ns=s[6], method=s[7], uncertainty_ns=s[8], time_zone=s[10], sample_period_ns=s[11],
+                        notes=s[9]) for s in sources]),
+        coverage=Coverage(
+            kernels=kern[0],
+            kernels_with_flops_time_fraction=_f(ach.with_flops_fraction),
+            unknown_flops_time_fraction=_f(ach.unknown_fraction),
+            run_kernels_with_flops_time_fraction=_f(cov_run),
+            kernels_flops_from_model=kern[1],
+            kernels_flops_from_trace=kern[2],
+            kernels_flops_from_ncu=kern[3],
+            kernels_flops_from_user=kern[4],
+            kernels_linked_to_ops_fraction=_f(linked[0]) if linked else None,
+            communication_time_fraction=_f(comm_share),
+            kernel_names=len(kgroups), op_names=len(ogroups), shapes=n_shapes,
+            world_size=partial["world_size"], missing_ranks=partial["missing_ranks"],
+            missing_rank_count=partial["missing_rank_count"], dropped_events=partial["dropped_events"],
+            incomplete_sources=[IncompleteSource(path=x["path"], what=x["what"]) for x in partial["incomplete_sources"]]),
+        top_kernels=[msgspec.convert(_finite(d), KernelGroup) for d in roofline.as_records(kgroups, TOP_GROUPS, "kernel")],
+        top_ops=[msgspec.convert(_finite(d), OpGroup) for d in roofline.as_records(ogroups, TOP_GROUPS, "op")],
+        shapes=shapes,
+        steps=steps,
+        step_summary=step_summary,
+        # the tables beside the headline (verdict_tables: collectives, memory, launch statistics)
+        collective_stats=verdict_tables.collective_stats(con, scope, head_range,
+                                                         next(iter(step_labels(con, ctx.ranges)), None)),
+        memory=verdict_tables.memory(con),
+        launch_stats=verdict_tables.launch_stats(con, scope, head_range),
+        notes=notes,
+    )
 
 
 def _precision_notes(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None) -> list[str]:

@@ -25,6 +25,7 @@ from .vocab import (
     MATMUL_CLASS_KERNEL_RE,
     MAX_PLAUSIBLE_BANDWIDTH_BYTES_S,
     NS_FIXED_SCALE,
+    STEP_LABEL,
     SYNC_API_RE,
     SYNC_TOLERANCE_NS,
 )
@@ -119,7 +120,30 @@ def assign_peaks(con: duckdb.DuckDBPyConnection, table: list[GpuPeaks], precisio
         "source": pa.array([r[8] for r in rows], pa.string()), "headline": pa.array([r[9] for r in rows], pa.bool_())}))
     con.execute("INSERT INTO device_peaks SELECT * FROM _device_peaks")
     con.unregister("_device_peaks")
+    assign_links(con, table, out)
     return prec, out
+
+
+def assign_links(con: duckdb.DuckDBPyConnection, table: Sequence[GpuPeaks], gpus: Sequence[GpuPeak]) -> None:
+    """Each GPU's links from its peak-table entry into `device_links` (sql/device_links.sql): NULL where the table
+    gives none."""
+    by_key = {g.key: g for g in reversed(table)}  # a user entry (placed first) wins
+    rows = []
+    for g in gpus:
+        entry = by_key.get(g.peak.gpu_key) if g.peak.gpu_key else None
+        ic = entry.interconnect if entry else None
+        rows.append((g.rank, g.device, g.peak.gpu_key, ic.link if ic else None, ic.link_gbs if ic else None,
+                     ic.link_mesh if ic else None, ic.pcie if ic else None, ic.pcie_gbs if ic else None,
+                     ic.source if ic else ("no interconnect figures for this GPU in the peak table" if entry else
+                                           "unknown GPU: no interconnect figures")))
+    sql.install(con, "device_links")
+    cols = ["rank", "device", "gpu_key", "link", "link_gbs", "link_mesh", "pcie", "pcie_gbs", "source"]
+    types = [pa.int32(), pa.int32(), pa.string(), pa.string(), pa.float64(), pa.int32(), pa.string(), pa.float64(),
+             pa.string()]
+    con.register("_device_links", pa.table({c: pa.array([r[i] for r in rows], t)
+                                            for i, (c, t) in enumerate(zip(cols, types, strict=True))}))
+    con.execute("INSERT INTO device_links SELECT * FROM _device_links")
+    con.unregister("_device_links")
 
 
 # ----------------------------------------------------------------------------------------------------- windows
@@ -148,7 +172,13 @@ def _top_level_labels(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
         ORDER BY label, name""").fetchall()]
 
 
-STEP_LABEL = "ProfilerStep#*"
+
+
+def window_label(range_patterns: Sequence[str]) -> str | None:
+    """The label of the analysed window under `--range`: the pattern itself, or with several patterns their
+    union, labelled by the patterns joined with ", " (SPEC §1: the window is the union of the ranges asked for)."""
+    pats = list(dict.fromkeys(range_patterns))
+    return ", ".join(pats) if pats else None
 
 
 def build_windows(con: duckdb.DuckDBPyConnection, range_patterns: Sequence[str],
@@ -165,6 +195,9 @@ def build_windows(con: duckdb.DuckDBPyConnection, range_patterns: Sequence[str],
     if range_patterns:
         pats = list(dict.fromkeys(range_patterns))
         label_rows = [(p, n, True) for p in pats for n in match_range_names(p, names)]
+        if len(pats) > 1:  # the analysed window: the union of every pattern's ranges
+            union = ", ".join(pats)
+            label_rows += [(union, n, True) for n in dict.fromkeys(n for _, n, _ in label_rows)]
     else:
         label_rows = [(p, n, True) for p, n in _top_level_labels(con)]
         pats = sorted({p for p, _, _ in label_rows})
@@ -206,8 +239,14 @@ def sweep(con: duckdb.DuckDBPyConnection, peaks: Sequence[GpuPeak] | None = None
         _headline_peaks(con, peaks)
     if one(con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'kernel_launch'") == (0,):
         kernel_flops.link_kernels(con)
-    sql.install(con, "vocab", "intervals", "collectives", "kernel_class", "window_kernels", "host_activity",
-                "stretches", "losses", "window_metrics", "kernel_roofline")
+    if one(con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'device_links'") == (0,):
+        sql.install(con, "device_links")  # no peak table consulted (a caller that did not run assign_peaks)
+    sql.install(con, "vocab", "intervals", "collective_key", "collectives", "kernel_class", "window_kernels",
+                "host_activity", "stretches", "losses", "window_metrics", "kernel_roofline", "steps",
+                "collective_stats", "memory", "launch_stats")
+    from . import shapes
+
+    shapes.fill(con)
 
 
 def loss_fractions(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None,

@@ -62,7 +62,7 @@ def read_marker(folder: Path) -> dict[str, Any] | None:
         doc = json.loads((folder / MARKER).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return None
-    if not isinstance(doc, dict) or doc.get("schema") != MARKER_SCHEMA or doc.get("kind") not in ("run", "batch"):
+    if not isinstance(doc, dict) or doc.get("schema") != MARKER_SCHEMA or doc.get("kind") not in ("run", "batch", "export"):
         return None
     return doc
 
@@ -155,6 +155,21 @@ def check_run_out(out_dir: Path, inputs: Sequence[Path] = ()) -> Path:
     return out
 
 
+def check_export_out(out_dir: Path, inputs: Sequence[Path] = ()) -> Path:
+    """The absolute folder of an export (`plasmient-report export`), or BadInput: new, empty, or an earlier export
+    (replaced whole, like a run's output)."""
+    shown = Path(out_dir)
+    out = Path(os.path.abspath(out_dir))
+    _check_place(out, shown)
+    for p in inputs:
+        r = Path(p).resolve()
+        if out.resolve() == r or out.resolve() in r.parents:
+            raise BadInput(shown, "the export folder would replace its own input; choose another folder")
+    if out.is_dir():
+        _check_replaceable(out, shown, "export")
+    return out
+
+
 def check_batch_out(out_dir: Path) -> Path:
     """The absolute batch output folder (written into, run by run, resumably), or BadInput."""
     shown = Path(out_dir)
@@ -175,9 +190,10 @@ def _check_replaceable(out: Path, shown: Path, kind: str) -> None:
     marker = read_marker(out)
     if marker is not None:
         if marker["kind"] != kind:
-            raise BadInput(shown, f"is the output of a plasmient-report {marker['kind']}, not of a "
-                                  f"{'batch' if kind == 'batch' else 'single run'}; choose another --out")
-        if kind == "run":
+            what = {"batch": "a batch", "export": "an export"}.get(kind, "a single run")
+            raise BadInput(shown, f"is the output of a plasmient-report {marker['kind']}, not of {what}; choose "
+                                  "another folder")
+        if kind in ("run", "export"):
             listed = set(marker.get("files") or ()) | {MARKER}
             foreign = sorted(names - listed)
             if foreign:
@@ -274,7 +290,7 @@ def staged(out: Path, kind: str = "run") -> Iterator[Path]:
         write_marker(new, kind, [e.name for e in os.scandir(new) if e.name != MARKER])
         follow_umask(new)
         if os.path.lexists(out):
-            check = check_run_out if kind == "run" else check_batch_out
+            check = {"run": check_run_out, "export": check_export_out}.get(kind, check_batch_out)
             check(out)  # it may have changed while we analysed
             if not _exchange(new, out):
                 os.rename(out, staging / "old")

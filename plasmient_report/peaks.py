@@ -37,6 +37,31 @@ SAME_FIGURES = 0.01      # entries whose figures agree this closely are the same
 
 
 @dataclass(frozen=True)
+class Interconnect:
+    """A GPU's links as its datasheet gives them (bidirectional GB/s per GPU; `[gpu.interconnect]` in the table)."""
+
+    link: str | None = None          # the GPU-to-GPU fabric built into the part (NVLink, Infinity Fabric)
+    link_gbs: float | None = None
+    link_mesh: int | None = None     # a full mesh of this many links, one per peer (AMD); None: a switch (NVSwitch)
+    pcie: str | None = None          # the host link
+    pcie_gbs: float | None = None
+    source: str = ""
+
+    def link_bytes_s(self, peers: int) -> float | None:
+        """One direction of the GPU-to-GPU fabric, bytes/s, usable with `peers` other GPUs of the node: all of it
+        through a switch; on a mesh, the links to those peers."""
+        if not self.link_gbs:
+            return None
+        per_dir = self.link_gbs * 1e9 / 2
+        return per_dir * min(peers, self.link_mesh) / self.link_mesh if self.link_mesh else per_dir
+
+    @property
+    def pcie_bytes_s(self) -> float | None:
+        """One direction of the host link, bytes/s."""
+        return self.pcie_gbs * 1e9 / 2 if self.pcie_gbs else None
+
+
+@dataclass(frozen=True)
 class GpuPeaks:
     """One entry of the table."""
 
@@ -51,6 +76,7 @@ class GpuPeaks:
     compute_capability: str | None = None
     sm_count: int | None = None
     memory_gb: float | None = None
+    interconnect: Interconnect | None = None
 
     def peak_flop_s(self, precision: str) -> float | None:
         t = self.tflops.get(precision)
@@ -116,6 +142,9 @@ def _entry(r: Mapping[str, object]) -> GpuPeaks:
     re.compile(match)
     sm = r.get("sm_count")
     mem = r.get("memory_gb")
+    ic = r.get("interconnect")
+    if ic is not None and not isinstance(ic, dict):
+        raise TypeError("interconnect must be a table")
     return GpuPeaks(
         key=key, name=str(r.get("name", key)), match=match,
         tflops={p: float(r[p]) for p in PRECISIONS if p in r},  # type: ignore[arg-type]
@@ -124,7 +153,25 @@ def _entry(r: Mapping[str, object]) -> GpuPeaks:
         vendor=str(r["vendor"]) if "vendor" in r else None,
         compute_capability=str(r["compute_capability"]) if "compute_capability" in r else None,
         sm_count=int(sm) if sm is not None else None,  # type: ignore[call-overload]
-        memory_gb=float(mem) if mem is not None else None)  # type: ignore[arg-type]
+        memory_gb=float(mem) if mem is not None else None,  # type: ignore[arg-type]
+        interconnect=_interconnect(ic) if ic else None)
+
+
+def _interconnect(r: Mapping[str, object]) -> Interconnect:
+    def num(k: str) -> float | None:
+        v = r.get(k)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            raise ValueError(f"interconnect {k} must be a positive number")
+        return float(v)
+
+    mesh = r.get("link_mesh")
+    if mesh is not None and (isinstance(mesh, bool) or not isinstance(mesh, int) or mesh < 1):
+        raise ValueError("interconnect link_mesh must be a positive whole number of links")
+    return Interconnect(link=str(r["link"]) if "link" in r else None, link_gbs=num("link_gbs"), link_mesh=mesh,
+                        pcie=str(r["pcie"]) if "pcie" in r else None, pcie_gbs=num("pcie_gbs"),
+                        source=str(r.get("source", "user peaks file")))
 
 
 @lru_cache(maxsize=1)
@@ -265,7 +312,7 @@ def choose_peak(device_name: str | None, precision: str, table: list[GpuPeaks],
             if tflops_override is None or "ambiguous" in str(e):
                 raise
             g = None
-        name = g.name if g else gpu_override
+        name: str | None = g.name if g else gpu_override
     else:
         g = match_gpu(device_name, table)
         name = device_name

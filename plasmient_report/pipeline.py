@@ -20,6 +20,7 @@ from .errors import BadInput, path_text
 from .parsers import _io
 from .peaks import load_table
 from .store import one
+from .verdict_model import Verdict
 
 # Peak RSS the main job aims to stay under, whatever the trace size (--memory-budget): DuckDB gets the budget
 # less what the interpreter, the libraries and the Arrow batches passed to Python take, and spills the rest.
@@ -46,6 +47,8 @@ class Options:
     dcgm_period_s: float = 1.0  # --dcgm-period: sampling period of logs that print no time
     counter_search_s: float = align_stage.DEFAULT_SEARCH_NS / 1e9  # counter-log alignment: ± search range
     model_flops: float | None = None  # --model-flops: FLOPs per step / per --range occurrence (the MFU convention)
+    tokens_per_step: float | None = None  # --tokens-per-step: throughput per step (judge; changes no measurement)
+    samples_per_step: float | None = None  # --samples-per-step
     memory_budget: int | None = DEFAULT_MEMORY_BUDGET  # --memory-budget: peak RSS to stay under (None: no limit)
 
     def parse_options(self) -> parsers.ParseOptions:
@@ -54,11 +57,20 @@ class Options:
 
 @dataclass
 class Result:
+    """One analysed run: its store and its typed verdict (`typed`; `verdict` is the same as the JSON document)."""
+
     con: duckdb.DuckDBPyConnection
-    verdict: dict[str, Any]
+    typed: Verdict | None
     notes: list[str] = field(default_factory=list)
     spill_dir: Path | None = None
     scratch: scratch_mod.Scratch | None = None  # the scratch folder this result owns (analyse() outside a run)
+
+    @property
+    def verdict(self) -> dict[str, Any]:
+        """The verdict as verdict.json holds it (plain dicts and lists); renderers read `typed`."""
+        from .render.verdict import document
+
+        return document(self.typed) if self.typed is not None else {}
 
     def close(self) -> None:
         """Close the store and remove its spill folder (the outputs are written by then)."""
@@ -92,7 +104,7 @@ def run_store(inputs: Sequence[Path], opts: Options) -> Iterator[duckdb.DuckDBPy
         try:
             yield con
         finally:
-            Result(con=con, verdict={}, spill_dir=spill).close()
+            Result(con=con, typed=None, spill_dir=spill).close()
 
 
 Progress = Callable[[str, int, int], None]
@@ -189,6 +201,8 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
                 progress("measure", 0, 0)
             ctx = measure(con, opts)
             ctx.inputs = [path_text(p) for p in inputs]
+            ctx.tokens_per_step, ctx.samples_per_step = opts.tokens_per_step, opts.samples_per_step
+            ctx.model_flops = opts.model_flops
             if progress:
                 progress("rules", 0, 0)
             _, rule_notes = rules.run(con, selection, ctx.ranges, ctx.precision, ctx.peaks, opts.peaks_file)
@@ -197,9 +211,9 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
                 progress("verdict", 0, 0)
             verdict = judge.build(con, ctx, judge.thresholds_from(opts.rules_config))
     except BaseException:
-        Result(con=con, verdict={}, spill_dir=spill, scratch=own).close()
+        Result(con=con, typed=None, spill_dir=spill, scratch=own).close()
         raise
-    result = Result(con=con, verdict=verdict, notes=notes, spill_dir=spill, scratch=own)
+    result = Result(con=con, typed=verdict, notes=notes, spill_dir=spill, scratch=own)
     if own is not None:
         weakref.finalize(result, own.close)
     return result
@@ -245,16 +259,17 @@ def write_outputs(result: Result, out_dir: Path, inputs: Sequence[Path], opts: O
         for i, name in enumerate(todo):
             if progress:
                 progress(f"write {name}", i, len(todo))
+            assert result.typed is not None
             if name == "verdict.json":
-                verdict_render.write(result.verdict, tmp / name)
+                verdict_render.write(result.typed, tmp / name)
             elif name == "report.html":
                 from .render import html
 
-                html.write(result.con, result.verdict, tmp / name)
+                html.write(result.con, result.typed, tmp / name)
             elif name == "trace.pftrace":
                 from .render import perfetto
 
-                perfetto.write(result.con, result.verdict, tmp / name)
+                perfetto.write(result.con, result.verdict, tmp / name)  # (reads the document's GPU names)
             else:
                 store.save(result.con, tmp / name)  # the store file, checkpointed and moved there: no copy
         for name, text in (extra_files(tmp) if extra_files else {}).items():

@@ -3,9 +3,9 @@ unit and meaning. `verdict.schema.json` and `docs/verdict.md` are generated from
 (`python -m plasmient_report.verdict_model --write`), and `load_verdict` is how every reader of a verdict on disk
 (`diff`, `batch` resume and reduce) gets one: checked, typed, or one line of `BadInput`.
 
-The judge still builds the verdict as a dict; a test converts it to `Verdict` on every sample trace with unknown
-fields forbidden, so the document and this model cannot drift apart. Changes are additive: a field added later
-has a default, so verdicts written by earlier versions still load.
+The judge builds a `Verdict` (judge.build) and render/verdict.py encodes it, so verdict.json is this model by
+construction; a test reads every sample's verdict.json back with unknown fields forbidden. Changes are additive: a
+field added later has a default, so verdicts written by earlier versions still load.
 """
 
 import math
@@ -228,6 +228,12 @@ class Coverage(_Struct, kw_only=True):
                                                             "matmul-class work with no FLOP estimate")] = None
     kernels_linked_to_ops_fraction: Annotated[float | None, _d("fraction 0–1 of kernels linked to the CPU op "
                                                                "that launched them")] = None
+    kernel_names: Annotated[int | None, _d("distinct kernel names in the window (`top_kernels` holds the first "
+                                           "20)")] = None
+    op_names: Annotated[int | None, _d("distinct ops whose kernels ran in the window (`top_ops` holds the first "
+                                       "20)")] = None
+    shapes: Annotated[int | None, _d("distinct GEMM / attention / convolution shapes in the window (`shapes` holds "
+                                     "the first 30)")] = None
     world_size: Annotated[int | None, _d("ranks of the job, as the traces say")]
     missing_ranks: Annotated[list[int], _d("ranks of the job with no GPU activity in the inputs (first 1024)")]
     missing_rank_count: Annotated[int, _d("how many ranks are missing")]
@@ -279,6 +285,259 @@ class OpGroup(_Struct, kw_only=True):
     bandwidth_above_hbm_peak: Annotated[bool, _d("as for top_kernels")] = False
 
 
+class CollectiveGroup(_Struct, kw_only=True):
+    """One collective, process group, group size and message size in the window: count, time and NCCL's bandwidths
+    (nccl-tests doc/PERFORMANCE.md), from the transfer part of each operation (its kernel less its wait)."""
+    collective: Annotated[str | None, _d("the collective (allreduce, all_gather, _reduce_scatter_base, sendrecv, …)")]
+    kind: Annotated[str, _d("collective, all_to_all, or p2p (send/recv outside an all-to-all)")]
+    process_group: Annotated[str | None, _d("the process group (else the group's ranks; empty: the trace names none)")]
+    group_size: Annotated[int | None, _d("n, ranks in the group (null: unknown)")]
+    group_size_source: Annotated[str | None, _d("`trace` (recorded) or `ranks seen` (counted in the inputs)")]
+    bytes: Annotated[int | None, _d("B: message size S as nccl-tests counts it — the larger of the input and output "
+                                    "buffers (null: the trace does not say)")]
+    ops: Annotated[int, _d("operations: one per rank and instance, starting in the window")]
+    instances: Annotated[int, _d("distinct operations (sequence numbers)")]
+    ranks: Annotated[int, _d("ranks they ran on")]
+    time_ns: Annotated[int, _d("ns: their kernel time, waiting included, summed over ranks")]
+    mean_ns: Annotated[float, _d("ns: mean kernel time of one operation")]
+    wait_ns: Annotated[int, _d("ns: the part spent waiting for peers (the waterfall's collective_wait definition)")]
+    transfer_ns: Annotated[int, _d("ns: the rest, data moving")]
+    mean_transfer_ns: Annotated[float, _d("ns: mean transfer time of one operation")]
+    wait_known: Annotated[bool, _d("false when the wait cannot be measured (P2P, operations seen on one rank): the "
+                                   "transfer time includes waiting and the bandwidths are lower bounds")]
+    algbw_bytes_s: Annotated[float | None, _d("B/s: algorithm bandwidth, bytes / transfer time")]
+    busbw_factor: Annotated[float | None, _d("busbw / algbw: 2(n−1)/n all-reduce; (n−1)/n all-gather, reduce-scatter, "
+                                             "all-to-all; 1 broadcast, reduce, send/recv")]
+    busbw_bytes_s: Annotated[float | None, _d("B/s: bus bandwidth, algbw × busbw_factor — comparable with the link")]
+    link: Annotated[str | None, _d("the link they run on: the GPUs' fabric (NVLink, Infinity Fabric) or PCIe on one "
+                                   "host, `network` across hosts; null: unknown")]
+    placement: Annotated[str | None, _d("`one host` (host names), `one host (assumed)` (no host names; every rank on "
+                                        "another device ordinal), `several hosts`; null: unknown")]
+    link_bytes_s: Annotated[float | None, _d("B/s: one direction of that link (datasheet; null: unknown, always for "
+                                             "the network)")]
+    busbw_fraction_of_link: Annotated[float | None, _d("fraction: busbw over link_bytes_s (above 1: the link is faster "
+                                                       "than the table assumes, e.g. an NVLink bridge)")]
+    link_source: Annotated[str | None, _d("where the link figure comes from (peaks.toml)")] = None
+
+
+class RankLateness(_Struct, kw_only=True):
+    """How late one rank arrived to one step's collectives (a cell of the report's lateness heatmap)."""
+    step: Annotated[str | None, _d("the step (ProfilerStep#N); null: collectives outside any step")]
+    step_occurrence: Annotated[int | None, _d("the step's occurrence number on the rank (0…)")]
+    rank: Annotated[int | None, _d("the rank")]
+    ops: Annotated[int, _d("its collective operations in the step whose wait is measured")]
+    lateness_ns: Annotated[int, _d("ns: summed lateness — how long the first rank to arrive waited for this one, "
+                                   "over the step's collectives")]
+    max_lateness_ns: Annotated[int, _d("ns: its worst lateness to one collective of the step")]
+    wait_ns: Annotated[int, _d("ns: its own wait for its peers in the step")]
+    last_arrivals: Annotated[int, _d("collectives of the step it arrived last to")]
+
+
+class CollectiveStats(_Struct, kw_only=True):
+    """The collectives table: per collective kind, group and message size; and the lateness per step and rank."""
+    groups: Annotated[list[CollectiveGroup], _d("the groups by time in the window, largest first (the first 50)")]
+    groups_total: Annotated[int, _d("groups in the window")]
+    lateness: Annotated[list[RankLateness], _d("per step and rank (collectives seen on two or more ranks); without "
+                                               "steps, or when steps × ranks exceed 4096, one row per rank for the "
+                                               "whole profile (step null)")]
+    lateness_per_step: Annotated[bool, _d("true when `lateness` holds one row per step and rank")]
+    steps_label: Annotated[str | None, _d("the range whose occurrences are the steps (ProfilerStep#*, the --range); "
+                                          "null: the whole profile")] = None
+
+
+class MemoryPeak(_Struct, kw_only=True):
+    """One GPU's device memory from the allocator's records (Kineto `profile_memory=True`): its peaks and when."""
+    rank: Annotated[int | None, _d("the rank")]
+    device: Annotated[int | None, _d("the GPU")]
+    source: Annotated[str, _d("`allocator`: the caching allocator's [memory] events")]
+    events: Annotated[int, _d("allocator events recorded")]
+    first_ns: Annotated[int, _d("ns (UTC epoch): first event")]
+    last_ns: Annotated[int, _d("ns (UTC epoch): last event")]
+    absolute: Annotated[bool, _d("false when the trace lacks the allocator's totals (torch < 1.10): allocated is "
+                                 "then relative to the profile's start")]
+    peak_allocated_bytes: Annotated[int | None, _d("B: the most memory live tensors held")]
+    peak_allocated_ns: Annotated[int | None, _d("ns (UTC epoch): when that peak was first reached")]
+    peak_reserved_bytes: Annotated[int | None, _d("B: the most memory the caching allocator held from the driver "
+                                                  "(null: not recorded)")]
+    peak_reserved_ns: Annotated[int | None, _d("ns (UTC epoch): when that peak was first reached")]
+    allocated_at_start_bytes: Annotated[int | None, _d("B: allocated before the first event")]
+    reserved_at_start_bytes: Annotated[int | None, _d("B: reserved after the first event")]
+    allocated_at_end_bytes: Annotated[int | None, _d("B: allocated after the last event")]
+    device_memory_bytes: Annotated[int | None, _d("B: the device's memory (null: not in the trace)")]
+    peak_allocated_fraction: Annotated[float | None, _d("fraction: peak allocated / device memory")]
+    peak_reserved_fraction: Annotated[float | None, _d("fraction: peak reserved / device memory — how close the rank "
+                                                       "ran to the limit")]
+
+
+class Quantiles(_Struct, kw_only=True):
+    """A distribution of durations."""
+    p50: Annotated[int | None, _d("ns: median")]
+    p99: Annotated[int | None, _d("ns: 99th percentile")]
+    max: Annotated[int | None, _d("ns: largest")]
+
+
+class DurationBucket(_Struct, kw_only=True):
+    """One bucket of the kernel-duration histogram (log2 buckets from 1 µs)."""
+    lower_ns: Annotated[int, _d("ns: the bucket's lower edge (0 for the first)")]
+    upper_ns: Annotated[int | None, _d("ns: its upper edge, exclusive (null: the last bucket, open-ended)")]
+    kernels: Annotated[int, _d("kernels in it")]
+    time_ns: Annotated[int, _d("ns: their time")]
+
+
+class StreamLaunchStats(_Struct, kw_only=True):
+    """One stream's launches in the window: delay, CPU cost, kernel durations — the evidence of launch-bound work."""
+    rank: Annotated[int | None, _d("the rank")]
+    device: Annotated[int | None, _d("the GPU")]
+    stream: Annotated[int | None, _d("the stream")]
+    kernels: Annotated[int, _d("GPU activities on it in the window (kernels and memsets; copies aside)")]
+    launched: Annotated[int, _d("those whose launching call is in the trace")]
+    graph_kernels: Annotated[int, _d("those started by a CUDA graph launch")]
+    launch_calls: Annotated[int | None, _d("distinct launching calls (a graph launch once)")]
+    launch_delay_ns: Annotated[Quantiles, _d("ns: the launching call's start to the kernel's start — near the launch "
+                                             "latency when the GPU waits on the host, long when the host runs ahead")]
+    launch_cost_ns: Annotated[Quantiles, _d("ns: the launching call's duration, the host's cost of one launch")]
+    kernel_ns: Annotated[Quantiles, _d("ns: kernel durations")]
+    kernel_time_ns: Annotated[int, _d("ns: kernel time, summed")]
+    launch_time_ns: Annotated[int | None, _d("ns: host time in launching calls, summed")]
+    histogram: Annotated[list[DurationBucket], _d("kernel durations in log2 buckets from 1 µs (buckets with kernels)")]
+class Step(_Struct, kw_only=True):
+    """One step: an occurrence of the analysed range (a ProfilerStep, or an occurrence of a --range) on one GPU, over
+    its own GPU window (SPEC §1); its achieved fraction and losses add up to 1."""
+    range: Annotated[str, _d("the range pattern (`ProfilerStep#*`, a --range)")]
+    name: Annotated[str, _d("the occurrence's own name (e.g. `ProfilerStep#5`)")]
+    rank: Annotated[int | None, _d("rank")]
+    device: Annotated[int | None, _d("CUDA device ordinal in that rank's process")]
+    occurrence: Annotated[int, _d("occurrence on its rank (0…, by CPU start)")]
+    start_ns: Annotated[int, _d("ns (UTC, the common clock): start of its GPU window")]
+    gpu_ns: Annotated[int, _d("ns: GPU step time, the length of its GPU window")]
+    cpu_ns: Annotated[int, _d("ns: the length of its CPU interval (the host's view of the step)")]
+    window: Annotated[str, _d("`gpu` (placed by the work it launched), `cpu` (launched nothing: its CPU interval), "
+                              "`gpu_annotation` (only Kineto's GPU-stream copy of the range)")]
+    utilization: Annotated[float | None, _d("fraction 0–1 of the step's window with a kernel or copy resident")]
+    achieved_fraction_of_peak: Annotated[float | None, _d("fraction: useful FLOP/s over peak in the step's window "
+                                                          "(null: unknown)")]
+    achieved_is_lower_bound: Annotated[bool, _d("true when the step's work without a FLOP estimate is material")] = False
+    flops: Annotated[float | None, _d("FLOP: useful work of the activities that start in the step")]
+    largest_loss: Annotated[str | None, _d("the loss category that took most of the step's peak")]
+    largest_loss_fraction: Annotated[float | None, _d("fraction 0–1 of the step's peak it took")]
+    excess_over_median: Annotated[float | None, _d("fraction: how much longer than the median step of the range "
+                                                   "(all ranks) it is; 0.2 = 20% slower, negative = faster")]
+    slow: Annotated[bool, _d("true when it is slower than the median step by more than the threshold "
+                             "(`step_summary[].slow_threshold`): an outlier")] = False
+    tokens_per_s: Annotated[float | None, _d("tokens/s: --tokens-per-step over gpu_ns (null without it)")] = None
+    samples_per_s: Annotated[float | None, _d("samples/s: --samples-per-step over gpu_ns (null without it)")] = None
+    mfu: Annotated[float | None, _d("fraction: model FLOPs utilization, --model-flops over (gpu_ns · the GPU's dense "
+                                    "peak at the headline precision) (null without --model-flops)")] = None
+
+
+class StepRef(_Struct, kw_only=True):
+    """A step pointed at: the slowest, or an outlier."""
+    rank: Annotated[int | None, _d("rank")]
+    device: Annotated[int | None, _d("CUDA device ordinal")]
+    occurrence: Annotated[int, _d("occurrence on its rank (0…)")]
+    name: Annotated[str, _d("the occurrence's name")]
+    gpu_ns: Annotated[int, _d("ns: its GPU step time")]
+    excess_over_median: Annotated[float | None, _d("fraction over the median step (0.2 = 20% slower)")]
+
+
+class RankSteps(_Struct, kw_only=True):
+    """One rank's steps: its mean step time (the slowest rank sets the pace of a synchronous job)."""
+    rank: Annotated[int | None, _d("rank")]
+    device: Annotated[int | None, _d("CUDA device ordinal")]
+    steps: Annotated[int, _d("its steps")]
+    mean_ns: Annotated[float, _d("ns: its mean GPU step time")]
+    excess_over_fastest: Annotated[float, _d("fraction: its mean over the fastest rank's mean, minus 1")]
+
+
+class StepSummary(_Struct, kw_only=True):
+    """The steps of one range over all ranks: mean and spread of the GPU step time, the slowest steps and ranks,
+    and throughput when the work per step is given."""
+    range: Annotated[str, _d("the range pattern (`ProfilerStep#*`, a --range)")]
+    steps: Annotated[int, _d("step rows (occurrences × GPUs)")]
+    per_rank: Annotated[int, _d("occurrences on the rank with the most")]
+    ranks: Annotated[int, _d("ranks with steps")]
+    mean_ns: Annotated[float, _d("ns: mean GPU step time")]
+    median_ns: Annotated[float, _d("ns: median GPU step time")]
+    min_ns: Annotated[int, _d("ns: the fastest step")]
+    max_ns: Annotated[int, _d("ns: the slowest step")]
+    stddev_ns: Annotated[float, _d("ns: sample standard deviation of the step times (0 for one step)")]
+    spread: Annotated[float | None, _d("fraction: stddev_ns / mean_ns (coefficient of variation)")]
+    utilization: Annotated[float | None, _d("fraction 0–1: the steps' busy time over their windows")]
+    achieved_fraction_of_peak: Annotated[float | None, _d("fraction: the steps' achieved peak-time over their "
+                                                          "windows (null: unknown)")]
+    slowest: Annotated[StepRef | None, _d("the slowest step")]
+    slow_threshold: Annotated[float, _d("fraction: a step slower than the median by more than this is flagged "
+                                        "`slow` ([verdict] slow_step)")]
+    slow_steps: Annotated[list[StepRef], _d("the steps flagged slow, slowest first (first 20)")] = []
+    slow_step_count: Annotated[int, _d("how many steps are flagged slow")] = 0
+    by_rank: Annotated[list[RankSteps], _d("per rank (and GPU): mean step time, slowest first (first 64)")] = []
+    slowest_rank: Annotated[RankSteps | None, _d("the rank with the longest mean step, when it is slower than the "
+                                                 "fastest by more than [verdict] slow_rank (null otherwise, or "
+                                                 "with one rank)")] = None
+    tokens_per_step: Annotated[float | None, _d("--tokens-per-step: tokens one rank processes per step")] = None
+    samples_per_step: Annotated[float | None, _d("--samples-per-step: samples one rank processes per step")] = None
+    tokens_per_s: Annotated[float | None, _d("tokens/s of one rank: tokens_per_step over the mean step time")] = None
+    tokens_per_s_all_ranks: Annotated[float | None, _d("tokens/s of the job: tokens_per_s × ranks")] = None
+    samples_per_s: Annotated[float | None, _d("samples/s of one rank: samples_per_step over the mean step time")] = None
+    samples_per_s_all_ranks: Annotated[float | None, _d("samples/s of the job: samples_per_s × ranks")] = None
+    model_flops: Annotated[float | None, _d("FLOP: --model-flops, the model's FLOPs per step of one rank (the MFU "
+                                            "convention, e.g. 6·params·tokens)")] = None
+    mfu: Annotated[float | None, _d("fraction: model FLOPs utilization, model_flops × steps over Σ (step time · the "
+                                    "GPU's dense peak at the headline precision): beside the achieved fraction, "
+                                    "which counts the kernels' own FLOPs")] = None
+
+
+class Shape(_Struct, kw_only=True):
+    """One problem shape of matmul-class work in the window (TraceLens's per-shape view): an op (the one that owns its
+    kernels' FLOPs), its shape and dtype, and how its kernels did (kernels cut by the window counted pro rata)."""
+    family: Annotated[str, _d("gemm, attention or conv")]
+    op: Annotated[str, _d("the op whose inputs give the shape (aten::mm, aten::linear, "
+                          "aten::scaled_dot_product_attention, aten::conv2d, …)")]
+    shape: Annotated[str, _d("the shape in one line: `M=… N=… K=…`; `B=… H=…[/kv heads] L=… S=… D=… [causal]`; "
+                             "`in N×C×… w …`")]
+    dtype: Annotated[str | None, _d("dtype of its first matrix operand as the trace spells it (BFloat16, "
+                                    "Float8_e4m3fn, float)")]
+    precision: Annotated[str | None, _d("the precision whose peak its FLOPs are measured against (kernel_class)")]
+    layout: Annotated[str | None, _d("GEMM: the operands' transposes as its kernel names spell them (cuBLAS "
+                                     "`tn`, nvjet `NTN`); null when they do not say")] = None
+    pass_: Annotated[str | None, _d("attention: forward or backward")] = msgspec.field(default=None, name="pass")
+    batch: Annotated[int | None, _d("GEMM: batch of a batched matmul (1 otherwise); attention: batch; conv: N")] = None
+    m: Annotated[int | None, _d("GEMM: rows of the output (a linear's leading dims folded)")] = None
+    n: Annotated[int | None, _d("GEMM: columns of the output")] = None
+    k: Annotated[int | None, _d("GEMM: the reduction dimension")] = None
+    heads: Annotated[int | None, _d("attention: query heads")] = None
+    kv_heads: Annotated[int | None, _d("attention: key / value heads (fewer than heads: GQA / MQA)")] = None
+    q_len: Annotated[int | None, _d("attention: query length L")] = None
+    kv_len: Annotated[int | None, _d("attention: key / value length S")] = None
+    head_dim: Annotated[int | None, _d("attention: head dimension")] = None
+    causal: Annotated[bool | None, _d("attention: causal masking")] = None
+    conv_input: Annotated[str | None, _d("conv: input dims N×C×spatial")] = None
+    conv_weight: Annotated[str | None, _d("conv: weight dims")] = None
+    stride: Annotated[str | None, _d("conv: stride per spatial dim")] = None
+    padding: Annotated[str | None, _d("conv: padding per spatial dim")] = None
+    groups: Annotated[int | None, _d("conv: groups")] = None
+    transposed: Annotated[bool | None, _d("conv: a transposed convolution")] = None
+    calls: Annotated[int, _d("op calls with this shape whose kernels ran in the window")]
+    kernels: Annotated[int, _d("their kernels (helper kernels of the op included)")]
+    time_ns: Annotated[float, _d("ns: their kernels' time in the window")]
+    time_share: Annotated[float | None, _d("fraction 0–1 of all kernel time in the window")]
+    time_per_call_ns: Annotated[float | None, _d("ns: kernel time per call")]
+    flops: Annotated[float | None, _d("FLOP: their useful work")]
+    bytes: Annotated[float | None, _d("B: their memory traffic from the byte model")]
+    achieved_flop_s: Annotated[float | None, _d("FLOP/s: flops over their kernel time")]
+    achieved_bandwidth_bytes_s: Annotated[float | None, _d("B/s: bytes over their kernel time")]
+    fraction_of_peak: Annotated[float | None, _d("fraction: their FLOPs against the peak of each kernel's own "
+                                                 "precision, over their kernel time")]
+    arithmetic_intensity: Annotated[float | None, _d("FLOP/B")]
+    bound: Annotated[str | None, _d("compute or memory: arithmetic intensity against the ridge point of its "
+                                    "precision (kernel_class)")]
+    kernel_class: Annotated[str | None, _d("the class of most of its time: compute, memory, unknown")]
+    kernel: Annotated[str | None, _d("the kernel of most of its time")]
+    kernel_names: Annotated[int, _d("distinct kernel names it ran")]
+    parent_op: Annotated[str | None, _d("the op that called it (most of its time), e.g. an autograd node or a "
+                                        "module's op")]
+
+
 class Verdict(_Struct, kw_only=True):
     """verdict.json: the run's verdict, stable and machine-readable (SPEC §6)."""
     schema: Annotated[str, _d("always `plasmient.verdict/1`")]
@@ -304,6 +563,17 @@ class Verdict(_Struct, kw_only=True):
     coverage: Annotated[Coverage, _d("what the numbers rest on")]
     top_kernels: Annotated[list[KernelGroup], _d("the first 20 kernel names by time in the window")] = []
     top_ops: Annotated[list[OpGroup], _d("the first 20 ops by kernel time in the window")] = []
+    shapes: Annotated[list[Shape], _d("per shape: the first 30 GEMM / attention / convolution shapes by time in the "
+                                      "window (the store's `shape_roofline` macro has all)")] = []
+    collective_stats: Annotated[CollectiveStats | None, _d("the collectives table and the lateness heatmap (null: no "
+                                                           "collectives)")] = None
+    memory: Annotated[list[MemoryPeak], _d("per GPU with allocator events: peak allocated and reserved memory")] = []
+    launch_stats: Annotated[list[StreamLaunchStats], _d("per stream, most kernels first (the first 64): launch delay, "
+                                                        "launch cost and the short-kernel histogram")] = []
+    steps: Annotated[list[Step], _d("per step: each occurrence of the analysed range on each GPU (first 4096; "
+                                    "the store's `steps` table has all)")] = []
+    step_summary: Annotated[list[StepSummary], _d("per analysed range with steps: step time, spread, slowest steps "
+                                                  "and ranks, throughput")] = []
     notes: Annotated[list[str], _d("what the reader should know (missing data, lower bounds, assumptions)")] = []
 
 
@@ -493,6 +763,15 @@ DOC_TAIL = """
   matmul-like ops, `op_traffic_bytes` for norms, softmax, reductions, embedding, copies, gathers / scatters, cat
   and elementwise ops), evaluated once per distinct shape; `bound` compares arithmetic intensity with the ridge
   point (peak / bandwidth) of the GPU. `report.html` shows the same two tables ("Top kernels", "Top ops").
+- `steps` has one entry per occurrence of the analysed range on each GPU — `ProfilerStep#*`, or each `--range`, or
+  without either the top-level range that repeats on a rank and covers the most GPU time — over its own GPU window
+  (SPEC §1; `run.duckdb`'s `steps` and `step_losses` hold every step and each step's waterfall). `step_summary`
+  has one entry per such range. Throughput needs `--tokens-per-step` / `--samples-per-step` (work of one rank's
+  step); MFU needs `--model-flops`.
+- `shapes` groups the window's GEMM / attention / convolution kernels by the op they ran for (the outermost op with
+  a shape model among the launching op and its callers) and its input shapes (`flops.op_shape`); helper kernels of
+  the op count in its time, its workspace memsets do not. `run.duckdb`'s `shape_roofline(scope, range)` macro has
+  every shape of every window; `plasmient-report export` writes them.
 - `findings[].evidence` is each rule's own record (its keys are listed on the rule's page,
   `plasmient-report rules --explain ID`); everything else above is stable.
 - The store behind the verdict (`run.duckdb`) is documented in docs/schema.md.

@@ -48,8 +48,17 @@ COMM_KERNEL_RE = (r"(?i)(nccl|rccl|nvshmem|deep_?ep::|multimem_all_?reduce|one_?
 # Point-to-point NCCL kernels (pipeline traffic, unless they implement an all-to-all).
 P2P_KERNEL_RE = r"(?i)(sendrecv|_send|_recv|send_|recv_)"
 P2P_COLLECTIVE_RE = r"(?i)(send|recv)"
+# Collectives whose ranks all end together (the align stage pairs their ends across ranks); send/recv cannot be
+# paired by sequence number alone (one rank's sends are its peer's recvs).
+SYMMETRIC_COLLECTIVE_RE = r"(?i)(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|barrier)"
 # Ops / ranges whose send/recv kernels are an all-to-all (DLRM / MoE expert parallelism), not a pipeline.
 ALL_TO_ALL_RE = r"(?i)(all_?to_?all|alltoall)"
+# Collectives by how NCCL's bus bandwidth counts them (nccl-tests doc/PERFORMANCE.md): busbw = algbw × 2(n−1)/n for
+# all-reduce; × (n−1)/n for all-gather, reduce-scatter, all-to-all (and gather / scatter); × 1 for broadcast, reduce
+# and send / recv. Anything else (barrier, …) has no bus bandwidth.
+ALL_REDUCE_RE = r"(?i)all_?reduce"
+GATHER_SCATTER_RE = r"(?i)(all_?gather|reduce_?scatter|^_?gather|^_?scatter)"
+ONE_TO_ONE_RE = r"(?i)(broadcast|^_?reduce(_oop)?$|send|recv)"
 
 # Compiled kernels known to do no matmul work: Inductor's pointwise, reduction and persistent-reduction kernels.
 COMPILED_NO_MATMUL_KERNEL_RE = r"(?i)^(triton_(poi|red|per)_|triton_for_)"
@@ -123,6 +132,8 @@ SYNC_API_RE = (r"(?i)(synchronize|^cudaMemcpy(2D|3D|ToSymbol|FromSymbol)?(_v[0-9
 # a pageable cudaMemcpyAsync blocks the host for the copy.
 LAUNCH_API_RE = (r"(?i)(launchkernel|cuLaunch|graphlaunch|cudaLaunch|hipLaunch|hipModuleLaunch|hipExtLaunch|"
                  r"memsetasync)")
+# Launches of a captured CUDA / HIP graph: one call starts all the graph's kernels.
+GRAPH_LAUNCH_API_RE = r"(?i)graphlaunch"
 # One-time set-up calls: context and module loading, library handles, device queries, stream / event creation,
 # allocations and frees (the caching allocator's growth is a one-time cost too).
 STARTUP_API_RE = (r"(?i)(^cuInit|ctxcreate|primaryctx|ctxretain|modulelo|libraryload|^cudaFree$|^cudaFree_|^cuMemFree|"
@@ -138,6 +149,13 @@ SYNC_TOLERANCE_NS = 20_000
 # An idle gap is launch-bound wholly (the host's per-op path of Python, dispatcher and launch) only when it is about
 # one launch long and the host launches in it; in a longer gap only the time inside launch calls is.
 LAUNCH_GAP_MAX_NS = 100_000
+
+# The range label of a training step: torch.profiler's ProfilerStep#N ranges, #N folded.
+STEP_LABEL = "ProfilerStep#*"
+# Kernel-duration histograms (sql/launch_stats.sql): log2 buckets from 1 µs — bucket 0 holds kernels under 1 µs,
+# bucket b ≥ 1 those of [2^(b-1), 2^b) µs; the last bucket holds everything longer.
+HISTOGRAM_BASE_NS = 1_000
+HISTOGRAM_BUCKETS = 24
 
 # The unknown-FLOP share of compute-kernel time above which the achieved fraction is a lower bound (the verdict's
 # default; `[verdict] material_unknown_flops` overrides it there).
@@ -186,3 +204,18 @@ def sql_constants() -> dict[str, str]:
         elif isinstance(value, str):
             out[name] = "'" + value.replace("'", "''") + "'"
     return out
+
+# ------------------------------------------------------------------------------------- what program it is
+# (sql/program.sql: the rules word their advice for the program, not for PyTorch alone)
+
+# PyTorch's own kernels (ATen, its CUDA helpers, Inductor's compiled kernels) and its host-side markers.
+PYTORCH_KERNEL_RE = r"(at::native::|at_cuda_detail|c10::|^triton_(poi|red|per|tem)_)"
+PYTORCH_RANGE_RE = r"^(ProfilerStep#|enumerate\(DataLoader|Optimizer\.(step|zero_grad)|Torch-Compiled Region|## )"
+# TensorRT: its NVTX domain, its engine ranges and its kernels' suffixes / names.
+TENSORRT_RE = r"(?i)(^TensorRT$|ExecutionContext::|_trt$|genericReformat|^trt_|tensorrt)"
+# Graph launches: the program already replays captured graphs (CUDA / HIP graphs).
+GRAPH_LAUNCH_API_RE = r"(?i)graphlaunch"
+# HIP runtime calls: a ROCm program.
+HIP_API_RE = r"^hip"
+# CPU ops that are annotations or compiled regions, not framework ops: never a kernel's op to fuse.
+ANNOTATION_OP_RE = r"(?i)(^Torch-Compiled Region|^CompiledFunction|^## |^ProfilerStep#|^enumerate\(|Optimizer\.|\.py\(|^<)"

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from plasmient_report.cli import main
 
+from . import contract
 from .conftest import kernel, write_trace
 
 
@@ -50,8 +51,7 @@ def test_query_subcommand(tiny_trace, tmp_path):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[0] == "name,flops" and lines[1].startswith("nvjet_sm90_tst_gemm,137438953472")
-    bad = cli("query", str(out / "run.duckdb"), "SELECT * FROM nope")
-    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    contract.refused(contract.cli("query", out / "run.duckdb", "SELECT * FROM nope"))
 
 
 def test_version_and_peaks():
@@ -104,23 +104,15 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, case):
     inputs = tmp_path / "in"
     inputs.mkdir()
     path = _bad_inputs(inputs)[case]
-    before = {p: p.stat().st_mtime_ns for p in inputs.rglob("*")}
     out = tmp_path / "out"
-    r = cli(str(path), "--out", str(out))
-    assert r.returncode == 2, (case, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    assert path.name in lines[0]
-    assert not out.exists() and not any(p.name.startswith((".out.", ".plasmient-")) for p in tmp_path.iterdir())
-    assert {p: p.stat().st_mtime_ns for p in inputs.rglob("*")} == before
+    contract.check_cli(path, "--out", out, inputs=[path], out=out, expect="bad")
 
 
 def test_output_inside_input_folder_is_refused(tmp_path):
     d = tmp_path / "traces"
     d.mkdir()
     write_trace(d / "a.json", [kernel("k", 1.0, 1.0, 1, 1)])
-    r = cli(str(d), "--out", str(d / "out"))
-    assert r.returncode == 2 and "input" in r.stderr
+    assert "input" in contract.refused(contract.cli(d, "--out", d / "out"), [d], d / "out")
 
 
 def test_an_internal_error_is_one_line_and_exit_2(tmp_path, monkeypatch):
@@ -133,9 +125,8 @@ def test_an_internal_error_is_one_line_and_exit_2(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "analyse", boom)
     sample = Path(__file__).resolve().parent.parent / "sample_traces/h200_single/kineto_single.pt.trace.json.gz"
     r = CliRunner().invoke(main, [str(sample), "--out", str(tmp_path / "o")])
-    assert r.exit_code == 2
-    lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and "internal error (KeyError" in lines[0] and "--debug" in lines[0]
+    line = contract.one_line(r.stderr)
+    assert r.exit_code == 2 and "internal error (KeyError" in line and "--debug" in line
     assert not (tmp_path / "o").exists()
     r = CliRunner().invoke(main, [str(sample), "--out", str(tmp_path / "o"), "--debug"])
     assert isinstance(r.exception, KeyError)

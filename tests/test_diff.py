@@ -12,7 +12,7 @@ import pytest
 from plasmient_report import diff
 
 from .conftest import corpus_file, cpu_op, kernel, launch, write_trace
-from .test_rules import allreduce_traces
+from .rules.traces import allreduce_traces
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -41,7 +41,7 @@ def test_diff_reports_the_drop_and_gates(two_phases):
     d = json.loads(r.stdout)
     assert d["schema"] == "plasmient.diff/1"
     ach = next(n for n in d["numbers"] if n["name"] == "achieved_fraction_of_peak")
-    assert 25 < -ach["delta_pts"] < 35  # 76% → 46% (tests/test_metrics.py ground truth)
+    assert 25 < -ach["delta_pts"] < 35  # 76% → 46% (tests/test_measure.py ground truth)
     mb = next(x for x in d["losses"] if x["category"] == "memory_bound")
     assert mb["delta_pts"] > 20
     assert {f["rule"] for f in d["findings"]["new"]} >= {"PR301", "PR602"}

@@ -22,8 +22,8 @@ from plasmient_report.render import html as html_render
 
 from .conftest import corpus_file
 
-SECTIONS = ("headline", "waterfall", "findings", "timeline", "ranks", "kernels", "ops", "roofline", "ranges", "counters",
-            "clock", "coverage", "notes", "perfetto")
+SECTIONS = ("headline", "waterfall", "findings", "timeline", "ranks", "steps", "kernels", "ops", "shapes", "roofline",
+            "ranges", "collectives", "memory", "launch-stats", "counters", "clock", "coverage", "notes", "perfetto")
 ALLOWED_URLS = ("https://ui.perfetto.dev",)
 MAX_BYTES = 5 * 1024 * 1024
 

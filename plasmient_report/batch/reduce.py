@@ -19,7 +19,7 @@ from .group import Unread
 from .mapper import Outcome
 
 
-def _atomic(path: Path, write: Callable[[Path], None]) -> None:
+def _atomic(path: Path, write: Callable[[Path], object]) -> None:
     """Write through a temporary sibling renamed into place (registered with the run's scratch, so a kill leaves
     nothing the next run does not sweep); the file follows the umask."""
     tmp = path.with_name(f".plasmient-tmp-{path.name}-{uuid.uuid4().hex[:12]}")

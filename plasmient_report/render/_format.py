@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..verdict_model import RangeSummary, Verdict
+from ..verdict_model import RangeSummary, StepSummary, Verdict
 
 try:  # the one list of labels of the measure stage (CONTRACTS.md)
     from ..vocab import CATEGORY_LABELS as _LABELS  # type: ignore[import-not-found, unused-ignore]
@@ -157,3 +157,59 @@ def kernel_names(names: list[str], width: int) -> dict[str, str]:
     for text in short.values():
         seen[text] = seen.get(text, 0) + 1
     return {n: (t if seen[t] == 1 else middle_ellipsis(_strip(n), width)) for n, t in short.items()}
+
+
+def ms(ns: float | None) -> str:
+    """A duration in ms with a precision that suits it: '134.9 ms', '0.412 ms'; 'n/a' when unknown."""
+    if ns is None:
+        return "n/a"
+    x = ns / 1e6
+    return f"{x:,.3f} ms" if x < 1 else f"{x:,.1f} ms" if x < 10_000 else f"{x / 1e3:,.1f} s"
+
+
+def rate(x: float | None, unit: str) -> str:
+    """A throughput: '1.21M tokens/s', '812 samples/s'."""
+    if x is None:
+        return "n/a"
+    for factor, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{x / factor:,.3g}{prefix} {unit}/s"
+    return f"{x:,.3g} {unit}/s"
+
+
+def signed_pct(x: float) -> str:
+    """A relative change: '+0.5%', '+35%', '-2.1%', '0.0%'; from +100% on as a ratio: '×3.0' (it is no share)."""
+    if abs(x) < 0.0005:
+        return "0.0%"
+    if x >= 1:
+        return f"×{1 + x:,.1f}"
+    return f"{x:+.1%}" if abs(x) < 0.1 else f"{x:+.0%}"
+
+
+def step_counts(s: StepSummary) -> str:
+    """'3 steps', '5 steps × 2 ranks'."""
+    n = s.per_rank if s.ranks > 1 else s.steps
+    text = f"{n:,} step{'s' if n != 1 else ''}"
+    return text + (f" × {s.ranks} ranks" if s.ranks > 1 else "")
+
+
+def step_time_text(s: StepSummary) -> str:
+    """The mean GPU step time and its spread (the standard deviation): '134.9 ms ± 0.795 ms'."""
+    spread = f" ± {ms(s.stddev_ns)}" if s.stddev_ns and s.steps > 1 else ""
+    return ms(s.mean_ns) + spread
+
+
+def step_outliers_text(s: StepSummary) -> str:
+    """The slowest step, and how many are flagged slow: 'slowest ProfilerStep#3 (rank 1) +0.5%'."""
+    parts = []
+    w = s.slowest
+    if w is not None and s.steps > 1:
+        where = f" on rank {w.rank}" if s.ranks > 1 else ""
+        parts.append(f"slowest {range_name(w.name)}{where} {ms(w.gpu_ns)}"
+                     + (f" ({signed_pct(w.excess_over_median)} over the median)"
+                        if w.excess_over_median is not None else ""))
+    if s.slow_step_count:
+        parts.append(f"{s.slow_step_count} more than {s.slow_threshold:.0%} over the median")
+    if s.slowest_rank is not None:
+        parts.append(f"rank {s.slowest_rank.rank} {signed_pct(s.slowest_rank.excess_over_fastest)} per step")
+    return "; ".join(parts)

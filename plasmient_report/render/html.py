@@ -1,4 +1,4 @@
-"""report.html: one self-contained page (SPEC §6) from the store tables and the verdict document.
+"""report.html: one self-contained page (SPEC §6) from the typed verdict and the store's views.
 
 Charts are matplotlib figures inlined as SVG (their text and axes take the page's colours, so light and dark
 themes both read); tables sort in the browser with a few lines of inline script. No network, no CDN.
@@ -10,6 +10,7 @@ import io
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,11 +25,10 @@ from markupsafe import Markup
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from ..metrics import CATEGORIES
-from ..roofline import KernelGroup, kernel_groups
-from ..verdict_model import from_dict
+from ..verdict_model import KernelGroup, Loss, RankSummary, Step, StepSummary, Verdict, from_dict
 from ._format import (
     achieved_text,
     achieved_why,
@@ -39,14 +39,19 @@ from ._format import (
     pct,
     range_occurrences,
     range_per_occurrence_ns,
+    rate,
+    signed_pct,
+    step_counts,
+    step_outliers_text,
+    step_time_text,
 )
 from ._format import (
     range_name as range_label,
 )
+from .verdict import document
 
 TIMELINE_BINS = 800
-TOP_KERNELS = 30
-ROOFLINE_POINTS = TOP_KERNELS  # each point is numbered by its row in the kernel table
+ROOFLINE_POINTS = 30  # at most; each point is numbered by its row in the kernel table (the verdict's top_kernels)
 MAX_RANK_BARS = 128        # the per-rank stacked bars; beyond this the sortable matrix table carries it
 MAX_COUNTER_RANKS = 8
 
@@ -379,16 +384,16 @@ def _legend(where: Any, handles: list[Any], **kw: Any) -> None:
         t.set_color(_FG)
 
 
-def waterfall_chart(achieved: float, losses: list[dict[str, Any]]) -> Markup:
+def waterfall_chart(achieved: float, losses: list[Loss]) -> Markup:
     """Peak (100%) minus each loss category in turn, down to what was achieved."""
-    labels = ["peak"] + [category_label(x["category"]) for x in losses] + ["achieved"]
+    labels = ["peak"] + [category_label(x.category) for x in losses] + ["achieved"]
     lefts, widths, colours = [0.0], [1.0], ["#7f7f7f"]
     level = 1.0
     for x in losses:
-        level -= x["fraction"]
+        level -= x.fraction
         lefts.append(level)
-        widths.append(x["fraction"])
-        colours.append(category_colour(x["category"]))
+        widths.append(x.fraction)
+        colours.append(category_colour(x.category))
     lefts.append(0.0)
     widths.append(achieved)
     colours.append(COLOURS["achieved"])
@@ -432,12 +437,12 @@ def stacked_share_chart(shares: list[dict[str, float]], labels: list[str], xlabe
     return svg(fig, alt)
 
 
-def rank_bars_chart(ranks: list[dict[str, Any]]) -> Markup:
+def rank_bars_chart(ranks: list[RankSummary]) -> Markup:
     """One 100% stacked bar per rank: achieved, then each loss category."""
-    shares = [{"achieved": r.get("achieved_fraction_of_peak") or 0.0,
-               **{c: sum(x["fraction"] for x in r.get("losses", []) if x["category"] == c) for c in CATEGORIES}}
+    shares = [{"achieved": r.achieved_fraction_of_peak or 0.0,
+               **{c: sum(x.fraction for x in r.losses if x.category == c) for c in CATEGORIES}}
               for r in ranks]
-    labels = [f"rank {r['rank']}" for r in ranks] if len(ranks) <= 32 else [""] * len(ranks)
+    labels = [f"rank {r.rank}" for r in ranks] if len(ranks) <= 32 else [""] * len(ranks)
     return stacked_share_chart(shares, labels, "share of each rank's window", "where each rank's peak went")
 
 
@@ -480,7 +485,7 @@ def timeline_chart(spans: list[Span], labels: list[str], choice: np.ndarray, com
     return svg(fig, "timeline strip" + (" (one clock)" if common else " (own windows)"))
 
 
-def roofline_chart(groups: list[KernelGroup], peak_flop_s: float, bandwidth_bytes_s: float | None) -> Markup | None:
+def roofline_chart(groups: Sequence[KernelGroup], peak_flop_s: float, bandwidth_bytes_s: float | None) -> Markup | None:
     placed = [g for g in groups[:ROOFLINE_POINTS] if g.arithmetic_intensity and g.achieved_flop_s]
     if not placed:
         return None
@@ -530,6 +535,69 @@ def roofline_chart(groups: list[KernelGroup], peak_flop_s: float, bandwidth_byte
                  Patch(color=COLOURS["memory_bound"], label="memory-bound group"),
                  Patch(color=COLOURS["compute_inefficiency"], label="compute-bound group")], loc="lower right")
     return svg(fig, "roofline")
+
+
+MAX_STEP_ROWS = 256        # the per-step table (the store's `steps` table and the export have all)
+MAX_STEP_BARS = 64         # the per-step stacked bars
+MAX_STEP_SERIES = 16       # ranks drawn in the step-time chart
+
+
+def step_time_chart(steps: Sequence[Step], summary: StepSummary) -> Markup | None:
+    """GPU step time per occurrence, one line per rank (GPU), the median dashed and the slow steps marked: the
+    outlier step shows itself."""
+    if len(steps) < 2:
+        return None
+    by_gpu: dict[tuple[Any, Any], list[Step]] = {}
+    for st in steps:
+        by_gpu.setdefault((st.rank, st.device), []).append(st)
+    fig = _figure(7.5, 2.0, legend_below=len(by_gpu) > 1)
+    ax = fig.add_subplot()
+    palette = ["#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#e377c2", "#7f7f7f", "#bcbd22"]
+    for i, (key, xs) in enumerate(list(by_gpu.items())[:MAX_STEP_SERIES]):
+        occ = [x.occurrence for x in xs]
+        ms_ = [x.gpu_ns / 1e6 for x in xs]
+        ax.plot(occ, ms_, marker="o", markersize=3, linewidth=1, color=palette[i % len(palette)],
+                label=f"rank {key[0]}" + (f" · gpu {key[1]}" if key[1] is not None else ""))
+        slow = [x for x in xs if x.slow]
+        if slow:
+            ax.scatter([x.occurrence for x in slow], [x.gpu_ns / 1e6 for x in slow], s=40, facecolors="none",
+                       edgecolors=COLOURS["collective_wait"], linewidths=1.2, zorder=3)
+    ax.axhline(summary.median_ns / 1e6, color=_FG, linestyle="--", linewidth=0.8)
+    ax.text(0.0, summary.median_ns / 1e6, f" median {summary.median_ns / 1e6:,.1f} ms", fontsize=7, color=_FG,
+            va="bottom", transform=ax.get_yaxis_transform())
+    top = max(x.gpu_ns for x in steps) / 1e6
+    ax.set_ylim(0, top * 1.12)
+    ax.set_xlabel(f"occurrence of {summary.range} on its rank", fontsize=8)
+    ax.set_ylabel("GPU step time (ms)", fontsize=8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _style(ax, grid_axis="y")
+    if len(by_gpu) > 1:
+        _legend(fig, ax.get_legend_handles_labels()[0])
+    return svg(fig, "GPU step time per step")
+
+
+def steps_view(con: duckdb.DuckDBPyConnection, typed: Verdict) -> dict[str, Any] | None:
+    """The per-step section: the first range of steps (step_summary[0]), its steps from the verdict and each step's
+    waterfall from the store (step_losses)."""
+    if not typed.step_summary:
+        return None
+    summary = typed.step_summary[0]
+    steps = [x for x in typed.steps if x.range == summary.range]
+    bars = None
+    if 1 < len(steps) <= MAX_STEP_BARS:
+        lost: dict[tuple[Any, Any, int], dict[str, float]] = {}
+        for r, d, o, c, ns in con.execute(
+                "SELECT rank, device, occurrence, category, lost_ns FROM step_losses WHERE label = ?",
+                [summary.range]).fetchall():
+            lost.setdefault((r, d, o), {})[c] = ns
+        shares = [{"achieved": x.achieved_fraction_of_peak or 0.0,
+                   **{c: ns / x.gpu_ns for c, ns in lost.get((x.rank, x.device, x.occurrence), {}).items()}}
+                  for x in steps]
+        labels = [(f"r{x.rank} " if summary.ranks > 1 else "") + range_label(x.name) for x in steps]
+        bars = stacked_share_chart(shares, labels, "share of each step's GPU window", "where each step's peak went")
+    return {"summary": summary, "rows": steps[:MAX_STEP_ROWS], "total": len(steps),
+            "chart": step_time_chart(steps, summary), "bars": bars, "outliers": step_outliers_text(summary),
+            "counts": step_counts(summary), "time": step_time_text(summary)}
 
 
 @dataclass(frozen=True)
@@ -628,6 +696,216 @@ def counters_view(con: duckdb.DuckDBPyConnection, windows: list[tuple[int | None
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Collectives, memory and launch statistics (the verdict's collective_stats, memory, launch_stats; sql/
+# collective_stats.sql, sql/memory.sql, sql/launch_stats.sql).
+
+MAX_HEATMAP_RANKS = 64
+MAX_HEATMAP_STEPS = 64
+MAX_MEMORY_GPUS = 8
+MEMORY_BINS = 800
+MAX_HISTOGRAM_STREAMS = 4
+# Sections a finding's evidence is shown in (an anchor of this page), by rule.
+RULE_SECTIONS = {"PR101": "collective-lateness", "PR501": "launch-stats"}
+STREAM_PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+
+
+def fmt_bytes(n: float | None) -> str:
+    """Bytes in binary units (message and memory sizes are powers of two)."""
+    if n is None:
+        return "n/a"
+    for factor, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if abs(n) >= factor:
+            return f"{n / factor:,.3g} {unit}"
+    return f"{n:,.0f} B"
+
+
+def fmt_bucket(lower_ns: int, upper_ns: int | None) -> str:
+    """A kernel-duration bucket as a label: '< 1 µs', '2–4 µs', '≥ 8.39 s'."""
+    if not lower_ns:
+        return f"< {fmt_duration(upper_ns)}"
+    if upper_ns is None:
+        return f"≥ {fmt_duration(lower_ns)}"
+    return f"{fmt_duration(lower_ns).split(' ')[0]}–{fmt_duration(upper_ns)}"
+
+
+def lateness_heatmap(cells: list[dict[str, Any]], per_step: bool = True) -> Markup | None:
+    """Steps (columns) × ranks (rows), each cell how late that rank arrived to that step's collectives (summed);
+    without steps one column, the whole profile."""
+    other = "outside steps" if per_step else "whole profile"
+    steps = sorted({(c["step_occurrence"] if c["step_occurrence"] is not None else 1 << 30, c["step"] or other)
+                    for c in cells})
+    ranks = sorted({c["rank"] for c in cells if c["rank"] is not None})
+    if not steps or not ranks or len(ranks) > MAX_HEATMAP_RANKS or len(steps) > MAX_HEATMAP_STEPS:
+        return None
+    # Steps line up across ranks by name (ProfilerStep#N), not by occurrence number.
+    names = list(dict.fromkeys(name for _, name in steps))
+    grid = np.full((len(ranks), len(names)), np.nan)
+    for c in cells:
+        if c["rank"] in ranks:
+            j = names.index(c["step"] or other)
+            grid[ranks.index(c["rank"]), j] = np.nansum([grid[ranks.index(c["rank"]), j], c["lateness_ns"] / 1e6])
+    fig = _figure(7.5, min(0.28 * len(ranks) + 1.3, 9))
+    ax = fig.add_subplot()
+    image = ax.imshow(grid, aspect="auto", cmap="Reds", vmin=0, vmax=max(float(np.nanmax(grid)), 1e-3),
+                      interpolation="nearest")
+    if grid.size <= 240:
+        top = float(np.nanmax(grid)) or 1.0
+        for (i, j), x in np.ndenumerate(grid):
+            if np.isfinite(x):
+                ax.text(j, i, f"{x:.3g}", ha="center", va="center", fontsize=7,
+                        color="white" if x > 0.6 * top else "black")
+    ax.set_xticks(range(len(names)), [n.replace("ProfilerStep", "step ") for n in names], fontsize=7,
+                  rotation=45 if len(names) > 8 else 0, ha="right" if len(names) > 8 else "center")
+    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks] if len(ranks) <= 32 else
+                  [str(r) if i % max(1, len(ranks) // 16) == 0 else "" for i, r in enumerate(ranks)])
+    ax.set_xlabel("step" if per_step else "", fontsize=8)
+    _style(ax, grid_axis=None)
+    bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+    bar.set_label("lateness (ms)", fontsize=8, color=_FG)
+    bar.ax.tick_params(colors=_FG, labelcolor=_FG, labelsize=7)
+    bar.outline.set_edgecolor(_FG)
+    return svg(fig, "lateness per step and rank")
+
+
+def busbw_chart(groups: list[dict[str, Any]]) -> Markup | None:
+    """Bus bandwidth against message size (as nccl-tests plots it), with each link's one-direction peak."""
+    pts = [g for g in groups if g.get("busbw_bytes_s") and g.get("bytes")]
+    if not pts:
+        return None
+    fig = _figure(7.5, 3.2)
+    ax = fig.add_subplot()
+    colls = list(dict.fromkeys(f"{g['collective']} ({g['kind']})" if g["kind"] != "collective" else str(g["collective"])
+                               for g in pts))
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+    for i, name in enumerate(colls):
+        sel = [g for g in pts if (f"{g['collective']} ({g['kind']})" if g["kind"] != "collective"
+                                  else str(g["collective"])) == name]
+        ax.scatter([g["bytes"] for g in sel], [g["busbw_bytes_s"] / 1e9 for g in sel],
+                   s=[max(12.0, min(200.0, 12.0 * math.sqrt(g["ops"]))) for g in sel], color=palette[i % len(palette)],
+                   label=name, alpha=0.85, linewidths=0)
+    for link, bw in sorted({(g["link"], g["link_bytes_s"]) for g in pts if g.get("link_bytes_s")}, key=lambda x: x[1]):
+        ax.axhline(bw / 1e9, color=_FG, linestyle="--", linewidth=0.8)
+        ax.text(min(g["bytes"] for g in pts), bw / 1e9, f" {link}: {bw / 1e9:,.0f} GB/s one way", fontsize=7,
+                color=_FG, va="bottom")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_bytes(v)))
+    ax.set_xlabel("message size", fontsize=8)
+    ax.set_ylabel("bus bandwidth (GB/s)", fontsize=8)
+    top = max([g["busbw_bytes_s"] for g in pts] + [g["link_bytes_s"] or 0 for g in pts]) / 1e9
+    ax.set_ylim(0, top * 1.15)
+    _style(ax, grid_axis="both")
+    _legend(ax, ax.get_legend_handles_labels()[0], loc="upper left")
+    return svg(fig, "bus bandwidth by message size")
+
+
+def memory_origin(peaks: list[dict[str, Any]], t0_ns: int | None) -> int:
+    """The memory chart's time origin: the first window's start, or the first allocator event when earlier."""
+    lo = min(p["first_ns"] for p in peaks)
+    return t0_ns if t0_ns is not None and t0_ns <= lo else lo
+
+
+def memory_chart(con: duckdb.DuckDBPyConnection, peaks: list[dict[str, Any]], t0_ns: int | None) -> Markup | None:
+    """Allocated (solid) and reserved (dashed) device memory over time per GPU, binned (the most in each bin),
+    with each peak marked and the device's memory when the run came near it."""
+    gpus = [(p["rank"], p["device"]) for p in peaks][:MAX_MEMORY_GPUS]
+    if not gpus:
+        return None
+    t0 = memory_origin(peaks, t0_ns)
+    hi = max(p["last_ns"] for p in peaks)
+    span = max(hi - t0, 1)
+    bw = span / MEMORY_BINS
+    rows = con.execute("""
+        SELECT rank, device, least(floor((ts_ns - $t0) / $bw)::BIGINT, $nb - 1) AS b,
+               max(allocated_bytes) AS a, max(reserved_bytes) AS r
+        FROM memory_timeline WHERE rank IS NOT NULL GROUP BY ALL ORDER BY rank, device, b""",
+                       {"t0": t0, "bw": bw, "nb": MEMORY_BINS}).fetchall()
+    scale, unit = _time_unit(span)
+    fig = _figure(7.5, 3.2, legend_below=True)
+    ax = fig.add_subplot()
+    top = 0.0
+    for k, (rank, dev) in enumerate(gpus):
+        pts = [(b, a, r) for rr, dd, b, a, r in rows if rr == rank and dd == dev]
+        if not pts:
+            continue
+        colour = STREAM_PALETTE[k % len(STREAM_PALETTE)] if len(gpus) <= 4 else None
+        t = np.array([(b + 0.5) * bw / scale for b, _, _ in pts])
+        alloc = np.array([a if a is not None else np.nan for _, a, _ in pts], dtype=float) / 2**30
+        res = np.array([r if r is not None else np.nan for _, _, r in pts], dtype=float) / 2**30
+        label = f"rank {rank}" + (f" · gpu {dev}" if len({d for _, d in gpus}) > 1 else "")
+        (line,) = ax.plot(t, alloc, drawstyle="steps-mid", linewidth=1.1, color=colour, label=f"{label} allocated")
+        if np.isfinite(res).any():
+            ax.plot(t, res, drawstyle="steps-mid", linewidth=1.0, linestyle="--", color=line.get_color(),
+                    label=f"{label} reserved")
+        p = next(x for x in peaks if x["rank"] == rank and x["device"] == dev)
+        if p.get("peak_allocated_bytes") is not None and p.get("peak_allocated_ns") is not None:
+            ax.plot([(p["peak_allocated_ns"] - t0) / scale], [p["peak_allocated_bytes"] / 2**30], marker="o",
+                    markersize=4, color=line.get_color())
+        top = max(top, float(np.nanmax(np.concatenate([alloc, res]))) if len(alloc) else 0.0)
+    near = [p for p in peaks if p.get("device_memory_bytes") and (p.get("peak_reserved_fraction") or
+                                                                  p.get("peak_allocated_fraction") or 0) >= 0.5]
+    if near:
+        cap = min(p["device_memory_bytes"] for p in near) / 2**30
+        ax.axhline(cap, color=_FG, linestyle=":", linewidth=0.9)
+        ax.text(0, cap, f" device memory {cap:,.0f} GiB", fontsize=7, color=_FG, va="bottom")
+        top = max(top, cap)
+    ax.set_ylim(0, top * 1.12 if top else 1)
+    ax.set_xlim(0, span / scale)
+    ax.set_xlabel(f"time since the first window starts ({unit})", fontsize=8)
+    ax.set_ylabel("GiB", fontsize=8)
+    _style(ax, grid_axis="y")
+    _legend(fig, ax.get_legend_handles_labels()[0])
+    return svg(fig, "device memory over time")
+
+
+def histogram_chart(streams: list[dict[str, Any]]) -> Markup | None:
+    """Kernel durations per stream in log2 buckets (counts): the short-kernel histogram."""
+    shown = [s for s in streams if s.get("histogram")][:MAX_HISTOGRAM_STREAMS]
+    if not shown:
+        return None
+    buckets = sorted({(h["lower_ns"], h["upper_ns"] if h["upper_ns"] is not None else 1 << 62)
+                      for s in shown for h in s["histogram"]})
+    lo = buckets[0][0]
+    hi = buckets[-1][0]
+    edges = [0] + [1000 * 2**i for i in range(0, 40)]
+    labels = [(a, b) for a, b in zip(edges, edges[1:], strict=False) if lo <= a <= hi]
+    x = np.arange(len(labels))
+    width = 0.8 / len(shown)
+    fig = _figure(7.5, 2.8, legend_below=True)
+    ax = fig.add_subplot()
+    for k, s in enumerate(shown):
+        counts = {h["lower_ns"]: h["kernels"] for h in s["histogram"]}
+        ax.bar(x + (k - (len(shown) - 1) / 2) * width, [counts.get(a, 0) for a, _ in labels], width=width,
+               color=STREAM_PALETTE[k % len(STREAM_PALETTE)], linewidth=0,
+               label=f"rank {s['rank']} · stream {s['stream']}")
+    last_upper = {h["lower_ns"]: h["upper_ns"] for s in shown for h in s["histogram"]}
+    ax.set_xticks(x, [fmt_bucket(a, last_upper.get(a, b)) for a, b in labels], fontsize=7, rotation=30, ha="right")
+    ax.set_ylabel("kernels", fontsize=8)
+    ax.set_xlabel("kernel duration", fontsize=8)
+    _style(ax, grid_axis="y")
+    _legend(fig, ax.get_legend_handles_labels()[0])
+    return svg(fig, "kernel durations per stream")
+
+
+def tables_context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], t0_ns: int | None) -> dict[str, Any]:
+    """What the collectives, memory and launch-statistics sections show, from the verdict (and, for the memory
+    curve, the store's memory_timeline)."""
+    cs = verdict.get("collective_stats") or None
+    memory = verdict.get("memory") or []
+    launch = verdict.get("launch_stats") or []
+    return {
+        "coll": cs,
+        "coll_busbw": busbw_chart(cs["groups"]) if cs else None,
+        "coll_heatmap": lateness_heatmap(cs["lateness"], cs["lateness_per_step"]) if cs and cs["lateness"] else None,
+        "memory": memory,
+        "memory_chart": memory_chart(con, memory, t0_ns) if memory else None,
+        "memory_t0": memory_origin(memory, t0_ns) if memory else None,
+        "launch": launch,
+        "launch_histogram": histogram_chart(launch),
+        "rule_sections": RULE_SECTIONS,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The page.
 
 
@@ -642,15 +920,16 @@ def _env() -> Environment:
     env = Environment(loader=PackageLoader("plasmient_report", "templates"), autoescape=True,
                       trim_blocks=True, lstrip_blocks=True)
     env.filters.update(field=fmt_field, pct=pct, ms=fmt_ms, si=fmt_si, duration=fmt_duration, value=fmt_value,
+                       bytes=fmt_bytes, bucket=fmt_bucket,
                        sortkey=sort_key, colour=category_colour, label=lambda c: category_label(str(c)),
                        key=key_label, short=middle_ellipsis, basename=_basename,
-                       hardware=hardware_label)
+                       hardware=hardware_label, rate=rate, signed=lambda x: signed_pct(x) if x is not None else "")
     return env
 
 
-def _loss_rows(achieved: float | None, losses: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows = [{"category": x["category"], "layer": x.get("layer"), "fraction": x["fraction"],
-             "recommendation": x.get("recommendation")} for x in losses]
+def _loss_rows(achieved: float | None, losses: list[Loss]) -> list[dict[str, Any]]:
+    rows = [{"category": x.category, "layer": x.layer, "fraction": x.fraction, "recommendation": x.recommendation}
+            for x in losses]
     if achieved is not None:
         rows.insert(0, {"category": "achieved", "layer": "", "fraction": achieved,
                         "recommendation": "useful FLOPs at the chosen peak"})
@@ -683,22 +962,26 @@ def _gpu_title(v: Any) -> str:
     return ", ".join(names) + " (no peak known)" if names else "unknown GPU"
 
 
-def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str, Any]:
-    """Everything the template shows, from the store tables and the verdict (never from input files)."""
-    run, peak = verdict["run"], verdict["peak"]
-    achieved = verdict.get("achieved_fraction_of_peak")
-    util = verdict.get("utilization") or {}
-    peak_flop_s = peak["tflops"] * 1e12 if peak.get("tflops") else None
-    bandwidth = peak["memory_bandwidth_tbs"] * 1e12 if peak.get("memory_bandwidth_tbs") else None
-    scope = "range" if run.get("range") else "window"
-    range_name = run["range"][0] if run.get("range") else None
+def _typed(verdict: Verdict | dict[str, Any]) -> Verdict:
+    return verdict if isinstance(verdict, Verdict) else from_dict(verdict, strict=False)
 
-    typed = from_dict(verdict, strict=False)
+
+def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -> dict[str, Any]:
+    """Everything the template shows, from the typed verdict and the store's views (never from input files, never
+    from the verdict's text). `v` in the template is the verdict's JSON document, for its generic key-value
+    tables (coverage, clock, counter sources)."""
+    typed = _typed(verdict)
+    doc = document(typed)
+    run, peak = typed.run, typed.peak
+    achieved = typed.achieved_fraction_of_peak
+    peak_flop_s = peak.tflops * 1e12 if peak.tflops else None
+    bandwidth = peak.memory_bandwidth_tbs * 1e12 if peak.memory_bandwidth_tbs else None
+
     ach_text = achieved_text(typed)
-    losses = verdict.get("losses") or []
+    losses = typed.losses
     range_rows = [{**r, "display_name": range_label(r["name"]), "occurrences": range_occurrences(t, typed),
                    "per_occurrence_ns": range_per_occurrence_ns(t)}
-                  for r, t in zip(verdict.get("ranges") or [], typed.ranges, strict=True)]
+                  for r, t in zip(doc["ranges"], typed.ranges, strict=True)]
 
     windows = gpu_windows(con)
     timeline_common = timeline_own = None
@@ -712,51 +995,51 @@ def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str
             labels, choice = where_peak_went(bin_intervals(con, LOSS_SOURCE, own), own)
             timeline_own = timeline_chart(own, labels, choice, common=False)
 
-    ranks = verdict.get("ranks") or []
-    gpu_names = {(g.get("rank"), g.get("device")): g.get("name") for g in run.get("gpus") or []}
+    ranks = typed.ranks
+    gpu_names = {(g.rank, g.device): g.name for g in run.gpus}
     window_by_gpu = {(r, d): (s, e) for r, d, s, e in windows}
     first_ns = min((w[2] for w in windows), default=None)
     rank_rows = []
-    for r in ranks:
-        top = (r.get("losses") or [{}])[0]
-        w = window_by_gpu.get((r["rank"], r["device"]))
-        rank_rows.append({**r, "gpu": gpu_names.get((r["rank"], r["device"])),
+    for r, rd in zip(ranks, doc["ranks"], strict=True):
+        top = r.losses[0] if r.losses else None
+        w = window_by_gpu.get((r.rank, r.device))
+        rank_rows.append({**rd, "gpu": gpu_names.get((r.rank, r.device)),
                           "window_start": _utc(w[0]) if w else "n/a",
                           "start_offset_ns": w[0] - first_ns if w and first_ns is not None else None,
-                          "top_loss": top.get("category"), "top_loss_fraction": top.get("fraction"),
-                          "loss_by_category": {x["category"]: x["fraction"] for x in r.get("losses") or []}})
+                          "top_loss": top.category if top else None, "top_loss_fraction": top.fraction if top else None,
+                          "loss_by_category": {x.category: x.fraction for x in r.losses}})
     rank_categories = [c for c in CATEGORIES if any(c in rr["loss_by_category"] for rr in rank_rows)]
 
-    groups = kernel_groups(con, scope, range_name, peak_flop_s, bandwidth)
-    op_groups = kernel_groups(con, scope, range_name, peak_flop_s, bandwidth, by="op")
+    # The roofline of the verdict (judge built it once from the library's kernel_roofline).
+    groups, op_groups = typed.top_kernels, typed.top_ops
     roofline = roofline_chart(groups, peak_flop_s, bandwidth) if peak_flop_s else None
-    top = groups[:ROOFLINE_POINTS]
-    placed = sum(1 for g in top if g.arithmetic_intensity and g.achieved_flop_s)
-    flops_no_bytes = sum(1 for g in top if g.flops and not g.arithmetic_intensity)
+    shown = groups[:ROOFLINE_POINTS]
+    placed = sum(1 for g in shown if g.arithmetic_intensity and g.achieved_flop_s)
+    flops_no_bytes = sum(1 for g in shown if g.flops and not g.arithmetic_intensity)
 
     counters = counters_view(con, windows)
-    clock = (verdict.get("clock") or {}).get("sources") or []
+    clock = doc["clock"]["sources"]
     known_clock = ["path", "format", "format_version", "rank", "rank_method", "anchor", "offset_ns", "method",
                    "uncertainty_ns"]
     extra_clock = sorted({k for s in clock for k in s if k not in known_clock})
-    findings = [{**f, "evidence_rows": _evidence(f.get("evidence"))} for f in verdict.get("findings") or []]
-    n_ranks = len(run.get("ranks") or [])
+    findings = [{**f, "evidence_rows": _evidence(f.get("evidence"))} for f in doc["findings"]]
+    n_ranks = len(run.ranks)
     return {
-        "v": verdict,
-        "title": f"plasmient · {', '.join(run['range']) if run.get('range') else 'whole profile'} · "
+        "v": doc,
+        "title": f"plasmient · {', '.join(run.range) if run.range else 'whole profile'} · "
                  f"{n_ranks} rank{'s' if n_ranks != 1 else ''} · {_gpu_title(typed)}",
         "n_ranks": n_ranks,
-        "utilization": util.get("trace"),
-        "measured": util.get("measured"),
+        "utilization": typed.utilization.trace,
+        "measured": typed.utilization.measured,
         "achieved": achieved,
         "achieved_text": ach_text,
         "achieved_why": achieved_why(typed),
-        "headroom": verdict.get("headroom") or {},
-        "peak": peak,
+        "headroom": doc["headroom"],
+        "peak": doc["peak"],
         "ridge": peak_flop_s / bandwidth if peak_flop_s and bandwidth else None,
-        "window_ns": run.get("window_ns"),
+        "window_ns": run.window_ns,
         "loss_rows": _loss_rows(achieved, losses),
-        "loss_total": (achieved or 0.0) + sum(x["fraction"] for x in losses) if achieved is not None else None,
+        "loss_total": (achieved or 0.0) + sum(x.fraction for x in losses) if achieved is not None else None,
         "waterfall": waterfall_chart(achieved, losses) if achieved is not None else None,
         "rank_rows": rank_rows,
         "rank_categories": rank_categories,
@@ -766,13 +1049,14 @@ def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str
         "timeline_bins": TIMELINE_BINS,
         "run_start": _utc(min(w[2] for w in windows)) if windows else "n/a",
         "findings": findings,
-        "kernel_groups": groups[:TOP_KERNELS],
-        "kernel_labels": kernel_names([g.name for g in groups[:TOP_KERNELS]], 56),
-        "op_labels": kernel_names([g.name for g in op_groups[:TOP_KERNELS]], 48),
-        "kernel_groups_total": len(groups),
-        "op_groups": op_groups[:TOP_KERNELS],
-        "op_groups_total": len(op_groups),
-        "kernel_time_ns": sum(g.time_ns for g in groups),
+        "kernel_groups": groups,
+        "kernel_labels": kernel_names([g.name for g in groups], 56),
+        "op_labels": kernel_names([g.op for g in op_groups], 48),
+        "kernel_groups_total": typed.coverage.kernel_names or len(groups),
+        "op_groups": op_groups,
+        "op_groups_total": typed.coverage.op_names or len(op_groups),
+        "kernel_time_ns": sum(g.time_ns for g in groups) / sum(g.time_share for g in groups)
+        if groups and sum(g.time_share for g in groups) > 0 else None,
         "roofline": roofline,
         "roofline_placed": placed,
         "roofline_unplaced": flops_no_bytes,
@@ -780,12 +1064,16 @@ def context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> dict[str
         "counters": counters,
         "clock": clock,
         "clock_extra": extra_clock,
-        "coverage": verdict.get("coverage") or {},
-        "notes": verdict.get("notes") or [],
+        "coverage": doc["coverage"],
+        "notes": typed.notes,
+        "steps": steps_view(con, typed),
+        "shapes": typed.shapes,
+        "shapes_total": typed.coverage.shapes or len(typed.shapes),
+        **tables_context(con, doc, min((w[2] for w in windows), default=None)),
     }
 
 
-def render(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> str:
+def render(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -> str:
     start_page()
     # A cursor of our own: the caller's connection may hold an unfinished result, and ours registers views.
     cur = con.cursor()
@@ -795,6 +1083,6 @@ def render(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any]) -> str:
         cur.close()
 
 
-def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -> None:
+def write(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any], path: Path) -> None:
     """Write report.html for this run to `path`."""
     Path(path).write_text(render(con, verdict), encoding="utf-8")

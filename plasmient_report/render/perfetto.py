@@ -652,7 +652,7 @@ def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -
     _intern_names(con)
     ann = Annotations()
     for a in ("kind", "class", "op", "flops", "achieved_pct_of_peak", "arithmetic_intensity", "bound", "bytes", "correlation",
-              "input_dims", "domain", "process_group", "seq", "dtype", "group_ranks", "lost_ns"):
+              "input_dims", "domain", "process_group", "seq", "dtype", "group_ranks", "lost_ns", *COLLECTIVE_ARGS):
         ann.iid(a)
     try:
         with open(path, "wb") as f:
@@ -677,6 +677,7 @@ def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -
                 _ops(ctx, rank, layer_uuid["op"])
                 _kernels(ctx, rank, layer_uuid["kernel"], peak, bw_all)
                 _device(ctx, rank, layer_uuid["device"])
+                _memory(ctx, rank, layer_uuid["device"])
                 _verdict(ctx, rank, layer_uuid["verdict"])
             stats["packets"] = w.packets
             stats["tracks"] = w.tracks
@@ -702,7 +703,7 @@ class _Ctx:
 
 
 _TIMES = (("kernels", "start_ns"), ("ops", "start_ns"), ("api_calls", "start_ns"), ("ranges", "start_ns"),
-          ("collectives", "start_ns"), ("counters", "end_ns"), ("losses", "start_ns"))
+          ("collectives", "start_ns"), ("counters", "end_ns"), ("losses", "start_ns"), ("memory_events", "ts_ns"))
 
 
 def _exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
@@ -731,7 +732,28 @@ def _intern_names(con: duckdb.DuckDBPyConnection) -> None:
             UNION SELECT coalesce(collective, 'collective') FROM collectives {losses})""")
 
 
+# A collective slice's numbers from the measure stage (sql/collective_stats.sql: collective_transfers).
+COLLECTIVE_ARGS = ("wait_ns", "transfer_ns", "algbw_gb_s", "busbw_gb_s", "lateness_ns", "link")
+
+
 def _cluster(ctx: _Ctx, rank: int, parent: int) -> None:
+    """The rank's collectives; each slice carries its wait and transfer, NCCL's algorithm and bus bandwidth (GB/s),
+    how late this rank arrived, and the link — the measure stage's `collective_transfers`, when the store has it."""
+    if _exists(ctx.con, "collective_transfers"):
+        cols = "t.wait_ns, t.transfer_ns, t.algbw, t.busbw, t.late, t.link"
+        # one row per collectives row (source, correlation, rank)
+        join = """LEFT JOIN (
+                SELECT source_id, kernel_correlation, rank, any_value(wait_ns) AS wait_ns,
+                       any_value(transfer_ns) AS transfer_ns, round(any_value(algbw_bytes_s) / 1e9, 3) AS algbw,
+                       round(any_value(busbw_bytes_s) / 1e9, 3) AS busbw, any_value(arrival_lateness_ns) AS late,
+                       any_value(link) AS link
+                FROM collective_transfers WHERE rank = $rank GROUP BY source_id, kernel_correlation, rank) t
+              ON t.source_id = c.source_id AND t.kernel_correlation = c.kernel_correlation
+             AND t.rank IS NOT DISTINCT FROM c.rank"""
+    else:
+        cols = """NULL::BIGINT AS wait_ns, NULL::BIGINT AS transfer_ns, NULL::DOUBLE AS algbw, NULL::DOUBLE AS busbw,
+               NULL::BIGINT AS late, NULL::VARCHAR AS link"""
+        join = ""
     sql = f"""
         WITH c AS (
             SELECT *, coalesce(process_group, group_ranks, '') AS pg,
@@ -740,12 +762,15 @@ def _cluster(ctx: _Ctx, rank: int, parent: int) -> None:
         )
         SELECT c.start_ns + $shift AS s, greatest(c.end_ns, c.start_ns) + $shift AS e, n.iid, c.pg, c.seq, c.bytes,
                c.dtype, c.group_ranks,
-               CASE WHEN nranks > 1 THEN {_fid_sql("'coll'", "c.pg", "c.collective", "c.seq")} END AS flow
-        FROM c JOIN _pf_names n ON n.name = coalesce(c.collective, 'collective')
+               CASE WHEN nranks > 1 THEN {_fid_sql("'coll'", "c.pg", "c.collective", "c.seq")} END AS flow, {cols}
+        FROM c JOIN _pf_names n ON n.name = coalesce(c.collective, 'collective') {join}
         WHERE c.rank = $rank ORDER BY c.start_ns, greatest(c.end_ns, c.start_ns) DESC, c.seq"""
     lanes = ctx.slices(parent, ("coll", rank), "collectives (NCCL)", 0, sql, [
         Arg("process_group", "pg", "string"), Arg("seq", "seq", "int"), Arg("bytes", "bytes", "int"),
-        Arg("dtype", "dtype", "string"), Arg("group_ranks", "group_ranks", "string")], rank=rank)
+        Arg("dtype", "dtype", "string"), Arg("group_ranks", "group_ranks", "string"),
+        Arg("wait_ns", "wait_ns", "int"), Arg("transfer_ns", "transfer_ns", "int"),
+        Arg("algbw_gb_s", "algbw", "double"), Arg("busbw_gb_s", "busbw", "double"),
+        Arg("lateness_ns", "late", "int"), Arg("link", "link", "string")], rank=rank)
     ctx.stats["collective_flows"] += lanes.flows
 
 
@@ -848,7 +873,7 @@ _SEQ_FIELD = np.frombuffer(_field_varint(F_PKT_SEQ_ID, SEQ_ID), dtype=np.uint8)
 _TS_9 = (np.uint64(1 << 56), np.uint64((1 << 63) - 1))  # epoch ns since 1972: 9-byte varints
 
 
-def _counter_packets(tracks: np.ndarray, ts: np.ndarray, values: np.ndarray,
+def _counter_packets(tracks: np.ndarray | np.uint64, ts: np.ndarray, values: np.ndarray,
                      track_bytes: np.ndarray | None = None) -> bytes:
     """Counter samples as TracePackets. Times since 1972 and track uuids (always 9-byte varints, see
     `uuid_of`) make every packet the same layout: written as columns of an (n, 40) byte array.
@@ -860,21 +885,21 @@ def _counter_packets(tracks: np.ndarray, ts: np.ndarray, values: np.ndarray,
         ev = Messages(n).varint(F_EV_TYPE, COUNTER).varint(F_EV_TRACK_UUID, tracks)
         ev.fixed64(F_EV_DOUBLE_COUNTER, values.astype(np.float64))
         return packets_of(ev, ts)
-    ev = (_varint_bytes(F_EV_TYPE << 3) + _varint_bytes(COUNTER) + _varint_bytes(F_EV_TRACK_UUID << 3), 9,
-          _varint_bytes(F_EV_DOUBLE_COUNTER << 3 | 1), 8)
-    ev_len = len(ev[0]) + 9 + len(ev[2]) + 8
+    lay = (_varint_bytes(F_EV_TYPE << 3) + _varint_bytes(COUNTER) + _varint_bytes(F_EV_TRACK_UUID << 3), 9,
+           _varint_bytes(F_EV_DOUBLE_COUNTER << 3 | 1), 8)
+    ev_len = len(lay[0]) + 9 + len(lay[2]) + 8
     pkt_len = 1 + 9 + 1 + 1 + ev_len + _SEQ_FIELD.size
     row = 2 + pkt_len
     out = np.empty((n, row), dtype=np.uint8)
     out[:, 0], out[:, 1], out[:, 2] = F_TRACE_PACKET << 3 | 2, pkt_len, F_PKT_TIMESTAMP << 3
     out[:, 3:12] = _varint_columns(t, 9)
     out[:, 12], out[:, 13] = F_PKT_TRACK_EVENT << 3 | 2, ev_len
-    i = 14 + len(ev[0])
-    out[:, 14:i] = np.frombuffer(ev[0], dtype=np.uint8)
+    i = 14 + len(lay[0])
+    out[:, 14:i] = np.frombuffer(lay[0], dtype=np.uint8)
     out[:, i:i + 9] = track_bytes if track_bytes is not None else _varint_columns(np.ascontiguousarray(tracks), 9)
     i += 9
-    out[:, i:i + len(ev[2])] = np.frombuffer(ev[2], dtype=np.uint8)
-    i += len(ev[2])
+    out[:, i:i + len(lay[2])] = np.frombuffer(lay[2], dtype=np.uint8)
+    i += len(lay[2])
     out[:, i:i + 8] = np.ascontiguousarray(values, dtype=np.float64).view(np.uint8).reshape(n, 8)
     out[:, i + 8:] = _SEQ_FIELD
     return out.tobytes()
@@ -940,6 +965,43 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
     finally:
         ctx.con.execute(f"SET threads = {int(threads)}")
         ctx.con.unregister("_pf_series_in")
+
+
+MAX_MEMORY_SAMPLES = 200_000  # per GPU and series; beyond, the most in each of this many bins (the peaks kept)
+
+
+def _memory(ctx: _Ctx, rank: int, parent: int) -> None:
+    """Device memory as counter tracks, per GPU: allocated and reserved bytes after every allocator event (the
+    measure stage's memory_timeline: Kineto profile_memory=True). A GPU with more events than MAX_MEMORY_SAMPLES gets
+    the most in each of that many bins instead (its name says so)."""
+    if not _exists(ctx.con, "memory_peaks"):
+        return
+    gpus = ctx.con.execute("SELECT device, events, first_ns, last_ns, peak_reserved_bytes IS NOT NULL FROM memory_peaks "
+                           "WHERE rank = ? ORDER BY device", [rank]).fetchall()
+    for k, (dev, events, first, last, has_reserved) in enumerate(gpus):
+        binned = events > MAX_MEMORY_SAMPLES
+        bin_ns = max(1, -(-(last - first + 1) // MAX_MEMORY_SAMPLES)) if binned else 1
+        what = f" (the most in each {bin_ns / 1e3:,.0f} µs)" if binned else ""
+        series = [("allocated", "allocated_bytes")] + ([("reserved", "reserved_bytes")] if has_reserved else [])
+        tracks = []
+        for j, (label, _) in enumerate(series):
+            t = uuid_of("memory", rank, dev, label)
+            ctx.w.track(t, f"GPU {dev} memory {label} (MiB){what}", parent=parent, counter="MiB", order=1000 + 2 * k + j)
+            tracks.append(t)
+        cols = ", ".join(f"max({c}) / 1048576.0 AS v{j}" if binned else f"{c} / 1048576.0 AS v{j}"
+                         for j, (_, c) in enumerate(series))
+        sql = (f"""SELECT $first + (ts_ns - $first) // $bin * $bin + $shift AS t, {cols} FROM memory_timeline
+                   WHERE rank = $rank AND device = $dev GROUP BY 1 ORDER BY 1""" if binned else
+               f"""SELECT ts_ns + $shift AS t, {cols} FROM memory_timeline WHERE rank = $rank AND device = $dev
+                   ORDER BY ts_ns""")
+        extra = {"first": first, "bin": bin_ns} if binned else {}
+        for b in ctx.batches(sql, rank=rank, dev=dev, **extra):
+            ts = _num(b.column("t"), np.int64)
+            for j, t in enumerate(tracks):
+                col = b.column(f"v{j}")
+                ok = _valid(col)
+                if ok.any():
+                    ctx.w.bulk(_counter_packets(np.uint64(t), ts[ok], _num(col, np.float64)[ok]), int(ok.sum()))
 
 
 def _verdict(ctx: _Ctx, rank: int, parent: int) -> None:

@@ -19,6 +19,10 @@ from ._format import (
     range_name,
     range_occurrences,
     range_per_occurrence_ns,
+    rate,
+    step_counts,
+    step_outliers_text,
+    step_time_text,
 )
 
 WIDTH = 79
@@ -96,6 +100,22 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
     if len(v.achieved_by_precision) > 1:
         parts = " · ".join(f"{p.precision} {pct(p.fraction)}" for p in v.achieved_by_precision)
         lines.append(Text(f"    achieved by precision: {parts}", style="dim"))
+    if v.step_summary:
+        ss = v.step_summary[0]
+        steps = _grid()
+        lines.append(steps)
+        _row(steps, "step time (GPU)", step_time_text(ss), "← " + step_counts(ss))
+        if ss.tokens_per_s is not None:
+            _row(steps, "throughput", rate(ss.tokens_per_s, "tokens"),
+                 f"← per rank; {rate(ss.tokens_per_s_all_ranks, 'tokens')} in all" if ss.ranks > 1 else "")
+        if ss.samples_per_s is not None:
+            _row(steps, "throughput" if ss.tokens_per_s is None else "samples", rate(ss.samples_per_s, "samples"),
+                 f"← per rank; {rate(ss.samples_per_s_all_ranks, 'samples')} in all" if ss.ranks > 1 else "")
+        if ss.mfu is not None:
+            _row(steps, "MFU (--model-flops)", pct(ss.mfu), "← model FLOPs / (step × peak)")
+        outliers = step_outliers_text(ss)
+        if outliers:
+            lines.append(Text(f"    {outliers}", style="dim"))
     losses = v.losses
     if losses:
         lines.append(Text(""))

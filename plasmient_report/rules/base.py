@@ -1,11 +1,13 @@
-"""What a rule is: a stable ID, a layer, a documentation page, thresholds with defaults, and a check that
-queries the store and returns findings. Rule modules build their rules with `rule(...)`.
+"""What a rule is: a stable code, a name, a layer, a status, its explanation (the page users read, in ruff's fixed
+sections), thresholds with defaults, and its query — a check that reads the store through SQL and returns findings.
+Built-in rules get their code, layer and status from the table in `codes.py`; plugin rules give their own.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -15,11 +17,18 @@ if TYPE_CHECKING:
     from .context import RuleContext
 
 LAYERS = ("cluster", "pipeline", "op", "kernel", "host", "device")
+# stable: runs by default; preview: runs only when selected by its own code or name (not by a prefix or ALL);
+# deprecated: runs as selected, and says it is deprecated.
+STATUSES = ("stable", "preview", "deprecated")
 # The page of every rule has these sections, in this order (ruff's rule pages are the model).
-DOC_SECTIONS = ("What it detects", "Why it costs peak", "How to fix", "Example")
+DOC_SECTIONS = ("What it does", "Why is this bad?", "Example", "How to fix")
+# Pages of the first rule layout (plugins written for it) use these names: read as the sections above.
+LEGACY_SECTIONS = {"What it detects": "What it does", "Why it costs peak": "Why is this bad?"}
+LEGACY_ORDER = ("What it does", "Why is this bad?", "How to fix", "Example")
 ID_RE = re.compile(r"^[A-Z]{1,4}[0-9]{3}$")
-# Every rule also takes this threshold: findings explaining less of the window than this are dropped.
-COMMON_THRESHOLDS: dict[str, float] = {"min_lost_fraction": 0.005}
+# Every rule also takes these thresholds: findings explaining less of the window than `min_lost_fraction` are
+# dropped, and no rule runs on a window shorter than `min_window_us` per GPU (nothing can be judged from it).
+COMMON_THRESHOLDS: dict[str, float] = {"min_lost_fraction": 0.005, "min_window_us": 100.0}
 
 
 class Thresholds(Mapping[str, float]):
@@ -37,7 +46,7 @@ class Thresholds(Mapping[str, float]):
     def __getitem__(self, name: str) -> float:
         return self._values[name]
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[str]:
         return iter(self._values)
 
     def __len__(self) -> int:
@@ -66,61 +75,94 @@ class Finding:
     category: str | None = None
 
 
+@dataclass(frozen=True)
+class Explanation:
+    """A rule's page: what it does, why that is bad, an example finding, and how to fix it (Markdown)."""
+
+    what_it_does: str
+    why_is_this_bad: str
+    example: str
+    how_to_fix: str
+
+    @classmethod
+    def parse(cls, text: str, code: str = "?") -> Explanation:
+        """From Markdown with the four sections as `## ` headings, in order (the first layout's names accepted)."""
+        parts = re.split(r"^## (.+?)\s*$", inspect.cleandoc(text or ""), flags=re.MULTILINE)
+        heads = [LEGACY_SECTIONS.get(h.strip(), h.strip()) for h in parts[1::2]]
+        bodies = dict(zip(heads, (b.strip() for b in parts[2::2]), strict=True))
+        n = len(DOC_SECTIONS)
+        if tuple(heads[:n]) not in (DOC_SECTIONS, LEGACY_ORDER):
+            raise ValueError(f"rule {code}: its page needs the sections {', '.join(DOC_SECTIONS)} "
+                             f"(as '## ' headings, in order); found {heads}")
+        return cls(*(bodies[h] for h in DOC_SECTIONS))
+
+    def sections(self) -> tuple[tuple[str, str], ...]:
+        return tuple(zip(DOC_SECTIONS, (self.what_it_does, self.why_is_this_bad, self.example, self.how_to_fix),
+                         strict=True))
+
+    def markdown(self) -> str:
+        return "\n\n".join(f"## {h}\n\n{inspect.cleandoc(b)}" for h, b in self.sections())
+
+
 Check = Callable[["RuleContext", Thresholds], Iterable[Finding]]
 
 
 @dataclass(frozen=True)
 class Rule:
-    id: str
-    name: str  # kebab-case, like ruff's rule names
+    id: str  # the code (PR101): from codes.py for built-in rules
+    name: str  # kebab-case, like ruff's rule names: the rule's file name with '-' for '_'
     layer: str
     title: str
     category: str | None  # the waterfall category whose lost time its findings explain (None: several)
     thresholds: Mapping[str, float]
-    doc: str
-    check: Check
+    explanation: Explanation
+    check: Check  # the query: SQL over the store and the measurement library's views, run in its own schema
+    status: str = "stable"
     origin: str = "builtin"
 
+    @property
+    def doc(self) -> str:
+        return self.explanation.markdown()
+
     def page(self) -> str:
-        """The documentation page (`plasmient-report rules --explain ID`)."""
+        """The documentation page (`plasmient-report rules --explain ID`, docs/rules/ID.md)."""
         lines = [f"# {self.id} {self.name}", "", f"{self.title}.", "",
-                 f"Layer: {self.layer} · loss category: {self.category or '(several)'} · from: {self.origin}", ""]
-        lines.append(self.doc.strip())
+                 f"Layer: {self.layer} · loss category: {self.category or '(several)'} · status: {self.status}"
+                 + (f" · from: {self.origin}" if not self.origin.startswith("plasmient_report.") else ""), ""]
+        lines.append(self.explanation.markdown())
         lines += ["", "## Thresholds", ""]
-        for k, v in {**COMMON_THRESHOLDS, **self.thresholds}.items():
+        for k, v in self.thresholds.items():
             lines.append(f"- `{k}` = {v:g}")
+        for k, v in COMMON_THRESHOLDS.items():
+            if k not in self.thresholds:
+                lines.append(f"- `{k}` = {v:g} (every rule)")
         lines += ["", f"Override in a `--rules-config` TOML file: `[{self.id}]` then `name = value`."]
         return "\n".join(lines) + "\n"
 
 
-def _dedent(doc: str) -> str:
-    import inspect
-
-    return inspect.cleandoc(doc)
-
-
 def check_doc(rule_id: str, doc: str) -> None:
     """A page must have the four sections, in order, as `## ` headings."""
-    heads = re.findall(r"^## (.+?)\s*$", doc, re.MULTILINE)
-    if tuple(heads[: len(DOC_SECTIONS)]) != DOC_SECTIONS:
-        raise ValueError(f"rule {rule_id}: documentation needs the sections {', '.join(DOC_SECTIONS)} "
-                         f"(as '## ' headings, in order); found {heads}")
+    Explanation.parse(doc, rule_id)
 
 
-def rule(id: str, name: str, layer: str, title: str, category: str | None,
-         thresholds: Mapping[str, float] | None = None) -> Callable[[Check], Rule]:
-    """Decorator: the function is the rule's check and its docstring the rule's page."""
+def rule(id: str = "", name: str = "", layer: str = "", title: str = "", category: str | None = None,
+         thresholds: Mapping[str, float] | None = None, explanation: Explanation | None = None,
+         status: str = "stable") -> Callable[[Check], Rule]:
+    """Decorator: the function is the rule's query (its check). The page is `explanation`, else the function's
+    docstring. Built-in rules leave `id`, `name` and `layer` to the code table (codes.py); plugins give them."""
 
     def wrap(fn: Check) -> Rule:
-        if not ID_RE.match(id):
+        if id and not ID_RE.match(id):
             raise ValueError(f"rule id {id!r} must look like PR101")
-        if layer not in LAYERS:
+        if layer and layer not in LAYERS:
             raise ValueError(f"rule {id}: layer {layer!r} is not one of {', '.join(LAYERS)}")
         if category is not None and category not in CATEGORIES:
             raise ValueError(f"rule {id}: category {category!r} is not a loss category")
-        doc = _dedent(fn.__doc__ or "")
-        check_doc(id, doc)
-        return Rule(id=id, name=name, layer=layer, title=title, category=category,
-                    thresholds=dict(thresholds or {}), doc=doc, check=fn, origin=fn.__module__)
+        if status not in STATUSES:
+            raise ValueError(f"rule {id}: status {status!r} is not one of {', '.join(STATUSES)}")
+        page = explanation or Explanation.parse(fn.__doc__ or "", id or fn.__name__)
+        return Rule(id=id, name=name or fn.__name__.replace("_", "-"), layer=layer, title=title, category=category,
+                    thresholds=dict(thresholds or {}), explanation=page, check=fn, status=status,
+                    origin=fn.__module__)
 
     return wrap

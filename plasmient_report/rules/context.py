@@ -1,17 +1,22 @@
-"""What a rule sees: the store narrowed to the analysed window (temp tables `rule_*`), the window's size, steps,
-GPUs and peaks, and `lost_ns`: how much of the waterfall's lost time a set of intervals accounts for.
+"""What a rule sees: the store narrowed to the analysed window (temp tables `rule_*`, shared and read-only), the
+window's size, steps, GPUs and peaks, what program the trace comes from (the library's `program` view), and
+`lost_ns`: how much of the waterfall's lost time a set of intervals accounts for. Each rule runs in its own schema
+(`own_schema`): the tables it creates cannot touch another rule's or the store's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import decimal
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
 
+from .. import sql
+from ..metrics import window_label
 from ..peaks import GpuPeaks, load_table, match_gpu
 from ..vocab import BUSY_CATEGORIES, CATEGORIES, IDLE_CATEGORIES, MATERIAL_UNKNOWN_FLOPS
 
@@ -20,7 +25,26 @@ from ..vocab import BUSY_CATEGORIES, CATEGORIES, IDLE_CATEGORIES, MATERIAL_UNKNO
 # rule_collective_members and rule_idle_gaps are the measure stage's collective instances and idle gaps.
 RULE_TABLES = ("rule_windows", "rule_kernels", "rule_ops", "rule_api_calls", "rule_ranges", "rule_collectives",
                "rule_losses", "rule_steps", "rule_collective_members", "rule_idle_gaps")
-__all__ = ["BUSY_CATEGORIES", "IDLE_CATEGORIES", "RULE_TABLES", "GpuInfo", "RuleContext", "cleanup", "prepare"]
+__all__ = ["BUSY_CATEGORIES", "IDLE_CATEGORIES", "RULE_TABLES", "GpuInfo", "Program", "RuleContext", "cleanup",
+           "own_schema", "prepare"]
+
+
+@dataclass(frozen=True)
+class Program:
+    """What program the trace comes from (sql/program.sql): advice must fit it."""
+
+    pytorch: bool = True
+    tensorrt: bool = False
+    runtime: str = "cuda"  # cuda or hip
+    graphs: bool = False  # it already launches captured graphs
+
+    @property
+    def api(self) -> str:
+        return "HIP" if self.runtime == "hip" else "CUDA"
+
+    @property
+    def prefix(self) -> str:
+        return "hip" if self.runtime == "hip" else "cuda"
 
 
 @dataclass(frozen=True)
@@ -50,6 +74,14 @@ class RuleContext:
     gpus: dict[tuple[int | None, int], GpuInfo]
     category_ns: dict[str, float] = field(default_factory=dict)
     achieved_is_lower_bound: bool = False  # unknown work is material: the achieved fraction is a floor
+    program: Program = field(default_factory=Program)
+    gpu_count: int = 1  # GPUs with an analysed window
+    kernel_count: int = 0  # GPU activities in the window
+    schema: str | None = None  # the schema of the rule now running (own_schema)
+
+    @property
+    def window_per_gpu_ns(self) -> float:
+        return self.window_ns / max(self.gpu_count, 1)
 
     # ---- queries -------------------------------------------------------------------------------------------
     def rows(self, sql: str, params: Any = None) -> list[dict[str, Any]]:
@@ -104,7 +136,7 @@ class RuleContext:
         # The intervals first, as a table: planned inline under the window functions below, some rules'
         # interval queries ran 100x slower.
         self.con.execute(f"""
-            CREATE OR REPLACE TEMP TABLE _rule_lost_raw AS
+            CREATE OR REPLACE TABLE _rule_lost_raw AS
             SELECT i.key, i.rank, coalesce(i.device, g.device) AS device, i.start_ns, i.end_ns, {wcol} AS w
             FROM ({intervals_sql}) i
             JOIN (SELECT DISTINCT rank, device FROM rule_windows) g
@@ -112,7 +144,7 @@ class RuleContext:
             WHERE i.end_ns > i.start_ns""", params)
         cats_param = "?"
         # the intervals of each key merged (the measurement library's interval_union, sql/intervals.sql)
-        self.con.execute("""CREATE OR REPLACE TEMP VIEW _rule_lost_v AS
+        self.con.execute("""CREATE OR REPLACE VIEW _rule_lost_v AS
                              SELECT {'key': key, 'rank': rank, 'device': device} AS grp, start_ns, end_ns
                              FROM _rule_lost_raw""")
         sql = f"""
@@ -176,7 +208,7 @@ def prepare(con: duckdb.DuckDBPyConnection, ranges: Sequence[str], precision: st
             peaks_file: Any = None) -> RuleContext:
     """Narrow the store to the headline window (the first `--range`, else each GPU's profiled window)."""
     scope = "range" if ranges else "window"
-    range_name = ranges[0] if ranges else None
+    range_name = window_label(ranges)
     p = [scope, range_name]
     cleanup(con)
     con.execute("""CREATE OR REPLACE TEMP TABLE rule_windows AS
@@ -251,11 +283,41 @@ def prepare(con: duckdb.DuckDBPyConnection, ranges: Sequence[str], precision: st
         gpus[key] = GpuInfo(rank=key[0], device=key[1], name=name or pk.device_name, peak_flop_s=pk.peak.flop_s,
                             bandwidth_bytes_s=pk.peak.bandwidth_bytes_s, sm_count=sm, compute_capability=cc,
                             table_entry=entry)
+    sql.install(con, "program")
+    pyt, trt, runtime, graphs = con.execute("SELECT pytorch, tensorrt, runtime, graphs FROM program").fetchone() \
+        or (True, False, "cuda", False)
+    n_gpus, n_kernels = con.execute("""SELECT (SELECT count(*) FROM (SELECT DISTINCT rank, device FROM rule_windows)),
+                                              (SELECT count(*) FROM rule_kernels)""").fetchone() or (0, 0)
     return RuleContext(con=con, scope=scope, range_name=range_name, precision=precision, window_ns=window_ns,
                        rank_window_ns=rank_window, steps=steps, step_unit=unit,
                        utilization=float(util) if util is not None else None,
                        achieved=float(achieved) if achieved is not None else None, gpus=gpus, category_ns=cat_ns,
-                       achieved_is_lower_bound=unknown is not None and unknown > MATERIAL_UNKNOWN_FLOPS)
+                       achieved_is_lower_bound=unknown is not None and unknown > MATERIAL_UNKNOWN_FLOPS,
+                       program=Program(pytorch=bool(pyt), tensorrt=bool(trt), runtime=str(runtime), graphs=bool(graphs)),
+                       gpu_count=int(n_gpus or 0), kernel_count=int(n_kernels or 0))
+
+
+@contextlib.contextmanager
+def own_schema(ctx: RuleContext, rule_id: str) -> Iterator[str]:
+    """Run a rule in a database of its own (an in-memory one attached as `rule_<id>`): what it creates without a
+    qualifier lands there, the store and the shared `rule_*` tables stay readable, and everything it made goes when
+    it ends — no rule can step on another's tables."""
+    con = ctx.con
+    (db,) = con.execute("SELECT current_database()").fetchall()[0]
+    store_db = '"' + str(db).replace('"', '""') + '"'
+    schema = "rule_" + "".join(c for c in rule_id.lower() if c.isalnum())
+    con.execute(f"DETACH DATABASE IF EXISTS {schema}")
+    con.execute(f"ATTACH ':memory:' AS {schema}")
+    try:
+        con.execute(f"USE {schema}")
+        con.execute(f"SET search_path = '{schema}.main,{store_db}.main'")
+        ctx.schema = schema
+        yield schema
+    finally:
+        ctx.schema = None
+        con.execute(f"USE {store_db}")
+        con.execute("RESET search_path")
+        con.execute(f"DETACH DATABASE IF EXISTS {schema}")
 
 
 def cleanup(con: duckdb.DuckDBPyConnection) -> None:

@@ -1,6 +1,7 @@
-"""The rule catalog (built-in modules + the `plasmient_report.rules` entry-point group), selection with
-`--select` / `--ignore` (IDs, ID prefixes or names, as ruff does), per-rule thresholds from `--rules-config`,
-and `run`: every selected rule over the store, findings into the `findings` table.
+"""The rule catalog (the built-in rules of the code table, codes.py, + the `plasmient_report.rules` entry-point
+group), selection with `--select` / `--ignore` (IDs, ID prefixes or names, as ruff does; a preview rule only by its
+own code or name), per-rule thresholds from `--rules-config`, and `run`: every selected rule over the store, each in
+its own schema, findings into the `findings` table.
 """
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import pkgutil
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -20,8 +20,10 @@ from typing import Any
 import duckdb
 
 from ..errors import BadInput
+from ..metrics import window_label
 from . import context
-from .base import COMMON_THRESHOLDS, Finding, Rule, Thresholds
+from .base import COMMON_THRESHOLDS, ID_RE, LAYERS, Finding, Rule, Thresholds
+from .codes import CODES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,7 +31,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ENTRY_POINT_GROUP = "plasmient_report.rules"
-_FRAMEWORK_MODULES = {"base", "context", "registry", "sqlutil"}
 SEVERITY_HIGH = 0.10  # lost_fraction at or above: "high"
 SEVERITY_MEDIUM = 0.02  # at or above: "medium"; below: "low"; findings without a lost fraction: "info"
 
@@ -45,14 +46,19 @@ def _rules_in(obj: Any) -> list[Rule]:
 
 
 def builtin_rules() -> list[Rule]:
-    """Every rule module in this package (adding a rule = adding a module)."""
-    from .. import rules as pkg
-
+    """The rules of the code table, each from its file `rules/<layer>/<rule_name>.py`, with the table's code,
+    layer, name and status."""
     out: list[Rule] = []
-    for m in pkgutil.iter_modules(pkg.__path__):
-        if m.name in _FRAMEWORK_MODULES or m.name.startswith("_"):
-            continue
-        out += _rules_in(importlib.import_module(f"{pkg.__name__}.{m.name}"))
+    for c in CODES:
+        module = importlib.import_module(f"{__package__}.{c.module}")
+        found = _rules_in(module)
+        if len(found) != 1:
+            raise RuntimeError(f"rules/{c.layer}/{c.rule_name}.py must define exactly one rule ({c.code}); "
+                               f"found {len(found)}")
+        r = found[0]
+        if r.id and r.id != c.code:
+            raise RuntimeError(f"rules/{c.layer}/{c.rule_name}.py says {r.id}; the code table says {c.code}")
+        out.append(replace(r, id=c.code, layer=c.layer, name=c.name, status=c.status))
     return sorted(out, key=lambda r: r.id)
 
 
@@ -68,7 +74,12 @@ def plugin_rules() -> tuple[list[Rule], list[str]]:
             continue
         if not found:
             notes.append(f"rule plugin {ep.name!r} ({ep.value}) defines no rules")
-        out += [replace(r, origin=f"plugin {ep.name} ({ep.value})") if r.origin == "builtin" else r for r in found]
+        for r in found:
+            if not ID_RE.match(r.id) or r.layer not in LAYERS:
+                notes.append(f"rule plugin {ep.name!r} ({ep.value}): a rule needs a code like XY101 and a layer "
+                             f"({r.id!r}, {r.layer!r}); skipped")
+                continue
+            out.append(replace(r, origin=f"plugin {ep.name} ({ep.value})"))
     return out, notes
 
 
@@ -92,8 +103,11 @@ def find_rule(code: str, rules: Sequence[Rule] | None = None) -> Rule | None:
 
 
 def _matches(code: str, r: Rule) -> bool:
+    """`code` selects `r`: ALL, a code prefix or its name; a preview rule only by its whole code or name."""
     c = code.strip().upper()
-    return c == "ALL" or r.id.upper().startswith(c) or r.name.upper() == c
+    if c == r.id.upper() or c == r.name.upper():
+        return True
+    return r.status != "preview" and (c == "ALL" or r.id.upper().startswith(c))
 
 
 def _codes(values: Iterable[str] | None) -> list[str]:
@@ -124,6 +138,7 @@ def configure(select: Sequence[str] | None = None, ignore: Sequence[str] | None 
             raise BadInput(config if code not in _codes(select) + _codes(ignore) else None,
                            f"no rule matches {code!r} (see `plasmient-report rules`)")
     chosen = [r for r in rules if any(_matches(c, r) for c in sel) and not any(_matches(c, r) for c in ign)]
+    notes += [f"rule {r.id} {r.name} is deprecated" for r in chosen if r.status == "deprecated"]
     per_rule: dict[str, dict[str, Any]] = {}
     for k, v in cfg.items():
         if k in ("select", "ignore", "verdict"):  # [verdict]: the judge's wording thresholds (judge.py)
@@ -191,19 +206,25 @@ def finish(f: Finding, r: Rule, ctx: context.RuleContext, t: Thresholds) -> Find
 
 def run(con: duckdb.DuckDBPyConnection, selection: Selection, ranges: Sequence[str], precision: str,
         peaks: Sequence[Any], peaks_file: Path | None = None, strict: bool = False) -> tuple[list[Finding], list[str]]:
-    """Run the selected rules over the analysed window; write `findings`; return them (worst first) and notes."""
+    """Run the selected rules over the analysed window, each in its own schema; write `findings`; return them
+    (worst first) and notes. A window too short to judge (below `min_window_us` per GPU) gets no findings."""
     notes = list(selection.notes)
     con.execute("DELETE FROM findings")
     ctx = context.prepare(con, ranges, precision, peaks, peaks_file)
     found: list[Finding] = []
+    too_short: list[str] = []
     try:
         for r in selection.rules:
             t = selection.thresholds.get(r.id) or Thresholds({**COMMON_THRESHOLDS, **r.thresholds})
+            if ctx.window_per_gpu_ns < t.min_window_us * 1e3:
+                too_short.append(r.id)
+                continue
             try:
-                for f in r.check(ctx, t) or ():
-                    done = finish(f, r, ctx, t)
-                    if done is not None:
-                        found.append(done)
+                with context.own_schema(ctx, r.id):
+                    for f in r.check(ctx, t) or ():
+                        done = finish(f, r, ctx, t)
+                        if done is not None:
+                            found.append(done)
             except Exception as e:
                 if strict:
                     raise
@@ -211,9 +232,16 @@ def run(con: duckdb.DuckDBPyConnection, selection: Selection, ranges: Sequence[s
                              f"{str(e).splitlines()[0] if str(e) else ''}")
     finally:
         context.cleanup(con)
+    if too_short:
+        from .text import fmt_ns
+
+        notes.append(f"the window is too short to judge ({fmt_ns(ctx.window_per_gpu_ns)} per GPU, "
+                     f"{ctx.kernel_count} GPU activit{'y' if ctx.kernel_count == 1 else 'ies'}): "
+                     f"{'no rule' if len(too_short) == len(selection.rules) else ', '.join(too_short)} ran "
+                     "(min_window_us)")
     found.sort(key=lambda f: (-(f.lost_fraction if f.lost_fraction is not None else -1.0), f.rule_id, f.key))
     scope = "range" if ranges else "window"
-    rn = ranges[0] if ranges else None
+    rn = window_label(ranges)
     if found:
         con.executemany(
             """INSERT INTO findings (rule_id, layer, severity, rank, lost_fraction, title, evidence, recommendation,

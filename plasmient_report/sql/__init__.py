@@ -126,6 +126,12 @@ def install(con: duckdb.DuckDBPyConnection, *names: str, with_dependencies: bool
         con.execute(render(n))
 
 
+def comments(name: str) -> list[tuple[str, str, str]]:
+    """A module's `COMMENT ON` statements as (kind, object, comment): kind TABLE, VIEW, COLUMN, MACRO or MACRO TABLE;
+    a column's object is `table.column`."""
+    return [(kind.upper(), obj, comment.replace("''", "'")) for kind, obj, comment in _COMMENT_RE.findall(render(name))]
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -134,7 +140,7 @@ def docs() -> str:
     """docs/measurements.md: every module, its job, its dependencies and the comment of every object and column."""
     lines = ["# The measurement library (`plasmient_report/sql/`)", "",
              "Generated from the modules' own comments by `python -m plasmient_report.sql > docs/measurements.md`;",
-             "`tests/test_sql_library.py` fails when this page and the modules drift. Every object below lives in",
+             "`tests/test_measure_library.py` fails when this page and the modules drift. Every object below lives in",
              "`run.duckdb` beside the tables of `docs/schema.md`: `plasmient-report query run.duckdb \"SELECT …\"`.", ""]
     for name in order(list(modules())):
         m = modules()[name]

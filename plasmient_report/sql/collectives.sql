@@ -3,12 +3,12 @@
 -- or, by name, an NVSHMEM / DeepEP / symmetric-memory / custom all-reduce / MSCCL++ one. Its kind: `all_to_all`
 -- (an all-to-all by name, or send/recv kernels launched inside an all-to-all op or range: `c10d::alltoall_base_`,
 -- `nccl:all_to_all`, an `AllToAll` NVTX range), `p2p` (other send/recv: pipeline traffic), `collective`. An
--- instance is one operation seen on several ranks: the same key (process group, else group ranks), collective
--- and sequence number. Its wait — the one definition the waterfall's `collective_wait` and the straggler rule
--- PR101 share — is each member's duration above the instance's shortest one: the last rank to arrive waits
--- least, every other rank spins until it comes (clock-independent; equal to start lateness once the ranks'
--- clocks are aligned by the ends of their collectives, as the align stage does).
--- Depends: vocab, kernel_launch
+-- instance is one operation seen on several ranks: the same key (collective_key), collective and sequence number.
+-- Its wait — the one definition the waterfall's `collective_wait` and the straggler rule PR101 share — is each
+-- member's duration above the instance's shortest one: the last rank to arrive waits least, every other rank spins
+-- until it comes (clock-independent; equal to start lateness once the ranks' clocks are aligned by the ends of
+-- their collectives, as the align stage does).
+-- Depends: vocab, kernel_launch, collective_key
 
 CREATE OR REPLACE TABLE comm_kernels AS
 WITH c AS (
@@ -44,7 +44,7 @@ COMMENT ON COLUMN comm_kernels.kind IS 'all_to_all, p2p (send/recv outside an al
 
 CREATE OR REPLACE TABLE collective_members AS
 WITH c AS (
-    SELECT coalesce(c.process_group, c.group_ranks, '') AS key, c.collective, c.seq, c.rank, c.device, k.kernel_id,
+    SELECT collective_key(c.process_group, c.group_ranks) AS key, c.collective, c.seq, c.rank, c.device, k.kernel_id,
            c.source_id, c.kernel_correlation,
            c.start_ns, c.end_ns, c.end_ns - c.start_ns AS dur_ns, c.bytes,
            coalesce(ck.kind, CASE WHEN regexp_matches(coalesce(c.collective, ''), {{ALL_TO_ALL_RE}}) THEN 'all_to_all'

@@ -1,4 +1,4 @@
-"""The contract every input is held to (issue 9), checked in-process and strictly.
+"""The contract every input is held to (issue 9), checked in-process and strictly (tests/contract.py).
 
 For any input: the run succeeds with a verdict whose numbers keep their invariants, or it raises BadInput with
 one line naming the file. Any other exception is a crash — the harness lets it through, never turns it into an
@@ -8,8 +8,6 @@ never modified, nothing is written beside them, and the output folder is complet
 
 from __future__ import annotations
 
-import hashlib
-import math
 import signal
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,15 +17,15 @@ from typing import Any
 from plasmient_report import parsers, pipeline, store
 from plasmient_report.errors import BadInput
 
+from ..contract import ContractViolation, Watch, check_result, one_line
+
+__all__ = ["ContractViolation", "Hang", "check_bad_input", "run_contract", "time_limit"]
+
 OUTPUT_FILES = [".plasmient-output", "run.duckdb", "verdict.json"]  # with --no-html --no-trace
 
 
 class Hang(BaseException):
     """The run took longer than its time limit (a BaseException: code under test must not swallow it)."""
-
-
-class ContractViolation(AssertionError):
-    """An input broke the contract: an exception other than a one-line BadInput, a changed input, a stray file."""
 
 
 @contextmanager
@@ -53,55 +51,9 @@ def time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-def _digest(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _snapshot(folder: Path) -> dict[str, tuple[int, str]]:
-    return {str(p.relative_to(folder)): (p.stat().st_size, _digest(p) if p.is_file() else "")
-            for p in sorted(folder.rglob("*")) if not p.is_symlink()}
-
-
-def check_verdict(v: dict[str, Any]) -> None:
-    """Numbers that must hold for any verdict: utilization in [0, 1], achieved ≤ utilization (no useful work while
-    idle), achieved + losses = 1, every rank of the job present or reported missing."""
-    util = v["utilization"]["trace"]
-    ach = v["achieved_fraction_of_peak"]
-    if util is not None and not (0.0 <= util <= 1.0 + 1e-9):
-        raise ContractViolation(f"utilization {util} outside [0, 1]")
-    if ach is not None:
-        if not math.isfinite(ach) or ach < 0 or (util is not None and ach > util + 1e-9):
-            raise ContractViolation(f"achieved fraction {ach} outside [0, utilization={util}]")
-        total = ach + sum(x["fraction"] for x in v["losses"])
-        if abs(total - 1.0) > 1e-6:
-            raise ContractViolation(f"achieved + losses = {total}, not 1")
-    for r in v["ranks"]:
-        a, u = r["achieved_fraction_of_peak"], r["utilization"]["trace"]
-        if a is not None and u is not None and a > u + 1e-9:
-            raise ContractViolation(f"rank {r['rank']}: achieved {a} > utilization {u}")
-    cov = v["coverage"]
-    world = cov.get("world_size")
-    if world:
-        present = set(v["run"]["ranks"])
-        missing = set(cov.get("missing_ranks") or [])
-        if present & missing:
-            raise ContractViolation(f"ranks {sorted(present & missing)} both present and missing")
-        lost = [r for r in range(world) if r not in present and r not in missing]
-        if lost:
-            raise ContractViolation(f"ranks {lost} of a world of {world} neither present nor reported missing")
-
-
 def check_bad_input(e: BadInput, inputs: Sequence[Path]) -> str:
-    msg = str(e)
-    if not msg.strip() or "\n" in msg or "\r" in msg:
-        raise ContractViolation(f"BadInput message is not one line: {msg!r}")
-    if not any(p.name in msg for p in inputs):
-        raise ContractViolation(f"BadInput message does not name the file: {msg!r}")
-    return msg
+    """A BadInput raised in-process: the message the CLI prints, held to the one-line contract."""
+    return one_line(str(e), inputs)
 
 
 def run_contract(inputs: Sequence[Path], work: Path, full: bool = True, limit_s: float = 60.0) -> str:
@@ -110,7 +62,7 @@ def run_contract(inputs: Sequence[Path], work: Path, full: bool = True, limit_s:
     Hang, or whatever crash the code under test raised."""
     folder = work / "in"
     out = work / "out"
-    before = _snapshot(folder)
+    watch = Watch([], folder)
     before_work = sorted(p.name for p in work.iterdir())
     outcome = "ok"
     try:
@@ -120,9 +72,9 @@ def run_contract(inputs: Sequence[Path], work: Path, full: bool = True, limit_s:
                 res = pipeline.analyse(list(inputs), opts)
                 try:
                     pipeline.write_outputs(res, out, list(inputs), opts)
+                    check_result(res)
                 finally:
                     res.close()  # the store and its spill folder
-                check_verdict(res.verdict)
             else:  # the parse stage alone: detection, then each input's parser
                 con = store.connect()
                 try:
@@ -132,10 +84,7 @@ def run_contract(inputs: Sequence[Path], work: Path, full: bool = True, limit_s:
                     con.close()
     except BadInput as e:
         outcome = "bad input: " + check_bad_input(e, inputs)
-    after = _snapshot(folder)
-    if after != before:
-        changed = sorted(set(after.items()) ^ set(before.items()))
-        raise ContractViolation(f"inputs or their folder changed: {changed[:4]}")
+    watch.check()
     names = sorted(p.name for p in work.iterdir())
     expected = sorted(set(before_work) | ({"out"} if full and outcome == "ok" else set()))
     if names != expected and names != sorted([*expected, ".cache"]):

@@ -3,7 +3,7 @@ than BadInput before its fix; now it gives a verdict or one line naming the file
 
 Small inputs are kept as files (tests/data/fuzz_seeds/regressions/); nsys crashes as the mutation program that
 produced them from the cut nsys seed (a 680 KB database each is no tiny seed) — their causes are also covered,
-by hand, in tests/test_hostile_inputs.py (NSYS_CASES, test_corrupt_sqlite_pages).
+by hand, in tests/test_contract_hostile_inputs.py (NSYS_CASES, test_corrupt_sqlite_pages).
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ NCCL_PAYLOAD_FIELDS = {"comm": "NCCL communicator ID", "nranks": "No. of ranks",
                        "bytes": "Message size [bytes]", "peer": "Peer rank", "root": "Root",
                        "redop": "Reduction operation"}
 
+# Collectives whose payload size is one rank's share of the buffer.
+PER_RANK_PAYLOAD_RE = r"(?i)(all_?gather|reduce_?scatter)"
+
 
 def _le_uint(hexcol: str, byte_off: str, n: int) -> str:
     """SQL: the little-endian unsigned integer of `n` bytes at `byte_off` in the hex string `hexcol`."""
@@ -117,8 +120,13 @@ def emit_payloads(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, base: in
     matched = one(con, "SELECT count(*) FROM _ns_nccl_match")
     total = one(con, f"SELECT count(*) FROM collectives WHERE source_id = {sid}")
     n_matched, n_total = (int(matched[0]) if matched else 0), (int(total[0]) if total else 0)
+    # NCCL's payload gives one rank's share for all-gather (sendcount) and reduce-scatter (recvcount) — "the size of
+    # one message and not the total bytes" (NCCL src/collectives.cc); the store's bytes are the whole buffer, as
+    # nccl-tests and Kineto count them: that share times the communicator's size.
     con.execute(f"""
-        UPDATE collectives SET bytes = m.bytes, peer = m.peer, group_size = cm.nranks, group_ranks = cm.group_ranks
+        UPDATE collectives SET bytes = CASE WHEN regexp_matches(collectives.collective, '{PER_RANK_PAYLOAD_RE}')
+                                            THEN m.bytes * cm.nranks ELSE m.bytes END,
+               peer = m.peer, group_size = cm.nranks, group_ranks = cm.group_ranks
         FROM _ns_nccl_match m LEFT JOIN _ns_comms cm ON cm.pid = m.pid AND cm.comm = m.comm
         WHERE collectives.source_id = {sid} AND collectives.rank IS NOT DISTINCT FROM m.rank
           AND collectives.kernel_correlation = m.kernel_correlation""")

@@ -1,0 +1,1 @@
+"""The device-layer rules (one file per rule, named after it; codes in ../codes.py)."""

@@ -1,0 +1,144 @@
+"""PR601 clock-throttling: the SM clock below its maximum while the GPU is busy, from device counters
+(`counters`: sm_clock_mhz, power_w, power_limit_w, temperature_c). Silent when there are no counters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..base import Explanation, Finding, Thresholds, rule
+from ..context import RuleContext
+
+EXPLANATION = Explanation(
+    what_it_does="""
+        From device-counter logs (NVML, nvidia-smi, DCGM, nsys GPU metrics; table `counters`): the SM clock during
+        the busy part of the window (samples weighted by the compute / memory-bound time the waterfall lost inside
+        them) against the GPU's maximum clock (`sm_clock_max_mhz` when logged, else the highest clock seen). Fires
+        when the clock is more than `max_clock_drop` below the maximum for at least `min_throttled_share` of the
+        busy time, and says whether power (`power_w` within `power_limit_share` of `power_limit_w`) or temperature
+        (at least `hot_celsius`) explains it. Without counters it stays silent.""",
+    why_is_this_bad="""
+        Compute-bound kernels run in proportion to the SM clock: 1700 MHz instead of 1980 MHz is 14% fewer
+        FLOP/s, and datasheet peaks assume the boost clock. The loss hides inside `compute_inefficiency` and
+        `memory_bound`; this rule claims the part of them that the clock drop explains, (1 − clock / max).""",
+    example="""
+        `SM clock 1,710 MHz while busy, 14% below its 1,980 MHz maximum, for 100% of the busy time`.""",
+    how_to_fix="""
+        Read the reason: `nvidia-smi -q -d PERFORMANCE` (clocks event reasons: SW power cap, HW slowdown, thermal;
+        `amd-smi metric` on AMD). Power-capped: check the power limit (`nvidia-smi -pl`), the node's power budget,
+        or accept it (it is often the cheaper trade). Thermal: fix cooling / airflow. Application-clock or
+        locked-clock settings (`nvidia-smi -lgc`, `-rgc` to reset) can pin the clock low.""",
+)
+
+# Counter samples of one source per GPU (the one with the most samples), matched to the analysed GPUs.
+SAMPLES_SQL = """
+WITH c AS (
+    SELECT coalesce(c.rank, d.rank) AS rank, coalesce(c.device, d.device) AS device, c.source_id, c.metric,
+           c.start_ns, c.end_ns, c.value
+    FROM counters c LEFT JOIN devices d ON c.rank IS NULL AND c.gpu_uuid IS NOT NULL AND d.gpu_uuid = c.gpu_uuid
+    WHERE c.value IS NOT NULL AND c.end_ns > c.start_ns AND c.metric IN (SELECT unnest(?::VARCHAR[]))
+), g AS (SELECT DISTINCT rank, device FROM rule_windows
+), m AS (
+    SELECT g.rank, g.device, c.source_id, c.metric, c.start_ns, c.end_ns, c.value
+    FROM c JOIN g ON (c.rank IS NULL OR c.rank IS NOT DISTINCT FROM g.rank) AND (c.device IS NULL OR c.device = g.device)
+), best AS (
+    SELECT rank, device, arg_max(source_id, n) AS source_id FROM (
+        SELECT rank, device, source_id, count(*) AS n FROM m WHERE metric = 'sm_clock_mhz' GROUP BY ALL)
+    GROUP BY rank, device
+)
+SELECT m.* FROM m JOIN best USING (rank, device, source_id)"""
+METRICS = ["sm_clock_mhz", "sm_clock_max_mhz", "power_w", "power_limit_w", "enforced_power_limit_w", "temperature_c",
+           "gpu_temp_c", "temp_c"]
+
+
+@rule(title="The SM clock drops below its maximum while busy", category=None,
+      thresholds={"max_clock_drop": 0.05, "min_throttled_share": 0.10, "power_limit_share": 0.95, "hot_celsius": 85.0},
+      explanation=EXPLANATION)
+def clock_throttling(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
+    if not ctx.rows("SELECT count(*) AS n FROM counters WHERE metric = 'sm_clock_mhz'")[0]["n"]:
+        return
+    ctx.con.execute(f"CREATE TABLE _rule_clk AS {SAMPLES_SQL}", [METRICS])
+    yield from _check(ctx, t)
+
+
+def _check(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
+    if not ctx.rows("SELECT count(*) AS n FROM _rule_clk WHERE metric = 'sm_clock_mhz'")[0]["n"]:
+        return
+    per_gpu = ctx.rows("""
+        WITH s AS (SELECT * FROM _rule_clk),
+        ref AS (
+            SELECT rank, device, coalesce(max(value) FILTER (WHERE metric = 'sm_clock_max_mhz'),
+                                          max(value) FILTER (WHERE metric = 'sm_clock_mhz')) AS ref_mhz
+            FROM s GROUP BY rank, device
+        ), clk AS (
+            SELECT row_number() OVER () AS cid, s.rank, s.device, s.start_ns, s.end_ns, s.value AS mhz, ref.ref_mhz
+            FROM s JOIN ref USING (rank, device) WHERE s.metric = 'sm_clock_mhz' AND s.end_ns > s.start_ns
+        ), l AS (
+            -- busy stretches (the losses of busy categories never overlap on a GPU): the lost and the busy time
+            -- inside a clock sample are differences of running sums, looked up by ASOF join (no interval join:
+            -- GPU metrics at 10 kHz make millions of samples)
+            SELECT rank, device, start_ns, end_ns, lost_ns,
+                   coalesce(sum(lost_ns) OVER w, 0) AS lost_before, coalesce(sum(end_ns - start_ns) OVER w, 0) AS busy_before
+            FROM rule_losses WHERE category IN ('compute_inefficiency', 'memory_bound') AND end_ns > start_ns
+            WINDOW w AS (PARTITION BY rank, device ORDER BY start_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+        ), ends AS (
+            SELECT cid, rank, device, start_ns AS t, -1 AS sign FROM clk
+            UNION ALL SELECT cid, rank, device, end_ns, 1 FROM clk
+        ), cum AS (
+            SELECT e.cid, sum(e.sign * coalesce(l.lost_before + l.lost_ns * f.x, 0)) AS lost_ns,
+                   round(sum(e.sign * coalesce(l.busy_before + (l.end_ns - l.start_ns) * f.x, 0)))::BIGINT AS busy_ns
+            FROM ends e ASOF LEFT JOIN l ON l.rank IS NOT DISTINCT FROM e.rank AND l.device = e.device AND l.start_ns <= e.t,
+                 LATERAL (SELECT least(greatest((e.t - l.start_ns)::DOUBLE / (l.end_ns - l.start_ns), 0), 1) AS x) f
+            GROUP BY e.cid
+        ), busy AS (
+            SELECT c.*, cum.lost_ns, cum.busy_ns FROM clk c JOIN cum USING (cid) WHERE cum.busy_ns > 0.5
+        )
+        SELECT rank, device, min(ref_mhz) AS ref_mhz, sum(busy_ns) AS busy_ns,
+               sum(mhz * busy_ns) / nullif(sum(busy_ns), 0) AS busy_mhz, min(mhz) AS min_mhz,
+               sum(busy_ns) FILTER (WHERE mhz < ref_mhz * (1 - $drop)) AS throttled_ns,
+               sum(lost_ns * (1 - mhz / ref_mhz)) FILTER (WHERE mhz < ref_mhz * (1 - $drop)) AS explained_ns,
+               min(start_ns) FILTER (WHERE mhz < ref_mhz * (1 - $drop)) AS t0,
+               max(end_ns) FILTER (WHERE mhz < ref_mhz * (1 - $drop)) AS t1
+        FROM busy GROUP BY rank, device ORDER BY rank, device""", {"drop": t.max_clock_drop})
+    hit = [g for g in per_gpu if g["busy_ns"] and (g["throttled_ns"] or 0) >= t.min_throttled_share * g["busy_ns"]]
+    if not hit:
+        return
+    side = {(r["rank"], r["device"]): r for r in ctx.rows("""
+        WITH s AS (SELECT * FROM _rule_clk),
+        w AS (SELECT rank, device, min(start_ns) AS a, max(end_ns) AS b FROM rule_windows GROUP BY ALL)
+        SELECT s.rank, s.device,
+               avg(value) FILTER (WHERE metric = 'power_w') AS power_w,
+               max(value) FILTER (WHERE metric = 'power_w') AS max_power_w,
+               max(value) FILTER (WHERE metric IN ('power_limit_w', 'enforced_power_limit_w')) AS power_limit_w,
+               max(value) FILTER (WHERE metric IN ('temperature_c', 'gpu_temp_c', 'temp_c')) AS max_temp_c
+        FROM s JOIN w ON w.rank IS NOT DISTINCT FROM s.rank AND w.device = s.device AND s.start_ns < w.b AND s.end_ns > w.a
+        GROUP BY s.rank, s.device""")}
+    explained = sum(g["explained_ns"] or 0 for g in hit)
+    worst = min(hit, key=lambda g: g["busy_mhz"] or 0)
+    drop = 1 - worst["busy_mhz"] / worst["ref_mhz"]
+    share = (worst["throttled_ns"] or 0) / worst["busy_ns"]
+    sd = side.get((worst["rank"], worst["device"]), {})
+    reasons = []
+    if sd.get("power_w") is not None:
+        if sd.get("power_limit_w") and sd["max_power_w"] >= t.power_limit_share * sd["power_limit_w"]:
+            reasons.append(f"power reaches its {sd['power_limit_w']:.0f} W limit (max {sd['max_power_w']:.0f} W): "
+                           "power-capped")
+        else:
+            lim = f" of a {sd['power_limit_w']:.0f} W limit" if sd.get("power_limit_w") else ""
+            reasons.append(f"power {sd['power_w']:.0f} W on average, {sd['max_power_w']:.0f} W max{lim}")
+    if sd.get("max_temp_c") is not None:
+        reasons.append(f"temperature up to {sd['max_temp_c']:.0f} °C" + (" (hot: thermal slowdown likely)"
+                                                                        if sd["max_temp_c"] >= t.hot_celsius else ""))
+    gpu = f"GPU {worst['device']}" + (f" (rank {worst['rank']})" if len(ctx.rank_window_ns) > 1 else "")
+    why = f" ({'; '.join(reasons)})" if reasons else ""
+    rec = (f"{gpu} ran its SMs at {worst['busy_mhz']:,.0f} MHz on average while busy, {drop:.0%} below its "
+           f"{worst['ref_mhz']:,.0f} MHz maximum (lowest {worst['min_mhz']:,.0f} MHz), for {share:.0%} of the busy "
+           f"time{why}. Compute-bound kernels slow down in proportion. Check the reason with "
+           "`nvidia-smi -q -d PERFORMANCE` (clocks event reasons), the power limit (`nvidia-smi -pl`), cooling, and "
+           "locked / application clocks (`nvidia-smi -rgc` resets them).")
+    yield Finding(
+        title=f"SM clock {worst['busy_mhz']:,.0f} MHz while busy, {drop:.0%} below its {worst['ref_mhz']:,.0f} MHz "
+              f"maximum, for {share:.0%} of the busy time",
+        recommendation=rec, fix=f"SM clock −{drop:.0%} while busy: check power / thermal limits",
+        lost_fraction=ctx.fraction(explained), rank=worst["rank"] if len(ctx.rank_window_ns) > 1 else None,
+        key="clock", evidence={"gpus": [{**g, **side.get((g["rank"], g["device"]), {})} for g in per_gpu],
+                               "clock_drop": drop, "throttled_share_of_busy": share})

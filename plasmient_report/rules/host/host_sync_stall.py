@@ -1,0 +1,189 @@
+"""PR502 host-sync-stall: the host syncs that leave the GPU idle — the sync call, the op that made it
+(`.item()`, `.cpu()`, `nonzero()`…), the copy before it, and the Python site when the trace has stacks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..advice import sync_fix, warm_up_profile
+from ..base import Explanation, Finding, Thresholds, rule
+from ..context import RuleContext
+from ..text import fmt_ns, pct
+
+EXPLANATION = Explanation(
+    what_it_does="""
+        Every stretch the waterfall calls `sync_stall` (the GPU idle right after a host-blocking call returned)
+        is traced back to the sync the measurement library found at the start of its idle gap (`idle_gaps.sync_*`):
+        the runtime call (`cudaStreamSynchronize`, `cudaDeviceSynchronize`, a synchronous `cudaMemcpy`, their HIP
+        twins), the PyTorch op that made it (`aten::item` → `aten::_local_scalar_dense` is `.item()`; `aten::to` /
+        `_to_copy` with a device→host copy is `.cpu()`; `aten::nonzero` has a data-dependent size), the
+        device→host copy it waited for, the enclosing range, and the Python line when the trace was recorded with
+        stacks (`with_stack=True`). Grouped by call site, largest idle time first. A sync seen once in the window is
+        said to be once — not "in the loop" — and one that comes before almost all of the window's GPU work
+        (`before_work_share`) is named as the set-up wait it likely is.""",
+    why_is_this_bad="""
+        A sync makes the host wait until the GPU has drained its queue; when the host resumes, the GPU has nothing
+        queued and idles until the host launches again — the whole host-side time after the sync (Python, data
+        preparation, logging) becomes GPU idle time. One `.item()` per step for a loss print can cost more than a
+        layer's worth of compute.""",
+    example="""
+        `host sync .item() (aten::item → aten::_local_scalar_dense → cudaStreamSynchronize) leaves the GPU idle
+        10×, 20.5 ms each`.""",
+    how_to_fix="""
+        Take the sync out of the hot loop. PyTorch: keep values on the GPU (accumulate the loss as a tensor, log
+        every N steps), replace `if tensor:` / `.item()` control flow by tensor ops (`torch.where`, masks), avoid
+        data-dependent shapes (`nonzero`, `masked_select`, `unique`) or give them a static size, and read results
+        back asynchronously (`.to('cpu', non_blocking=True)` into pinned memory plus a CUDA event). CUDA / HIP
+        programs: order streams with events (`cudaEventRecord` + `cudaStreamWaitEvent`) instead of host syncs,
+        queue the next iteration before waiting, copy back with `cudaMemcpyAsync`. Make sure the host has work
+        queued before any unavoidable sync. A one-time wait before the work is set-up: profile after it.""",
+)
+
+PYTHON_FRAME_RE = r"\.py\([0-9]+\)"
+# Frames of libraries and the standard library: the Python site is the innermost frame that is none of these.
+LIBRARY_FRAME_RE = (r"^(<built-in|<frozen|torch/|numpy/|typing\.py|contextlib\.py|functools\.py|threading\.py|"
+                    r"abc\.py|enum\.py|weakref\.py|copy\.py|logging/|collections/|importlib/)|site-packages/|"
+                    r"dist-packages/|/lib/python3")
+
+# What a user wrote, from the op that issued the sync (innermost first).
+FRIENDLY = {
+    "aten::item": ".item()", "aten::_local_scalar_dense": ".item()", "aten::is_nonzero": "bool(tensor) / `if tensor:`",
+    "aten::nonzero": ".nonzero() (data-dependent size)", "aten::masked_select": "masked_select (data-dependent size)",
+    "aten::unique": "unique() (data-dependent size)", "aten::_unique2": "unique() (data-dependent size)",
+    "aten::repeat_interleave": "repeat_interleave (data-dependent size)", "aten::tolist": ".tolist()",
+    "aten::to": ".to('cpu') / .cpu()", "aten::_to_copy": ".to('cpu') / .cpu()", "aten::cpu": ".cpu()",
+    "aten::copy_": "a device→host copy_", "aten::equal": "torch.equal", "aten::allclose": "torch.allclose",
+}
+BARE = {"cudaDeviceSynchronize": "torch.cuda.synchronize()", "cudaStreamSynchronize": "stream.synchronize()",
+        "cudaEventSynchronize": "event.synchronize()", "cudaStreamWaitEvent": "stream.wait_event()"}
+
+STALLS_SQL = f"""
+WITH st AS (
+    SELECT rank, device, start_ns, end_ns, lost_ns FROM rule_losses WHERE category = 'sync_stall'
+), j AS (
+    -- the sync the waterfall blames: the one whose return began the idle gap (the measure stage's idle_gaps)
+    SELECT st.*, g.sync_name, g.sync_thread AS thread, g.sync_start_ns AS sync_start, g.sync_end_ns AS sync_end
+    FROM st ASOF LEFT JOIN (SELECT * FROM rule_idle_gaps WHERE after_sync) g
+      ON g.rank IS NOT DISTINCT FROM st.rank AND g.device = st.device AND g.start_ns <= st.start_ns
+), ctx_ops AS (
+    SELECT j.rank, j.sync_start, j.thread,
+           arg_max(o.name, o.depth) FILTER (WHERE NOT regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS inner_op,
+           arg_min(o.name, o.depth) FILTER (WHERE NOT regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS outer_op,
+           arg_max(o.name, o.depth) FILTER (WHERE regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS python_site,
+           arg_max(o.op_id, o.depth) FILTER (WHERE NOT regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS inner_op_id
+    FROM (SELECT DISTINCT rank, thread, sync_start, sync_end FROM j WHERE sync_start IS NOT NULL) j
+    JOIN rule_ops o ON o.rank IS NOT DISTINCT FROM j.rank AND o.thread = j.thread
+     AND o.start_ns <= j.sync_start AND o.end_ns >= j.sync_end
+    GROUP BY j.rank, j.sync_start, j.thread
+), annot AS (
+    SELECT j.rank, j.sync_start, arg_max(r.name, r.start_ns) AS range_name
+    FROM (SELECT DISTINCT rank, sync_start, sync_end FROM j WHERE sync_start IS NOT NULL) j
+    JOIN rule_ranges r ON r.rank IS NOT DISTINCT FROM j.rank AND NOT r.on_gpu AND r.name NOT LIKE 'ProfilerStep#%'
+     AND r.domain IS DISTINCT FROM 'python' AND r.start_ns <= j.sync_start AND r.end_ns >= j.sync_end
+    GROUP BY j.rank, j.sync_start
+), py AS (
+    -- with_stack=True: the innermost Python frame of the user's code open on the syncing thread
+    SELECT j.rank, j.sync_start, j.thread,
+           coalesce(arg_max(r.name, r.start_ns) FILTER (WHERE regexp_matches(r.name, '{PYTHON_FRAME_RE}')
+                                                          AND NOT regexp_matches(r.name, '{LIBRARY_FRAME_RE}')),
+                    arg_max(r.name, r.start_ns) FILTER (WHERE regexp_matches(r.name, '{PYTHON_FRAME_RE}')))
+               AS python_site
+    FROM (SELECT DISTINCT rank, thread, sync_start, sync_end FROM j WHERE sync_start IS NOT NULL) j
+    JOIN rule_ranges r ON r.rank IS NOT DISTINCT FROM j.rank AND r.domain = 'python' AND r.thread = j.thread
+     AND r.start_ns <= j.sync_start AND r.end_ns >= j.sync_end
+    GROUP BY j.rank, j.sync_start, j.thread
+), d2h AS (
+    SELECT op_id, count(*) AS copies, sum(bytes) AS bytes FROM rule_kernels
+    WHERE kind = 'memcpy' AND copy_kind = 'DtoH' GROUP BY op_id
+)
+SELECT j.*, c.inner_op, c.outer_op, coalesce(p.python_site, c.python_site) AS python_site, a.range_name,
+       d.copies AS d2h_copies, d.bytes AS d2h_bytes
+FROM j LEFT JOIN ctx_ops c ON c.rank IS NOT DISTINCT FROM j.rank AND c.sync_start = j.sync_start AND c.thread = j.thread
+LEFT JOIN py p ON p.rank IS NOT DISTINCT FROM j.rank AND p.sync_start = j.sync_start AND p.thread = j.thread
+LEFT JOIN annot a ON a.rank IS NOT DISTINCT FROM j.rank AND a.sync_start = j.sync_start
+LEFT JOIN d2h d ON d.op_id = c.inner_op_id"""
+
+
+def friendly(sync: str | None, inner: str | None, outer: str | None, pytorch: bool = True) -> str:
+    """What the user wrote: the PyTorch call for a PyTorch program, else the runtime call itself."""
+    for op in (inner, outer):
+        if op in FRIENDLY:
+            return FRIENDLY[op]
+    if inner is None and outer is None:
+        bare = (sync or "").split("_v")[0]
+        return (BARE.get(bare) if pytorch else None) or sync or "an unknown sync"
+    return outer or inner or sync or "?"
+
+
+@rule(title="Host syncs leave the GPU idle", category="sync_stall",
+      thresholds={"max_findings": 3, "min_lost_fraction": 0.01, "before_work_share": 0.9}, explanation=EXPLANATION)
+def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
+    groups = ctx.rows(f"""
+        WITH s AS ({STALLS_SQL}),
+        per_sync AS (  -- one row per sync call: the idle stretches that followed it
+            SELECT rank, sync_start, min(sync_name) AS sync_name, min(inner_op) AS inner_op,
+                   min(outer_op) AS outer_op, min(python_site) AS python_site,
+                   min(range_name) AS range_name, sum(lost_ns) AS lost_ns, sum(end_ns - start_ns) AS idle_ns,
+                   min(d2h_copies) AS d2h_copies, min(d2h_bytes) AS d2h_bytes, max(end_ns) AS idle_end
+            FROM s GROUP BY rank, sync_start
+        )
+        SELECT sync_name, inner_op, outer_op, python_site, min(range_name) AS range_name,
+               count(*) AS syncs, sum(lost_ns) AS lost_ns, sum(idle_ns) AS idle_ns, max(idle_ns) AS max_idle_ns,
+               sum(d2h_copies) AS d2h_copies, max(d2h_bytes) AS d2h_bytes, list(DISTINCT rank ORDER BY rank) AS ranks,
+               min(rank) AS first_rank, max(idle_end) AS idle_end
+        FROM per_sync GROUP BY sync_name, inner_op, outer_op, python_site ORDER BY lost_ns DESC""")
+    p = ctx.program
+    for g in groups[: int(t.max_findings)]:
+        what = friendly(g["sync_name"], g["inner_op"], g["outer_op"], p.pytorch)
+        chain = " → ".join(x for x in dict.fromkeys([g["outer_op"], g["inner_op"], g["sync_name"]]) if x)
+        said = f"{what} ({chain})" if chain != what else what
+        n = g["syncs"]
+        each = g["idle_ns"] / max(n, 1)
+        site = g["python_site"]
+        where = (f" at {site}" if site else "") + (f" inside {g['range_name']}" if g["range_name"] else "")
+        copy = " after a device→host copy" if g["d2h_copies"] else ""
+        per = f", {fmt_ns(ctx.per_step(g['idle_ns']))} {ctx.per_step_text()}" if ctx.step_unit and n > 1 else ""
+        # A sync seen once: the share of its rank's GPU work in the window that comes after the idle it caused
+        # (nearly all of it: the wait came before the work — set-up, not the loop)
+        after = None
+        if n == 1:
+            after = ctx.rows("""
+                SELECT sum(end_ns - start_ns) FILTER (WHERE start_ns >= ?) / nullif(sum(end_ns - start_ns), 0) AS f
+                FROM rule_kernels WHERE rank IS NOT DISTINCT FROM ? AND end_ns > start_ns""",
+                             [g["idle_end"], g["first_rank"]])[0]["f"]
+        before_work = after is not None and after >= t.before_work_share
+        if n > 1:
+            rec = (f"{said}{where} synchronizes the host with the GPU{copy} {n}×; each time the GPU then "
+                   f"sat idle {fmt_ns(each)} on average (worst {fmt_ns(g['max_idle_ns'])}; {fmt_ns(g['idle_ns'])} in "
+                   f"all{per}) until the host launched again. Take it out of the hot loop: {sync_fix(p)}.")
+            title = f"host sync {said}{f' at {site}' if site else ''} leaves the GPU idle {n}×, " \
+                    f"{fmt_ns(each)} each"
+            fix = f"drop {what}{f' ({site})' if site else ''} from the loop: {n} syncs, {fmt_ns(each)} idle each"
+        elif before_work:
+            # One window cannot tell set-up from a per-iteration wait when it holds one iteration: both are said.
+            rec = (f"{said}{where} synchronized the host with the GPU{copy} once, and the GPU then sat idle "
+                   f"{fmt_ns(each)} before {pct(after)} of the window's GPU work began: a wait before the work — "
+                   "set-up (loading, building, warm-up) if it happens once; if this window is one iteration of a "
+                   f"loop it may recur every iteration, which a longer profile shows. Set-up: "
+                   f"{warm_up_profile(p)}. Per iteration: {sync_fix(p)}.")
+            title = (f"host sync {said}{f' at {site}' if site else ''}: the GPU idles {fmt_ns(each)} after "
+                     "it, once, before the work")
+            fix = f"one {fmt_ns(each)} wait after {what} before the work: set-up, or once per iteration?"
+        else:
+            rec = (f"{said}{where} synchronized the host with the GPU{copy} once in this window, and the "
+                   f"GPU then sat idle {fmt_ns(each)} until the host launched again. One window cannot tell whether "
+                   f"it recurs: if it does (every iteration), {sync_fix(p)}.")
+            title = (f"host sync {said}{f' at {site}' if site else ''} leaves the GPU idle "
+                     f"{fmt_ns(each)} (once)")
+            fix = f"{what}{f' ({site})' if site else ''}: 1 sync, {fmt_ns(each)} idle after it"
+        if p.pytorch and not site:
+            rec += " (Record with with_stack=True to see the Python line.)"
+        yield Finding(
+            title=title, recommendation=rec, fix=fix,
+            lost_fraction=ctx.fraction(g["lost_ns"]), key=f"{chain} @ {site}" if site else chain,
+            rank=g["ranks"][0] if len(g["ranks"] or []) == 1 and len(ctx.rank_window_ns) > 1 else None,
+            evidence={"sync_call": g["sync_name"], "op": g["inner_op"], "outer_op": g["outer_op"], "as_written": what,
+                      "python_site": site, "range": g["range_name"], "syncs": n, "idle_ns": g["idle_ns"],
+                      "mean_idle_ns": each, "max_idle_ns": g["max_idle_ns"], "d2h_copies": g["d2h_copies"],
+                      "d2h_bytes": g["d2h_bytes"], "ranks": g["ranks"], "once": n == 1,
+                      "gpu_work_after_share": after, "before_the_work": before_work})

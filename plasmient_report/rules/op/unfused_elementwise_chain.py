@@ -1,0 +1,116 @@
+"""PR302 unfused-elementwise-chain: runs of elementwise kernels launched by consecutive ops on the same tensor
+shape, each a full HBM round trip that fusion would remove."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ...vocab import ELEMENTWISE_KERNEL_RE, NOT_ELEMENTWISE_RE
+from ..base import Explanation, Finding, Thresholds, rule
+from ..context import RuleContext
+from ..text import fmt_ns, pct, repeat_unit
+
+EXPLANATION = Explanation(
+    what_it_does="""
+        Runs of elementwise kernels (TensorIterator `elementwise_kernel`s, Triton pointwise, copies) that follow
+        each other on one stream, each launched by a *different* op on a tensor of the same shape (the op's first
+        input dims) and at most `max_gap_us` apart — e.g. `x.mul_(a).add_(b)` as two kernels. The chain is named by
+        its op sequence, with repeats folded (`aten::mul_ → aten::add_` ×40); it needs `min_chain` kernels and a
+        mean kernel time of at least `min_median_kernel_us`.""",
+    why_is_this_bad="""
+        Each kernel of the chain reads its input from HBM and writes its output back, so a chain of n ops moves
+        the tensor ~n times where one fused kernel would move it once. Elementwise kernels are memory-bound: their
+        time is their bytes, so fusing n of them saves up to (1 − 1/n) of the chain's time.""",
+    example="""
+        `unfused elementwise chain aten::mul_ → aten::add_ ×40: 80 kernels, 40.6 ms` — fusing each pair halves
+        the traffic (≈20 ms back); one fused kernel for the run would read the tensor once.""",
+    how_to_fix="""
+        `torch.compile` (Inductor) fuses such chains into one Triton kernel. By hand: fused ops (`torch.addcmul`,
+        `torch.lerp`, fused optimizers / norms / activations, `F.gelu(x + b)` in a fused epilogue), or a custom
+        kernel. Also keep the tensor in bf16: half the bytes per pass. (Chains whose kernels average less than
+        `min_median_kernel_us` are launch-bound — PR501 — not memory-bound.)""",
+)
+
+
+CHAINS_SQL = f"""
+WITH k AS (
+    SELECT k.rank, k.device, k.stream, k.start_ns, k.end_ns, k.op_id, o.name AS op_name,
+           CAST(json_extract(o.input_dims, '$[0]') AS VARCHAR) AS dims0,
+           k.kind = 'compute' AND regexp_matches(k.name, '{ELEMENTWISE_KERNEL_RE}')
+               AND NOT regexp_matches(k.name, '{NOT_ELEMENTWISE_RE}') AS ew
+    FROM rule_kernels k LEFT JOIN rule_ops o ON o.op_id = k.op_id
+), s AS (
+    SELECT *, lag(ew) OVER w AS prev_ew, lag(op_id) OVER w AS prev_op, lag(dims0) OVER w AS prev_dims,
+              lag(end_ns) OVER w AS prev_end
+    FROM k WINDOW w AS (PARTITION BY rank, device, stream ORDER BY start_ns, end_ns)
+), c AS (
+    -- a kernel continues the chain when it and the previous kernel on its stream are elementwise, came from
+    -- different ops, on the same shape, close in time
+    SELECT *, sum(CASE WHEN ew AND coalesce(prev_ew, false) AND op_id IS NOT NULL AND op_id IS DISTINCT FROM prev_op
+                            AND dims0 IS NOT DISTINCT FROM prev_dims AND start_ns - prev_end <= $max_gap
+                       THEN 0 ELSE 1 END)
+              OVER (PARTITION BY rank, device, stream ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS chain
+    FROM s
+), chains AS (
+    SELECT rank, device, stream, chain, count(*) AS n, string_agg(op_name, ' → ' ORDER BY start_ns) AS ops,
+           sum(end_ns - start_ns) AS busy_ns, min(dims0) AS dims0
+    FROM c WHERE ew GROUP BY rank, device, stream, chain
+    HAVING count(*) >= $min_chain AND sum(end_ns - start_ns) / count(*) >= $min_kernel
+)"""
+
+
+@rule(title="Chains of elementwise kernels from consecutive ops are not fused", category="memory_bound",
+      thresholds={"min_chain": 2, "max_gap_us": 1000.0, "max_findings": 3, "min_median_kernel_us": 5.0},
+      explanation=EXPLANATION)
+def unfused_elementwise_chain(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
+    params = {"max_gap": t.max_gap_us * 1e3, "min_chain": int(t.min_chain), "min_kernel": t.min_median_kernel_us * 1e3}
+    con = ctx.con
+    # Chains once into temp tables (keyed by a hash of the op sequence), then named and charged.
+    con.execute(f"""CREATE OR REPLACE TABLE _rule_chain_kernels AS {CHAINS_SQL}
+                    SELECT c.rank, c.device, c.stream, c.chain, c.start_ns, c.end_ns, md5(ch.ops) AS key
+                    FROM c JOIN chains ch USING (rank, device, stream, chain) WHERE c.ew""", params)
+    chains = ctx.rows(f"""{CHAINS_SQL}
+        SELECT md5(ops) AS key, min(ops) AS ops, count(*) AS occurrences, sum(n) AS kernels,
+               sum(busy_ns) AS busy_ns, max(n) AS longest, min(dims0) AS dims0, list(DISTINCT rank ORDER BY rank) AS ranks
+        FROM chains GROUP BY md5(ops) ORDER BY busy_ns DESC""", params)
+    lost = ctx.lost_ns("SELECT key, rank, device, start_ns, end_ns FROM _rule_chain_kernels", ["memory_bound"])
+    chains.sort(key=lambda c: -lost.get(c["key"], 0.0))
+    for c in chains[: int(t.max_findings)]:
+        lost_ns = lost.get(c["key"], 0.0)
+        seq = c["ops"].split(" → ") if c["ops"] else []
+        unit, reps = repeat_unit(seq)
+        name = " → ".join(unit) + (f" ×{reps}" if reps > 1 else "")
+        per_chain = c["kernels"] / c["occurrences"]
+        unit_save = 1 - 1 / len(unit) if len(unit) > 1 else 0.0
+        run_save = 1 - 1 / per_chain
+        if len(unit) > 1:
+            how = (f"fusing each {' → '.join(unit)} into one kernel cuts its HBM traffic by {pct(unit_save)} "
+                   f"(≈{fmt_ns(c['busy_ns'] * unit_save)} back)")
+            if reps > 1:
+                how += f"; one fused kernel for the whole run of {per_chain:.0f} would move the tensor once"
+        else:
+            # One op repeated: on the same tensor one kernel would read it once; on different tensors of one shape
+            # (a per-parameter loop) a multi-tensor kernel saves the launches, not the bytes.
+            what = unit[0] if unit else "elementwise"  # ops not recorded: the kernels' chain alone
+            how = (f"the run of {per_chain:.0f} {what} kernels could be one: up to {pct(run_save)} less traffic "
+                   f"(≈{fmt_ns(c['busy_ns'] * run_save)}) if they update the same tensor; if each touches its own "
+                   "tensor (a loop over parameters), a multi-tensor (foreach) kernel removes the launches but not the "
+                   "bytes")
+        shape = f" on a tensor of shape {c['dims0']}" if c["dims0"] else ""
+        tool = ("torch.compile fuses such chains; by hand use fused ops (torch.addcmul / lerp, torch._foreach_*, "
+                "fused norms and activations) or a custom kernel." if ctx.program.pytorch else
+                "A fused kernel for the chain (or the producing GEMM's epilogue) moves the tensor once.")
+        rec = (f"{c['occurrences']} chain{'s' if c['occurrences'] > 1 else ''} of elementwise kernels from "
+               f"consecutive ops ({name}){shape}: {c['kernels']} kernels, {fmt_ns(c['busy_ns'])}, each a full HBM "
+               f"round trip. {how[0].upper() + how[1:]}. {tool}")
+        how_fix = "torch.compile" if ctx.program.pytorch else "one kernel"
+        fix = (f"fuse {' → '.join(unit)} ({how_fix}): −{pct(unit_save)} bytes" if len(unit) > 1 else
+               f"{what} ×{per_chain:.0f} in a row: one kernel if on one tensor (−{pct(run_save)} bytes)")
+        yield Finding(
+            title=f"unfused elementwise chain {name}: {c['kernels']} kernels, {fmt_ns(c['busy_ns'])}",
+            recommendation=rec, fix=fix,
+            lost_fraction=ctx.fraction(lost_ns), key=(c["ops"] or name or "elementwise")[:500],
+            evidence={"chain": name, "ops": unit, "repeats": reps, "occurrences": c["occurrences"],
+                      "kernels": c["kernels"], "longest_chain": c["longest"], "time_ns": c["busy_ns"],
+                      "shape": c["dims0"], "saving_if_unit_fused": unit_save, "saving_if_run_fused": run_save,
+                      "ranks": c["ranks"]})

@@ -1,0 +1,1 @@
+"""PR101 straggler-rank fixtures."""

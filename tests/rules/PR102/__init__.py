@@ -1,0 +1,1 @@
+"""PR102 exposed-communication fixtures."""

@@ -1,0 +1,1 @@
+"""PR201 pipeline-bubble fixtures."""

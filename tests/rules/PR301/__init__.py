@@ -1,0 +1,1 @@
+"""PR301 memory-bound-kernel fixtures."""

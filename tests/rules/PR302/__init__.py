@@ -1,0 +1,1 @@
+"""PR302 unfused-elementwise-chain fixtures."""

@@ -1,0 +1,1 @@
+"""PR401 matmul-without-tensor-cores fixtures."""

@@ -1,0 +1,1 @@
+"""PR402 gemm-wave-quantization fixtures."""

@@ -1,0 +1,1 @@
+"""PR403 pageable-or-sync-memcpy fixtures."""

@@ -1,0 +1,1 @@
+"""PR501 launch-bound-stream fixtures."""

@@ -1,0 +1,1 @@
+"""PR502 host-sync-stall fixtures."""

@@ -1,0 +1,65 @@
+"""PR502 host-sync-stall: fires on the committed host-stall phase (.item() then a 20 ms sleep, five times), says a
+sync seen once is once (and, before the work, the set-up wait it is) in the program's own words; silent where the
+GPU never waits on a sync."""
+
+from __future__ import annotations
+
+from ...conftest import kernel, write_trace
+from ..expect import Expect, Near, analyse, check, single_phase, truth
+from ..traces import runtime
+
+
+def test_fires_on_item_in_the_loop():
+    # kineto_run_info.json: 5 × (1024³ mm, c[0, 0].item(), time.sleep(0.020)): the GPU idles ~20 ms after each sync.
+    cfg = truth("h200_single/kineto_run_info.json")["config"]
+    check(single_phase("host_stall"), [Expect(
+        "PR502", category="sync_stall",
+        evidence={"as_written": ".item()", "sync_call": "cudaStreamSynchronize", "op": "aten::_local_scalar_dense",
+                  "outer_op": "aten::item", "syncs": cfg["stall_iters"], "once": False,
+                  "d2h_copies": lambda n: n and n >= cfg["stall_iters"],
+                  "mean_idle_ns": Near(cfg["stall_sleep"] * 1e9, rel=0.1, truth="the 20 ms sleep after each sync")},
+        says=[r"hot loop", r"non_blocking"])])
+
+
+def _one_sync(tmp_path, work_before_us: float):
+    # Construction: a CUDA program: `work_before_us` of kernels, one cudaStreamSynchronize that returns as the GPU
+    # drains, then 200 ms with nothing launched, then 10 ms of kernels (20 × 500 µs).
+    ev, corr, t = [], 100, 0.0
+    while t < work_before_us:
+        ev += [runtime("cudaLaunchKernel", t, 3.0, corr=corr), kernel("work_kernel", t + 5.0, 100.0, 0, corr)]
+        t += 105.0
+        corr += 1
+    ev.append(runtime("cudaStreamSynchronize", t, 6.0, corr=corr))
+    t += 200_000.0
+    for i in range(20):
+        ev += [runtime("cudaLaunchKernel", t + i * 500.0, 3.0, corr=corr + 1 + i),
+               kernel("work_kernel", t + 5.0 + i * 500.0, 495.0, 0, corr + 1 + i)]
+    return analyse([write_trace(tmp_path / "sync.json", ev)])
+
+
+def test_a_single_sync_before_the_work_is_set_up(tmp_path):
+    # 0.1 ms of work before the sync, 10 ms after: ≥ 99% of the GPU work comes after the wait.
+    check(_one_sync(tmp_path, 100.0), [Expect(
+        "PR502", evidence={"syncs": 1, "once": True, "before_the_work": True, "sync_call": "cudaStreamSynchronize",
+                           "as_written": "cudaStreamSynchronize",
+                           "mean_idle_ns": Near(200e6, rel=0.01, truth="construction: 200 ms")},
+        says=[r"once", r"set-up"], never_says=[r"from the loop", r"\beach\b", r"torch", r"\.item\(\)", r"hot loop"])])
+
+
+def test_a_single_sync_mid_work_is_once_not_the_loop(tmp_path):
+    # 10 ms of work before the sync and 10 ms after: half the work comes after — not set-up, not known to recur.
+    check(_one_sync(tmp_path, 10_000.0), [Expect(
+        "PR502", evidence={"syncs": 1, "once": True, "before_the_work": False,
+                           "gpu_work_after_share": Near(0.5, abs=0.02, truth="construction: 10 ms of 20 ms")},
+        says=[r"once"], never_says=[r"from the loop", r"\beach\b", r"torch"])])
+
+
+def test_silent_without_sync_stalls(tmp_path):
+    # the compute-bound phase ends with one torch.cuda.synchronize() whose ~0.1 ms of idle is below the 1% threshold
+    check(single_phase("compute_bound"), [], silent=["PR502"])
+    # Construction: kernels back to back, no sync at all.
+    ev, t = [], 0.0
+    for i in range(20):
+        ev += [runtime("cudaLaunchKernel", t, 3.0, corr=10 + i), kernel("work_kernel", t + 5.0, 100.0, 0, 10 + i)]
+        t += 101.0
+    check(analyse([write_trace(tmp_path / "nosync.json", ev)]), [], silent=["PR502"])

@@ -1,0 +1,1 @@
+"""PR503 input-bound-step fixtures."""

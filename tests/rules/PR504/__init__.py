@@ -1,0 +1,1 @@
+"""PR504 gpu-idle-gap fixtures."""

@@ -1,0 +1,1 @@
+"""PR601 clock-throttling fixtures."""

@@ -1,0 +1,1 @@
+"""PR602 utilization-vs-achieved-gap fixtures."""

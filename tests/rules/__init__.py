@@ -1,0 +1,1 @@
+"""Per-rule fixtures (one folder per code: tests/rules/<CODE>/) and the rule engine's own tests."""

@@ -1,0 +1,259 @@
+"""One class per kernel (sql/kernel_class.sql): unknown is not memory-bound, communication by what it is, every
+kernel against the peak of its own precision; and the verdict's honesty when FLOPs are unknown. Synthetic traces
+(truth by construction), the project's recordings and the corpus of other systems' traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plasmient_report import pipeline
+
+from . import contract
+from .conftest import annotation, corpus_file, cpu_op, kernel, launch, sample_file, write_trace
+
+H100_BF16 = 989.4e12  # NVIDIA H100 SXM datasheet, dense bf16
+H100_TF32 = 494.7e12  # the same, TF32
+N = 4096
+
+
+def analyse(paths: list[Path], **kw: Any) -> pipeline.Result:
+    return pipeline.analyse(paths, pipeline.Options(write_html=False, write_trace=False, **kw))
+
+
+def classes(res: pipeline.Result) -> dict[str, tuple[str, str | None]]:
+    return {n: (c, p) for n, c, p in res.con.execute(
+        "SELECT k.name, kc.class, kc.precision FROM kernels k JOIN kernel_class kc USING (kernel_id)").fetchall()}
+
+
+def _mixed_trace(tmp: Path) -> Path:
+    bf16 = ["c10::BFloat16"] * 2
+    ev = [
+        annotation("work", 0.0, 2000.0),
+        # a GEMM with shapes: compute; its FLOPs known
+        cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=bf16), launch(11.0, 1, 10),
+        kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 100.0, 200.0, ext=1, corr=10),
+        # a GEMM whose op recorded no shapes: unknown, not memory-bound
+        cpu_op("aten::mm", 20.0, 5.0, ext=2), launch(21.0, 2, 11),
+        kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 300.0, 300.0, ext=2, corr=11),
+        # an elementwise kernel of an op with a byte model: known ~0 FLOPs (memory)
+        cpu_op("aten::add_", 30.0, 5.0, ext=3, dims=[[N, N], [N, N], []], types=["c10::BFloat16"] * 2 + ["Scalar"]),
+        launch(31.0, 3, 12),
+        kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16> >",
+               600.0, 50.0, ext=3, corr=12),
+        # a custom kernel nothing describes: unknown
+        launch(41.0, 0, 13), kernel("my_fused_attention_fwd", 650.0, 100.0, ext=0, corr=13),
+        # Inductor pointwise: known (memory)
+        launch(51.0, 0, 14), kernel("triton_poi_fused_add_mul_0", 750.0, 50.0, ext=0, corr=14),
+        # communication that is not NCCL: DeepEP dispatch, symmetric-memory all-reduce
+        launch(61.0, 0, 15), kernel("void deep_ep::intranode::dispatch<8, 768>(int4*, float*)", 800.0, 300.0, ext=0,
+                                    corr=15),
+        launch(71.0, 0, 16), kernel("multimem_all_reduce_kernel<bf16>", 1100.0, 100.0, ext=0, corr=16),
+        # fp32 inputs on a TF32 tensor-core kernel: tf32
+        cpu_op("aten::mm", 80.0, 5.0, ext=4, dims=[[N, N], [N, N]], types=["float", "float"]), launch(81.0, 4, 17),
+        kernel("sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n", 1200.0, 400.0, ext=4, corr=17),
+    ]
+    return write_trace(tmp / "mixed.json", ev)
+
+
+def test_kernel_classes_by_what_they_are(tmp_path):
+    res = analyse([_mixed_trace(tmp_path)])
+    c = classes(res)
+
+    def cls(prefix: str) -> str:
+        return next(v[0] for n, v in c.items() if n.startswith(prefix))
+
+    assert cls("void at::native::vectorized_elementwise_kernel") == "memory"
+    assert cls("my_fused_attention_fwd") == "unknown"
+    assert cls("triton_poi_fused_add_mul_0") == "memory"
+    assert cls("void deep_ep::intranode::dispatch") == "communication"
+    assert cls("multimem_all_reduce_kernel") == "communication"
+    assert c["sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n"] == ("compute", "tf32")
+    gemms = res.con.execute("""SELECT kc.class, k.flops FROM kernels k JOIN kernel_class kc USING (kernel_id)
+                               WHERE k.name LIKE 'sm90_xmma%' ORDER BY k.start_ns""").fetchall()
+    assert gemms == [("compute", 2 * N**3), ("unknown", None)]
+
+
+def test_unknown_is_its_own_category_and_the_verdict_says_lower_bound(tmp_path):
+    v = analyse([_mixed_trace(tmp_path)], ranges=["work"]).verdict
+    cats = {x["category"]: x["fraction"] for x in v["losses"]}
+    # by construction: the shape-less GEMM runs alone 300–600 µs, the custom kernel 650–750 µs: 400 µs of 2000
+    assert cats["unknown_flops"] == pytest.approx(400 / 2000)
+    assert cats["memory_bound"] == pytest.approx((50 + 50) / 2000)
+    assert cats["collective_transfer"] == pytest.approx(400 / 2000)
+    # compute time (compute + memory + unknown kernels): 200 + 300 + 50 + 100 + 50 + 400 µs; unknown 400 of 1100
+    assert v["coverage"]["unknown_flops_time_fraction"] == pytest.approx(400 / 1100)
+    assert v["achieved_is_lower_bound"] and v["headroom"]["factor"] is None
+    assert "not useful" not in v["verdict"] and not any(f["rule"] == "PR602" for f in v["findings"])
+    # each kernel against its own precision's peak: the bf16 GEMM against 989.4, the TF32 one against 494.7 TFLOP/s
+    expected = (2 * N**3 / H100_BF16 + 2 * N**3 / H100_TF32) / 2000e-6
+    assert v["achieved_fraction_of_peak"] == pytest.approx(expected, rel=1e-9)
+    by = {b["precision"]: b["fraction"] for b in v["achieved_by_precision"]}
+    assert by == pytest.approx({"bf16": 2 * N**3 / H100_BF16 / 2000e-6, "tf32": 2 * N**3 / H100_TF32 / 2000e-6})
+    assert sum(by.values()) == pytest.approx(v["achieved_fraction_of_peak"])
+    assert v["achieved_fraction_of_peak"] + sum(cats.values()) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_zero_coverage_says_achieved_unknown(tmp_path):
+    ev = [annotation("work", 0.0, 1000.0), cpu_op("aten::mm", 10.0, 5.0, ext=1), launch(11.0, 1, 10),
+          kernel("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_TNN", 100.0, 800.0, ext=1, corr=10)]
+    v = analyse([write_trace(tmp_path / "t.json", ev)]).verdict
+    assert v["achieved_fraction_of_peak"] is None and v["achieved_is_lower_bound"]
+    assert v["coverage"]["unknown_flops_time_fraction"] == pytest.approx(1.0)
+    note = next(n for n in v["notes"] if "achieved: unknown" in n)
+    assert "--model-flops" in note and "record_shapes" in note and "Nsight Compute" in note
+    assert v["headroom"]["factor"] is None and "not useful" not in v["verdict"]
+
+
+def test_fp8_gemms_against_the_fp8_peak():
+    # sample_traces/h200_hf/fp8_gemm: 20 torch._scaled_mm e4m3 8192³ in 15.51 ms of CUDA-event time → 0.716 of the
+    # H200's 1978.9 TFLOP/s dense FP8 peak; 20 bf16 torch.mm in 28.02 ms → 0.793 of 989.4.
+    t = json.loads(sample_file("h200_hf/fp8_gemm.truth.json").read_text())["phases"]
+    path = sample_file("h200_hf/fp8_gemm.pt.trace.json.gz")
+    for phase, prec in (("fp8_gemm", "fp8"), ("bf16_gemm", "bf16")):
+        v = analyse([path], ranges=[phase]).verdict
+        assert v["peak"]["precision"] == prec and [b["precision"] for b in v["achieved_by_precision"]] == [prec]
+        assert v["achieved_fraction_of_peak"] == pytest.approx(t[phase]["achieved_truth"], rel=0.01)
+        assert not any("capped" in n for n in v["notes"])
+    both = analyse([path]).verdict
+    assert {b["precision"] for b in both["achieved_by_precision"]} >= {"fp8", "bf16"}
+    forced = analyse([path], ranges=["fp8_gemm"], peak_precision="bf16").verdict
+    # --peak-precision forces one peak: the FP8 GEMMs then imply more than the bf16 peak and are capped (said)
+    assert forced["peak"]["precision"] == "bf16" and any("capped" in n for n in forced["notes"])
+
+
+def test_v100_is_never_labelled_bf16():
+    # hta-df-index-resolver: a V100 (no bf16) running fp32 sgemm kernels (../shared/corpus/public-real/README.md)
+    v = analyse([corpus_file("public-real/hta-df-index-resolver/df_index_resolver.json.gz")]).verdict
+    assert v["peak"]["precision"] == "fp32"
+    v = analyse([corpus_file("public-kineto-hta/ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")]).verdict
+    assert "V100" in v["peak"]["gpu"] and v["peak"]["precision"] != "bf16"
+
+
+def test_op_links_are_checked_against_thread_and_time():
+    # hta-df-index-resolver: runtime External ids equal to correlation ids name unrelated ops (aten::empty); the
+    # checked link falls back to the op enclosing the launch on its thread.
+    res = analyse([corpus_file("public-real/hta-df-index-resolver/df_index_resolver.json.gz")])
+    bad = res.con.execute("""SELECT count(*) FROM kernels k JOIN ops o ON o.op_id = k.op_id
+                             WHERE o.name IN ('aten::empty', 'aten::empty_strided') AND k.kind = 'compute'""").fetchone()
+    assert bad == (0,)
+    # every kernel linked has its launch inside its op, on the op's thread
+    wrong = res.con.execute("""SELECT count(*) FROM kernel_launch l JOIN ops o USING (op_id)
+                               WHERE o.thread <> l.launch_thread OR l.launch_start_ns NOT BETWEEN o.start_ns AND o.end_ns
+                            """).fetchone()
+    assert wrong == (0,)
+    assert res.verdict["coverage"]["kernels_linked_to_ops_fraction"] > 0.9
+    res = analyse([corpus_file("public-real/param-resnet-2080ti/resnet_kineto.json.gz")])
+    conv = res.con.execute("""SELECT o.name, count(*) FROM kernels k JOIN ops o ON o.op_id = k.op_id
+                              WHERE k.name LIKE '%scudnn%' GROUP BY o.name""").fetchall()
+    assert conv and all("conv" in n for n, _ in conv)
+
+
+def test_all_to_all_sendrecv_is_a_collective_not_a_bubble():
+    # param-dlrm-v100x8: the embedding all-to-all runs as ncclKernel_SendRecv under c10d::alltoall_base_ on 8 ranks
+    v = analyse([corpus_file("public-real/param-dlrm-v100x8")]).verdict
+    cats = {x["category"]: x["fraction"] for x in v["losses"]}
+    assert "pipeline_bubble" not in cats and cats["collective_wait"] > 0.1
+    assert not any(f["rule"] == "PR201" for f in v["findings"])
+    contract.check_verdict(v)  # each of the 8 ranks' waterfalls closes
+
+
+@pytest.mark.parametrize("name", ["hta-et-simple-add/benchmark_simple_add_trace.json.gz",
+                                  "hta-cp-simple-add/benchmark_result_493459_1694039959_trace.json.gz"])
+def test_cuda_startup_is_startup_not_launch_bound(name):
+    # seconds of CUDA start-up (context creation in the first CUDA call, cudaMalloc / cudaFree) before the first
+    # kernels of two tiny A100 benchmarks (../shared/corpus/public-real/README.md)
+    v = analyse([corpus_file(f"public-real/{name}")]).verdict
+    assert v["losses"][0]["category"] == "startup"
+    cats = {x["category"]: x["fraction"] for x in v["losses"]}
+    assert cats["startup"] > 0.5 and cats.get("launch_bound", 0) < 0.2
+
+
+def test_unknown_gpu_still_gets_time_based_losses(tmp_path):
+    # a GPU the peak table does not know: no achieved fraction, but utilization and every time-based category
+    n = 2**26
+    ev = [annotation("work", 0.0, 1000.0),
+          cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2), launch(11.0, 1, 10),
+          kernel("nvjet_sm90_tst_gemm", 100.0, 200.0, ext=1, corr=10),
+          cpu_op("aten::add_", 400.0, 5.0, ext=2, dims=[[n], [n], []], types=["float", "float", "Scalar"]),
+          launch(401.0, 2, 11),
+          kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >", 500.0, 100.0,
+                 ext=2, corr=11)]
+    v = analyse([write_trace(tmp_path / "t.json", ev, gpu="Acme Tensor Engine 9")], ranges=["work"]).verdict
+    assert v["achieved_fraction_of_peak"] is None and v["verdict"] == "busy (no peak known)"
+    assert any("no peak" in n for n in v["notes"])
+    assert v["utilization"]["trace"] == pytest.approx(300 / 1000)
+    cats = {x["category"]: x["fraction"] for x in v["losses"]}
+    # by construction: the elementwise kernel 100 µs (memory-bound, ~0 FLOPs), 700 µs idle; the GEMM's 200 µs, whose
+    # FLOPs are known but whose peak is not, belong to no category
+    assert cats["memory_bound"] == pytest.approx(100 / 1000)
+    assert sum(f for c, f in cats.items() if c in ("launch_bound", "sync_stall", "startup", "host_other")) == \
+        pytest.approx(700 / 1000)
+    assert "compute_inefficiency" not in cats
+
+
+def test_rocm_compiled_kernels_are_classed():
+    # tl-mi300-compile-triton: torch.compile Triton kernels on an MI300X: pointwise / reduction kernels are known
+    res = analyse([corpus_file("public-real/tl-mi300-compile-triton/trace.json.gz")])
+    rows = res.con.execute("""SELECT kc.class, count(*) FROM kernels k JOIN kernel_class kc USING (kernel_id)
+                              WHERE regexp_matches(k.name, '^triton_(poi|red|per)_') GROUP BY ALL""").fetchall()
+    assert rows and all(c == "memory" for c, _ in rows)
+    v = res.verdict
+    assert v["losses"]
+    contract.check_verdict(v)
+
+
+def test_long_idle_gap_is_not_launch_bound_because_of_one_copy(tmp_path):
+    # 972 ms of host work with a 4.8 ms cudaMemcpyAsync at its end (issue #14): only launch calls are launch-bound
+    ev = [annotation("step", 0.0, 1_000_000.0),
+          cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2), launch(11.0, 1, 10),
+          kernel("nvjet_sm90_tst_gemm", 20.0, 1000.0, ext=1, corr=10),
+          cpu_op("aten::copy_", 968_000.0, 5000.0, ext=2, dims=[[1024], [1024]], types=["float", "float"]),
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 100, "tid": 1, "ts": 968_100.0,
+           "dur": 4800.0, "args": {"correlation": 11, "External id": 2}},
+          kernel("Memcpy HtoD (Pageable -> Device)", 972_900.0, 50.0, ext=2, corr=11, cat="gpu_memcpy"),
+          cpu_op("aten::mm", 973_000.0, 5.0, ext=3, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2),
+          launch(973_001.0, 3, 12), kernel("nvjet_sm90_tst_gemm", 973_010.0, 1000.0, ext=3, corr=12)]
+    v = analyse([write_trace(tmp_path / "t.json", ev)], ranges=["step"]).verdict
+    cats = {x["category"]: x["fraction"] for x in v["losses"]}
+    assert cats.get("launch_bound", 0.0) < 0.001 and cats["host_other"] > 0.95
+
+
+def test_several_devices_in_one_process_each_sum_to_one(tmp_path):
+    # one process driving two GPUs (DataParallel): one entry per (rank, device), each with its own losses
+    bf16 = ["c10::BFloat16"] * 2
+    ev = [cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=bf16), launch(11.0, 1, 10),
+          kernel("nvjet_sm90_tst_gemm", 100.0, 200.0, ext=1, corr=10, device=0),
+          cpu_op("aten::mm", 20.0, 5.0, ext=2, dims=[[N, N], [N, N]], types=bf16), launch(21.0, 2, 11),
+          kernel("nvjet_sm90_tst_gemm", 150.0, 600.0, ext=2, corr=11, device=1),
+          cpu_op("aten::add_", 900.0, 5.0, ext=3), launch(901.0, 3, 12),
+          kernel("vectorized_elementwise_kernel", 950.0, 20.0, ext=3, corr=12, device=0)]
+    p = write_trace(tmp_path / "dp.json", ev)
+    doc = json.loads(p.read_text())
+    doc["deviceProperties"].append({"id": 1, "name": "NVIDIA H100 80GB HBM3", "numSms": 132})
+    p.write_text(json.dumps(doc))
+    v = analyse([p]).verdict
+    assert [(r["rank"], r["device"]) for r in v["ranks"]] == [(0, 0), (0, 1)]
+    contract.check_verdict(v)  # each (rank, device) has its own waterfall, closing on its own
+
+
+def test_bandwidth_above_hbm_is_flagged_not_stated(tmp_path):
+    # an elementwise add whose byte model (read two 1 GiB fp32 tensors, write one: 3 GiB) over 0.5 ms implies
+    # 6.4 TB/s, above the H100's 3.35 TB/s HBM: L2 reuse or an over-count, never "191% of HBM"
+    n = 2**28
+    ev = [annotation("work", 0.0, 1000.0),
+          cpu_op("aten::add", 10.0, 5.0, ext=1, dims=[[n], [n], []], types=["float", "float", "Scalar"]),
+          launch(11.0, 1, 10),
+          kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >", 100.0,
+                 500.0, ext=1, corr=10)]
+    res = analyse([write_trace(tmp_path / "t.json", ev)], ranges=["work"])
+    assert res.con.execute("SELECT bool_and(above_hbm_peak) FROM kernel_class WHERE class = 'memory'").fetchone() == (True,)
+    v = res.verdict
+    top = v["top_kernels"][0]
+    assert top["bandwidth_above_hbm_peak"] and top["bandwidth_fraction_of_hbm"] > 1
+    assert any("imply more than the HBM peak" in n for n in v["notes"])
+    pr301 = [f for f in v["findings"] if f["rule"] == "PR301"]
+    assert pr301 and "L2" in pr301[0]["title"] and pr301[0]["evidence"]["bandwidth_above_hbm_peak"]
