@@ -11,7 +11,7 @@ import pytest
 from plasmient_report import pipeline, store
 from plasmient_report.errors import BadInput
 
-from .conftest import CORPUS, corpus_file, kernel, sample_file, write_trace
+from .conftest import CORPUS, SAMPLES, corpus_file, kernel, sample_file, write_trace
 
 
 def ingest(*paths: Path):
@@ -300,6 +300,33 @@ def test_typed_decode_gives_the_rows_of_duckdbs_json_reader(ref, monkeypatch):
     dec = _same_staging(_trace(ref))
     assert dec.lenient_runs == 0, "the typed way was not taken"
     assert dec.runs > 3 or dec.events < 5000
+
+
+def _kineto_recordings() -> list[str]:
+    """Every Kineto recording of sample_traces/ and of the corpus (one skipping entry when it is absent)."""
+    from plasmient_report.parsers._io import GuardedReader
+    from plasmient_report.parsers.kineto import looks_like_kineto
+
+    refs = []
+    for where, root in (("sample", SAMPLES), ("corpus", CORPUS)):
+        if not root.is_dir():
+            refs.append(f"{where}:(absent)")
+            continue
+        for p in sorted(root.rglob("*.json*")):
+            if p.is_file() and p.name.endswith((".json", ".json.gz")):
+                with GuardedReader(p) as g:
+                    if looks_like_kineto(g.read(4096)):
+                        refs.append(f"{where}:{p.relative_to(root)}")
+    return refs
+
+
+@pytest.mark.parametrize("ref", _kineto_recordings())
+def test_typed_decode_of_every_recording_gives_the_rows_of_duckdbs_json_reader(ref, monkeypatch):
+    """Every Kineto recording we hold (29 committed H200 samples; the corpus's torch 1.8–2.x, ROCm, V100 / A100 /
+    2080 Ti traces): the typed decode stages the rows of the lenient reference, runs of 1 MiB."""
+    monkeypatch.setattr(decode, "BATCH_BYTES", 1 << 20)
+    monkeypatch.setattr(decode, "LOAD_BYTES", 2 << 20)
+    _same_staging(_trace(ref))
 
 
 def _edited_sample(tmp_path: Path, edit) -> Path:
