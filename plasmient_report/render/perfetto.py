@@ -754,10 +754,13 @@ def _cluster(ctx: _Ctx, rank: int, parent: int) -> None:
         cols = """NULL::BIGINT AS wait_ns, NULL::BIGINT AS transfer_ns, NULL::DOUBLE AS algbw, NULL::DOUBLE AS busbw,
                NULL::BIGINT AS late, NULL::VARCHAR AS link"""
         join = ""
+    # one collective operation across ranks: the library's collective_key (sql/collective_key.sql)
+    key = "collective_key(process_group, group_ranks)" if ctx.con.execute(
+        "SELECT count(*) FROM duckdb_functions() WHERE function_name = 'collective_key'").fetchall()[0][0] \
+        else "coalesce(process_group, group_ranks, '')"  # a store the measure stage has not seen
     sql = f"""
         WITH c AS (
-            SELECT *, coalesce(process_group, group_ranks, '') AS pg,
-                   count(*) OVER (PARTITION BY coalesce(process_group, group_ranks, ''), collective, seq) AS nranks
+            SELECT *, {key} AS pg, count(*) OVER (PARTITION BY {key}, collective, seq) AS nranks
             FROM collectives
         )
         SELECT c.start_ns + $shift AS s, greatest(c.end_ns, c.start_ns) + $shift AS e, n.iid, c.pg, c.seq, c.bytes,
