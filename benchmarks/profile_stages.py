@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from plasmient_report import align, judge, metrics, pipeline, rules, store  # noqa: E402
+from plasmient_report.render.verdict import document  # noqa: E402
 from plasmient_report.rules import context  # noqa: E402
 
 
@@ -91,12 +92,13 @@ def main() -> None:
                 with timed("render.html"):
                     html.write(con, verdict, Path(d) / "report.html")
                 with timed("render.perfetto"):
-                    perfetto.write(con, verdict, Path(d) / "trace.pftrace")
+                    perfetto.write(con, document(verdict), Path(d) / "trace.pftrace")
                 with timed("store.save (run.duckdb)"):
                     store.save(con, Path(d) / "run.duckdb")
     print(f"{'total':42} {time.perf_counter() - t_all:8.2f} s  cpu {time.process_time():7.2f} s   "
           f"peak {peak_mib():7.0f} MiB")
-    print(f"achieved {verdict['achieved_fraction_of_peak']}  utilization {verdict['utilization']['trace']}")
+    doc = document(verdict)
+    print(f"achieved {doc['achieved_fraction_of_peak']}  utilization {doc['utilization']['trace']}")
 
 
 if __name__ == "__main__":
