@@ -83,7 +83,6 @@ def main() -> None:
                               missing_ranges=missing, notes=[])
         with timed("judge"):
             verdict = judge.build(con, rc)
-        doc = verdict if isinstance(verdict, dict) else document(verdict)  # verdict.json as a dict
         if a.renders:
             import tempfile
 
@@ -93,11 +92,12 @@ def main() -> None:
                 with timed("render.html"):
                     html.write(con, verdict, Path(d) / "report.html")
                 with timed("render.perfetto"):
-                    perfetto.write(con, doc, Path(d) / "trace.pftrace")
+                    perfetto.write(con, document(verdict), Path(d) / "trace.pftrace")
                 with timed("store.save (run.duckdb)"):
                     store.save(con, Path(d) / "run.duckdb")
     print(f"{'total':42} {time.perf_counter() - t_all:8.2f} s  cpu {time.process_time():7.2f} s   "
           f"peak {peak_mib():7.0f} MiB")
+    doc = document(verdict)
     print(f"achieved {doc['achieved_fraction_of_peak']}  utilization {doc['utilization']['trace']}")
 
 

@@ -483,13 +483,15 @@ def rules(explain: str | None, as_json: bool) -> None:
         import json
 
         click.echo(json.dumps([{"id": r.id, "name": r.name, "layer": r.layer, "status": r.status,
-                                "category": r.category, "title": r.title, "thresholds": dict(r.thresholds),
+                                "category": r.category, "claims_loss": r.claims_loss, "title": r.title,
+                                "thresholds": dict(r.thresholds),
                                 "origin": r.origin} for r in catalog], indent=1))
         return
     w = max(len(r.name) for r in catalog) if catalog else 4
     click.echo(f"{'code':6} {'name':{w}} {'layer':8} {'status':10} {'explains':20} title")
     for r in catalog:
-        click.echo(f"{r.id:6} {r.name:{w}} {r.layer:8} {r.status:10} {(r.category or '-'):20} {r.title}")
+        explains = (r.category or "-") if r.claims_loss else "no loss: a risk"
+        click.echo(f"{r.id:6} {r.name:{w}} {r.layer:8} {r.status:10} {explains:20} {r.title}")
     click.echo("\n`plasmient-report rules --explain ID` prints a rule's page (docs/rules/ID.md); --select / --ignore / "
                "--rules-config choose and tune them; a preview rule runs only when selected by its own code.")
 

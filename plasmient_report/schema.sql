@@ -472,14 +472,14 @@ CREATE TABLE IF NOT EXISTS findings (
 );
 COMMENT ON TABLE findings IS 'One row per rule finding (`plasmient-report rules` lists the rules)';
 COMMENT ON COLUMN findings.rule_id IS 'the rule''s stable ID (`PR101`); `plasmient-report rules --explain PR101` prints its page';
-COMMENT ON COLUMN findings.layer IS '`cluster`, `pipeline`, `op`, `kernel`, `host`, `device`';
-COMMENT ON COLUMN findings.severity IS 'from lost_fraction: `high` (≥ 10% of the window), `medium` (≥ 2%), `low`; `info` when the finding claims no loss';
+COMMENT ON COLUMN findings.layer IS '`cluster`, `pipeline`, `op`, `kernel`, `host`, `device`, `memory`';
+COMMENT ON COLUMN findings.severity IS 'from lost_fraction: `high` (≥ 10% of the window), `medium` (≥ 2%), `low`; `info` when the finding claims no loss, unless its rule flags a risk and sets it (PR701: memory near the device''s limit)';
 COMMENT ON COLUMN findings.rank IS 'the rank the finding is about (the late rank, the throttled GPU''s rank); NULL when it is run-wide';
-COMMENT ON COLUMN findings.lost_fraction IS 'the share of the analysed window (Σ over GPUs, as the verdict''s losses) that the finding explains, taken from the `losses` view: the lost time of its category inside the intervals it names — never more than that category lost';
+COMMENT ON COLUMN findings.lost_fraction IS 'the share of the analysed window (Σ over GPUs, as the verdict''s losses) that the finding explains, taken from the `losses` view: the lost time of its category inside the intervals it names — never more than that category lost; NULL when it claims none (a risk such as PR701, which the waterfall never counts)';
 COMMENT ON COLUMN findings.title IS 'one line: what was found, with numbers';
 COMMENT ON COLUMN findings.evidence IS 'JSON: the ranks, kernels, ops, times (`*_ns`) and numbers behind it (keys per rule, see its page)';
 COMMENT ON COLUMN findings.recommendation IS 'what to do, with concrete numbers';
-COMMENT ON COLUMN findings.category IS 'the loss category whose time it explains (NULL: several, e.g. PR504 idle gaps, PR602 the headline gap)';
+COMMENT ON COLUMN findings.category IS 'the loss category whose time it explains (NULL: several, e.g. PR504 idle gaps, PR602 the headline gap; or none, for a risk that claims no lost time, PR701)';
 COMMENT ON COLUMN findings.fix IS 'the one-line fix; the verdict''s `losses[].recommendation` uses the best finding''s fix for its category';
 COMMENT ON COLUMN findings.key IS 'what the finding is about, stable across runs (a kernel name, `rank 1`): `plasmient-report diff` matches findings on (rule_id, rank, key)';
 COMMENT ON COLUMN findings.scope IS 'the analysed window, as in `windows` (`range` with the first `--range`, else `window`)';

@@ -74,7 +74,16 @@ def connect(path: str | Path | None = None, memory_limit_bytes: int | None = Non
     # No progress bar: DuckDB prints it on stdout for long queries, into `--json` output (and cursors of this
     # connection inherit the setting).
     con.execute("SET enable_progress_bar = false")
-    con.execute(schema_sql())
+    # One transaction: a file store otherwise commits (and syncs its WAL) after each of ~300 statements, which
+    # took 0.4–0.7 s of every run; 0.1 s so.
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(schema_sql())
+    except BaseException:
+        con.execute("ROLLBACK")
+        con.close()
+        raise
+    con.execute("COMMIT")
     return con
 
 

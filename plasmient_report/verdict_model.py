@@ -133,7 +133,7 @@ class Headroom(_Struct, kw_only=True):
 class Finding(_Struct, kw_only=True):
     """A rule's finding: a cause, with evidence and a fix (`plasmient-report rules --explain RULE`)."""
     rule: Annotated[str, _d("rule ID, e.g. PR101")]
-    layer: Annotated[str, _d("cluster, pipeline, op, kernel, host, device")]
+    layer: Annotated[str, _d("cluster, pipeline, op, kernel, host, device, memory")]
     category: Annotated[str | None, _d("the loss category it explains (null: none)")]
     severity: Annotated[str, _d("high, medium, low, info")]
     rank: Annotated[int | None, _d("the rank it is about (null: the run)")]

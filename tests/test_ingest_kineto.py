@@ -11,7 +11,7 @@ import pytest
 from plasmient_report import pipeline, store
 from plasmient_report.errors import BadInput
 
-from .conftest import CORPUS, corpus_file, kernel, sample_file, write_trace
+from .conftest import CORPUS, SAMPLES, corpus_file, kernel, sample_file, write_trace
 
 
 def ingest(*paths: Path):
@@ -244,3 +244,145 @@ def test_memory_events_match_the_allocator_s_own_statistics():
     assert peak_res == truth["max_reserved_bytes"]
     assert start_alloc == truth["allocated_at_step_start_bytes"]
     assert con.execute("SELECT DISTINCT device FROM memory_events").fetchall() == [(0,)]
+
+
+# ------------------------------------------------------------------ the typed decode against DuckDB's JSON reader
+
+from plasmient_report.parsers.kineto import decode  # noqa: E402
+
+DECODE_TRACES = [
+    "sample:h200_single/kineto_single.pt.trace.json.gz",      # today's torch: ops, kernels, copies, ranges
+    "sample:h200_sync_stack/sync_stack.pt.trace.json.gz",     # Python stacks (with_stack=True)
+    "sample:h200x2_ddp/kineto/rank0.pt.trace.json.gz",        # NCCL kernels with their collective metadata
+    "sample:h200_hf/llama_memory.pt.trace.json.gz",           # allocator events (profile_memory=True)
+    "corpus:public-real/kineto-resnet50-nw0/worker0.1623143089861.pt.trace.json.gz",  # torch 1.9: 'stream 7' tids
+    "corpus:public-real/param-dlrm-v100x8/worker0_step_12.1694128201545.pt.trace.json.gz",  # record_param_comms
+    "corpus:public-kineto-hta/amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz",      # ROCm
+]
+
+
+def _trace(ref: str) -> Path:
+    where, rel = ref.split(":", 1)
+    return sample_file(rel) if where == "sample" else corpus_file(rel)
+
+
+def _staged(path: Path, strict: bool) -> tuple[dict[str, list[tuple]], decode.Decoded]:
+    con = store.connect()
+    try:
+        dec = decode.decode(path, con, strict=strict)
+        # the same rows (DuckDB may insert them in any order); the per-category counts are per run, summed here
+        out = {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in decode.STAGES if t != "_kin_cats"}
+        out["_kin_cats"] = con.execute("SELECT cat, sum(n), sum(nameless) FROM _kin_cats GROUP BY cat "
+                                       "ORDER BY cat NULLS FIRST").fetchall()
+        return out, dec
+    finally:
+        con.close()
+
+
+def _same_staging(path: Path) -> decode.Decoded:
+    typed, dec = _staged(path, strict=True)
+    reference, ref = _staged(path, strict=False)
+    assert ref.runs == ref.lenient_runs and dec.events == ref.events
+    for t in decode.STAGES:
+        assert len(typed[t]) == len(reference[t]), t
+        for a, b in zip(typed[t], reference[t], strict=True):
+            assert a == b, f"{t}: {a} != {b}"
+    return dec
+
+
+@pytest.mark.parametrize("ref", DECODE_TRACES)
+def test_typed_decode_gives_the_rows_of_duckdbs_json_reader(ref, monkeypatch):
+    """The typed decode (msgspec Structs → Arrow columns) stages exactly the rows DuckDB's JSON reader stages
+    with the same SQL over JSON columns, run boundaries included (runs made small so that every trace has
+    many, and loads of several runs)."""
+    monkeypatch.setattr(decode, "BATCH_BYTES", 256 << 10)
+    monkeypatch.setattr(decode, "LOAD_BYTES", 1 << 20)
+    dec = _same_staging(_trace(ref))
+    assert dec.lenient_runs == 0, "the typed way was not taken"
+    assert dec.runs > 3 or dec.events < 5000
+
+
+def _kineto_recordings() -> list[str]:
+    """Every Kineto recording of sample_traces/ and of the corpus (one skipping entry when it is absent)."""
+    from plasmient_report.parsers._io import GuardedReader
+    from plasmient_report.parsers.kineto import looks_like_kineto
+
+    refs = []
+    for where, root in (("sample", SAMPLES), ("corpus", CORPUS)):
+        if not root.is_dir():
+            refs.append(f"{where}:(absent)")
+            continue
+        for p in sorted(root.rglob("*.json*")):
+            if p.is_file() and p.name.endswith((".json", ".json.gz")):
+                with GuardedReader(p) as g:
+                    if looks_like_kineto(g.read(4096)):
+                        refs.append(f"{where}:{p.relative_to(root)}")
+    return refs
+
+
+@pytest.mark.parametrize("ref", _kineto_recordings())
+def test_typed_decode_of_every_recording_gives_the_rows_of_duckdbs_json_reader(ref, monkeypatch):
+    """Every Kineto recording we hold (29 committed H200 samples; the corpus's torch 1.8–2.x, ROCm, V100 / A100 /
+    2080 Ti traces): the typed decode stages the rows of the lenient reference, runs of 1 MiB."""
+    monkeypatch.setattr(decode, "BATCH_BYTES", 1 << 20)
+    monkeypatch.setattr(decode, "LOAD_BYTES", 2 << 20)
+    _same_staging(_trace(ref))
+
+
+def _edited_sample(tmp_path: Path, edit) -> Path:
+    doc = json.loads(gzip.decompress(sample_file("h200_single/kineto_single.pt.trace.json.gz").read_bytes()))
+    edit(doc["traceEvents"])
+    out = tmp_path / "edited.json"
+    out.write_text(json.dumps(doc, ensure_ascii=False))
+    return out
+
+
+def _by_cat(events, cat):
+    return [e for e in events if e.get("cat") == cat and isinstance(e.get("args"), dict)]
+
+
+def _mixed_types(ev):
+    ops, ks = _by_cat(ev, "cpu_op"), _by_cat(ev, "kernel")
+    for e, v in zip(ops[::97], ("17", "x", None, -5, 2**63 + 1), strict=False):
+        e["args"]["External id"] = v                # strings and a UBIGINT: JSON text, TRY_CAST as before
+    for e, v in zip(ks[::53], ("7", "stream 9", 3), strict=False):
+        e["tid"] = v
+        e["args"]["stream"] = v
+    for e, v in zip(ops[1::89], (None, {"a": [1]}, "[[1, 2]]", 5, [[1, 2], 'é \x01 " \\ ']), strict=False):
+        e["args"]["Input Dims"] = v                 # null, an object, a string, a number, escapes: raw JSON
+    for e, v in zip(ks[1::61], (1.5, "12", "1e3"), strict=False):
+        e["args"]["bytes"] = v
+    for e in ks[2::71]:
+        e["args"]["grid"] = [1, "2", [3]]
+
+
+def _old_spellings(ev):
+    for e in _by_cat(ev, "kernel")[::3]:
+        e["args"]["external id"] = e["args"].pop("External id", None)
+        e["cat"] = "Kernel"                         # torch 1.8's category
+    for e in _by_cat(ev, "cpu_op")[::5]:
+        if "Input Dims" in e["args"]:
+            e["args"]["Input dims"] = e["args"].pop("Input Dims")
+
+
+def _lenient_runs(ev):
+    ops = _by_cat(ev, "cpu_op")
+    ops[10]["args"]["External id"] = 5.5            # a float where a count belongs: that run goes the lenient way
+    _by_cat(ev, "kernel")[5]["args"]["bytes"] = True
+    ops[-10]["args"] = None
+
+
+@pytest.mark.parametrize("edit", [_mixed_types, _old_spellings, _lenient_runs])
+def test_typed_decode_of_odd_values_gives_the_rows_of_duckdbs_json_reader(edit, tmp_path, monkeypatch):
+    monkeypatch.setattr(decode, "BATCH_BYTES", 128 << 10)
+    monkeypatch.setattr(decode, "LOAD_BYTES", 512 << 10)
+    dec = _same_staging(_edited_sample(tmp_path, edit))
+    assert dec.runs > 3
+    assert (dec.lenient_runs > 0) == (edit is _lenient_runs)
+
+
+def test_an_event_that_is_no_object_is_refused_either_way(tmp_path):
+    path = _edited_sample(tmp_path, lambda ev: ev.insert(len(ev) // 2, 5))
+    for strict in (True, False):
+        with pytest.raises(BadInput, match="bad event in traceEvents"):
+            _staged(path, strict)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
-import polars as pl
 
 from ..errors import BadInput
+from ._polars import pl
 
 # The vocabulary of `counters.metric` (docs/schema.md lists it). Utilisations are fractions 0–1.
 METRICS: dict[str, str] = {

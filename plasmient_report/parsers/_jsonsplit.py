@@ -5,13 +5,20 @@ carrying that state across chunk boundaries. Commas at depth 2 inside the `trace
 events, so each batch is a run of complete events that msgspec decodes as one JSON array. Everything else
 of the document (the top-level keys) is kept as a small head object with an empty `traceEvents`.
 Memory is bounded by the chunk size, whatever the size of the file.
+
+With a `decode` function, the events are cut without the scan where it can be avoided: a chunk is cut after its
+last `}` followed by `,` and `{` (the boundary between two events as every writer puts it) and that run of
+events is decoded at once. The cut is right exactly when the run decodes — a cut inside a string leaves the
+run's last string open, one inside a nested object or array leaves it unclosed, one after the array's end leaves
+the head's keys inside brackets — so a run that does not decode is scanned byte-exactly instead, as above, and the
+cutting by guesses resumes at the next event boundary the scan finds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -21,6 +28,9 @@ KEY = b'"traceEvents"'
 BOM = b"\xef\xbb\xbf"
 _NEWLINES_TO_SPACE = bytes.maketrans(b"\r\n", b"  ")
 HEAD_LIMIT = 256 << 20  # the non-event part of a trace is small; more means this is not a trace
+_WHITESPACE = b" \t\r\n"
+GUESS_TRIES = 64     # `{` looked at from the end of a chunk for an event boundary before scanning it instead
+T = TypeVar("T")
 
 
 class Readable(Protocol):
@@ -36,7 +46,6 @@ class _State:
     in_string: bool = False
     trailing_backslashes: int = 0  # backslashes at the end of the previous chunk (inside a string)
     depth: int = 0
-    offset: int = 0               # bytes consumed so far
     in_events: bool = False       # inside the traceEvents array
     events_done: bool = False
     expect_array: bool = False    # saw the key at depth 1, waiting for its '['
@@ -44,6 +53,7 @@ class _State:
     head: bytearray = field(default_factory=bytearray)
     pending: bytearray = field(default_factory=bytearray)
     ndjson: bool = False
+    unscanned: bool = False       # `pending` starts at an event boundary and was not scanned (cut by guesses)
 
 
 # One table for the scan: 1 at a quote, 2 at a structural byte, 0 elsewhere (one pass finds both).
@@ -81,13 +91,20 @@ def _batch(pending: bytearray, chunk: bytes, pos: int, cut: int, seps: np.ndarra
     return bytes(out)
 
 
-def split_events(stream: Readable, chunk_bytes: int = 4 << 20, ndjson: bool = False
-                 ) -> Iterator[bytes | tuple[str, bytes]]:
+def split_events(stream: Readable, chunk_bytes: int = 4 << 20, ndjson: bool = False,
+                 decode: Callable[[bytes], T | None] | None = None) -> Iterator[bytes | T | tuple[str, bytes]]:
     """Yield batches (bytes of a JSON array of whole events, or NDJSON with one event a line), then
     ('head', bytes of the rest of the document with an empty traceEvents). Markers on the way: ('array', b'')
     first when the document is the array form `[{…}, …]`, ('partial_tail', b'') when such an array ends inside
     its last event (left out). A UTF-8 BOM and leading whitespace are skipped. Raises SplitError on a document
-    that is not a trace."""
+    that is not a trace.
+
+    With `decode` (JSON arrays only), runs of events cut by guesses are given to it as bytes of a JSON array:
+    what it returns is yielded in their place, and None (the bytes do not decode: the guess was wrong, or the
+    events are bad) has those bytes scanned exactly, their batches yielded as bytes. Batches and decoded runs
+    come in document order and together hold every event once."""
+    if decode is not None and ndjson:
+        raise ValueError("decode works on JSON arrays, not NDJSON")
     st = _State(ndjson=ndjson)
     first = True
     while True:
@@ -113,9 +130,19 @@ def split_events(stream: Readable, chunk_bytes: int = 4 << 20, ndjson: bool = Fa
                 if not more:
                     break
                 chunk += more
+        if st.unscanned:
+            yield from _guess(chunk, st, decode, chunk_bytes)  # type: ignore[arg-type]
+            continue
         yield from _scan(chunk, st)
+        if decode is not None and st.in_events:
+            _at_boundary(st)
     if first:
         raise SplitError("empty document")
+    if st.unscanned:  # the rest of the events and the document's end: scanned exactly
+        tail = bytes(st.pending)
+        st.pending = bytearray()
+        st.unscanned = False
+        yield from _scan(tail, st)
     if st.top_is_array and st.in_events:
         # The trace-event format's array form may end without its `]` (a process that died while writing):
         # the whole events are the trace. An event cut off at the end is left out (and said).
@@ -133,6 +160,58 @@ def split_events(stream: Readable, chunk_bytes: int = 4 << 20, ndjson: bool = Fa
     if st.in_events:
         raise SplitError("truncated JSON (the traceEvents array is not closed)")
     yield ("head", bytes(st.head))
+
+
+def _at_boundary(st: _State) -> None:
+    """After a scan that ends inside the events: `pending` begins right after a separating comma (or the array's
+    `[`), outside any string, at the events' depth — a state known without its bytes, so they count as unscanned
+    and the next chunk can be cut by guesses."""
+    st.unscanned = True
+    st.depth = 1 if st.top_is_array else 2
+    st.in_string = False
+    st.trailing_backslashes = 0
+
+
+def _boundary(data: bytes) -> tuple[int, int] | None:
+    """The last `}` `,` `{` (whitespace between allowed) in `data`: the positions of its `}` and `,`."""
+    end = len(data)
+    for _ in range(GUESS_TRIES):
+        i = data.rfind(b"{", 0, end)
+        if i <= 0:
+            return None
+        j = i - 1
+        while j >= 0 and data[j] in _WHITESPACE:
+            j -= 1
+        if j > 0 and data[j] == COMMA:
+            k = j - 1
+            while k >= 0 and data[k] in _WHITESPACE:
+                k -= 1
+            if k >= 0 and data[k] == CLOSE_BRACE:
+                return k, j
+        end = i
+    return None
+
+
+def _guess(chunk: bytes, st: _State, decode: Callable[[bytes], T | None], chunk_bytes: int
+           ) -> Iterator[bytes | T]:
+    """One chunk in the events, `pending` unscanned: decode the run of events up to the chunk's last event
+    boundary; scan exactly what does not decode, or what finds no boundary for a while."""
+    data = bytes(st.pending) + chunk
+    cut = _boundary(data)
+    if cut is not None:
+        got = decode(b"[" + data[:cut[0] + 1] + b"]")
+        if got is not None:
+            yield got
+            st.pending = bytearray(data[cut[1] + 1:])
+            return
+    elif len(data) < 4 * chunk_bytes:  # one long event (or the array's end): wait for more
+        st.pending = bytearray(data)
+        return
+    st.pending = bytearray()
+    st.unscanned = False
+    yield from _scan(data, st)
+    if st.in_events:
+        _at_boundary(st)
 
 
 def _scan(chunk: bytes, st: _State) -> Iterator[bytes]:
@@ -237,7 +316,6 @@ def _scan(chunk: bytes, st: _State) -> Iterator[bytes]:
         st.trailing_backslashes = tail_bs + (st.trailing_backslashes if i < 0 else 0)
     else:
         st.trailing_backslashes = 0
-    st.offset += n
 
 
 def _find_key(chunk: bytes, pos: int, depth_at: Any, quote_parity_at: Any) -> int | None:

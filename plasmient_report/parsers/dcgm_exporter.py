@@ -13,11 +13,11 @@ import math
 import re
 from pathlib import Path
 
-import polars as pl
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..errors import BadInput
 from . import _counters as C
+from ._polars import pl
 from .base import Format, ParseOptions, Sniff, SourceInfo
 
 MIB = float(1 << 20)

@@ -13,10 +13,9 @@ import datetime as dt
 import re
 from pathlib import Path
 
-import polars as pl
-
 from ..errors import BadInput
 from . import _counters as C
+from ._polars import pl
 from .base import Format, ParseOptions, Sniff, SourceInfo
 
 MIB = float(1 << 20)

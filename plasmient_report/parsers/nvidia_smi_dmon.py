@@ -11,10 +11,10 @@ import datetime as dt
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 
 from ..errors import BadInput
 from . import _counters as C
+from ._polars import pl
 from .base import Format, ParseOptions, Sniff, SourceInfo
 
 MIB = float(1 << 20)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import polars as pl
-
 from ..errors import BadInput
 from . import _counters as C
+from ._polars import pl
 from .base import Format, ParseOptions, Sniff, SourceInfo
 
 TIME_RE = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?$")

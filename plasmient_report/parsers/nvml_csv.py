@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import polars as pl
-
 from ..errors import BadInput
 from . import _counters as C
+from ._polars import pl
 from .base import Format, ParseOptions, Sniff, SourceInfo
 
 # Unit suffix → (unit, factor to the vocabulary's unit). Checked longest first.

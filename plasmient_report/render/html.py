@@ -705,7 +705,7 @@ MAX_MEMORY_GPUS = 8
 MEMORY_BINS = 800
 MAX_HISTOGRAM_STREAMS = 4
 # Sections a finding's evidence is shown in (an anchor of this page), by rule.
-RULE_SECTIONS = {"PR101": "collective-lateness", "PR501": "launch-stats"}
+RULE_SECTIONS = {"PR101": "collective-lateness", "PR501": "launch-stats", "PR701": "memory"}
 STREAM_PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
 
 

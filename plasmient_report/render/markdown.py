@@ -104,12 +104,14 @@ def verdict(v: Verdict) -> str:
             lines.append(f"| (the rest) | {esc(pct(rest))} | | |")
         lines.append("")
     findings = [f for f in v.findings if (f.lost_fraction or 0) >= 0.005 or f.severity == "high"][:MAX_FINDINGS]
+    # risks that claim no lost time (PR701: memory near the device's limit) are never cut by the loss findings
+    findings += [f for f in v.findings if f.lost_fraction is None and f.severity == "medium"][:2]
     if findings:
         lines += ["**Top findings** (`plasmient-report rules --explain ID`)", ""]
         shown = {x.recommendation for x in losses}
         for f in findings:
             where = f" rank {f.rank}" if f.rank is not None else ""
-            lost = f" · {esc(pct(f.lost_fraction))} of peak" if f.lost_fraction is not None else ""
+            lost = f" · {esc(pct(f.lost_fraction))} of peak" if f.lost_fraction is not None else " · risk"
             fix = f" — {esc(f.fix)}" if f.fix and f.fix not in shown else ""
             lines.append(f"- {code(f.rule)}{where}{lost}: {esc(f.title)}{fix}")
         lines.append("")

@@ -27,6 +27,7 @@ from ._format import (
 
 WIDTH = 79
 TOP_FINDINGS = 3
+TOP_RISKS = 2  # findings that claim no lost time (risks) shown after them
 MAX_LOSSES = 5
 MAX_RANGES = 12
 MAX_NOTES = 4
@@ -128,7 +129,10 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
         lines.append(g)
     # The top findings' one-line fixes, except those already beside their loss line.
     shown = {x.recommendation for x in losses}
+    # The findings that claim most lost time, then the risks that claim none (PR701: memory near the device's
+    # limit) when medium or high: a risk never takes a loss finding's place, nor is it cut by them.
     findings = [f for f in v.findings if (f.lost_fraction or 0) >= 0.005 and f.fix not in shown][:TOP_FINDINGS]
+    findings += [f for f in v.findings if f.lost_fraction is None and f.severity in ("high", "medium")][:TOP_RISKS]
     if findings:
         lines.append(Text(""))
         lines.append(Text("  also found (plasmient-report rules --explain ID):"))
@@ -137,7 +141,8 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
         fg.add_column(justify="right", no_wrap=True, style="bold")
         fg.add_column(style="dim", overflow="fold")
         for f in findings:
-            fg.add_row(Text(f"    {f.rule}"), pct(f.lost_fraction), Text(f.fix or f.title))
+            fg.add_row(Text(f"    {f.rule}"), pct(f.lost_fraction) if f.lost_fraction is not None else "risk",
+                       Text(f.title if f.lost_fraction is None else f.fix or f.title))
         lines.append(fg)
     ranks = v.ranks
     if len(ranks) > 1 and _ranks_differ(ranks):

@@ -16,7 +16,7 @@ from ..vocab import CATEGORIES
 if TYPE_CHECKING:
     from .context import RuleContext
 
-LAYERS = ("cluster", "pipeline", "op", "kernel", "host", "device")
+LAYERS = ("cluster", "pipeline", "op", "kernel", "host", "device", "memory")
 # stable: runs by default; preview: runs only when selected by its own code or name (not by a prefix or ALL);
 # deprecated: runs as selected, and says it is deprecated.
 STATUSES = ("stable", "preview", "deprecated")
@@ -119,15 +119,23 @@ class Rule:
     check: Check  # the query: SQL over the store and the measurement library's views, run in its own schema
     status: str = "stable"
     origin: str = "builtin"
+    # False: a risk, not lost time (PR701, memory near the device's limit): its findings claim no loss
+    # (lost_fraction null, no category), the waterfall never counts them, and the rule sets their severity.
+    claims_loss: bool = True
 
     @property
     def doc(self) -> str:
         return self.explanation.markdown()
 
+    def category_text(self) -> str:
+        if not self.claims_loss:
+            return "none (a risk, not lost time)"
+        return self.category or "(several)"
+
     def page(self) -> str:
         """The documentation page (`plasmient-report rules --explain ID`, docs/rules/ID.md)."""
         lines = [f"# {self.id} {self.name}", "", f"{self.title}.", "",
-                 f"Layer: {self.layer} · loss category: {self.category or '(several)'} · status: {self.status}"
+                 f"Layer: {self.layer} · loss category: {self.category_text()} · status: {self.status}"
                  + (f" · from: {self.origin}" if not self.origin.startswith("plasmient_report.") else ""), ""]
         lines.append(self.explanation.markdown())
         lines += ["", "## Thresholds", ""]
@@ -135,7 +143,9 @@ class Rule:
             lines.append(f"- `{k}` = {v:g}")
         for k, v in COMMON_THRESHOLDS.items():
             if k not in self.thresholds:
-                lines.append(f"- `{k}` = {v:g} (every rule)")
+                unused = "; unused here: its findings claim no lost time" if not self.claims_loss and \
+                    k == "min_lost_fraction" else ""
+                lines.append(f"- `{k}` = {v:g} (every rule{unused})")
         lines += ["", f"Override in a `--rules-config` TOML file: `[{self.id}]` then `name = value`."]
         return "\n".join(lines) + "\n"
 
@@ -147,15 +157,18 @@ def check_doc(rule_id: str, doc: str) -> None:
 
 def rule(id: str = "", name: str = "", layer: str = "", title: str = "", category: str | None = None,
          thresholds: Mapping[str, float] | None = None, explanation: Explanation | None = None,
-         status: str = "stable") -> Callable[[Check], Rule]:
+         status: str = "stable", claims_loss: bool = True) -> Callable[[Check], Rule]:
     """Decorator: the function is the rule's query (its check). The page is `explanation`, else the function's
-    docstring. Built-in rules leave `id`, `name` and `layer` to the code table (codes.py); plugins give them."""
+    docstring. Built-in rules leave `id`, `name` and `layer` to the code table (codes.py); plugins give them.
+    `claims_loss=False`: the rule flags a risk, not lost time (no category; its findings' lost_fraction is null)."""
 
     def wrap(fn: Check) -> Rule:
         if id and not ID_RE.match(id):
             raise ValueError(f"rule id {id!r} must look like PR101")
         if layer and layer not in LAYERS:
             raise ValueError(f"rule {id}: layer {layer!r} is not one of {', '.join(LAYERS)}")
+        if category is not None and not claims_loss:
+            raise ValueError(f"rule {id}: a rule that claims no loss has no loss category")
         if category is not None and category not in CATEGORIES:
             raise ValueError(f"rule {id}: category {category!r} is not a loss category")
         if status not in STATUSES:
@@ -163,6 +176,6 @@ def rule(id: str = "", name: str = "", layer: str = "", title: str = "", categor
         page = explanation or Explanation.parse(fn.__doc__ or "", id or fn.__name__)
         return Rule(id=id, name=name or fn.__name__.replace("_", "-"), layer=layer, title=title, category=category,
                     thresholds=dict(thresholds or {}), explanation=page, check=fn, status=status,
-                    origin=fn.__module__)
+                    origin=fn.__module__, claims_loss=claims_loss)
 
     return wrap

@@ -1,7 +1,7 @@
 """The table of rule codes (ruff's `codes.rs` is the model): each built-in rule's code, layer, file and status, in
 one place. A code's rule lives in `rules/<layer>/<rule_name>.py` and its page is `docs/rules/<CODE>.md`; its
 fixtures are in `tests/rules/<CODE>/`. Codes are stable: a rule that goes away is marked deprecated, never
-renumbered. Hundreds digit = layer: 1 cluster, 2 pipeline, 3 op, 4 kernel, 5 host, 6 device.
+renumbered. Hundreds digit = layer: 1 cluster, 2 pipeline, 3 op, 4 kernel, 5 host, 6 device, 7 memory.
 """
 
 from __future__ import annotations
@@ -40,4 +40,5 @@ CODES: tuple[Code, ...] = (
     Code("PR504", "host", "gpu_idle_gap", "stable"),
     Code("PR601", "device", "clock_throttling", "stable"),
     Code("PR602", "device", "utilization_vs_achieved_gap", "stable"),
+    Code("PR701", "memory", "device_memory_pressure", "stable"),
 )

@@ -25,7 +25,7 @@ def pages() -> dict[str, str]:
     rules = builtin_rules()
     out = {f"{r.id}.md": r.page() for r in rules}
     out["README.md"] = INDEX_HEAD + "".join(
-        f"| [{r.id}]({r.id}.md) | {r.name} | {r.layer} | {r.status} | {r.category or '(several)'} | {r.title} |\n"
+        f"| [{r.id}]({r.id}.md) | {r.name} | {r.layer} | {r.status} | {r.category_text()} | {r.title} |\n"
         for r in rules)
     return out
 

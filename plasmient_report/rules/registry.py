@@ -188,6 +188,9 @@ def _json_safe(x: Any) -> Any:
 
 def finish(f: Finding, r: Rule, ctx: context.RuleContext, t: Thresholds) -> Finding | None:
     """Fill the rule's fields; cap the claim at what the waterfall lost; drop findings below the threshold."""
+    if not r.claims_loss:  # a risk, not lost time: nothing for the waterfall, whatever the rule filled in
+        return replace(f, rule_id=r.id, name=r.name, layer=r.layer, category=None, lost_fraction=None,
+                       severity=f.severity or "info", evidence=_json_safe(f.evidence))
     category = f.category or r.category
     lost = f.lost_fraction
     if lost is not None:

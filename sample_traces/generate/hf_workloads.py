@@ -16,6 +16,8 @@ Workloads (--workload):
   llama_fsdp2     the same model under FSDP2 (fully_shard per layer, bf16 params / fp32 reduce), one rank
   llama_generate  HF generate() greedy decode with a KV cache, each call inside record_function("generate")
   llama_memory    one training step with profile_memory=True (allocator events), peak memory as truth
+  memory_pressure a ballast tensor fills --fill (0.92) of the GPU's memory, then 3 steps of small bf16 matmuls
+                  with profile_memory=True: a rank close to its device's memory, truth from torch.cuda
   cuda_graph      HF Llama forward passes replayed from a CUDA graph (kernels without op shapes)
   fp8_gemm        torch._scaled_mm e4m3 GEMMs (range "fp8_gemm") next to bf16 torch.mm (range "bf16_gemm")
   input_bound     a small MLP fed by a DataLoader whose __getitem__ sleeps (per-step ProfilerStep ranges)
@@ -263,6 +265,51 @@ def run_memory(a):
                               "device_total_bytes": torch.cuda.get_device_properties(0).total_memory}
         prof.step()
     info.update(trace=os.path.basename(path), profiled_steps=1)
+    return info
+
+
+def run_memory_pressure(a):
+    """A program that runs close to its GPU's memory: a ballast tensor brings the caching allocator's reserved
+    memory to `--fill` of the device (torch.cuda.get_device_properties().total_memory, the trace's
+    totalGlobalMem), then 3 profiled steps of 4096² bf16 matmuls allocate and free their outputs on top of it."""
+    n, k = (4096, 8) if CUDA else (64, 2)
+    x = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
+
+    def step():
+        y = x
+        for _ in range(k):
+            y = torch.relu(y @ w) * 0.01  # a new output (and a temporary) per matmul: the allocator works
+        return y.sum()
+    step()
+    sync()
+    info = {"matmul": [n, n, n], "matmuls_per_step": k, "fill": a.fill}
+    if CUDA:
+        total = torch.cuda.get_device_properties(0).total_memory
+        ballast_bytes = int(a.fill * total) - torch.cuda.memory_reserved()
+        ballast = torch.empty(max(ballast_bytes, 0), dtype=torch.uint8, device=DEVICE)  # noqa: F841 (held)
+        for _ in range(a.warmup):
+            step()
+        sync()
+        torch.cuda.reset_peak_memory_stats()
+    prof, path = profiler(a.out, a.workload, 3, memory=True)
+    with prof:
+        step()
+        prof.step()
+        for _ in range(3):
+            step()
+            prof.step()
+        sync()
+    if CUDA:
+        free, total_now = torch.cuda.mem_get_info()
+        st = torch.cuda.memory_stats()
+        info["memory"] = {"ballast_bytes": ballast_bytes, "max_allocated_bytes": torch.cuda.max_memory_allocated(),
+                          "max_reserved_bytes": torch.cuda.max_memory_reserved(), "device_total_bytes": total,
+                          "mem_get_info_free_bytes": free, "mem_get_info_total_bytes": total_now,
+                          "num_alloc_retries": st.get("num_alloc_retries"), "num_ooms": st.get("num_ooms"),
+                          "max_reserved_fraction": torch.cuda.max_memory_reserved() / total,
+                          "max_allocated_fraction": torch.cuda.max_memory_allocated() / total}
+    info.update(trace=os.path.basename(path), profiled_steps=3)
     return info
 
 
@@ -520,6 +567,7 @@ def main():
     p.add_argument("--loader-batch", type=int, default=16)
     p.add_argument("--img-batch", type=int, default=128)
     p.add_argument("--bert-batch", type=int, default=32)
+    p.add_argument("--fill", type=float, default=0.92)  # memory_pressure: share of the GPU's memory reserved
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     w = a.workload
@@ -530,6 +578,8 @@ def main():
         info = run_training(a, "other")
     elif w == "llama_memory":
         info = run_memory(a)
+    elif w == "memory_pressure":
+        info = run_memory_pressure(a)
     elif w == "llama_generate":
         info = run_generate(a)
     elif w == "cuda_graph":

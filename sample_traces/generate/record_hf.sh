@@ -6,7 +6,7 @@
 set -u
 OUTDIR=${1:?usage: record_hf.sh OUTDIR [workloads...]}
 shift
-WORKLOADS=${*:-llama_eager llama_nsys fp8_gemm llama_compile llama_fsdp2 llama_generate input_bound llama_memory cuda_graph}
+WORKLOADS=${*:-llama_eager llama_nsys fp8_gemm llama_compile llama_fsdp2 llama_generate input_bound llama_memory memory_pressure cuda_graph}
 G=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$G/../.." && pwd)
 LIBS=$ROOT/.device_libs

@@ -18,18 +18,29 @@ def runtime(name: str, ts: float, dur: float, corr: int = 0, ext: int = 0, tid: 
             "args": {"External id": ext, "correlation": corr}}
 
 
+def memory(ts: float, nbytes: int, allocated: int, reserved: int, addr: int, device: int = 0,
+           tid: int = 1) -> dict[str, Any]:
+    """A caching-allocator `[memory]` instant (profile_memory=True): the block's signed size and the allocator's
+    totals after it, as torch >= 1.10 writes them."""
+    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 100, "tid": tid, "ts": ts,
+            "args": {"Total Reserved": reserved, "Total Allocated": allocated, "Bytes": nbytes, "Device Id": device,
+                     "Device Type": 1, "Addr": addr}}
+
+
 def memcpy(name: str, ts: float, dur: float, nbytes: int, corr: int, ext: int = 0, stream: int = 7) -> dict[str, Any]:
     return kernel(name, ts, dur, ext, corr, stream=stream, cat="gpu_memcpy", bytes=nbytes)
 
 
 def write_gpu_trace(path: Path, events: list[dict[str, Any]], gpu: str, sms: int, major: int, minor: int,
-                    warp: int = 32, rocm: bool = False) -> Path:
-    """A trace whose deviceProperties give the GPU's SM / CU count and architecture (write_trace gives only an H100's
-    name and SM count)."""
+                    warp: int = 32, rocm: bool = False, memory_bytes: int | None = 192 * 2**30) -> Path:
+    """A trace whose deviceProperties give the GPU's SM / CU count, architecture and memory (`totalGlobalMem`;
+    None: left out) — write_trace gives only an H100's name and SM count."""
+    props: dict[str, Any] = {"id": 0, "name": gpu, "numSms": sms, "computeMajor": major, "computeMinor": minor,
+                             "warpSize": warp}
+    if memory_bytes is not None:
+        props["totalGlobalMem"] = memory_bytes
     doc: dict[str, Any] = {"schemaVersion": 1, "baseTimeNanoseconds": BASE, "traceEvents": events,
-                           "deviceProperties": [{"id": 0, "name": gpu, "numSms": sms, "computeMajor": major,
-                                                 "computeMinor": minor, "warpSize": warp,
-                                                 "totalGlobalMem": 192 * 2**30}]}
+                           "deviceProperties": [props]}
     if rocm:
         doc["roctracer_version"] = "4.1"
     path.write_text(json.dumps(doc))

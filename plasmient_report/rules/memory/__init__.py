@@ -1,0 +1,1 @@
+"""The memory-layer rules (one file per rule, named after it; codes in ../codes.py)."""

@@ -1,0 +1,1 @@
+"""PR701 device-memory-pressure fixtures."""
