@@ -277,8 +277,11 @@ COUNTER_SOURCE = """
         WHERE w.scope = 'window'
     )
     SELECT g.rank, g.device, c.start_ns AS s, greatest(c.end_ns, c.start_ns + 1) AS e,
-           c.metric || chr(31) || coalesce(regexp_extract(src.path, '[^/\\\\]+$'), '?') AS key, c.value AS val
-    FROM counters c LEFT JOIN sources src USING (source_id) JOIN g
+           c.metric || chr(31) || coalesce(src.file, '?') AS key, c.value AS val
+    FROM counters c
+    -- the file name once per source, not once per sample (millions of 10 kHz GPU-metric rows)
+    LEFT JOIN (SELECT source_id, regexp_extract(path, '[^/\\\\]+$') AS file FROM sources) src USING (source_id)
+    JOIN g
       ON CASE WHEN c.gpu_uuid IS NOT NULL AND g.gpu_uuid IS NOT NULL THEN c.gpu_uuid = g.gpu_uuid
               ELSE (c.rank IS NULL OR c.rank = g.rank) AND (c.device IS NULL OR c.device = g.device) END
     WHERE c.value IS NOT NULL AND isfinite(c.value)"""
