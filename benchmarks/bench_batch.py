@@ -108,8 +108,13 @@ def one_batch(executor: str, arc: Path, out: Path, jobs: int) -> dict[str, Any]:
     cpu = [o.worker["cpu_seconds"] for o in res.outcomes if o.status == "analysed" and "cpu_seconds" in o.worker]
     n = len(res.outcomes)
     return {
-        "executor": executor, "runs": n, "analysed": res.count("analysed"), "skipped": res.count("skipped"),
-        "failed": res.count("failed"), "wall_s": wall, "runs_per_min": n / wall * 60,
+        "executor": executor,
+        "runs": n,
+        "analysed": res.count("analysed"),
+        "skipped": res.count("skipped"),
+        "failed": res.count("failed"),
+        "wall_s": wall,
+        "runs_per_min": n / wall * 60,
         "runs_per_min_per_core": n / wall * 60 / jobs,
         "mean_run_s": statistics.mean(analysed) if analysed else None,
         "mean_run_cpu_s": statistics.mean(cpu) if cpu else None,
@@ -135,9 +140,11 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     arc = make_archive(a.runs, work / "fleet.tar.gz")
     vm = psutil.virtual_memory()
-    print(f"machine: {platform.processor() or platform.machine()}, {psutil.cpu_count()} CPUs "
-          f"({len(os.sched_getaffinity(0))} usable), {vm.total / 2**30:.1f} GiB RAM; Python {platform.python_version()}; "
-          f"jobs {a.jobs}; load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {psutil.cpu_count()} CPUs "
+        f"({len(os.sched_getaffinity(0))} usable), {vm.total / 2**30:.1f} GiB RAM; Python {platform.python_version()}; "
+        f"jobs {a.jobs}; load average {os.getloadavg()[0]:.2f}"
+    )
     print(f"archive: {a.runs} runs x 2 ranks (cycled over {', '.join(KINDS)}), {arc.stat().st_size / 2**20:.1f} MiB")
     results = []
     for executor in a.executors.split(","):
@@ -159,17 +166,22 @@ def main() -> None:
             if executor == "ray":
                 ray.shutdown()
     print()
-    print("| executor | pass | runs | wall s | runs/min | runs/min/core (wall) | s/run in worker (wall / CPU) | "
-          "runs/min/core (CPU) | workers | worker peak RSS MiB (max / median) | all processes, peak RSS MiB |")
+    print(
+        "| executor | pass | runs | wall s | runs/min | runs/min/core (wall) | s/run in worker (wall / CPU) | "
+        "runs/min/core (CPU) | workers | worker peak RSS MiB (max / median) | all processes, peak RSS MiB |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         mean = f"{r['mean_run_s']:.2f} / {r['mean_run_cpu_s']:.2f}" if r["mean_run_s"] else "-"
         per_core_cpu = f"{r['runs_per_min_per_core_cpu']:.1f}" if r["runs_per_min_per_core_cpu"] else "-"
-        rss = (f"{r['worker_peak_rss_mib_max']:.0f} / {r['worker_peak_rss_mib_median']:.0f}"
-               if r["worker_peak_rss_mib_max"] else "-")
-        print(f"| {r['executor']} | {r['pass_']} | {r['runs']} ({r['failed']} failed) | {r['wall_s']:.1f} | "
-              f"{r['runs_per_min']:.1f} | {r['runs_per_min_per_core']:.1f} | {mean} | {per_core_cpu} | {r['workers']} | "
-              f"{rss} | {r['tree_rss_peak_mib']:.0f} |")
+        rss = (
+            f"{r['worker_peak_rss_mib_max']:.0f} / {r['worker_peak_rss_mib_median']:.0f}" if r["worker_peak_rss_mib_max"] else "-"
+        )
+        print(
+            f"| {r['executor']} | {r['pass_']} | {r['runs']} ({r['failed']} failed) | {r['wall_s']:.1f} | "
+            f"{r['runs_per_min']:.1f} | {r['runs_per_min_per_core']:.1f} | {mean} | {per_core_cpu} | {r['workers']} | "
+            f"{rss} | {r['tree_rss_peak_mib']:.0f} |"
+        )
     print(f"driver peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     if a.json:
         a.json.write_text(json.dumps(results, indent=1))

@@ -48,8 +48,13 @@ def run(trace: Path, budget: str, outputs: bool, out: Path) -> dict:
         raise SystemExit(f"{trace} with --memory-budget {budget} failed ({p.returncode}): {err[-2000:]}")
     rss_kib, cpu = err.rsplit("BENCH ", 1)[1].split()
     sizes = {q.name: q.stat().st_size for q in out.iterdir()}
-    return {"wall_s": wall, "cpu_s": float(cpu), "peak_rss_mib": int(rss_kib) / 1024, "outputs": sizes,
-            "verdict": json.loads(p.stdout)}
+    return {
+        "wall_s": wall,
+        "cpu_s": float(cpu),
+        "peak_rss_mib": int(rss_kib) / 1024,
+        "outputs": sizes,
+        "verdict": json.loads(p.stdout),
+    }
 
 
 def main() -> None:
@@ -61,20 +66,25 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write the measurements here")
     a = ap.parse_args()
     size = a.trace.stat().st_size
-    print(f"trace {a.trace} ({size / 2**20:,.1f} MiB on disk); python {sys.version.split()[0]}; "
-          f"{os.cpu_count()} CPUs; load {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"trace {a.trace} ({size / 2**20:,.1f} MiB on disk); python {sys.version.split()[0]}; "
+        f"{os.cpu_count()} CPUs; load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     results = {}
     for kind in a.runs.split(","):
         budget = a.budget if kind == "bounded" else "none"
         with tempfile.TemporaryDirectory() as d:
             r = run(a.trace, budget, a.outputs, Path(d) / "out")
         results[kind] = r
-        print(f"{kind:10} --memory-budget {budget:7} wall {r['wall_s']:7.1f} s  cpu {r['cpu_s']:7.1f} s  "
-              f"peak RSS {r['peak_rss_mib']:6.0f} MiB  {r['wall_s'] / (size / 2**20) * 1000:5.1f} ms/MiB  "
-              f"achieved {r['verdict']['achieved_fraction_of_peak']}  outputs {r['outputs']}", flush=True)
+        print(
+            f"{kind:10} --memory-budget {budget:7} wall {r['wall_s']:7.1f} s  cpu {r['cpu_s']:7.1f} s  "
+            f"peak RSS {r['peak_rss_mib']:6.0f} MiB  {r['wall_s'] / (size / 2**20) * 1000:5.1f} ms/MiB  "
+            f"achieved {r['verdict']['achieved_fraction_of_peak']}  outputs {r['outputs']}",
+            flush=True,
+        )
     if a.json:
-        a.json.write_text(json.dumps({k: {x: y for x, y in v.items() if x != "verdict"} for k, v in results.items()},
-                                     indent=1))
+        a.json.write_text(json.dumps({k: {x: y for x, y in v.items() if x != "verdict"} for k, v in results.items()}, indent=1))
     if len(results) == 2:
         bad = compare(results["bounded"]["verdict"], results["unbounded"]["verdict"])
         print("numbers equal (1e-9 relative)" if not bad else f"numbers DIFFER: {bad[:10]}")

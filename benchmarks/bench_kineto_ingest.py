@@ -67,8 +67,12 @@ def _child_ours(trace: Path, phases: bool) -> dict:
     from plasmient_report import pipeline, store
 
     import_s = time.perf_counter() - t0
-    out: dict = {"import_s": import_s, "module": str(Path(plasmient_report.__file__).parent),
-                 "rss_after_import": _rss_now(), "maxrss_after_import": _maxrss()}
+    out: dict = {
+        "import_s": import_s,
+        "module": str(Path(plasmient_report.__file__).parent),
+        "rss_after_import": _rss_now(),
+        "maxrss_after_import": _maxrss(),
+    }
     timers: dict[str, list[float]] = {}  # phase -> [wall s, CPU s], exclusive
     marks: list[tuple[str, int, int]] = []
     con = store.connect()
@@ -80,8 +84,10 @@ def _child_ours(trace: Path, phases: bool) -> dict:
     pipeline.ingest(target, [trace])
     out["load_s"] = time.perf_counter() - t
     out["load_cpu_s"] = time.process_time() - c
-    out["rows"] = {tbl: con.execute(f"SELECT count(*) FROM {tbl}").fetchone()[0]
-                   for tbl in ("kernels", "ops", "api_calls", "ranges", "syncs", "collectives")}
+    out["rows"] = {
+        tbl: con.execute(f"SELECT count(*) FROM {tbl}").fetchone()[0]
+        for tbl in ("kernels", "ops", "api_calls", "ranges", "syncs", "collectives")
+    }
     if phases:
         out["phases"] = timers
         out["marks"] = marks
@@ -124,6 +130,7 @@ def _instrument_ours(con, timers: dict[str, list[float]], marks: list[tuple[str,
                     stack[-1][1] += dt
                     stack[-1][2] += dc
                 marks.append((name, _rss_now(), _maxrss()))
+
         return wrapper
 
     def timed_gen(name, gen_fn):
@@ -137,6 +144,7 @@ def _instrument_ours(con, timers: dict[str, list[float]], marks: list[tuple[str,
                 except StopIteration:
                     return
                 yield item
+
         return wrapper
 
     def hook(mod, attr, name):
@@ -200,8 +208,12 @@ def _child_hta(trace_dir: Path, backend: str) -> dict:
     else:
         trace_parser.set_default_trace_parsing_backend(ParserBackend.JSON)
     used = trace_parser.get_default_trace_parsing_backend()
-    out: dict = {"import_s": import_s, "rss_after_import": _rss_now(), "maxrss_after_import": _maxrss(),
-                 "backend": str(used.value)}
+    out: dict = {
+        "import_s": import_s,
+        "rss_after_import": _rss_now(),
+        "maxrss_after_import": _maxrss(),
+        "backend": str(used.value),
+    }
     parse_s = [0.0]
     inner = hta_trace.parse_trace_file
 
@@ -217,8 +229,10 @@ def _child_hta(trace_dir: Path, backend: str) -> dict:
     ta = TraceAnalysis(trace_dir=str(trace_dir))
     out["load_s"] = time.perf_counter() - t
     out["load_cpu_s"] = time.process_time() - c
-    out["phases"] = {"parse_trace_file (json → DataFrame)": parse_s[0],
-                     "rest (symbols, align, filter, index)": out["load_s"] - parse_s[0]}
+    out["phases"] = {
+        "parse_trace_file (json → DataFrame)": parse_s[0],
+        "rest (symbols, align, filter, index)": out["load_s"] - parse_s[0],
+    }
     out["rows"] = {f"rank{r}_events": len(df) for r, df in ta.t.traces.items()}
     if not ta.t.traces:
         raise RuntimeError("HTA loaded no events")
@@ -271,8 +285,7 @@ def run_child(python: str, kind: str, target: Path, env: dict[str, str]) -> dict
     """One loader in a fresh process: wall time, ru_maxrss from wait4, the child's own JSON line."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t = time.perf_counter()
-        p = subprocess.Popen([python, str(HERE), "--child", kind, str(target)], stdout=out, stderr=err,
-                             env=env, cwd=str(REPO))
+        p = subprocess.Popen([python, str(HERE), "--child", kind, str(target)], stdout=out, stderr=err, env=env, cwd=str(REPO))
         _, status, ru = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t
         p.returncode = os.waitstatus_to_exitcode(status)
@@ -282,7 +295,7 @@ def run_child(python: str, kind: str, target: Path, env: dict[str, str]) -> dict
     res = None
     for line in stdout.splitlines():
         if line.startswith("BENCH-RESULT "):
-            res = json.loads(line[len("BENCH-RESULT "):])
+            res = json.loads(line[len("BENCH-RESULT ") :])
     if p.returncode != 0 or res is None:
         tail = "\n".join((stderr or stdout).strip().splitlines()[-15:])
         raise RuntimeError(f"{kind} failed (exit {p.returncode}):\n{tail}")
@@ -300,15 +313,20 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--child":
         return child_main(argv[1:])
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace", type=Path, help="Kineto trace, .json or .json.gz")
-    ap.add_argument("--hta-python", default="/work/.venv-hta/bin/python",
-                    help="interpreter of the venv holding HTA (pip: traceinsight); '' to skip HTA")
+    ap.add_argument(
+        "--hta-python",
+        default="/work/.venv-hta/bin/python",
+        help="interpreter of the venv holding HTA (pip: traceinsight); '' to skip HTA",
+    )
     ap.add_argument("--ours-python", default=sys.executable, help="interpreter with plasmient_report installed")
-    ap.add_argument("--ours-src", type=Path,
-                    help="benchmark the plasmient_report package in this folder instead of the installed one "
-                         "(put first on PYTHONPATH; e.g. a frozen copy, or a branch to compare)")
+    ap.add_argument(
+        "--ours-src",
+        type=Path,
+        help="benchmark the plasmient_report package in this folder instead of the installed one "
+        "(put first on PYTHONPATH; e.g. a frozen copy, or a branch to compare)",
+    )
     ap.add_argument("--repeat", type=int, default=1, help="runs per loader; the table shows medians")
     ap.add_argument("--no-phases", action="store_true", help="skip the instrumented breakdown run of ours")
     ap.add_argument("--no-ijson", action="store_true", help="skip HTA's ijson backend")
@@ -341,8 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         (tmpdir / trace.name).symlink_to(trace)
         loaders.append(("hta-json", args.hta_python, tmpdir))
         if not args.no_ijson:
-            has = subprocess.run([args.hta_python, "-c", "import ijson; print(ijson.backend)"],
-                                 capture_output=True, text=True)
+            has = subprocess.run([args.hta_python, "-c", "import ijson; print(ijson.backend)"], capture_output=True, text=True)
             if has.returncode == 0:
                 if "yajl" not in has.stdout:
                     notes.append(f"ijson backend is {has.stdout.strip()} (pure Python): hta-ijson is slow")
@@ -387,18 +404,26 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(f"trace        {trace}")
-    print(f"file size    {size_file / MiB:,.1f} MiB{' (gzip)' if size_file != size_json else ''}; "
-          f"JSON {size_json / MiB:,.1f} MiB ({size_json:,} bytes)")
-    print(f"machine      {platform.node()} · {os.cpu_count()} CPUs · {platform.python_implementation()} "
-          f"{platform.python_version()} · {time.strftime('%Y-%m-%d %H:%M')} · repeat {args.repeat} (medians)")
+    print(
+        f"file size    {size_file / MiB:,.1f} MiB{' (gzip)' if size_file != size_json else ''}; "
+        f"JSON {size_json / MiB:,.1f} MiB ({size_json:,} bytes)"
+    )
+    print(
+        f"machine      {platform.node()} · {os.cpu_count()} CPUs · {platform.python_implementation()} "
+        f"{platform.python_version()} · {time.strftime('%Y-%m-%d %H:%M')} · repeat {args.repeat} (medians)"
+    )
     mod = next((r[0]["module"] for k, r in results.items() if k.startswith("ours") and r), "?")
     print(f"our code     {mod}: {{parsers/*.py,pipeline.py,store.py,schema.sql}} sha256 {code_before}")
-    print(f"load avg     {load_before[0]:.2f} before, {load_after[0]:.2f} after (1-min; well above 0 means other work "
-          f"shared the CPUs: then trust the cpu columns more than the wall ones)")
+    print(
+        f"load avg     {load_before[0]:.2f} before, {load_after[0]:.2f} after (1-min; well above 0 means other work "
+        f"shared the CPUs: then trust the cpu columns more than the wall ones)"
+    )
     print()
-    hdr = (f"{'loader':<12} {'load s':>7} {'(min)':>6} {'load cpu s':>10} {'proc s':>7} {'proc cpu s':>10} "
-           f"{'import s':>8} {'peak RSS MiB':>12} "
-           f"{'RSS after import MiB':>20} {'peak/JSON':>9} {'(peak-base)/JSON':>16}")
+    hdr = (
+        f"{'loader':<12} {'load s':>7} {'(min)':>6} {'load cpu s':>10} {'proc s':>7} {'proc cpu s':>10} "
+        f"{'import s':>8} {'peak RSS MiB':>12} "
+        f"{'RSS after import MiB':>20} {'peak/JSON':>9} {'(peak-base)/JSON':>16}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for kind, _, _ in loaders:
@@ -408,14 +433,22 @@ def main(argv: list[str] | None = None) -> int:
         load, proc, imp = med(kind, "load_s"), med(kind, "process_wall_s"), med(kind, "import_s")
         cpu, lcpu = med(kind, "process_cpu_s"), med(kind, "load_cpu_s")
         peak, base = med(kind, "peak_rss"), med(kind, "rss_after_import")
-        print(f"{kind:<12} {load:>7.2f} {best(kind, 'load_s'):>6.2f} {lcpu:>10.2f} {proc:>7.2f} {cpu:>10.2f} "
-              f"{imp:>8.2f} {fmt_mib(peak):>12} "
-              f"{fmt_mib(base):>20} {peak / size_json:>9.2f} {(peak - base) / size_json:>16.2f}")
+        print(
+            f"{kind:<12} {load:>7.2f} {best(kind, 'load_s'):>6.2f} {lcpu:>10.2f} {proc:>7.2f} {cpu:>10.2f} "
+            f"{imp:>8.2f} {fmt_mib(peak):>12} "
+            f"{fmt_mib(base):>20} {peak / size_json:>9.2f} {(peak - base) / size_json:>16.2f}"
+        )
     print()
     if results["ours"]:
-        cols = [("load time", "load_s"), ("load (min)", "min:load_s"), ("load CPU", "load_cpu_s"),
-                ("process wall", "process_wall_s"), ("process CPU", "process_cpu_s"), ("peak RSS", "peak_rss"),
-                ("RSS above import", None)]
+        cols = [
+            ("load time", "load_s"),
+            ("load (min)", "min:load_s"),
+            ("load CPU", "load_cpu_s"),
+            ("process wall", "process_wall_s"),
+            ("process CPU", "process_cpu_s"),
+            ("peak RSS", "peak_rss"),
+            ("RSS above import", None),
+        ]
         print(f"{'HTA / ours':<12} " + " ".join(f"{c:>13}" for c, _ in cols))
         for kind in ("hta-json", "hta-ijson"):
             if not results.get(kind):
@@ -423,8 +456,9 @@ def main(argv: list[str] | None = None) -> int:
             cells = []
             for _, key in cols:
                 if key is None:
-                    r = ((med(kind, "peak_rss") - med(kind, "rss_after_import"))
-                         / (med("ours", "peak_rss") - med("ours", "rss_after_import")))
+                    r = (med(kind, "peak_rss") - med(kind, "rss_after_import")) / (
+                        med("ours", "peak_rss") - med("ours", "rss_after_import")
+                    )
                 elif key.startswith("min:"):
                     r = best(kind, key[4:]) / best("ours", key[4:])
                 else:
@@ -459,16 +493,32 @@ def main(argv: list[str] | None = None) -> int:
         peak_at = next((m for m in r["marks"] if m[2] >= r["maxrss_end"]), None)
         hi = max(r["marks"], key=lambda m: m[1]) if r["marks"] else None
         if hi:
-            print(f"  highest RSS at a checkpoint: {fmt_mib(hi[1])} MiB after '{hi[0]}'"
-                  + (f"; ru_maxrss reached its peak by the end of '{peak_at[0]}'" if peak_at else
-                     "; ru_maxrss peaked after the last checkpoint"))
+            print(
+                f"  highest RSS at a checkpoint: {fmt_mib(hi[1])} MiB after '{hi[0]}'"
+                + (
+                    f"; ru_maxrss reached its peak by the end of '{peak_at[0]}'"
+                    if peak_at
+                    else "; ru_maxrss peaked after the last checkpoint"
+                )
+            )
         print(f"  hooks applied: {', '.join(r['hooked'])}")
     for n in notes:
         print(f"note: {n}")
     if args.json:
-        args.json.write_text(json.dumps({"trace": str(trace), "size_file": size_file, "size_json": size_json,
-                                         "loadavg": [load_before, load_after], "code": code_before,
-                                         "results": results, "failed": failed}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "trace": str(trace),
+                    "size_file": size_file,
+                    "size_json": size_json,
+                    "loadavg": [load_before, load_after],
+                    "code": code_before,
+                    "results": results,
+                    "failed": failed,
+                },
+                indent=1,
+            )
+        )
     if failed:
         print(f"\nFAILED loaders: {', '.join(failed)}", file=sys.stderr)
         return 1

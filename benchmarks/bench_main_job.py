@@ -84,7 +84,7 @@ def run(cmd: list[str], env: dict[str, str], cwd: Path = REPO) -> dict:
     res: dict = {}
     for line in stdout.splitlines():
         if line.startswith("BENCH-RESULT "):
-            res = json.loads(line[len("BENCH-RESULT "):])
+            res = json.loads(line[len("BENCH-RESULT ") :])
     res.update(wall_s=wall, cpu_s=ru.ru_utime + ru.ru_stime, peak_rss=ru.ru_maxrss * 1024)
     return res
 
@@ -109,12 +109,16 @@ def table(title: str, size: int, rows: dict[str, list[dict]]) -> None:
             continue
         detail = ""
         if "load_s" in rs[0] and "breakdown_s" in rs[0]:
-            detail = (f"load {med(rs, 'load_s'):.2f} s + temporal breakdown {med(rs, 'breakdown_s'):.2f} s "
-                      f"(import {med(rs, 'import_s'):.2f} s), {rs[0]['events']:,} events")
+            detail = (
+                f"load {med(rs, 'load_s'):.2f} s + temporal breakdown {med(rs, 'breakdown_s'):.2f} s "
+                f"(import {med(rs, 'import_s'):.2f} s), {rs[0]['events']:,} events"
+            )
         elif "rows" in rs[0]:
             detail = f"read {med(rs, 'load_s'):.2f} s, {rs[0]['rows']:,} rows"
-        print(f"  {name:<14} {med(rs, 'wall_s'):>7.2f} {min(r['wall_s'] for r in rs):>6.2f} {med(rs, 'cpu_s'):>7.2f} "
-              f"{med(rs, 'peak_rss') / MiB:>12,.0f} {med(rs, 'peak_rss') / size:>10.2f}   {detail}")
+        print(
+            f"  {name:<14} {med(rs, 'wall_s'):>7.2f} {min(r['wall_s'] for r in rs):>6.2f} {med(rs, 'cpu_s'):>7.2f} "
+            f"{med(rs, 'peak_rss') / MiB:>12,.0f} {med(rs, 'peak_rss') / size:>10.2f}   {detail}"
+        )
 
 
 def ratio(num: list[dict], den: list[dict], key_n: str, key_d: str) -> str:
@@ -126,18 +130,24 @@ def ratio(num: list[dict], den: list[dict], key_n: str, key_d: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kineto", type=Path, help="a ~100 MiB Kineto trace (.json)")
     ap.add_argument("--nsys", type=Path, help="a large nsys SQLite export with GPU metrics")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--hta-python", default=str(REPO / ".bench_venv/bin/python"),
-                    help="interpreter of the venv holding HolisticTraceAnalysis; '' skips HTA")
+    ap.add_argument(
+        "--hta-python",
+        default=str(REPO / ".bench_venv/bin/python"),
+        help="interpreter of the venv holding HolisticTraceAnalysis; '' skips HTA",
+    )
     ap.add_argument("--python", default=sys.executable, help="interpreter for ours (with the dependencies)")
     ap.add_argument("--no-lean", action="store_true", help="skip the --no-html --no-trace rows")
     ap.add_argument("--json", type=Path, help="write every raw measurement here")
-    ap.add_argument("--ref", type=Path, help="another checkout (e.g. /work/main): its CLI as row `ref`, all outputs, "
-                                             "interleaved with ours (before / after a change)")
+    ap.add_argument(
+        "--ref",
+        type=Path,
+        help="another checkout (e.g. /work/main): its CLI as row `ref`, all outputs, "
+        "interleaved with ours (before / after a change)",
+    )
     a = ap.parse_args(argv)
     if not a.kineto and not a.nsys:
         ap.error("give --kineto and/or --nsys")
@@ -149,14 +159,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.kineto:
             k = a.kineto.resolve()
-            results["kineto"] = {"ours": [], **({"ref": []} if a.ref else {}), **({} if a.no_lean else {"ours-lean": []}),
-                                 **({"hta": []} if a.hta_python else {})}
+            results["kineto"] = {
+                "ours": [],
+                **({"ref": []} if a.ref else {}),
+                **({} if a.no_lean else {"ours-lean": []}),
+                **({"hta": []} if a.hta_python else {}),
+            }
             if a.hta_python:
                 (work / "hta").mkdir()
                 (work / "hta" / k.name).symlink_to(k)  # HTA parses every trace in its folder: give it only this
         if a.nsys:
-            results["nsys"] = {"ours": [], **({"ref": []} if a.ref else {}), **({} if a.no_lean else {"ours-lean": []}),
-                               "sqlite-floor": []}
+            results["nsys"] = {
+                "ours": [],
+                **({"ref": []} if a.ref else {}),
+                **({} if a.no_lean else {"ours-lean": []}),
+                "sqlite-floor": [],
+            }
         for i in range(a.repeat):
             for kind, rows in results.items():
                 inp = (a.kineto if kind == "kineto" else a.nsys).resolve()
@@ -181,8 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     load1 = os.getloadavg()[0]
-    print(f"machine {platform.node()} · {os.cpu_count()} CPUs · Python {platform.python_version()} · "
-          f"{time.strftime('%Y-%m-%d %H:%M')} · repeat {a.repeat}, medians · 1-min load {load0:.1f} → {load1:.1f}")
+    print(
+        f"machine {platform.node()} · {os.cpu_count()} CPUs · Python {platform.python_version()} · "
+        f"{time.strftime('%Y-%m-%d %H:%M')} · repeat {a.repeat}, medians · 1-min load {load0:.1f} → {load1:.1f}"
+    )
     if "kineto" in results:
         size = a.kineto.stat().st_size
         rows = results["kineto"]
@@ -190,14 +210,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  outputs of ours: {rows['ours'][0]['outputs']}")
         if rows.get("hta"):
             print(f"  HTA load / ours (all outputs), wall:          {ratio(rows['hta'], rows['ours'], 'load_s', 'wall_s')}")
-            print(f"  HTA load+breakdown / ours (all outputs):      "
-                  f"{ratio([dict(r, lb=r['load_s'] + r['breakdown_s']) for r in rows['hta']], rows['ours'], 'lb', 'wall_s')}")
+            print(
+                f"  HTA load+breakdown / ours (all outputs):      "
+                f"{ratio([dict(r, lb=r['load_s'] + r['breakdown_s']) for r in rows['hta']], rows['ours'], 'lb', 'wall_s')}"
+            )
             print(f"  HTA process / ours process, wall:             {ratio(rows['hta'], rows['ours'], 'wall_s', 'wall_s')}")
             print(f"  HTA peak RSS / ours:                          {ratio(rows['hta'], rows['ours'], 'peak_rss', 'peak_rss')}")
         print(f"  ours peak RSS / JSON size:                    {med(rows['ours'], 'peak_rss') / size:.2f}")
         if rows.get("ours-lean"):
-            print(f"  ours all outputs / ours --no-html --no-trace: "
-                  f"{ratio(rows['ours'], rows['ours-lean'], 'wall_s', 'wall_s')}")
+            print(f"  ours all outputs / ours --no-html --no-trace: {ratio(rows['ours'], rows['ours-lean'], 'wall_s', 'wall_s')}")
     if "nsys" in results:
         size = a.nsys.stat().st_size
         rows = results["nsys"]
@@ -206,11 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         if rows.get("ref"):
             for key in ("wall_s", "cpu_s", "peak_rss"):
                 print(f"  ours / ref, {key:<9}                        {ratio(rows['ours'], rows['ref'], key, key)}")
-        print(f"  ours (all outputs) / sqlite3 GPU_METRICS read: "
-              f"{ratio(rows['ours'], rows['sqlite-floor'], 'wall_s', 'load_s')}")
+        print(f"  ours (all outputs) / sqlite3 GPU_METRICS read: {ratio(rows['ours'], rows['sqlite-floor'], 'wall_s', 'load_s')}")
         if rows.get("ours-lean"):
-            print(f"  ours all outputs / ours --no-html --no-trace:  "
-                  f"{ratio(rows['ours'], rows['ours-lean'], 'wall_s', 'wall_s')}")
+            print(
+                f"  ours all outputs / ours --no-html --no-trace:  {ratio(rows['ours'], rows['ours-lean'], 'wall_s', 'wall_s')}"
+            )
     if a.json:
         a.json.write_text(json.dumps({"loadavg": [load0, load1], "results": results}, indent=1))
     return 0

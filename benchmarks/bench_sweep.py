@@ -64,12 +64,18 @@ def main() -> None:
         dt = time.time() - t
         n_loss = con.execute("SELECT count(*) FROM losses").fetchall()[0][0]
         w = con.execute("SELECT count(*) FROM windows").fetchall()[0][0]
-        print(f"sweep ({'--range ProfilerStep#*' if ranges else 'whole window'}): {dt:.2f} s, {w:,} windows, "
-              f"{n_loss:,} loss intervals, {a.kernels / dt / 1e6:.2f} M kernels/s")
+        print(
+            f"sweep ({'--range ProfilerStep#*' if ranges else 'whole window'}): {dt:.2f} s, {w:,} windows, "
+            f"{n_loss:,} loss intervals, {a.kernels / dt / 1e6:.2f} M kernels/s"
+        )
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {rss:.0f} MiB (after building the store: {rss0:.0f} MiB)")
-    print(con.execute("SELECT rank, round(utilization, 4), round(achieved_fraction_of_peak, 4) FROM metrics "
-                      "WHERE scope = 'window' ORDER BY rank NULLS FIRST LIMIT 3").fetchall())
+    print(
+        con.execute(
+            "SELECT rank, round(utilization, 4), round(achieved_fraction_of_peak, 4) FROM metrics "
+            "WHERE scope = 'window' ORDER BY rank NULLS FIRST LIMIT 3"
+        ).fetchall()
+    )
 
 
 if __name__ == "__main__":

@@ -62,13 +62,18 @@ def _trace(p: Path) -> bool:
 
 
 def digest(con: Any) -> dict[str, list[Any]]:
-    tables = [t for (t,) in con.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary "
-        "ORDER BY table_name").fetchall()]
+    tables = [
+        t
+        for (t,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary "
+            "ORDER BY table_name"
+        ).fetchall()
+    ]
     out = {}
     for t in tables:
-        n, h = con.execute(f'SELECT count(*), sum(hash(x) % 1000000007)::BIGINT FROM (SELECT "{t}" AS x FROM "{t}")'
-                           ).fetchall()[0]
+        n, h = con.execute(f'SELECT count(*), sum(hash(x) % 1000000007)::BIGINT FROM (SELECT "{t}" AS x FROM "{t}")').fetchall()[
+            0
+        ]
         out[t] = [n, h]
     return out
 
@@ -131,8 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("out", type=Path)
-    r.add_argument("--roots", type=Path, nargs="*",
-                   default=[REPO / "sample_traces", REPO.parent / "shared" / "corpus"])
+    r.add_argument("--roots", type=Path, nargs="*", default=[REPO / "sample_traces", REPO.parent / "shared" / "corpus"])
     r.add_argument("--only", help="only runs whose name holds this text")
     d = sub.add_parser("diff")
     d.add_argument("a", type=Path)

@@ -43,8 +43,13 @@ def exports() -> list[Path]:
 def run(tree: Path, export: Path, out: Path) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "plasmient_report.cli", str(export), "--out", str(out), "--quiet"],
-                       cwd=tree, env=env, capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "plasmient_report.cli", str(export), "--out", str(out), "--quiet"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if p.returncode not in (0, 1):  # 1: findings; 2: bad input (compared as such)
         (out / "stderr.txt").parent.mkdir(parents=True, exist_ok=True)
         (out / "stderr.txt").write_text(p.stderr)
@@ -67,7 +72,8 @@ def diff_json(a: Any, b: Any, where: str, out: list[str]) -> None:
             diff_json(x, y, f"{where}[{i}]", out)
     elif isinstance(a, float) or isinstance(b, float):
         if not (isinstance(a, (int, float)) and isinstance(b, (int, float))) or not (
-                math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(a) and math.isnan(b))):
+            math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(a) and math.isnan(b))
+        ):
             out.append(f"{where}: {a!r} vs {b!r}")
     elif a != b:
         out.append(f"{where}: {a!r} vs {b!r}")
@@ -80,8 +86,18 @@ def trace_content(path: Path) -> dict[str, Any]:
 
     d = decode(path)
     tracks = Counter(d.path(u) for u in d.tracks)
-    slices = Counter((d.path(s["track"]), s["start"], s["end"], s["name"], json.dumps(s["args"], sort_keys=True),
-                      len(s["flows"]), len(s["terms"])) for s in d.slices)
+    slices = Counter(
+        (
+            d.path(s["track"]),
+            s["start"],
+            s["end"],
+            s["name"],
+            json.dumps(s["args"], sort_keys=True),
+            len(s["flows"]),
+            len(s["terms"]),
+        )
+        for s in d.slices
+    )
     counters = {d.path(u): sorted(v) for u, v in d.counters.items()}
     return {"tracks": tracks, "slices": slices, "counters": counters}
 
@@ -111,14 +127,19 @@ def main() -> None:
                     rc, nc = trace_content(rt), trace_content(nt)
                     for k in ("tracks", "slices"):
                         if rc[k] != nc[k]:
-                            problems.append(f"trace {k}: {sum((rc[k] - nc[k]).values())} only in ref, "
-                                            f"{sum((nc[k] - rc[k]).values())} only in new")
+                            problems.append(
+                                f"trace {k}: {sum((rc[k] - nc[k]).values())} only in ref, "
+                                f"{sum((nc[k] - rc[k]).values())} only in new"
+                            )
                     if rc["counters"] != nc["counters"]:
-                        bad = [t for t in set(rc["counters"]) | set(nc["counters"])
-                               if rc["counters"].get(t) != nc["counters"].get(t)]
+                        bad = [
+                            t for t in set(rc["counters"]) | set(nc["counters"]) if rc["counters"].get(t) != nc["counters"].get(t)
+                        ]
                         problems.append(f"trace counters differ on {len(bad)} tracks, e.g. {sorted(bad)[:2]}")
-                    note = (f"{len(rc['tracks'])} tracks, {sum(rc['slices'].values())} slices, "
-                            f"{sum(len(v) for v in rc['counters'].values())} counter samples equal")
+                    note = (
+                        f"{len(rc['tracks'])} tracks, {sum(rc['slices'].values())} slices, "
+                        f"{sum(len(v) for v in rc['counters'].values())} counter samples equal"
+                    )
                 else:
                     note = f"trace {rt.stat().st_size / 2**20:.0f} vs {nt.stat().st_size / 2**20:.0f} MiB (not decoded)"
             elif rt.exists() != nt.exists():

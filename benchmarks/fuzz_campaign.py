@@ -60,8 +60,7 @@ def crash_signature(e: BaseException) -> tuple[str, str]:
     return type(e).__name__, where
 
 
-def build_input(family: str, seed_idx: int, program: list[tuple[str, int]], folder: Path,
-                full: bool = True) -> list[Path]:
+def build_input(family: str, seed_idx: int, program: list[tuple[str, int]], folder: Path, full: bool = True) -> list[Path]:
     from tests.fuzz import mutators, seeds
 
     name, data = seeds.seeds(family)[seed_idx]
@@ -84,17 +83,27 @@ def worker(mem_mb: int) -> None:
         ans: dict[str, Any]
         try:
             try:
-                inputs = build_input(job["family"], job["seed"], [tuple(x) for x in job["program"]], work / "in",
-                                     job["full"])
+                inputs = build_input(job["family"], job["seed"], [tuple(x) for x in job["program"]], work / "in", job["full"])
             except Exception as e:  # noqa: BLE001 - a bug of the fuzzer, not of the tool
                 raise HarnessError(f"{type(e).__name__}: {e}") from e
             outcome = run_contract(inputs, work, full=job["full"], limit_s=job["timeout"])
             ans = {"outcome": "ok" if outcome == "ok" else "bad_input", "message": outcome[:200]}
         except (Exception, Hang) as e:  # noqa: BLE001 - everything that is not BadInput is a finding
-            kind = "violation" if isinstance(e, ContractViolation) else "hang" if isinstance(e, Hang) else \
-                "harness_error" if isinstance(e, HarnessError) else "crash"
-            ans = {"outcome": kind, "signature": list(crash_signature(e)), "message": str(e)[:300],
-                   "traceback": traceback.format_exc()[-4000:]}
+            kind = (
+                "violation"
+                if isinstance(e, ContractViolation)
+                else "hang"
+                if isinstance(e, Hang)
+                else "harness_error"
+                if isinstance(e, HarnessError)
+                else "crash"
+            )
+            ans = {
+                "outcome": kind,
+                "signature": list(crash_signature(e)),
+                "message": str(e)[:300],
+                "traceback": traceback.format_exc()[-4000:],
+            }
         finally:
             import shutil
 
@@ -113,9 +122,15 @@ class Worker:
 
     def start(self) -> None:
         env = {**os.environ, "POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", "--mem-mb", str(self.mem_mb)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, cwd=ROOT, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker", "--mem-mb", str(self.mem_mb)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=ROOT,
+            env=env,
+        )
 
     def ask(self, job: dict[str, Any], timeout: float) -> dict[str, Any]:
         import selectors
@@ -136,8 +151,11 @@ class Worker:
         self.stop()
         if rc is None:
             return {"outcome": "hang", "signature": ["Timeout", "worker"], "message": f"no answer in {timeout:g} s"}
-        return {"outcome": "crash", "signature": ["WorkerDied", f"exit {rc}"],
-                "message": f"worker died (exit {rc}: memory limit or a signal)"}
+        return {
+            "outcome": "crash",
+            "signature": ["WorkerDied", f"exit {rc}"],
+            "message": f"worker died (exit {rc}: memory limit or a signal)",
+        }
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -146,8 +164,9 @@ class Worker:
             self.proc = None
 
 
-def campaign(families: list[str], per_family: int, out: Path, seed: int, full_every: int, timeout: float,
-             mem_mb: int) -> dict[str, Any]:
+def campaign(
+    families: list[str], per_family: int, out: Path, seed: int, full_every: int, timeout: float, mem_mb: int
+) -> dict[str, Any]:
     from tests.fuzz import mutators, seeds
 
     rng = random.Random(seed)
@@ -161,25 +180,38 @@ def campaign(families: list[str], per_family: int, out: Path, seed: int, full_ev
             t0 = time.time()
             for i in range(per_family):
                 program = mutators.random_program(fam, rng)
-                job = {"family": fam, "seed": rng.randrange(n_seeds), "program": program,
-                       "full": full_every > 0 and i % full_every == 0, "timeout": timeout}
+                job = {
+                    "family": fam,
+                    "seed": rng.randrange(n_seeds),
+                    "program": program,
+                    "full": full_every > 0 and i % full_every == 0,
+                    "timeout": timeout,
+                }
                 ans = w.ask(job, timeout + 30)
                 stats[ans["outcome"]] += 1
                 if ans["outcome"] in ("crash", "hang", "violation"):
-                    sig = " @ ".join(ans["signature"]) if ans["outcome"] != "violation" else \
-                        "ContractViolation @ " + ans["message"][:60]
+                    sig = (
+                        " @ ".join(ans["signature"])
+                        if ans["outcome"] != "violation"
+                        else "ContractViolation @ " + ans["message"][:60]
+                    )
                     if sig not in distinct:
-                        distinct[sig] = {"count": 0, "job": job, "message": ans["message"],
-                                         "traceback": ans.get("traceback", "")}
+                        distinct[sig] = {"count": 0, "job": job, "message": ans["message"], "traceback": ans.get("traceback", "")}
                         _save(out, fam, sig, job, ans)
                         print(f"  [{fam}] new: {sig}: {ans['message'][:120]}", flush=True)
                     distinct[sig]["count"] += 1
                 if (i + 1) % 250 == 0:
                     print(f"  [{fam}] {i + 1}/{per_family} {dict(stats)} ({time.time() - t0:.0f} s)", flush=True)
-            summary["families"][fam] = {"inputs": per_family, "outcomes": dict(stats), "seconds": round(time.time() - t0),
-                                        "distinct_crashes": {k: v["count"] for k, v in distinct.items()}}
-            print(f"{fam}: {per_family} inputs, {dict(stats)}, {len(distinct)} distinct crashes, "
-                  f"{time.time() - t0:.0f} s", flush=True)
+            summary["families"][fam] = {
+                "inputs": per_family,
+                "outcomes": dict(stats),
+                "seconds": round(time.time() - t0),
+                "distinct_crashes": {k: v["count"] for k, v in distinct.items()},
+            }
+            print(
+                f"{fam}: {per_family} inputs, {dict(stats)}, {len(distinct)} distinct crashes, {time.time() - t0:.0f} s",
+                flush=True,
+            )
     finally:
         w.stop()
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -200,8 +232,11 @@ def replay(crash_dir: Path, timeout: float, mem_mb: int) -> int:
             ans = w.ask({k: job[k] for k in ("family", "seed", "program", "full", "timeout")}, timeout + 30)
             bad = ans["outcome"] in ("crash", "hang", "violation")
             still += bad
-            print(f"{'STILL ' if bad else 'fixed '}{job['family']:9} {job['signature']}: now {ans['outcome']} "
-                  f"{ans.get('message', '')[:100]}", flush=True)
+            print(
+                f"{'STILL ' if bad else 'fixed '}{job['family']:9} {job['signature']}: now {ans['outcome']} "
+                f"{ans.get('message', '')[:100]}",
+                flush=True,
+            )
     finally:
         w.stop()
     return still
@@ -259,9 +294,19 @@ def atheris_campaign(family: str, seconds: int, out: Path, mem_mb: int) -> None:
     counts: Counter[str] = Counter()
 
     def summary() -> None:  # written as it goes: libFuzzer ends the process its own way
-        (out / f"atheris-{family}.json").write_text(json.dumps(
-            {"family": family, "engine": "atheris", "seconds": seconds, "inputs": sum(counts.values()),
-             "outcomes": dict(counts), "distinct_crashes": found}, indent=1))
+        (out / f"atheris-{family}.json").write_text(
+            json.dumps(
+                {
+                    "family": family,
+                    "engine": "atheris",
+                    "seconds": seconds,
+                    "inputs": sum(counts.values()),
+                    "outcomes": dict(counts),
+                    "distinct_crashes": found,
+                },
+                indent=1,
+            )
+        )
 
     def one(data: bytes) -> None:
         work = Path(tempfile.mkdtemp(prefix="plasmient-atheris-"))
@@ -282,8 +327,9 @@ def atheris_campaign(family: str, seconds: int, out: Path, mem_mb: int) -> None:
                     d.mkdir(parents=True, exist_ok=True)
                     key = hashlib.sha256(sig.encode()).hexdigest()[:12]
                     (d / f"{key}-atheris-{name}").write_bytes(data)
-                    (d / f"{key}-atheris.json").write_text(json.dumps(
-                        {"signature": sig, "message": str(e)[:300], "traceback": traceback.format_exc()[-4000:]}))
+                    (d / f"{key}-atheris.json").write_text(
+                        json.dumps({"signature": sig, "message": str(e)[:300], "traceback": traceback.format_exc()[-4000:]})
+                    )
                     print(f"  [{family}/atheris] new: {sig}: {str(e)[:120]}", flush=True)
                 found[sig] = found.get(sig, 0) + 1
                 summary()
@@ -294,8 +340,17 @@ def atheris_campaign(family: str, seconds: int, out: Path, mem_mb: int) -> None:
         if sum(counts.values()) % 100 == 0:
             summary()
 
-    atheris.Setup([sys.argv[0], str(corpus_dir), f"-max_total_time={seconds}", f"-rss_limit_mb={mem_mb}",
-                   "-timeout=60", "-print_final_stats=1"], one)
+    atheris.Setup(
+        [
+            sys.argv[0],
+            str(corpus_dir),
+            f"-max_total_time={seconds}",
+            f"-rss_limit_mb={mem_mb}",
+            "-timeout=60",
+            "-print_final_stats=1",
+        ],
+        one,
+    )
     try:
         atheris.Fuzz()
     except SystemExit:
@@ -335,9 +390,19 @@ def _atheris_jsonsplit(seconds: int, out: Path, mem_mb: int) -> None:
         return events
 
     def summary() -> None:
-        (out / "atheris-jsonsplit.json").write_text(json.dumps(
-            {"family": "jsonsplit", "engine": "atheris", "seconds": seconds, "inputs": sum(counts.values()),
-             "outcomes": dict(counts), "distinct_crashes": found}, indent=1))
+        (out / "atheris-jsonsplit.json").write_text(
+            json.dumps(
+                {
+                    "family": "jsonsplit",
+                    "engine": "atheris",
+                    "seconds": seconds,
+                    "inputs": sum(counts.values()),
+                    "outcomes": dict(counts),
+                    "distinct_crashes": found,
+                },
+                indent=1,
+            )
+        )
 
     def one(data: bytes) -> None:
         try:
@@ -373,8 +438,10 @@ def _atheris_jsonsplit(seconds: int, out: Path, mem_mb: int) -> None:
             print(f"  [jsonsplit/atheris] new: {sig}: {str(e)[:120]}", flush=True)
         found[sig] = found.get(sig, 0) + 1
 
-    atheris.Setup([sys.argv[0], str(corpus_dir), f"-max_total_time={seconds}", f"-rss_limit_mb={mem_mb}",
-                   "-timeout=30", "-max_len=65536"], one)
+    atheris.Setup(
+        [sys.argv[0], str(corpus_dir), f"-max_total_time={seconds}", f"-rss_limit_mb={mem_mb}", "-timeout=30", "-max_len=65536"],
+        one,
+    )
     try:
         atheris.Fuzz()
     except SystemExit:
@@ -385,11 +452,20 @@ def _atheris_jsonsplit(seconds: int, out: Path, mem_mb: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--families", nargs="*", default=list(FAMILY_NAMES), choices=[*FAMILY_NAMES, "jsonsplit"],
-                    help="parser families (jsonsplit: the streaming JSON scanner alone, atheris engine only)")
+    ap.add_argument(
+        "--families",
+        nargs="*",
+        default=list(FAMILY_NAMES),
+        choices=[*FAMILY_NAMES, "jsonsplit"],
+        help="parser families (jsonsplit: the streaming JSON scanner alone, atheris engine only)",
+    )
     ap.add_argument("--per-family", type=int, default=1000, help="inputs tried per parser family")
-    ap.add_argument("--full-every", type=int, default=4,
-                    help="every Nth input runs the whole job (align, measure, rules, verdict), the others ingest only")
+    ap.add_argument(
+        "--full-every",
+        type=int,
+        default=4,
+        help="every Nth input runs the whole job (align, measure, rules, verdict), the others ingest only",
+    )
     ap.add_argument("--seed", type=int, default=9)
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per input before it counts as a hang")
     ap.add_argument("--mem-mb", type=int, default=4096, help="address-space limit of the worker (MiB)")
@@ -408,8 +484,9 @@ def main() -> None:
     if a.engine == "atheris":
         for fam in a.families:
             # one process per family: atheris.Fuzz() runs once per process
-            subprocess.run([sys.executable, __file__, "--atheris-one", fam, str(a.seconds), str(a.out), str(a.mem_mb)],
-                           cwd=ROOT, check=False)
+            subprocess.run(
+                [sys.executable, __file__, "--atheris-one", fam, str(a.seconds), str(a.out), str(a.mem_mb)], cwd=ROOT, check=False
+            )
         return
     campaign(a.families, a.per_family, a.out, a.seed, a.full_every, a.timeout, a.mem_mb)
 

@@ -78,21 +78,27 @@ def main() -> None:
             continue
         for k in range(1, copies):
             sel = ", ".join(
-                f'"{c}" + {k * span}' if c in times else f'"{c}" + {k * (max_corr + 1)}' if c in ids else f'"{c}"'
-                for c in cols)
-            db.execute(f'INSERT INTO "{t}" ({", ".join(chr(34) + c + chr(34) for c in cols)}) '
-                       f'SELECT {sel} FROM "{t}" WHERE rowid <= {n0}')
+                f'"{c}" + {k * span}' if c in times else f'"{c}" + {k * (max_corr + 1)}' if c in ids else f'"{c}"' for c in cols
+            )
+            db.execute(
+                f'INSERT INTO "{t}" ({", ".join(chr(34) + c + chr(34) for c in cols)}) '
+                f'SELECT {sel} FROM "{t}" WHERE rowid <= {n0}'
+            )
         db.commit()
     if "ANALYSIS_DETAILS" in tables:
-        db.execute(f"UPDATE ANALYSIS_DETAILS SET duration = duration + {(copies - 1) * span}, "
-                   f"stopTime = stopTime + {(copies - 1) * span}")
+        db.execute(
+            f"UPDATE ANALYSIS_DETAILS SET duration = duration + {(copies - 1) * span}, "
+            f"stopTime = stopTime + {(copies - 1) * span}"
+        )
         db.commit()
     (rows,) = db.execute("SELECT count(*) FROM GPU_METRICS").fetchone()
     (kernels,) = db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
     db.close()
     tmp.replace(out)
-    print(f"{out}: {copies} copies of {a.source.name}: {rows:,} GPU_METRICS rows, {kernels:,} kernels, "
-          f"{out.stat().st_size / 2**20:,.1f} MiB ({time.time() - t0:.0f} s)")
+    print(
+        f"{out}: {copies} copies of {a.source.name}: {rows:,} GPU_METRICS rows, {kernels:,} kernels, "
+        f"{out.stat().st_size / 2**20:,.1f} MiB ({time.time() - t0:.0f} s)"
+    )
 
 
 if __name__ == "__main__":

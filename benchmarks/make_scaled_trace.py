@@ -39,7 +39,7 @@ def _open_text(path: Path, mode: str):
 def _load(path: Path) -> dict:
     with open(path, "rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
-    with (gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")) as f:
+    with gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
@@ -109,7 +109,7 @@ def scale(src: dict, copies: int, out) -> int:
                 ev["name"] = f"ProfilerStep#{int(m.group(1)) + k * step_span}"
             emit(ev)
     out.write("\n  ]")
-    for k in keys[at + 1:]:
+    for k in keys[at + 1 :]:
         out.write(f",\n  {dump(k)}: {dump(src[k])}")
     out.write("\n}\n")
     return n

@@ -37,8 +37,11 @@ def peak_mib() -> float:
 def timed(what: str):
     t0, c0 = time.perf_counter(), time.process_time()
     yield
-    print(f"{what:42} {time.perf_counter() - t0:8.2f} s  cpu {time.process_time() - c0:7.2f} s   "
-          f"rss {rss_mib():7.0f} MiB   peak {peak_mib():7.0f} MiB", flush=True)
+    print(
+        f"{what:42} {time.perf_counter() - t0:8.2f} s  cpu {time.process_time() - c0:7.2f} s   "
+        f"rss {rss_mib():7.0f} MiB   peak {peak_mib():7.0f} MiB",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -79,8 +82,9 @@ def main() -> None:
         context.cleanup(con)
         with timed("rules (all, via rules.run)"):
             rules.run(con, selection, a.ranges, precision, peaks)
-        rc = judge.RunContext(inputs=[str(p) for p in a.inputs], ranges=a.ranges, precision=precision, peaks=peaks,
-                              missing_ranges=missing, notes=[])
+        rc = judge.RunContext(
+            inputs=[str(p) for p in a.inputs], ranges=a.ranges, precision=precision, peaks=peaks, missing_ranges=missing, notes=[]
+        )
         with timed("judge"):
             verdict = judge.build(con, rc)
         if a.renders:
@@ -95,8 +99,7 @@ def main() -> None:
                     perfetto.write(con, document(verdict), Path(d) / "trace.pftrace")
                 with timed("store.save (run.duckdb)"):
                     store.save(con, Path(d) / "run.duckdb")
-    print(f"{'total':42} {time.perf_counter() - t_all:8.2f} s  cpu {time.process_time():7.2f} s   "
-          f"peak {peak_mib():7.0f} MiB")
+    print(f"{'total':42} {time.perf_counter() - t_all:8.2f} s  cpu {time.process_time():7.2f} s   peak {peak_mib():7.0f} MiB")
     doc = document(verdict)
     print(f"achieved {doc['achieved_fraction_of_peak']}  utilization {doc['utilization']['trace']}")
 

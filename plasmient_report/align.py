@@ -31,16 +31,25 @@ CLOCKED_TABLES = ("kernels", "ops", "api_calls", "ranges", "collectives", "count
 NATIVE_UNCERTAINTY_NS = {"native": 1_000, "epoch_us": 1_000, "relative": None}
 # Counter-log anchors whose time the log itself gives (their uncertainty is one sampling period).
 COUNTER_TRUSTED = ("native", "anchored", "prefixed")
-DEFAULT_SEARCH_NS = 300 * 10**9           # ±5 min around each candidate
-ZONE_STEP_NS = 15 * 60 * 10**9            # time zones differ by multiples of 15 min …
-ZONE_MAX_NS = 14 * 3600 * 10**9           # … by at most 14 h
+DEFAULT_SEARCH_NS = 300 * 10**9  # ±5 min around each candidate
+ZONE_STEP_NS = 15 * 60 * 10**9  # time zones differ by multiples of 15 min …
+ZONE_MAX_NS = 14 * 3600 * 10**9  # … by at most 14 h
 # A rank is shifted only when its collective ends sit at least this far from its peer's (clock error, not NCCL's
 # own spread of ends between ranks on one host: 1–16 µs on the H200 recordings); an applied shift is uncertain
 # by at least as much.
 MIN_RANK_SHIFT_NS = 50_000
 UTIL_METRICS = ("gpu_util", "gr_engine_active", "sm_active")
-_UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 10**9, "sec": 10**9, "m": 60 * 10**9,
-             "min": 60 * 10**9, "h": 3600 * 10**9}
+_UNITS_NS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "ms": 1_000_000,
+    "s": 10**9,
+    "sec": 10**9,
+    "m": 60 * 10**9,
+    "min": 60 * 10**9,
+    "h": 3600 * 10**9,
+}
 _DURATION_RE = re.compile(r"^\s*([+-]?)\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|ms|sec|s|min|m|h)?\s*$")
 
 
@@ -70,16 +79,22 @@ def parse_offset(spec: str) -> ForcedOffset:
 
 # ---------------------------------------------------------------------------------------------------- ranks
 
+
 def assign_ranks(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Sources without a rank get one by input order; clashing ranks are renumbered, and said so.
     Counter logs and Nsight Compute files (rank_method 'counters') are not ranks: they are matched later."""
     notes: list[str] = []
     # Multi-rank sources (an nsys report of several processes) set rank per row; their ranks are taken.
-    taken: set[int] = {r for (r,) in con.execute(
-        "SELECT DISTINCT k.rank FROM kernels k JOIN sources s USING (source_id) "
-        "WHERE s.rank_method = 'multi' AND k.rank IS NOT NULL").fetchall()}
-    rows = con.execute("SELECT source_id, rank, rank_method, path FROM sources "
-                       "WHERE rank_method NOT IN ('multi', 'counters') ORDER BY source_id").fetchall()
+    taken: set[int] = {
+        r
+        for (r,) in con.execute(
+            "SELECT DISTINCT k.rank FROM kernels k JOIN sources s USING (source_id) "
+            "WHERE s.rank_method = 'multi' AND k.rank IS NOT NULL"
+        ).fetchall()
+    }
+    rows = con.execute(
+        "SELECT source_id, rank, rank_method, path FROM sources WHERE rank_method NOT IN ('multi', 'counters') ORDER BY source_id"
+    ).fetchall()
     final: dict[int, tuple[int, str]] = {}
     for sid, rank, method, _path in rows:
         if rank is not None and rank not in taken:
@@ -96,11 +111,14 @@ def assign_ranks(con: duckdb.DuckDBPyConnection) -> list[str]:
         final[sid] = (nxt, "order" if rank is None else "renumbered")
         taken.add(nxt)
     # every table of the store whose rows carry their source's rank (memory_events included)
-    tables = [t for (t,) in con.execute("""
+    tables = [
+        t
+        for (t,) in con.execute("""
         SELECT table_name FROM duckdb_columns() WHERE schema_name = 'main' AND table_name <> 'sources'
           AND table_name IN (SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main')
         GROUP BY table_name HAVING list_contains(list(column_name), 'source_id') AND list_contains(list(column_name), 'rank')
-        ORDER BY table_name""").fetchall()]
+        ORDER BY table_name""").fetchall()
+    ]
     for sid, (rank, how) in final.items():
         con.execute("UPDATE sources SET rank = ?, rank_method = ? WHERE source_id = ?", [rank, how, sid])
         for t in tables:
@@ -128,10 +146,18 @@ def anchor_sources(con: duckdb.DuckDBPyConnection) -> None:
                    WHERE sources.source_id = t.source_id""")
 
 
-def _set_clock(con: duckdb.DuckDBPyConnection, source_id: int, offset_ns: int, method: str,
-               uncertainty_ns: int | None, reference_source_id: int | None = None) -> None:
-    con.execute("UPDATE clock SET offset_ns = ?, method = ?, uncertainty_ns = ?, reference_source_id = ? "
-                "WHERE source_id = ?", [int(offset_ns), method, uncertainty_ns, reference_source_id, source_id])
+def _set_clock(
+    con: duckdb.DuckDBPyConnection,
+    source_id: int,
+    offset_ns: int,
+    method: str,
+    uncertainty_ns: int | None,
+    reference_source_id: int | None = None,
+) -> None:
+    con.execute(
+        "UPDATE clock SET offset_ns = ?, method = ?, uncertainty_ns = ?, reference_source_id = ? WHERE source_id = ?",
+        [int(offset_ns), method, uncertainty_ns, reference_source_id, source_id],
+    )
 
 
 def _offsets(con: duckdb.DuckDBPyConnection) -> dict[int, int]:
@@ -172,8 +198,7 @@ def apply_clock(con: duckdb.DuckDBPyConnection) -> None:
         tcols = [c for c in cols if c in TIME_COLUMNS]
         if tcols:
             sets = ", ".join(f"{c} = {c} + c.offset_ns" for c in tcols)
-            con.execute(f'UPDATE "{table}" SET {sets} FROM clock c '
-                        f'WHERE c.source_id = "{table}".source_id AND c.offset_ns <> 0')
+            con.execute(f'UPDATE "{table}" SET {sets} FROM clock c WHERE c.source_id = "{table}".source_id AND c.offset_ns <> 0')
 
 
 def apply_forced(con: duckdb.DuckDBPyConnection, forced: Sequence[ForcedOffset]) -> set[int]:
@@ -186,8 +211,9 @@ def apply_forced(con: duckdb.DuckDBPyConnection, forced: Sequence[ForcedOffset])
         if not hits:
             hits = [r for r in rows if Path(r[1]).name == want.name]
         if not hits:
-            raise BadInput(None, f"--offset {f.source}: no input is named so (inputs: "
-                                 f"{', '.join(Path(r[1]).name for r in rows)})")
+            raise BadInput(
+                None, f"--offset {f.source}: no input is named so (inputs: {', '.join(Path(r[1]).name for r in rows)})"
+            )
         if len(hits) > 1:
             raise BadInput(None, f"--offset {f.source}: several inputs have that name; give the path")
         sid = hits[0][0]
@@ -205,12 +231,13 @@ def _same_file(a: Path, b: Path) -> bool:
 
 # --------------------------------------------------------------------------------- ranks by collectives
 
+
 @dataclass(frozen=True)
 class RankAlignment:
     source_id: int
     reference_source_id: int
     shift_ns: int
-    residual_ns: int      # median |end − end_ref| after the shift
+    residual_ns: int  # median |end − end_ref| after the shift
     collectives: int
 
 
@@ -218,14 +245,17 @@ def align_ranks(con: duckdb.DuckDBPyConnection, fixed: set[int]) -> tuple[list[R
     """Shift trace sources so that the ends of the same collective instance (sql/collective_key: key, collective,
     seq) coincide. The lowest rank (and any --offset source) stays put; the others follow, breadth-first over
     shared groups."""
-    sym = one(con, "SELECT count(*) FROM collectives WHERE regexp_matches(collective, ?)",
-              [vocab.SYMMETRIC_COLLECTIVE_RE])
+    sym = one(con, "SELECT count(*) FROM collectives WHERE regexp_matches(collective, ?)", [vocab.SYMMETRIC_COLLECTIVE_RE])
     # Send/recv cannot be paired by sequence number alone (one rank's sends are its peer's recvs): never used.
-    where, pattern = (("WHERE regexp_matches(collective, ?)", vocab.SYMMETRIC_COLLECTIVE_RE) if sym and sym[0]
-                      else ("WHERE NOT regexp_matches(coalesce(collective, ''), ?)", vocab.P2P_COLLECTIVE_RE))
+    where, pattern = (
+        ("WHERE regexp_matches(collective, ?)", vocab.SYMMETRIC_COLLECTIVE_RE)
+        if sym and sym[0]
+        else ("WHERE NOT regexp_matches(coalesce(collective, ''), ?)", vocab.P2P_COLLECTIVE_RE)
+    )
     _clocked_views(con)
     sql.install(con, "collective_key")
-    pairs = con.execute(f"""
+    pairs = con.execute(
+        f"""
         WITH c AS (SELECT source_id, rank, collective_key(process_group, group_ranks) AS key, collective, seq, end_ns
                    FROM clocked_collectives {where}),
         d AS (
@@ -234,7 +264,9 @@ def align_ranks(con: duckdb.DuckDBPyConnection, fixed: set[int]) -> tuple[list[R
                              AND a.source_id < b.source_id
         ), m AS (SELECT sa, sb, median(res) AS med, count(*) AS n FROM d GROUP BY sa, sb)
         SELECT m.sa, m.sb, m.med, m.n, median(abs(d.res - m.med)) FROM m JOIN d USING (sa, sb)
-        GROUP BY m.sa, m.sb, m.med, m.n""", [pattern]).fetchall()
+        GROUP BY m.sa, m.sb, m.med, m.n""",
+        [pattern],
+    ).fetchall()
     if not pairs:
         return [], []
     edges: dict[int, list[tuple[int, float, int, float]]] = {}
@@ -264,20 +296,26 @@ def align_ranks(con: duckdb.DuckDBPyConnection, fixed: set[int]) -> tuple[list[R
         shift = int(round(delta[b]))
         if hosts.get(a) and hosts.get(a) == hosts.get(b) and delta[a] == 0:
             # Same host, same clock: the residual is NCCL's own end skew, not a clock error.
-            notes.append(f"rank {ranks.get(b)} and rank {ranks.get(a)} share host {hosts[a]}: clocks kept; their "
-                         f"collective ends differ by {_fmt_ns(shift * -1)} (median over {n})")
+            notes.append(
+                f"rank {ranks.get(b)} and rank {ranks.get(a)} share host {hosts[a]}: clocks kept; their "
+                f"collective ends differ by {_fmt_ns(shift * -1)} (median over {n})"
+            )
             continue
         if abs(shift) < MIN_RANK_SHIFT_NS and delta[a] == 0:
             # Below NCCL's own spread of collective ends: more likely skew between the kernels than between clocks.
-            notes.append(f"rank {ranks.get(b)}: collective ends differ from rank {ranks.get(a)} by "
-                         f"{_fmt_ns(-shift)} (median over {n}), under {_fmt_ns(MIN_RANK_SHIFT_NS)}: clocks kept")
+            notes.append(
+                f"rank {ranks.get(b)}: collective ends differ from rank {ranks.get(a)} by "
+                f"{_fmt_ns(-shift)} (median over {n}), under {_fmt_ns(MIN_RANK_SHIFT_NS)}: clocks kept"
+            )
             continue
         # The residuals' spread says how well the ends were matched, not how far NCCL's ends sit apart on
         # one clock (up to tens of µs between two ranks of one host): that is the floor of what ends can tell.
         _set_clock(con, b, offsets.get(b, 0) + shift, "collectives", max(int(round(mad)), MIN_RANK_SHIFT_NS), a)
         out.append(RankAlignment(b, a, shift, int(round(mad)), n))
-        notes.append(f"rank {ranks.get(b)} aligned to rank {ranks.get(a)} on {n} collectives: shifted "
-                     f"{_fmt_ns(shift)}, median residual {_fmt_ns(int(round(mad)))}")
+        notes.append(
+            f"rank {ranks.get(b)} aligned to rank {ranks.get(a)} on {n} collectives: shifted "
+            f"{_fmt_ns(shift)}, median residual {_fmt_ns(int(round(mad)))}"
+        )
     if not (sym and sym[0]):
         notes.append("rank alignment used asymmetric collectives (no all-reduce/all-gather/reduce-scatter found)")
     return out, notes
@@ -298,6 +336,7 @@ def _fmt_ns(ns: int | float) -> str:
 
 
 # ------------------------------------------------------------------------------- counter logs: which GPU
+
 
 def _norm_uuid(u: str | None) -> str | None:
     if not u:
@@ -341,14 +380,22 @@ def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
         ORDER BY c.source_id, c.gpu_index""").fetchall()
     notes: list[str] = []
     # Only counter logs are matched here; a trace's own GPU metrics (nsys) already carry their rank and device.
-    con.execute("UPDATE counters SET rank = NULL, device = NULL "
-                "WHERE source_id IN (SELECT source_id FROM sources WHERE rank_method = 'counters')")
+    con.execute(
+        "UPDATE counters SET rank = NULL, device = NULL "
+        "WHERE source_id IN (SELECT source_id FROM sources WHERE rank_method = 'counters')"
+    )
     unmatched: dict[str, list[str]] = {}
     for sid, path, idx, uuid, bus, ls, le in logs:
-        strong = [(r, d, ws, we) for r, d, u, b, ws, we in trace
-                  if (uuid and _norm_uuid(u) == _norm_uuid(uuid)) or (bus and b and _norm_bus(b) == _norm_bus(bus))]
-        weak = [(r, d, ws, we) for r, d, u, b, ws, we in trace if idx is not None and d == idx and (r, d, ws, we)
-                not in strong and not (uuid and u) and not (bus and b)]
+        strong = [
+            (r, d, ws, we)
+            for r, d, u, b, ws, we in trace
+            if (uuid and _norm_uuid(u) == _norm_uuid(uuid)) or (bus and b and _norm_bus(b) == _norm_bus(bus))
+        ]
+        weak = [
+            (r, d, ws, we)
+            for r, d, u, b, ws, we in trace
+            if idx is not None and d == idx and (r, d, ws, we) not in strong and not (uuid and u) and not (bus and b)
+        ]
 
         def overlapping(c: list[tuple], ls: int = ls, le: int = le) -> list[tuple]:
             return [x for x in c if x[2] is not None and ls < x[3] and le > x[2]]
@@ -362,36 +409,49 @@ def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
                 break
         label = f"GPU {idx}" if idx is not None else f"GPU {uuid}"
         if hit is None:
-            many = len(overlapping(strong)) > 1 or len(overlapping(weak)) > 1 or \
-                (not overlapping(strong) and not overlapping(weak) and (len(strong) > 1 or len(weak) > 1))
+            many = (
+                len(overlapping(strong)) > 1
+                or len(overlapping(weak)) > 1
+                or (not overlapping(strong) and not overlapping(weak) and (len(strong) > 1 or len(weak) > 1))
+            )
             why = " (several trace GPUs fit it equally)" if many else ""
             unmatched.setdefault(Path(path).name, []).append(label + why)
             continue
-        con.execute("""UPDATE counters SET rank = ?, device = ? WHERE source_id = ?
+        con.execute(
+            """UPDATE counters SET rank = ?, device = ? WHERE source_id = ?
                        AND gpu_index IS NOT DISTINCT FROM ? AND gpu_uuid IS NOT DISTINCT FROM ?
-                       AND (entity IS NULL OR entity LIKE 'GPU %')""", [hit[0], hit[1], sid, idx, uuid])
-        con.execute("""UPDATE devices SET rank = ?, device = ? WHERE source_id = ?
+                       AND (entity IS NULL OR entity LIKE 'GPU %')""",
+            [hit[0], hit[1], sid, idx, uuid],
+        )
+        con.execute(
+            """UPDATE devices SET rank = ?, device = ? WHERE source_id = ?
                        AND (gpu_uuid IS NOT DISTINCT FROM ? OR (? IS NULL AND device = ?))""",
-                    [hit[0], hit[1], sid, uuid, uuid, idx])
+            [hit[0], hit[1], sid, uuid, uuid, idx],
+        )
         if how == "index" and len(trace) > 1:
-            notes.append(f"{Path(path).name}: {label} matched to rank {hit[0]} device {hit[1]} by index"
-                         + (" and time" if overlapping(weak) else " only"))
+            notes.append(
+                f"{Path(path).name}: {label} matched to rank {hit[0]} device {hit[1]} by index"
+                + (" and time" if overlapping(weak) else " only")
+            )
     for name, labels in unmatched.items():
-        notes.append(f"{name}: {', '.join(labels)} matches no GPU of the trace (by UUID, bus id or index); "
-                     "its samples are kept but not compared")
+        notes.append(
+            f"{name}: {', '.join(labels)} matches no GPU of the trace (by UUID, bus id or index); "
+            "its samples are kept but not compared"
+        )
     return notes
 
 
 # --------------------------------------------------------------------- counter logs: when (correlation)
 
+
 @dataclass(frozen=True)
 class CounterAlignment:
     source_id: int
-    shift_ns: int | None          # the best shift found (None: nothing could be placed)
+    shift_ns: int | None  # the best shift found (None: nothing could be placed)
     applied: bool
-    method: str                   # correlation, zone, kept, ambiguous, weak, none
+    method: str  # correlation, zone, kept, ambiguous, weak, none
     correlation: float | None
-    correlation_runner_up: float | None   # best correlation at a clearly different shift
+    correlation_runner_up: float | None  # best correlation at a clearly different shift
     correlation_at_zero: float | None
     uncertainty_ns: int
     zone_jump_ns: int
@@ -449,22 +509,31 @@ def _held(t_s: np.ndarray, v: np.ndarray, period_s: float) -> tuple[np.ndarray, 
     return x, y
 
 
-def _correlate(series: list[_Series], shifts: np.ndarray, step: float, window: float, lag: float,
-               log_span: tuple[float, float], max_points: int = 4_000_000) -> np.ndarray:
+def _correlate(
+    series: list[_Series],
+    shifts: np.ndarray,
+    step: float,
+    window: float,
+    lag: float,
+    log_span: tuple[float, float],
+    max_points: int = 4_000_000,
+) -> np.ndarray:
     """Pearson r, for each shift s, between the log's mean over [g − s − step, g − s] and the trace's busy fraction
     over [g − lag − window, g − lag], on a grid g of the given step inside the profiled window; NaN where the log
     covers less than half of the grid or either side does not vary."""
     r = np.full(len(shifts), np.nan)
     grids = [np.arange(x.w0 + lag + window, x.w1 + step / 2, step) for x in series]
-    preds = [(np.interp(g - lag, x.busy_x, x.busy_y) - np.interp(g - lag - window, x.busy_x, x.busy_y)) / window
-             for g, x in zip(grids, series, strict=True)]
+    preds = [
+        (np.interp(g - lag, x.busy_x, x.busy_y) - np.interp(g - lag - window, x.busy_x, x.busy_y)) / window
+        for g, x in zip(grids, series, strict=True)
+    ]
     total = sum(len(g) for g in grids)
     if total < 8:
         return r
     chunk = max(1, max_points // total)
     lo, hi = log_span
     for c0 in range(0, len(shifts), chunk):
-        S = shifts[c0:c0 + chunk, None]
+        S = shifts[c0 : c0 + chunk, None]
         acc = np.zeros((6, len(S)))
         for g, p, x in zip(grids, preds, series, strict=True):
             a = g[None, :] - S
@@ -472,14 +541,15 @@ def _correlate(series: list[_Series], shifts: np.ndarray, step: float, window: f
             m = (np.interp(a, x.log_x, x.log_y) - np.interp(a - step, x.log_x, x.log_y)) / step
             w = valid.astype(float)
             pp = np.broadcast_to(p[None, :], a.shape)
-            acc += np.stack([w.sum(1), (m * w).sum(1), (pp * w).sum(1), (m * m * w).sum(1), (pp * pp * w).sum(1),
-                             (m * pp * w).sum(1)])
+            acc += np.stack(
+                [w.sum(1), (m * w).sum(1), (pp * w).sum(1), (m * m * w).sum(1), (pp * pp * w).sum(1), (m * pp * w).sum(1)]
+            )
         n, sx, sy, sxx, syy, sxy = acc
         var = (n * sxx - sx * sx) * (n * syy - sy * sy)
         with np.errstate(invalid="ignore", divide="ignore"):
             rr = (n * sxy - sx * sy) / np.sqrt(var)
         ok = (n >= max(8, 0.5 * total)) & (var > 1e-12 * np.maximum(n, 1) ** 4)
-        r[c0:c0 + chunk] = np.where(ok, rr, np.nan)
+        r[c0 : c0 + chunk] = np.where(ok, rr, np.nan)
     return r
 
 
@@ -490,8 +560,15 @@ class _Peak:
     runner_up: float | None
 
 
-def _search(series: list[_Series], center: float, radius: float, window: float, lag: float, fine_step: float,
-            log_span: tuple[float, float]) -> _Peak | None:
+def _search(
+    series: list[_Series],
+    center: float,
+    radius: float,
+    window: float,
+    lag: float,
+    fine_step: float,
+    log_span: tuple[float, float],
+) -> _Peak | None:
     """The best shift within center ± radius: a coarse scan (step ≥ window/4, smoothed accordingly), then a fine one
     around the three best coarse shifts. runner_up = the best correlation at least max(2·window, 1 s) away."""
     span = max(x.w1 - x.w0 for x in series)
@@ -521,8 +598,9 @@ def _search(series: list[_Series], center: float, radius: float, window: float, 
     return _Peak(float((fine[i0] + fine[i1]) / 2), float(rf[b]), runner)
 
 
-def align_counters(con: duckdb.DuckDBPyConnection, fixed: set[int],
-                   search_ns: int = DEFAULT_SEARCH_NS) -> tuple[list[CounterAlignment], list[str]]:
+def align_counters(
+    con: duckdb.DuckDBPyConnection, fixed: set[int], search_ns: int = DEFAULT_SEARCH_NS
+) -> tuple[list[CounterAlignment], list[str]]:
     """Shift each counter log (not forced) so that its utilization best correlates with the kernel-busy series of
     the trace GPUs it was matched to. A log that does not overlap the trace is first tried whole quarter-hours
     away (a wrong time zone). A shift is applied only when the correlation is clear (no other shift fits almost
@@ -537,18 +615,30 @@ def align_counters(con: duckdb.DuckDBPyConnection, fixed: set[int],
     offsets = _offsets(con)
     _clocked_views(con)
     sql.install(con, "rank_span")
-    spans = {r: (int(s), int(e)) for r, s, e in con.execute(
-        "SELECT rank, start_ns, end_ns FROM rank_span_of('clocked_kernels', 'clocked_ops', 'clocked_api_calls', "
-        "'clocked_ranges')").fetchall()}
+    spans = {
+        r: (int(s), int(e))
+        for r, s, e in con.execute(
+            "SELECT rank, start_ns, end_ns FROM rank_span_of('clocked_kernels', 'clocked_ops', 'clocked_api_calls', "
+            "'clocked_ranges')"
+        ).fetchall()
+    }
     origin = min((s for s, _ in spans.values()), default=0)
     busy = _busy(con, origin) if srcs else {}
     for sid, path, anchor, eff_period, zone in srcs:
         if sid in fixed:
             continue
         name = Path(path).name
-        metric = next((m for m in UTIL_METRICS if (one(con, "SELECT count(*) FROM counters WHERE source_id = ? AND "
-                                                            "metric = ? AND rank IS NOT NULL", [sid, m]) or (0,))[0]),
-                      None)
+        metric = next(
+            (
+                m
+                for m in UTIL_METRICS
+                if (
+                    one(con, "SELECT count(*) FROM counters WHERE source_id = ? AND metric = ? AND rank IS NOT NULL", [sid, m])
+                    or (0,)
+                )[0]
+            ),
+            None,
+        )
         if metric is None:
             notes.append(f"{name}: no utilization metric to align by; its own clock is kept")
             continue
@@ -560,23 +650,32 @@ def align_counters(con: duckdb.DuckDBPyConnection, fixed: set[int],
             if res.method == "zone":
                 msg = f"{name}: moved {_fmt_ns(res.shift_ns)} (whole quarter-hours) onto the trace"
             else:
-                msg = (f"{name}: shifted {_fmt_ns(res.shift_ns)} to match the trace's busy time (r = "
-                       f"{res.correlation:.2f}, next best {_r(res.correlation_runner_up)}; ± {unc})")
+                msg = (
+                    f"{name}: shifted {_fmt_ns(res.shift_ns)} to match the trace's busy time (r = "
+                    f"{res.correlation:.2f}, next best {_r(res.correlation_runner_up)}; ± {unc})"
+                )
             if res.zone_jump_ns:
-                msg += (f"; its clock is off by {_fmt_ns(res.zone_jump_ns)}, like a log read in the wrong time zone"
-                        + (f" (read as {zone}: check --tz)" if zone else ""))
+                msg += f"; its clock is off by {_fmt_ns(res.zone_jump_ns)}, like a log read in the wrong time zone" + (
+                    f" (read as {zone}: check --tz)" if zone else ""
+                )
             notes.append(msg)
         elif res.method == "kept":
-            notes.append(f"{name}: its own clock agrees with the trace (best shift {_fmt_ns(res.shift_ns or 0)}, "
-                         f"r = {res.correlation:.2f}: within two sampling periods of ± {unc}, or no better than unshifted)")
+            notes.append(
+                f"{name}: its own clock agrees with the trace (best shift {_fmt_ns(res.shift_ns or 0)}, "
+                f"r = {res.correlation:.2f}: within two sampling periods of ± {unc}, or no better than unshifted)"
+            )
         elif res.method in ("ambiguous", "weak"):
-            notes.append(f"{name}: correlation with the trace is {res.method} (best r = {_r(res.correlation)} at "
-                         f"{_fmt_ns(res.shift_ns or 0)}, r = {_r(res.correlation_runner_up)} elsewhere): clock "
-                         f"{'kept as logged' if anchor in COUNTER_TRUSTED else 'left synthesized (low confidence)'}; "
-                         "use --offset to place it")
+            notes.append(
+                f"{name}: correlation with the trace is {res.method} (best r = {_r(res.correlation)} at "
+                f"{_fmt_ns(res.shift_ns or 0)}, r = {_r(res.correlation_runner_up)} elsewhere): clock "
+                f"{'kept as logged' if anchor in COUNTER_TRUSTED else 'left synthesized (low confidence)'}; "
+                "use --offset to place it"
+            )
         else:
-            notes.append(f"{name}: its utilization does not vary where it could overlap the trace: clock "
-                         f"{'kept as logged' if anchor in COUNTER_TRUSTED else 'left synthesized (low confidence)'}")
+            notes.append(
+                f"{name}: its utilization does not vary where it could overlap the trace: clock "
+                f"{'kept as logged' if anchor in COUNTER_TRUSTED else 'left synthesized (low confidence)'}"
+            )
     return out, notes
 
 
@@ -584,15 +683,25 @@ def _r(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
 
-def _align_one(con: duckdb.DuckDBPyConnection, sid: int, metric: str, eff_period: int | None, search_ns: int,
-               anchor: str, spans: dict[int | None, tuple[int, int]], origin: int,
-               busy: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]) -> CounterAlignment:
+def _align_one(
+    con: duckdb.DuckDBPyConnection,
+    sid: int,
+    metric: str,
+    eff_period: int | None,
+    search_ns: int,
+    anchor: str,
+    spans: dict[int | None, tuple[int, int]],
+    origin: int,
+    busy: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]],
+) -> CounterAlignment:
     """One log against the trace GPUs it was matched to: spans are the ranks' profiled spans, busy their GPUs'
     kernel-busy series, both on the clock and in s since origin (busy) or ns (spans)."""
-    rows = con.execute("""
+    rows = con.execute(
+        """
         SELECT rank, device, end_ns, end_ns - start_ns AS period_ns, value FROM clocked_counters
         WHERE source_id = ? AND metric = ? AND rank IS NOT NULL ORDER BY rank, device, end_ns""",
-                       [sid, metric]).fetchnumpy()
+        [sid, metric],
+    ).fetchnumpy()
     ranks, devs = np.asarray(rows["rank"]), np.asarray(rows["device"])
     t_all = np.asarray(rows["end_ns"]).astype(np.int64)
     v_all = np.asarray(rows["value"]).astype(float)
@@ -649,8 +758,9 @@ def _align_one(con: duckdb.DuckDBPyConnection, sid: int, metric: str, eff_period
         return none
     c, best = max(found, key=lambda cp: cp[1].r)
     away = max(2 * window, 1.0)  # searches from several centres can find the same peak: that is no rival
-    others = [p.r for _, p in found if abs(p.shift - best.shift) > away] + \
-        ([best.runner_up] if best.runner_up is not None else [])
+    others = [p.r for _, p in found if abs(p.shift - best.shift) > away] + (
+        [best.runner_up] if best.runner_up is not None else []
+    )
     runner = max(others) if others else None
     shift_ns = int(round(best.shift * 1e9))
     clear = best.r >= 0.5 and (runner is None or best.r - runner >= 0.1)
@@ -660,25 +770,26 @@ def _align_one(con: duckdb.DuckDBPyConnection, sid: int, metric: str, eff_period
         if zone_jump and len([cc for cc, _ in peaks if cc not in centers]) == 1:
             z = int(round(zone_jump * 1e9))  # the only quarter-hour that puts the log on the trace
             return CounterAlignment(sid, z, True, "zone", best.r, runner, r0, eff, z)
-        return CounterAlignment(sid, shift_ns, False, "ambiguous" if best.r >= 0.5 else "weak", best.r, runner, r0,
-                                eff, 0)
+        return CounterAlignment(sid, shift_ns, False, "ambiguous" if best.r >= 0.5 else "weak", best.r, runner, r0, eff, 0)
     # A log's own clock is trusted to about a sampling period: a nearby optimum is noise, not evidence.
     if trusted and (abs(best.shift) <= 2 * window or (r0 is not None and best.r - r0 < 0.1)):
         return CounterAlignment(sid, shift_ns, False, "kept", best.r, runner, r0, eff, 0)
-    return CounterAlignment(sid, shift_ns, True, "correlation", best.r, runner, r0, eff,
-                            int(round(zone_jump * 1e9)))
+    return CounterAlignment(sid, shift_ns, True, "correlation", best.r, runner, r0, eff, int(round(zone_jump * 1e9)))
 
 
 # ----------------------------------------------------------------------------------------------- stage
 
-def align(con: duckdb.DuckDBPyConnection, offsets: Sequence[str | ForcedOffset] = (),
-          counter_search_ns: int = DEFAULT_SEARCH_NS) -> list[str]:
+
+def align(
+    con: duckdb.DuckDBPyConnection, offsets: Sequence[str | ForcedOffset] = (), counter_search_ns: int = DEFAULT_SEARCH_NS
+) -> list[str]:
     """The align stage: ranks, anchors, forced offsets, rank alignment, counter logs — each refining the `clock`
     table — then the offsets applied to the store's times in one pass. Returns notes."""
     forced = [o if isinstance(o, ForcedOffset) else parse_offset(o) for o in offsets]
     notes = assign_ranks(con)
     for path, zone, src_notes in con.execute(
-            "SELECT path, time_zone, notes FROM sources WHERE time_zone IS NOT NULL ORDER BY source_id").fetchall():
+        "SELECT path, time_zone, notes FROM sources WHERE time_zone IS NOT NULL ORDER BY source_id"
+    ).fetchall():
         said = next((n for n in (src_notes or "").split("; ") if "read as" in n), f"local times read as {zone}")
         notes.append(f"{Path(path).name}: {said}")
     anchor_sources(con)

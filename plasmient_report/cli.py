@@ -58,8 +58,12 @@ class DefaultGroup(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM / SIGHUP (errors.Interrupted): the cleanups have run
             signum = getattr(e, "signum", signal.SIGINT)
-            click.echo("plasmient-report: interrupted" if signum == signal.SIGINT else
-                       f"plasmient-report: terminated ({signal.Signals(signum).name})", err=True)
+            click.echo(
+                "plasmient-report: interrupted"
+                if signum == signal.SIGINT
+                else f"plasmient-report: terminated ({signal.Signals(signum).name})",
+                err=True,
+            )
             sys.exit(128 + int(signum))
         finally:
             restore_handlers(previous)
@@ -73,8 +77,9 @@ def _fail(msg: str, debug: bool = False) -> NoReturn:
     sys.exit(2)
 
 
-@click.group(cls=DefaultGroup, epilog=EXAMPLES,
-             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.group(
+    cls=DefaultGroup, epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110}
+)
 @click.version_option(__version__, prog_name="plasmient-report")
 def main() -> None:
     """Utilization vs achieved fraction of peak from GPU traces, and where the rest went.
@@ -94,8 +99,14 @@ class Progress:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        self.live = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                             console=Console(stderr=True), transient=True)
+        self.live = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
         self.task: Any = None
 
     @classmethod
@@ -116,55 +127,125 @@ class Progress:
 
 @main.command(short_help="Analyse traces of one run (the default command).", epilog=EXAMPLES)
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="INPUT...")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path),
-              help="Output folder (default ./plasmient-out/<name>/): verdict.json, report.html, trace.pftrace, "
-                   "run.duckdb. An existing folder is replaced only when it is an earlier output of this tool.")
-@click.option("--range", "ranges", multiple=True, metavar="NAME",
-              help="Analyse only inside ranges of this name (NVTX / record_function; glob, e.g. 'ProfilerStep#*'; "
-                   "repeatable).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    help="Output folder (default ./plasmient-out/<name>/): verdict.json, report.html, trace.pftrace, "
+    "run.duckdb. An existing folder is replaced only when it is an earlier output of this tool.",
+)
+@click.option(
+    "--range",
+    "ranges",
+    multiple=True,
+    metavar="NAME",
+    help="Analyse only inside ranges of this name (NVTX / record_function; glob, e.g. 'ProfilerStep#*'; repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print verdict.json to stdout instead of the box.")
 @click.option("--quiet", is_flag=True, help="Print nothing on success (errors still go to stderr).")
 @click.option("--no-html", is_flag=True, help="Do not write report.html.")
 @click.option("--no-trace", is_flag=True, help="Do not write trace.pftrace.")
-@click.option("--peak-precision", type=click.Choice(PRECISIONS),
-              help="Precision of the peak (default: the dominant matmul precision seen).")
+@click.option(
+    "--peak-precision", type=click.Choice(PRECISIONS), help="Precision of the peak (default: the dominant matmul precision seen)."
+)
 @click.option("--peak-tflops", type=float, metavar="TFLOPS", help="Use this peak (TFLOP/s) instead of the table's.")
-@click.option("--peaks", "peaks_file", type=click.Path(path_type=Path), metavar="FILE.toml",
-              help="TOML file adding/overriding GPUs.")
-@click.option("--gpu", metavar="NAME",
-              help="GPU name when the trace does not name it (e.g. H100-SXM, 'NVIDIA A100-SXM4-80GB').")
-@click.option("--model-flops", type=float, metavar="N",
-              help="FLOPs per step (ProfilerStep#N) or per --range occurrence, e.g. 6·params·tokens; spread over "
-                   "that window's compute kernels by time (use when shapes are missing: CUDA graphs, compiled code).")
-@click.option("--tokens-per-step", type=float, metavar="N",
-              help="Tokens one rank processes per step (or per --range occurrence): adds tokens/s to the steps.")
-@click.option("--samples-per-step", type=float, metavar="N",
-              help="Samples one rank processes per step (or per --range occurrence): adds samples/s to the steps.")
-@click.option("--markdown", "markdown_file", type=click.Path(path_type=Path), metavar="FILE",
-              help="Also write the verdict as GitHub-flavoured markdown (a PR comment, $GITHUB_STEP_SUMMARY); '-' "
-                   "prints it to stdout instead of the box.")
-@click.option("--tz", metavar="ZONE",
-              help="Time zone of local-time logs (nvidia-smi), e.g. Europe/Berlin (default: this machine's).")
-@click.option("--offset", "offsets", multiple=True, metavar="SOURCE=±DURATION",
-              help="Force a clock offset on one input (path or file name), e.g. dmon.txt=+37s (repeatable).")
-@click.option("--dcgm-period", type=float, default=1.0, show_default=True, metavar="SECONDS",
-              help="Sampling period (s) of logs that print no time (dcgmi dmon, nvidia-smi dmon without -o T).")
-@click.option("--select", "rule_select", multiple=True, metavar="IDS",
-              help="Run only these rules: IDs, ID prefixes or names, comma-separated (e.g. PR1,PR502; default ALL).")
+@click.option(
+    "--peaks", "peaks_file", type=click.Path(path_type=Path), metavar="FILE.toml", help="TOML file adding/overriding GPUs."
+)
+@click.option("--gpu", metavar="NAME", help="GPU name when the trace does not name it (e.g. H100-SXM, 'NVIDIA A100-SXM4-80GB').")
+@click.option(
+    "--model-flops",
+    type=float,
+    metavar="N",
+    help="FLOPs per step (ProfilerStep#N) or per --range occurrence, e.g. 6·params·tokens; spread over "
+    "that window's compute kernels by time (use when shapes are missing: CUDA graphs, compiled code).",
+)
+@click.option(
+    "--tokens-per-step",
+    type=float,
+    metavar="N",
+    help="Tokens one rank processes per step (or per --range occurrence): adds tokens/s to the steps.",
+)
+@click.option(
+    "--samples-per-step",
+    type=float,
+    metavar="N",
+    help="Samples one rank processes per step (or per --range occurrence): adds samples/s to the steps.",
+)
+@click.option(
+    "--markdown",
+    "markdown_file",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help="Also write the verdict as GitHub-flavoured markdown (a PR comment, $GITHUB_STEP_SUMMARY); '-' "
+    "prints it to stdout instead of the box.",
+)
+@click.option(
+    "--tz", metavar="ZONE", help="Time zone of local-time logs (nvidia-smi), e.g. Europe/Berlin (default: this machine's)."
+)
+@click.option(
+    "--offset",
+    "offsets",
+    multiple=True,
+    metavar="SOURCE=±DURATION",
+    help="Force a clock offset on one input (path or file name), e.g. dmon.txt=+37s (repeatable).",
+)
+@click.option(
+    "--dcgm-period",
+    type=float,
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Sampling period (s) of logs that print no time (dcgmi dmon, nvidia-smi dmon without -o T).",
+)
+@click.option(
+    "--select",
+    "rule_select",
+    multiple=True,
+    metavar="IDS",
+    help="Run only these rules: IDs, ID prefixes or names, comma-separated (e.g. PR1,PR502; default ALL).",
+)
 @click.option("--ignore", "rule_ignore", multiple=True, metavar="IDS", help="Skip these rules (as --select).")
-@click.option("--rules-config", type=click.Path(path_type=Path), metavar="FILE.toml",
-              help="TOML file: select / ignore, and per-rule thresholds ([PR101] min_lateness_us = 50).")
-@click.option("--memory-budget", default="1.5GiB", show_default=True, metavar="SIZE",
-              help="Peak memory to stay under, e.g. 800MB, 4GiB, or 'none': the store spills to the run's scratch "
-                   "folder beyond it (traces of many GB).")
+@click.option(
+    "--rules-config",
+    type=click.Path(path_type=Path),
+    metavar="FILE.toml",
+    help="TOML file: select / ignore, and per-rule thresholds ([PR101] min_lateness_us = 50).",
+)
+@click.option(
+    "--memory-budget",
+    default="1.5GiB",
+    show_default=True,
+    metavar="SIZE",
+    help="Peak memory to stay under, e.g. 800MB, 4GiB, or 'none': the store spills to the run's scratch "
+    "folder beyond it (traces of many GB).",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
-def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ...], as_json: bool, quiet: bool,
-           no_html: bool, no_trace: bool, peak_precision: str | None, peak_tflops: float | None,
-           peaks_file: Path | None, gpu: str | None, model_flops: float | None,
-           tokens_per_step: float | None, samples_per_step: float | None, markdown_file: Path | None, tz: str | None,
-           offsets: tuple[str, ...], dcgm_period: float,
-           rule_select: tuple[str, ...], rule_ignore: tuple[str, ...], rules_config: Path | None,
-           memory_budget: str, debug: bool) -> None:
+def report(
+    inputs: tuple[Path, ...],
+    out_dir: Path | None,
+    ranges: tuple[str, ...],
+    as_json: bool,
+    quiet: bool,
+    no_html: bool,
+    no_trace: bool,
+    peak_precision: str | None,
+    peak_tflops: float | None,
+    peaks_file: Path | None,
+    gpu: str | None,
+    model_flops: float | None,
+    tokens_per_step: float | None,
+    samples_per_step: float | None,
+    markdown_file: Path | None,
+    tz: str | None,
+    offsets: tuple[str, ...],
+    dcgm_period: float,
+    rule_select: tuple[str, ...],
+    rule_ignore: tuple[str, ...],
+    rules_config: Path | None,
+    memory_budget: str,
+    debug: bool,
+) -> None:
     """Analyse INPUT files and folders of one run and print the verdict (the main job):
 
     plasmient-report [report] INPUT... [OPTIONS]"""
@@ -172,10 +253,23 @@ def report(inputs: tuple[Path, ...], out_dir: Path | None, ranges: tuple[str, ..
     from .render import markdown, terminal
     from .render import verdict as verdict_render
 
-    opts = _options(ranges=ranges, peak_precision=peak_precision, peak_tflops=peak_tflops, peaks_file=peaks_file,
-                    gpu=gpu, write_html=not no_html, write_trace=not no_trace, tz=tz, offsets=offsets,
-                    dcgm_period_s=dcgm_period, rule_select=rule_select, rule_ignore=rule_ignore,
-                    rules_config=rules_config, model_flops=model_flops, memory_budget=memory_budget)
+    opts = _options(
+        ranges=ranges,
+        peak_precision=peak_precision,
+        peak_tflops=peak_tflops,
+        peaks_file=peaks_file,
+        gpu=gpu,
+        write_html=not no_html,
+        write_trace=not no_trace,
+        tz=tz,
+        offsets=offsets,
+        dcgm_period_s=dcgm_period,
+        rule_select=rule_select,
+        rule_ignore=rule_ignore,
+        rules_config=rules_config,
+        model_flops=model_flops,
+        memory_budget=memory_budget,
+    )
     for flag, n in (("--tokens-per-step", tokens_per_step), ("--samples-per-step", samples_per_step)):
         if n is not None and not n > 0:
             _fail(f"{flag} must be a positive number")
@@ -274,8 +368,7 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0][:300]}" if text else type(e).__name__
 
 
-def _options(*, peak_tflops: float | None, model_flops: float | None, dcgm_period_s: float, memory_budget: str,
-             **kw: Any) -> Any:
+def _options(*, peak_tflops: float | None, model_flops: float | None, dcgm_period_s: float, memory_budget: str, **kw: Any) -> Any:
     """The analysis options of the main job and of `batch`, checked (exit 2 with one line on a bad one)."""
     from . import pipeline
 
@@ -289,12 +382,27 @@ def _options(*, peak_tflops: float | None, model_flops: float | None, dcgm_perio
         budget = parse_size(memory_budget)
     except ValueError as e:
         _fail(f"--memory-budget: {e}")
-    return pipeline.Options(peak_tflops=peak_tflops, model_flops=model_flops, dcgm_period_s=dcgm_period_s,
-                            memory_budget=budget, **kw)
+    return pipeline.Options(
+        peak_tflops=peak_tflops, model_flops=model_flops, dcgm_period_s=dcgm_period_s, memory_budget=budget, **kw
+    )
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,
-               "g": 1000**3, "gb": 1000**3, "gib": 1 << 30, "t": 1000**4, "tb": 1000**4, "tib": 1 << 40}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1 << 10,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1 << 20,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1 << 30,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1 << 40,
+}
 
 
 def parse_size(text: str) -> int | None:
@@ -399,8 +507,9 @@ def _wide_console(renderable: Any) -> Any:
 @main.command(short_help="Export a stored run's tables as CSV or Parquet (spreadsheets).")
 @click.argument("run", type=click.Path(path_type=Path), metavar="RUN")
 @click.option("--csv", "csv_dir", type=click.Path(path_type=Path), metavar="DIR", help="Write one CSV file per table here.")
-@click.option("--parquet", "parquet_dir", type=click.Path(path_type=Path), metavar="DIR",
-              help="Write one Parquet file per table here.")
+@click.option(
+    "--parquet", "parquet_dir", type=click.Path(path_type=Path), metavar="DIR", help="Write one Parquet file per table here."
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def export(run: Path, csv_dir: Path | None, parquet_dir: Path | None, debug: bool) -> None:
     """Export the tables of a stored run — RUN is an output folder or its run.duckdb — one file per table: kernels,
@@ -426,14 +535,17 @@ def export(run: Path, csv_dir: Path | None, parquet_dir: Path | None, debug: boo
             raise
         _fail(f"{run}: could not export ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
     for folder, files in done:
-        click.echo(f"{path_text(folder)}/: {len(files)} tables ({', '.join(f'{n} {r:,}' for n, r in files[:6])}"
-                   f"{' …' if len(files) > 6 else ''})")
+        click.echo(
+            f"{path_text(folder)}/: {len(files)} tables ({', '.join(f'{n} {r:,}' for n, r in files[:6])}"
+            f"{' …' if len(files) > 6 else ''})"
+        )
 
 
 @main.command(short_help="The peak table, with sources.")
 @click.argument("gpu", required=False)
-@click.option("--peaks", "peaks_file", type=click.Path(path_type=Path), metavar="FILE.toml",
-              help="TOML file adding/overriding GPUs.")
+@click.option(
+    "--peaks", "peaks_file", type=click.Path(path_type=Path), metavar="FILE.toml", help="TOML file adding/overriding GPUs."
+)
 def peaks(gpu: str | None, peaks_file: Path | None) -> None:
     """The peak table (dense TFLOP/s per precision, memory bandwidth), with sources. With GPU: the entry that name
     means (as --gpu reads it; an ambiguous name is refused with the entries it could mean)."""
@@ -449,16 +561,25 @@ def peaks(gpu: str | None, peaks_file: Path | None) -> None:
     t = Table("gpu", *PRECISIONS, "GB/s", title="dense peak TFLOP/s (TOPS for int8)")
     t.columns[0].no_wrap = True
     for g in rows:
-        t.add_row(g.key, *(f"{g.tflops[p]:g}" if p in g.tflops else "-" for p in PRECISIONS),
-                  f"{g.memory_bandwidth_gbs:g}" if g.memory_bandwidth_gbs else "-")
+        t.add_row(
+            g.key,
+            *(f"{g.tflops[p]:g}" if p in g.tflops else "-" for p in PRECISIONS),
+            f"{g.memory_bandwidth_gbs:g}" if g.memory_bandwidth_gbs else "-",
+        )
     c = _wide_console(t)
     c.print(t)
     for g in rows:
         c.print(f"[dim]{g.key}: {g.name} — {g.source}[/dim]", highlight=False, soft_wrap=True)
         ic = g.interconnect
         if ic:  # the links NCCL's bus bandwidth is measured against (both ways; one way is half)
-            links = ", ".join(x for x in (f"{ic.link} {ic.link_gbs:g} GB/s" if ic.link_gbs else "",
-                                           f"{ic.pcie} {ic.pcie_gbs:g} GB/s" if ic.pcie_gbs else "") if x)
+            links = ", ".join(
+                x
+                for x in (
+                    f"{ic.link} {ic.link_gbs:g} GB/s" if ic.link_gbs else "",
+                    f"{ic.pcie} {ic.pcie_gbs:g} GB/s" if ic.pcie_gbs else "",
+                )
+                if x
+            )
             c.print(f"[dim]  links: {links} — {ic.source}[/dim]", highlight=False, soft_wrap=True)
 
 
@@ -482,33 +603,59 @@ def rules(explain: str | None, as_json: bool) -> None:
     if as_json:
         import json
 
-        click.echo(json.dumps([{"id": r.id, "name": r.name, "layer": r.layer, "status": r.status,
-                                "category": r.category, "claims_loss": r.claims_loss, "title": r.title,
-                                "thresholds": dict(r.thresholds),
-                                "origin": r.origin} for r in catalog], indent=1))
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "id": r.id,
+                        "name": r.name,
+                        "layer": r.layer,
+                        "status": r.status,
+                        "category": r.category,
+                        "claims_loss": r.claims_loss,
+                        "title": r.title,
+                        "thresholds": dict(r.thresholds),
+                        "origin": r.origin,
+                    }
+                    for r in catalog
+                ],
+                indent=1,
+            )
+        )
         return
     w = max(len(r.name) for r in catalog) if catalog else 4
     click.echo(f"{'code':6} {'name':{w}} {'layer':8} {'status':10} {'explains':20} title")
     for r in catalog:
         explains = (r.category or "-") if r.claims_loss else "no loss: a risk"
         click.echo(f"{r.id:6} {r.name:{w}} {r.layer:8} {r.status:10} {explains:20} {r.title}")
-    click.echo("\n`plasmient-report rules --explain ID` prints a rule's page (docs/rules/ID.md); --select / --ignore / "
-               "--rules-config choose and tune them; a preview rule runs only when selected by its own code.")
+    click.echo(
+        "\n`plasmient-report rules --explain ID` prints a rule's page (docs/rules/ID.md); --select / --ignore / "
+        "--rules-config choose and tune them; a preview rule runs only when selected by its own code."
+    )
 
 
 @main.command(short_help="Compare two runs; exit 1 on a regression (the CI gate).")
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("candidate", type=click.Path(path_type=Path))
-@click.option("--fail-if-drop", "fail_if_drop", type=float, metavar="PTS",
-              help="Exit 1 when the achieved fraction of peak fell by more than PTS percentage points; exit 2 when "
-                   "either side's achieved fraction is unknown or only a lower bound (the gate cannot decide).")
+@click.option(
+    "--fail-if-drop",
+    "fail_if_drop",
+    type=float,
+    metavar="PTS",
+    help="Exit 1 when the achieved fraction of peak fell by more than PTS percentage points; exit 2 when "
+    "either side's achieved fraction is unknown or only a lower bound (the gate cannot decide).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-@click.option("--markdown", "markdown_file", type=click.Path(path_type=Path), metavar="FILE",
-              help="Also write the comparison as GitHub-flavoured markdown (a PR comment, $GITHUB_STEP_SUMMARY); "
-                   "'-' prints it instead of the table.")
+@click.option(
+    "--markdown",
+    "markdown_file",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help="Also write the comparison as GitHub-flavoured markdown (a PR comment, $GITHUB_STEP_SUMMARY); "
+    "'-' prints it instead of the table.",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
-def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool, markdown_file: Path | None,
-         debug: bool) -> None:
+def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool, markdown_file: Path | None, debug: bool) -> None:
     """Compare two runs: BASE and CANDIDATE are verdict.json files, output folders, or traces (analysed now).
     Prints the headline numbers, the losses, per-rank and per-range numbers, and new / resolved findings.
 
@@ -556,48 +703,116 @@ def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool,
 
 @main.command(short_help="Analyse many runs: a folder or archive of runs -> a fleet summary.")
 @click.argument("archives", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="ARCHIVE...")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path),
-              help="Output folder (default ./plasmient-out/batch-<name>/): runs/<run>/, summary.parquet, "
-                   "index.html. Must be new, empty, or an earlier batch output of this tool (then resumed).")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: a process pool; ray: Ray tasks (pip install 'plasmient-report[ray]').")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    help="Output folder (default ./plasmient-out/batch-<name>/): runs/<run>/, summary.parquet, "
+    "index.html. Must be new, empty, or an earlier batch output of this tool (then resumed).",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: a process pool; ray: Ray tasks (pip install 'plasmient-report[ray]').",
+)
 @click.option("--address", help="Ray cluster address (with --executor ray; default: start a local Ray).")
 @click.option("--jobs", type=int, help="Parallel runs (default: the CPU count; local Ray: its CPUs).")
-@click.option("--group-by", "group_by", default="folder", show_default=True, metavar="folder|prefix|REGEX",
-              help="Which files are one run: a folder of traces; names differing only by a rank number; or a regex "
-                   "over each file's path whose group 'run' names the run.")
+@click.option(
+    "--group-by",
+    "group_by",
+    default="folder",
+    show_default=True,
+    metavar="folder|prefix|REGEX",
+    help="Which files are one run: a folder of traces; names differing only by a rank number; or a regex "
+    "over each file's path whose group 'run' names the run.",
+)
 @click.option("--force", is_flag=True, help="Analyse every run again, even those whose inputs are unchanged.")
-@click.option("--max-unpacked-gib", type=float, default=64.0, show_default=True,
-              help="Refuse archives that unpack to more than this (all archives together).")
+@click.option(
+    "--max-unpacked-gib",
+    type=float,
+    default=64.0,
+    show_default=True,
+    help="Refuse archives that unpack to more than this (all archives together).",
+)
 @click.option("--no-html", is_flag=True, help="No report.html per run.")
 @click.option("--no-trace", is_flag=True, help="No trace.pftrace per run.")
 @click.option("--quiet", is_flag=True, help="Print nothing unless runs failed (then their count).")
-@click.option("--range", "ranges", multiple=True, metavar="NAME",
-              help="As for the main job: analyse only inside these ranges (glob; repeatable).")
-@click.option("--peak-precision", type=click.Choice(PRECISIONS),
-              help="Precision of the peak (default: each run's dominant matmul precision).")
+@click.option(
+    "--range",
+    "ranges",
+    multiple=True,
+    metavar="NAME",
+    help="As for the main job: analyse only inside these ranges (glob; repeatable).",
+)
+@click.option(
+    "--peak-precision",
+    type=click.Choice(PRECISIONS),
+    help="Precision of the peak (default: each run's dominant matmul precision).",
+)
 @click.option("--peak-tflops", type=float, metavar="TFLOPS", help="Use this peak (TFLOP/s) for every run.")
-@click.option("--peaks", "peaks_file", type=click.Path(path_type=Path), metavar="FILE.toml",
-              help="TOML file adding/overriding GPUs.")
+@click.option(
+    "--peaks", "peaks_file", type=click.Path(path_type=Path), metavar="FILE.toml", help="TOML file adding/overriding GPUs."
+)
 @click.option("--gpu", metavar="NAME", help="GPU name for runs whose traces do not name it.")
-@click.option("--model-flops", type=float, metavar="N",
-              help="FLOPs per step / per --range occurrence, as for the main job (same for every run).")
+@click.option(
+    "--model-flops",
+    type=float,
+    metavar="N",
+    help="FLOPs per step / per --range occurrence, as for the main job (same for every run).",
+)
 @click.option("--tz", metavar="ZONE", help="Time zone of local-time logs (nvidia-smi).")
-@click.option("--dcgm-period", type=float, default=1.0, show_default=True, metavar="SECONDS",
-              help="Sampling period (s) of logs that print no time.")
+@click.option(
+    "--dcgm-period",
+    type=float,
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Sampling period (s) of logs that print no time.",
+)
 @click.option("--select", "rule_select", multiple=True, metavar="IDS", help="Run only these rules (as the main job).")
 @click.option("--ignore", "rule_ignore", multiple=True, metavar="IDS", help="Skip these rules.")
-@click.option("--rules-config", type=click.Path(path_type=Path), metavar="FILE.toml",
-              help="Rule selection and thresholds (as the main job).")
-@click.option("--memory-budget", default="1.5GiB", show_default=True, metavar="SIZE",
-              help="Peak memory of each worker (as for the main job; 'none' for no limit).")
+@click.option(
+    "--rules-config",
+    type=click.Path(path_type=Path),
+    metavar="FILE.toml",
+    help="Rule selection and thresholds (as the main job).",
+)
+@click.option(
+    "--memory-budget",
+    default="1.5GiB",
+    show_default=True,
+    metavar="SIZE",
+    help="Peak memory of each worker (as for the main job; 'none' for no limit).",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
-def batch(archives: tuple[Path, ...], out_dir: Path | None, executor: str, address: str | None, jobs: int | None,
-          group_by: str, force: bool, max_unpacked_gib: float, no_html: bool, no_trace: bool, quiet: bool,
-          ranges: tuple[str, ...], peak_precision: str | None, peak_tflops: float | None, peaks_file: Path | None,
-          gpu: str | None, model_flops: float | None, tz: str | None, dcgm_period: float,
-          rule_select: tuple[str, ...], rule_ignore: tuple[str, ...], rules_config: Path | None, memory_budget: str,
-          debug: bool) -> None:
+def batch(
+    archives: tuple[Path, ...],
+    out_dir: Path | None,
+    executor: str,
+    address: str | None,
+    jobs: int | None,
+    group_by: str,
+    force: bool,
+    max_unpacked_gib: float,
+    no_html: bool,
+    no_trace: bool,
+    quiet: bool,
+    ranges: tuple[str, ...],
+    peak_precision: str | None,
+    peak_tflops: float | None,
+    peaks_file: Path | None,
+    gpu: str | None,
+    model_flops: float | None,
+    tz: str | None,
+    dcgm_period: float,
+    rule_select: tuple[str, ...],
+    rule_ignore: tuple[str, ...],
+    rules_config: Path | None,
+    memory_budget: str,
+    debug: bool,
+) -> None:
     """Analyse many runs: ARCHIVE is a folder, .tar, .tar.gz, .tar.zst or .zip of runs (docs/batch.md).
 
     Exit 0 when the batch ran, even if some runs failed (they are counted here and listed in summary.parquet
@@ -613,18 +828,40 @@ def batch(archives: tuple[Path, ...], out_dir: Path | None, executor: str, addre
         _fail("--address needs --executor ray")
     if not max_unpacked_gib > 0:
         _fail("--max-unpacked-gib must be a positive number")
-    opts = _options(ranges=ranges, peak_precision=peak_precision, peak_tflops=peak_tflops, peaks_file=peaks_file,
-                    gpu=gpu, write_html=not no_html, write_trace=not no_trace, tz=tz, dcgm_period_s=dcgm_period,
-                    rule_select=rule_select, rule_ignore=rule_ignore, rules_config=rules_config,
-                    model_flops=model_flops, memory_budget=memory_budget)
+    opts = _options(
+        ranges=ranges,
+        peak_precision=peak_precision,
+        peak_tflops=peak_tflops,
+        peaks_file=peaks_file,
+        gpu=gpu,
+        write_html=not no_html,
+        write_trace=not no_trace,
+        tz=tz,
+        dcgm_period_s=dcgm_period,
+        rule_select=rule_select,
+        rule_ignore=rule_ignore,
+        rules_config=rules_config,
+        model_flops=model_flops,
+        memory_budget=memory_budget,
+    )
     if out_dir is None:
         out_dir = Path("plasmient-out") / f"batch-{label_of(Path(archives[0]).absolute())}"
     progress = BatchProgress(quiet)
     try:
         with scratch.run():
-            result = run_batch(list(archives), out_dir, opts, executor=executor, jobs=jobs, address=address,
-                               group_by=group_by, force=force, max_unpacked_bytes=int(max_unpacked_gib * (1 << 30)),
-                               on_done=progress, on_start=progress.start)
+            result = run_batch(
+                list(archives),
+                out_dir,
+                opts,
+                executor=executor,
+                jobs=jobs,
+                address=address,
+                group_by=group_by,
+                force=force,
+                max_unpacked_bytes=int(max_unpacked_gib * (1 << 30)),
+                on_done=progress,
+                on_start=progress.start,
+            )
     except BadInput as e:
         if debug:
             raise
@@ -638,11 +875,17 @@ def batch(archives: tuple[Path, ...], out_dir: Path | None, executor: str, addre
     runs, failed, skipped = len(result.outcomes), result.count("failed"), result.count("skipped")
     if not quiet or failed:
         unread = len(result.unread)
-        click.echo(f"batch: {runs} run{'s' if runs != 1 else ''}: {result.count('analysed')} analysed, "
-                   f"skipped {skipped} (unchanged), {failed} failed" +
-                   (f"; {unread} file{'s' if unread != 1 else ''} / folder{'s' if unread != 1 else ''} in no run (listed in "
-                    "the summary)" if unread else ""),
-                   err=True)
+        click.echo(
+            f"batch: {runs} run{'s' if runs != 1 else ''}: {result.count('analysed')} analysed, "
+            f"skipped {skipped} (unchanged), {failed} failed"
+            + (
+                f"; {unread} file{'s' if unread != 1 else ''} / folder{'s' if unread != 1 else ''} in no run (listed in "
+                "the summary)"
+                if unread
+                else ""
+            ),
+            err=True,
+        )
     if not quiet:  # (the failures were listed as they happened)
         click.echo(f"summary: {path_text(result.summary)}\nindex:   {path_text(result.index)}")
 
@@ -650,23 +893,51 @@ def batch(archives: tuple[Path, ...], out_dir: Path | None, executor: str, addre
 # ----------------------------------------------------------------------------- measure, nsys-recipe-path
 # (docs: README "Measure your own GPU" and "Inside Nsight Systems: nsys recipe plasmient")
 
+
 @main.command(short_help="Run known workloads on this GPU and analyse them (needs torch + CUDA).")
-@click.option("--workload", type=click.Choice(["matmul", "memory", "launch", "attention", "all"]), default="all",
-              show_default=True, help="Which workload to run: each is bound by one thing, by construction.")
+@click.option(
+    "--workload",
+    type=click.Choice(["matmul", "memory", "launch", "attention", "all"]),
+    default="all",
+    show_default=True,
+    help="Which workload to run: each is bound by one thing, by construction.",
+)
 @click.option("--gpu-index", type=int, default=0, show_default=True, help="CUDA device index of the GPU to measure.")
-@click.option("--seconds", type=float, default=1.0, show_default=True,
-              help="Profiled time per workload (the launch workload is capped at 50,000 launches).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path),
-              help="Output folder (default ./plasmient-out/measure/): recording/ (traces, NVML samples, truth), "
-                   "<workload>/ (verdict.json, report.html, …), summary.json.")
-@click.option("--from", "from_dir", type=click.Path(path_type=Path),
-              help="Analyse a recording made earlier by `measure` (its folder) instead of recording: no GPU needed.")
+@click.option(
+    "--seconds",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Profiled time per workload (the launch workload is capped at 50,000 launches).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    help="Output folder (default ./plasmient-out/measure/): recording/ (traces, NVML samples, truth), "
+    "<workload>/ (verdict.json, report.html, …), summary.json.",
+)
+@click.option(
+    "--from",
+    "from_dir",
+    type=click.Path(path_type=Path),
+    help="Analyse a recording made earlier by `measure` (its folder) instead of recording: no GPU needed.",
+)
 @click.option("--no-html", is_flag=True, help="Do not write report.html.")
 @click.option("--no-trace", is_flag=True, help="Do not write trace.pftrace.")
 @click.option("--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
-def measure(workload: str, gpu_index: int, seconds: float, out_dir: Path | None, from_dir: Path | None,
-            no_html: bool, no_trace: bool, quiet: bool, debug: bool) -> None:
+def measure(
+    workload: str,
+    gpu_index: int,
+    seconds: float,
+    out_dir: Path | None,
+    from_dir: Path | None,
+    no_html: bool,
+    no_trace: bool,
+    quiet: bool,
+    debug: bool,
+) -> None:
     """Run known workloads on this GPU under the PyTorch profiler with NVML sampling, then analyse them: what
     nvidia-smi shows beside the fraction of peak achieved, and this GPU's measured ceilings.
 
@@ -674,8 +945,9 @@ def measure(workload: str, gpu_index: int, seconds: float, out_dir: Path | None,
     from .workloads import command
 
     try:
-        command.run(workload, gpu_index, seconds, out_dir, from_dir, quiet=quiet, write_html=not no_html,
-                    write_trace=not no_trace)
+        command.run(
+            workload, gpu_index, seconds, out_dir, from_dir, quiet=quiet, write_html=not no_html, write_trace=not no_trace
+        )
     except BadInput as e:
         if debug:
             raise

@@ -105,11 +105,15 @@ def _gate(base: Run, cand: Run, fail_if_drop: float | None) -> dict[str, Any]:
     for side, run in (("base", base), ("candidate", cand)):
         v = run.verdict
         if v.achieved_fraction_of_peak is None:
-            why.append(f"the achieved fraction of peak is unknown in the {side} ({run.label}: "
-                       f"{'no peak known for the GPU' if v.peak.tflops is None else 'no FLOP estimate'})")
+            why.append(
+                f"the achieved fraction of peak is unknown in the {side} ({run.label}: "
+                f"{'no peak known for the GPU' if v.peak.tflops is None else 'no FLOP estimate'})"
+            )
         elif v.achieved_is_lower_bound:
-            why.append(f"the achieved fraction of peak is only a lower bound in the {side} ({run.label}: work "
-                       "without a FLOP estimate is material; give --model-flops or record shapes)")
+            why.append(
+                f"the achieved fraction of peak is only a lower bound in the {side} ({run.label}: work "
+                "without a FLOP estimate is material; give --model-flops or record shapes)"
+            )
     if why:
         gate["undecided"] = True
         gate["message"] = "cannot gate: " + "; ".join(why)
@@ -117,10 +121,14 @@ def _gate(base: Run, cand: Run, fail_if_drop: float | None) -> dict[str, Any]:
     assert drop is not None and ach_b is not None and ach_c is not None
     failed = drop > fail_if_drop
     gate["failed"] = failed
-    gate["message"] = (f"achieved fraction of peak fell {drop:.2f} points ({ach_b:.2%} → {ach_c:.2%}), more than "
-                       f"the {fail_if_drop:g} allowed") if failed else \
-        (f"achieved fraction of peak {'fell' if drop > 0 else 'rose'} {abs(drop):.2f} points "
-         f"({ach_b:.2%} → {ach_c:.2%}); limit {fail_if_drop:g}")
+    gate["message"] = (
+        (f"achieved fraction of peak fell {drop:.2f} points ({ach_b:.2%} → {ach_c:.2%}), more than the {fail_if_drop:g} allowed")
+        if failed
+        else (
+            f"achieved fraction of peak {'fell' if drop > 0 else 'rose'} {abs(drop):.2f} points "
+            f"({ach_b:.2%} → {ach_c:.2%}); limit {fail_if_drop:g}"
+        )
+    )
     return gate
 
 
@@ -134,9 +142,15 @@ def compare(base: Run, cand: Run, fail_if_drop: float | None = None) -> dict[str
         _num("window_ns", b.run.window_ns, c.run.window_ns, "ns"),
     ]
     lb, lc = _losses(b.losses), _losses(c.losses)
-    losses: list[dict[str, Any]] = [{"category": k, "base": lb.get(k, 0.0), "candidate": lc.get(k, 0.0),
-                                     "delta_pts": (lc.get(k, 0.0) - lb.get(k, 0.0)) * 100.0}
-                                    for k in sorted(set(lb) | set(lc))]
+    losses: list[dict[str, Any]] = [
+        {
+            "category": k,
+            "base": lb.get(k, 0.0),
+            "candidate": lc.get(k, 0.0),
+            "delta_pts": (lc.get(k, 0.0) - lb.get(k, 0.0)) * 100.0,
+        }
+        for k in sorted(set(lb) | set(lc))
+    ]
     losses.sort(key=lambda x: -abs(x["delta_pts"]))
     rb = {(r.rank, r.device): r for r in b.ranks}
     rc = {(r.rank, r.device): r for r in c.ranks}
@@ -144,28 +158,57 @@ def compare(base: Run, cand: Run, fail_if_drop: float | None = None) -> dict[str
     def ach(r: Any) -> float | None:
         return r.achieved_fraction_of_peak if r is not None else None
 
-    ranks = [{"rank": k[0], "device": k[1], "achieved_base": ach(rb.get(k)), "achieved_candidate": ach(rc.get(k)),
-              "delta_pts": _pts(ach(rb.get(k)), ach(rc.get(k)))}
-             for k in sorted(set(rb) | set(rc), key=lambda x: (x[0] is None, x[0] or 0, x[1] is None, x[1] or 0))]
+    ranks = [
+        {
+            "rank": k[0],
+            "device": k[1],
+            "achieved_base": ach(rb.get(k)),
+            "achieved_candidate": ach(rc.get(k)),
+            "delta_pts": _pts(ach(rb.get(k)), ach(rc.get(k))),
+        }
+        for k in sorted(set(rb) | set(rc), key=lambda x: (x[0] is None, x[0] or 0, x[1] is None, x[1] or 0))
+    ]
     gb = {r.name: r for r in b.ranges}
     gc = {r.name: r for r in c.ranges}
-    ranges = [{"name": k, "achieved_base": ach(gb.get(k)), "achieved_candidate": ach(gc.get(k)),
-               "delta_pts": _pts(ach(gb.get(k)), ach(gc.get(k)))}
-              for k in sorted(set(gb) | set(gc))]
+    ranges = [
+        {
+            "name": k,
+            "achieved_base": ach(gb.get(k)),
+            "achieved_candidate": ach(gc.get(k)),
+            "delta_pts": _pts(ach(gb.get(k)), ach(gc.get(k))),
+        }
+        for k in sorted(set(gb) | set(gc))
+    ]
     sb = {s.range: s for s in b.step_summary}
     sc = {s.range: s for s in c.step_summary}
-    steps = [{"range": k, "base_ns": sb[k].mean_ns, "candidate_ns": sc[k].mean_ns,
-              "ratio": sc[k].mean_ns / sb[k].mean_ns if sb[k].mean_ns else None,
-              "spread_base": sb[k].spread, "spread_candidate": sc[k].spread,
-              "tokens_per_s_base": sb[k].tokens_per_s, "tokens_per_s_candidate": sc[k].tokens_per_s,
-              "mfu_base": sb[k].mfu, "mfu_candidate": sc[k].mfu}
-             for k in sb if k in sc]
+    steps = [
+        {
+            "range": k,
+            "base_ns": sb[k].mean_ns,
+            "candidate_ns": sc[k].mean_ns,
+            "ratio": sc[k].mean_ns / sb[k].mean_ns if sb[k].mean_ns else None,
+            "spread_base": sb[k].spread,
+            "spread_candidate": sc[k].spread,
+            "tokens_per_s_base": sb[k].tokens_per_s,
+            "tokens_per_s_candidate": sc[k].tokens_per_s,
+            "mfu_base": sb[k].mfu,
+            "mfu_candidate": sc[k].mfu,
+        }
+        for k in sb
+        if k in sc
+    ]
     fb = {_finding_key(f): f for f in b.findings}
     fc = {_finding_key(f): f for f in c.findings}
 
     def brief(f: Finding) -> dict[str, Any]:
-        return {"rule": f.rule, "rank": f.rank, "severity": f.severity, "lost_fraction": f.lost_fraction,
-                "title": f.title, "fix": f.fix}
+        return {
+            "rule": f.rule,
+            "rank": f.rank,
+            "severity": f.severity,
+            "lost_fraction": f.lost_fraction,
+            "title": f.title,
+            "fix": f.fix,
+        }
 
     new = [brief(fc[k]) for k in fc if k not in fb]
     resolved = [brief(fb[k]) for k in fb if k not in fc]
@@ -173,23 +216,40 @@ def compare(base: Run, cand: Run, fail_if_drop: float | None = None) -> dict[str
     for k in fc:
         if k in fb:
             x, y = fb[k], fc[k]
-            changed.append({**brief(y), "lost_base": x.lost_fraction, "lost_candidate": y.lost_fraction,
-                            "delta_pts": _pts(x.lost_fraction, y.lost_fraction), "title_base": x.title})
+            changed.append(
+                {
+                    **brief(y),
+                    "lost_base": x.lost_fraction,
+                    "lost_candidate": y.lost_fraction,
+                    "delta_pts": _pts(x.lost_fraction, y.lost_fraction),
+                    "title_base": x.title,
+                }
+            )
     changed.sort(key=lambda x: -abs(x["delta_pts"] or 0))
     notes = []
     pb, pc = b.peak, c.peak
     if (pb.gpu, pb.precision, pb.tflops) != (pc.gpu, pc.precision, pc.tflops):
-        notes.append(f"the peaks differ ({pb.gpu} {pb.precision} {pb.tflops} TFLOP/s vs "
-                     f"{pc.gpu} {pc.precision} {pc.tflops} TFLOP/s): fractions are of different peaks")
+        notes.append(
+            f"the peaks differ ({pb.gpu} {pb.precision} {pb.tflops} TFLOP/s vs "
+            f"{pc.gpu} {pc.precision} {pc.tflops} TFLOP/s): fractions are of different peaks"
+        )
     if b.achieved_is_lower_bound or c.achieved_is_lower_bound:
         notes.append("an achieved fraction is a lower bound (work without a FLOP estimate): compare with care")
     if b.run.range != c.run.range:
         notes.append(f"the runs analyse different ranges ({b.run.range} vs {c.run.range})")
-    return {"schema": SCHEMA, "base": {"source": base.label, "verdict": b.verdict},
-            "candidate": {"source": cand.label, "verdict": c.verdict}, "numbers": numbers,
-            "losses": losses, "ranks": ranks, "ranges": ranges, "steps": steps,
-            "findings": {"new": new, "resolved": resolved, "changed": changed}, "notes": notes,
-            "gate": _gate(base, cand, fail_if_drop)}
+    return {
+        "schema": SCHEMA,
+        "base": {"source": base.label, "verdict": b.verdict},
+        "candidate": {"source": cand.label, "verdict": c.verdict},
+        "numbers": numbers,
+        "losses": losses,
+        "ranks": ranks,
+        "ranges": ranges,
+        "steps": steps,
+        "findings": {"new": new, "resolved": resolved, "changed": changed},
+        "notes": notes,
+        "gate": _gate(base, cand, fail_if_drop),
+    }
 
 
 def _pct(x: float | None) -> str:
@@ -212,8 +272,9 @@ def render(d: dict[str, Any]) -> None:
     from rich.table import Table
 
     con = Console()
-    con.print(f"[bold]plasmient diff[/bold]  {escape(d['base']['source'])}  →  {escape(d['candidate']['source'])}",
-              highlight=False)
+    con.print(
+        f"[bold]plasmient diff[/bold]  {escape(d['base']['source'])}  →  {escape(d['candidate']['source'])}", highlight=False
+    )
     t = Table(box=None, pad_edge=False)
     for col in ("", "base", "candidate", "change"):
         t.add_column(col, justify="left" if not col else "right")
@@ -224,15 +285,24 @@ def render(d: dict[str, Any]) -> None:
         if n["unit"] == "fraction":
             t.add_row(n["name"].replace("_", " "), _pct(a), _pct(b), _delta(n.get("delta_pts")))
         elif n["unit"] == "ns":
-            t.add_row("window", f"{(a or 0) / 1e6:,.1f} ms", f"{(b or 0) / 1e6:,.1f} ms",
-                      f"{n['ratio']:.2f}x" if n.get("ratio") else "")
+            t.add_row(
+                "window", f"{(a or 0) / 1e6:,.1f} ms", f"{(b or 0) / 1e6:,.1f} ms", f"{n['ratio']:.2f}x" if n.get("ratio") else ""
+            )
         else:
-            t.add_row(n["name"], f"{a:.1f}x" if a else "n/a", f"{b:.1f}x" if b else "n/a",
-                      f"{n['ratio']:.2f}x" if n.get("ratio") else "")
+            t.add_row(
+                n["name"],
+                f"{a:.1f}x" if a else "n/a",
+                f"{b:.1f}x" if b else "n/a",
+                f"{n['ratio']:.2f}x" if n.get("ratio") else "",
+            )
     t.add_row("verdict", escape(str(d["base"]["verdict"])), escape(str(d["candidate"]["verdict"])), "")
     for x in d.get("steps") or []:
-        t.add_row(f"step time ({escape(x['range'])})", f"{x['base_ns'] / 1e6:,.1f} ms", f"{x['candidate_ns'] / 1e6:,.1f} ms",
-                  f"{x['ratio']:.2f}x" if x.get("ratio") else "")
+        t.add_row(
+            f"step time ({escape(x['range'])})",
+            f"{x['base_ns'] / 1e6:,.1f} ms",
+            f"{x['candidate_ns'] / 1e6:,.1f} ms",
+            f"{x['ratio']:.2f}x" if x.get("ratio") else "",
+        )
     con.print(t)
     if d["losses"]:
         lt = Table("loss", "base", "candidate", "change", box=None, pad_edge=False, title_justify="left")
@@ -249,11 +319,13 @@ def render(d: dict[str, Any]) -> None:
     f = d["findings"]
     for label, rows, style in (("new", f["new"], "red"), ("resolved", f["resolved"], "green")):
         for x in rows[:8]:
-            con.print(f"  [{style}]{label:8s}[/{style}] {x['rule']} {_pct(x['lost_fraction'])}  {escape(x['title'])}",
-                      highlight=False)
+            con.print(
+                f"  [{style}]{label:8s}[/{style}] {x['rule']} {_pct(x['lost_fraction'])}  {escape(x['title'])}", highlight=False
+            )
     for x in [x for x in f["changed"] if x["delta_pts"] is not None and abs(x["delta_pts"]) >= 0.5][:8]:
-        con.print(f"  changed  {x['rule']} {_pct(x['lost_base'])} → {_pct(x['lost_candidate'])}  {escape(x['title'])}",
-                  highlight=False)
+        con.print(
+            f"  changed  {x['rule']} {_pct(x['lost_base'])} → {_pct(x['lost_candidate'])}  {escape(x['title'])}", highlight=False
+        )
     for n in d["notes"]:
         con.print(f"  [yellow]note:[/yellow] {escape(n)}", highlight=False)
     g = d["gate"]

@@ -38,8 +38,9 @@ def _per_window(macro: str, extra: str = "") -> Callable[[duckdb.DuckDBPyConnect
     scope and range as the first columns."""
 
     def query(con: duckdb.DuckDBPyConnection) -> str | None:
-        windows = con.execute("SELECT DISTINCT scope, range_name FROM windows ORDER BY scope DESC, range_name "
-                              "NULLS FIRST").fetchall()
+        windows = con.execute(
+            "SELECT DISTINCT scope, range_name FROM windows ORDER BY scope DESC, range_name NULLS FIRST"
+        ).fetchall()
         if not windows:
             return None
         parts = []
@@ -52,43 +53,91 @@ def _per_window(macro: str, extra: str = "") -> Callable[[duckdb.DuckDBPyConnect
 
 
 TABLES: tuple[Table, ...] = (
-    Table("metrics", "utilization, achieved fraction and coverage per analysed window, per GPU and for the run "
-          "(rank NULL)", "SELECT * FROM metrics ORDER BY scope DESC, range_name NULLS FIRST, rank NULLS FIRST, device",
-          ("metrics",)),
-    Table("metrics_by_precision", "the achieved fraction per window, GPU and precision",
-          "SELECT * FROM metrics_by_precision ORDER BY scope DESC, range_name NULLS FIRST, rank NULLS FIRST, device, "
-          "precision", ("metrics_by_precision",)),
-    Table("losses", "the loss waterfall per window, GPU and category (lost peak-time and its share of the window)",
-          """SELECT l.scope, l.range_name, l.rank, l.device, l.category, any_value(l.layer) AS layer,
+    Table(
+        "metrics",
+        "utilization, achieved fraction and coverage per analysed window, per GPU and for the run (rank NULL)",
+        "SELECT * FROM metrics ORDER BY scope DESC, range_name NULLS FIRST, rank NULLS FIRST, device",
+        ("metrics",),
+    ),
+    Table(
+        "metrics_by_precision",
+        "the achieved fraction per window, GPU and precision",
+        "SELECT * FROM metrics_by_precision ORDER BY scope DESC, range_name NULLS FIRST, rank NULLS FIRST, device, precision",
+        ("metrics_by_precision",),
+    ),
+    Table(
+        "losses",
+        "the loss waterfall per window, GPU and category (lost peak-time and its share of the window)",
+        """SELECT l.scope, l.range_name, l.rank, l.device, l.category, any_value(l.layer) AS layer,
                     sum(l.lost_ns) AS lost_ns, sum(l.lost_ns) / any_value(m.window_ns) AS fraction
              FROM losses l JOIN metrics m ON m.scope = l.scope AND m.range_name IS NOT DISTINCT FROM l.range_name
                               AND m.rank IS NOT DISTINCT FROM l.rank AND m.device IS NOT DISTINCT FROM l.device
              GROUP BY ALL ORDER BY l.scope DESC, l.range_name NULLS FIRST, l.rank, l.device, lost_ns DESC""",
-          ("stretches", "metrics")),
-    Table("kernels", "per kernel name and window: count, time, FLOPs, bytes, FLOP/s, fraction of peak, intensity, "
-          "bound (kernel_roofline)", _per_window("kernel_roofline", ", 'kernel'"), ("kernel_class", "window_kernels")),
-    Table("ops", "per op and window: the same (kernel_roofline by op)", _per_window("kernel_roofline", ", 'op'"),
-          ("kernel_class", "window_kernels")),
-    Table("shapes", "per GEMM / attention / convolution shape and window (shape_roofline)",
-          _per_window("shape_roofline"), ("kernel_shapes",)),
-    Table("steps", "per step: each occurrence of an analysed range on each GPU over its GPU window",
-          "SELECT * FROM steps ORDER BY label, rank, device, occurrence", ("steps",)),
-    Table("step_losses", "each step's loss waterfall", "SELECT s.label, s.name, l.rank, l.device, l.occurrence, "
-          "l.category, l.layer, l.lost_ns, l.lost_ns / s.gpu_ns AS fraction FROM step_losses l JOIN steps s "
-          "USING (label, rank, device, occurrence) ORDER BY l.label, l.rank, l.device, l.occurrence, l.lost_ns DESC",
-          ("steps", "step_losses")),
-    Table("step_stats", "per range of steps: mean, median, spread of the GPU step time", "SELECT * FROM step_stats",
-          ("steps",)),
-    Table("collectives", "per collective instance (one operation seen on several ranks): its lateness and the rank "
-          "that arrived last", "SELECT * FROM collective_instances ORDER BY first_start_ns", ("collective_members",)),
-    Table("collective_members", "per collective operation on a rank: its kernel, duration and wait for its peers",
-          "SELECT * FROM collective_members ORDER BY start_ns, rank", ("collective_members",)),
-    Table("idle_gaps", "per idle gap of each window: its span and the host sync that began it",
-          "SELECT * FROM idle_gaps ORDER BY scope DESC, range_name NULLS FIRST, rank, device, start_ns", ("idle_gaps",)),
-    Table("findings", "the rules' findings (evidence as JSON)",
-          "SELECT * FROM findings ORDER BY lost_fraction DESC NULLS LAST, rule_id", ("findings",)),
-    Table("sources", "the inputs: format, rank, clock offset and how it was found",
-          "SELECT * FROM sources ORDER BY source_id", ("sources",)),
+        ("stretches", "metrics"),
+    ),
+    Table(
+        "kernels",
+        "per kernel name and window: count, time, FLOPs, bytes, FLOP/s, fraction of peak, intensity, bound (kernel_roofline)",
+        _per_window("kernel_roofline", ", 'kernel'"),
+        ("kernel_class", "window_kernels"),
+    ),
+    Table(
+        "ops",
+        "per op and window: the same (kernel_roofline by op)",
+        _per_window("kernel_roofline", ", 'op'"),
+        ("kernel_class", "window_kernels"),
+    ),
+    Table(
+        "shapes",
+        "per GEMM / attention / convolution shape and window (shape_roofline)",
+        _per_window("shape_roofline"),
+        ("kernel_shapes",),
+    ),
+    Table(
+        "steps",
+        "per step: each occurrence of an analysed range on each GPU over its GPU window",
+        "SELECT * FROM steps ORDER BY label, rank, device, occurrence",
+        ("steps",),
+    ),
+    Table(
+        "step_losses",
+        "each step's loss waterfall",
+        "SELECT s.label, s.name, l.rank, l.device, l.occurrence, "
+        "l.category, l.layer, l.lost_ns, l.lost_ns / s.gpu_ns AS fraction FROM step_losses l JOIN steps s "
+        "USING (label, rank, device, occurrence) ORDER BY l.label, l.rank, l.device, l.occurrence, l.lost_ns DESC",
+        ("steps", "step_losses"),
+    ),
+    Table("step_stats", "per range of steps: mean, median, spread of the GPU step time", "SELECT * FROM step_stats", ("steps",)),
+    Table(
+        "collectives",
+        "per collective instance (one operation seen on several ranks): its lateness and the rank that arrived last",
+        "SELECT * FROM collective_instances ORDER BY first_start_ns",
+        ("collective_members",),
+    ),
+    Table(
+        "collective_members",
+        "per collective operation on a rank: its kernel, duration and wait for its peers",
+        "SELECT * FROM collective_members ORDER BY start_ns, rank",
+        ("collective_members",),
+    ),
+    Table(
+        "idle_gaps",
+        "per idle gap of each window: its span and the host sync that began it",
+        "SELECT * FROM idle_gaps ORDER BY scope DESC, range_name NULLS FIRST, rank, device, start_ns",
+        ("idle_gaps",),
+    ),
+    Table(
+        "findings",
+        "the rules' findings (evidence as JSON)",
+        "SELECT * FROM findings ORDER BY lost_fraction DESC NULLS LAST, rule_id",
+        ("findings",),
+    ),
+    Table(
+        "sources",
+        "the inputs: format, rank, clock offset and how it was found",
+        "SELECT * FROM sources ORDER BY source_id",
+        ("sources",),
+    ),
 )
 # Library modules whose tables and views are exported as they are, when the store has them (collectives, memory and
 # launch statistics; device links).
@@ -117,8 +166,12 @@ def store_path(run: Path) -> Path:
 
 
 def _objects(con: duckdb.DuckDBPyConnection) -> set[str]:
-    return {n for (n,) in con.execute("SELECT table_name FROM duckdb_tables() UNION SELECT view_name FROM "
-                                      "duckdb_views() WHERE NOT internal").fetchall()}
+    return {
+        n
+        for (n,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() UNION SELECT view_name FROM duckdb_views() WHERE NOT internal"
+        ).fetchall()
+    }
 
 
 def tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str]]:
@@ -138,8 +191,7 @@ def tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str]]:
             continue
         for kind, obj in _OBJECT_RE.findall(mods[m].sql):
             if obj in have and obj not in known and not obj.startswith("_"):
-                out.append((obj, f"{kind.lower()} {obj} of sql/{m}.sql (docs/measurements.md)",
-                            f"SELECT * FROM {obj}"))
+                out.append((obj, f"{kind.lower()} {obj} of sql/{m}.sql (docs/measurements.md)", f"SELECT * FROM {obj}"))
                 known.add(obj)
     return out
 
@@ -178,8 +230,7 @@ def export(run: Path, targets: Sequence[tuple[str, Path]]) -> list[tuple[Path, l
                     for name, _, query in todo:
                         file = tmp / f"{name}.{fmt}"
                         written.append((file.name, _copy(con, query, file, fmt)))
-                    (tmp / "README.md").write_text(_readme(db, fmt, [(f"{n}.{fmt}", w) for n, w, _ in todo]),
-                                                   encoding="utf-8")
+                    (tmp / "README.md").write_text(_readme(db, fmt, [(f"{n}.{fmt}", w) for n, w, _ in todo]), encoding="utf-8")
                 results.append((folder, written))
     except OSError as e:
         raise BadInput(checked[0][1], f"cannot write the export ({e.strerror})") from None
@@ -189,8 +240,15 @@ def export(run: Path, targets: Sequence[tuple[str, Path]]) -> list[tuple[Path, l
 
 
 def _readme(db: Path, fmt: str, files: list[tuple[str, str]]) -> str:
-    lines = [f"# plasmient-report export ({fmt})", "", f"From `{db}`. Times are in ns (UTC on the run's common clock),",
-             "fractions 0–1, rates in FLOP/s and B/s; each column is documented in docs/measurements.md and",
-             "docs/schema.md of plasmient-report.", "", "| file | what |", "|---|---|"]
+    lines = [
+        f"# plasmient-report export ({fmt})",
+        "",
+        f"From `{db}`. Times are in ns (UTC on the run's common clock),",
+        "fractions 0–1, rates in FLOP/s and B/s; each column is documented in docs/measurements.md and",
+        "docs/schema.md of plasmient-report.",
+        "",
+        "| file | what |",
+        "|---|---|",
+    ]
     lines += [f"| `{f}` | {w} |" for f, w in files]
     return "\n".join(lines) + "\n"

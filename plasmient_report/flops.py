@@ -16,11 +16,27 @@ from typing import Any
 
 from .vocab import DTYPE_PRECISION, ELEMENT_BYTES, EXTRA_ELEMENT_BYTES, SCALAR_TYPE_BYTES
 
-__all__ = ["ATTENTION_OPS", "BOOL_OUTPUT_OPS", "BYTE_MODELS", "CONV_OPS", "DTYPE_PRECISION", "ELEMENT_BYTES", "GEMM_OPS",
-           "MATMUL_OPS", "MODELS", "SHAPE_FIELDS", "element_bytes", "op_bytes", "op_flops", "op_precision", "op_shape",
-           "op_traffic_bytes"]
+__all__ = [
+    "ATTENTION_OPS",
+    "BOOL_OUTPUT_OPS",
+    "BYTE_MODELS",
+    "CONV_OPS",
+    "DTYPE_PRECISION",
+    "ELEMENT_BYTES",
+    "GEMM_OPS",
+    "MATMUL_OPS",
+    "MODELS",
+    "SHAPE_FIELDS",
+    "element_bytes",
+    "op_bytes",
+    "op_flops",
+    "op_precision",
+    "op_shape",
+    "op_traffic_bytes",
+]
 
 Dims = list[Any]
+
 
 def _shape(x: Any) -> list[int] | None:
     if isinstance(x, list) and all(isinstance(v, int) for v in x):
@@ -91,8 +107,7 @@ def _is_causal(concrete: list[Any] | None, index: int) -> bool:
     return str(concrete[index]).strip().lower() in ("true", "1")
 
 
-def _attention(q: list[int] | None, k: list[int] | None, v: list[int] | None, causal: bool,
-               layout: str = "bhsd") -> float | None:
+def _attention(q: list[int] | None, k: list[int] | None, v: list[int] | None, causal: bool, layout: str = "bhsd") -> float | None:
     """2·B·H·L·S·(E + Ev), halved when causal. Layout 'bhsd' (SDPA) or 'bshd' (flash/efficient internals)."""
     if not q or not k or len(q) != 4 or len(k) != 4:
         return None
@@ -114,8 +129,7 @@ def _sdpa(q_at: int, causal_at: int, layout: str = "bhsd", backward: bool = Fals
     def model(d: Dims, concrete: list[Any] | None = None) -> float | None:
         if len(d) < q_at + 3:
             return None
-        f = _attention(_shape(d[q_at]), _shape(d[q_at + 1]), _shape(d[q_at + 2]),
-                       _is_causal(concrete, causal_at), layout)
+        f = _attention(_shape(d[q_at]), _shape(d[q_at + 1]), _shape(d[q_at + 2]), _is_causal(concrete, causal_at), layout)
         return None if f is None else (2.5 * f if backward else f)
 
     return model
@@ -125,8 +139,7 @@ def _sdpa(q_at: int, causal_at: int, layout: str = "bhsd", backward: bool = Fals
 # conv1d/2d/3d, convolution and _convolution (input, weight, bias, stride, padding, dilation, [transposed,
 # output_padding,] groups …); conv_transpose (…, stride, padding, output_padding, groups, dilation);
 # cudnn_convolution (input, weight, padding, stride, dilation, groups, …), which has no bias argument.
-_CONV_ARGS = {"conv": (3, 4, 5, 6), "convolution": (3, 4, 5, 8), "transpose": (3, 4, 7, 6),
-              "cudnn": (3, 2, 4, 5)}
+_CONV_ARGS = {"conv": (3, 4, 5, 6), "convolution": (3, 4, 5, 8), "transpose": (3, 4, 7, 6), "cudnn": (3, 2, 4, 5)}
 
 
 def _ints(concrete: list[Any] | None, i: int, nsp: int) -> list[int] | None:
@@ -146,8 +159,9 @@ def _ints(concrete: list[Any] | None, i: int, nsp: int) -> list[int] | None:
     return None
 
 
-def conv(d: Dims, concrete: list[Any] | None = None, transposed: bool = False,
-         args: tuple[int, int, int, int] = _CONV_ARGS["conv"]) -> float | None:
+def conv(
+    d: Dims, concrete: list[Any] | None = None, transposed: bool = False, args: tuple[int, int, int, int] = _CONV_ARGS["conv"]
+) -> float | None:
     """Convolution: 2 · N · C_out · prod(out spatial) · C_in/groups · prod(kernel). `args`: the argument positions of
     stride, padding, dilation and groups in the op's signature."""
     x, w = _shape(d[0]), _shape(d[1]) if len(d) > 1 else None
@@ -210,16 +224,26 @@ ATTENTION_OPS: dict[str, tuple[int, int, str, bool]] = {
 }
 # Matmul ops: (index of the first operand, kind) — the second operand follows it.
 GEMM_OPS: dict[str, tuple[int, str]] = {
-    "aten::mm": (0, "mm"), "aten::_scaled_mm": (0, "mm"), "aten::addmm": (1, "mm"), "aten::bmm": (0, "bmm"),
-    "aten::baddbmm": (1, "bmm"), "aten::matmul": (0, "matmul"), "aten::linear": (0, "linear"),
+    "aten::mm": (0, "mm"),
+    "aten::_scaled_mm": (0, "mm"),
+    "aten::addmm": (1, "mm"),
+    "aten::bmm": (0, "bmm"),
+    "aten::baddbmm": (1, "bmm"),
+    "aten::matmul": (0, "matmul"),
+    "aten::linear": (0, "linear"),
 }
 # Convolution ops: whether the op is a transposed convolution (None: its concrete input 6 says), and which of
 # _CONV_ARGS's argument orders its signature has.
 CONV_OPS: dict[str, tuple[bool | None, str]] = {
-    "aten::conv1d": (False, "conv"), "aten::conv2d": (False, "conv"), "aten::conv3d": (False, "conv"),
-    "aten::convolution": (None, "convolution"), "aten::_convolution": (None, "convolution"),
-    "aten::cudnn_convolution": (False, "cudnn"), "aten::conv_transpose1d": (True, "transpose"),
-    "aten::conv_transpose2d": (True, "transpose"), "aten::conv_transpose3d": (True, "transpose"),
+    "aten::conv1d": (False, "conv"),
+    "aten::conv2d": (False, "conv"),
+    "aten::conv3d": (False, "conv"),
+    "aten::convolution": (None, "convolution"),
+    "aten::_convolution": (None, "convolution"),
+    "aten::cudnn_convolution": (False, "cudnn"),
+    "aten::conv_transpose1d": (True, "transpose"),
+    "aten::conv_transpose2d": (True, "transpose"),
+    "aten::conv_transpose3d": (True, "transpose"),
 }
 
 
@@ -239,8 +263,10 @@ MODELS: dict[str, Callable[..., float | None]] = {
     "aten::matmul": _plain(matmul),
     "aten::linear": _plain(linear),
     "aten::_scaled_mm": _plain(mm),
-    **{name: _sdpa(q_at, causal_at, layout=layout, backward=bwd)
-       for name, (q_at, causal_at, layout, bwd) in ATTENTION_OPS.items()},
+    **{
+        name: _sdpa(q_at, causal_at, layout=layout, backward=bwd)
+        for name, (q_at, causal_at, layout, bwd) in ATTENTION_OPS.items()
+    },
     **{name: _conv_model(name) for name in CONV_OPS},
     "aten::convolution_backward": conv_backward,
 }
@@ -268,8 +294,28 @@ def op_flops(name: str, input_dims: str | None, concrete_inputs: str | None = No
     return f if f is not None and math.isfinite(f) and f >= 0 else None
 
 
-SHAPE_FIELDS = ("family", "shape", "pass", "batch", "m", "n", "k", "heads", "kv_heads", "q_len", "kv_len", "head_dim",
-                "causal", "conv_input", "conv_weight", "stride", "padding", "dilation", "groups", "transposed")
+SHAPE_FIELDS = (
+    "family",
+    "shape",
+    "pass",
+    "batch",
+    "m",
+    "n",
+    "k",
+    "heads",
+    "kv_heads",
+    "q_len",
+    "kv_len",
+    "head_dim",
+    "causal",
+    "conv_input",
+    "conv_weight",
+    "stride",
+    "padding",
+    "dilation",
+    "groups",
+    "transposed",
+)
 
 
 def op_shape(name: str, input_dims: str | None, concrete_inputs: str | None = None) -> dict[str, Any] | None:
@@ -314,8 +360,9 @@ def op_shape(name: str, input_dims: str | None, concrete_inputs: str | None = No
             nb = max(len(ba), len(bb))
             ba, bb = [1] * (nb - len(ba)) + ba, [1] * (nb - len(bb)) + bb
             batch = _prod([max(x, y) for x, y in zip(ba, bb, strict=True)])
-        out.update(family="gemm", batch=batch, m=m, n=n, k=k,
-                   shape=(f"batch {batch} × " if batch > 1 else "") + f"M={m} N={n} K={k}")
+        out.update(
+            family="gemm", batch=batch, m=m, n=n, k=k, shape=(f"batch {batch} × " if batch > 1 else "") + f"M={m} N={n} K={k}"
+        )
         return out
     if name in ATTENTION_OPS:
         q_at, causal_at, layout, backward = ATTENTION_OPS[name]
@@ -332,10 +379,22 @@ def op_shape(name: str, input_dims: str | None, concrete_inputs: str | None = No
             s_len, hk = kk[1], kk[2]
         ev = v[-1] if v and len(v) == 4 else e
         causal = _is_causal(concrete, causal_at)
-        out.update(family="attention", batch=nb_, heads=h, kv_heads=hk, q_len=lq, kv_len=s_len, head_dim=e,
-                   causal=causal, **{"pass": "backward" if backward else "forward"},
-                   shape=f"B={nb_} H={h}" + (f"/{hk}" if hk != h else "") + f" L={lq} S={s_len} D={e}"
-                         + (f"/{ev}" if ev != e else "") + (" causal" if causal else ""))
+        out.update(
+            family="attention",
+            batch=nb_,
+            heads=h,
+            kv_heads=hk,
+            q_len=lq,
+            kv_len=s_len,
+            head_dim=e,
+            causal=causal,
+            **{"pass": "backward" if backward else "forward"},
+            shape=f"B={nb_} H={h}"
+            + (f"/{hk}" if hk != h else "")
+            + f" L={lq} S={s_len} D={e}"
+            + (f"/{ev}" if ev != e else "")
+            + (" causal" if causal else ""),
+        )
         return out
     if name in CONV_OPS or name == "aten::convolution_backward":
         backward = name == "aten::convolution_backward"
@@ -358,12 +417,23 @@ def op_shape(name: str, input_dims: str | None, concrete_inputs: str | None = No
         def dims(xs: list[int]) -> str:
             return "×".join(map(str, xs))
 
-        out.update(family="conv", batch=x[0], conv_input=dims(x), conv_weight=dims(w), stride=dims(stride),
-                   padding=dims(padding), dilation=dims(dilation), groups=groups, transposed=bool(transposed),
-                   **{"pass": "backward" if backward else "forward"},
-                   shape=f"in {dims(x)} w {dims(w)}" + (f" stride {dims(stride)}" if any(v != 1 for v in stride) else "")
-                         + (f" pad {dims(padding)}" if any(padding) else "") + (f" groups {groups}" if groups != 1 else "")
-                         + (" transposed" if transposed else ""))
+        out.update(
+            family="conv",
+            batch=x[0],
+            conv_input=dims(x),
+            conv_weight=dims(w),
+            stride=dims(stride),
+            padding=dims(padding),
+            dilation=dims(dilation),
+            groups=groups,
+            transposed=bool(transposed),
+            **{"pass": "backward" if backward else "forward"},
+            shape=f"in {dims(x)} w {dims(w)}"
+            + (f" stride {dims(stride)}" if any(v != 1 for v in stride) else "")
+            + (f" pad {dims(padding)}" if any(padding) else "")
+            + (f" groups {groups}" if groups != 1 else "")
+            + (" transposed" if transposed else ""),
+        )
         return out
     return None
 
@@ -448,23 +518,28 @@ class _Args:
         return SCALAR_TYPE_BYTES.get(v) if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _norm_fwd(x: int, w: int | None, b: int | None, stat_rows: Callable[[_Args], int] | None = None,
-              n_stats: int = 2) -> Callable[[_Args], float | None]:
+def _norm_fwd(
+    x: int, w: int | None, b: int | None, stat_rows: Callable[[_Args], int] | None = None, n_stats: int = 2
+) -> Callable[[_Args], float | None]:
     """Normalisation forward: read x (+ weight, bias), write y the size of x (+ the saved statistics, fp32: mean and
     rstd per row or group; rstd alone for RMS norm)."""
+
     def model(a: _Args) -> float | None:
         if not a.shape(x):
             return None
         extra = sum(a.nbytes(i) for i in (w, b) if i is not None)
         stats = n_stats * 4 * stat_rows(a) if stat_rows else 0
         return float(2 * a.nbytes(x) + extra + stats)
+
     return model
 
 
-def _norm_bwd(grad: int, x: int, small_in: Sequence[int], weight: int | None, n_weight_grads: int,
-              mask_at: int | None) -> Callable[[_Args], float | None]:
+def _norm_bwd(
+    grad: int, x: int, small_in: Sequence[int], weight: int | None, n_weight_grads: int, mask_at: int | None
+) -> Callable[[_Args], float | None]:
     """Normalisation backward: read grad and x (+ saved stats, weight), write grad_input the size of x and the weight /
     bias gradients (per output_mask when recorded)."""
+
     def model(a: _Args) -> float | None:
         if not a.shape(grad) or not a.shape(x):
             return None
@@ -475,8 +550,10 @@ def _norm_bwd(grad: int, x: int, small_in: Sequence[int], weight: int | None, n_
                 return None
             grads_w = sum(1 for m in mask[1:] if m is True)
         wb = a.nbytes(weight) if weight is not None else 0
-        return float(a.nbytes(grad) + a.nbytes(x) + sum(a.nbytes(i) for i in small_in) + wb
-                     + a.numel(x) * a.elem(grad) + grads_w * wb)
+        return float(
+            a.nbytes(grad) + a.nbytes(x) + sum(a.nbytes(i) for i in small_in) + wb + a.numel(x) * a.elem(grad) + grads_w * wb
+        )
+
     return model
 
 
@@ -492,12 +569,14 @@ def _layer_norm_rows(a: _Args) -> int:
 def _batch_norm(x: int, w: int, b: int, rm: int, rv: int, training_at: int) -> Callable[[_Args], float | None]:
     """Batch norm forward: training reads x twice (the statistics pass, then the normalising pass), eval once; writes
     y; per-channel weight, bias, running stats read (and written when training)."""
+
     def model(a: _Args) -> float | None:
         if not a.shape(x):
             return None
         train = a.flag(training_at, True)
         chan = sum(a.nbytes(i) for i in (w, b, rm, rv))
         return float((3 if train else 2) * a.nbytes(x) + chan + (a.nbytes(rm) + a.nbytes(rv) if train else 0))
+
     return model
 
 
@@ -513,11 +592,13 @@ def _batch_norm_bwd(a: _Args) -> float | None:
 
 def _softmax(half_to_float_at: int | None) -> Callable[[_Args], float | None]:
     """softmax / log_softmax: read x, write y the size of x (fp32 when half_to_float)."""
+
     def model(a: _Args) -> float | None:
         if not a.shape(0):
             return None
         out_elem = 4 if half_to_float_at is not None and a.flag(half_to_float_at, False) else a.elem(0)
         return float(a.nbytes(0) + a.numel(0) * out_elem)
+
     return model
 
 
@@ -528,10 +609,12 @@ def _softmax_bwd(a: _Args) -> float | None:
     return float(a.nbytes(0) + a.nbytes(1) + a.numel(0) * (a.scalar_type_bytes(3) or a.elem(0)))
 
 
-def _reduction(dim_at: int | None, keepdim_at: int | None, out_elem: int | None = None,
-               with_indices: bool = False) -> Callable[[_Args], float | None]:
+def _reduction(
+    dim_at: int | None, keepdim_at: int | None, out_elem: int | None = None, with_indices: bool = False
+) -> Callable[[_Args], float | None]:
     """Reductions: read the input once, write the reduced output — its size from `dim` when recorded (all dims when
     `dim` is empty or absent: one element)."""
+
     def model(a: _Args) -> float | None:
         shape = a.shape(0)
         if not shape:
@@ -546,6 +629,7 @@ def _reduction(dim_at: int | None, keepdim_at: int | None, out_elem: int | None 
             out = 1
         elem = out_elem or a.elem(0)
         return float(a.nbytes(0) + out * elem + (out * 8 if with_indices else 0))
+
     return model
 
 
@@ -576,10 +660,12 @@ def _copy(a: _Args) -> float | None:
 
 def _to_copy(dtype_at: int) -> Callable[[_Args], float | None]:
     """to / _to_copy(self, dtype, …): read self, write it in the target dtype (the same one when not given)."""
+
     def model(a: _Args) -> float | None:
         if not a.shape(0):
             return None
         return float(a.nbytes(0) + a.numel(0) * (a.scalar_type_bytes(dtype_at) or a.elem(0)))
+
     return model
 
 
@@ -611,11 +697,13 @@ def _gather(a: _Args) -> float | None:
 def _scatter(src_at: int, accumulate: bool) -> Callable[[_Args], float | None]:
     """scatter_ / scatter_add_ / index_add_ (self, dim, index, src): read the index and src, write as many elements
     of self (scatter_add / index_add also read them)."""
+
     def model(a: _Args) -> float | None:
         if not a.shape(0) or not a.shape(2):
             return None
         n = a.numel(src_at) if a.shape(src_at) else a.numel(2)  # index_add_: src's slices, not the 1-D index
         return float(a.nbytes(2) + (a.nbytes(src_at) if a.shape(src_at) else 0) + (2 if accumulate else 1) * n * a.elem(0))
+
     return model
 
 
@@ -629,7 +717,7 @@ def _index(a: _Args) -> float | None:
     if not shapes or len(idx) > len(s):
         return None
     picked = max(math.prod(d) for d in shapes)
-    out = picked * math.prod(s[len(idx):])
+    out = picked * math.prod(s[len(idx) :])
     return float(sum(math.prod(d) for d in shapes) * 8 + 2 * out * a.elem(0))
 
 
@@ -725,8 +813,13 @@ BYTE_MODELS: dict[str, Callable[[_Args], float | None]] = {
 }
 
 
-def op_traffic_bytes(name: str | None, input_dims: str | None, input_types: str | None,
-                     concrete_inputs: str | None = None, elem_hint: int | None = None) -> float | None:
+def op_traffic_bytes(
+    name: str | None,
+    input_dims: str | None,
+    input_types: str | None,
+    concrete_inputs: str | None = None,
+    elem_hint: int | None = None,
+) -> float | None:
     """Minimum DRAM bytes of a memory-bound op from its `Input Dims`, `Input type` and `Concrete Inputs`: the op's own
     model in BYTE_MODELS (norms, softmax, reductions, embedding, copies, gathers / scatters, cat), else the
     elementwise one: every tensor input read once, one output the size of the first input written (in-place ops:
@@ -744,8 +837,9 @@ def op_traffic_bytes(name: str | None, input_dims: str | None, input_types: str 
     model = BYTE_MODELS.get(name or "")
     if model is not None:
         try:
-            b = model(_Args(dims, types if isinstance(types, list) else [],
-                            concrete if isinstance(concrete, list) else [], elem_hint))
+            b = model(
+                _Args(dims, types if isinstance(types, list) else [], concrete if isinstance(concrete, list) else [], elem_hint)
+            )
         except (TypeError, ValueError, IndexError, ZeroDivisionError):
             b = None
         return b if b is not None and math.isfinite(b) and b >= 0 else None
@@ -764,9 +858,27 @@ def op_traffic_bytes(name: str | None, input_dims: str | None, input_types: str 
 
 
 # Out-of-place ops whose output is a bool tensor.
-BOOL_OUTPUT_OPS = frozenset(f"aten::{n}" for n in (
-    "eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isfinite", "isposinf", "isneginf", "logical_and",
-    "logical_or", "logical_xor", "logical_not", "signbit"))
+BOOL_OUTPUT_OPS = frozenset(
+    f"aten::{n}"
+    for n in (
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "isnan",
+        "isinf",
+        "isfinite",
+        "isposinf",
+        "isneginf",
+        "logical_and",
+        "logical_or",
+        "logical_xor",
+        "logical_not",
+        "signbit",
+    )
+)
 
 
 def op_precision(input_types: str | None) -> str | None:

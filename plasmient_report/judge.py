@@ -62,14 +62,14 @@ TOP_GROUPS = 20
 
 @dataclass(frozen=True)
 class Thresholds:
-    idle_utilization: float = 0.30       # below: "idle"
-    healthy_achieved: float = 0.50       # at or above: "healthy"
-    busy_utilization: float = 0.70       # busy and achieved < useful_achieved: "busy, not useful"
+    idle_utilization: float = 0.30  # below: "idle"
+    healthy_achieved: float = 0.50  # at or above: "healthy"
+    busy_utilization: float = 0.70  # busy and achieved < useful_achieved: "busy, not useful"
     useful_achieved: float = 0.30
-    comm_share: float = 0.50             # communication share of busy time above which: "communication-bound"
+    comm_share: float = 0.50  # communication share of busy time above which: "communication-bound"
     material_unknown_flops: float = MATERIAL_UNKNOWN_FLOPS  # unknown share of compute time above: a lower bound
-    slow_step: float = 0.10              # a step this much slower than the median step is flagged (an outlier)
-    slow_rank: float = 0.05              # a rank whose mean step is this much above the fastest rank's is named
+    slow_step: float = 0.10  # a step this much slower than the median step is flagged (an outlier)
+    slow_rank: float = 0.05  # a rank whose mean step is this much above the fastest rank's is named
 
 
 def thresholds_from(config: Path | None) -> Thresholds:
@@ -101,9 +101,9 @@ class RunContext:
     peaks: list[GpuPeak]
     missing_ranges: dict[str, list[int]]
     notes: list[str] = field(default_factory=list)
-    tokens_per_step: float | None = None   # --tokens-per-step: tokens one rank processes per step
+    tokens_per_step: float | None = None  # --tokens-per-step: tokens one rank processes per step
     samples_per_step: float | None = None  # --samples-per-step
-    model_flops: float | None = None       # --model-flops: the model's FLOPs per step (the MFU convention)
+    model_flops: float | None = None  # --model-flops: the model's FLOPs per step (the MFU convention)
 
 
 # One-line fixes per category; the rules (SPEC §5) replace these with findings that name the cause.
@@ -128,8 +128,11 @@ def loss_list(fractions: dict[str, float], fixes: dict[str, str] | None = None) 
     """The waterfall's lines, largest first; a category's recommendation is its best finding's one-line fix when a
     rule explained it, else the generic text."""
     fixes = fixes or {}
-    out = [Loss(category=c, layer=CATEGORIES[c], fraction=f, recommendation=fixes.get(c) or RECOMMENDATIONS[c])
-           for c, f in fractions.items() if c in CATEGORIES and f > 0]
+    out = [
+        Loss(category=c, layer=CATEGORIES[c], fraction=f, recommendation=fixes.get(c) or RECOMMENDATIONS[c])
+        for c, f in fractions.items()
+        if c in CATEGORIES and f > 0
+    ]
     return sorted(out, key=lambda x: -x.fraction)
 
 
@@ -140,9 +143,21 @@ def findings_list(con: duckdb.DuckDBPyConnection) -> list[Finding]:
                            ORDER BY lost_fraction DESC NULLS LAST, rule_id, key""")
     out = []
     for rid, layer, cat, sev, rank, lost, title, ev, rec, fix, key in cur.fetchall():
-        out.append(Finding(rule=rid, layer=layer, category=cat, severity=sev, rank=rank, lost_fraction=_f(lost),
-                           title=title, evidence=_finite(json.loads(ev)) if ev else {}, recommendation=rec,
-                           fix=fix, key=key))
+        out.append(
+            Finding(
+                rule=rid,
+                layer=layer,
+                category=cat,
+                severity=sev,
+                rank=rank,
+                lost_fraction=_f(lost),
+                title=title,
+                evidence=_finite(json.loads(ev)) if ev else {},
+                recommendation=rec,
+                fix=fix,
+                key=key,
+            )
+        )
     return out
 
 
@@ -180,8 +195,14 @@ def _metric_rows(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) 
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
-def verdict_word(util: float | None, achieved: float | None, comm_share: float, t: Thresholds,
-                 lower_bound: bool = False, peak_known: bool = True) -> str:
+def verdict_word(
+    util: float | None,
+    achieved: float | None,
+    comm_share: float,
+    t: Thresholds,
+    lower_bound: bool = False,
+    peak_known: bool = True,
+) -> str:
     """The verdict's word from the two headline numbers. When the achieved fraction is a lower bound (unknown work
     is material) or unknown, nothing calls the GPU "not useful": only time-based words, or "healthy" when even the
     lower bound is."""
@@ -207,15 +228,23 @@ def verdict_word(util: float | None, achieved: float | None, comm_share: float, 
 def headroom(achieved: float | None, lower_bound: bool = False) -> Headroom:
     """1 / achieved, worded. A lower-bound achieved gives only an upper bound on headroom: no factor is claimed."""
     if achieved is None:
-        return Headroom(factor=None, text="unknown (the achieved fraction is unknown)" if lower_bound else
-                        "unknown (no useful FLOPs measured)")
+        return Headroom(
+            factor=None,
+            text="unknown (the achieved fraction is unknown)" if lower_bound else "unknown (no useful FLOPs measured)",
+        )
     if achieved <= 0:
-        return Headroom(factor=None, text="unknown (the achieved fraction is a lower bound)" if lower_bound else
-                        "unknown (no useful FLOPs measured)")
+        return Headroom(
+            factor=None,
+            text="unknown (the achieved fraction is a lower bound)" if lower_bound else "unknown (no useful FLOPs measured)",
+        )
     f = 1.0 / achieved
     if lower_bound:
-        return Headroom(factor=None, text=f"unknown: at most {f:.1f}x (the achieved fraction is a lower bound)"
-                        if f <= 100 else "unknown (the achieved fraction is a lower bound)")
+        return Headroom(
+            factor=None,
+            text=f"unknown: at most {f:.1f}x (the achieved fraction is a lower bound)"
+            if f <= 100
+            else "unknown (the achieved fraction is a lower bound)",
+        )
     if f > 100:
         return Headroom(factor=f, text="more than 100x below peak")
     return Headroom(factor=f, text=f"{f:.1f}x headroom before new hardware")
@@ -231,19 +260,22 @@ def partial_coverage(con: duckdb.DuckDBPyConnection, present: set[int]) -> dict[
     world = int(row[0]) if row and row[0] else None
     missing = [r for r in range(world) if r not in present] if world else []
     dropped = one(con, "SELECT sum(dropped_events) FROM sources")
-    incomplete = con.execute("SELECT path, incomplete FROM sources WHERE incomplete IS NOT NULL "
-                             "ORDER BY source_id").fetchall()
-    return {"world_size": world, "missing_ranks": missing[:MAX_LISTED_RANKS], "missing_rank_count": len(missing),
-            "dropped_events": int(dropped[0]) if dropped and dropped[0] is not None else None,
-            "incomplete_sources": [{"path": p, "what": w} for p, w in incomplete]}
+    incomplete = con.execute("SELECT path, incomplete FROM sources WHERE incomplete IS NOT NULL ORDER BY source_id").fetchall()
+    return {
+        "world_size": world,
+        "missing_ranks": missing[:MAX_LISTED_RANKS],
+        "missing_rank_count": len(missing),
+        "dropped_events": int(dropped[0]) if dropped and dropped[0] is not None else None,
+        "incomplete_sources": [{"path": p, "what": w} for p, w in incomplete],
+    }
 
 
 @dataclass(frozen=True)
 class Achieved:
     """The achieved fraction of one window as the verdict states it."""
 
-    value: float | None          # None: unknown (no peak, or no FLOP estimate at all beside unknown work)
-    lower_bound: bool            # unknown work is material: the value is a floor
+    value: float | None  # None: unknown (no peak, or no FLOP estimate at all beside unknown work)
+    lower_bound: bool  # unknown work is material: the value is a floor
     unknown_fraction: float | None  # unknown-FLOP share of compute-kernel time
     with_flops_fraction: float | None  # compute-kernel time with a FLOP estimate
     peak_known: bool
@@ -262,29 +294,40 @@ def achieved_of(row: dict[str, Any], t: Thresholds) -> Achieved:
     return Achieved(value, lower, unknown, with_flops, peak_known)
 
 
-def _achieved_by_precision(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None,
-                           rank: int | None = None, device: int | None = None) -> list[PrecisionShare]:
-    rows = con.execute("""
+def _achieved_by_precision(
+    con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None, rank: int | None = None, device: int | None = None
+) -> list[PrecisionShare]:
+    rows = con.execute(
+        """
         SELECT precision, flops, peak_flop_s, achieved_fraction_of_peak FROM metrics_by_precision
         WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND rank IS NOT DISTINCT FROM ?
           AND device IS NOT DISTINCT FROM ?
-        ORDER BY achieved_fraction_of_peak DESC, precision""", [scope, range_name, rank, device]).fetchall()
-    return [PrecisionShare(precision=p, flops=_f(fl), peak_tflops=pk / 1e12 if pk else None, fraction=_f(fr))
-            for p, fl, pk, fr in rows]
+        ORDER BY achieved_fraction_of_peak DESC, precision""",
+        [scope, range_name, rank, device],
+    ).fetchall()
+    return [
+        PrecisionShare(precision=p, flops=_f(fl), peak_tflops=pk / 1e12 if pk else None, fraction=_f(fr))
+        for p, fl, pk, fr in rows
+    ]
 
 
 def hardware_estimate(means: list[measured.WindowMean], scope: str, range_name: str | None) -> HardwareEstimate | None:
     """Tensor-pipe activity from device counters (nsys GPU metrics' Tensor Active, DCGM PIPE_TENSOR_ACTIVE) covering
     the window, beside the achieved fraction."""
-    m = next((x for x in means if x.scope == scope and x.range_name == range_name and x.rank is None
-              and x.metric == "tensor_active"), None)
+    m = next(
+        (x for x in means if x.scope == scope and x.range_name == range_name and x.rank is None and x.metric == "tensor_active"),
+        None,
+    )
     if m is None:
         return None
     return HardwareEstimate(
-        metric="tensor_active", value=_f(m.value), source=m.sources[0] if len(m.sources) == 1 else ", ".join(m.sources),
+        metric="tensor_active",
+        value=_f(m.value),
+        source=m.sources[0] if len(m.sources) == 1 else ", ".join(m.sources),
         what="the share of time the tensor cores were active, averaged over the window by the GPU's own counters: an "
-             "upper bound on tensor-core work (an active pipe is not a full one), measured with no FLOP estimate, so "
-             "it stands where the trace cannot say")
+        "upper bound on tensor-core work (an active pipe is not a full one), measured with no FLOP estimate, so "
+        "it stands where the trace cannot say",
+    )
 
 
 def _range_info(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
@@ -314,21 +357,53 @@ def shapes_of(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None
     out = []
     for r in rows[:TOP_SHAPES]:
         d = _finite(dict(zip(cols, r, strict=True)))
-        out.append(Shape(
-            family=d["family"], op=d["op"], shape=d["shape"], dtype=d["dtype"], precision=d["precision"],
-            layout=d["layout"], pass_=d["pass"], batch=d["batch"], m=d["m"], n=d["n"], k=d["k"], heads=d["heads"],
-            kv_heads=d["kv_heads"], q_len=d["q_len"], kv_len=d["kv_len"], head_dim=d["head_dim"], causal=d["causal"],
-            conv_input=d["conv_input"], conv_weight=d["conv_weight"], stride=d["stride"], padding=d["padding"],
-            groups=d["groups"], transposed=d["transposed"], calls=int(d["calls"]), kernels=int(d["kernels"]),
-            time_ns=float(d["time_ns"]), time_share=d["time_share"], time_per_call_ns=d["time_per_call_ns"],
-            flops=d["flops"], bytes=d["bytes"], achieved_flop_s=d["achieved_flop_s"],
-            achieved_bandwidth_bytes_s=d["achieved_bandwidth_bytes_s"], fraction_of_peak=d["fraction_of_peak"],
-            arithmetic_intensity=d["arithmetic_intensity"], bound=d["bound"], kernel_class=d["class"],
-            kernel=d["kernel"], kernel_names=int(d["kernel_names"]), parent_op=d["parent_op"]))
+        out.append(
+            Shape(
+                family=d["family"],
+                op=d["op"],
+                shape=d["shape"],
+                dtype=d["dtype"],
+                precision=d["precision"],
+                layout=d["layout"],
+                pass_=d["pass"],
+                batch=d["batch"],
+                m=d["m"],
+                n=d["n"],
+                k=d["k"],
+                heads=d["heads"],
+                kv_heads=d["kv_heads"],
+                q_len=d["q_len"],
+                kv_len=d["kv_len"],
+                head_dim=d["head_dim"],
+                causal=d["causal"],
+                conv_input=d["conv_input"],
+                conv_weight=d["conv_weight"],
+                stride=d["stride"],
+                padding=d["padding"],
+                groups=d["groups"],
+                transposed=d["transposed"],
+                calls=int(d["calls"]),
+                kernels=int(d["kernels"]),
+                time_ns=float(d["time_ns"]),
+                time_share=d["time_share"],
+                time_per_call_ns=d["time_per_call_ns"],
+                flops=d["flops"],
+                bytes=d["bytes"],
+                achieved_flop_s=d["achieved_flop_s"],
+                achieved_bandwidth_bytes_s=d["achieved_bandwidth_bytes_s"],
+                fraction_of_peak=d["fraction_of_peak"],
+                arithmetic_intensity=d["arithmetic_intensity"],
+                bound=d["bound"],
+                kernel_class=d["class"],
+                kernel=d["kernel"],
+                kernel_names=int(d["kernel_names"]),
+                parent_op=d["parent_op"],
+            )
+        )
     return out, len(rows)
 
 
-MAX_STEPS = 4096      # step rows in the verdict (the store's `steps` table has all)
+MAX_STEPS = 4096  # step rows in the verdict (the store's `steps` table has all)
 MAX_STEP_REFS = 20
 MAX_RANK_STEPS = 64
 
@@ -337,8 +412,12 @@ def step_labels(con: duckdb.DuckDBPyConnection, ranges: list[str]) -> list[str]:
     """The ranges whose occurrences are the run's steps: the --range patterns; without --range, ProfilerStep#* when
     the trace has it, else the top-level range that repeats on a rank (two or more occurrences) and covers the most
     GPU time; none when nothing repeats."""
-    have = {lab: (per_rank, total) for lab, per_rank, total in con.execute(
-        "SELECT label, max(occurrence) + 1, sum(gpu_ns) FROM steps GROUP BY label").fetchall()}
+    have = {
+        lab: (per_rank, total)
+        for lab, per_rank, total in con.execute(
+            "SELECT label, max(occurrence) + 1, sum(gpu_ns) FROM steps GROUP BY label"
+        ).fetchall()
+    }
     if ranges:
         return [r for r in dict.fromkeys(ranges) if r in have]
     if STEP_LABEL in have:
@@ -348,8 +427,14 @@ def step_labels(con: duckdb.DuckDBPyConnection, ranges: list[str]) -> list[str]:
 
 
 def _ref(row: dict[str, Any]) -> StepRef:
-    return StepRef(rank=row["rank"], device=row["device"], occurrence=row["occurrence"], name=row["name"],
-                   gpu_ns=row["gpu_ns"], excess_over_median=_f(row["excess_over_median"]))
+    return StepRef(
+        rank=row["rank"],
+        device=row["device"],
+        occurrence=row["occurrence"],
+        name=row["name"],
+        gpu_ns=row["gpu_ns"],
+        excess_over_median=_f(row["excess_over_median"]),
+    )
 
 
 def _per_s(amount: float | None, ns: float | None) -> float | None:
@@ -377,15 +462,30 @@ def steps_of(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds) -> 
             peak = row["peak_flop_s"]
             row["slow"] = row["excess_over_median"] is not None and row["excess_over_median"] > t.slow_step
             top = row["largest_loss"]
-            steps.append(Step(
-                range=label, name=row["name"], rank=row["rank"], device=row["device"], occurrence=row["occurrence"],
-                start_ns=row["start_ns"], gpu_ns=gpu, cpu_ns=row["cpu_ns"], window=row["window_kind"],
-                utilization=_f(row["utilization"]), achieved_fraction_of_peak=achieved, achieved_is_lower_bound=lower,
-                flops=_f(row["flops"]), largest_loss=top,
-                largest_loss_fraction=_f(row["largest_loss_ns"] / gpu) if top and gpu else None,
-                excess_over_median=_f(row["excess_over_median"]), slow=row["slow"],
-                tokens_per_s=_per_s(ctx.tokens_per_step, gpu), samples_per_s=_per_s(ctx.samples_per_step, gpu),
-                mfu=_f(ctx.model_flops / (gpu / 1e9 * peak)) if ctx.model_flops is not None and peak and gpu else None))
+            steps.append(
+                Step(
+                    range=label,
+                    name=row["name"],
+                    rank=row["rank"],
+                    device=row["device"],
+                    occurrence=row["occurrence"],
+                    start_ns=row["start_ns"],
+                    gpu_ns=gpu,
+                    cpu_ns=row["cpu_ns"],
+                    window=row["window_kind"],
+                    utilization=_f(row["utilization"]),
+                    achieved_fraction_of_peak=achieved,
+                    achieved_is_lower_bound=lower,
+                    flops=_f(row["flops"]),
+                    largest_loss=top,
+                    largest_loss_fraction=_f(row["largest_loss_ns"] / gpu) if top and gpu else None,
+                    excess_over_median=_f(row["excess_over_median"]),
+                    slow=row["slow"],
+                    tokens_per_s=_per_s(ctx.tokens_per_step, gpu),
+                    samples_per_s=_per_s(ctx.samples_per_step, gpu),
+                    mfu=_f(ctx.model_flops / (gpu / 1e9 * peak)) if ctx.model_flops is not None and peak and gpu else None,
+                )
+            )
         stats = con.execute("SELECT * FROM step_stats WHERE label = ?", [label]).fetchall()
         if not stats or not rows:
             continue
@@ -397,8 +497,16 @@ def steps_of(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds) -> 
         means = {k: sum(v) / len(v) for k, v in by_gpu.items()}
         fastest = min(means.values())
         ranked = sorted(means, key=lambda k: (-means[k], k[0] if k[0] is not None else -1, k[1] or 0))
-        by_rank = [RankSteps(rank=k[0], device=k[1], steps=len(by_gpu[k]), mean_ns=means[k],
-                             excess_over_fastest=means[k] / fastest - 1.0 if fastest else 0.0) for k in ranked]
+        by_rank = [
+            RankSteps(
+                rank=k[0],
+                device=k[1],
+                steps=len(by_gpu[k]),
+                mean_ns=means[k],
+                excess_over_fastest=means[k] / fastest - 1.0 if fastest else 0.0,
+            )
+            for k in ranked
+        ]
         slowest_rank = by_rank[0] if len(by_rank) > 1 and by_rank[0].excess_over_fastest > t.slow_rank else None
         n_ranks = int(st["ranks"])
         mean = float(st["mean_ns"])
@@ -408,23 +516,43 @@ def steps_of(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds) -> 
             mfu = _f(ctx.model_flops * len(peaks) / sum(g / 1e9 * p for g, p in peaks))
         tps = _per_s(ctx.tokens_per_step, mean)
         sps = _per_s(ctx.samples_per_step, mean)
-        summaries.append(StepSummary(
-            range=label, steps=int(st["steps"]), per_rank=int(st["per_rank"]), ranks=n_ranks, mean_ns=mean,
-            median_ns=float(st["median_ns"]), min_ns=int(st["min_ns"]), max_ns=int(st["max_ns"]),
-            stddev_ns=float(st["stddev_ns"]), spread=_f(st["cv"]), utilization=_f(st["utilization"]),
-            achieved_fraction_of_peak=_f(st["achieved_fraction_of_peak"]),
-            slowest=_ref(max(rows, key=lambda r: (r["gpu_ns"], -r["occurrence"]))),
-            slow_threshold=t.slow_step, slow_steps=[_ref(r) for r in slow[:MAX_STEP_REFS]],
-            slow_step_count=len(slow), by_rank=by_rank[:MAX_RANK_STEPS], slowest_rank=slowest_rank,
-            tokens_per_step=ctx.tokens_per_step, samples_per_step=ctx.samples_per_step,
-            tokens_per_s=tps, tokens_per_s_all_ranks=tps * n_ranks if tps is not None else None,
-            samples_per_s=sps, samples_per_s_all_ranks=sps * n_ranks if sps is not None else None,
-            model_flops=ctx.model_flops, mfu=mfu))
+        summaries.append(
+            StepSummary(
+                range=label,
+                steps=int(st["steps"]),
+                per_rank=int(st["per_rank"]),
+                ranks=n_ranks,
+                mean_ns=mean,
+                median_ns=float(st["median_ns"]),
+                min_ns=int(st["min_ns"]),
+                max_ns=int(st["max_ns"]),
+                stddev_ns=float(st["stddev_ns"]),
+                spread=_f(st["cv"]),
+                utilization=_f(st["utilization"]),
+                achieved_fraction_of_peak=_f(st["achieved_fraction_of_peak"]),
+                slowest=_ref(max(rows, key=lambda r: (r["gpu_ns"], -r["occurrence"]))),
+                slow_threshold=t.slow_step,
+                slow_steps=[_ref(r) for r in slow[:MAX_STEP_REFS]],
+                slow_step_count=len(slow),
+                by_rank=by_rank[:MAX_RANK_STEPS],
+                slowest_rank=slowest_rank,
+                tokens_per_step=ctx.tokens_per_step,
+                samples_per_step=ctx.samples_per_step,
+                tokens_per_s=tps,
+                tokens_per_s_all_ranks=tps * n_ranks if tps is not None else None,
+                samples_per_s=sps,
+                samples_per_s_all_ranks=sps * n_ranks if sps is not None else None,
+                model_flops=ctx.model_flops,
+                mfu=mfu,
+            )
+        )
     return steps[:MAX_STEPS], summaries
 
 
-GIVE_FLOPS = ("give --model-flops N (the model's FLOPs per step or per --range occurrence), record shapes "
-              "(torch.profiler record_shapes=True; nsys: emit_nvtx(record_shapes=True)), or an Nsight Compute CSV")
+GIVE_FLOPS = (
+    "give --model-flops N (the model's FLOPs per step or per --range occurrence), record shapes "
+    "(torch.profiler record_shapes=True; nsys: emit_nvtx(record_shapes=True)), or an Nsight Compute CSV"
+)
 
 
 def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None = None) -> Verdict:
@@ -434,8 +562,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     scope = "range" if ctx.ranges else "window"
     # With --range the headline is the union of the requested ranges (several patterns: a label of its own).
     head_range = window_label(ctx.ranges)
-    head_where = "scope = 'range' AND range_name = ? AND rank IS NULL" if ctx.ranges else \
-        "scope = 'window' AND rank IS NULL"
+    head_where = "scope = 'range' AND range_name = ? AND rank IS NULL" if ctx.ranges else "scope = 'window' AND rank IS NULL"
     head_params: list[Any] = [head_range] if ctx.ranges else []
     head = (_metric_rows(con, head_where, head_params) or [{}])[0]
     util = _f(head.get("utilization"))
@@ -443,14 +570,21 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     achieved = ach.value
     comm_share = (head.get("communication_ns") or 0) / head["activity_ns"] if head.get("activity_ns") else 0.0
 
-    kern = one(con, """
+    kern = one(
+        con,
+        """
         SELECT count(*), count(*) FILTER (WHERE flops_source = 'model'), count(*) FILTER (WHERE flops_source = 'op'),
                count(*) FILTER (WHERE flops_source = 'ncu'), count(*) FILTER (WHERE flops_source = 'user')
-        FROM kernels""") or (0, 0, 0, 0, 0)
+        FROM kernels""",
+    ) or (0, 0, 0, 0, 0)
     # kernels of the analysed window whose launch was linked to a CPU op
-    linked = one(con, """SELECT avg((l.op_id IS NOT NULL)::INTEGER) FROM
+    linked = one(
+        con,
+        """SELECT avg((l.op_id IS NOT NULL)::INTEGER) FROM
                          (SELECT DISTINCT kernel_id FROM window_kernels WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?) w
-                         JOIN kernel_launch l USING (kernel_id)""", [scope, head_range])
+                         JOIN kernel_launch l USING (kernel_id)""",
+        [scope, head_range],
+    )
     run_row = (_metric_rows(con, "scope = 'window' AND rank IS NULL", []) or [{}])[0]
     cov_run = (run_row["kernel_ns_with_flops"] / run_row["kernel_ns"]) if run_row.get("kernel_ns") else None
 
@@ -458,21 +592,31 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     findings = findings_list(con)
     # Losses whenever the window was swept: time-based categories need no peak.
     losses = loss_list(loss_fractions(con, scope, head_range, None), best_fixes(findings))
-    hosts = {r: h for r, h in con.execute("SELECT rank, any_value(host) FROM sources WHERE rank IS NOT NULL "
-                                          "GROUP BY rank").fetchall()}
+    hosts = {
+        r: h for r, h in con.execute("SELECT rank, any_value(host) FROM sources WHERE rank IS NOT NULL GROUP BY rank").fetchall()
+    }
     names = {(p.rank, p.device): p.device_name for p in ctx.peaks}
     ranks = []
-    for r in _metric_rows(con, f"scope = '{scope}' AND rank IS NOT NULL" +
-                          (" AND range_name = ?" if ctx.ranges else ""), head_params):
+    for r in _metric_rows(
+        con, f"scope = '{scope}' AND rank IS NOT NULL" + (" AND range_name = ?" if ctx.ranges else ""), head_params
+    ):
         a = achieved_of(r, t)
-        ranks.append(RankSummary(
-            rank=r["rank"], device=r["device"], host=hosts.get(r["rank"]), gpu=names.get((r["rank"], r["device"])),
-            utilization=_utilization(measured.utilization_block(_f(r["utilization"]), means, scope, head_range,
-                                                                r["rank"], r["device"])),
-            achieved_fraction_of_peak=a.value, achieved_is_lower_bound=a.lower_bound,
-            window_ns=r["window_ns"], flops=_f(r["flops"]),
-            losses=loss_list(loss_fractions(con, scope, head_range, r["rank"], r["device"]),
-                             best_fixes(findings, r["rank"]))))
+        ranks.append(
+            RankSummary(
+                rank=r["rank"],
+                device=r["device"],
+                host=hosts.get(r["rank"]),
+                gpu=names.get((r["rank"], r["device"])),
+                utilization=_utilization(
+                    measured.utilization_block(_f(r["utilization"]), means, scope, head_range, r["rank"], r["device"])
+                ),
+                achieved_fraction_of_peak=a.value,
+                achieved_is_lower_bound=a.lower_bound,
+                window_ns=r["window_ns"],
+                flops=_f(r["flops"]),
+                losses=loss_list(loss_fractions(con, scope, head_range, r["rank"], r["device"]), best_fixes(findings, r["rank"])),
+            )
+        )
     info = _range_info(con)
     ranges = []
     for r in _metric_rows(con, "scope = 'range' AND rank IS NULL", []):
@@ -480,23 +624,47 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
             continue  # the union of the patterns is the headline window, not a range of the trace
         a = achieved_of(r, t)
         ri = info.get(r["range_name"], {})
-        n_gpus = one(con, "SELECT count(*) FROM metrics WHERE scope = 'range' AND range_name = ? AND rank IS NOT NULL",
-                     [r["range_name"]]) or (1,)
+        n_gpus = one(
+            con, "SELECT count(*) FROM metrics WHERE scope = 'range' AND range_name = ? AND rank IS NOT NULL", [r["range_name"]]
+        ) or (1,)
         per_occ = r["window_ns"] / r["occurrences"] if r.get("occurrences") else None
-        ranges.append(RangeSummary(
-            name=r["range_name"], count=r["occurrences"], ranks=ri.get("ranks"), window=ri.get("window"),
-            window_ns=r["window_ns"], per_occurrence_ns=_f(per_occ) if n_gpus[0] else None,
-            utilization=_f(r["utilization"]), achieved_fraction_of_peak=a.value,
-            achieved_is_lower_bound=a.lower_bound,
-            utilization_measured=_f(measured.utilization_block(None, means, "range", r["range_name"], None,
-                                                               None)["measured"]),
-            flops=_f(r["flops"]), missing_ranks=ctx.missing_ranges.get(r["range_name"], []),
-            losses=loss_list(loss_fractions(con, "range", r["range_name"], None))))
+        ranges.append(
+            RangeSummary(
+                name=r["range_name"],
+                count=r["occurrences"],
+                ranks=ri.get("ranks"),
+                window=ri.get("window"),
+                window_ns=r["window_ns"],
+                per_occurrence_ns=_f(per_occ) if n_gpus[0] else None,
+                utilization=_f(r["utilization"]),
+                achieved_fraction_of_peak=a.value,
+                achieved_is_lower_bound=a.lower_bound,
+                utilization_measured=_f(
+                    measured.utilization_block(None, means, "range", r["range_name"], None, None)["measured"]
+                ),
+                flops=_f(r["flops"]),
+                missing_ranks=ctx.missing_ranges.get(r["range_name"], []),
+                losses=loss_list(loss_fractions(con, "range", r["range_name"], None)),
+            )
+        )
     for name, miss in ctx.missing_ranges.items():
         if not any(x.name == name for x in ranges):
-            ranges.append(RangeSummary(name=name, count=0, ranks=0, window=None, window_ns=0, per_occurrence_ns=None,
-                                       utilization=None, achieved_fraction_of_peak=None, achieved_is_lower_bound=False,
-                                       flops=None, missing_ranks=miss, losses=[]))
+            ranges.append(
+                RangeSummary(
+                    name=name,
+                    count=0,
+                    ranks=0,
+                    window=None,
+                    window_ns=0,
+                    per_occurrence_ns=None,
+                    utilization=None,
+                    achieved_fraction_of_peak=None,
+                    achieved_is_lower_bound=False,
+                    flops=None,
+                    missing_ranks=miss,
+                    losses=[],
+                )
+            )
 
     sources = con.execute("""
         SELECT path, format, format_version, rank, rank_method, clock_anchor, offset_ns, offset_method,
@@ -506,31 +674,46 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     distinct_gpus = {p.peak.gpu for p in ctx.peaks}
     by_precision = _achieved_by_precision(con, scope, head_range) if achieved is not None else []
     dominant = by_precision[0].precision if by_precision else (first.precision if first else ctx.precision)
-    dom_peak = one(con, """SELECT peak_flop_s, source FROM device_peaks WHERE peak_precision = ?
-                           ORDER BY rank, device LIMIT 1""", [dominant]) if ctx.peaks else None
+    dom_peak = (
+        one(
+            con,
+            """SELECT peak_flop_s, source FROM device_peaks WHERE peak_precision = ?
+                           ORDER BY rank, device LIMIT 1""",
+            [dominant],
+        )
+        if ctx.peaks
+        else None
+    )
     word = verdict_word(util, achieved, comm_share, t, ach.lower_bound, ach.peak_known)
     notes = list(ctx.notes)
     unknown_pct = f"{ach.unknown_fraction:.0%}" if ach.unknown_fraction is not None else "?"
     if achieved is None and ach.peak_known and ach.lower_bound:
-        notes.append(f"achieved: unknown — no compute kernel in the window has a FLOP estimate ({unknown_pct} of "
-                     f"compute-kernel time may do matmul-class work that nothing estimates); {GIVE_FLOPS}")
+        notes.append(
+            f"achieved: unknown — no compute kernel in the window has a FLOP estimate ({unknown_pct} of "
+            f"compute-kernel time may do matmul-class work that nothing estimates); {GIVE_FLOPS}"
+        )
     elif ach.lower_bound:
-        notes.append(f"{unknown_pct} of compute-kernel time is unknown work (GEMM / attention / custom or compiled "
-                     f"kernels without a FLOP estimate): the achieved fraction is a lower bound; {GIVE_FLOPS}")
+        notes.append(
+            f"{unknown_pct} of compute-kernel time is unknown work (GEMM / attention / custom or compiled "
+            f"kernels without a FLOP estimate): the achieved fraction is a lower bound; {GIVE_FLOPS}"
+        )
     if first is not None and not first.known:
-        notes.append(first.source + ("; utilization and the time-based losses are still measured"
-                                     if util is not None else ""))
+        notes.append(first.source + ("; utilization and the time-based losses are still measured" if util is not None else ""))
     partial = partial_coverage(con, {p.rank for p in ctx.peaks})
     if partial["missing_ranks"]:
         miss = partial["missing_ranks"]
-        notes.append(f"{partial['missing_rank_count']} of {partial['world_size']} ranks have no GPU activity in the "
-                     f"inputs (rank {', '.join(map(str, miss[:8]))}{' …' if len(miss) > 8 else ''}): the run's numbers "
-                     "cover the ranks given")
+        notes.append(
+            f"{partial['missing_rank_count']} of {partial['world_size']} ranks have no GPU activity in the "
+            f"inputs (rank {', '.join(map(str, miss[:8]))}{' …' if len(miss) > 8 else ''}): the run's numbers "
+            "cover the ranks given"
+        )
     for src in partial["incomplete_sources"]:
         notes.append(f"{Path(src['path']).name}: the recorder says data is missing: {src['what']}")
     if head.get("capped_ns"):
-        notes.append(f"{head['capped_ns'] / 1e6:.2f} ms of kernel time implied more than peak and was capped at "
-                     "peak: a FLOP estimate or the peak is wrong")
+        notes.append(
+            f"{head['capped_ns'] / 1e6:.2f} ms of kernel time implied more than peak and was capped at "
+            "peak: a FLOP estimate or the peak is wrong"
+        )
     notes += _precision_notes(con, scope, head_range)
     for rs in ranges:
         if rs.window == "cpu":
@@ -543,24 +726,39 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     for ss in step_summary:
         if ss.slow_step_count:
             worst = ss.slow_steps[0]
-            notes.append(f"{ss.slow_step_count} of {ss.steps} steps of {ss.range} are more than {ss.slow_threshold:.0%} "
-                         f"slower than the median step ({ss.median_ns / 1e6:,.1f} ms); the slowest, {worst.name} on "
-                         f"rank {worst.rank}, took {worst.gpu_ns / 1e6:,.1f} ms "
-                         f"({1 + (worst.excess_over_median or 0):,.1f}× the median): an outlier step is often the "
-                         "finding")
+            notes.append(
+                f"{ss.slow_step_count} of {ss.steps} steps of {ss.range} are more than {ss.slow_threshold:.0%} "
+                f"slower than the median step ({ss.median_ns / 1e6:,.1f} ms); the slowest, {worst.name} on "
+                f"rank {worst.rank}, took {worst.gpu_ns / 1e6:,.1f} ms "
+                f"({1 + (worst.excess_over_median or 0):,.1f}× the median): an outlier step is often the "
+                "finding"
+            )
     above = [g for g in kgroups[:TOP_GROUPS] if g.bandwidth_above_hbm_peak]
     if above:
-        notes.append(f"{len(above)} of the top kernels' byte estimates imply more than the HBM peak (e.g. "
-                     f"{above[0].name[:60]}): L2-resident reuse, or a byte model that over-counts — their bandwidth "
-                     "is an estimate, not a measurement")
+        notes.append(
+            f"{len(above)} of the top kernels' byte estimates imply more than the HBM peak (e.g. "
+            f"{above[0].name[:60]}): L2-resident reuse, or a byte model that over-counts — their bandwidth "
+            "is an estimate, not a measurement"
+        )
     run_ranks: list[int | None] = [r for r in sorted({p.rank for p in ctx.peaks})]
     return Verdict(
         schema=SCHEMA,
         tool=Tool(name="plasmient-report", version=__version__),
-        run=RunInfo(inputs=ctx.inputs, ranks=run_ranks, gpus=gpus,
-                    window_ns=head.get("window_ns"), range=ctx.ranges or None, occurrences=head.get("occurrences")),
-        utilization=msgspec.convert({**measured.utilization_block(util, means, scope, head_range, None, None),
-                                     "measured_by_source": measured.by_source(con, scope, head_range)}, Utilization),
+        run=RunInfo(
+            inputs=ctx.inputs,
+            ranks=run_ranks,
+            gpus=gpus,
+            window_ns=head.get("window_ns"),
+            range=ctx.ranges or None,
+            occurrences=head.get("occurrences"),
+        ),
+        utilization=msgspec.convert(
+            {
+                **measured.utilization_block(util, means, scope, head_range, None, None),
+                "measured_by_source": measured.by_source(con, scope, head_range),
+            },
+            Utilization,
+        ),
         achieved_fraction_of_peak=achieved,
         achieved_is_lower_bound=ach.lower_bound,
         achieved_by_precision=by_precision,
@@ -572,17 +770,33 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
             precisions=[b.precision for b in by_precision] or ([dominant] if dominant else []),
             tflops=dom_peak[0] / 1e12 if dom_peak and dom_peak[0] else None,
             memory_bandwidth_tbs=first.bandwidth_bytes_s / 1e12 if first and first.bandwidth_bytes_s else None,
-            source=(dom_peak[1] if dom_peak else None) or (first.source if first else None)),
+            source=(dom_peak[1] if dom_peak else None) or (first.source if first else None),
+        ),
         losses=losses,
         headroom=headroom(achieved, ach.lower_bound),
         verdict=word,
         findings=findings,
         ranks=ranks,
         ranges=ranges,
-        clock=Clock(sources=[
-            ClockSource(path=s[0], format=s[1], format_version=s[2], rank=s[3], rank_method=s[4], anchor=s[5],
-                        offset_ns=s[6], method=s[7], uncertainty_ns=s[8], time_zone=s[10], sample_period_ns=s[11],
-                        notes=s[9]) for s in sources]),
+        clock=Clock(
+            sources=[
+                ClockSource(
+                    path=s[0],
+                    format=s[1],
+                    format_version=s[2],
+                    rank=s[3],
+                    rank_method=s[4],
+                    anchor=s[5],
+                    offset_ns=s[6],
+                    method=s[7],
+                    uncertainty_ns=s[8],
+                    time_zone=s[10],
+                    sample_period_ns=s[11],
+                    notes=s[9],
+                )
+                for s in sources
+            ]
+        ),
         coverage=Coverage(
             kernels=kern[0],
             kernels_with_flops_time_fraction=_f(ach.with_flops_fraction),
@@ -594,18 +808,22 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
             kernels_flops_from_user=kern[4],
             kernels_linked_to_ops_fraction=_f(linked[0]) if linked else None,
             communication_time_fraction=_f(comm_share),
-            kernel_names=len(kgroups), op_names=len(ogroups), shapes=n_shapes,
-            world_size=partial["world_size"], missing_ranks=partial["missing_ranks"],
-            missing_rank_count=partial["missing_rank_count"], dropped_events=partial["dropped_events"],
-            incomplete_sources=[IncompleteSource(path=x["path"], what=x["what"]) for x in partial["incomplete_sources"]]),
+            kernel_names=len(kgroups),
+            op_names=len(ogroups),
+            shapes=n_shapes,
+            world_size=partial["world_size"],
+            missing_ranks=partial["missing_ranks"],
+            missing_rank_count=partial["missing_rank_count"],
+            dropped_events=partial["dropped_events"],
+            incomplete_sources=[IncompleteSource(path=x["path"], what=x["what"]) for x in partial["incomplete_sources"]],
+        ),
         top_kernels=[msgspec.convert(_finite(d), KernelGroup) for d in roofline.as_records(kgroups, TOP_GROUPS, "kernel")],
         top_ops=[msgspec.convert(_finite(d), OpGroup) for d in roofline.as_records(ogroups, TOP_GROUPS, "op")],
         shapes=shapes,
         steps=steps,
         step_summary=step_summary,
         # the tables beside the headline (verdict_tables: collectives, memory, launch statistics)
-        collective_stats=verdict_tables.collective_stats(con, scope, head_range,
-                                                         next(iter(step_labels(con, ctx.ranges)), None)),
+        collective_stats=verdict_tables.collective_stats(con, scope, head_range, next(iter(step_labels(con, ctx.ranges)), None)),
         memory=verdict_tables.memory(con),
         launch_stats=verdict_tables.launch_stats(con, scope, head_range),
         notes=notes,
@@ -614,11 +832,17 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
 
 def _precision_notes(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None) -> list[str]:
     """Precisions the GPU has no peak figure for: said, never invented (their kernels count as unknown work)."""
-    rows = con.execute("""
+    rows = con.execute(
+        """
         SELECT kc.precision, any_value(dp.gpu), sum(wk.end_ns - wk.start_ns) FROM window_kernels wk
         JOIN kernel_class kc USING (kernel_id)
         LEFT JOIN device_peaks dp ON dp.headline AND dp.rank IS NOT DISTINCT FROM kc.rank AND dp.device = kc.device
         WHERE wk.scope = ? AND wk.range_name IS NOT DISTINCT FROM ? AND kc.reason = 'no peak for its precision'
-        GROUP BY kc.precision ORDER BY 3 DESC""", [scope, range_name]).fetchall()
-    return [f"{ns / 1e6:.2f} ms of {p} kernel time: the peak table has no {p} figure for {g}, so that work is counted "
-            "as unknown (give --peak-precision or --peaks FILE.toml)" for p, g, ns in rows]
+        GROUP BY kc.precision ORDER BY 3 DESC""",
+        [scope, range_name],
+    ).fetchall()
+    return [
+        f"{ns / 1e6:.2f} ms of {p} kernel time: the peak table has no {p} figure for {g}, so that work is counted "
+        "as unknown (give --peak-precision or --peaks FILE.toml)"
+        for p, g, ns in rows
+    ]

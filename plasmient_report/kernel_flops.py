@@ -24,6 +24,7 @@ _CANDIDATES = ("_kf_op", "_kb_op", "_kf_ncu", "_kf_user")
 
 # --------------------------------------------------------------------------------------------------------- ops
 
+
 def nest_ops(con: duckdb.DuckDBPyConnection) -> None:
     """ops.depth and ops.parent_op_id from nesting on each thread (ops on one thread nest)."""
     con.execute("""
@@ -53,19 +54,28 @@ def model_op_flops(con: duckdb.DuckDBPyConnection) -> int:
     """Fill ops.flops from the FLOP models where the trace gave none; record each op's precision and bytes.
     The models run once per distinct (name, shapes, types, concrete inputs), not once per op: a long trace
     repeats a few hundred shapes millions of times."""
-    shapes = con.execute("""
+    shapes = con.execute(
+        """
         SELECT DISTINCT name, input_dims, input_types, concrete_inputs FROM ops
-        WHERE name IN (SELECT unnest(?::VARCHAR[]))""", [list(MODELS)]).fetchall()
+        WHERE name IN (SELECT unnest(?::VARCHAR[]))""",
+        [list(MODELS)],
+    ).fetchall()
     if not shapes:
         return 0
-    con.register("_op_model", pa.table({
-        "name": pa.array([n for n, _, _, _ in shapes], pa.string()),
-        "dims": pa.array([d for _, d, _, _ in shapes], pa.string()),
-        "types": pa.array([t for _, _, t, _ in shapes], pa.string()),
-        "concrete": pa.array([c for _, _, _, c in shapes], pa.string()),
-        "f": pa.array([op_flops(n, d, c) for n, d, _, c in shapes], pa.float64()),
-        "p": pa.array([op_precision(t) for _, _, t, _ in shapes], pa.string()),
-        "b": pa.array([op_bytes(n, d, t) for n, d, t, _ in shapes], pa.float64())}))
+    con.register(
+        "_op_model",
+        pa.table(
+            {
+                "name": pa.array([n for n, _, _, _ in shapes], pa.string()),
+                "dims": pa.array([d for _, d, _, _ in shapes], pa.string()),
+                "types": pa.array([t for _, _, t, _ in shapes], pa.string()),
+                "concrete": pa.array([c for _, _, _, c in shapes], pa.string()),
+                "f": pa.array([op_flops(n, d, c) for n, d, _, c in shapes], pa.float64()),
+                "p": pa.array([op_precision(t) for _, _, t, _ in shapes], pa.string()),
+                "b": pa.array([op_bytes(n, d, t) for n, d, t, _ in shapes], pa.float64()),
+            }
+        ),
+    )
     # the trace's own `flops` arg wins over the model (SPEC §4 precedence)
     con.execute("""
         UPDATE ops SET flops = coalesce(ops.flops, m.f),
@@ -75,8 +85,7 @@ def model_op_flops(con: duckdb.DuckDBPyConnection) -> int:
         WHERE ops.name = m.name AND ops.input_dims IS NOT DISTINCT FROM m.dims
           AND ops.input_types IS NOT DISTINCT FROM m.types AND ops.concrete_inputs IS NOT DISTINCT FROM m.concrete""")
     con.unregister("_op_model")
-    row = one(con, "SELECT count(*) FROM ops WHERE flops IS NOT NULL AND name IN (SELECT unnest(?::VARCHAR[]))",
-              [list(MODELS)])
+    row = one(con, "SELECT count(*) FROM ops WHERE flops IS NOT NULL AND name IN (SELECT unnest(?::VARCHAR[]))", [list(MODELS)])
     return int(row[0]) if row else 0
 
 
@@ -94,6 +103,7 @@ def link_kernels(con: duckdb.DuckDBPyConnection) -> None:
 
 
 # ------------------------------------------------------------------------------------------ op FLOPs and bytes
+
 
 def op_byte_shapes_sql(ops_table: str, kernels_table: str) -> str:
     """The distinct (name, input_dims, input_types, concrete_inputs, elem_hint) of the ops of `ops_table` that launched
@@ -113,13 +123,19 @@ def evaluate_op_bytes(con: duckdb.DuckDBPyConnection, ops_sql: str, view: str) -
     evaluated once per distinct shape."""
     shapes = con.execute(f"""SELECT DISTINCT name, input_dims, input_types, concrete_inputs, elem_hint
                              FROM ({ops_sql})""").fetchall()
-    con.register(f"{view}_shapes", pa.table({
-        "name": pa.array([r[0] for r in shapes], pa.string()),
-        "input_dims": pa.array([r[1] for r in shapes], pa.string()),
-        "input_types": pa.array([r[2] for r in shapes], pa.string()),
-        "concrete_inputs": pa.array([r[3] for r in shapes], pa.string()),
-        "elem_hint": pa.array([r[4] for r in shapes], pa.int32()),
-        "b": pa.array([op_traffic_bytes(*r) for r in shapes], pa.float64())}))
+    con.register(
+        f"{view}_shapes",
+        pa.table(
+            {
+                "name": pa.array([r[0] for r in shapes], pa.string()),
+                "input_dims": pa.array([r[1] for r in shapes], pa.string()),
+                "input_types": pa.array([r[2] for r in shapes], pa.string()),
+                "concrete_inputs": pa.array([r[3] for r in shapes], pa.string()),
+                "elem_hint": pa.array([r[4] for r in shapes], pa.int32()),
+                "b": pa.array([op_traffic_bytes(*r) for r in shapes], pa.float64()),
+            }
+        ),
+    )
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE {view} AS
         SELECT o.op_id, s.b FROM ({ops_sql}) o JOIN {view}_shapes s
@@ -196,6 +212,7 @@ def op_candidates(con: duckdb.DuckDBPyConnection) -> None:
 
 # ------------------------------------------------------------------------------------------- Nsight Compute
 
+
 def _key_exact(name: str) -> str:
     return name
 
@@ -240,8 +257,7 @@ def ncu_candidates(con: duckdb.DuckDBPyConnection) -> list[str]:
     if not n_ncu or not n_ncu[0]:
         return []
     ncu_names = [n for (n,) in con.execute("SELECT DISTINCT name FROM ncu_kernels").fetchall()]
-    trace_names = [n for (n,) in con.execute(
-        "SELECT DISTINCT name FROM kernels WHERE kind IN ('compute', 'nccl')").fetchall()]
+    trace_names = [n for (n,) in con.execute("SELECT DISTINCT name FROM kernels WHERE kind IN ('compute', 'nccl')").fetchall()]
     level_of: dict[str, tuple[str, str]] = {}
     for nm in ncu_names:
         for level, fn in KEYS:
@@ -250,14 +266,20 @@ def ncu_candidates(con: duckdb.DuckDBPyConnection) -> list[str]:
                 level_of[nm] = (level, k)
                 break
     if not level_of:
-        return [f"Nsight Compute: none of its {len(ncu_names)} kernel names occurs in the trace (was it the same "
-                "program?); its counts are kept in ncu_kernels"]
+        return [
+            f"Nsight Compute: none of its {len(ncu_names)} kernel names occurs in the trace (was it the same "
+            "program?); its counts are kept in ncu_kernels"
+        ]
     tkeys = {(level, t): fn(t) for level, fn in KEYS for t in trace_names}
-    con.register("_ncu_map", pa.table({
-        "ncu_name": list(level_of), "level": [level_of[n][0] for n in level_of],
-        "key": [level_of[n][1] for n in level_of]}))
-    con.register("_trace_map", pa.table({
-        "level": [lv for lv, _ in tkeys], "name": [t for _, t in tkeys], "key": list(tkeys.values())}))
+    con.register(
+        "_ncu_map",
+        pa.table(
+            {"ncu_name": list(level_of), "level": [level_of[n][0] for n in level_of], "key": [level_of[n][1] for n in level_of]}
+        ),
+    )
+    con.register(
+        "_trace_map", pa.table({"level": [lv for lv, _ in tkeys], "name": [t for _, t in tkeys], "key": list(tkeys.values())})
+    )
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _ncu_join AS
         WITH n AS (
@@ -285,14 +307,17 @@ def ncu_candidates(con: duckdb.DuckDBPyConnection) -> list[str]:
     matched_launches = one(con, "SELECT count(*) FROM ncu_kernels WHERE kernel_id IS NOT NULL") or (0,)
     con.execute("DROP TABLE _ncu_join")
     levels = sorted({lv for lv, _ in level_of.values()} - {"exact"})
-    note = (f"Nsight Compute: {matched_launches[0]} of {n_ncu[0]} profiled launches matched trace kernels by name "
-            f"and occurrence; {joined[1]} trace kernels take ncu FLOPs")
+    note = (
+        f"Nsight Compute: {matched_launches[0]} of {n_ncu[0]} profiled launches matched trace kernels by name "
+        f"and occurrence; {joined[1]} trace kernels take ncu FLOPs"
+    )
     if levels:
         note += f" (names compared {' / '.join(levels)} where they differ)"
     return [note]
 
 
 # ------------------------------------------------------------------------------------------- --model-flops
+
 
 def user_candidates(con: duckdb.DuckDBPyConnection, flops_per_occurrence: float, label: str | None) -> str:
     """--model-flops (SPEC §4): the user's FLOPs per occurrence of the range `label` (range_launches: the --range,
@@ -306,7 +331,8 @@ def user_candidates(con: duckdb.DuckDBPyConnection, flops_per_occurrence: float,
     compute = "k.kind = 'compute' AND NOT is_communication_kernel(k.kind, k.name) AND k.end_ns > k.start_ns"
     if have:
         what = f"each occurrence of {label}"
-        con.execute(f"""
+        con.execute(
+            f"""
             CREATE OR REPLACE TEMP TABLE _kf_user AS
             WITH own AS (
                 SELECT l.rank, l.occurrence, k.kernel_id, (k.end_ns - k.start_ns)::DOUBLE AS t
@@ -327,27 +353,38 @@ def user_candidates(con: duckdb.DuckDBPyConnection, flops_per_occurrence: float,
             ), parts AS (SELECT * FROM own UNION ALL SELECT * FROM inside WHERE t > 0)
             SELECT kernel_id, sum(t / tot * $f) AS flops
             FROM (SELECT *, sum(t) OVER (PARTITION BY rank, occurrence) AS tot FROM parts) GROUP BY kernel_id""",
-                    {"label": label, "f": flops_per_occurrence})
+            {"label": label, "f": flops_per_occurrence},
+        )
     else:
         what = "each rank's profiled window (no steps or ranges to divide it by)"
-        con.execute(f"""
+        con.execute(
+            f"""
             CREATE OR REPLACE TEMP TABLE _kf_user AS
             SELECT kernel_id, (k.end_ns - k.start_ns) / sum(k.end_ns - k.start_ns) OVER (PARTITION BY k.rank) * $f
                    AS flops
-            FROM kernels k WHERE {compute}""", {"f": flops_per_occurrence})
+            FROM kernels k WHERE {compute}""",
+            {"f": flops_per_occurrence},
+        )
     return f"--model-flops: {flops_per_occurrence:.4g} FLOP per {what}, spread over its compute kernels by time"
 
 
 # ------------------------------------------------------------------------------------------------ the write
+
 
 def write(con: duckdb.DuckDBPyConnection) -> None:
     """kernels.flops / bytes / flops_source / flops_op_id from the candidates, once: Nsight Compute, else
     --model-flops (which replaces every shape-model estimate), else the owning op's share; bytes from ncu, else the
     op's matmul bytes, else its byte model, else what the parser recorded (copies)."""
     for t in _CANDIDATES:
-        cols = "kernel_id BIGINT, owner BIGINT, src VARCHAR, flops DOUBLE, bytes DOUBLE" if t == "_kf_op" else \
-            "kernel_id BIGINT, bytes DOUBLE" if t == "_kb_op" else \
-            "kernel_id BIGINT, flops DOUBLE" if t == "_kf_user" else "kernel_id BIGINT, flops DOUBLE, bytes DOUBLE"
+        cols = (
+            "kernel_id BIGINT, owner BIGINT, src VARCHAR, flops DOUBLE, bytes DOUBLE"
+            if t == "_kf_op"
+            else "kernel_id BIGINT, bytes DOUBLE"
+            if t == "_kb_op"
+            else "kernel_id BIGINT, flops DOUBLE"
+            if t == "_kf_user"
+            else "kernel_id BIGINT, flops DOUBLE, bytes DOUBLE"
+        )
         con.execute(f"CREATE TEMP TABLE IF NOT EXISTS {t} ({cols})")
     user = bool((one(con, "SELECT count(*) FROM _kf_user") or (0,))[0])
     con.execute(f"""

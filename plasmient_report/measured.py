@@ -11,15 +11,15 @@ import duckdb
 
 # Counter metric → the verdict's name for its window mean.
 MEASURED_METRICS = {"gpu_util": "measured", "sm_active": "sm_active", "tensor_active": "tensor_active"}
-MIN_COVERAGE = 0.5        # samples must cover this share of the window
-MIN_PERIODS = 2           # and the window must span this many (effective) sampling periods
+MIN_COVERAGE = 0.5  # samples must cover this share of the window
+MIN_PERIODS = 2  # and the window must span this many (effective) sampling periods
 
 
 @dataclass(frozen=True)
 class WindowMean:
     scope: str
     range_name: str | None
-    rank: int | None          # None: run level (GPUs combined, weighted by window length)
+    rank: int | None  # None: run level (GPUs combined, weighted by window length)
     device: int | None
     metric: str
     value: float
@@ -34,7 +34,8 @@ def window_means(con: duckdb.DuckDBPyConnection) -> list[WindowMean]:
     the window); then per window the GPUs combined. Windows too short for the log's period, or
     not covered by it, get nothing."""
     metrics = list(MEASURED_METRICS)
-    rows = con.execute(f"""
+    rows = con.execute(
+        f"""
         WITH w AS (
             SELECT scope, range_name, rank, device, start_ns, end_ns FROM windows WHERE end_ns > start_ns
         ), wl AS (
@@ -66,12 +67,20 @@ def window_means(con: duckdb.DuckDBPyConnection) -> list[WindowMean]:
                arg_min(mean, spacing * 1e6 - n), arg_min(path, spacing * 1e6 - n),
                arg_min(coverage, spacing * 1e6 - n), arg_min(n, spacing * 1e6 - n), arg_min(period_ns, spacing * 1e6 - n),
                any_value(wlen)
-        FROM ok GROUP BY scope, range_name, rank, device, metric""", [metrics]).fetchall()
-    per_gpu = [WindowMean(sc, rn, r, d, m, float(v), (p,), float(cov), int(n), int(per) if per else None)
-               for sc, rn, r, d, m, v, p, cov, n, per, _ in rows]
+        FROM ok GROUP BY scope, range_name, rank, device, metric""",
+        [metrics],
+    ).fetchall()
+    per_gpu = [
+        WindowMean(sc, rn, r, d, m, float(v), (p,), float(cov), int(n), int(per) if per else None)
+        for sc, rn, r, d, m, v, p, cov, n, per, _ in rows
+    ]
     wlen = {(sc, rn, r, d): int(wl) for sc, rn, r, d, *_, wl in rows}
-    all_gpus = {(sc, rn, r, d) for sc, rn, r, d in con.execute(
-        "SELECT DISTINCT scope, range_name, rank, device FROM windows WHERE end_ns > start_ns").fetchall()}
+    all_gpus = {
+        (sc, rn, r, d)
+        for sc, rn, r, d in con.execute(
+            "SELECT DISTINCT scope, range_name, rank, device FROM windows WHERE end_ns > start_ns"
+        ).fetchall()
+    }
     run: list[WindowMean] = []
     groups: dict[tuple[str, str | None, str], list[WindowMean]] = {}
     for x in per_gpu:
@@ -84,16 +93,28 @@ def window_means(con: duckdb.DuckDBPyConnection) -> list[WindowMean]:
         total = sum(weights)
         value = sum(x.value * w for x, w in zip(xs, weights, strict=True)) / total
         srcs = tuple(sorted({s for x in xs for s in x.sources}))
-        run.append(WindowMean(sc, rn, None, None, m, value, srcs,
-                              sum(x.coverage * w for x, w in zip(xs, weights, strict=True)) / total,
-                              sum(x.samples for x in xs), max((x.period_ns or 0) for x in xs) or None))
+        run.append(
+            WindowMean(
+                sc,
+                rn,
+                None,
+                None,
+                m,
+                value,
+                srcs,
+                sum(x.coverage * w for x, w in zip(xs, weights, strict=True)) / total,
+                sum(x.samples for x in xs),
+                max((x.period_ns or 0) for x in xs) or None,
+            )
+        )
     return per_gpu + run
 
 
 def by_source(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None) -> list[dict[str, object]]:
     """Every counter log's own gpu_util mean over a window (run level), for the clock/measurement tables: lets a
     reader compare NVML, nvidia-smi and DCGM with each other and with the trace."""
-    rows = con.execute("""
+    rows = con.execute(
+        """
         WITH w AS (SELECT rank, device, start_ns, end_ns FROM windows
                    WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND end_ns > start_ns),
         wl AS (SELECT sum(end_ns - start_ns) AS wlen FROM w),
@@ -106,16 +127,22 @@ def by_source(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None
         SELECT s.path, s.format, sum(j.value * j.ov) / sum(j.ov), least(sum(j.ov) / any_value(wl.wlen), 1.0),
                count(*), s.sample_period_ns
         FROM j JOIN sources s USING (source_id), wl GROUP BY s.source_id, s.path, s.format, s.sample_period_ns
-        ORDER BY s.sample_period_ns, s.source_id""", [scope, range_name]).fetchall()
-    return [{"path": p, "format": f, "gpu_util": float(v), "coverage": float(cov), "samples": int(n),
-             "sample_period_ns": per} for p, f, v, cov, n, per in rows]
+        ORDER BY s.sample_period_ns, s.source_id""",
+        [scope, range_name],
+    ).fetchall()
+    return [
+        {"path": p, "format": f, "gpu_util": float(v), "coverage": float(cov), "samples": int(n), "sample_period_ns": per}
+        for p, f, v, cov, n, per in rows
+    ]
 
 
-def utilization_block(trace: float | None, means: list[WindowMean], scope: str, range_name: str | None,
-                      rank: int | None, device: int | None) -> dict[str, object]:
+def utilization_block(
+    trace: float | None, means: list[WindowMean], scope: str, range_name: str | None, rank: int | None, device: int | None
+) -> dict[str, object]:
     """The verdict's `utilization` object for one window: trace, measured (+ its source), SM / tensor active."""
-    found = {m.metric: m for m in means
-             if m.scope == scope and m.range_name == range_name and m.rank == rank and m.device == device}
+    found = {
+        m.metric: m for m in means if m.scope == scope and m.range_name == range_name and m.rank == rank and m.device == device
+    }
     util = found.get("gpu_util")
     out: dict[str, object] = {"trace": trace, "measured": util.value if util else None}
     out["measured_source"] = (util.sources[0] if len(util.sources) == 1 else list(util.sources)) if util else None

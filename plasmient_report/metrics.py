@@ -30,10 +30,25 @@ from .vocab import (
     SYNC_TOLERANCE_NS,
 )
 
-__all__ = ["CATEGORIES", "DATALOADER_RE", "MAX_PLAUSIBLE_BANDWIDTH_BYTES_S", "SYNC_API_RE", "SYNC_TOLERANCE_NS",
-           "GpuPeak", "assign_peaks", "attribute_kernel_flops", "build_windows", "dominant_precision",
-           "evaluate_op_bytes", "loss_fractions", "model_kernel_bytes", "model_op_flops", "nest_ops",
-           "op_byte_shapes_sql", "sweep"]
+__all__ = [
+    "CATEGORIES",
+    "DATALOADER_RE",
+    "MAX_PLAUSIBLE_BANDWIDTH_BYTES_S",
+    "SYNC_API_RE",
+    "SYNC_TOLERANCE_NS",
+    "GpuPeak",
+    "assign_peaks",
+    "attribute_kernel_flops",
+    "build_windows",
+    "dominant_precision",
+    "evaluate_op_bytes",
+    "loss_fractions",
+    "model_kernel_bytes",
+    "model_op_flops",
+    "nest_ops",
+    "op_byte_shapes_sql",
+    "sweep",
+]
 
 
 def attribute_kernel_flops(con: duckdb.DuckDBPyConnection) -> None:
@@ -51,13 +66,16 @@ def model_kernel_bytes(con: duckdb.DuckDBPyConnection) -> None:
 
 # ------------------------------------------------------------------------------------------------------- peaks
 
+
 def dominant_precision(con: duckdb.DuckDBPyConnection) -> str | None:
     """The precision the matmul-class kernels spend most time in — each kernel's precision from the op that launched
     it (fp32 with a TF32 kernel: tf32), else its FLOP owner's, else its name — when those with a precision hold at
     least half of the matmul-class kernel time; else None (nothing says, e.g. graph replays or nsys without dtypes:
     the caller assumes the default and says so). The run's headline precision when --peak-precision gives none."""
     sql.install(con, "vocab")
-    row = one(con, f"""
+    row = one(
+        con,
+        f"""
         WITH k AS (
             SELECT (k.end_ns - k.start_ns)::DOUBLE AS dur,
                    CASE WHEN coalesce(lo.precision, fo.precision) = 'fp32' AND kernel_name_precision(k.name) = 'tf32'
@@ -67,7 +85,8 @@ def dominant_precision(con: duckdb.DuckDBPyConnection) -> str | None:
               AND (regexp_matches(k.name, '{MATMUL_CLASS_KERNEL_RE}') OR lo.precision IS NOT NULL)
         ), tot AS (SELECT sum(dur) AS all_ns, sum(dur) FILTER (WHERE p IS NOT NULL) AS voted_ns FROM k)
         SELECT p FROM k, tot WHERE p IS NOT NULL AND tot.voted_ns >= 0.5 * tot.all_ns
-        GROUP BY p ORDER BY sum(dur) DESC, p LIMIT 1""")
+        GROUP BY p ORDER BY sum(dur) DESC, p LIMIT 1""",
+    )
     return row[0] if row else None
 
 
@@ -79,8 +98,9 @@ class GpuPeak:
     peak: Peak
 
 
-def assign_peaks(con: duckdb.DuckDBPyConnection, table: list[GpuPeaks], precision: str | None,
-                 gpu: str | None, peak_tflops: float | None) -> tuple[str, list[GpuPeak]]:
+def assign_peaks(
+    con: duckdb.DuckDBPyConnection, table: list[GpuPeaks], precision: str | None, gpu: str | None, peak_tflops: float | None
+) -> tuple[str, list[GpuPeak]]:
     """The peak of every GPU at every precision into `device_peaks` (peaks.py's table and fallbacks), and the
     headline peak of each GPU: at --peak-precision, else the run's dominant precision, else bf16 (fp16 on GPUs
     without a bf16 figure). --peak-precision or --peak-tflops maps every precision to that one peak. When nothing
@@ -96,9 +116,11 @@ def assign_peaks(con: duckdb.DuckDBPyConnection, table: list[GpuPeaks], precisio
         GROUP BY g.rank, g.device ORDER BY g.rank, g.device""").fetchall()
     out = [GpuPeak(r, d, n, choose_peak(n, prec, table, gpu, peak_tflops)) for r, d, n in gpus]
     if precision is None and found is None and peak_tflops is None:
-        why = (f"precision {out[0].peak.precision if out else prec} assumed: nothing in the trace names one (no "
-               "matmul op carries a dtype, e.g. nsys emit_nvtx records shapes only, and no kernel name says it); "
-               "give --peak-precision to change it")
+        why = (
+            f"precision {out[0].peak.precision if out else prec} assumed: nothing in the trace names one (no "
+            "matmul op carries a dtype, e.g. nsys emit_nvtx records shapes only, and no kernel name says it); "
+            "give --peak-precision to change it"
+        )
         out = [replace(g, peak=replace(g.peak, source=f"{g.peak.source}; {why}")) for g in out]
     rows = []
     for g in out:
@@ -107,17 +129,38 @@ def assign_peaks(con: duckdb.DuckDBPyConnection, table: list[GpuPeaks], precisio
                 pk = g.peak  # the headline; or one peak for all (--peak-precision / --peak-tflops)
             else:
                 pk = choose_peak(g.device_name, p, table, gpu, None)
-            rows.append((g.rank, g.device, p, pk.precision if pk.flop_s else None, pk.flop_s, pk.bandwidth_bytes_s,
-                         pk.gpu, pk.gpu_key, pk.source, p == prec))
+            rows.append(
+                (
+                    g.rank,
+                    g.device,
+                    p,
+                    pk.precision if pk.flop_s else None,
+                    pk.flop_s,
+                    pk.bandwidth_bytes_s,
+                    pk.gpu,
+                    pk.gpu_key,
+                    pk.source,
+                    p == prec,
+                )
+            )
     sql.install(con, "device_peaks")
-    con.register("_device_peaks", pa.table({
-        "rank": pa.array([r[0] for r in rows], pa.int32()), "device": pa.array([r[1] for r in rows], pa.int32()),
-        "precision": pa.array([r[2] for r in rows], pa.string()),
-        "peak_precision": pa.array([r[3] for r in rows], pa.string()),
-        "peak_flop_s": pa.array([r[4] for r in rows], pa.float64()),
-        "bandwidth_bytes_s": pa.array([r[5] for r in rows], pa.float64()),
-        "gpu": pa.array([r[6] for r in rows], pa.string()), "gpu_key": pa.array([r[7] for r in rows], pa.string()),
-        "source": pa.array([r[8] for r in rows], pa.string()), "headline": pa.array([r[9] for r in rows], pa.bool_())}))
+    con.register(
+        "_device_peaks",
+        pa.table(
+            {
+                "rank": pa.array([r[0] for r in rows], pa.int32()),
+                "device": pa.array([r[1] for r in rows], pa.int32()),
+                "precision": pa.array([r[2] for r in rows], pa.string()),
+                "peak_precision": pa.array([r[3] for r in rows], pa.string()),
+                "peak_flop_s": pa.array([r[4] for r in rows], pa.float64()),
+                "bandwidth_bytes_s": pa.array([r[5] for r in rows], pa.float64()),
+                "gpu": pa.array([r[6] for r in rows], pa.string()),
+                "gpu_key": pa.array([r[7] for r in rows], pa.string()),
+                "source": pa.array([r[8] for r in rows], pa.string()),
+                "headline": pa.array([r[9] for r in rows], pa.bool_()),
+            }
+        ),
+    )
     con.execute("INSERT INTO device_peaks SELECT * FROM _device_peaks")
     con.unregister("_device_peaks")
     assign_links(con, table, out)
@@ -132,21 +175,36 @@ def assign_links(con: duckdb.DuckDBPyConnection, table: Sequence[GpuPeaks], gpus
     for g in gpus:
         entry = by_key.get(g.peak.gpu_key) if g.peak.gpu_key else None
         ic = entry.interconnect if entry else None
-        rows.append((g.rank, g.device, g.peak.gpu_key, ic.link if ic else None, ic.link_gbs if ic else None,
-                     ic.link_mesh if ic else None, ic.pcie if ic else None, ic.pcie_gbs if ic else None,
-                     ic.source if ic else ("no interconnect figures for this GPU in the peak table" if entry else
-                                           "unknown GPU: no interconnect figures")))
+        rows.append(
+            (
+                g.rank,
+                g.device,
+                g.peak.gpu_key,
+                ic.link if ic else None,
+                ic.link_gbs if ic else None,
+                ic.link_mesh if ic else None,
+                ic.pcie if ic else None,
+                ic.pcie_gbs if ic else None,
+                ic.source
+                if ic
+                else (
+                    "no interconnect figures for this GPU in the peak table" if entry else "unknown GPU: no interconnect figures"
+                ),
+            )
+        )
     sql.install(con, "device_links")
     cols = ["rank", "device", "gpu_key", "link", "link_gbs", "link_mesh", "pcie", "pcie_gbs", "source"]
-    types = [pa.int32(), pa.int32(), pa.string(), pa.string(), pa.float64(), pa.int32(), pa.string(), pa.float64(),
-             pa.string()]
-    con.register("_device_links", pa.table({c: pa.array([r[i] for r in rows], t)
-                                            for i, (c, t) in enumerate(zip(cols, types, strict=True))}))
+    types = [pa.int32(), pa.int32(), pa.string(), pa.string(), pa.float64(), pa.int32(), pa.string(), pa.float64(), pa.string()]
+    con.register(
+        "_device_links",
+        pa.table({c: pa.array([r[i] for r in rows], t) for i, (c, t) in enumerate(zip(cols, types, strict=True))}),
+    )
     con.execute("INSERT INTO device_links SELECT * FROM _device_links")
     con.unregister("_device_links")
 
 
 # ----------------------------------------------------------------------------------------------------- windows
+
 
 def match_range_names(pattern: str, names: Sequence[str]) -> list[str]:
     """The range names a --range pattern selects: the name itself when it is one (`[param|cuda]` is a real range
@@ -158,7 +216,9 @@ def match_range_names(pattern: str, names: Sequence[str]) -> list[str]:
 
 def _top_level_labels(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
     """Top-level CPU-side ranges (not inside another range on that rank); ProfilerStep#N grouped as #*."""
-    return [(p, n) for (p, n) in con.execute(r"""
+    return [
+        (p, n)
+        for (p, n) in con.execute(r"""
         WITH cpu AS (SELECT * FROM ranges WHERE NOT on_gpu AND domain IS DISTINCT FROM 'python'),
         inner_ AS (
             SELECT DISTINCT c.rank, c.name, c.start_ns, c.end_ns FROM cpu c JOIN cpu o
@@ -169,9 +229,8 @@ def _top_level_labels(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
         WHERE (rank, name, start_ns, end_ns) NOT IN (SELECT (rank, name, start_ns, end_ns) FROM inner_)
           AND NOT starts_with(name, 'nccl:') AND NOT starts_with(name, 'Optimizer.')
           AND coalesce(domain, '') NOT IN ('NCCL', 'NCCL_API')
-        ORDER BY label, name""").fetchall()]
-
-
+        ORDER BY label, name""").fetchall()
+    ]
 
 
 def window_label(range_patterns: Sequence[str]) -> str | None:
@@ -181,8 +240,9 @@ def window_label(range_patterns: Sequence[str]) -> str | None:
     return ", ".join(pats) if pats else None
 
 
-def build_windows(con: duckdb.DuckDBPyConnection, range_patterns: Sequence[str],
-                  step_occurrences: bool = False) -> dict[str, list[int]]:
+def build_windows(
+    con: duckdb.DuckDBPyConnection, range_patterns: Sequence[str], step_occurrences: bool = False
+) -> dict[str, list[int]]:
     """Fill `windows`: each GPU's profiled window, plus one entry per requested (or top-level) range, each the union
     of its occurrences' GPU windows (sql/range_windows.sql). With `step_occurrences`, ProfilerStep#* occurrences are
     found too when they are not a window (for --model-flops per step).
@@ -190,8 +250,12 @@ def build_windows(con: duckdb.DuckDBPyConnection, range_patterns: Sequence[str],
     Returns, per range pattern, the ranks that lack it (reported, never guessed)."""
     if one(con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'kernel_launch'") == (0,):
         kernel_flops.link_kernels(con)
-    names = [n for (n,) in con.execute(
-        "SELECT DISTINCT name FROM ranges WHERE domain IS DISTINCT FROM 'python' ORDER BY name").fetchall()]
+    names = [
+        n
+        for (n,) in con.execute(
+            "SELECT DISTINCT name FROM ranges WHERE domain IS DISTINCT FROM 'python' ORDER BY name"
+        ).fetchall()
+    ]
     if range_patterns:
         pats = list(dict.fromkeys(range_patterns))
         label_rows = [(p, n, True) for p in pats for n in match_range_names(p, names)]
@@ -205,29 +269,51 @@ def build_windows(con: duckdb.DuckDBPyConnection, range_patterns: Sequence[str],
         label_rows += [(STEP_LABEL, n, False) for n in match_range_names(STEP_LABEL, names)]
     sql.install(con, "range_labels")
     if label_rows:
-        con.register("_labels", pa.table({"label": [p for p, _, _ in label_rows], "name": [n for _, n, _ in label_rows],
-                                          "is_window": [w for _, _, w in label_rows]}))
+        con.register(
+            "_labels",
+            pa.table(
+                {
+                    "label": [p for p, _, _ in label_rows],
+                    "name": [n for _, n, _ in label_rows],
+                    "is_window": [w for _, _, w in label_rows],
+                }
+            ),
+        )
         con.execute("INSERT INTO range_labels SELECT label, name, is_window FROM _labels")
         con.unregister("_labels")
     sql.install(con, "intervals", "rank_span", "range_windows", "windows")
     ranks = [r for (r,) in con.execute("SELECT DISTINCT rank FROM kernels ORDER BY rank").fetchall()]
     missing: dict[str, list[int]] = {}
     for p in pats:
-        have = {r for (r,) in con.execute(
-            "SELECT DISTINCT rank FROM windows WHERE scope = 'range' AND range_name = ?", [p]).fetchall()}
+        have = {
+            r
+            for (r,) in con.execute("SELECT DISTINCT rank FROM windows WHERE scope = 'range' AND range_name = ?", [p]).fetchall()
+        }
         missing[p] = [r for r in ranks if r not in have]
     return missing
 
 
 # ------------------------------------------------------------------------------------------------------- sweep
 
+
 def _headline_peaks(con: duckdb.DuckDBPyConnection, peaks: Sequence[GpuPeak]) -> None:
     """device_peaks from the headline peaks alone, for callers that did not run assign_peaks."""
     sql.install(con, "device_peaks")
     for g in peaks:
-        con.execute("INSERT INTO device_peaks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, true)",
-                    [g.rank, g.device, g.peak.precision, g.peak.precision if g.peak.flop_s else None, g.peak.flop_s,
-                     g.peak.bandwidth_bytes_s, g.peak.gpu, g.peak.gpu_key, g.peak.source])
+        con.execute(
+            "INSERT INTO device_peaks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, true)",
+            [
+                g.rank,
+                g.device,
+                g.peak.precision,
+                g.peak.precision if g.peak.flop_s else None,
+                g.peak.flop_s,
+                g.peak.bandwidth_bytes_s,
+                g.peak.gpu,
+                g.peak.gpu_key,
+                g.peak.source,
+            ],
+        )
 
 
 def sweep(con: duckdb.DuckDBPyConnection, peaks: Sequence[GpuPeak] | None = None) -> None:
@@ -241,25 +327,43 @@ def sweep(con: duckdb.DuckDBPyConnection, peaks: Sequence[GpuPeak] | None = None
         kernel_flops.link_kernels(con)
     if one(con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'device_links'") == (0,):
         sql.install(con, "device_links")  # no peak table consulted (a caller that did not run assign_peaks)
-    sql.install(con, "vocab", "intervals", "collective_key", "collectives", "kernel_class", "window_kernels",
-                "host_activity", "stretches", "losses", "window_metrics", "kernel_roofline", "steps",
-                "collective_stats", "memory", "launch_stats")
+    sql.install(
+        con,
+        "vocab",
+        "intervals",
+        "collective_key",
+        "collectives",
+        "kernel_class",
+        "window_kernels",
+        "host_activity",
+        "stretches",
+        "losses",
+        "window_metrics",
+        "kernel_roofline",
+        "steps",
+        "collective_stats",
+        "memory",
+        "launch_stats",
+    )
     from . import shapes
 
     shapes.fill(con)
 
 
-def loss_fractions(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None,
-                   rank: int | None, device: int | None = None) -> dict[str, float]:
+def loss_fractions(
+    con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None, rank: int | None, device: int | None = None
+) -> dict[str, float]:
     """Each category's share of the window: per GPU (rank and device), per rank (its GPUs' windows together),
     or for the run (rank None: Σ lost time / Σ windows)."""
-    rows = con.execute("""
+    rows = con.execute(
+        """
         WITH w AS (SELECT sum(window_ns) AS wns FROM metrics
                    WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn AND device IS NOT NULL
                      AND ($rank IS NULL OR rank = $rank) AND ($device IS NULL OR device = $device))
         SELECT category, exact_sum(lost_ns, $scale) / any_value(w.wns) FROM losses, w
         WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn AND ($rank IS NULL OR rank = $rank)
           AND ($device IS NULL OR device = $device)
-        GROUP BY category""", {"scope": scope, "rn": range_name, "rank": rank, "device": device,
-                                  "scale": NS_FIXED_SCALE}).fetchall()
+        GROUP BY category""",
+        {"scope": scope, "rn": range_name, "rank": rank, "device": device, "scale": NS_FIXED_SCALE},
+    ).fetchall()
     return {c: float(f) for c, f in rows if f is not None}

@@ -68,8 +68,7 @@ def read_marker(folder: Path) -> dict[str, Any] | None:
 
 
 def write_marker(folder: Path, kind: str, files: Sequence[str] = ()) -> None:
-    doc = {"schema": MARKER_SCHEMA, "tool": "plasmient-report", "version": __version__, "kind": kind,
-           "files": sorted(files)}
+    doc = {"schema": MARKER_SCHEMA, "tool": "plasmient-report", "version": __version__, "kind": kind, "files": sorted(files)}
     (folder / MARKER).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
@@ -109,8 +108,9 @@ def _check_place(out: Path, shown: Path) -> None:
         raise BadInput(shown, "refusing to write the output over the home folder; choose another --out")
     cwd = Path.cwd().resolve()
     if resolved == cwd or resolved in cwd.parents:
-        raise BadInput(shown, "refusing to write the output over the current folder (or a folder holding it); "
-                              "choose another --out")
+        raise BadInput(
+            shown, "refusing to write the output over the current folder (or a folder holding it); choose another --out"
+        )
     if os.path.islink(out):
         raise BadInput(shown, "is a symbolic link; give the folder itself")
     if os.path.lexists(out):
@@ -191,22 +191,27 @@ def _check_replaceable(out: Path, shown: Path, kind: str) -> None:
     if marker is not None:
         if marker["kind"] != kind:
             what = {"batch": "a batch", "export": "an export"}.get(kind, "a single run")
-            raise BadInput(shown, f"is the output of a plasmient-report {marker['kind']}, not of {what}; choose "
-                                  "another folder")
+            raise BadInput(shown, f"is the output of a plasmient-report {marker['kind']}, not of {what}; choose another folder")
         if kind in ("run", "export"):
             listed = set(marker.get("files") or ()) | {MARKER}
             foreign = sorted(names - listed)
             if foreign:
-                raise BadInput(shown, f"is an earlier output, but holds files this tool did not write "
-                                      f"({', '.join(foreign[:3])}{' …' if len(foreign) > 3 else ''}): move them "
-                                      "or choose another --out")
+                raise BadInput(
+                    shown,
+                    f"is an earlier output, but holds files this tool did not write "
+                    f"({', '.join(foreign[:3])}{' …' if len(foreign) > 3 else ''}): move them "
+                    "or choose another --out",
+                )
         return
     if kind == "run" and _is_legacy_run(out, names):
         return
     if kind == "batch" and _is_legacy_batch(names):
         return
-    raise BadInput(shown, "exists and is not an earlier output of plasmient-report (no .plasmient-output marker): "
-                          "refusing to replace it; choose another --out or remove it yourself")
+    raise BadInput(
+        shown,
+        "exists and is not an earlier output of plasmient-report (no .plasmient-output marker): "
+        "refusing to replace it; choose another --out or remove it yourself",
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the swap
@@ -282,8 +287,7 @@ def staged(out: Path, kind: str = "run") -> Iterator[Path]:
             os.mkdir(staging)
         except OSError as e:
             raise BadInput(out, f"cannot create folders in {out.parent} ({e.strerror})") from None
-        (staging / "staging.json").write_text(json.dumps({"target": str(out), "pid": os.getpid()}) + "\n",
-                                              encoding="utf-8")
+        (staging / "staging.json").write_text(json.dumps({"target": str(out), "pid": os.getpid()}) + "\n", encoding="utf-8")
         new = staging / "new"
         os.mkdir(new)
         yield new
@@ -313,8 +317,11 @@ def staged(out: Path, kind: str = "run") -> Iterator[Path]:
 
 def remove_output(folder: Path) -> None:
     """Delete an output folder of this tool (a stale batch run); anything without our marker is left alone."""
-    if folder.is_dir() and not folder.is_symlink() and (read_marker(folder) or
-                                                        _is_legacy_run(folder, {e.name for e in os.scandir(folder)})):
+    if (
+        folder.is_dir()
+        and not folder.is_symlink()
+        and (read_marker(folder) or _is_legacy_run(folder, {e.name for e in os.scandir(folder)}))
+    ):
         shutil.rmtree(folder, ignore_errors=True)
 
 

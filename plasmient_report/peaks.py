@@ -30,20 +30,19 @@ PRECISIONS = ("fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int
 # chip without TF32 tensor cores runs at the fp32 rate; fp64 without fp64 tensor cores at the fp64 rate; bf16
 # and fp16 share the tensor rate on every chip that has both (a bf16 figure missing means no bf16 hardware: the
 # fp16 tensor rate is the nearest thing the silicon offers). fp8 and int8 have no stand-in.
-FALLBACK: dict[str, tuple[str, ...]] = {"tf32": ("fp32",), "fp64_tensor": ("fp64",), "bf16": ("fp16",),
-                                        "fp16": ("bf16",)}
+FALLBACK: dict[str, tuple[str, ...]] = {"tf32": ("fp32",), "fp64_tensor": ("fp64",), "bf16": ("fp16",), "fp16": ("bf16",)}
 MEMORY_TOLERANCE = 0.08  # nominal memory vs what the device reports (GB or GiB, less reserved memory)
-SAME_FIGURES = 0.01      # entries whose figures agree this closely are the same peak
+SAME_FIGURES = 0.01  # entries whose figures agree this closely are the same peak
 
 
 @dataclass(frozen=True)
 class Interconnect:
     """A GPU's links as its datasheet gives them (bidirectional GB/s per GPU; `[gpu.interconnect]` in the table)."""
 
-    link: str | None = None          # the GPU-to-GPU fabric built into the part (NVLink, Infinity Fabric)
+    link: str | None = None  # the GPU-to-GPU fabric built into the part (NVLink, Infinity Fabric)
     link_gbs: float | None = None
-    link_mesh: int | None = None     # a full mesh of this many links, one per peer (AMD); None: a switch (NVSwitch)
-    pcie: str | None = None          # the host link
+    link_mesh: int | None = None  # a full mesh of this many links, one per peer (AMD); None: a switch (NVSwitch)
+    pcie: str | None = None  # the host link
     pcie_gbs: float | None = None
     source: str = ""
 
@@ -146,15 +145,19 @@ def _entry(r: Mapping[str, object]) -> GpuPeaks:
     if ic is not None and not isinstance(ic, dict):
         raise TypeError("interconnect must be a table")
     return GpuPeaks(
-        key=key, name=str(r.get("name", key)), match=match,
+        key=key,
+        name=str(r.get("name", key)),
+        match=match,
         tflops={p: float(r[p]) for p in PRECISIONS if p in r},  # type: ignore[arg-type]
         memory_bandwidth_gbs=float(r["memory_bandwidth_gbs"]) if "memory_bandwidth_gbs" in r else None,  # type: ignore[arg-type]
-        source=str(r.get("source", "user peaks file")), aliases=tuple(str(a) for a in aliases),
+        source=str(r.get("source", "user peaks file")),
+        aliases=tuple(str(a) for a in aliases),
         vendor=str(r["vendor"]) if "vendor" in r else None,
         compute_capability=str(r["compute_capability"]) if "compute_capability" in r else None,
         sm_count=int(sm) if sm is not None else None,  # type: ignore[call-overload]
         memory_gb=float(mem) if mem is not None else None,  # type: ignore[arg-type]
-        interconnect=_interconnect(ic) if ic else None)
+        interconnect=_interconnect(ic) if ic else None,
+    )
 
 
 def _interconnect(r: Mapping[str, object]) -> Interconnect:
@@ -169,9 +172,14 @@ def _interconnect(r: Mapping[str, object]) -> Interconnect:
     mesh = r.get("link_mesh")
     if mesh is not None and (isinstance(mesh, bool) or not isinstance(mesh, int) or mesh < 1):
         raise ValueError("interconnect link_mesh must be a positive whole number of links")
-    return Interconnect(link=str(r["link"]) if "link" in r else None, link_gbs=num("link_gbs"), link_mesh=mesh,
-                        pcie=str(r["pcie"]) if "pcie" in r else None, pcie_gbs=num("pcie_gbs"),
-                        source=str(r.get("source", "user peaks file")))
+    return Interconnect(
+        link=str(r["link"]) if "link" in r else None,
+        link_gbs=num("link_gbs"),
+        link_mesh=mesh,
+        pcie=str(r["pcie"]) if "pcie" in r else None,
+        pcie_gbs=num("pcie_gbs"),
+        source=str(r.get("source", "user peaks file")),
+    )
 
 
 @lru_cache(maxsize=1)
@@ -237,8 +245,9 @@ def lookup(query: str, table: list[GpuPeaks]) -> GpuPeaks:
     g = match_gpu(query, table)
     if g is not None and len(q) >= 4:
         return g
-    raise BadInput(None, f"unknown GPU {query!r} (see `plasmient-report peaks`; known: "
-                         f"{', '.join(dict.fromkeys(x.key for x in table))})")
+    raise BadInput(
+        None, f"unknown GPU {query!r} (see `plasmient-report peaks`; known: {', '.join(dict.fromkeys(x.key for x in table))})"
+    )
 
 
 # --------------------------------------------------------------------------------- identification
@@ -246,9 +255,9 @@ def lookup(query: str, table: list[GpuPeaks]) -> GpuPeaks:
 
 @dataclass(frozen=True)
 class Identification:
-    gpu: GpuPeaks | None           # the entry, when the properties single one out (or entries with the same figures)
-    candidates: tuple[str, ...]    # keys of the entries the properties fit
-    sentence: str                  # what was found, for the source's notes
+    gpu: GpuPeaks | None  # the entry, when the properties single one out (or entries with the same figures)
+    candidates: tuple[str, ...]  # keys of the entries the properties fit
+    sentence: str  # what was found, for the source's notes
 
 
 def _same_figures(a: GpuPeaks, b: GpuPeaks) -> bool:
@@ -256,7 +265,8 @@ def _same_figures(a: GpuPeaks, b: GpuPeaks) -> bool:
         return False
     close = lambda x, y: abs(x - y) <= SAME_FIGURES * max(abs(x), abs(y))  # noqa: E731
     bw_ok = (a.memory_bandwidth_gbs is None) == (b.memory_bandwidth_gbs is None) and (
-        a.memory_bandwidth_gbs is None or close(a.memory_bandwidth_gbs, b.memory_bandwidth_gbs or 0.0))
+        a.memory_bandwidth_gbs is None or close(a.memory_bandwidth_gbs, b.memory_bandwidth_gbs or 0.0)
+    )
     return bw_ok and all(close(a.tflops[p], b.tflops[p]) for p in a.tflops)
 
 
@@ -264,25 +274,40 @@ def _memory_fits(nominal_gb: float, memory_bytes: int) -> bool:
     return any(abs(memory_bytes / unit - nominal_gb) <= MEMORY_TOLERANCE * nominal_gb for unit in (1e9, 2**30))
 
 
-def identify(vendor: str | None, compute_capability: str | None, sm_count: int | None, memory_bytes: int | None,
-             table: list[GpuPeaks] | None = None) -> Identification:
+def identify(
+    vendor: str | None,
+    compute_capability: str | None,
+    sm_count: int | None,
+    memory_bytes: int | None,
+    table: list[GpuPeaks] | None = None,
+) -> Identification:
     """The table entry a device's properties describe (compute capability / gfx version, SM or CU count, memory
     size), for traces that do not name the GPU. Only a property the device reports is compared; the compute
     capability and the SM count are both required. Entries that fit and share their figures (MI210 and one GCD of
     an MI250) count as one answer."""
     rows = list(table if table is not None else _builtin())
     units = "CUs" if vendor == "AMD" else "SMs"
-    what = ", ".join(x for x in (
-        f"compute capability {compute_capability}" if compute_capability else None,
-        f"{sm_count} {units}" if sm_count else None,
-        f"{memory_bytes / 2**30:.0f} GiB" if memory_bytes else None) if x)
+    what = ", ".join(
+        x
+        for x in (
+            f"compute capability {compute_capability}" if compute_capability else None,
+            f"{sm_count} {units}" if sm_count else None,
+            f"{memory_bytes / 2**30:.0f} GiB" if memory_bytes else None,
+        )
+        if x
+    )
     if not compute_capability or not sm_count:
-        return Identification(None, (), f"GPU not named in the trace and its properties ({what or 'none'}) are too "
-                                        "few to identify it: give --gpu")
-    fit = [g for g in rows
-           if g.compute_capability == compute_capability and g.sm_count == sm_count
-           and (vendor is None or g.vendor is None or g.vendor == vendor)
-           and (memory_bytes is None or g.memory_gb is None or _memory_fits(g.memory_gb, memory_bytes))]
+        return Identification(
+            None, (), f"GPU not named in the trace and its properties ({what or 'none'}) are too few to identify it: give --gpu"
+        )
+    fit = [
+        g
+        for g in rows
+        if g.compute_capability == compute_capability
+        and g.sm_count == sm_count
+        and (vendor is None or g.vendor is None or g.vendor == vendor)
+        and (memory_bytes is None or g.memory_gb is None or _memory_fits(g.memory_gb, memory_bytes))
+    ]
     keys = tuple(dict.fromkeys(g.key for g in fit))
     if not fit:
         return Identification(None, (), f"GPU not named in the trace; no GPU in the peak table has {what}: give --gpu")
@@ -290,17 +315,24 @@ def identify(vendor: str | None, compute_capability: str | None, sm_count: int |
     if all(_same_figures(first, g) for g in fit[1:]):
         others = [g.key for g in fit[1:] if g.key != first.key]
         also = f" (or {', '.join(others)}: the same peak figures)" if others else ""
-        return Identification(first, keys, f"GPU not named in the trace; identified as {first.name}{also} from its "
-                                           f"properties ({what})")
-    return Identification(None, keys, f"GPU not named in the trace; its properties ({what}) fit {', '.join(keys)}, "
-                                      "whose peaks differ: give --gpu")
+        return Identification(
+            first, keys, f"GPU not named in the trace; identified as {first.name}{also} from its properties ({what})"
+        )
+    return Identification(
+        None, keys, f"GPU not named in the trace; its properties ({what}) fit {', '.join(keys)}, whose peaks differ: give --gpu"
+    )
 
 
 # ----------------------------------------------------------------------------------------- choice
 
 
-def choose_peak(device_name: str | None, precision: str, table: list[GpuPeaks],
-                gpu_override: str | None = None, tflops_override: float | None = None) -> Peak:
+def choose_peak(
+    device_name: str | None,
+    precision: str,
+    table: list[GpuPeaks],
+    gpu_override: str | None = None,
+    tflops_override: float | None = None,
+) -> Peak:
     """The peak of one GPU at the headline `precision`: the entry `--gpu` names (refused when ambiguous or
     unknown), else the one the device name matches; `--peak-tflops` forces one figure for every precision."""
     if gpu_override:
@@ -319,19 +351,59 @@ def choose_peak(device_name: str | None, precision: str, table: list[GpuPeaks],
     figures = tuple(sorted(g.tflops.items())) if g else ()
     bw = g.memory_bandwidth_gbs * 1e9 if g and g.memory_bandwidth_gbs else None
     if tflops_override is not None:
-        return Peak(gpu=g.name if g else name, gpu_key=g.key if g else None, precision=precision,
-                    flop_s=tflops_override * 1e12, bandwidth_bytes_s=bw, source="--peak-tflops", known=True,
-                    tflops=figures, forced=True)
+        return Peak(
+            gpu=g.name if g else name,
+            gpu_key=g.key if g else None,
+            precision=precision,
+            flop_s=tflops_override * 1e12,
+            bandwidth_bytes_s=bw,
+            source="--peak-tflops",
+            known=True,
+            tflops=figures,
+            forced=True,
+        )
     if g is None:
-        return Peak(gpu=name, gpu_key=None, precision=precision, flop_s=None, bandwidth_bytes_s=None,
-                    source=f"unknown GPU {name!r}: no peak (give --gpu or --peak-tflops)" if name else
-                    "GPU not named in the trace: no peak (give --gpu or --peak-tflops)", known=False)
-    base = Peak(gpu=g.name, gpu_key=g.key, precision=precision, flop_s=None, bandwidth_bytes_s=bw, source=g.source,
-                known=False, tflops=figures)
+        return Peak(
+            gpu=name,
+            gpu_key=None,
+            precision=precision,
+            flop_s=None,
+            bandwidth_bytes_s=None,
+            source=f"unknown GPU {name!r}: no peak (give --gpu or --peak-tflops)"
+            if name
+            else "GPU not named in the trace: no peak (give --gpu or --peak-tflops)",
+            known=False,
+        )
+    base = Peak(
+        gpu=g.name,
+        gpu_key=g.key,
+        precision=precision,
+        flop_s=None,
+        bandwidth_bytes_s=bw,
+        source=g.source,
+        known=False,
+        tflops=figures,
+    )
     used = base.precision_for(precision)
     if used is None:
-        return Peak(gpu=g.name, gpu_key=g.key, precision=precision, flop_s=None, bandwidth_bytes_s=bw,
-                    source=f"{g.name} has no {precision} figure in the table", known=False, tflops=figures)
+        return Peak(
+            gpu=g.name,
+            gpu_key=g.key,
+            precision=precision,
+            flop_s=None,
+            bandwidth_bytes_s=bw,
+            source=f"{g.name} has no {precision} figure in the table",
+            known=False,
+            tflops=figures,
+        )
     src = g.source if used == precision else g.source + f" (no {precision} figure: {used} used)"
-    return Peak(gpu=g.name, gpu_key=g.key, precision=used, flop_s=g.tflops[used] * 1e12, bandwidth_bytes_s=bw,
-                source=src, known=True, tflops=figures)
+    return Peak(
+        gpu=g.name,
+        gpu_key=g.key,
+        precision=used,
+        flop_s=g.tflops[used] * 1e12,
+        bandwidth_bytes_s=bw,
+        source=src,
+        known=True,
+        tflops=figures,
+    )

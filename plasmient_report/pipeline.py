@@ -116,8 +116,13 @@ def _sentences(items: Sequence[str]) -> str | None:
     return "; ".join(parts) or None
 
 
-def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Progress | None = None,
-           cache_dir: Path | None = None, parse_options: parsers.ParseOptions | None = None) -> None:
+def ingest(
+    con: duckdb.DuckDBPyConnection,
+    inputs: Sequence[Path],
+    progress: Progress | None = None,
+    cache_dir: Path | None = None,
+    parse_options: parsers.ParseOptions | None = None,
+) -> None:
     found = parsers.discover(list(inputs), cache_dir)
     for i, d in enumerate(found):
         if progress:
@@ -128,11 +133,27 @@ def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Pro
                                     clock_anchor, base_time_ns, sha256, size_bytes, events, notes, time_zone,
                                     sample_period_ns, incomplete, dropped_events)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            [i, path_text(d.path), info.format, info.format_version, info.host, info.rank,
-             "multi" if info.multi_rank else info.rank_method, info.world_size,
-             info.clock_anchor, info.base_time_ns, _io.sha256_of(d.path), _io.size_of(d.path), info.events,
-             _sentences(info.notes), info.time_zone, info.sample_period_ns,
-             _sentences(info.incomplete), info.dropped_events])
+            [
+                i,
+                path_text(d.path),
+                info.format,
+                info.format_version,
+                info.host,
+                info.rank,
+                "multi" if info.multi_rank else info.rank_method,
+                info.world_size,
+                info.clock_anchor,
+                info.base_time_ns,
+                _io.sha256_of(d.path),
+                _io.size_of(d.path),
+                info.events,
+                _sentences(info.notes),
+                info.time_zone,
+                info.sample_period_ns,
+                _sentences(info.incomplete),
+                info.dropped_events,
+            ],
+        )
         if info.gpu_events == 0 and d.format not in parsers.AUXILIARY:
             if len(found) == 1:
                 raise BadInput(d.path, "trace has no GPU kernels or copies (a CPU-only profile?)")
@@ -140,8 +161,10 @@ def ingest(con: duckdb.DuckDBPyConnection, inputs: Sequence[Path], progress: Pro
         progress("ingest", len(found), len(found))
     n = one(con, "SELECT count(*) FROM kernels")
     if (not n or n[0] == 0) and all(d.format in parsers.AUXILIARY for d in found):
-        raise BadInput(", ".join(str(p) for p in inputs), "counter logs need a trace to align to (give the "
-                                                          "PyTorch profiler / Nsight Systems trace of the same run)")
+        raise BadInput(
+            ", ".join(str(p) for p in inputs),
+            "counter logs need a trace to align to (give the PyTorch profiler / Nsight Systems trace of the same run)",
+        )
     if not n or n[0] == 0:
         raise BadInput(", ".join(str(p) for p in inputs), "no GPU kernels or copies in any input")
     con.execute("""UPDATE sources SET first_ns = t.s, last_ns = t.e FROM (
@@ -164,18 +187,25 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
         have = {r for (r,) in con.execute("SELECT DISTINCT range_name FROM windows WHERE scope='range'").fetchall()}
         absent = [p for p in opts.ranges if p not in have]
         if len(absent) == len(opts.ranges):
-            names = [n for (n,) in con.execute(
-                "SELECT name FROM ranges WHERE domain IS DISTINCT FROM 'python' GROUP BY name ORDER BY min(start_ns) "
-                "LIMIT 12").fetchall()]
-            raise BadInput(None, f"no range matches {', '.join(repr(a) for a in absent)}; ranges in the trace "
-                                 f"include: {', '.join(names) or '(none)'}")
+            names = [
+                n
+                for (n,) in con.execute(
+                    "SELECT name FROM ranges WHERE domain IS DISTINCT FROM 'python' GROUP BY name ORDER BY min(start_ns) LIMIT 12"
+                ).fetchall()
+            ]
+            raise BadInput(
+                None,
+                f"no range matches {', '.join(repr(a) for a in absent)}; ranges in the trace "
+                f"include: {', '.join(names) or '(none)'}",
+            )
     if opts.model_flops is not None:
         label = opts.ranges[0] if opts.ranges else metrics.STEP_LABEL
         notes.append(kernel_flops.user_candidates(con, opts.model_flops, label))
     kernel_flops.write(con)
     metrics.sweep(con)
-    return judge.RunContext(inputs=[], ranges=list(opts.ranges), precision=precision, peaks=gpu_peaks,
-                            missing_ranges=missing, notes=notes)
+    return judge.RunContext(
+        inputs=[], ranges=list(opts.ranges), precision=precision, peaks=gpu_peaks, missing_ranges=missing, notes=notes
+    )
 
 
 def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = None) -> Result:
@@ -242,9 +272,14 @@ def _writing(out: Path) -> Iterator[None]:
         raise BadInput(out, f"cannot write the outputs ({e.strerror})") from None
 
 
-def write_outputs(result: Result, out_dir: Path, inputs: Sequence[Path], opts: Options,
-                  extra_files: Callable[[Path], dict[str, str]] | None = None,
-                  progress: Progress | None = None) -> Path:
+def write_outputs(
+    result: Result,
+    out_dir: Path,
+    inputs: Sequence[Path],
+    opts: Options,
+    extra_files: Callable[[Path], dict[str, str]] | None = None,
+    progress: Progress | None = None,
+) -> Path:
     """Render into a staging folder beside `out_dir`, then swap it into place (outdir.staged): never half-written,
     and an existing folder is replaced only when it is an earlier output of this tool. `extra_files` (name →
     text, from the staging folder holding the rendered outputs) are written with them (batch's manifest), so they
@@ -254,8 +289,7 @@ def write_outputs(result: Result, out_dir: Path, inputs: Sequence[Path], opts: O
     out = outdir.check_run_out(out_dir, inputs)
     # trace.pftrace before report.html: the Perfetto writer's batches then come and go before matplotlib is
     # loaded (~65 MiB resident for the rest of the run), not on top of it.
-    steps = [("verdict.json", True), ("trace.pftrace", opts.write_trace), ("report.html", opts.write_html),
-             ("run.duckdb", True)]
+    steps = [("verdict.json", True), ("trace.pftrace", opts.write_trace), ("report.html", opts.write_html), ("run.duckdb", True)]
     todo = [name for name, on in steps if on]
     with outdir.staged(out, "run") as tmp, _writing(out):
         for i, name in enumerate(todo):

@@ -30,20 +30,45 @@ class KernelGroup:
     bandwidth_above_hbm_peak: bool = False
 
 
-def kernel_groups(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None,
-                  peak_flop_s: float | None = None, bandwidth_bytes_s: float | None = None,
-                  by: Literal["kernel", "op"] = "kernel") -> list[KernelGroup]:
+def kernel_groups(
+    con: duckdb.DuckDBPyConnection,
+    scope: str,
+    range_name: str | None,
+    peak_flop_s: float | None = None,
+    bandwidth_bytes_s: float | None = None,
+    by: Literal["kernel", "op"] = "kernel",
+) -> list[KernelGroup]:
     """Kernels grouped by name (or by op) over the analysed windows (clipped to them, FLOPs and bytes pro rata).
     The peak and bandwidth arguments are not used: every kernel is measured against its own GPU and precision."""
-    rows = con.execute("""
+    rows = con.execute(
+        """
         SELECT name, kind, count, time_ns, time_share, flops, bytes, achieved_flop_s, achieved_fraction_of_peak,
                arithmetic_intensity, bound, achieved_bandwidth_bytes_s, calls, class, bandwidth_fraction_of_hbm,
                bandwidth_above_hbm_peak
-        FROM kernel_roofline($scope, $rn, $by)""", {"scope": scope, "rn": range_name, "by": by}).fetchall()
-    return [KernelGroup(name, kind, int(count), float(t), float(share or 0.0), flops, nbytes, rate, frac, ai, bound,
-                        bw, int(calls) if by == "op" else None, cls, bw_frac, bool(above))
-            for (name, kind, count, t, share, flops, nbytes, rate, frac, ai, bound, bw, calls, cls, bw_frac,
-                 above) in rows]
+        FROM kernel_roofline($scope, $rn, $by)""",
+        {"scope": scope, "rn": range_name, "by": by},
+    ).fetchall()
+    return [
+        KernelGroup(
+            name,
+            kind,
+            int(count),
+            float(t),
+            float(share or 0.0),
+            flops,
+            nbytes,
+            rate,
+            frac,
+            ai,
+            bound,
+            bw,
+            int(calls) if by == "op" else None,
+            cls,
+            bw_frac,
+            bool(above),
+        )
+        for (name, kind, count, t, share, flops, nbytes, rate, frac, ai, bound, bw, calls, cls, bw_frac, above) in rows
+    ]
 
 
 def as_records(groups: list[KernelGroup], limit: int, by: Literal["kernel", "op"]) -> list[dict[str, Any]]:

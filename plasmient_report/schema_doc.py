@@ -59,8 +59,11 @@ def _store_sections(con: duckdb.DuckDBPyConnection) -> list[str]:
     for table, comment in tables:
         head, rest = _heading(table, comment or "")
         lines += [head, "", "| column | type | meaning |", "|---|---|---|"]
-        cols = con.execute("""SELECT column_name, data_type, comment FROM duckdb_columns()
-                              WHERE schema_name = 'main' AND table_name = ? ORDER BY column_index""", [table]).fetchall()
+        cols = con.execute(
+            """SELECT column_name, data_type, comment FROM duckdb_columns()
+                              WHERE schema_name = 'main' AND table_name = ? ORDER BY column_index""",
+            [table],
+        ).fetchall()
         lines += [f"| {c} | {t} | {_cell(m or '')} |" for c, t, m in cols]
         lines.append("")
         if rest:
@@ -75,8 +78,14 @@ def _library_sections() -> list[str]:
         head = next((c for kind, obj, c in found if obj == name and kind != "COLUMN"), "")
         cols = [(obj.split(".", 1)[1], c) for kind, obj, c in found if kind == "COLUMN" and obj.startswith(f"{name}.")]
         title, rest = _heading(name, head)
-        lines += [f"{title} (a view of the measurement library: [measurements.md](measurements.md#{name}))", "",
-                  sql.modules()[name].doc, "", "| column | meaning |", "|---|---|"]
+        lines += [
+            f"{title} (a view of the measurement library: [measurements.md](measurements.md#{name}))",
+            "",
+            sql.modules()[name].doc,
+            "",
+            "| column | meaning |",
+            "|---|---|",
+        ]
         lines += [f"| {c} | {_cell(m)} |" for c, m in cols]
         lines.append("")
         if rest:

@@ -55,7 +55,7 @@ def start_time(pid: int) -> int | None:
     except OSError:
         return None
     # The command name (field 2) is in parentheses and may hold spaces or parentheses: split after the last ')'.
-    fields = data[data.rfind(b")") + 2:].split()
+    fields = data[data.rfind(b")") + 2 :].split()
     try:
         return int(fields[19])
     except (IndexError, ValueError):
@@ -87,7 +87,7 @@ def _state(pid: int) -> str | None:
             data = f.read()
     except OSError:
         return None
-    fields = data[data.rfind(b")") + 2:].split()
+    fields = data[data.rfind(b")") + 2 :].split()
     return fields[0].decode() if fields else None
 
 
@@ -138,8 +138,7 @@ class Scratch:
         return s
 
     def _write_owner(self) -> None:
-        doc = {"pid": os.getpid(), "start_time": start_time(os.getpid()), "created": time.time(),
-               "registered": self._registered}
+        doc = {"pid": os.getpid(), "start_time": start_time(os.getpid()), "created": time.time(), "registered": self._registered}
         data = (json.dumps(doc) + "\n").encode()
         os.lseek(self._fd, 0, os.SEEK_SET)
         os.ftruncate(self._fd, 0)

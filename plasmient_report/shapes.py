@@ -23,8 +23,15 @@ def _dtype(name: str, input_types: str | None) -> str | None:
         return None
     if not isinstance(types, list):
         return None
-    at = GEMM_OPS[name][0] if name in GEMM_OPS else ATTENTION_OPS[name][0] if name in ATTENTION_OPS else \
-        1 if name == "aten::convolution_backward" else 0
+    at = (
+        GEMM_OPS[name][0]
+        if name in GEMM_OPS
+        else ATTENTION_OPS[name][0]
+        if name in ATTENTION_OPS
+        else 1
+        if name == "aten::convolution_backward"
+        else 0
+    )
     t = types[at] if at < len(types) else None
     if not isinstance(t, str) or not t:
         return None
@@ -37,17 +44,36 @@ def fill(con: duckdb.DuckDBPyConnection) -> None:
     """Fill `op_shapes` from the matmul-class ops of the trace, then install `shapes` (each kernel's shape op and
     the per-shape macro)."""
     sql.install(con, "op_shapes")
-    keys = con.execute("""
+    keys = con.execute(
+        """
         SELECT DISTINCT o.name, o.input_dims, o.input_types, o.concrete_inputs FROM ops o
-        WHERE o.name IN (SELECT unnest(?::VARCHAR[]))""", [SHAPE_OPS]).fetchall()
+        WHERE o.name IN (SELECT unnest(?::VARCHAR[]))""",
+        [SHAPE_OPS],
+    ).fetchall()
     rows = []
     for name, dims, types, concrete in keys:
         s = op_shape(name, dims, concrete)
         if s is not None:
-            rows.append({"name": name, "input_dims": dims, "input_types": types, "concrete_inputs": concrete,
-                         "dtype": _dtype(name, types), **s})
-    cols = ["name", "input_dims", "input_types", "concrete_inputs", "family", "shape", "dtype",
-            *[f for f in SHAPE_FIELDS if f not in ("family", "shape")]]
+            rows.append(
+                {
+                    "name": name,
+                    "input_dims": dims,
+                    "input_types": types,
+                    "concrete_inputs": concrete,
+                    "dtype": _dtype(name, types),
+                    **s,
+                }
+            )
+    cols = [
+        "name",
+        "input_dims",
+        "input_types",
+        "concrete_inputs",
+        "family",
+        "shape",
+        "dtype",
+        *[f for f in SHAPE_FIELDS if f not in ("family", "shape")],
+    ]
     if rows:
         table = pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in rows])
         con.register("_op_shapes_in", table)

@@ -55,14 +55,17 @@ def threads(n: int | None) -> Iterator[None]:
         _threads.reset(token)
 
 
-def connect(path: str | Path | None = None, memory_limit_bytes: int | None = None,
-            temp_dir: Path | None = None) -> duckdb.DuckDBPyConnection:
+def connect(
+    path: str | Path | None = None, memory_limit_bytes: int | None = None, temp_dir: Path | None = None
+) -> duckdb.DuckDBPyConnection:
     """Open (or create) a store. Extensions are never auto-installed: everything ships with the wheel.
 
     With `memory_limit_bytes`, DuckDB keeps its buffers (tables included, in-memory stores too) under that
     size and spills the rest to `temp_dir` — the bounded-memory mode for traces of many GB."""
-    config: dict[str, str | bool | int | float | list[str]] = {"autoinstall_known_extensions": False,
-                                                                "autoload_known_extensions": False}
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+    }
     n = _threads.get()
     if n is not None:
         config["threads"] = n
@@ -144,8 +147,9 @@ def _sql_str(p: Path | str) -> str:
 
 
 def open_readonly(path: str | Path) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(str(path), read_only=True,
-                          config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    return duckdb.connect(
+        str(path), read_only=True, config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    )
 
 
 def one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tuple | None:

@@ -26,11 +26,21 @@ CATEGORIES: dict[str, str] = {
 }
 # How a renderer names each category (everything else: the name with spaces).
 CATEGORY_LABELS: dict[str, str] = {c: c.replace("_", " ") for c in CATEGORIES} | {
-    "unknown_flops": "unknown FLOPs", "startup": "start-up", "memcpy": "memcpy / memset"}
+    "unknown_flops": "unknown FLOPs",
+    "startup": "start-up",
+    "memcpy": "memcpy / memset",
+}
 # Categories of idle time (no kernel resident; the cause read from the host) and of busy time.
 IDLE_CATEGORIES = ("launch_bound", "sync_stall", "input_bound", "startup", "host_other")
-BUSY_CATEGORIES = ("collective_wait", "collective_transfer", "pipeline_bubble", "memory_bound", "unknown_flops",
-                   "compute_inefficiency", "memcpy")
+BUSY_CATEGORIES = (
+    "collective_wait",
+    "collective_transfer",
+    "pipeline_bubble",
+    "memory_bound",
+    "unknown_flops",
+    "compute_inefficiency",
+    "memcpy",
+)
 
 # ------------------------------------------------------------------------------------------------ kernel classes
 
@@ -42,9 +52,11 @@ BUSY_CATEGORIES = ("collective_wait", "collective_transfer", "pipeline_bubble", 
 KERNEL_CLASSES = ("compute", "memory", "unknown", "communication", "copy")
 
 # Communication kernels by what they are, not only NCCL: the parsers' kind 'nccl' plus these names.
-COMM_KERNEL_RE = (r"(?i)(nccl|rccl|nvshmem|deep_?ep::|multimem_all_?reduce|one_?shot_all_?reduce|"
-                  r"two_?shot_all_?reduce|symmetric_?memory|cross_device_reduce|custom_?all_?reduce|quick_?all_?reduce|"
-                  r"mscclpp|msccl|lamport|allreduce_?fusion_?kernel)")
+COMM_KERNEL_RE = (
+    r"(?i)(nccl|rccl|nvshmem|deep_?ep::|multimem_all_?reduce|one_?shot_all_?reduce|"
+    r"two_?shot_all_?reduce|symmetric_?memory|cross_device_reduce|custom_?all_?reduce|quick_?all_?reduce|"
+    r"mscclpp|msccl|lamport|allreduce_?fusion_?kernel)"
+)
 # Point-to-point NCCL kernels (pipeline traffic, unless they implement an all-to-all).
 P2P_KERNEL_RE = r"(?i)(sendrecv|_send|_recv|send_|recv_)"
 P2P_COLLECTIVE_RE = r"(?i)(send|recv)"
@@ -63,26 +75,32 @@ ONE_TO_ONE_RE = r"(?i)(broadcast|^_?reduce(_oop)?$|send|recv)"
 # Compiled kernels known to do no matmul work: Inductor's pointwise, reduction and persistent-reduction kernels.
 COMPILED_NO_MATMUL_KERNEL_RE = r"(?i)^(triton_(poi|red|per)_|triton_for_)"
 # Kernels that may do matmul-class work (GEMM, attention, convolution, grouped / MoE GEMM, templates).
-MATMUL_CLASS_KERNEL_RE = (r"(?i)(gemm|gemv|nvjet|xmma|cutlass|cublas|matmul|_mma|mma_|hmma|wgmma|gmma|imma|flash|fmha|"
-                          r"attn|attention|sdpa|convolv|convolution|conv[0-9]d|_conv_|conv2d|conv3d|winograd|fprop|dgrad|"
-                          r"wgrad|implicit_?gemm|cudnn|sm[0-9]{2,3}_|ampere_|volta_|turing_|hopper_|blackwell_|Cijk_|"
-                          r"fused_moe|moe_gemm|grouped_?gemm|group_gemm|deep_?gemm|triton_tem_|_scaled_mm|marlin|machete)")
+MATMUL_CLASS_KERNEL_RE = (
+    r"(?i)(gemm|gemv|nvjet|xmma|cutlass|cublas|matmul|_mma|mma_|hmma|wgmma|gmma|imma|flash|fmha|"
+    r"attn|attention|sdpa|convolv|convolution|conv[0-9]d|_conv_|conv2d|conv3d|winograd|fprop|dgrad|"
+    r"wgrad|implicit_?gemm|cudnn|sm[0-9]{2,3}_|ampere_|volta_|turing_|hopper_|blackwell_|Cijk_|"
+    r"fused_moe|moe_gemm|grouped_?gemm|group_gemm|deep_?gemm|triton_tem_|_scaled_mm|marlin|machete)"
+)
 # Attention's helper kernels (FlashAttention's and cuDNN's backward: rowsum(dO·O) before, the fp32 dQ accumulator
 # cast after) run no tensor-core work (ncu: 0 tensor ops, sample_traces/h200_attention): no FLOPs of the op's.
 AUX_ATTENTION_KERNEL_RE = r"(?i)(dot_do_o|convert_dq|convert_dkv)"
 # Library / framework kernels known to do ~0 useful FLOPs: elementwise, reductions, norms, softmax, copies, indexing,
 # sorting, random numbers, optimizers (PyTorch's `at::native` and `at_cuda_detail`, cub, thrust).
-KNOWN_NO_MATMUL_KERNEL_RE = (r"(?i)(at::native::|at_cuda_detail|cub::|thrust::|elementwise|pointwise|reduce_kernel|"
-                             r"reduction|layer_?norm|rms_?norm|group_?norm|batch_?norm|softmax|_copy|copy_kernel|"
-                             r"CatArray|Fill|Functor|index|gather|scatter|embedding|sort|scan|radix|multi_tensor|adam|"
-                             r"memset|memcpy|transpose|permute|dropout|philox|distribution|topk|nonzero|arange)")
+KNOWN_NO_MATMUL_KERNEL_RE = (
+    r"(?i)(at::native::|at_cuda_detail|cub::|thrust::|elementwise|pointwise|reduce_kernel|"
+    r"reduction|layer_?norm|rms_?norm|group_?norm|batch_?norm|softmax|_copy|copy_kernel|"
+    r"CatArray|Fill|Functor|index|gather|scatter|embedding|sort|scan|radix|multi_tensor|adam|"
+    r"memset|memcpy|transpose|permute|dropout|philox|distribution|topk|nonzero|arange)"
+)
 # Framework op namespaces whose ops are known: an op of these that is not matmul-class launches no matmul work.
 KNOWN_OP_RE = r"^(aten|prims|c10d|nccl|record_param_comms|cudnn|autograd)::"
 # Ops that do matmul-class work (their kernels are unknown when the op has no FLOP figure).
-MATMUL_CLASS_OP_RE = (r"(?i)(::(mm|bmm|addmm|addbmm|baddbmm|matmul|linear|einsum|_scaled_mm|_int_mm|_grouped_mm|"
-                      r"_scaled_grouped_mm|addmv|mv|dot|conv[a-z0-9_]*|cudnn_convolution[a-z_]*|miopen_convolution[a-z_]*|"
-                      r"_convolution[a-z_]*|convolution[a-z_]*|[a-z_]*attention[a-z_]*|_flash_attention[a-z_]*|"
-                      r"_efficient_attention[a-z_]*|lstm|gru|rnn_tanh|rnn_relu|_cudnn_rnn[a-z_]*)$)")
+MATMUL_CLASS_OP_RE = (
+    r"(?i)(::(mm|bmm|addmm|addbmm|baddbmm|matmul|linear|einsum|_scaled_mm|_int_mm|_grouped_mm|"
+    r"_scaled_grouped_mm|addmv|mv|dot|conv[a-z0-9_]*|cudnn_convolution[a-z_]*|miopen_convolution[a-z_]*|"
+    r"_convolution[a-z_]*|convolution[a-z_]*|[a-z_]*attention[a-z_]*|_flash_attention[a-z_]*|"
+    r"_efficient_attention[a-z_]*|lstm|gru|rnn_tanh|rnn_relu|_cudnn_rnn[a-z_]*)$)"
+)
 
 # --------------------------------------------------------------------------------------------------- precision
 
@@ -102,21 +120,40 @@ PRECISION_HINTS: tuple[tuple[str, str], ...] = (
 )
 # Dtypes as traces spell them (Kineto `Input type`, lower-cased) → the precision their matmuls run at.
 DTYPE_PRECISION: dict[str, str] = {
-    "c10::bfloat16": "bf16", "bfloat16": "bf16",
-    "c10::half": "fp16", "half": "fp16", "float16": "fp16",
-    "float": "fp32", "float32": "fp32",
-    "double": "fp64", "float64": "fp64",
-    "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "c10::float8_e4m3fnuz": "fp8",
-    "c10::float8_e5m2fnuz": "fp8", "c10::float8_e8m0fnu": "fp8",
-    "signed char": "int8", "int8": "int8", "char": "int8",
+    "c10::bfloat16": "bf16",
+    "bfloat16": "bf16",
+    "c10::half": "fp16",
+    "half": "fp16",
+    "float16": "fp16",
+    "float": "fp32",
+    "float32": "fp32",
+    "double": "fp64",
+    "float64": "fp64",
+    "c10::float8_e4m3fn": "fp8",
+    "c10::float8_e5m2": "fp8",
+    "c10::float8_e4m3fnuz": "fp8",
+    "c10::float8_e5m2fnuz": "fp8",
+    "c10::float8_e8m0fnu": "fp8",
+    "signed char": "int8",
+    "int8": "int8",
+    "char": "int8",
 }
 DEFAULT_PRECISION = "bf16"
 
 # ------------------------------------------------------------------------------------------------- dtype sizes
 
 ELEMENT_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
-EXTRA_ELEMENT_BYTES = {"long int": 8, "long": 8, "int64": 8, "int": 4, "int32": 4, "short": 2, "bool": 1,
-                       "unsigned char": 1, "uint8": 1}
+EXTRA_ELEMENT_BYTES = {
+    "long int": 8,
+    "long": 8,
+    "int64": 8,
+    "int": 4,
+    "int32": 4,
+    "short": 2,
+    "bool": 1,
+    "unsigned char": 1,
+    "uint8": 1,
+}
 # c10::ScalarType numbers as Kineto records a `dtype` argument in Concrete Inputs, → bytes per element.
 SCALAR_TYPE_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2, 23: 1, 24: 1, 25: 1, 26: 1}
 # The element size a kernel's name gives away where the op's arguments carry no dtype (cat's TensorList):
@@ -126,20 +163,26 @@ KERNEL_ELEMENT_BYTES_RE = r"OpaqueType<([0-9]+)"
 # --------------------------------------------------------------------------------------------- host timeline
 
 # Calls that block the host until the GPU is done (a sync stall follows when the host is slow to launch again).
-SYNC_API_RE = (r"(?i)(synchronize|^cudaMemcpy(2D|3D|ToSymbol|FromSymbol)?(_v[0-9]+)?$|^cuMemcpy[DH]to[DH](_v[0-9]+)?$|"
-               r"^hipMemcpy$)")
+SYNC_API_RE = (
+    r"(?i)(synchronize|^cudaMemcpy(2D|3D|ToSymbol|FromSymbol)?(_v[0-9]+)?$|^cuMemcpy[DH]to[DH](_v[0-9]+)?$|"
+    r"^hipMemcpy$)"
+)
 # Calls that put work on the GPU (kernel and graph launches, async memsets). Async copies are copies, not launches:
 # a pageable cudaMemcpyAsync blocks the host for the copy.
-LAUNCH_API_RE = (r"(?i)(launchkernel|cuLaunch|graphlaunch|cudaLaunch|hipLaunch|hipModuleLaunch|hipExtLaunch|"
-                 r"memsetasync)")
+LAUNCH_API_RE = (
+    r"(?i)(launchkernel|cuLaunch|graphlaunch|cudaLaunch|hipLaunch|hipModuleLaunch|hipExtLaunch|"
+    r"memsetasync)"
+)
 # Launches of a captured CUDA / HIP graph: one call starts all the graph's kernels.
 GRAPH_LAUNCH_API_RE = r"(?i)graphlaunch"
 # One-time set-up calls: context and module loading, library handles, device queries, stream / event creation,
 # allocations and frees (the caching allocator's growth is a one-time cost too).
-STARTUP_API_RE = (r"(?i)(^cuInit|ctxcreate|primaryctx|ctxretain|modulelo|libraryload|^cudaFree$|^cudaFree_|^cuMemFree|"
-                  r"malloc|hostalloc|hostregister|^cuMemAlloc|^cuMemCreate|^cuMemMap|^cuMemSetAccess|^cuMemAddressReserve|"
-                  r"streamcreate|eventcreate|getdeviceproperties|getdevicecount|^cudaSetDevice|cudnncreate|cublascreate|"
-                  r"cublasltcreate|devicegetstreampriorityrange|cudaDeviceReset|^hipInit|^hipFree$)")
+STARTUP_API_RE = (
+    r"(?i)(^cuInit|ctxcreate|primaryctx|ctxretain|modulelo|libraryload|^cudaFree$|^cudaFree_|^cuMemFree|"
+    r"malloc|hostalloc|hostregister|^cuMemAlloc|^cuMemCreate|^cuMemMap|^cuMemSetAccess|^cuMemAddressReserve|"
+    r"streamcreate|eventcreate|getdeviceproperties|getdevicecount|^cudaSetDevice|cudnncreate|cublascreate|"
+    r"cublasltcreate|devicegetstreampriorityrange|cudaDeviceReset|^hipInit|^hipFree$)"
+)
 # The first CUDA call of a process creates its context: it is start-up when it lasts at least this long.
 STARTUP_FIRST_CALL_MIN_NS = 1_000_000
 # Host ranges of data loading.
@@ -174,21 +217,29 @@ MAX_PLAUSIBLE_BANDWIDTH_BYTES_S = 12e12
 # ----------------------------------------------------------------------------------------- rule-side patterns
 
 # Elementwise / pointwise kernels (PyTorch's TensorIterator kernels, Triton pointwise, copies, cat).
-ELEMENTWISE_KERNEL_RE = (r"(?i)(elementwise|pointwise|triton_poi|_copy_kernel|CatArrayBatchedCopy|FillFunctor|"
-                         r"Functor)")
-NOT_ELEMENTWISE_RE = (r"(?i)(reduce|norm|softmax|gemm|gemv|nccl|sort|scan|gather|scatter|index|embedding|adam|"
-                      r"multi_tensor)")
+ELEMENTWISE_KERNEL_RE = (
+    r"(?i)(elementwise|pointwise|triton_poi|_copy_kernel|CatArrayBatchedCopy|FillFunctor|"
+    r"Functor)"
+)
+NOT_ELEMENTWISE_RE = (
+    r"(?i)(reduce|norm|softmax|gemm|gemv|nccl|sort|scan|gather|scatter|index|embedding|adam|"
+    r"multi_tensor)"
+)
 # Names of GEMM kernels that run on CUDA cores, not tensor cores.
 NON_TENSOR_CORE_RE = r"(?i)(sgemm|simt|_ffma|f32f32_f32f32_f32)"
 # Markers of tensor-core GEMM / attention kernels.
-TENSOR_CORE_RE = (r"(?i)(tensorop|tf32|bf16|f16|fp16|h16|s16816|s1688|h1688|h884|i8816|e4m3|e5m2|wgmma|hmma|gmma|"
-                  r"nvjet|flash|fmha|sdpa|_mma|mma_)")
+TENSOR_CORE_RE = (
+    r"(?i)(tensorop|tf32|bf16|f16|fp16|h16|s16816|s1688|h1688|h884|i8816|e4m3|e5m2|wgmma|hmma|gmma|"
+    r"nvjet|flash|fmha|sdpa|_mma|mma_)"
+)
 # GEMM kernels by name (matrix products only: the FLOP split of an op and the GEMM rules).
 MATMUL_NAME_RE = r"(?i)(gemm|gemv|nvjet|xmma|cutlass|cublas|matmul|sm[0-9]{2,3}_|ampere_|volta_|turing_|hopper_|Cijk_)"
 # Kernel names that do matrix work: an op's FLOPs are split over these (by duration) when it has any.
-MATMUL_KERNEL_RE = (r"(?i)(gemm|nvjet|xmma|cutlass|cublas|matmul|_mma|mma_|wgmma|hmma|flash|fmha|attn|attention|"
-                    r"convolv|convolution|conv[0-9]d|winograd|implicit|fprop|dgrad|wgrad|sm[0-9]{2,3}_|ampere_|volta_|"
-                    r"turing_|hopper_|Cijk_)")
+MATMUL_KERNEL_RE = (
+    r"(?i)(gemm|nvjet|xmma|cutlass|cublas|matmul|_mma|mma_|wgmma|hmma|flash|fmha|attn|attention|"
+    r"convolv|convolution|conv[0-9]d|winograd|implicit|fprop|dgrad|wgrad|sm[0-9]{2,3}_|ampere_|volta_|"
+    r"turing_|hopper_|Cijk_)"
+)
 
 
 def sql_constants() -> dict[str, str]:
@@ -204,6 +255,7 @@ def sql_constants() -> dict[str, str]:
         elif isinstance(value, str):
             out[name] = "'" + value.replace("'", "''") + "'"
     return out
+
 
 # ------------------------------------------------------------------------------------- what program it is
 # (sql/program.sql: the rules word their advice for the program, not for PyTorch alone)

@@ -31,14 +31,16 @@ def sample_file(rel: str) -> Path:
 BASE = 1_790_000_000_000_000_000  # a baseTimeNanoseconds (2026-09)
 
 
-def kernel(name: str, ts: float, dur: float, ext: int, corr: int, device: int = 0, stream: int = 7,
-           cat: str = "kernel", **extra: Any) -> dict[str, Any]:
+def kernel(
+    name: str, ts: float, dur: float, ext: int, corr: int, device: int = 0, stream: int = 7, cat: str = "kernel", **extra: Any
+) -> dict[str, Any]:
     args = {"External id": ext, "device": device, "stream": stream, "correlation": corr, **extra}
     return {"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream, "ts": ts, "dur": dur, "args": args}
 
 
-def cpu_op(name: str, ts: float, dur: float, ext: int, dims: Any = None, types: Any = None, tid: int = 1,
-           **extra: Any) -> dict[str, Any]:
+def cpu_op(
+    name: str, ts: float, dur: float, ext: int, dims: Any = None, types: Any = None, tid: int = 1, **extra: Any
+) -> dict[str, Any]:
     args: dict[str, Any] = {"External id": ext, **extra}
     if dims is not None:
         args["Input Dims"] = dims
@@ -48,19 +50,40 @@ def cpu_op(name: str, ts: float, dur: float, ext: int, dims: Any = None, types: 
 
 
 def launch(ts: float, ext: int, corr: int, tid: int = 1) -> dict[str, Any]:
-    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100, "tid": tid, "ts": ts,
-            "dur": 2.0, "args": {"External id": ext, "correlation": corr, "cbid": 211}}
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "pid": 100,
+        "tid": tid,
+        "ts": ts,
+        "dur": 2.0,
+        "args": {"External id": ext, "correlation": corr, "cbid": 211},
+    }
 
 
 def annotation(name: str, ts: float, dur: float, tid: int = 1) -> dict[str, Any]:
-    return {"ph": "X", "cat": "user_annotation", "name": name, "pid": 100, "tid": tid, "ts": ts, "dur": dur,
-            "args": {"External id": 0}}
+    return {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": name,
+        "pid": 100,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {"External id": 0},
+    }
 
 
-def write_trace(path: Path, events: list[dict[str, Any]], rank: int | None = None, gpu: str = "NVIDIA H100 80GB HBM3",
-                base: int | None = BASE, gz: bool = False) -> Path:
-    doc: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": gpu, "numSms": 132}],
-                           "traceEvents": events}
+def write_trace(
+    path: Path,
+    events: list[dict[str, Any]],
+    rank: int | None = None,
+    gpu: str = "NVIDIA H100 80GB HBM3",
+    base: int | None = BASE,
+    gz: bool = False,
+) -> Path:
+    doc: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": gpu, "numSms": 132}], "traceEvents": events}
     if base is not None:
         doc["baseTimeNanoseconds"] = base
     if rank is not None:

@@ -56,6 +56,7 @@ def _fail(msg: str) -> None:
 
 # ------------------------------------------------------------------------------------------------ numbers
 
+
 def _numbers(x: Any, where: str = "") -> Iterator[tuple[str, float]]:
     if isinstance(x, bool):
         return
@@ -106,8 +107,7 @@ def check_verdict(v: Mapping[str, Any]) -> None:
     for r in v["ranges"]:
         what = f"range {r['name']!r}"
         if r.get("utilization") is not None:
-            _check_fractions({"utilization": r["utilization"], "achieved_fraction_of_peak": r["achieved_fraction_of_peak"]},
-                             what)
+            _check_fractions({"utilization": r["utilization"], "achieved_fraction_of_peak": r["achieved_fraction_of_peak"]}, what)
         check_waterfall(r, what)
     cov = v["coverage"]
     world = cov.get("world_size")
@@ -136,8 +136,10 @@ def check_store(con: duckdb.DuckDBPyConnection) -> None:
         WHERE m.device IS NOT NULL AND m.window_ns > 0""").fetchall()
     for scope, name, rank, device, window, booked in rows:
         if abs(booked - window) > CLOSE * window + 1:
-            _fail(f"{scope} {name or ''} rank {rank} device {device}: achieved + unmeasured + lost = {booked} ns, "
-                  f"window {window} ns")
+            _fail(
+                f"{scope} {name or ''} rank {rank} device {device}: achieved + unmeasured + lost = {booked} ns, "
+                f"window {window} ns"
+            )
     bad = con.execute("""
         SELECT s.source_id, s.path, c.offset_ns, s.offset_ns FROM sources s LEFT JOIN clock c USING (source_id)
         WHERE c.source_id IS NULL OR c.offset_ns IS DISTINCT FROM s.offset_ns
@@ -154,6 +156,7 @@ def check_result(res: Any) -> None:
 
 # ------------------------------------------------------------------------------------- the command's manners
 
+
 @dataclass(frozen=True)
 class Run:
     """What a command did: its exit code and its two streams."""
@@ -163,8 +166,9 @@ class Run:
     stderr: str
 
 
-def cli(*args: object, cwd: Path | None = None, env: Mapping[str, str] | None = None, timeout: float = 300,
-        in_process: bool = False) -> Run:
+def cli(
+    *args: object, cwd: Path | None = None, env: Mapping[str, str] | None = None, timeout: float = 300, in_process: bool = False
+) -> Run:
     """`plasmient-report ARGS`: in a subprocess (the real entry point, signals and all), or in this process through
     click's runner (faster; an exception other than SystemExit is a crash and is raised, traceback and all)."""
     argv = [str(a) for a in args]
@@ -179,8 +183,14 @@ def cli(*args: object, cwd: Path | None = None, env: Mapping[str, str] | None = 
         return Run(r.exit_code, r.stdout, r.stderr)
     if env is None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.run([sys.executable, "-m", "plasmient_report.cli", *argv], capture_output=True, text=True,
-                       cwd=cwd, env=dict(env), timeout=timeout)
+    p = subprocess.run(
+        [sys.executable, "-m", "plasmient_report.cli", *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=dict(env),
+        timeout=timeout,
+    )
     return Run(p.returncode, p.stdout, p.stderr)
 
 
@@ -257,8 +267,9 @@ def _tree(folder: Path) -> dict[str, str]:
         for n in names:
             p = Path(root) / n
             mode = os.lstat(p).st_mode
-            out[os.path.relpath(p, folder)] = (_digest(p) if stat.S_ISREG(mode) else
-                                               "link" if stat.S_ISLNK(mode) else f"special {stat.S_IFMT(mode):o}")
+            out[os.path.relpath(p, folder)] = (
+                _digest(p) if stat.S_ISREG(mode) else "link" if stat.S_ISLNK(mode) else f"special {stat.S_IFMT(mode):o}"
+            )
     return out
 
 
@@ -283,9 +294,15 @@ class Watch:
                 _fail(f"written into or beside an input ({f}): {changed[:4]}")
 
 
-def check_cli(*args: object, inputs: Sequence[Path], out: Path | None, expect: str = "ok",
-              files: Sequence[str] | None = OUTPUT_FILES, names_input: bool = True,
-              **kw: Any) -> dict[str, Any] | str | None:
+def check_cli(
+    *args: object,
+    inputs: Sequence[Path],
+    out: Path | None,
+    expect: str = "ok",
+    files: Sequence[str] | None = OUTPUT_FILES,
+    names_input: bool = True,
+    **kw: Any,
+) -> dict[str, Any] | str | None:
     """Run the command on `inputs` and hold it to the whole contract. `expect`: 'ok' (exit 0; returns the verdict),
     'bad' (exit 2; returns the line), 'either'. The caller's args carry the inputs and --out. A refusal names the
     input it is about unless `names_input` is False (a bad option, not a bad file)."""

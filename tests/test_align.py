@@ -86,6 +86,7 @@ def assert_honest(s: dict, err_ns: float, bound_ns: float) -> None:
 
 # ------------------------------------------------------------------------------------------- durations
 
+
 def test_parse_offset_and_durations():
     assert align.parse_duration_ns("+37s") == 37 * 10**9
     assert align.parse_duration_ns("-850us") == -850_000
@@ -101,13 +102,32 @@ def test_parse_offset_and_durations():
 
 # -------------------------------------------------------------------------------- the clock table itself
 
+
 def _trace_with_memory(tmp_path: Path) -> Path:
     n = 4096
-    mem = {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 100, "tid": 1, "ts": 40.0,
-           "args": {"Device Type": 1, "Device Id": 0, "Bytes": 1 << 20, "Total Allocated": 1 << 20,
-                    "Total Reserved": 2 << 20, "Addr": 4096}}
-    ev = [cpu_op("aten::mm", 10.0, 20.0, ext=5, dims=[[n, n], [n, n]], types=["c10::BFloat16"] * 2),
-          launch(12.0, ext=5, corr=50), kernel("nvjet_sm90_tst_gemm", 100.0, 200.0, ext=5, corr=50), mem]
+    mem = {
+        "ph": "i",
+        "s": "t",
+        "cat": "cpu_instant_event",
+        "name": "[memory]",
+        "pid": 100,
+        "tid": 1,
+        "ts": 40.0,
+        "args": {
+            "Device Type": 1,
+            "Device Id": 0,
+            "Bytes": 1 << 20,
+            "Total Allocated": 1 << 20,
+            "Total Reserved": 2 << 20,
+            "Addr": 4096,
+        },
+    }
+    ev = [
+        cpu_op("aten::mm", 10.0, 20.0, ext=5, dims=[[n, n], [n, n]], types=["c10::BFloat16"] * 2),
+        launch(12.0, ext=5, corr=50),
+        kernel("nvjet_sm90_tst_gemm", 100.0, 200.0, ext=5, corr=50),
+        mem,
+    ]
     return write_trace(tmp_path / "mem.pt.trace.json", ev)
 
 
@@ -142,6 +162,7 @@ def test_forced_offset_moves_every_time_column(tiny_trace):
 
 # ------------------------------------------------------------------------------------------ native anchors
 
+
 def test_native_anchor_matches_the_host_clock():
     # run_info.json: each burst of back-to-back GEMMs between two time.time_ns() readings on the traced host. On
     # the trace's own anchor (offset 0), every GEMM of burst k lies inside that window, and their count is its mm.
@@ -150,8 +171,10 @@ def test_native_anchor_matches_the_host_clock():
     assert clock(res, "kineto_bursts.pt.trace.json.gz")["offset_ns"] == 0
     inside = 0
     for b in info["bursts"]:
-        (n,) = res.con.execute("SELECT count(*) FROM kernels WHERE kind = 'compute' AND start_ns >= ? AND end_ns <= ?",
-                               [b["wall_start_ns"], b["wall_end_ns"]]).fetchone()
+        (n,) = res.con.execute(
+            "SELECT count(*) FROM kernels WHERE kind = 'compute' AND start_ns >= ? AND end_ns <= ?",
+            [b["wall_start_ns"], b["wall_end_ns"]],
+        ).fetchone()
         assert n == b["mm"], b
         inside += n
     assert res.con.execute("SELECT count(*) FROM kernels WHERE kind = 'compute'").fetchone() == (inside,)
@@ -159,12 +182,14 @@ def test_native_anchor_matches_the_host_clock():
     info = json.loads(sample_file("h200_single/kineto_run_info.json").read_text())
     res = run([sample_file("h200_single/kineto_single.pt.trace.json.gz")])
     for ph in info["phase_windows"]:
-        s, e = res.con.execute("SELECT min(start_ns), max(end_ns) FROM ranges WHERE name = ? AND NOT on_gpu",
-                               [ph["phase"]]).fetchone()
+        s, e = res.con.execute(
+            "SELECT min(start_ns), max(end_ns) FROM ranges WHERE name = ? AND NOT on_gpu", [ph["phase"]]
+        ).fetchone()
         assert ph["wall_start_ns"] <= s and e <= ph["wall_end_ns"], ph
 
 
 # ---------------------------------------------------------------------------------------------- ranks
+
 
 def _skewed_copy(src: Path, dst: Path, skew_us: float) -> Path:
     doc = json.loads(gzip.decompress(src.read_bytes()))
@@ -176,10 +201,14 @@ def _skewed_copy(src: Path, dst: Path, skew_us: float) -> Path:
 
 
 RANK_PAIRS = {
-    "h200x2-small": lambda: (corpus_file("h200x2-small/kineto/rank0.pt.trace.json.gz"),
-                             corpus_file("h200x2-small/kineto/rank1.pt.trace.json.gz")),
-    "h200x2_ddp": lambda: (sample_file("h200x2_ddp/kineto/rank0.pt.trace.json.gz"),
-                           sample_file("h200x2_ddp/kineto/rank1.pt.trace.json.gz")),
+    "h200x2-small": lambda: (
+        corpus_file("h200x2-small/kineto/rank0.pt.trace.json.gz"),
+        corpus_file("h200x2-small/kineto/rank1.pt.trace.json.gz"),
+    ),
+    "h200x2_ddp": lambda: (
+        sample_file("h200x2_ddp/kineto/rank0.pt.trace.json.gz"),
+        sample_file("h200x2_ddp/kineto/rank1.pt.trace.json.gz"),
+    ),
 }
 
 
@@ -197,9 +226,12 @@ def test_rank_skew_recovered_from_collective_ends(tmp_path, pair, skew_us):
     ref = res.con.execute("SELECT reference_source_id FROM clock WHERE source_id = 1").fetchone()
     assert ref == (0,)
     # after alignment the ends of each all-reduce coincide as closely as on the unskewed recording
-    ends = [d for (d,) in res.con.execute("""
+    ends = [
+        d
+        for (d,) in res.con.execute("""
         SELECT a.end_ns - b.end_ns FROM collectives a JOIN collectives b
-          ON a.collective = b.collective AND a.seq = b.seq AND a.rank = 0 AND b.rank = 1""").fetchall()]
+          ON a.collective = b.collective AND a.seq = b.seq AND a.rank = 0 AND b.rank = 1""").fetchall()
+    ]
     assert ends and abs(float(np.median(ends))) <= RANK_TOLERANCE_NS
 
 
@@ -213,26 +245,34 @@ def test_ranks_on_one_host_keep_their_clock(pair):
 
 # ------------------------------------------------------------------------------------- counter GPUs
 
+
 def test_counter_gpu_matching_by_uuid_index_and_unmatched(tmp_path):
     # One-GPU trace (device 0) and a query log of a 2-GPU machine: GPU 0 matches by index, GPU 1 is reported.
-    res = run([corpus_file("h200-single-kineto/kineto_single.json.gz"), corpus_file("h200x2-small/smi/query_gpu.csv")],
-              tz="UTC")
+    res = run([corpus_file("h200-single-kineto/kineto_single.json.gz"), corpus_file("h200x2-small/smi/query_gpu.csv")], tz="UTC")
     got = res.con.execute("SELECT DISTINCT gpu_index, rank, device FROM counters ORDER BY 1").fetchall()
     assert got == [(0, 0, 0), (1, None, None)]
     assert any("GPU 1" in n and "query_gpu.csv" in n and "matches no GPU" in n for n in res.verdict["notes"])
     con = store.connect()
-    con.execute("INSERT INTO kernels (kernel_id, source_id, rank, device, start_ns, end_ns, name, kind) VALUES "
-                "(1, 0, 0, 0, 0, 10, 'k', 'compute'), (2, 1, 1, 0, 0, 10, 'k', 'compute')")
-    con.execute("INSERT INTO sources (source_id, path, format, rank, rank_method) VALUES "
-                "(0, 'a', 'nsys-sqlite', 0, 'distributedInfo'), (1, 'b', 'nsys-sqlite', 1, 'distributedInfo'), "
-                "(2, 'q.csv', 'nvidia-smi-query', NULL, 'counters')")
+    con.execute(
+        "INSERT INTO kernels (kernel_id, source_id, rank, device, start_ns, end_ns, name, kind) VALUES "
+        "(1, 0, 0, 0, 0, 10, 'k', 'compute'), (2, 1, 1, 0, 0, 10, 'k', 'compute')"
+    )
+    con.execute(
+        "INSERT INTO sources (source_id, path, format, rank, rank_method) VALUES "
+        "(0, 'a', 'nsys-sqlite', 0, 'distributedInfo'), (1, 'b', 'nsys-sqlite', 1, 'distributedInfo'), "
+        "(2, 'q.csv', 'nvidia-smi-query', NULL, 'counters')"
+    )
     # both ranks use device 0 (two hosts): the index is ambiguous, the UUID (or bus id) decides
-    con.execute("INSERT INTO devices (source_id, rank, device, gpu_uuid, bus_id) VALUES "
-                "(0, 0, 0, 'GPU-aaaa', '0000:00:06.0'), (1, 1, 0, 'GPU-bbbb', '00000000:00:07.0')")
+    con.execute(
+        "INSERT INTO devices (source_id, rank, device, gpu_uuid, bus_id) VALUES "
+        "(0, 0, 0, 'GPU-aaaa', '0000:00:06.0'), (1, 1, 0, 'GPU-bbbb', '00000000:00:07.0')"
+    )
     con.execute("INSERT INTO devices (source_id, device, gpu_uuid, bus_id) VALUES (2, 5, NULL, '00000000:00:07.0')")
-    con.execute("INSERT INTO counters (source_id, gpu_index, gpu_uuid, metric, start_ns, end_ns, value) VALUES "
-                "(2, 0, 'gpu-aaaa', 'gpu_util', 0, 1, 0.5), (2, 5, NULL, 'gpu_util', 0, 1, 0.5), "
-                "(2, 0, NULL, 'gpu_util', 0, 1, 0.5)")
+    con.execute(
+        "INSERT INTO counters (source_id, gpu_index, gpu_uuid, metric, start_ns, end_ns, value) VALUES "
+        "(2, 0, 'gpu-aaaa', 'gpu_util', 0, 1, 0.5), (2, 5, NULL, 'gpu_util', 0, 1, 0.5), "
+        "(2, 0, NULL, 'gpu_util', 0, 1, 0.5)"
+    )
     notes = align.match_counter_gpus(con)
     got = con.execute("SELECT gpu_index, gpu_uuid, rank, device FROM counters ORDER BY 1, 2").fetchall()
     assert got == [(0, "gpu-aaaa", 0, 0), (0, None, None, None), (5, None, 1, 0)]
@@ -240,6 +280,7 @@ def test_counter_gpu_matching_by_uuid_index_and_unmatched(tmp_path):
 
 
 # ------------------------------------------------------------------------------- counter clock shifts
+
 
 def test_own_clock_kept_when_it_agrees():
     res = run([sample_file(ALIGN)])
@@ -256,8 +297,11 @@ def _nvml_37(tmp: Path) -> tuple[Path, dict[str, object], int]:
 
 
 def _query_37(tmp: Path) -> tuple[Path, dict[str, object], int]:
-    return (shifted_query(sample_file(f"{ALIGN}/nvidia_smi_query.csv"), tmp / "nvidia_smi_query.csv", 37), {"tz": "UTC"},
-            -37 * 10**9)
+    return (
+        shifted_query(sample_file(f"{ALIGN}/nvidia_smi_query.csv"), tmp / "nvidia_smi_query.csv", 37),
+        {"tz": "UTC"},
+        -37 * 10**9,
+    )
 
 
 @pytest.mark.parametrize("make", [_nvml_37, _query_37], ids=["nvml", "query"])
@@ -270,18 +314,18 @@ def test_plus_37_s_recovered(tmp_path, make):
     err = s["offset_ns"] - truth
     assert s["method"] == "correlation" and abs(err) <= refresh, err
     assert_honest(s, err, 2 * refresh)
-    assert res.con.execute("SELECT min(end_ns) FROM counters").fetchone()[0] < \
-        res.con.execute("SELECT max(end_ns) FROM kernels").fetchone()[0]  # the samples now sit on the trace
+    assert (
+        res.con.execute("SELECT min(end_ns) FROM counters").fetchone()[0]
+        < res.con.execute("SELECT max(end_ns) FROM kernels").fetchone()[0]
+    )  # the samples now sit on the trace
 
 
-@pytest.mark.parametrize(("log", "tolerance_ns"), [("nvidia_smi_query.csv", None), ("nvidia_smi_dmon.txt",
-                                                                                   DMON_RESOLUTION_NS)])
+@pytest.mark.parametrize(("log", "tolerance_ns"), [("nvidia_smi_query.csv", None), ("nvidia_smi_dmon.txt", DMON_RESOLUTION_NS)])
 def test_wrong_time_zone_recovered(log, tolerance_ns):
     # The UTC logs read as if written at UTC−3 land 3 h late: found as a whole-quarter-hour jump, then refined to
     # within one NVML refresh (query: 100 ms samples) or one dmon time stamp (whole seconds).
     tol = tolerance_ns or nvml_refresh_ns(sample_file(f"{ALIGN}/nvml_samples.csv"))
-    res = run([sample_file(f"{ALIGN}/kineto_bursts.pt.trace.json.gz"), sample_file(f"{ALIGN}/{log}")],
-              tz="Etc/GMT+3")
+    res = run([sample_file(f"{ALIGN}/kineto_bursts.pt.trace.json.gz"), sample_file(f"{ALIGN}/{log}")], tz="Etc/GMT+3")
     s = clock(res, log)
     err = s["offset_ns"] - (-3 * 3600 * 10**9)
     assert s["time_zone"] == "Etc/GMT+3" and abs(err) <= tol, err
@@ -292,8 +336,10 @@ def test_wrong_time_zone_recovered(log, tolerance_ns):
 def test_wrong_zone_on_a_short_trace_uses_the_exact_jump():
     # The corpus trace is 2 s long: too short for NVML's 200 ms refresh to place a log by correlation, but the
     # only quarter-hour that puts the log on the trace is −3 h, taken exactly.
-    res = run([corpus_file("h200-single-kineto/kineto_single.json.gz"),
-               corpus_file("h200-single-kineto/nvidia_smi_query.csv")], tz="Etc/GMT+3")
+    res = run(
+        [corpus_file("h200-single-kineto/kineto_single.json.gz"), corpus_file("h200-single-kineto/nvidia_smi_query.csv")],
+        tz="Etc/GMT+3",
+    )
     s = clock(res, "nvidia_smi_query.csv")
     assert s["offset_ns"] == -3 * 3600 * 10**9 and s["method"] in ("zone", "correlation")
 
@@ -301,14 +347,12 @@ def test_wrong_zone_on_a_short_trace_uses_the_exact_jump():
 def test_short_trace_is_not_shifted_on_weak_evidence(tmp_path):
     # On the 2-s corpus trace several shifts fit the NVML log about equally: a +37 s error cannot be recovered
     # there, and the log must not be moved to a wrong place either — it is reported as ambiguous.
-    moved = shifted_nvml(corpus_file("h200-single-kineto/nvml_samples.csv"), tmp_path / "nvml_samples.csv",
-                         37 * 10**9)
+    moved = shifted_nvml(corpus_file("h200-single-kineto/nvml_samples.csv"), tmp_path / "nvml_samples.csv", 37 * 10**9)
     res = run([corpus_file("h200-single-kineto/kineto_single.json.gz"), moved])
     s = clock(res, "nvml_samples.csv")
     assert s["offset_ns"] == 0 and s["method"] == "native"
     assert any("ambiguous" in n and "nvml_samples.csv" in n for n in res.verdict["notes"])
-    res0 = run([corpus_file("h200-single-kineto/kineto_single.json.gz"),
-                corpus_file("h200-single-kineto/nvml_samples.csv")])
+    res0 = run([corpus_file("h200-single-kineto/kineto_single.json.gz"), corpus_file("h200-single-kineto/nvml_samples.csv")])
     assert clock(res0, "nvml_samples.csv")["offset_ns"] == 0
 
 
@@ -333,8 +377,7 @@ def test_synthesized_dcgm_log_placed_by_correlation(tmp_path):
     s = clock(res, "dcgmi.txt")
     assert s["anchor"] == "synthesized" and s["method"] == "correlation"
     # the truth: the k-th line was sampled at picked[k]; measure where the aligned samples ended up
-    ends = [e for (e,) in res.con.execute("SELECT end_ns FROM counters WHERE metric = 'gpu_util' ORDER BY end_ns")
-            .fetchall()]
+    ends = [e for (e,) in res.con.execute("SELECT end_ns FROM counters WHERE metric = 'gpu_util' ORDER BY end_ns").fetchall()]
     err = sorted(e - int(r[0]) for e, r in zip(ends, picked, strict=True))[len(ends) // 2]
     refresh = nvml_refresh_ns(nvml)
     assert abs(err) <= refresh, err
@@ -350,16 +393,41 @@ def test_cli_offset_tz_period(tmp_path):
     trace = sample_file(f"{ALIGN}/kineto_bursts.pt.trace.json.gz")
     log = sample_file(f"{ALIGN}/nvidia_smi_dmon.txt")
     out = tmp_path / "o"
-    v = contract.check_cli(trace, log, "--out", out, "--json", "--tz", "UTC", "--offset", "nvidia_smi_dmon.txt=+250ms",
-                           "--dcgm-period", "0.5", "--no-html", "--no-trace", inputs=[trace, log], out=out,
-                           files=contract.OUTPUT_FILES_NO_HTML_TRACE)
+    v = contract.check_cli(
+        trace,
+        log,
+        "--out",
+        out,
+        "--json",
+        "--tz",
+        "UTC",
+        "--offset",
+        "nvidia_smi_dmon.txt=+250ms",
+        "--dcgm-period",
+        "0.5",
+        "--no-html",
+        "--no-trace",
+        inputs=[trace, log],
+        out=out,
+        files=contract.OUTPUT_FILES_NO_HTML_TRACE,
+    )
     assert isinstance(v, dict)
     s = next(x for x in v["clock"]["sources"] if x["path"].endswith("nvidia_smi_dmon.txt"))
     assert (s["offset_ns"], s["method"], s["time_zone"]) == (250_000_000, "forced", "UTC")
     line = contract.check_cli(log, "--out", tmp_path / "x", inputs=[log], out=tmp_path / "x", expect="bad")
     assert "counter logs need a trace to align to" in str(line)
-    line = contract.check_cli(trace, log, "--tz", "Nowhere/X", "--out", tmp_path / "y", inputs=[trace, log],
-                              out=tmp_path / "y", expect="bad", names_input=False)
+    line = contract.check_cli(
+        trace,
+        log,
+        "--tz",
+        "Nowhere/X",
+        "--out",
+        tmp_path / "y",
+        inputs=[trace, log],
+        out=tmp_path / "y",
+        expect="bad",
+        names_input=False,
+    )
     assert "unknown time zone" in str(line)
 
 

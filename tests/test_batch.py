@@ -36,8 +36,9 @@ RUNS = {"fleet/corrupt", "fleet/ddp_kineto", "fleet/ddp_nsys", "fleet/single_kin
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "plasmient_report.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "plasmient_report.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+    )
 
 
 def make_fleet(root: Path) -> Path:
@@ -89,6 +90,7 @@ def sha256(p: Path) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # The end-to-end batch, once per module (the expensive part); the tests below read its outputs.
 
+
 @pytest.fixture(scope="module")
 def fleet_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("fleet")
@@ -121,8 +123,13 @@ def test_summary_has_a_row_per_run_and_rank(batch_local):
     assert pq.read_schema(batch_local["out"] / "summary.parquet").names == SCHEMA.names
     assert {r["run_id"] for r in rows if r["level"] == "run"} == RUNS
     ranks = {(r["run_id"], r["rank"]) for r in rows if r["level"] == "rank"}
-    assert ranks == {("fleet/single_kineto", 0), ("fleet/ddp_kineto", 0), ("fleet/ddp_kineto", 1),
-                     ("fleet/ddp_nsys", 0), ("fleet/ddp_nsys", 1)}
+    assert ranks == {
+        ("fleet/single_kineto", 0),
+        ("fleet/ddp_kineto", 0),
+        ("fleet/ddp_kineto", 1),
+        ("fleet/ddp_nsys", 0),
+        ("fleet/ddp_nsys", 1),
+    }
     # Rows come sorted (run id, run row first, ranks in order): the same whatever order the workers finished in.
     keys = [(r["run_id"], r["level"] != "run", r["rank"] or 0) for r in rows]
     assert keys == sorted(keys)
@@ -176,8 +183,14 @@ def test_summary_numbers_are_each_runs_verdict(batch_local):
 def test_ddp_run_matches_the_main_job(batch_local, tmp_path):
     """The mapper is the main job: the same numbers as `plasmient-report INPUT` on the same files."""
     out = batch_local["out"]
-    r = cli(*[str(SAMPLES / "h200x2_ddp/kineto" / f) for f in ("rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz")],
-            "--out", str(tmp_path / "one"), "--json", "--no-html", "--no-trace")
+    r = cli(
+        *[str(SAMPLES / "h200x2_ddp/kineto" / f) for f in ("rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz")],
+        "--out",
+        str(tmp_path / "one"),
+        "--json",
+        "--no-html",
+        "--no-trace",
+    )
     assert r.returncode == 0, r.stderr
     main_job = json.loads(r.stdout)
     batch = json.loads((out / "runs" / "fleet__ddp_kineto" / "verdict.json").read_text())
@@ -191,13 +204,15 @@ def test_index_ranks_runs_by_headroom_and_lists_failures(batch_local):
     out = batch_local["out"]
     html = (out / "index.html").read_text()
     # runs whose headroom is unknown (achieved null or a lower bound) come last
-    ok = sorted((r for r in summary_rows(out) if r["level"] == "run" and r["status"] == "ok"),
-                key=lambda r: (r["headroom"] is None, -(r["headroom"] or 0.0), r["run_id"]))
+    ok = sorted(
+        (r for r in summary_rows(out) if r["level"] == "run" and r["status"] == "ok"),
+        key=lambda r: (r["headroom"] is None, -(r["headroom"] or 0.0), r["run_id"]),
+    )
     positions = [html.index(f'<tr data-run="{r["run_id"]}">') for r in ok]
     assert positions == sorted(positions)  # most headroom first
     for r in ok:
         assert f'href="{r["report"]}"' in html and (out / r["report"]).exists()
-    failed = html[html.index('id="failed-table"'):]
+    failed = html[html.index('id="failed-table"') :]
     assert "fleet/corrupt" in failed and "gzip" in failed
     assert not any(f'{a}="http' in html for a in ("src", "href"))  # self-contained: nothing to fetch
 
@@ -243,14 +258,17 @@ def test_missing_output_or_changed_options_rerun(batch_local, fleet_archive, tmp
 # ---------------------------------------------------------------------------------------------------------------
 # Archives: every format unpacks to the same runs; nothing escapes the work folder.
 
+
 @pytest.mark.parametrize("kind", ["folder", "tar", "tar.gz", "tar.zst", "zip"])
 def test_every_archive_format_gives_the_same_runs(kind, tmp_path):
     fleet = make_fleet(tmp_path / "src")
-    src = {"folder": lambda: fleet,
-           "tar": lambda: _tar(fleet, tmp_path / "fleet.tar"),
-           "tar.gz": lambda: make_tar_gz(fleet, tmp_path / "fleet.tar.gz"),
-           "tar.zst": lambda: make_tar_zst(fleet, tmp_path / "fleet.tar.zst"),
-           "zip": lambda: make_zip(fleet, tmp_path / "fleet.zip")}[kind]()
+    src = {
+        "folder": lambda: fleet,
+        "tar": lambda: _tar(fleet, tmp_path / "fleet.tar"),
+        "tar.gz": lambda: make_tar_gz(fleet, tmp_path / "fleet.tar.gz"),
+        "tar.zst": lambda: make_tar_zst(fleet, tmp_path / "fleet.tar.zst"),
+        "zip": lambda: make_zip(fleet, tmp_path / "fleet.zip"),
+    }[kind]()
     out = tmp_path / "out"
     sources = archive.open_sources([src], out / "inputs")
     grouping = group.group(sources, "folder", out)
@@ -274,12 +292,14 @@ def _tar(fleet: Path, dest: Path) -> Path:
 def test_tar_members_cannot_escape(tmp_path):
     evil = tmp_path / "evil.tar.gz"
     with tarfile.open(evil, "w:gz") as tf:
+
         def add(name: str, data: bytes = b"x", **kw: Any) -> None:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             for k, v in kw.items():
                 setattr(info, k, v)
             tf.addfile(info, io.BytesIO(data) if info.isfile() else None)
+
         add("../escaped.txt")
         add("/tmp/absolute.txt")
         add("run/../../escaped2.txt")
@@ -348,6 +368,7 @@ def test_what_is_an_archive(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # Grouping files into runs and ranks.
 
+
 def test_prefix_grouping_in_a_flat_folder(tmp_path):
     flat = tmp_path / "flat"
     flat.mkdir()
@@ -360,9 +381,11 @@ def test_prefix_grouping_in_a_flat_folder(tmp_path):
     src = archive.open_sources([flat], tmp_path / "out" / "inputs")
     g = group.group(src, group.parse_group_by("prefix"), tmp_path / "out")
     runs = {r.run_id: [Path(p).name for p in r.inputs] for r in g.runs}
-    assert runs == {"flat/jobA": ["jobA_nvidia_smi_dmon.txt", "jobA_rank0.pt.trace.json.gz", "jobA_rank1.pt.trace.json.gz"],
-                    "flat/jobB": ["jobB.rank-0.pt.trace.json.gz", "jobB.rank-1.pt.trace.json.gz"],
-                    "flat/jobC": ["jobC.sqlite"]}
+    assert runs == {
+        "flat/jobA": ["jobA_nvidia_smi_dmon.txt", "jobA_rank0.pt.trace.json.gz", "jobA_rank1.pt.trace.json.gz"],
+        "flat/jobB": ["jobB.rank-0.pt.trace.json.gz", "jobB.rank-1.pt.trace.json.gz"],
+        "flat/jobC": ["jobC.sqlite"],
+    }
     assert g.unassigned == ["flat/orphan_dmon.txt"]
     # the default (folder) puts the whole flat folder in one run, which the pipeline would refuse (mixed recordings)
     assert [r.run_id for r in group.group(src, "folder", tmp_path / "out").runs] == ["flat"]
@@ -399,6 +422,7 @@ def test_bad_group_by_regex():
 # ---------------------------------------------------------------------------------------------------------------
 # Executors: a worker that dies takes only its run down.
 
+
 def fake_mapper(task: Task) -> Outcome:
     """Importable from spawned workers: dies on the run named 'crash', otherwise returns a tiny outcome."""
     if task.run.run_id.endswith("crash"):
@@ -421,16 +445,22 @@ def test_local_executor_survives_a_dying_worker():
 # ---------------------------------------------------------------------------------------------------------------
 # Unusable archives and arguments: one line, exit 2.
 
-@pytest.mark.parametrize("make_args,message", [
-    (lambda t: [str(t / "missing.tar.gz")], "no such file"),
-    (lambda t: [str(SAMPLES / "h200_single/kineto_single.pt.trace.json.gz"), "--out", str(t / "o")],
-     "not a folder or an archive"),
-    (lambda t: [str(t), "--out", str(t / "inside")], "inside or over the input"),
-    (lambda t: [str(t), "--group-by", "(", "--out", str(t.parent / "o")], "--group-by"),
-    (lambda t: [str(t), "--address", "ray://x:10001", "--out", str(t.parent / "o")], "--address needs --executor ray"),
-    (lambda t: [str(t), "--out", str(t.parent / "o2")], "no runs found"),
-    (lambda t: [str(t), "--select", "NOPE999", "--out", str(t.parent / "o3")], "NOPE999"),
-])
+
+@pytest.mark.parametrize(
+    "make_args,message",
+    [
+        (lambda t: [str(t / "missing.tar.gz")], "no such file"),
+        (
+            lambda t: [str(SAMPLES / "h200_single/kineto_single.pt.trace.json.gz"), "--out", str(t / "o")],
+            "not a folder or an archive",
+        ),
+        (lambda t: [str(t), "--out", str(t / "inside")], "inside or over the input"),
+        (lambda t: [str(t), "--group-by", "(", "--out", str(t.parent / "o")], "--group-by"),
+        (lambda t: [str(t), "--address", "ray://x:10001", "--out", str(t.parent / "o")], "--address needs --executor ray"),
+        (lambda t: [str(t), "--out", str(t.parent / "o2")], "no runs found"),
+        (lambda t: [str(t), "--select", "NOPE999", "--out", str(t.parent / "o3")], "NOPE999"),
+    ],
+)
 def test_unusable_input_exits_2_with_one_line(tmp_path, make_args, message):
     d = tmp_path / "empty"
     d.mkdir()
@@ -456,6 +486,7 @@ def test_nsys_parquetdir_export_is_one_trace_of_its_run(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Resume verifies the outputs, not only the manifest; nothing of the inputs disappears silently.
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "wrong_type", "edited", "old_manifest"])

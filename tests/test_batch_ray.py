@@ -27,8 +27,18 @@ def test_ray_executor_starts_a_local_ray_when_none_is_given(tmp_path):
     for run in ("single_kineto", "ddp_kineto", "corrupt"):
         shutil.rmtree(fleet / run)
     out = tmp_path / "out"
-    r = cli("batch", str(make_zip(fleet, tmp_path / "one.zip")), "--executor", "ray", "--jobs", "2", "--out", str(out),
-            "--no-html", "--no-trace")
+    r = cli(
+        "batch",
+        str(make_zip(fleet, tmp_path / "one.zip")),
+        "--executor",
+        "ray",
+        "--jobs",
+        "2",
+        "--out",
+        str(out),
+        "--no-html",
+        "--no-trace",
+    )
     assert r.returncode == 0, r.stderr
     assert "1 analysed, skipped 0 (unchanged), 0 failed" in r.stderr
     rows = pq.read_table(out / "summary.parquet").to_pylist()
@@ -36,8 +46,16 @@ def test_ray_executor_starts_a_local_ray_when_none_is_given(tmp_path):
 
 
 def test_unreachable_address_is_one_line_and_exit_2(tmp_path):
-    r = cli("batch", str(make_zip(make_fleet(tmp_path / "src"), tmp_path / "f.zip")), "--executor", "ray",
-            "--address", "127.0.0.1:1", "--out", str(tmp_path / "out"))
+    r = cli(
+        "batch",
+        str(make_zip(make_fleet(tmp_path / "src"), tmp_path / "f.zip")),
+        "--executor",
+        "ray",
+        "--address",
+        "127.0.0.1:1",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert r.returncode == 2 and "cannot reach Ray at 127.0.0.1:1" in r.stderr
     assert not (tmp_path / "out" / "inputs").exists()  # refused before unpacking anything
 
@@ -72,8 +90,11 @@ def test_ray_and_local_outputs_are_identical(both):
     assert {r["run_id"] for r in a.to_pylist()} == RUNS
     assert (local / "index.html").read_bytes() == (ray_out / "index.html").read_bytes()
     runs = sorted(p.name for p in (local / "runs").iterdir())
-    assert runs == sorted(p.name for p in (ray_out / "runs").iterdir()) == ["fleet__ddp_kineto", "fleet__ddp_nsys",
-                                                                           "fleet__single_kineto"]
+    assert (
+        runs
+        == sorted(p.name for p in (ray_out / "runs").iterdir())
+        == ["fleet__ddp_kineto", "fleet__ddp_nsys", "fleet__single_kineto"]
+    )
     for run in runs:
         for name in ("verdict.json", "report.html", "batch-manifest.json"):
             assert (local / "runs" / run / name).read_bytes() == (ray_out / "runs" / run / name).read_bytes(), (run, name)
@@ -86,7 +107,10 @@ def test_ray_rerun_skips_what_local_did(both, ray_cluster, tmp_path):
     shutil.copytree(both["local"], out)
     res = run_batch([both["archive"]], out, Options(write_trace=False), executor="ray")
     assert sorted((o.run_id, o.status) for o in res.outcomes) == [
-        ("fleet/corrupt", "failed"), ("fleet/ddp_kineto", "skipped"), ("fleet/ddp_nsys", "skipped"),
-        ("fleet/single_kineto", "skipped")]
+        ("fleet/corrupt", "failed"),
+        ("fleet/ddp_kineto", "skipped"),
+        ("fleet/ddp_nsys", "skipped"),
+        ("fleet/single_kineto", "skipped"),
+    ]
     assert pq.read_table(out / "summary.parquet").equals(pq.read_table(both["local"] / "summary.parquet"))
     assert ray.is_initialized()  # not ours to shut down

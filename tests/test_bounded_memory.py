@@ -114,10 +114,19 @@ def test_spill_folder_is_removed_with_the_result() -> None:
     assert not spill.exists() and not where.exists()
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("1.5GiB", 1536 << 20), ("800MB", 800_000_000), ("2g", 2_000_000_000), ("4 GiB", 4 << 30),
-    ("1073741824", 1 << 30), ("none", None), ("off", None), ("0", None),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("1.5GiB", 1536 << 20),
+        ("800MB", 800_000_000),
+        ("2g", 2_000_000_000),
+        ("4 GiB", 4 << 30),
+        ("1073741824", 1 << 30),
+        ("none", None),
+        ("off", None),
+        ("0", None),
+    ],
+)
 def test_parse_size(text: str, expected: int | None) -> None:
     assert parse_size(text) == expected
 

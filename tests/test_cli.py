@@ -20,8 +20,9 @@ from .conftest import kernel, write_trace
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "plasmient_report.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "plasmient_report.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def test_main_job_writes_outputs_and_json(tiny_trace, tmp_path):
@@ -30,8 +31,20 @@ def test_main_job_writes_outputs_and_json(tiny_trace, tmp_path):
     assert r.returncode == 0, r.stderr
     v = json.loads(r.stdout)
     assert v["schema"] == "plasmient.verdict/1"
-    for key in ("run", "utilization", "achieved_fraction_of_peak", "peak", "losses", "headroom", "verdict",
-                "findings", "ranks", "ranges", "clock", "coverage"):
+    for key in (
+        "run",
+        "utilization",
+        "achieved_fraction_of_peak",
+        "peak",
+        "losses",
+        "headroom",
+        "verdict",
+        "findings",
+        "ranks",
+        "ranges",
+        "clock",
+        "coverage",
+    ):
         assert key in v
     assert json.loads((out / "verdict.json").read_text()) == v
     con = duckdb.connect(str(out / "run.duckdb"), read_only=True)
@@ -67,14 +80,18 @@ def _bad_inputs(tmp: Path) -> dict[str, Path]:
         "empty": b"",
         "truncated_json": good[: len(good) // 2],
         "not_a_trace": b'{"hello": [1, 2, 3]}',
-        "no_gpu": json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1,
-                                               "ts": 1.0, "dur": 1.0}], "schemaVersion": 1}).encode(),
+        "no_gpu": json.dumps(
+            {
+                "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0}],
+                "schemaVersion": 1,
+            }
+        ).encode(),
         "bad_utf8": b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": "\xff\xfe", "ts": 1}]}',
         "overflow": json.dumps({"schemaVersion": 1, "traceEvents": [kernel("k", 1e300, 1.0, 1, 1)]}).encode(),
         "int_overflow": b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0,'
-                        b' "tid": 7, "ts": 99999999999999999999999, "dur": 1}]}',
+        b' "tid": 7, "ts": 99999999999999999999999, "dur": 1}]}',
         "nan": b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, '
-               b'"tid": 7, "ts": NaN, "dur": 1}]}',
+        b'"tid": 7, "ts": NaN, "dur": 1}]}',
         "binary": os.urandom(512),
     }
     paths = {}
@@ -97,9 +114,24 @@ def _bad_inputs(tmp: Path) -> dict[str, Path]:
     return paths
 
 
-@pytest.mark.parametrize("case", ["empty", "truncated_json", "not_a_trace", "no_gpu", "bad_utf8", "overflow",
-                                  "int_overflow", "nan", "binary", "truncated_gz", "corrupt_gz", "empty_dir",
-                                  "missing"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "empty",
+        "truncated_json",
+        "not_a_trace",
+        "no_gpu",
+        "bad_utf8",
+        "overflow",
+        "int_overflow",
+        "nan",
+        "binary",
+        "truncated_gz",
+        "corrupt_gz",
+        "empty_dir",
+        "missing",
+    ],
+)
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path, case):
     inputs = tmp_path / "in"
     inputs.mkdir()

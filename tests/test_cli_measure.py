@@ -107,8 +107,8 @@ def test_from_a_folder_that_is_no_recording(tmp_path: Path) -> None:
 
 def test_the_truth_is_analytic_flops_over_unprofiled_time() -> None:
     # 2·8192³ FLOP in 1.4 ms on a 989.4 TFLOP/s peak (H200 SXM bf16 dense, datasheet) = 0.7937
-    w = {"flops_per_step": 2.0 * 8192 ** 3, "unprofiled_step_s": 1.4e-3}
-    assert report.expected_fraction(w, 989.4) == pytest.approx(2.0 * 8192 ** 3 / 1.4e-3 / 989.4e12)
+    w = {"flops_per_step": 2.0 * 8192**3, "unprofiled_step_s": 1.4e-3}
+    assert report.expected_fraction(w, 989.4) == pytest.approx(2.0 * 8192**3 / 1.4e-3 / 989.4e12)
     assert report.expected_fraction(w, None) is None
     assert report.expected_fraction({"flops_per_step": 1.0}, 989.4) is None
 
@@ -117,7 +117,7 @@ def test_workload_flops_follow_the_conventions() -> None:
     torch = pytest.importorskip("torch")  # the [measure] extra; CI runs without it
     from plasmient_report.workloads import kernels
 
-    assert kernels.Matmul("cpu", 64).flops_per_step == 2 * 64 ** 3
+    assert kernels.Matmul("cpu", 64).flops_per_step == 2 * 64**3
     m = kernels.Memory("cpu", 1 << 12)
     assert (m.flops_per_step, m.bytes_per_step) == (2 * 1024, 2 * 2 * 1024 * 4)
     # causal attention keeps L·(L+1)/2 of the L² scores: 4·B·H·L²·D · (L+1)/(2L)
@@ -160,8 +160,10 @@ def test_measure_from_the_committed_recording(tmp_path: Path) -> None:
         assert (out / w / "verdict.json").is_file() and (out / w / "report.html").is_file()
         con = duckdb.connect(str(out / w / "run.duckdb"), read_only=True)
         try:  # the NVML samples were read beside the trace (what the dashboard shows)
-            (n,) = con.execute("SELECT count(*) FROM counters JOIN sources USING (source_id) "
-                               "WHERE sources.format = 'nvml-csv' AND metric = 'gpu_util'").fetchone()
+            (n,) = con.execute(
+                "SELECT count(*) FROM counters JOIN sources USING (source_id) "
+                "WHERE sources.format = 'nvml-csv' AND metric = 'gpu_util'"
+            ).fetchone()
         finally:
             con.close()
         assert n > 0

@@ -40,12 +40,22 @@ def test_bus_bandwidth_factors_are_nccl_tests_definitions():
     con = duckdb.connect()
     sql.install(con, "vocab")
     con.execute(sql.render("collective_stats").split("CREATE OR REPLACE TABLE")[0])  # the macro alone
-    cases = [("allreduce", "collective", 8, 1.75), ("all_reduce", "collective", 2, 1.0),
-             ("_allgather_base", "collective", 8, 0.875), ("allgather", "collective", 4, 0.75),
-             ("_reduce_scatter_base", "collective", 8, 0.875), ("reducescatter", "collective", 16, 15 / 16),
-             ("all_to_all", "all_to_all", 8, 0.875), ("sendrecv", "all_to_all", 8, 0.875),
-             ("broadcast", "collective", 8, 1.0), ("reduce", "collective", 8, 1.0), ("send", "p2p", 2, 1.0),
-             ("sendrecv", "p2p", 2, 1.0), ("barrier", "collective", 8, None), ("allreduce", "collective", None, None)]
+    cases = [
+        ("allreduce", "collective", 8, 1.75),
+        ("all_reduce", "collective", 2, 1.0),
+        ("_allgather_base", "collective", 8, 0.875),
+        ("allgather", "collective", 4, 0.75),
+        ("_reduce_scatter_base", "collective", 8, 0.875),
+        ("reducescatter", "collective", 16, 15 / 16),
+        ("all_to_all", "all_to_all", 8, 0.875),
+        ("sendrecv", "all_to_all", 8, 0.875),
+        ("broadcast", "collective", 8, 1.0),
+        ("reduce", "collective", 8, 1.0),
+        ("send", "p2p", 2, 1.0),
+        ("sendrecv", "p2p", 2, 1.0),
+        ("barrier", "collective", 8, None),
+        ("allreduce", "collective", None, None),
+    ]
     for coll, kind, n, want in cases:
         (got,) = con.execute("SELECT bus_bandwidth_factor(?, ?, ?)", [coll, kind, n]).fetchone()
         assert got == (pytest.approx(want) if want is not None else None), (coll, kind, n)
@@ -102,6 +112,7 @@ def test_nsys_payloads_give_sizes_links_and_whole_buffers(ddp, ddp_nsys, truth):
     # NCCL src/collectives.cc): the store keeps the whole buffer, as nccl-tests and Kineto count it.
     con = store.connect()
     from plasmient_report.parsers import nsys
+
     nsys.ingest(sample_file("h200x2_ddp/nsys/nsys_ddp_pqtdir"), con, 0)
     rows = con.execute("SELECT DISTINCT bytes, group_size FROM collectives WHERE collective = 'allgather'").fetchall()
     assert rows and all(b % n == 0 for b, n in rows)
@@ -135,8 +146,9 @@ def test_interconnect_in_the_peak_table_and_a_users_file(tmp_path):
     assert mi.interconnect.link_bytes_s(1) == pytest.approx(64e9)
     assert mi.interconnect.link_bytes_s(7) == pytest.approx(448e9)
     user = tmp_path / "p.toml"
-    user.write_text('[[gpu]]\nkey = "X1"\nmatch = "X1"\nbf16 = 100\n[gpu.interconnect]\nlink = "XLink"\n'
-                    'link_gbs = 200\nsource = "mine"\n')
+    user.write_text(
+        '[[gpu]]\nkey = "X1"\nmatch = "X1"\nbf16 = 100\n[gpu.interconnect]\nlink = "XLink"\nlink_gbs = 200\nsource = "mine"\n'
+    )
     x = peaks.lookup("X1", peaks.load_table(user))
     assert x.interconnect.link_bytes_s(3) == 100e9 and x.interconnect.source == "mine"
     user.write_text('[[gpu]]\nkey = "X1"\nbf16 = 100\n[gpu.interconnect]\nlink_gbs = -1\n')

@@ -31,8 +31,12 @@ TRACES = [
     "public-nsys-pipit-saxpy-mpi/saxpy-mpi-cuda_nsys_perlmutter0.sqlite",
     *[f"public-kineto-hta/{p.name}" for p in sorted((CORPUS / "public-kineto-hta").glob("*.gz"))],
 ]
-SAMPLE_RUNS = ["h200_single/kineto_single.pt.trace.json.gz", "h200_single/nsys_single.sqlite",
-               "h200x2_ddp/kineto", "h200x2_ddp/nsys"]
+SAMPLE_RUNS = [
+    "h200_single/kineto_single.pt.trace.json.gz",
+    "h200_single/nsys_single.sqlite",
+    "h200x2_ddp/kineto",
+    "h200x2_ddp/nsys",
+]
 REFUSED = {"cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"}  # a CPU-only profile: no GPU to judge
 
 
@@ -64,9 +68,15 @@ def _check_result(res: pipeline.Result, inputs: list[Path], out: Path, opts: pip
     assert load_verdict(out / "verdict.json") == typed
     contract.check_result(res)  # the numbers' invariants, the store's books, the clock records
     n_kernels = res.con.execute("SELECT count(*) FROM kernels WHERE rank IS NOT NULL").fetchall()[0][0]
-    slices = sum(1 for p in perfetto.read_back(out / "trace.pftrace")
-                 if p.HasField("track_event") and p.track_event.type == perfetto.BEGIN
-                 and p.track_event.HasField("track_uuid")) if n_kernels < 50_000 else None
+    slices = (
+        sum(
+            1
+            for p in perfetto.read_back(out / "trace.pftrace")
+            if p.HasField("track_event") and p.track_event.type == perfetto.BEGIN and p.track_event.HasField("track_uuid")
+        )
+        if n_kernels < 50_000
+        else None
+    )
     if slices is not None:
         assert slices >= n_kernels
 
@@ -88,25 +98,43 @@ def test_sample_run(rel, tmp_path):
 
 # A trace with the counter logs and Nsight Compute CSVs recorded beside it.
 CORPUS_WITH_LOGS = {
-    "h200-single-kineto/kineto_single.json.gz": ["h200-single-kineto/ncu_raw.csv",
-                                                 "h200-single-kineto/nvidia_smi_dmon.txt",
-                                                 "h200-single-kineto/nvidia_smi_query.csv",
-                                                 "h200-single-kineto/nvml_samples.csv"],
-    "h200-single-nsys/nsys_small.sqlite": ["h200-single-nsys/nvidia_smi_dmon_nsys.txt",
-                                           "h200-single-nsys/nvidia_smi_query_nsys.csv",
-                                           "h200-single-nsys/nvml_samples_nsys.csv"],
-    "h200x2-small/kineto": ["h200x2-small/smi/dmon_default.txt", "h200x2-small/smi/dmon_o_DT.txt",
-                            "h200x2-small/smi/query_gpu.csv", "h200x2-small/kineto/dmon_during_run.txt",
-                            "h200x2-small/ncu/raw_metrics.csv", "h200x2-small/ncu/details_metrics.csv",
-                            "h200x2-small/ncu/raw_roofline.csv"],
+    "h200-single-kineto/kineto_single.json.gz": [
+        "h200-single-kineto/ncu_raw.csv",
+        "h200-single-kineto/nvidia_smi_dmon.txt",
+        "h200-single-kineto/nvidia_smi_query.csv",
+        "h200-single-kineto/nvml_samples.csv",
+    ],
+    "h200-single-nsys/nsys_small.sqlite": [
+        "h200-single-nsys/nvidia_smi_dmon_nsys.txt",
+        "h200-single-nsys/nvidia_smi_query_nsys.csv",
+        "h200-single-nsys/nvml_samples_nsys.csv",
+    ],
+    "h200x2-small/kineto": [
+        "h200x2-small/smi/dmon_default.txt",
+        "h200x2-small/smi/dmon_o_DT.txt",
+        "h200x2-small/smi/query_gpu.csv",
+        "h200x2-small/kineto/dmon_during_run.txt",
+        "h200x2-small/ncu/raw_metrics.csv",
+        "h200x2-small/ncu/details_metrics.csv",
+        "h200x2-small/ncu/raw_roofline.csv",
+    ],
 }
 SAMPLES_WITH_LOGS = {
-    "h200_single/kineto_single.pt.trace.json.gz": ["h200_single/nvidia_smi_dmon.txt", "h200_single/nvidia_smi_query.csv",
-                                                   "h200_single/nvml_samples.csv"],
-    "h200_single/nsys_single.sqlite": ["h200_single/nsys_nvidia_smi_dmon.txt", "h200_single/nsys_nvidia_smi_query.csv",
-                                       "h200_single/nsys_nvml_samples.csv"],
-    "h200_align/kineto_bursts.pt.trace.json.gz": ["h200_align/nvidia_smi_dmon.txt", "h200_align/nvidia_smi_query.csv",
-                                                  "h200_align/nvml_samples.csv"],
+    "h200_single/kineto_single.pt.trace.json.gz": [
+        "h200_single/nvidia_smi_dmon.txt",
+        "h200_single/nvidia_smi_query.csv",
+        "h200_single/nvml_samples.csv",
+    ],
+    "h200_single/nsys_single.sqlite": [
+        "h200_single/nsys_nvidia_smi_dmon.txt",
+        "h200_single/nsys_nvidia_smi_query.csv",
+        "h200_single/nsys_nvml_samples.csv",
+    ],
+    "h200_align/kineto_bursts.pt.trace.json.gz": [
+        "h200_align/nvidia_smi_dmon.txt",
+        "h200_align/nvidia_smi_query.csv",
+        "h200_align/nvml_samples.csv",
+    ],
     "h200x2_pipeline/m4": [],
     "h200x2_pipeline/m8": [],
     "h200x2_pipeline/d8192_m4": [],
@@ -134,8 +162,9 @@ def _every_file(root: Path) -> list[str]:
 
 
 # Every corpus file except the traces test_corpus_trace analyses whole (and big nsys exports, the same ones).
-CORPUS_ALONE = [r for r in _every_file(CORPUS)
-                if r not in TRACES and not (r.endswith(".sqlite") and (CORPUS / r).stat().st_size > 8 << 20)]
+CORPUS_ALONE = [
+    r for r in _every_file(CORPUS) if r not in TRACES and not (r.endswith(".sqlite") and (CORPUS / r).stat().st_size > 8 << 20)
+]
 
 
 @pytest.mark.slow
@@ -149,9 +178,15 @@ def test_every_corpus_file_alone_keeps_the_contract(rel, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rel", [r for r in _every_file(SAMPLES)
-                                 # .nsys-rep: its export beside it is read (test_sample_run runs the report itself)
-                                 if not r.startswith("generate/") and not r.endswith(".nsys-rep")])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        r
+        for r in _every_file(SAMPLES)
+        # .nsys-rep: its export beside it is read (test_sample_run runs the report itself)
+        if not r.startswith("generate/") and not r.endswith(".nsys-rep")
+    ],
+)
 def test_every_sample_file_alone_keeps_the_contract(rel):
     _alone(SAMPLES / rel)
 
@@ -169,4 +204,3 @@ def _alone(path: Path) -> None:
         contract.check_result(res)
     finally:
         res.close()
-

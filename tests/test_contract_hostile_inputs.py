@@ -45,9 +45,21 @@ def check(inputs: list[Path], tmp: Path, expect: str, *extra: str) -> dict[str, 
     returns the verdict (exit 0) or the error line (exit 2)."""
     out = tmp / "out"
     with time_limit(300):
-        got = contract.check_cli("report", *inputs, "--out", out, "--no-html", "--no-trace", "--json", *extra,
-                                 inputs=inputs, out=out, expect=expect, files=contract.OUTPUT_FILES_NO_HTML_TRACE,
-                                 in_process=True)
+        got = contract.check_cli(
+            "report",
+            *inputs,
+            "--out",
+            out,
+            "--no-html",
+            "--no-trace",
+            "--json",
+            *extra,
+            inputs=inputs,
+            out=out,
+            expect=expect,
+            files=contract.OUTPUT_FILES_NO_HTML_TRACE,
+            in_process=True,
+        )
     assert got is not None
     return got
 
@@ -134,6 +146,7 @@ def _deep(depth: int) -> Callable[[], bytes]:
         data = KINETO[1]
         i = data.index(b"{") + 1
         return data[:i] + b'"deep": ' + b"[" * depth + b"1" + b"]" * depth + b", " + data[i:]
+
     return make
 
 
@@ -306,9 +319,15 @@ KINETO_NOTES = {
 KNOWN_BUGS = {"wrong_types": "a GPU without a device id (device NULL) is counted twice in the waterfall"}
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(
-    strict=True, raises=contract.ContractViolation, reason=KNOWN_BUGS[c])) if c in KNOWN_BUGS else c
-    for c in KINETO_CASES])
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, marks=pytest.mark.xfail(strict=True, raises=contract.ContractViolation, reason=KNOWN_BUGS[c]))
+        if c in KNOWN_BUGS
+        else c
+        for c in KINETO_CASES
+    ],
+)
 def test_hostile_kineto(case, tmp_path):
     make, expect = KINETO_CASES[case]
     v = check([write(tmp_path, KINETO[0], make())], tmp_path, expect)
@@ -338,8 +357,10 @@ def test_missing_rank_is_reported(tmp_path):
 
 def test_cupti_buffer_overflow_is_reported(tmp_path):
     doc = kineto_doc()
-    doc["INFO"] = ["INFO:2026-11-30 18:57:01 1:1 CuptiActivityProfiler.cpp:395] Record counts: Out-of-range = 0, "
-                   "Blocklisted runtime = 9, CUPTI stopped early? = 1"]
+    doc["INFO"] = [
+        "INFO:2026-11-30 18:57:01 1:1 CuptiActivityProfiler.cpp:395] Record counts: Out-of-range = 0, "
+        "Blocklisted runtime = 9, CUPTI stopped early? = 1"
+    ]
     doc["WARNING"] = ["WARNING:2026-11-30 18:57:01 1:1 CuptiActivityApi.cpp:123] Detected 4096 dropped records"]
     v = check([write(tmp_path, "rank0.pt.trace.json", dump(doc))], tmp_path, "ok")
     assert isinstance(v, dict)
@@ -356,8 +377,12 @@ def test_gzip_bomb_is_refused_by_the_decompressed_size_guard(tmp_path):
     # 64 MiB of zeros in 64 KiB of gzip, against a guard lowered to 8 MiB (the default is 32 GiB, or 1 GiB at
     # more than 200x): refused while inflating, in bounded memory. A subprocess: the guard is read at import.
     p = write(tmp_path, "bomb.pt.trace.json.gz", gzip.compress(b'{"traceEvents": [' + b" " * (64 << 20)))
-    run = contract.cli(p, "--out", tmp_path / "out",
-                       env={**os.environ, "PYTHONPATH": str(contract.ROOT), "PLASMIENT_MAX_DECOMPRESSED_BYTES": str(8 << 20)})
+    run = contract.cli(
+        p,
+        "--out",
+        tmp_path / "out",
+        env={**os.environ, "PYTHONPATH": str(contract.ROOT), "PLASMIENT_MAX_DECOMPRESSED_BYTES": str(8 << 20)},
+    )
     assert "decompressed-size guard" in contract.refused(run, [p], tmp_path / "out")
 
 
@@ -463,51 +488,86 @@ def _sql(*stmts: str) -> Callable[[sqlite3.Connection], None]:
     def edit(con: sqlite3.Connection) -> None:
         for s in stmts:
             con.execute(s)
+
     return edit
 
 
 NSYS_CASES: dict[str, tuple[Callable[[sqlite3.Connection], None], str]] = {
     "no_kernel_table": (_drop("CUPTI_ACTIVITY_KIND_KERNEL"), "either"),
-    "no_kernels_or_copies": (_sql("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL", "DROP TABLE CUPTI_ACTIVITY_KIND_MEMCPY",
-                                  "DROP TABLE CUPTI_ACTIVITY_KIND_MEMSET"), "bad"),
+    "no_kernels_or_copies": (
+        _sql(
+            "DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL",
+            "DROP TABLE CUPTI_ACTIVITY_KIND_MEMCPY",
+            "DROP TABLE CUPTI_ACTIVITY_KIND_MEMSET",
+        ),
+        "bad",
+    ),
     "no_string_ids": (_drop("StringIds"), "either"),
     "no_metadata": (_sql("DROP TABLE META_DATA_EXPORT", "DROP TABLE TARGET_INFO_SESSION_START_TIME"), "either"),
     "no_end_column": (_drop_column("CUPTI_ACTIVITY_KIND_KERNEL", "end"), "either"),
     "no_device_column": (_drop_column("CUPTI_ACTIVITY_KIND_KERNEL", "deviceId"), "either"),
     "no_nvtx_text": (_drop_column("NVTX_EVENTS", "text"), "ok"),
     "no_process_column": (_drop_column("CUPTI_ACTIVITY_KIND_MEMCPY", "globalPid"), "ok"),
-    "text_in_integer_columns": (_sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon', gridX = x'ff00' "
-                                     "WHERE rowid % 3 = 0"), "either"),
-    "int64_edge_times": (_sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 9223372036854775807 WHERE rowid = 1",
-                              "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET \"end\" = -9223372036854775808 WHERE rowid = 2"),
-                         "ok"),
-    "end_before_start": (_sql('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = "end", "end" = start WHERE rowid % 4 = 0'),
-                         "either"),
+    "text_in_integer_columns": (
+        _sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon', gridX = x'ff00' WHERE rowid % 3 = 0"),
+        "either",
+    ),
+    "int64_edge_times": (
+        _sql(
+            "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 9223372036854775807 WHERE rowid = 1",
+            'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = -9223372036854775808 WHERE rowid = 2',
+        ),
+        "ok",
+    ),
+    "end_before_start": (
+        _sql('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = "end", "end" = start WHERE rowid % 4 = 0'),
+        "either",
+    ),
     "zero_length_kernels": (_sql('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start'), "either"),
-    "absurd_ids": (_sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 9223372036854775807 WHERE rowid = 1",
-                        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = -1, gridX = 4294967296 WHERE rowid < 9",
-                        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET rowid = 4611686018427387904 "
-                        "WHERE rowid = (SELECT max(rowid) FROM CUPTI_ACTIVITY_KIND_RUNTIME)"), "ok"),
-    "session_start_overflow": (_sql("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 9223372036854775807"),
-                               "bad"),
+    "absurd_ids": (
+        _sql(
+            "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 9223372036854775807 WHERE rowid = 1",
+            "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = -1, gridX = 4294967296 WHERE rowid < 9",
+            "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET rowid = 4611686018427387904 "
+            "WHERE rowid = (SELECT max(rowid) FROM CUPTI_ACTIVITY_KIND_RUNTIME)",
+        ),
+        "ok",
+    ),
+    "session_start_overflow": (_sql("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 9223372036854775807"), "bad"),
     "session_start_text": (_sql("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 'yesterday'"), "either"),
-    "time_shift_overflow": (_sql("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PARAM_TIME_SHIFT', "
-                                 "'-9223372036854775808')"), "bad"),
-    "absurd_rank_in_environment": (_sql("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', "
-                                        "'RANK=99999999999999')"), "ok"),
+    "time_shift_overflow": (
+        _sql("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PARAM_TIME_SHIFT', '-9223372036854775808')"),
+        "bad",
+    ),
+    "absurd_rank_in_environment": (
+        _sql("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', 'RANK=99999999999999')"),
+        "ok",
+    ),
     "invalid_utf8_names": (_sql("UPDATE StringIds SET value = x'6e63636cff' WHERE id % 2 = 0"), "ok"),
-    "times_before_1970": (_sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = -(SELECT utcEpochNs FROM "
-                               "TARGET_INFO_SESSION_START_TIME) - 2000, \"end\" = -(SELECT utcEpochNs FROM "
-                               "TARGET_INFO_SESSION_START_TIME) - 1000 WHERE rowid IN (1, 2, 3)"), "ok"),
-    "kernel_names_missing_from_string_ids": (_sql("DELETE FROM StringIds WHERE id IN (SELECT demangledName FROM "
-                                                  "CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 2 = 0)"), "ok"),
+    "times_before_1970": (
+        _sql(
+            "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = -(SELECT utcEpochNs FROM "
+            'TARGET_INFO_SESSION_START_TIME) - 2000, "end" = -(SELECT utcEpochNs FROM '
+            "TARGET_INFO_SESSION_START_TIME) - 1000 WHERE rowid IN (1, 2, 3)"
+        ),
+        "ok",
+    ),
+    "kernel_names_missing_from_string_ids": (
+        _sql("DELETE FROM StringIds WHERE id IN (SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 2 = 0)"),
+        "ok",
+    ),
     # a table replaced by an endlessly recursive view: tables are read, never views
-    "recursive_view_for_a_table": (_sql("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME TO k_real",
-                                        "CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS WITH RECURSIVE r(n) AS "
-                                        "(SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT n AS start, n AS \"end\", "
-                                        "0 AS deviceId FROM r",
-                                        "CREATE VIEW CUPTI_ACTIVITY_KIND_RUNTIME_V9 AS WITH RECURSIVE r(n) AS "
-                                        "(SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT n AS start FROM r"), "either"),
+    "recursive_view_for_a_table": (
+        _sql(
+            "ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME TO k_real",
+            "CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS WITH RECURSIVE r(n) AS "
+            '(SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT n AS start, n AS "end", '
+            "0 AS deviceId FROM r",
+            "CREATE VIEW CUPTI_ACTIVITY_KIND_RUNTIME_V9 AS WITH RECURSIVE r(n) AS "
+            "(SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT n AS start FROM r",
+        ),
+        "either",
+    ),
 }
 
 
@@ -543,13 +603,13 @@ def test_corrupt_sqlite_pages(tmp_path, how):
     page = int.from_bytes(data[16:18], "big")
     k = len(data) // page // 2
     if how == "zero_page":
-        data[k * page:(k + 3) * page] = bytes(3 * page)
+        data[k * page : (k + 3) * page] = bytes(3 * page)
     elif how == "garbage_page":
-        data[k * page:(k + 1) * page] = bytes((i * 7919) % 251 for i in range(page))
+        data[k * page : (k + 1) * page] = bytes((i * 7919) % 251 for i in range(page))
     elif how == "cut_at_page":
-        del data[k * page:]
+        del data[k * page :]
     elif how == "cut_mid_page":
-        del data[k * page + page // 3:]
+        del data[k * page + page // 3 :]
     else:
         data[16:20] = b"\x00\x03\x07\x07"  # a page size that is not a power of two
     check([write(tmp_path, "run.sqlite", bytes(data))], tmp_path, "either")
@@ -560,7 +620,7 @@ def test_corrupt_sqlite_pages(tmp_path, how):
 
 def _sqlite_kernels(db: Path) -> int:
     """Independent truth: what SQLite itself sees (a private copy, so recovery writes nowhere near the input)."""
-    (n,), = sqlite3.connect(db).execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
+    ((n,),) = sqlite3.connect(db).execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
     return int(n)
 
 
@@ -600,11 +660,15 @@ def test_wal_export_committed_frames_are_read(tmp_path):
     assert truth < before
     v = check([inp], tmp_path, "ok")
     assert isinstance(v, dict)
-    row = sqlite3.connect(str(tmp_path / "truth" / inp.name)).execute(
-        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY").fetchone()
+    row = (
+        sqlite3.connect(str(tmp_path / "truth" / inp.name)).execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY").fetchone()
+    )
     memcpy = int(row[0]) if row else 0
-    memset = int(sqlite3.connect(str(tmp_path / "truth" / inp.name)).execute(
-        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET").fetchone()[0])
+    memset = int(
+        sqlite3.connect(str(tmp_path / "truth" / inp.name))
+        .execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET")
+        .fetchone()[0]
+    )
     assert _kernels_and_copies(v) == truth + memcpy + memset
     assert "-wal" in v["clock"]["sources"][0]["notes"]
 
@@ -628,10 +692,16 @@ def test_hot_journal_is_rolled_back_on_a_copy(tmp_path):
     v = check([inp], tmp_path, "ok")
     assert isinstance(v, dict)
     assert "hot -journal" in v["clock"]["sources"][0]["notes"]
-    memcpy = int(sqlite3.connect(str(tmp_path / "truth" / inp.name)).execute(
-        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY").fetchone()[0])
-    memset = int(sqlite3.connect(str(tmp_path / "truth" / inp.name)).execute(
-        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET").fetchone()[0])
+    memcpy = int(
+        sqlite3.connect(str(tmp_path / "truth" / inp.name))
+        .execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY")
+        .fetchone()[0]
+    )
+    memset = int(
+        sqlite3.connect(str(tmp_path / "truth" / inp.name))
+        .execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET")
+        .fetchone()[0]
+    )
     assert _kernels_and_copies(v) == before + memcpy + memset
 
 
@@ -640,12 +710,19 @@ def test_another_process_exclusive_lock_is_respected(tmp_path):
     rewritten, never a wait without end)."""
     inp = write(tmp_path, "locked.sqlite", seeds.seeds("nsys")[0][1])
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sqlite3, sys, time\n"
-         "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-         "c.execute('PRAGMA journal_mode = DELETE'); c.execute('BEGIN EXCLUSIVE')\n"
-         "c.execute('DELETE FROM StringIds')\n"
-         "print('locked', flush=True); time.sleep(120)\n", str(inp)],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys, time\n"
+            "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+            "c.execute('PRAGMA journal_mode = DELETE'); c.execute('BEGIN EXCLUSIVE')\n"
+            "c.execute('DELETE FROM StringIds')\n"
+            "print('locked', flush=True); time.sleep(120)\n",
+            str(inp),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         line = check([inp], tmp_path, "bad")
@@ -671,38 +748,43 @@ def test_parquetdir_with_a_fifo_as_a_table_is_refused_not_read(tmp_path):
 def test_sparse_gpu_metrics_rowids_do_not_hang(tmp_path):
     # GPU_METRICS is read in rowid ranges: a row moved to rowid 2**62 must not make 4.6e12 ranges.
     def edit(con: sqlite3.Connection) -> None:
-        con.execute("CREATE TABLE IF NOT EXISTS TARGET_INFO_GPU_METRICS (typeId INTEGER, sourceId INTEGER, "
-                    "typeName TEXT, metricId INTEGER, metricName TEXT)")
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS TARGET_INFO_GPU_METRICS (typeId INTEGER, sourceId INTEGER, "
+            "typeName TEXT, metricId INTEGER, metricName TEXT)"
+        )
         con.execute("INSERT INTO TARGET_INFO_GPU_METRICS VALUES (0, 0, 'gpu', 1, 'SMs Active [Throughput %]')")
-        con.execute("CREATE TABLE IF NOT EXISTS GPU_METRICS (timestamp INTEGER, typeId INTEGER, metricId INTEGER, "
-                    "value INTEGER)")
-        (t0,), = con.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
-        con.executemany("INSERT INTO GPU_METRICS (rowid, timestamp, typeId, metricId, value) VALUES (?, ?, 0, 1, 50)",
-                        [(1, t0), (2, t0 + 10**6), (2**62, t0 + 2 * 10**6)])
+        con.execute("CREATE TABLE IF NOT EXISTS GPU_METRICS (timestamp INTEGER, typeId INTEGER, metricId INTEGER, value INTEGER)")
+        ((t0,),) = con.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
+        con.executemany(
+            "INSERT INTO GPU_METRICS (rowid, timestamp, typeId, metricId, value) VALUES (?, ?, 0, 1, 50)",
+            [(1, t0), (2, t0 + 10**6), (2**62, t0 + 2 * 10**6)],
+        )
+
     check([nsys_copy(tmp_path, edit)], tmp_path, "ok")
 
 
 def test_nsys_rank_missing_from_the_environment_is_reported(tmp_path):
-    edit = _sql("DELETE FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%'",
-                "INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', 'RANK=0')",
-                "INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', 'WORLD_SIZE=4')",
-                # one GPU process: the other rank's kernels are not in this export
-                "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE globalPid <> (SELECT min(globalPid) "
-                "FROM CUPTI_ACTIVITY_KIND_KERNEL)",
-                "DELETE FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE globalPid <> (SELECT min(globalPid) "
-                "FROM CUPTI_ACTIVITY_KIND_KERNEL)",
-                "DELETE FROM CUPTI_ACTIVITY_KIND_MEMSET WHERE globalPid <> (SELECT min(globalPid) "
-                "FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    edit = _sql(
+        "DELETE FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%'",
+        "INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', 'RANK=0')",
+        "INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', 'WORLD_SIZE=4')",
+        # one GPU process: the other rank's kernels are not in this export
+        "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE globalPid <> (SELECT min(globalPid) FROM CUPTI_ACTIVITY_KIND_KERNEL)",
+        "DELETE FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE globalPid <> (SELECT min(globalPid) FROM CUPTI_ACTIVITY_KIND_KERNEL)",
+        "DELETE FROM CUPTI_ACTIVITY_KIND_MEMSET WHERE globalPid <> (SELECT min(globalPid) FROM CUPTI_ACTIVITY_KIND_KERNEL)",
+    )
     v = check([nsys_copy(tmp_path, edit)], tmp_path, "ok")
     assert isinstance(v, dict)
     assert v["coverage"]["world_size"] == 4 and v["coverage"]["missing_ranks"] == [1, 2, 3]
 
 
 def test_nsys_says_events_were_lost(tmp_path):
-    edit = _sql("INSERT INTO DIAGNOSTIC_EVENT (timestamp, timestampType, source, severity, text, globalPid) VALUES "
-                "(5, 2, 3, 2, 'Not all CUDA events might have been collected.', 0)",
-                "INSERT INTO DIAGNOSTIC_EVENT (timestamp, timestampType, source, severity, text, globalPid) VALUES "
-                "(6, 1, 1, 2, '1234 CUPTI records were dropped: the buffer is full', 0)")
+    edit = _sql(
+        "INSERT INTO DIAGNOSTIC_EVENT (timestamp, timestampType, source, severity, text, globalPid) VALUES "
+        "(5, 2, 3, 2, 'Not all CUDA events might have been collected.', 0)",
+        "INSERT INTO DIAGNOSTIC_EVENT (timestamp, timestampType, source, severity, text, globalPid) VALUES "
+        "(6, 1, 1, 2, '1234 CUPTI records were dropped: the buffer is full', 0)",
+    )
     v = check([nsys_copy(tmp_path, edit)], tmp_path, "ok")
     assert isinstance(v, dict)
     assert v["coverage"]["dropped_events"] == 1234
@@ -755,7 +837,7 @@ def test_implausible_counter_values_are_left_out_and_counted(tmp_path):
     p = write(tmp_path, "nvidia_smi_dmon.txt", ("\n".join(head + edited) + "\n").encode())
     con = store.connect()
     info = parsers.ingest_one(Detected(p, parsers.detect(p)), con, 0, ParseOptions(tz="UTC"))
-    (hi,), = con.execute("SELECT max(value) FROM counters WHERE metric = 'gpu_util'").fetchall()
+    ((hi,),) = con.execute("SELECT max(value) FROM counters WHERE metric = 'gpu_util'").fetchall()
     assert hi <= 1.0
     assert any("2 of gpu_util" in n for n in info.notes), info.notes
     n_util = con.execute("SELECT count(*) FROM counters WHERE metric = 'gpu_util'").fetchone()[0]

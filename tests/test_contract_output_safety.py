@@ -32,13 +32,18 @@ def env_for(tmp: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def cli(*args: object, cwd: Path, env: dict[str, str] | None = None,
-        umask: int | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: object, cwd: Path, env: dict[str, str] | None = None, umask: int | None = None
+) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "plasmient_report.cli", *map(str, args)]
     if umask is not None:
         argv = ["plasmient-report", *map(str, args)]
-        cmd = [sys.executable, "-c", f"import os, runpy, sys; os.umask({umask}); sys.argv = {argv!r}; "
-               "runpy.run_module('plasmient_report.cli', run_name='__main__')"]
+        cmd = [
+            sys.executable,
+            "-c",
+            f"import os, runpy, sys; os.umask({umask}); sys.argv = {argv!r}; "
+            "runpy.run_module('plasmient_report.cli', run_name='__main__')",
+        ]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env or env_for(cwd), timeout=300)
 
 
@@ -134,8 +139,7 @@ def read_only_mount(tmp_path: Path):
     """A real read-only file system (tmpfs mounted ro): needs root in a sandbox that allows mounts."""
     mnt = tmp_path / "ro"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mnt)], capture_output=True,
-                       text=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a read-only tmpfs here ({r.stderr.strip() or 'not root'})")
     try:
@@ -146,8 +150,7 @@ def read_only_mount(tmp_path: Path):
 
 def test_a_read_only_file_system_is_refused(trace: Path, tmp_path: Path, read_only_mount: Path) -> None:
     assert "read-only file system" in one_line_exit_2(cli(trace, "--out", read_only_mount / "out", cwd=tmp_path))
-    assert "read-only file system" in one_line_exit_2(cli("batch", trace.parent, "--out", read_only_mount / "b",
-                                                          cwd=tmp_path))
+    assert "read-only file system" in one_line_exit_2(cli("batch", trace.parent, "--out", read_only_mount / "b", cwd=tmp_path))
 
 
 # ------------------------------------------------------------------------------------ replacing our own
@@ -159,8 +162,7 @@ def test_an_earlier_output_is_replaced_and_nothing_is_left_beside_it(trace: Path
         r = cli(trace, "--out", out, "--quiet", cwd=tmp_path)
         assert r.returncode == 0, r.stderr
     marker = json.loads((out / ".plasmient-output").read_text())
-    assert marker["kind"] == "run" and set(marker["files"]) == {"verdict.json", "report.html", "trace.pftrace",
-                                                                "run.duckdb"}
+    assert marker["kind"] == "run" and set(marker["files"]) == {"verdict.json", "report.html", "trace.pftrace", "run.duckdb"}
     assert sorted(p.name for p in out.parent.iterdir()) == ["run"]  # no .run.old.PID, no staging
     # With a file of the user's in it, it is not ours alone any more: refused, the file kept.
     (out / "my_notes.txt").write_text("keep me")
@@ -212,8 +214,7 @@ def test_batch_out_must_be_new_empty_or_an_earlier_batch(trace: Path, tmp_path: 
     assert json.loads((out / ".plasmient-output").read_text())["kind"] == "batch"
     # A run's folder is not a batch folder, and a batch folder not a run's.
     run_dir = next((out / "runs").iterdir())
-    assert "output of a plasmient-report run" in one_line_exit_2(cli("batch", trace.parent, "--out", run_dir,
-                                                                     cwd=tmp_path))
+    assert "output of a plasmient-report run" in one_line_exit_2(cli("batch", trace.parent, "--out", run_dir, cwd=tmp_path))
     assert "output of a plasmient-report batch" in one_line_exit_2(cli(trace, "--out", out, cwd=tmp_path))
     r = cli("batch", trace.parent, "--out", out, "--no-html", "--no-trace", "--jobs", "1", cwd=tmp_path)
     assert r.returncode == 0 and "skipped 1 (unchanged)" in r.stderr, r.stderr
@@ -235,7 +236,7 @@ def test_batch_on_a_fifo_or_a_device_is_refused_not_read(tmp_path: Path, kind: s
 # ------------------------------------------------------------------------------------------------- signals
 
 
-STALL = '''
+STALL = """
 import os, sys, time
 from pathlib import Path
 FLAG = Path(os.environ["STALL_FLAG"])
@@ -273,7 +274,7 @@ elif WHERE == "batch-worker":  # in each pool worker (spawned workers import thi
 if __name__ == "__main__":
     from plasmient_report.cli import main
     main(sys.argv[1:], prog_name="plasmient-report")
-'''
+"""
 
 
 def stalled(tmp: Path, where: str, *args: object) -> tuple[subprocess.Popen[str], Path, dict[str, str]]:
@@ -282,8 +283,14 @@ def stalled(tmp: Path, where: str, *args: object) -> tuple[subprocess.Popen[str]
     script.write_text(STALL)
     flag = tmp / f"flag-{where}"
     env = env_for(tmp, STALL_FLAG=str(flag), STALL_WHERE=where)
-    p = subprocess.Popen([sys.executable, str(script), *map(str, args)], cwd=tmp, env=env, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, str(script), *map(str, args)],
+        cwd=tmp,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     for _ in range(3000):  # up to 5 min on a loaded machine: waiting for an event, not timing anything
         if flag.is_dir() and any(flag.iterdir()):
             break
@@ -308,11 +315,11 @@ def leftovers(tmp: Path, env: dict[str, str]) -> list[str]:
     return hidden + runs + old
 
 
-@pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"),
-                                           (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+@pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")])
 @pytest.mark.parametrize("where", ["analysing", "in-duckdb", "writing"])
-def test_interrupted_run_says_so_and_leaves_nothing(trace: Path, tmp_path: Path, sig: int, code: int, word: str,
-                                                    where: str) -> None:
+def test_interrupted_run_says_so_and_leaves_nothing(
+    trace: Path, tmp_path: Path, sig: int, code: int, word: str, where: str
+) -> None:
     out = tmp_path / "out"
     p, _, env = stalled(tmp_path, where, trace, "--out", out)
     if where == "writing":
@@ -332,8 +339,14 @@ def test_a_killed_run_is_swept_by_the_next(trace: Path, tmp_path: Path) -> None:
     p.communicate(timeout=60)
     left = leftovers(tmp_path, env)
     assert any(".plasmient-staging-out-" in x for x in left) and any("run-" in x for x in left), left
-    r = subprocess.run([sys.executable, "-m", "plasmient_report.cli", trace, "--out", tmp_path / "second",
-                        "--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "plasmient_report.cli", trace, "--out", tmp_path / "second", "--quiet"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert leftovers(tmp_path, env) == [] and not out.exists()
 
@@ -376,8 +389,14 @@ def test_the_batch_workers_die_with_the_batch(tmp_path: Path, sig: int) -> None:
     if sig != signal.SIGKILL:
         assert p.returncode == 128 + sig and len(stderr.strip().splitlines()) == 1, stderr
     # Whatever they left (SIGKILL: the parent's scratch) is gone after the next run.
-    r = subprocess.run([sys.executable, "-m", "plasmient_report.cli", "batch", fleet, "--out", out, "--quiet",
-                        "--no-html", "--no-trace"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "plasmient_report.cli", "batch", fleet, "--out", out, "--quiet", "--no-html", "--no-trace"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     assert sorted(x.name for x in (out / "runs").iterdir()) == ["fleet__a", "fleet__b"]
     left = leftovers(tmp_path, env)
@@ -393,8 +412,13 @@ def test_a_file_name_that_is_not_utf8(tmp_path: Path) -> None:
     name = os.fsdecode(b"r\xffn\xfe.pt.trace.json.gz")
     shutil.copy(sample_file(SAMPLE), d / name)
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "plasmient_report.cli", d / name, "--out", out, "--json"], cwd=tmp_path,
-                       env=env_for(tmp_path), capture_output=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "plasmient_report.cli", d / name, "--out", out, "--json"],
+        cwd=tmp_path,
+        env=env_for(tmp_path),
+        capture_output=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     v = json.loads(r.stdout.decode("utf-8"))  # valid UTF-8 JSON: the odd bytes are escaped, not dropped
     assert v["run"]["inputs"][0].endswith("r\\xffn\\xfe.pt.trace.json.gz")
@@ -403,9 +427,23 @@ def test_a_file_name_that_is_not_utf8(tmp_path: Path) -> None:
     odd = tmp_path / "fleet" / os.fsdecode(b"j\xffb")
     odd.mkdir(parents=True)
     shutil.copy(sample_file(SAMPLE), odd / "run.pt.trace.json.gz")
-    r = subprocess.run([sys.executable, "-m", "plasmient_report.cli", "batch", tmp_path / "fleet", "--out",
-                        tmp_path / "b", "--quiet", "--no-trace"], cwd=tmp_path, env=env_for(tmp_path),
-                       capture_output=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "plasmient_report.cli",
+            "batch",
+            tmp_path / "fleet",
+            "--out",
+            tmp_path / "b",
+            "--quiet",
+            "--no-trace",
+        ],
+        cwd=tmp_path,
+        env=env_for(tmp_path),
+        capture_output=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     import pyarrow.parquet as pq
 

@@ -16,8 +16,9 @@ from .rules.traces import allreduce_traces
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "plasmient_report.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "plasmient_report.cli", *map(str, args)], capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +74,14 @@ def test_diff_straggler_appears(tmp_path):
 
 def _mm_trace(path: Path, kernel_us: float) -> Path:
     n = 4096
-    ev = [cpu_op("aten::mm", 10.0, 20.0, ext=5, dims=[[n, n], [n, n]], types=["c10::BFloat16"] * 2),
-          launch(12.0, ext=5, corr=50),
-          kernel("nvjet_sm90_tst_gemm", 100.0, kernel_us, ext=5, corr=50),
-          cpu_op("aten::add_", 990.0, 5.0, ext=6), launch(991.0, ext=6, corr=51),
-          kernel("vectorized_elementwise_kernel", 995.0, 5.0, ext=6, corr=51)]
+    ev = [
+        cpu_op("aten::mm", 10.0, 20.0, ext=5, dims=[[n, n], [n, n]], types=["c10::BFloat16"] * 2),
+        launch(12.0, ext=5, corr=50),
+        kernel("nvjet_sm90_tst_gemm", 100.0, kernel_us, ext=5, corr=50),
+        cpu_op("aten::add_", 990.0, 5.0, ext=6),
+        launch(991.0, ext=6, corr=51),
+        kernel("vectorized_elementwise_kernel", 995.0, 5.0, ext=6, corr=51),
+    ]
     return write_trace(path, ev)
 
 
@@ -109,8 +113,9 @@ def real_verdict(tmp_path_factory) -> dict:
 
     from .conftest import sample_file
 
-    res = pipeline.analyse([sample_file("h200_single/kineto_single.pt.trace.json.gz")],
-                           pipeline.Options(ranges=["phase:compute_bound"]))
+    res = pipeline.analyse(
+        [sample_file("h200_single/kineto_single.pt.trace.json.gz")], pipeline.Options(ranges=["phase:compute_bound"])
+    )
     try:
         return json.loads(json.dumps(res.verdict))
     finally:
@@ -143,9 +148,23 @@ def test_gate_refuses_a_lower_bound(real_verdict, tmp_path):
     assert cli("diff", good, good, "--fail-if-drop", "0").returncode == 0
 
 
-@pytest.mark.parametrize("how", ["nan_literal", "infinity", "huge_float", "string_achieved", "list_losses",
-                                 "loss_without_fraction", "missing_run", "truncated", "not_an_object", "empty",
-                                 "binary", "ranks_not_a_list"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "nan_literal",
+        "infinity",
+        "huge_float",
+        "string_achieved",
+        "list_losses",
+        "loss_without_fraction",
+        "missing_run",
+        "truncated",
+        "not_an_object",
+        "empty",
+        "binary",
+        "ranks_not_a_list",
+    ],
+)
 def test_malformed_verdicts_are_one_line_and_exit_2(real_verdict, tmp_path, how):
     """A broken verdict is bad input (exit 2, one line naming it) — never a traceback, never exit 1 (the
     regression code a CI gate reads)."""

@@ -16,8 +16,13 @@ from .conftest import ROOT, sample_file
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "plasmient_report.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "plasmient_report.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +48,9 @@ def test_every_table_matches_the_verdict(run_dir: Path, tmp_path: Path) -> None:
     for name in names:  # the two formats hold the same rows
         assert pq.read_table(tmp_path / "pq" / f"{name}.parquet").num_rows == len(_rows(tmp_path / "csv" / f"{name}.csv"))
     steps = _rows(tmp_path / "csv" / "steps.csv")
-    assert [(int(s["rank"]), int(s["occurrence"]), int(s["gpu_ns"])) for s in steps] == \
-        [(s["rank"], s["occurrence"], s["gpu_ns"]) for s in v["steps"]]
+    assert [(int(s["rank"]), int(s["occurrence"]), int(s["gpu_ns"])) for s in steps] == [
+        (s["rank"], s["occurrence"], s["gpu_ns"]) for s in v["steps"]
+    ]
     findings = _rows(tmp_path / "csv" / "findings.csv")
     assert sorted(f["rule_id"] for f in findings) == sorted(f["rule"] for f in v["findings"])
     kernels = [k for k in _rows(tmp_path / "csv" / "kernels.csv") if k["scope"] == "window"]
@@ -54,8 +60,9 @@ def test_every_table_matches_the_verdict(run_dir: Path, tmp_path: Path) -> None:
         assert float(top[k["name"]]["time_ns"]) == pytest.approx(k["time_ns"])
     losses = [x for x in _rows(tmp_path / "csv" / "losses.csv") if x["scope"] == "window" and x["rank"] == "0"]
     rank0 = next(x for x in v["ranks"] if x["rank"] == 0)
-    assert {x["category"]: pytest.approx(float(x["fraction"])) for x in losses} == \
-        {x["category"]: x["fraction"] for x in rank0["losses"]}
+    assert {x["category"]: pytest.approx(float(x["fraction"])) for x in losses} == {
+        x["category"]: x["fraction"] for x in rank0["losses"]
+    }
     # the collectives: 4 all-reduces per step × 5 steps, each seen on both ranks (ground_truth.json)
     truth = json.loads(sample_file("h200x2_ddp/ground_truth.json").read_text())
     coll = _rows(tmp_path / "csv" / "collectives.csv")

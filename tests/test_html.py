@@ -22,8 +22,27 @@ from plasmient_report.render import html as html_render
 
 from .conftest import corpus_file
 
-SECTIONS = ("headline", "waterfall", "findings", "timeline", "ranks", "steps", "kernels", "ops", "shapes", "roofline",
-            "ranges", "collectives", "memory", "launch-stats", "counters", "clock", "coverage", "notes", "perfetto")
+SECTIONS = (
+    "headline",
+    "waterfall",
+    "findings",
+    "timeline",
+    "ranks",
+    "steps",
+    "kernels",
+    "ops",
+    "shapes",
+    "roofline",
+    "ranges",
+    "collectives",
+    "memory",
+    "launch-stats",
+    "counters",
+    "clock",
+    "coverage",
+    "notes",
+    "perfetto",
+)
 ALLOWED_URLS = ("https://ui.perfetto.dev",)
 MAX_BYTES = 5 * 1024 * 1024
 
@@ -51,8 +70,22 @@ class Page(HTMLParser):
         if ident and tag not in ("path", "g", "clippath", "image", "use"):
             self.by_id[ident] = {"tag": tag, **a}
             self.text_of[ident] = ""
-        if tag not in ("br", "img", "meta", "link", "input", "hr", "col", "source", "wbr", "area", "base",
-                       "embed", "param", "track"):
+        if tag not in (
+            "br",
+            "img",
+            "meta",
+            "link",
+            "input",
+            "hr",
+            "col",
+            "source",
+            "wbr",
+            "area",
+            "base",
+            "embed",
+            "param",
+            "track",
+        ):
             self._open.append((tag, ident))
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -143,7 +176,7 @@ def check_structure(path: Path, verdict: dict[str, Any]) -> Page:
     assert "ui.perfetto.dev" in text and "trace.pftrace" in text
     # Charts are inline SVG from matplotlib, not images fetched from anywhere.
     if ach is not None:
-        assert page.tags.get("svg", 0) >= 2   # waterfall and timeline at least
+        assert page.tags.get("svg", 0) >= 2  # waterfall and timeline at least
     return page
 
 
@@ -160,7 +193,7 @@ def test_single_gpu_corpus_report(tmp_path: Path) -> None:
     path, verdict, seconds = report([corpus_file("h200-single-kineto/kineto_single.json.gz")], tmp_path / "r.html")
     page = check_structure(path, verdict)
     text = path.read_text(encoding="utf-8")
-    for name in ("phase:compute_bound", "phase:train_step"):   # the per-range table
+    for name in ("phase:compute_bound", "phase:train_step"):  # the per-range table
         assert name in text
     assert "roofline" in page.by_id and "No roofline" not in text
     print(f"h200 single: {path.stat().st_size / 1e3:.0f} kB, rendered in {seconds:.2f} s")
@@ -192,27 +225,32 @@ def test_many_ranks(tmp_path: Path) -> None:
     folder.mkdir()
     n = 2048
     for rank in range(16):
-        late = 50.0 * rank   # each rank's GEMM starts later: a staircase on the shared clock
-        ev = [annotation("phase:work", 0.0, 1000.0),
-              cpu_op("aten::mm", 10.0, 20.0, ext=5, dims=[[n, n], [n, n]], types=["c10::BFloat16", "c10::BFloat16"]),
-              launch(12.0, ext=5, corr=50),
-              kernel("nvjet_sm90_tst_gemm", 100.0 + late, 100.0, ext=5, corr=50)]
+        late = 50.0 * rank  # each rank's GEMM starts later: a staircase on the shared clock
+        ev = [
+            annotation("phase:work", 0.0, 1000.0),
+            cpu_op("aten::mm", 10.0, 20.0, ext=5, dims=[[n, n], [n, n]], types=["c10::BFloat16", "c10::BFloat16"]),
+            launch(12.0, ext=5, corr=50),
+            kernel("nvjet_sm90_tst_gemm", 100.0 + late, 100.0, ext=5, corr=50),
+        ]
         write_trace(folder / f"rank-{rank}.pt.trace.json", ev, rank=rank)
     path, verdict, _ = report([folder], tmp_path / "report.html")
     page = check_structure(path, verdict)
     assert len(verdict["ranks"]) == 16
     text = path.read_text(encoding="utf-8")
-    assert "rank 15" in text and "<details>" in text   # many ranks: the breakdown starts collapsed
+    assert "rank 15" in text and "<details>" in text  # many ranks: the breakdown starts collapsed
     assert path.stat().st_size < 1_000_000
-    assert page.tags.get("svg", 0) >= 3   # waterfall, timeline, per-rank bars
+    assert page.tags.get("svg", 0) >= 3  # waterfall, timeline, per-rank bars
 
 
 def test_unknown_gpu(tmp_path: Path) -> None:
     """No peak known: no waterfall or roofline, said in words; the rest of the page still renders."""
     from .conftest import cpu_op, kernel, launch, write_trace
 
-    ev = [cpu_op("aten::add_", 10.0, 5.0, ext=6), launch(11.0, ext=6, corr=51),
-          kernel("vectorized_elementwise_kernel", 20.0, 50.0, ext=6, corr=51)]
+    ev = [
+        cpu_op("aten::add_", 10.0, 5.0, ext=6),
+        launch(11.0, ext=6, corr=51),
+        kernel("vectorized_elementwise_kernel", 20.0, 50.0, ext=6, corr=51),
+    ]
     trace = write_trace(tmp_path / "t.pt.trace.json", ev, gpu="Mystery Accelerator 9000")
     path, verdict, _ = report([trace], tmp_path / "report.html")
     assert verdict["peak"]["tflops"] is None
@@ -239,16 +277,30 @@ def test_report_reads_only_the_store(tiny_trace: Path, tmp_path: Path) -> None:
 def test_findings_and_counters_render(tiny_trace: Path, tmp_path: Path) -> None:
     """Findings (as the rules will emit them) and counter rows (as the counter parsers will fill them) show up."""
     res = pipeline.analyse([tiny_trace], pipeline.Options())
-    (s, e), = res.con.execute("SELECT start_ns, end_ns FROM windows WHERE scope = 'window'").fetchall()
+    ((s, e),) = res.con.execute("SELECT start_ns, end_ns FROM windows WHERE scope = 'window'").fetchall()
     step = (e - s) // 10
-    res.con.execute("""INSERT INTO counters (source_id, rank, device, metric, start_ns, end_ns, value, time_source)
+    res.con.execute(
+        """INSERT INTO counters (source_id, rank, device, metric, start_ns, end_ns, value, time_source)
                        SELECT 9, NULL, 0, 'gpu_util', ? + i * ?, ? + (i + 1) * ?, CASE WHEN i < 3 THEN 100 ELSE 0 END,
-                              'native' FROM range(10) t(i)""", [s, step, s, step])
+                              'native' FROM range(10) t(i)""",
+        [s, step, s, step],
+    )
     verdict = dict(res.verdict)
-    verdict["findings"] = [{"rule": "PR999", "layer": "kernel", "category": None, "severity": "high", "rank": 0,
-                            "lost_fraction": 0.42, "title": "a <test> finding",
-                            "evidence": {"kernel": "nvjet_sm90_tst_gemm", "ms": 0.2},
-                            "recommendation": "do the thing", "fix": "the thing", "key": "k"}]
+    verdict["findings"] = [
+        {
+            "rule": "PR999",
+            "layer": "kernel",
+            "category": None,
+            "severity": "high",
+            "rank": 0,
+            "lost_fraction": 0.42,
+            "title": "a <test> finding",
+            "evidence": {"kernel": "nvjet_sm90_tst_gemm", "ms": 0.2},
+            "recommendation": "do the thing",
+            "fix": "the thing",
+            "key": "k",
+        }
+    ]
     path = tmp_path / "report.html"
     html_render.write(res.con, verdict, path)
     page = check_structure(path, verdict)
@@ -268,7 +320,7 @@ def test_timeline_bins_are_honest(tiny_trace: Path) -> None:
     lost = binned.weighted.sum()
     window_ns = windows[0][3] - windows[0][2]
     achieved = res.verdict["achieved_fraction_of_peak"]
-    assert lost / window_ns == pytest.approx(1 - achieved, abs=1e-9)   # binning loses and invents no time
+    assert lost / window_ns == pytest.approx(1 - achieved, abs=1e-9)  # binning loses and invents no time
     assert (choice >= 0).all()
     # The fixture's window is idle except 100–300 µs (the GEMM) and 995–1000 µs: most bins are idle losses.
     idle = sum(1 for c in choice[0] if labels[c] in ("launch_bound", "host_other", "sync_stall"))
@@ -301,12 +353,29 @@ class Chrome:
             os.dup2(b, 4)
 
         self.proc = subprocess.Popen(
-            [exe, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe", "--no-first-run",
-             "--disable-extensions", "--disable-background-networking", "--disable-component-update",
-             "--disable-default-apps", "--disable-sync", "--hide-scrollbars", "--mute-audio",
-             f"--user-data-dir={profile}", "about:blank"],
-            close_fds=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=pipe_fds)
+            [
+                exe,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--remote-debugging-pipe",
+                "--no-first-run",
+                "--disable-extensions",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-default-apps",
+                "--disable-sync",
+                "--hide-scrollbars",
+                "--mute-audio",
+                f"--user-data-dir={profile}",
+                "about:blank",
+            ],
+            close_fds=False,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=pipe_fds,
+        )
         os.close(to_r)
         os.close(from_w)
         self._buf = b""
@@ -375,10 +444,10 @@ def open_in_chromium(exe: str, html: Path, shot: Path, dark: bool, profile: Path
         chrome.session = chrome.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log"):
             chrome.send(f"{domain}.enable")
-        chrome.send("Emulation.setEmulatedMedia",
-                    {"features": [{"name": "prefers-color-scheme", "value": "dark" if dark else "light"}]})
-        chrome.send("Emulation.setDeviceMetricsOverride",
-                    {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+        chrome.send(
+            "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark" if dark else "light"}]}
+        )
+        chrome.send("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False})
         chrome.events.clear()
         chrome.send("Page.navigate", {"url": html.resolve().as_uri()})
         chrome.wait_for("Page.loadEventFired")
@@ -395,8 +464,9 @@ def open_in_chromium(exe: str, html: Path, shot: Path, dark: bool, profile: Path
             "verdict": js("document.getElementById('verdict-word').innerText"),
             "findings": js("document.getElementById('findings').innerText"),
             "sections": js("Array.from(document.querySelectorAll('main > section')).map(s => s.id)"),
-            "svg_drawn": js("Array.from(document.querySelectorAll('svg.chart-svg'))"
-                            ".every(s => s.getBoundingClientRect().width > 100)"),
+            "svg_drawn": js(
+                "Array.from(document.querySelectorAll('svg.chart-svg')).every(s => s.getBoundingClientRect().width > 100)"
+            ),
             "background": js("getComputedStyle(document.body).backgroundColor"),
             "page_width": js("document.documentElement.scrollWidth"),
             # Tables that do not fit their box (and so scroll inside it): at 1280 px, none of ours should.
@@ -405,13 +475,16 @@ def open_in_chromium(exe: str, html: Path, shot: Path, dark: bool, profile: Path
                 return box.scrollWidth > box.clientWidth + 1
                     || t.getBoundingClientRect().right > document.querySelector('main').getBoundingClientRect().right + 1;
             }).map(t => (t.closest('section') || {}).id + ':' + (t.id || t.tHead.innerText.slice(0, 30)))"""),
-            "kernel_cells": js("Array.from(document.querySelectorAll('#kernels tbody td.kname'))"
-                               ".map(td => [td.innerText, td.title])"),
+            "kernel_cells": js(
+                "Array.from(document.querySelectorAll('#kernels tbody td.kname')).map(td => [td.innerText, td.title])"
+            ),
             "text": js("document.querySelector('main').innerText"),
         }
         height = js("Math.ceil(document.documentElement.scrollHeight)")
-        chrome.send("Emulation.setDeviceMetricsOverride",
-                    {"width": 1280, "height": int(min(height, 16000)), "deviceScaleFactor": 1, "mobile": False})
+        chrome.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": 1280, "height": int(min(height, 16000)), "deviceScaleFactor": 1, "mobile": False},
+        )
         png = chrome.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})["data"]
         shot.write_bytes(base64.b64decode(png))
         # Then use the sortable tables the way a reader would: click a header twice, rows reverse.

@@ -27,13 +27,13 @@ def test_ddp_collectives_and_the_straggler_link(tmp_path: Path) -> None:
     table = page.text_of["collectives-table"]
     assert "32 MiB" in table and f"{g.busbw_bytes_s / 1e9:.1f}" in table and "NVLink 4" in table
     # the heatmap is an SVG chart in the lateness part; its table holds rank 1's 30 ms per step
-    lateness = text[text.index('id="collective-lateness"'):text.index('id="memory"')]
+    lateness = text[text.index('id="collective-lateness"') : text.index('id="memory"')]
     assert 'aria-label="lateness per step and rank"' in lateness
     worst = max(c.lateness_ns for c in v.collective_stats.lateness)
     assert html_render.fmt_duration(worst) in page.text_of["lateness-table"]
     # PR101 (rank 1 is late) links to the heatmap
-    pr101 = text[text.index("<code>PR101</code>"):]
-    pr101 = pr101[:pr101.index("</article>")]
+    pr101 = text[text.index("<code>PR101</code>") :]
+    pr101 = pr101[: pr101.index("</article>")]
     assert re.search(r'href="#collective-lateness"', pr101)
     assert 'aria-label="bus bandwidth by message size"' in text
 
@@ -49,11 +49,12 @@ def test_memory_chart_and_table(tmp_path: Path) -> None:
 
 
 def test_launch_bound_links_to_the_histogram(tmp_path: Path) -> None:
-    text, page, v = render([sample_file("h200_single/kineto_single.pt.trace.json.gz")], tmp_path / "r.html",
-                           ranges=["phase:launch_bound"])
+    text, page, v = render(
+        [sample_file("h200_single/kineto_single.pt.trace.json.gz")], tmp_path / "r.html", ranges=["phase:launch_bound"]
+    )
     assert 'aria-label="kernel durations per stream"' in text
     s = v.launch_stats[0]
     assert f"{s.kernels:,}" in page.text_of["launch-table"]
     assert html_render.fmt_duration(s.launch_delay_ns.p50) in page.text_of["launch-table"]
-    pr501 = text[text.index("<code>PR501</code>"):]
-    assert 'href="#launch-stats"' in pr501[:pr501.index("</article>")]
+    pr501 = text[text.index("<code>PR501</code>") :]
+    assert 'href="#launch-stats"' in pr501[: pr501.index("</article>")]

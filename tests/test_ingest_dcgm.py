@@ -23,8 +23,9 @@ def ingest(name: str | Path, **opts: object):
 
 
 def series(con, metric: str, entity: str = "GPU 0") -> list[tuple[int, float]]:
-    return con.execute("SELECT end_ns, value FROM counters WHERE metric = ? AND entity = ? ORDER BY end_ns",
-                       [metric, entity]).fetchall()
+    return con.execute(
+        "SELECT end_ns, value FROM counters WHERE metric = ? AND entity = ? ORDER BY end_ns", [metric, entity]
+    ).fetchall()
 
 
 def test_dcgm3_layout_without_timestamps(tmp_path):
@@ -46,15 +47,20 @@ def test_dcgm3_layout_without_timestamps(tmp_path):
     assert con.execute("SELECT DISTINCT gpu_index FROM counters WHERE entity = 'GPU-I 1'").fetchall() == [(None,)]
     assert "1 malformed lines skipped (first at line 14)" in info.notes  # the cut-off last row
     assert any("dmon was stopped" in n for n in info.notes)
-    assert con.execute("SELECT min(end_ns - start_ns), max(end_ns - start_ns) FROM counters").fetchone() == \
-        (100_000_000, 100_000_000)
+    assert con.execute("SELECT min(end_ns - start_ns), max(end_ns - start_ns) FROM counters").fetchone() == (
+        100_000_000,
+        100_000_000,
+    )
 
 
 def test_dcgm2_layout_with_epoch_prefix():
     con, info = ingest("dcgmi_dmon_2x_epoch.txt")
     assert info.format_version == "DCGM 2.x layout" and info.clock_anchor == "prefixed"
-    assert series(con, "gr_engine_active") == [(1764525600 * 10**9, 0.429), (1764525600_500_000_000, 0.812),
-                                               (1764525601 * 10**9, 0.1)]
+    assert series(con, "gr_engine_active") == [
+        (1764525600 * 10**9, 0.429),
+        (1764525600_500_000_000, 0.812),
+        (1764525601 * 10**9, 0.1),
+    ]
     assert series(con, "sm_active", "GPU 1") == [(1764525600 * 10**9, 0.0), (1764525600_500_000_000, 0.0)]
     assert not info.notes  # the blank timestamp-only line and the repeated header are not malformed
 
@@ -90,7 +96,6 @@ def test_exporter_tab_prefixed_scrapes_and_mig():
 def test_exporter_range_query_json():
     con, info = ingest("dcgm_exporter_range.json")
     assert info.clock_anchor == "native" and info.format_version == "Prometheus query JSON"
-    assert series(con, "gpu_util") == [(1764525600 * 10**9, 0.1), (1764525615 * 10**9, 0.2),
-                                       (1764525645 * 10**9, 0.3)]
+    assert series(con, "gpu_util") == [(1764525600 * 10**9, 0.1), (1764525615 * 10**9, 0.2), (1764525645 * 10**9, 0.3)]
     assert [v for _, v in series(con, "tensor_active")] == [0.1, 0.2, 0.3, 0.4]
     assert con.execute("SELECT DISTINCT end_ns - start_ns FROM counters").fetchall() == [(15 * 10**9,)]

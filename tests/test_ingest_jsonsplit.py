@@ -13,7 +13,7 @@ from plasmient_report.parsers._jsonsplit import SplitError, split_events
 
 EVENTS = [
     {"ph": "X", "name": 'a "quoted" {name} [x], y', "ts": 1.5, "args": {"k": [1, [2, 3]], "s": "\\\\"}},
-    {"ph": "X", "name": "back\\\\slash\\\"", "ts": 2.0},
+    {"ph": "X", "name": 'back\\\\slash\\"', "ts": 2.0},
     {"ph": "M", "name": "thread_name", "args": {"name": "stream 7 "}},
     {"ph": "X", "name": "traceEvents", "ts": 3.0, "args": {"traceEvents": [{"nested": "}"}]}},
     {"ph": "X", "name": "ünïcödé ✓", "ts": 4.0},
@@ -32,8 +32,16 @@ def split(doc: bytes, chunk: int):
 
 @pytest.mark.parametrize("chunk", [1, 2, 3, 7, 13, 64, 1 << 20])
 def test_every_chunk_size_gives_the_same_events(chunk):
-    doc = json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0}], "traceEvents": EVENTS,
-                      "baseTimeNanoseconds": 123, "traceName": "t"}, ensure_ascii=False).encode()
+    doc = json.dumps(
+        {
+            "schemaVersion": 1,
+            "deviceProperties": [{"id": 0}],
+            "traceEvents": EVENTS,
+            "baseTimeNanoseconds": 123,
+            "traceName": "t",
+        },
+        ensure_ascii=False,
+    ).encode()
     events, head = split(doc, chunk)
     assert events == EVENTS
     h = json.loads(head)
@@ -51,11 +59,14 @@ def test_empty_event_array_and_whitespace():
     assert events == [] and json.loads(head) == {"traceEvents": [], "x": 1}
 
 
-@pytest.mark.parametrize("doc", [
-    b'{"traceEvents": [{"ph": "X"}, {"ph": "X"',       # truncated inside the array
-    b'{"traceEvents": [{"ph": "X"}]',                   # object never closed
-    b'{"traceEvents": [{"ph": "X", "name": "abc',       # inside a string
-])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        b'{"traceEvents": [{"ph": "X"}, {"ph": "X"',  # truncated inside the array
+        b'{"traceEvents": [{"ph": "X"}]',  # object never closed
+        b'{"traceEvents": [{"ph": "X", "name": "abc',  # inside a string
+    ],
+)
 def test_truncated(doc):
     with pytest.raises(SplitError, match="truncated"):
         split(doc, 8)

@@ -31,7 +31,8 @@ def test_single_h200_trace_tables_match_the_json():
     assert counts["compute"] == sum(e["cat"] == "kernel" for e in ev)
     assert con.execute("SELECT count(*) FROM ops").fetchone()[0] == sum(e["cat"] == "cpu_op" for e in ev)
     assert con.execute("SELECT count(*) FROM api_calls").fetchone()[0] == sum(
-        e["cat"] in ("cuda_runtime", "cuda_driver") for e in ev)
+        e["cat"] in ("cuda_runtime", "cuda_driver") for e in ev
+    )
     # SPEC §3: utc_ns = baseTimeNanoseconds + round(ts·1000), exact to the ns.
     first = min((e for e in ev if e["cat"] == "kernel"), key=lambda e: e["ts"])
     got = con.execute("SELECT min(start_ns) FROM kernels WHERE kind = 'compute'").fetchone()[0]
@@ -40,8 +41,7 @@ def test_single_h200_trace_tables_match_the_json():
     assert con.execute("SELECT name, sm_count FROM devices").fetchall() == [("NVIDIA H200", 132)]
     # Ranges: CPU-side phase annotations, and the GPU copies flagged on_gpu.
     phases = {n for (n,) in con.execute("SELECT name FROM ranges WHERE NOT on_gpu AND name LIKE 'phase:%'").fetchall()}
-    assert phases == {f"phase:{p}" for p in ("compute_bound", "memory_bound", "launch_bound", "host_stall",
-                                              "train_step")}
+    assert phases == {f"phase:{p}" for p in ("compute_bound", "memory_bound", "launch_bound", "host_stall", "train_step")}
 
 
 def test_every_kernel_links_to_its_launch_and_op():
@@ -80,16 +80,19 @@ def test_nccl_collectives_from_two_ranks():
     assert seqs[0][1] == seqs[1][1] == list(range(len(seqs[0][1])))
 
 
-@pytest.mark.parametrize("name", [
-    "alexnet__benchmark_result_2869224_1695835535_trace.json.gz",  # 2023, epoch-µs ts, cuda_sync
-    "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz",       # ROCm
-    "nccl_parser_config__nccl_data.json.gz",
-    "ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
-    "trace_diff__test__test.json.gz",                              # 2022 format
-    "trace_filter__sampled_rank-0.json.gz",
-    "trace_filter__sampled_rank-1.json.gz",
-    "triton_example__triton_example.json.gz",                      # args of unexpected types (grid as text)
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "alexnet__benchmark_result_2869224_1695835535_trace.json.gz",  # 2023, epoch-µs ts, cuda_sync
+        "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz",  # ROCm
+        "nccl_parser_config__nccl_data.json.gz",
+        "ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+        "trace_diff__test__test.json.gz",  # 2022 format
+        "trace_filter__sampled_rank-0.json.gz",
+        "trace_filter__sampled_rank-1.json.gz",
+        "triton_example__triton_example.json.gz",  # args of unexpected types (grid as text)
+    ],
+)
 def test_public_kineto_traces_ingest(name):
     path = corpus_file(f"public-kineto-hta/{name}")
     con = ingest(path)
@@ -104,7 +107,9 @@ def test_epoch_us_trace_without_base(tmp_path):
     p = write_trace(tmp_path / "old.json", [kernel("k", ts, 10.0, 1, 1)], base=None)
     con = ingest(p)
     assert con.execute("SELECT start_ns, end_ns FROM kernels").fetchone() == (
-        1_695_835_542_481_129_000, 1_695_835_542_481_139_000)
+        1_695_835_542_481_129_000,
+        1_695_835_542_481_139_000,
+    )
     assert con.execute("SELECT clock_anchor FROM sources").fetchone()[0] == "epoch_us"
 
 
@@ -141,8 +146,9 @@ def test_torch_1_9_trace_reads_every_gpu_event():
     assert con.execute("SELECT count(*) FROM api_calls").fetchone()[0] == by_cat["Runtime"]
     assert con.execute("SELECT count(*) FROM ops").fetchone()[0] == by_cat["Operator"]
     first = min((e for e in ev if e["cat"] == "Kernel"), key=lambda e: e["ts"])
-    assert con.execute("SELECT min(start_ns) FROM kernels WHERE kind <> 'memcpy' AND kind <> 'memset'"
-                       ).fetchone()[0] == round(first["ts"] * 1000)
+    assert con.execute("SELECT min(start_ns) FROM kernels WHERE kind <> 'memcpy' AND kind <> 'memset'").fetchone()[0] == round(
+        first["ts"] * 1000
+    )
     assert con.execute("SELECT clock_anchor FROM sources").fetchone()[0] == "epoch_us"
     # `external id` (lower case) on kernels is the op's External id: kernels carry it
     linked = con.execute("SELECT count(*) FROM kernels WHERE external_id IS NOT NULL AND kind = 'compute'").fetchone()[0]
@@ -166,7 +172,7 @@ def test_gpu_named_generically_is_identified_from_its_properties():
     """HIP names an MI250 GCD 'AMD Radeon Graphics' (gfx90a = 9.0, 104 CUs, 64 GiB): identified, and said."""
     path = corpus_file("public-kineto-hta/amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz")
     con = ingest(path)
-    (name,), = con.execute("SELECT DISTINCT name FROM devices").fetchall()
+    ((name,),) = con.execute("SELECT DISTINCT name FROM devices").fetchall()
     assert name == "AMD Instinct MI250 (one GCD)"
     notes = con.execute("SELECT notes FROM sources").fetchone()[0]
     assert "named 'AMD Radeon Graphics' in the trace" in notes and "MI210" in notes  # same figures: both said
@@ -175,23 +181,43 @@ def test_gpu_named_generically_is_identified_from_its_properties():
 def test_gpu_with_no_name_is_identified_from_its_properties(tmp_path):
     # Properties of a real MI300X entry (TraceLens vllm trace: name '', 304 CUs, 9.4, 206141652992 B).
     p = tmp_path / "t.json"
-    doc = {"deviceProperties": [{"id": 0, "name": "", "totalGlobalMem": 206141652992, "computeMajor": 9,
-                                 "computeMinor": 4, "numSms": 304, "warpSize": 64}],
-           "baseTimeNanoseconds": 1_767_189_312_000_000_000,
-           "traceEvents": [kernel("k", 10.0, 5.0, 1, 1, device=2)]}
+    doc = {
+        "deviceProperties": [
+            {
+                "id": 0,
+                "name": "",
+                "totalGlobalMem": 206141652992,
+                "computeMajor": 9,
+                "computeMinor": 4,
+                "numSms": 304,
+                "warpSize": 64,
+            }
+        ],
+        "baseTimeNanoseconds": 1_767_189_312_000_000_000,
+        "traceEvents": [kernel("k", 10.0, 5.0, 1, 1, device=2)],
+    }
     p.write_text(json.dumps(doc))
     con = ingest(p)
     assert con.execute("SELECT device, name FROM devices").fetchall() == [(2, "AMD Instinct MI300X")]
     assert "identified as AMD Instinct MI300X from its properties" in con.execute("SELECT notes FROM sources").fetchone()[0]
 
 
-@pytest.mark.parametrize(("doc", "says"), [
-    ({"traceEvents": [{"ph": "X", "cat": "mtia_ccp_events", "name": "k", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0},
-                      {"ph": "X", "cat": "mtia_runtime", "name": "r", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0}]},
-     "MTIA accelerator trace"),
-    ({"rocprofiler-sdk-tool": [{"metadata": {"node": {"id": 0}}}]}, "rocprofiler-sdk"),
-    ({"schema": "1.0.2-chakra.0.0.4", "pid": 1, "time": "x", "nodes": [{"id": 1}]}, "execution trace"),
-])
+@pytest.mark.parametrize(
+    ("doc", "says"),
+    [
+        (
+            {
+                "traceEvents": [
+                    {"ph": "X", "cat": "mtia_ccp_events", "name": "k", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0},
+                    {"ph": "X", "cat": "mtia_runtime", "name": "r", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0},
+                ]
+            },
+            "MTIA accelerator trace",
+        ),
+        ({"rocprofiler-sdk-tool": [{"metadata": {"node": {"id": 0}}}]}, "rocprofiler-sdk"),
+        ({"schema": "1.0.2-chakra.0.0.4", "pid": 1, "time": "x", "nodes": [{"id": 1}]}, "execution trace"),
+    ],
+)
 def test_other_accelerators_and_profilers_are_named(tmp_path, doc, says):
     p = tmp_path / "x.json"
     p.write_text(json.dumps(doc))
@@ -251,13 +277,13 @@ def test_memory_events_match_the_allocator_s_own_statistics():
 from plasmient_report.parsers.kineto import decode  # noqa: E402
 
 DECODE_TRACES = [
-    "sample:h200_single/kineto_single.pt.trace.json.gz",      # today's torch: ops, kernels, copies, ranges
-    "sample:h200_sync_stack/sync_stack.pt.trace.json.gz",     # Python stacks (with_stack=True)
-    "sample:h200x2_ddp/kineto/rank0.pt.trace.json.gz",        # NCCL kernels with their collective metadata
-    "sample:h200_hf/llama_memory.pt.trace.json.gz",           # allocator events (profile_memory=True)
+    "sample:h200_single/kineto_single.pt.trace.json.gz",  # today's torch: ops, kernels, copies, ranges
+    "sample:h200_sync_stack/sync_stack.pt.trace.json.gz",  # Python stacks (with_stack=True)
+    "sample:h200x2_ddp/kineto/rank0.pt.trace.json.gz",  # NCCL kernels with their collective metadata
+    "sample:h200_hf/llama_memory.pt.trace.json.gz",  # allocator events (profile_memory=True)
     "corpus:public-real/kineto-resnet50-nw0/worker0.1623143089861.pt.trace.json.gz",  # torch 1.9: 'stream 7' tids
     "corpus:public-real/param-dlrm-v100x8/worker0_step_12.1694128201545.pt.trace.json.gz",  # record_param_comms
-    "corpus:public-kineto-hta/amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz",      # ROCm
+    "corpus:public-kineto-hta/amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz",  # ROCm
 ]
 
 
@@ -272,8 +298,9 @@ def _staged(path: Path, strict: bool) -> tuple[dict[str, list[tuple]], decode.De
         dec = decode.decode(path, con, strict=strict)
         # the same rows (DuckDB may insert them in any order); the per-category counts are per run, summed here
         out = {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in decode.STAGES if t != "_kin_cats"}
-        out["_kin_cats"] = con.execute("SELECT cat, sum(n), sum(nameless) FROM _kin_cats GROUP BY cat "
-                                       "ORDER BY cat NULLS FIRST").fetchall()
+        out["_kin_cats"] = con.execute(
+            "SELECT cat, sum(n), sum(nameless) FROM _kin_cats GROUP BY cat ORDER BY cat NULLS FIRST"
+        ).fetchall()
         return out, dec
     finally:
         con.close()
@@ -344,12 +371,12 @@ def _by_cat(events, cat):
 def _mixed_types(ev):
     ops, ks = _by_cat(ev, "cpu_op"), _by_cat(ev, "kernel")
     for e, v in zip(ops[::97], ("17", "x", None, -5, 2**63 + 1), strict=False):
-        e["args"]["External id"] = v                # strings and a UBIGINT: JSON text, TRY_CAST as before
+        e["args"]["External id"] = v  # strings and a UBIGINT: JSON text, TRY_CAST as before
     for e, v in zip(ks[::53], ("7", "stream 9", 3), strict=False):
         e["tid"] = v
         e["args"]["stream"] = v
     for e, v in zip(ops[1::89], (None, {"a": [1]}, "[[1, 2]]", 5, [[1, 2], 'é \x01 " \\ ']), strict=False):
-        e["args"]["Input Dims"] = v                 # null, an object, a string, a number, escapes: raw JSON
+        e["args"]["Input Dims"] = v  # null, an object, a string, a number, escapes: raw JSON
     for e, v in zip(ks[1::61], (1.5, "12", "1e3"), strict=False):
         e["args"]["bytes"] = v
     for e in ks[2::71]:
@@ -359,7 +386,7 @@ def _mixed_types(ev):
 def _old_spellings(ev):
     for e in _by_cat(ev, "kernel")[::3]:
         e["args"]["external id"] = e["args"].pop("External id", None)
-        e["cat"] = "Kernel"                         # torch 1.8's category
+        e["cat"] = "Kernel"  # torch 1.8's category
     for e in _by_cat(ev, "cpu_op")[::5]:
         if "Input Dims" in e["args"]:
             e["args"]["Input dims"] = e["args"].pop("Input Dims")
@@ -367,7 +394,7 @@ def _old_spellings(ev):
 
 def _lenient_runs(ev):
     ops = _by_cat(ev, "cpu_op")
-    ops[10]["args"]["External id"] = 5.5            # a float where a count belongs: that run goes the lenient way
+    ops[10]["args"]["External id"] = 5.5  # a float where a count belongs: that run goes the lenient way
     _by_cat(ev, "kernel")[5]["args"]["bytes"] = True
     ops[-10]["args"] = None
 

@@ -21,8 +21,10 @@ def ingest(path: Path):
 
 
 def launches(con) -> list[tuple]:
-    return con.execute("SELECT launch_id, name, occurrence, duration_ns, flops, flops_tensor, flops_fp32, flops_fp16, "
-                       "tensor_precision, dram_bytes FROM ncu_kernels ORDER BY launch_id").fetchall()
+    return con.execute(
+        "SELECT launch_id, name, occurrence, duration_ns, flops, flops_tensor, flops_fp32, flops_fp16, "
+        "tensor_precision, dram_bytes FROM ncu_kernels ORDER BY launch_id"
+    ).fetchall()
 
 
 def test_8192_cubed_bf16_mm_flops():
@@ -84,24 +86,34 @@ def test_units_and_locales():
 
 
 def test_long_form_scaled_units(tmp_path):
-    head = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",' \
-           '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n'
+    head = (
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+        '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n'
+    )
     row = '"0","1","p","h","k","1","7","(256, 1, 1)","(8, 1, 1)","0","9.0","S","{}","{}","{}"\n'
     p = tmp_path / "details.csv"
-    p.write_text("==PROF== Connected\n" + head + row.format("Duration", "usecond", "1,392.74")
-                 + row.format("dram__bytes_read.sum", "Mbyte", "1.38") + row.format("dram__bytes_write.sum", "Kbyte", "20")
-                 + row.format("sm__sass_thread_inst_executed_op_ffma_pred_on.sum", "inst", "1,000")
-                 + row.format("sm__inst_executed_pipe_tensor.sum", "inst", "0") + "app output\n")
+    p.write_text(
+        "==PROF== Connected\n"
+        + head
+        + row.format("Duration", "usecond", "1,392.74")
+        + row.format("dram__bytes_read.sum", "Mbyte", "1.38")
+        + row.format("dram__bytes_write.sum", "Kbyte", "20")
+        + row.format("sm__sass_thread_inst_executed_op_ffma_pred_on.sum", "inst", "1,000")
+        + row.format("sm__inst_executed_pipe_tensor.sum", "inst", "0")
+        + "app output\n"
+    )
     con, _ = ingest(p)
-    (_, _, _, dur, flops, _, fp32, _, _, dram), = launches(con)
+    ((_, _, _, dur, flops, _, fp32, _, _, dram),) = launches(con)
     assert dur == pytest.approx(1392740) and dram == pytest.approx(1.38e6 + 20e3) and flops == fp32 == 2000
 
 
 def test_ncu_flops_join_the_trace_and_stay():
     # The ncu program is not the traced one, but its mm, mul_ and SDPA kernels have the same names: the first
     # occurrences in the trace take ncu's counts, and the FLOP models do not overwrite them.
-    r = pipeline.analyse([corpus_file("h200-single-kineto/kineto_single.json.gz"),
-                          corpus_file("h200-single-kineto/ncu_raw.csv")], pipeline.Options())
+    r = pipeline.analyse(
+        [corpus_file("h200-single-kineto/kineto_single.json.gz"), corpus_file("h200-single-kineto/ncu_raw.csv")],
+        pipeline.Options(),
+    )
     con = r.con
     got = con.execute("""SELECT k.name, k.flops, n.flops FROM kernels k JOIN ncu_kernels n USING (kernel_id)
                          WHERE k.flops_source = 'ncu' ORDER BY k.start_ns""").fetchall()
@@ -121,12 +133,18 @@ def test_ncu_flops_join_the_trace_and_stay():
 
 
 def test_ncu_names_differ_by_demangler():
-    kineto = ("void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
-              "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, at::native::AUnaryFunctor"
-              "<float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul>)")
-    ncu_name = ("void at::vectorized_elementwise_kernel<4, at::AUnaryFunctor<float, float, float, "
-                "at::binary_internal::MulFunctor<float>>, std::array<char *, 2>>(int, T2, T3)")
+    kineto = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
+        "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, at::native::AUnaryFunctor"
+        "<float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul>)"
+    )
+    ncu_name = (
+        "void at::vectorized_elementwise_kernel<4, at::AUnaryFunctor<float, float, float, "
+        "at::binary_internal::MulFunctor<float>>, std::array<char *, 2>>(int, T2, T3)"
+    )
     assert kernel_flops._key_normalized(kineto) == kernel_flops._key_normalized(ncu_name)
     # anonymous namespaces never collapse a name to nothing
-    assert kernel_flops._key_base("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float>(int)") == \
-        "vectorized_layer_norm_kernel"
+    assert (
+        kernel_flops._key_base("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float>(int)")
+        == "vectorized_layer_norm_kernel"
+    )

@@ -54,25 +54,35 @@ def test_workload_tables_match_the_export(workload):
     assert sq(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0] == 4353
     assert con.execute("SELECT count(*) FROM api_calls").fetchone()[0] == 9537
     assert dict(con.execute("SELECT kind, count(*) FROM syncs GROUP BY kind").fetchall()) == {
-        "Stream Wait Event": 10, "Context Sync": 1}
+        "Stream Wait Event": 10,
+        "Context Sync": 1,
+    }
     # Kernel ids unique and in the source's block of ids.
     assert con.execute("SELECT count(DISTINCT kernel_id), min(kernel_id), max(kernel_id) FROM kernels").fetchone() == (
-        4744, 1, 4744)
+        4744,
+        1,
+        4744,
+    )
     # SPEC §3: utc = TARGET_INFO_SESSION_START_TIME.utcEpochNs + t, exact to the ns.
-    (utc0,), = sq(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
-    (t0,), = sq(path, "SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    ((utc0,),) = sq(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
+    ((t0,),) = sq(path, "SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
     assert utc0 == 1796062558838160498 and t0 == 13011894
     assert con.execute("SELECT min(start_ns) FROM kernels WHERE kind = 'compute'").fetchone()[0] == utc0 + t0
     assert info.base_time_ns == utc0 and info.clock_anchor == "native"
     # Names as Kineto writes them: demangled kernels, `Memcpy DtoH (Device -> Pinned)`, runtime names unversioned.
     assert con.execute("SELECT DISTINCT name, copy_kind FROM kernels WHERE kind = 'memcpy'").fetchall() == [
-        ("Memcpy DtoH (Device -> Pinned)", "DtoH (Pinned)")]
-    assert con.execute("SELECT count(*) FROM api_calls WHERE name = 'cudaLaunchKernel' AND kind = 'runtime'"
-                       ).fetchone()[0] == 3920
-    assert con.execute("SELECT count(*) FROM api_calls WHERE name = 'cuLaunchKernelEx' AND kind = 'driver'"
-                       ).fetchone()[0] == 433
-    assert con.execute("SELECT count(*) FROM kernels WHERE name LIKE 'nvjet_sm90%' AND grid_x > 0 AND block_x > 0 "
-                       "AND regs > 0 AND smem > 0").fetchone()[0] > 0
+        ("Memcpy DtoH (Device -> Pinned)", "DtoH (Pinned)")
+    ]
+    assert (
+        con.execute("SELECT count(*) FROM api_calls WHERE name = 'cudaLaunchKernel' AND kind = 'runtime'").fetchone()[0] == 3920
+    )
+    assert con.execute("SELECT count(*) FROM api_calls WHERE name = 'cuLaunchKernelEx' AND kind = 'driver'").fetchone()[0] == 433
+    assert (
+        con.execute(
+            "SELECT count(*) FROM kernels WHERE name LIKE 'nvjet_sm90%' AND grid_x > 0 AND block_x > 0 AND regs > 0 AND smem > 0"
+        ).fetchone()[0]
+        > 0
+    )
 
 
 def test_workload_process_device_and_ranges(workload):
@@ -81,30 +91,29 @@ def test_workload_process_device_and_ranges(workload):
     assert info.processes == {1180: None} and not info.multi_rank and info.rank is None
     assert con.execute("SELECT DISTINCT pid FROM api_calls").fetchall() == [(1180,)]
     assert con.execute("SELECT * EXCLUDE (source_id, rank) FROM devices").fetchall() == [
-        (0, "GPU-963dfaf6-ee6f-e154-3bb4-ed3c56e03519", "0000:00:06.0", "NVIDIA H200", 132, 150109880320, "9.0",
-         "NVIDIA")]
+        (0, "GPU-963dfaf6-ee6f-e154-3bb4-ed3c56e03519", "0000:00:06.0", "NVIDIA H200", 132, 150109880320, "9.0", "NVIDIA")
+    ]
     phases = sq(path, "SELECT text, start, end FROM NVTX_EVENTS WHERE text LIKE 'phase:%' ORDER BY start")
-    got = con.execute("SELECT name, start_ns, end_ns, domain, on_gpu FROM ranges WHERE name LIKE 'phase:%' "
-                      "ORDER BY start_ns").fetchall()
+    got = con.execute(
+        "SELECT name, start_ns, end_ns, domain, on_gpu FROM ranges WHERE name LIKE 'phase:%' ORDER BY start_ns"
+    ).fetchall()
     assert got == [(n, info.base_time_ns + s, info.base_time_ns + e, "default", False) for n, s, e in phases]
     # Registered-string NVTX ranges of another domain get that domain's name (the 75-row) and their text.
-    assert ("CCCL", "cub::DeviceRadixSort", 3) in con.execute(
-        "SELECT domain, name, count(*) FROM ranges GROUP BY ALL").fetchall()
+    assert ("CCCL", "cub::DeviceRadixSort", 3) in con.execute("SELECT domain, name, count(*) FROM ranges GROUP BY ALL").fetchall()
     # emit_nvtx op ranges are ops, not ranges.
     assert con.execute("SELECT count(*) FROM ranges WHERE name LIKE '%op_id = %'").fetchone()[0] == 0
 
 
 def test_emit_nvtx_ops_parse_like_kineto(workload):
     path, con, info = workload
-    (n_ops,), = sq(path, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND domainId = 0 "
-                         "AND text LIKE '%, op_id = %'")
+    ((n_ops,),) = sq(path, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND domainId = 0 AND text LIKE '%, op_id = %'")
     assert con.execute("SELECT count(*), count(DISTINCT op_id) FROM ops").fetchone() == (n_ops, n_ops) == (12355,) * 2
-    mm = con.execute("SELECT name, seq, input_dims, input_types FROM ops WHERE name = 'aten::mm' "
-                     "ORDER BY start_ns LIMIT 1").fetchone()
+    mm = con.execute(
+        "SELECT name, seq, input_dims, input_types FROM ops WHERE name = 'aten::mm' ORDER BY start_ns LIMIT 1"
+    ).fetchone()
     assert mm == ("aten::mm", 2156, "[[8192, 8192], [8192, 8192]]", None)
     # Scalars and backward nodes: `[]` entries kept, names bare, seq where the text has one.
-    assert con.execute("SELECT input_dims FROM ops WHERE name = 'aten::add_' LIMIT 1").fetchone()[0] == \
-        "[[268435456], [], []]"
+    assert con.execute("SELECT input_dims FROM ops WHERE name = 'aten::add_' LIMIT 1").fetchone()[0] == "[[268435456], [], []]"
     assert con.execute("SELECT count(*) FROM ops WHERE name = 'MmBackward0' AND seq IS NOT NULL").fetchone()[0] > 0
     assert con.execute("SELECT count(*) FROM ops WHERE name LIKE '%op_id%' OR name LIKE '%, seq%'").fetchone()[0] == 0
     # Ops and launches share thread numbering (tid from globalTid): forward on 1180, autograd on 1222.
@@ -123,10 +132,13 @@ def test_kernels_link_to_launches_and_mm_ops_get_their_flops(workload):
     metrics.nest_ops(con)
     metrics.attribute_kernel_flops(con)
     # phase:compute_bound: 30 × 8192³ mm, each one nvjet kernel carrying 2·8192³ FLOPs from its aten::mm range.
-    (s, e), = con.execute("SELECT start_ns, end_ns FROM ranges WHERE name = 'phase:compute_bound'").fetchall()
-    rows = con.execute("""
+    ((s, e),) = con.execute("SELECT start_ns, end_ns FROM ranges WHERE name = 'phase:compute_bound'").fetchall()
+    rows = con.execute(
+        """
         SELECT o.name, k.flops FROM kernels k JOIN ops o ON o.op_id = k.flops_op_id
-        WHERE k.start_ns BETWEEN ? AND ? AND k.kind = 'compute'""", [s, e + 10**9]).fetchall()
+        WHERE k.start_ns BETWEEN ? AND ? AND k.kind = 'compute'""",
+        [s, e + 10**9],
+    ).fetchall()
     mm = [f for n, f in rows if n == "aten::mm"]
     assert len(mm) >= 30
     assert sum(f for f in mm[:30]) == pytest.approx(30 * MM_FLOPS)
@@ -134,26 +146,40 @@ def test_kernels_link_to_launches_and_mm_ops_get_their_flops(workload):
 
 def test_gpu_metrics_become_interval_counters(workload):
     path, con, info = workload
-    (n,), = sq(path, "SELECT count(*) FROM GPU_METRICS WHERE timestamp >= 0")
+    ((n,),) = sq(path, "SELECT count(*) FROM GPU_METRICS WHERE timestamp >= 0")
     assert con.execute("SELECT count(*) FROM counters").fetchone()[0] == n == 448580
     metrics_seen = {m for (m,) in con.execute("SELECT DISTINCT metric FROM counters").fetchall()}
-    assert {"sm_active", "tensor_active", "dram_read", "dram_write", "gr_engine_active", "sm_clock_mhz", "sm_issue",
-            "compute_warps_in_flight", "pcie_rx"} <= metrics_seen
+    assert {
+        "sm_active",
+        "tensor_active",
+        "dram_read",
+        "dram_write",
+        "gr_engine_active",
+        "sm_clock_mhz",
+        "sm_issue",
+        "compute_warps_in_flight",
+        "pcie_rx",
+    } <= metrics_seen
     # 10 kHz sampling: every sample is the interval [t − 100 µs, t]; % metrics are fractions.
     assert con.execute("SELECT DISTINCT end_ns - start_ns, time_source, device FROM counters").fetchall() == [
-        (100_000, "native", 0)]
+        (100_000, "native", 0)
+    ]
     assert info.sample_period_ns == 100_000
-    lo, hi = con.execute("SELECT min(value), max(value) FROM counters WHERE metric IN "
-                         "('sm_active', 'tensor_active', 'dram_read', 'gr_engine_active')").fetchone()
+    lo, hi = con.execute(
+        "SELECT min(value), max(value) FROM counters WHERE metric IN "
+        "('sm_active', 'tensor_active', 'dram_read', 'gr_engine_active')"
+    ).fetchone()
     assert 0 <= lo and hi <= 1.0
     lo, hi = con.execute("SELECT min(value), max(value) FROM counters WHERE metric = 'sm_clock_mhz'").fetchone()
     assert 1000 < lo and hi < 2000  # H200 boost clock 1980 MHz
 
     def mean(metric: str, phase: str) -> float:
-        return con.execute("""
+        return con.execute(
+            """
             SELECT avg(c.value) FROM counters c, ranges r
             WHERE r.name = ? AND c.metric = ? AND c.end_ns BETWEEN r.start_ns AND r.end_ns""",
-                           [phase, metric]).fetchone()[0]
+            [phase, metric],
+        ).fetchone()[0]
 
     # The issue's check: tensor pipes busy in the matmul phase, idle in the elementwise one (which saturates HBM).
     assert mean("tensor_active", "phase:compute_bound") > 0.8
@@ -173,12 +199,14 @@ def test_gpu_metrics_are_stored_in_the_exports_order(monkeypatch: pytest.MonkeyP
     con = store.connect()
     con.execute("SET threads = 2")
     nsys.ingest(path, con, 0)
-    got = con.execute("SELECT end_ns - min(end_ns) OVER () FROM counters WHERE metric = 'sm_active' "
-                      "ORDER BY rowid").fetchall()
+    got = con.execute("SELECT end_ns - min(end_ns) OVER () FROM counters WHERE metric = 'sm_active' ORDER BY rowid").fetchall()
     con.close()
-    want = sq(path, """SELECT g.timestamp - min(g.timestamp) OVER () FROM GPU_METRICS g
+    want = sq(
+        path,
+        """SELECT g.timestamp - min(g.timestamp) OVER () FROM GPU_METRICS g
                        JOIN TARGET_INFO_GPU_METRICS m USING (typeId, metricId)
-                       WHERE m.metricName LIKE 'SMs Active%' AND g.timestamp >= 0 ORDER BY g.rowid""")
+                       WHERE m.metricName LIKE 'SMs Active%' AND g.timestamp >= 0 ORDER BY g.rowid""",
+    )
     assert len(got) == len(want) > 20_000
     assert got == want
 
@@ -228,19 +256,26 @@ def test_cloverleaf_matches_nsys_stats_exactly():
     kern_ns = sum(int(r["Timestamp (ns)"]) - int(r["_matching_timestamp"]) for r in kern)
     copy_ns = sum(int(r["Timestamp (ns)"]) - int(r["_matching_timestamp"]) for r in copies)
     con, info = ingest(path)
-    assert con.execute("SELECT count(*), sum(end_ns - start_ns) FROM kernels WHERE kind = 'compute'").fetchone() == (
-        len(kern), kern_ns) == (1312, 294404540)
-    assert con.execute("SELECT count(*), sum(end_ns - start_ns), sum(bytes) FROM kernels WHERE kind = 'memcpy'"
-                       ).fetchone() == (len(copies), copy_ns, sum(float(r["bytes"]) for r in copies))
+    assert (
+        con.execute("SELECT count(*), sum(end_ns - start_ns) FROM kernels WHERE kind = 'compute'").fetchone()
+        == (len(kern), kern_ns)
+        == (1312, 294404540)
+    )
+    assert con.execute("SELECT count(*), sum(end_ns - start_ns), sum(bytes) FROM kernels WHERE kind = 'memcpy'").fetchone() == (
+        len(copies),
+        copy_ns,
+        sum(float(r["bytes"]) for r in copies),
+    )
     assert con.execute("SELECT count(*) FROM api_calls WHERE kind <> 'osrt'").fetchone()[0] == len(api_leaves) == 3048
     # nsys stats prints export-relative times: first kernel at 533338240 ns → + utcEpochNs.
     first = min(int(r["_matching_timestamp"]) for r in kern)
     assert con.execute("SELECT min(start_ns) FROM kernels").fetchone()[0] == 1696392839587175550 + first
     # Pageable copies named as such; the process's device 0 is physical GPU id 3 at 0000:03:00.0 (cuDevice 0).
-    assert dict(con.execute("SELECT copy_kind, count(*) FROM kernels WHERE kind = 'memcpy' GROUP BY 1").fetchall()
-                ) == {"HtoD (Pageable)": 254, "DtoH (Pageable)": 25}
-    assert con.execute("SELECT device, bus_id, name FROM devices").fetchall() == [
-        (0, "0000:03:00.0", "NVIDIA A100-SXM4-80GB")]
+    assert dict(con.execute("SELECT copy_kind, count(*) FROM kernels WHERE kind = 'memcpy' GROUP BY 1").fetchall()) == {
+        "HtoD (Pageable)": 254,
+        "DtoH (Pageable)": 25,
+    }
+    assert con.execute("SELECT device, bus_id, name FROM devices").fetchall() == [(0, "0000:03:00.0", "NVIDIA A100-SXM4-80GB")]
     # Rank from the captured environment (PMI_RANK=0; SLURM_PROCID agrees).
     assert (info.rank, info.rank_method) == (0, "env:PMI_RANK")
     assert con.execute("SELECT DISTINCT rank FROM kernels").fetchall() == [(0,)]
@@ -255,13 +290,11 @@ def test_nsys_2022_export_with_its_oddities():
     assert info.format_version == "nsys 2022.2.1.31 (schema 2.9.1)"
     assert info.host == "nid001608"
     assert (info.rank, info.world_size) == (0, 2)
-    assert dict(con.execute("SELECT kind, count(*) FROM kernels GROUP BY 1").fetchall()) == {"compute": 5,
-                                                                                           "memcpy": 15}
-    (utc0,), = sq(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
-    (t0,), = sq(path, "SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    assert dict(con.execute("SELECT kind, count(*) FROM kernels GROUP BY 1").fetchall()) == {"compute": 5, "memcpy": 15}
+    ((utc0,),) = sq(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
+    ((t0,),) = sq(path, "SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
     assert con.execute("SELECT min(start_ns) FROM kernels WHERE kind = 'compute'").fetchone()[0] == utc0 + t0
-    assert dict(con.execute("SELECT domain, count(*) FROM ranges GROUP BY 1").fetchall()) == {"MPI": 17,
-                                                                                            "default": 5}
+    assert dict(con.execute("SELECT domain, count(*) FROM ranges GROUP BY 1").fetchall()) == {"MPI": 17, "default": 5}
     assert con.execute("SELECT count(*) FROM ranges WHERE name = 'MPI_Send'").fetchone()[0] == 10
     assert con.execute("SELECT name FROM devices").fetchall() == [("NVIDIA A100-SXM4-40GB",)]
 
@@ -277,22 +310,25 @@ def test_two_process_report_is_two_ranks():
     assert (0, 0, "nccl", 33) in per_rank and (1, 1, "nccl", 33) in per_rank
     assert (0, 0, "compute", 1960) in per_rank and (1, 1, "compute", 1984) in per_rank
     # The two processes' raw correlation ids overlap; every kernel still finds exactly its own launch.
-    raw = sq(path, """SELECT count(*) FROM (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL
-                      GROUP BY correlationId HAVING count(DISTINCT globalPid) > 1)""")
+    raw = sq(
+        path,
+        """SELECT count(*) FROM (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL
+                      GROUP BY correlationId HAVING count(DISTINCT globalPid) > 1)""",
+    )
     assert raw[0][0] == 78
     bad = con.execute("""
         SELECT count(*) FROM kernels k JOIN api_calls a ON a.source_id = k.source_id AND a.correlation = k.correlation
         WHERE a.rank <> k.rank""").fetchone()[0]
     assert bad == 0
     # NCCL: kernels → collectives with seq per rank; the NCCL domain's API ranges (no 75-row kept here) → ranges.
-    seqs = con.execute("SELECT rank, collective, list(seq ORDER BY start_ns) FROM collectives GROUP BY ALL "
-                       "ORDER BY rank").fetchall()
+    seqs = con.execute(
+        "SELECT rank, collective, list(seq ORDER BY start_ns) FROM collectives GROUP BY ALL ORDER BY rank"
+    ).fetchall()
     assert [(r, c) for r, c, _ in seqs] == [(0, "sendrecv"), (1, "sendrecv")]
     assert seqs[0][2] == seqs[1][2] == list(range(33))
     assert dict(con.execute("SELECT domain, count(*) FROM ranges GROUP BY 1").fetchall()) == {"NCCL": 462}
     # No GPU model in this export: devices rows exist without a name (the user gives --gpu).
-    assert con.execute("SELECT rank, device, name FROM devices ORDER BY rank").fetchall() == [(0, 0, None),
-                                                                                              (1, 1, None)]
+    assert con.execute("SELECT rank, device, name FROM devices ORDER BY rank").fetchall() == [(0, 0, None), (1, 1, None)]
     assert any("--gpu" in n for n in info.notes)
 
 
@@ -307,43 +343,60 @@ def test_every_corpus_export_ingests():
         assert info.gpu_events == n_gpu, rel
         assert con.execute("SELECT count(*) FROM ops").fetchone()[0] == n_ops, rel
         assert con.execute("SELECT any_value(name) FROM devices").fetchone()[0] == gpu, rel
-        (utc0,), = sq(corpus_file(rel), "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
-        (t0,), = sq(corpus_file(rel), "SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
-        assert con.execute("SELECT min(start_ns) FROM kernels WHERE kind <> 'memcpy' AND kind <> 'memset'"
-                           ).fetchone()[0] == utc0 + t0, rel
+        ((utc0,),) = sq(corpus_file(rel), "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
+        ((t0,),) = sq(corpus_file(rel), "SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        assert (
+            con.execute("SELECT min(start_ns) FROM kernels WHERE kind <> 'memcpy' AND kind <> 'memset'").fetchone()[0]
+            == utc0 + t0
+        ), rel
 
 
 # ------------------------------------------------------------------ synthetic exports: what real files lack
 
-def _export(path: Path, *, normalized: bool = False, kernels: bool = True, meta: str = "META_DATA_EXPORT",
-            nvtx_nulls: int = 0) -> Path:
+
+def _export(
+    path: Path, *, normalized: bool = False, kernels: bool = True, meta: str = "META_DATA_EXPORT", nvtx_nulls: int = 0
+) -> Path:
     """A minimal lazy export: metadata, strings, one process, optional kernels and NVTX."""
     con = sqlite3.connect(path)
     con.execute(f"CREATE TABLE {meta} (name TEXT, value TEXT)")
-    con.executemany(f"INSERT INTO {meta} VALUES (?, ?)", [
-        ("EXPORT_PRODUCT_VERSION", "2026.9.9.9"), ("EXPORT_SCHEMA_VERSION", "3.99.0"),
-        ("EXPORT_PARAM_TIME_NORMALIZE", "true" if normalized else "false"), ("EXPORT_PARAM_TIME_SHIFT", "0")])
+    con.executemany(
+        f"INSERT INTO {meta} VALUES (?, ?)",
+        [
+            ("EXPORT_PRODUCT_VERSION", "2026.9.9.9"),
+            ("EXPORT_SCHEMA_VERSION", "3.99.0"),
+            ("EXPORT_PARAM_TIME_NORMALIZE", "true" if normalized else "false"),
+            ("EXPORT_PARAM_TIME_SHIFT", "0"),
+        ],
+    )
     con.execute("CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, localTime TEXT)")
     con.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1800000000000000000, '2027-01-15T08:00:00', '')")
     con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
-    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(1, "my_kernel"), (2, "cudaLaunchKernel_v7000"),
-                                                            (3, "registered range")])
-    gpid = (7 << 24)
+    con.executemany(
+        "INSERT INTO StringIds VALUES (?, ?)", [(1, "my_kernel"), (2, "cudaLaunchKernel_v7000"), (3, "registered range")]
+    )
+    gpid = 7 << 24
     base = 1800000000000000000 if normalized else 0
     if kernels:
         # a future column order with an extra column the parser does not know
-        con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (futureCol TEXT, start INTEGER, end INTEGER, "
-                    "deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER, "
-                    "globalPid INTEGER, demangledName INTEGER, shortName INTEGER, gridX INTEGER)")
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ('x', ?, ?, 0, 1, 7, 5, ?, 1, 1, 4)",
-                    [base + 1000, base + 3000, gpid])
-        con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, eventClass INTEGER, "
-                    "globalTid INTEGER, correlationId INTEGER, nameId INTEGER, returnValue INTEGER)")
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, 5, 2, 0)",
-                    [base + 500, base + 900, gpid | 9])
+        con.execute(
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (futureCol TEXT, start INTEGER, end INTEGER, "
+            "deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER, "
+            "globalPid INTEGER, demangledName INTEGER, shortName INTEGER, gridX INTEGER)"
+        )
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ('x', ?, ?, 0, 1, 7, 5, ?, 1, 1, 4)", [base + 1000, base + 3000, gpid]
+        )
+        con.execute(
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, eventClass INTEGER, "
+            "globalTid INTEGER, correlationId INTEGER, nameId INTEGER, returnValue INTEGER)"
+        )
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, 5, 2, 0)", [base + 500, base + 900, gpid | 9])
     if nvtx_nulls:
-        con.execute("CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, "
-                    "globalTid INTEGER, textId INTEGER, domainId INTEGER)")
+        con.execute(
+            "CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, "
+            "globalTid INTEGER, textId INTEGER, domainId INTEGER)"
+        )
         rows = [(base + i, base + i + 1, 59, None, gpid | 9, 3, 0) for i in range(nvtx_nulls)]
         rows.append((base + 10, base + 5000, 59, "phase:late text", gpid | 9, None, 0))
         con.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
@@ -355,9 +408,9 @@ def _export(path: Path, *, normalized: bool = False, kernels: bool = True, meta:
 def test_lazy_export_with_missing_tables_and_extra_columns(tmp_path: Path):
     con, info = ingest(_export(tmp_path / "lazy.sqlite"))
     assert con.execute("SELECT name, start_ns, end_ns, grid_x, stream FROM kernels").fetchall() == [
-        ("my_kernel", 1800000000000000000 + 1000, 1800000000000000000 + 3000, 4, 7)]
-    assert con.execute("SELECT name, pid, thread, correlation FROM api_calls").fetchall() == [
-        ("cudaLaunchKernel", 7, 9, 5)]
+        ("my_kernel", 1800000000000000000 + 1000, 1800000000000000000 + 3000, 4, 7)
+    ]
+    assert con.execute("SELECT name, pid, thread, correlation FROM api_calls").fetchall() == [("cudaLaunchKernel", 7, 9, 5)]
     for t in ("ops", "ranges", "syncs", "counters", "collectives"):
         assert con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] == 0, t
     assert info.format_version == "nsys 2026.9.9.9 (schema 3.99.0)"
@@ -421,19 +474,22 @@ def test_gpu_metrics_fast_and_careful_reads_agree(monkeypatch: pytest.MonkeyPatc
     assert con.execute(q).fetchall() == con0.cursor().execute(q).fetchall()
 
 
-def test_gpu_metrics_values_of_the_wrong_kind_are_left_out_and_counted(monkeypatch: pytest.MonkeyPatch, tmp_path,
-                                                                        workload):
+def test_gpu_metrics_values_of_the_wrong_kind_are_left_out_and_counted(monkeypatch: pytest.MonkeyPatch, tmp_path, workload):
     """Text in `value` for 11 rows and 150% for 5 others: those rows are left out and counted, the rest of
     their range and of the table read as before. Truth: the same export as SQLite stores it."""
     path, con0, _ = workload
     db = tmp_path / "m.sqlite"
     shutil.copyfile(path, db)
     c = sqlite3.connect(db)
-    (pct_metric,), = c.execute("""SELECT metricId FROM TARGET_INFO_GPU_METRICS WHERE metricName LIKE 'SMs Active%'
+    ((pct_metric,),) = c.execute("""SELECT metricId FROM TARGET_INFO_GPU_METRICS WHERE metricName LIKE 'SMs Active%'
                                   LIMIT 1""").fetchall()
     c.execute("UPDATE GPU_METRICS SET value = 'n/a' WHERE rowid BETWEEN 1000 AND 1010")
-    ids = [r for (r,) in c.execute("SELECT rowid FROM GPU_METRICS WHERE metricId = ? AND rowid > 2000 LIMIT 5",
-                                   [pct_metric]).fetchall()]
+    ids = [
+        r
+        for (r,) in c.execute(
+            "SELECT rowid FROM GPU_METRICS WHERE metricId = ? AND rowid > 2000 LIMIT 5", [pct_metric]
+        ).fetchall()
+    ]
     c.execute(f"UPDATE GPU_METRICS SET value = 150 WHERE rowid IN ({', '.join(map(str, ids))})")
     c.commit()
     c.close()
@@ -452,8 +508,7 @@ def test_metric_names():
     assert nsys.metric_name("DRAM Write Bandwidth [Throughput %]") == "dram_write"
     assert nsys.metric_name("GPC Clock Frequency [MHz]") == "sm_clock_mhz"
     assert nsys.metric_name("GR Active [Throughput %]") == "gr_engine_active"
-    assert nsys.metric_name("Compute Warps in Flight [Avg Warps per Cycle]") == \
-        "compute_warps_in_flight_avg_warps_per_cycle"
+    assert nsys.metric_name("Compute Warps in Flight [Avg Warps per Cycle]") == "compute_warps_in_flight_avg_warps_per_cycle"
 
 
 def test_peak_precision_assumed_without_dtypes_is_said(workload):

@@ -24,7 +24,11 @@ DDP_SQLITE = "h200x2_ddp/nsys/nsys_ddp.sqlite"
 DDP_EXPORTS = ("h200x2_ddp/nsys/nsys_ddp_pqtdir", "h200x2_ddp/nsys/nsys_ddp_arwdir", "h200x2_ddp/nsys/nsys_ddp.arrows")
 # Every store row an nsys export fills (payload columns aside: the SQLite export has no blobs).
 TABLES = {
-    "kernels": "*", "ops": "*", "syncs": "*", "devices": "*", "ranges": "*",
+    "kernels": "*",
+    "ops": "*",
+    "syncs": "*",
+    "devices": "*",
+    "ranges": "*",
     "api_calls": "*",
     "collectives": "source_id, rank, device, stream, kernel_correlation, start_ns, end_ns, collective, dtype",
 }
@@ -82,14 +86,17 @@ def test_nccl_payloads_give_message_sizes_and_communicators():
     con = store.connect()
     info = nsys.ingest(path, con, 0)
     assert "NCCL NVTX payloads: message size and communicator of 86 of 86 collectives" in info.notes
-    sizes = dict(con.execute("""SELECT bytes, count(*) FROM collectives WHERE rank = 0 AND collective = 'allreduce'
-                                AND dtype = 'bf16' GROUP BY 1""").fetchall())
+    sizes = dict(
+        con.execute("""SELECT bytes, count(*) FROM collectives WHERE rank = 0 AND collective = 'allreduce'
+                                AND dtype = 'bf16' GROUP BY 1""").fetchall()
+    )
     truth = json.loads(sample_file("h200x2_ddp/ground_truth.json").read_text())["ddp_bucket_sizes"]
     assert int(truth["bucket_sizes"]) in sizes and {int(b) for b in truth["rebuilt_bucket_sizes"].split(",")} <= set(sizes)
     assert sizes == {134217728: 1, 33554432: 32}
     # One communicator of both ranks (its id as NCCL hashes it, the same on both), ranks in communicator order.
     assert con.execute("SELECT DISTINCT process_group, group_ranks, group_size FROM collectives").fetchall() == [
-        ("nccl:bac26100af4eeb9a", "[0, 1]", 2)]
+        ("nccl:bac26100af4eeb9a", "[0, 1]", 2)
+    ]
     # The same operation on both ranks moves the same bytes (pairs on collective + seq).
     assert con.execute("""SELECT count(*) FROM collectives a JOIN collectives b ON a.collective = b.collective
                           AND a.seq = b.seq AND a.rank = 0 AND b.rank = 1 WHERE a.bytes <> b.bytes""").fetchone() == (0,)
@@ -101,10 +108,14 @@ def test_nccl_payloads_from_a_sqlite_export_with_blobs(tmp_path: Path):
     here from the parquetdir into the committed SQLite export of the same report."""
     db = tmp_path / "nsys_ddp.sqlite"
     shutil.copy(sample_file(DDP_SQLITE), db)
-    blobs = pq.read_table(sample_file("h200x2_ddp/nsys/nsys_ddp_pqtdir") / "NVTX_EVENTS.parquet",
-                          columns=["start", "globalTid", "binaryData"])
-    rows = [(bytes(b.as_py()), s.as_py(), g.as_py()) for s, g, b in zip(
-        blobs["start"], blobs["globalTid"], blobs["binaryData"].cast("large_binary"), strict=True) if b.is_valid]
+    blobs = pq.read_table(
+        sample_file("h200x2_ddp/nsys/nsys_ddp_pqtdir") / "NVTX_EVENTS.parquet", columns=["start", "globalTid", "binaryData"]
+    )
+    rows = [
+        (bytes(b.as_py()), s.as_py(), g.as_py())
+        for s, g, b in zip(blobs["start"], blobs["globalTid"], blobs["binaryData"].cast("large_binary"), strict=True)
+        if b.is_valid
+    ]
     con = sqlite3.connect(db)
     con.executemany("UPDATE NVTX_EVENTS SET binaryData = ? WHERE start = ? AND globalTid = ?", rows)
     con.commit()
@@ -201,7 +212,10 @@ def test_gpu_metrics_of_a_parquetdir_equal_the_sqlite(tmp_path: Path):
     got = con.execute(counters).fetchall()
     con.close()
     # every sample of the export but those timed before the capture start (22 here) is a counter row
-    (n,), = sqlite3.connect(f"file:{src}?mode=ro", uri=True).execute(
-        "SELECT count(*) FROM GPU_METRICS WHERE timestamp >= 0").fetchall()
+    ((n,),) = (
+        sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+        .execute("SELECT count(*) FROM GPU_METRICS WHERE timestamp >= 0")
+        .fetchall()
+    )
     assert len(ref) == n == 93896
     assert got == ref

@@ -27,8 +27,9 @@ def ingest(path: Path, **opts: object) -> tuple[object, parsers.SourceInfo]:
 
 
 def metric(con, name: str) -> list[tuple]:
-    return con.execute("SELECT gpu_index, start_ns, end_ns, value FROM counters WHERE metric = ? "
-                       "ORDER BY gpu_index, end_ns", [name]).fetchall()
+    return con.execute(
+        "SELECT gpu_index, start_ns, end_ns, value FROM counters WHERE metric = ? ORDER BY gpu_index, end_ns", [name]
+    ).fetchall()
 
 
 def test_detects_every_counter_format():
@@ -132,13 +133,14 @@ def test_query_csv_units_identity_and_devices():
     con, info = ingest(corpus_file("h200x2-small/smi/query_gpu.csv"), tz="UTC")
     assert info.format == "nvidia-smi-query"
     devs = con.execute("SELECT device, gpu_uuid, bus_id, name, memory_bytes FROM devices ORDER BY device").fetchall()
-    assert devs[0] == (0, "GPU-f46f87d3-8051-1a7e-6457-1c5b17b0ee15", "00000000:00:06.0", "NVIDIA H200",
-                       143771 * 2**20)
+    assert devs[0] == (0, "GPU-f46f87d3-8051-1a7e-6457-1c5b17b0ee15", "00000000:00:06.0", "NVIDIA H200", 143771 * 2**20)
     assert devs[1][1] == "GPU-bda44c91-b877-1310-b6d3-feee3ff1b19a"
     first = con.execute("SELECT end_ns, value FROM counters WHERE metric = 'power_w' ORDER BY end_ns LIMIT 1").fetchone()
     # '2026/11/30 18:19:53.121, 0, …, 78.10 W'
-    assert first == (int(dt.datetime(2026, 11, 30, 18, 19, 53, 121000, tzinfo=dt.timezone.utc).timestamp() * 1e6) * 1000,
-                     pytest.approx(78.10))
+    assert first == (
+        int(dt.datetime(2026, 11, 30, 18, 19, 53, 121000, tzinfo=dt.timezone.utc).timestamp() * 1e6) * 1000,
+        pytest.approx(78.10),
+    )
     assert 480e6 < info.sample_period_ns < 520e6  # -lms 500
 
 
@@ -152,8 +154,7 @@ def test_query_csv_without_header_guesses_from_units(tmp_path):
     assert con.execute("SELECT count(*) FROM counters WHERE metric = 'gpu_util'").fetchone()[0] == 40
     # Without header and without units the columns cannot be told apart: refused, in one line.
     p2 = tmp_path / "noheader_nounits.csv"
-    p2.write_text("\n".join(", ".join(x.split()[0] if i > 0 else x for i, x in enumerate(ln.split(", ")))
-                            for ln in body) + "\n")
+    p2.write_text("\n".join(", ".join(x.split()[0] if i > 0 else x for i, x in enumerate(ln.split(", "))) for ln in body) + "\n")
     with pytest.raises(BadInput, match="without a header and without units"):
         ingest(p2)
 

@@ -27,7 +27,7 @@ def test_measured_next_to_trace_on_the_corpus():
     u = v["utilization"]
     assert u["trace"] == pytest.approx(0.1205, abs=1e-3)
     got = by_source(v)
-    assert abs(got["nvml_samples.csv"] - u["trace"]) < 0.10      # 0.152
+    assert abs(got["nvml_samples.csv"] - u["trace"]) < 0.10  # 0.152
     assert abs(got["nvidia_smi_query.csv"] - u["trace"]) < 0.10  # 0.123
     # `nvidia-smi dmon` prints one NVML reading per second: over a 2 s window it has 2–3 readings, all of which
     # fell between the bursts (0.0). It is reported, not chosen: the finest log is.
@@ -53,8 +53,9 @@ def test_measured_on_a_long_real_recording():
 def test_sm_and_tensor_active_time_weighted(tmp_path):
     # A 1 s window (one kernel 0–0.5 s) and a DCGM log with epoch prefixes: samples every 0.25 s.
     t0 = BASE // 10**9
-    trace = write_trace(tmp_path / "t.pt.trace.json", [kernel("nvjet_sm90_gemm", 0.0, 500_000.0, 1, 1),
-                                                       kernel("k2", 999_000.0, 1000.0, 2, 2)])
+    trace = write_trace(
+        tmp_path / "t.pt.trace.json", [kernel("nvjet_sm90_gemm", 0.0, 500_000.0, 1, 1), kernel("k2", 999_000.0, 1000.0, 2, 2)]
+    )
     lines = ["# Entity  GPUTL  SMACT  TENSO", "      Id"]
     values = [(0.25, 100, 0.9, 0.8), (0.5, 100, 0.7, 0.6), (0.75, 0, 0.0, 0.0), (1.0, 0, 0.1, 0.0)]
     lines += [f"{t0 + t:.3f}    GPU 0  {g:>5}  {s:.3f}  {x:.3f}" for t, g, s, x in values]

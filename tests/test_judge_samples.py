@@ -68,8 +68,8 @@ def test_train_step_flops_and_fraction(single, truth):
     cfg = {"B": 8, "T": 1024, "d": 1024, "L": 4, "vocab": 32768}
     b, t, d, layers, vocab = cfg.values()
     matmul = 6 * b * t * (layers * 12 * d * d + d * vocab)  # 4.1232e12, the README's matmul term
-    attn_fwd_causal = 0.5 * 4 * b * t * t * d * layers       # QKᵀ and PV, lower triangle
-    executed = matmul + attn_fwd_causal * (1 + 2.5)          # our convention (flops.py): bwd 2.5x fwd
+    attn_fwd_causal = 0.5 * 4 * b * t * t * d * layers  # QKᵀ and PV, lower triangle
+    executed = matmul + attn_fwd_causal * (1 + 2.5)  # our convention (flops.py): bwd 2.5x fwd
     per_step = v["ranges"][0]["flops"] / 3
     assert per_step == pytest.approx(executed, rel=0.01)
     # ... and within 4% of the README's analytic figure (non-causal attention, bwd 2x): 4.5355e12.
@@ -80,8 +80,10 @@ def test_train_step_flops_and_fraction(single, truth):
 
 
 def test_ddp_late_rank_collective_wait():
-    v = run([sample_file("h200x2_ddp/kineto/rank0.pt.trace.json.gz"), sample_file("h200x2_ddp/kineto/rank1.pt.trace.json.gz")],
-            ranges=["ProfilerStep#*"])
+    v = run(
+        [sample_file("h200x2_ddp/kineto/rank0.pt.trace.json.gz"), sample_file("h200x2_ddp/kineto/rank1.pt.trace.json.gz")],
+        ranges=["ProfilerStep#*"],
+    )
     ranks = {r["rank"]: r for r in v["ranks"]}
     assert set(ranks) == {0, 1}
     gt = json.loads(sample_file("h200x2_ddp/ground_truth.json").read_text())

@@ -21,8 +21,9 @@ def truth():
 
 @pytest.fixture(scope="module")
 def launch_bound():
-    r = pipeline.analyse([sample_file("h200_single/kineto_single.pt.trace.json.gz")],
-                         pipeline.Options(ranges=["phase:launch_bound"]))
+    r = pipeline.analyse(
+        [sample_file("h200_single/kineto_single.pt.trace.json.gz")], pipeline.Options(ranges=["phase:launch_bound"])
+    )
     return r.typed
 
 
@@ -48,8 +49,7 @@ def test_decode_is_many_short_kernels():
     """HF generate() decode, 4 layers × 16 new tokens at batch 4: the program's own CUDA events give 151.2 ms of
     GPU time for the call; the kernels in it are tiny GEMMs and elementwise ops."""
     truth = json.loads(sample_file("h200_hf/llama_generate.truth.json").read_text())
-    v = pipeline.analyse([sample_file("h200_hf/llama_generate.pt.trace.json.gz")],
-                         pipeline.Options(ranges=["generate"])).typed
+    v = pipeline.analyse([sample_file("h200_hf/llama_generate.pt.trace.json.gz")], pipeline.Options(ranges=["generate"])).typed
     s = v.launch_stats[0]
     assert sum(h.kernels for h in s.histogram) == s.kernels
     assert sum(h.time_ns for h in s.histogram) == s.kernel_time_ns
@@ -77,8 +77,7 @@ def test_graph_replays_are_one_launch_each():
     """A Llama forward captured in a CUDA graph and replayed 5 times (h200_hf/cuda_graph.truth.json): every kernel
     is started by a graph launch, and the host pays for 5 launches, not one per kernel."""
     truth = json.loads(sample_file("h200_hf/cuda_graph.truth.json").read_text())
-    v = pipeline.analyse([sample_file("h200_hf/cuda_graph.pt.trace.json.gz")],
-                         pipeline.Options(ranges=["graph_replays"])).typed
+    v = pipeline.analyse([sample_file("h200_hf/cuda_graph.pt.trace.json.gz")], pipeline.Options(ranges=["graph_replays"])).typed
     s = v.launch_stats[0]
     assert s.graph_kernels == s.kernels and s.launch_calls == truth["replays"]
     assert s.kernels % truth["replays"] == 0  # the same graph each time

@@ -24,16 +24,30 @@ HTML_TAG = re.compile(r"<(?!sub>|/sub>)[A-Za-z/!][^>]*>")
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "plasmient_report.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "plasmient_report.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **(env or {})},
+    )
 
 
 @pytest.fixture(scope="module")
 def ddp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("md")
     md = tmp / "verdict.md"
-    r = cli(str(sample_file("h200x2_ddp/kineto")), "--out", str(tmp / "out"), "--no-html", "--no-trace",
-            "--tokens-per-step", "16384", "--markdown", str(md))
+    r = cli(
+        str(sample_file("h200x2_ddp/kineto")),
+        "--out",
+        str(tmp / "out"),
+        "--no-html",
+        "--no-trace",
+        "--tokens-per-step",
+        "16384",
+        "--markdown",
+        str(md),
+    )
     assert r.returncode == 0, r.stderr
     assert "VERDICT" in r.stdout  # the box is still printed
     return tmp / "out", md
@@ -41,8 +55,7 @@ def ddp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def _tables(text: str) -> list[list[str]]:
     """Every table row's cells (header and delimiter rows included)."""
-    return [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in text.splitlines()
-            if line.startswith("|")]
+    return [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in text.splitlines() if line.startswith("|")]
 
 
 def test_the_verdict_as_markdown(ddp: tuple[Path, Path]) -> None:
@@ -72,8 +85,10 @@ def test_the_verdict_as_markdown(ddp: tuple[Path, Path]) -> None:
 
 def test_names_are_escaped() -> None:
     """A kernel's template brackets and a name's underscores stay literal: no tag, no emphasis."""
-    assert markdown.esc("void at::native::vectorized_elementwise_kernel<4, float>") == \
-        "void at::native::vectorized\\_elementwise\\_kernel\\<4, float\\>"
+    assert (
+        markdown.esc("void at::native::vectorized_elementwise_kernel<4, float>")
+        == "void at::native::vectorized\\_elementwise\\_kernel\\<4, float\\>"
+    )
     assert markdown.esc("a | b\nc") == "a \\| b c"
     assert markdown.code("x|y") == "`x\\|y`"
     assert markdown.bar(0.5) == "█" * 10 and markdown.bar(None) == ""
@@ -86,8 +101,17 @@ def test_markdown_to_stdout_and_the_step_summary(tmp_path: Path) -> None:
     assert r.stdout.startswith("### plasmient") and "╭" not in r.stdout  # markdown instead of the box
     summary = tmp_path / "summary.md"
     summary.write_text("## earlier step\n")
-    r = cli(trace, "--out", str(tmp_path / "b"), "--no-html", "--no-trace", "--quiet", "--markdown", str(summary),
-            env={"GITHUB_STEP_SUMMARY": str(summary)})
+    r = cli(
+        trace,
+        "--out",
+        str(tmp_path / "b"),
+        "--no-html",
+        "--no-trace",
+        "--quiet",
+        "--markdown",
+        str(summary),
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
+    )
     assert r.returncode == 0, r.stderr
     text = summary.read_text()
     assert text.startswith("## earlier step\n### plasmient")  # appended: the runner's summary collects steps

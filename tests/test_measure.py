@@ -28,8 +28,7 @@ def test_range_window_and_overlapping_kernels(tmp_path):
     n = 3072  # one kernel alone runs below peak (5.8e14 FLOP/s), two together above it
     flops = 2 * n**3
     ev = [
-        {"ph": "X", "cat": "user_annotation", "name": "step", "pid": 100, "tid": 1, "ts": 0.0, "dur": 400.0,
-         "args": {}},
+        {"ph": "X", "cat": "user_annotation", "name": "step", "pid": 100, "tid": 1, "ts": 0.0, "dur": 400.0, "args": {}},
         cpu_op("aten::mm", 1.0, 3.0, ext=1, dims=[[n, n], [n, n]], types=["c10::BFloat16"] * 2),
         launch(2.0, 1, 10),
         cpu_op("aten::mm", 5.0, 3.0, ext=2, dims=[[n, n], [n, n]], types=["c10::BFloat16"] * 2),
@@ -60,13 +59,16 @@ def test_missing_range_is_one_clear_error(tiny_trace):
 # Ground truth: ../shared/corpus/README.md (H200, 989.4 TFLOP/s dense bf16). compute_bound: 30 × 2·8192³ FLOP in
 # a 43.3 ms GPU range → ≈ 0.76; train_step: ≈ 0.47 (analytic 24.74 TFLOP/step at 53.4 ms unprofiled); memory_bound:
 # elementwise only, ≈ 0.
-@pytest.mark.parametrize(("phase", "lo", "hi", "util_lo"), [
-    ("compute_bound", 0.72, 0.80, 0.95),
-    ("train_step", 0.42, 0.52, 0.90),
-    ("memory_bound", 0.0, 0.02, 0.95),
-    ("launch_bound", 0.0, 0.01, 0.0),
-    ("host_stall", 0.0, 0.01, 0.0),
-])
+@pytest.mark.parametrize(
+    ("phase", "lo", "hi", "util_lo"),
+    [
+        ("compute_bound", 0.72, 0.80, 0.95),
+        ("train_step", 0.42, 0.52, 0.90),
+        ("memory_bound", 0.0, 0.02, 0.95),
+        ("launch_bound", 0.0, 0.01, 0.0),
+        ("host_stall", 0.0, 0.01, 0.0),
+    ],
+)
 def test_h200_corpus_phases(phase, lo, hi, util_lo):
     path = corpus_file("h200-single-kineto/kineto_single.json.gz")
     v = run([path], ranges=[f"phase:{phase}"])
@@ -107,8 +109,13 @@ def test_h200_phase_waterfall(phase):
     contract.check_verdict(v)  # the waterfall closes: run, each GPU, each range
     top = v["losses"][0]["category"]
     # What each phase is built to lose (../shared/corpus/README.md).
-    expected = {"compute_bound": "compute_inefficiency", "memory_bound": "memory_bound",
-                "train_step": "memory_bound", "launch_bound": "launch_bound", "host_stall": "sync_stall"}[phase]
+    expected = {
+        "compute_bound": "compute_inefficiency",
+        "memory_bound": "memory_bound",
+        "train_step": "memory_bound",
+        "launch_bound": "launch_bound",
+        "host_stall": "sync_stall",
+    }[phase]
     assert top == expected
 
 

@@ -43,8 +43,10 @@ def ncu_launches(path: Path) -> list[dict]:
     con = store.connect()
     parsers.ingest_one(Detected(path, parsers.detect(path)), con, 0)
     cols = ["name", "flops", "flops_tensor", "flops_fp32", "tensor_precision"]
-    return [dict(zip(cols, r, strict=True)) for r in con.execute(
-        f"SELECT {', '.join(cols)} FROM ncu_kernels ORDER BY launch_id").fetchall()]
+    return [
+        dict(zip(cols, r, strict=True))
+        for r in con.execute(f"SELECT {', '.join(cols)} FROM ncu_kernels ORDER BY launch_id").fetchall()
+    ]
 
 
 def model_kernels() -> list[dict]:
@@ -58,8 +60,11 @@ def model_kernels() -> list[dict]:
 
 
 # Where each op's Concrete Inputs hold is_causal (its ATen signature); enable_gqa is another "True" further on.
-CAUSAL_AT = {"aten::scaled_dot_product_attention": 5, "aten::_scaled_dot_product_flash_attention_backward": 11,
-             "aten::_scaled_dot_product_cudnn_attention_backward": 14}
+CAUSAL_AT = {
+    "aten::scaled_dot_product_attention": 5,
+    "aten::_scaled_dot_product_flash_attention_backward": 11,
+    "aten::_scaled_dot_product_cudnn_attention_backward": 14,
+}
 
 
 def is_causal(m: dict) -> bool:
@@ -114,8 +119,7 @@ def test_causal_attention_counts_the_useful_half_ncu_the_tiles(pairs):
     causal = [(m, n) for m, n in pairs if not HELPER_RE.search(m["name"]) and is_causal(m)]
     assert len(causal) == 2
     for m, n in causal:
-        b, h, lq, e = json.loads(m["dims"])[0] if m["op"] == "aten::scaled_dot_product_attention" \
-            else json.loads(m["dims"])[1]
+        b, h, lq, e = json.loads(m["dims"])[0] if m["op"] == "aten::scaled_dot_product_attention" else json.loads(m["dims"])[1]
         full = 2.0 * b * h * lq * lq * 2 * e * (2.5 if "bwd" in m["name"] else 1.0)
         assert m["flops"] == full / 2
         # Flash_{fwd,bwd}_kernel_traits<head dim, block M, block N, …>: fwd 128×64 tiles, bwd 64×128.

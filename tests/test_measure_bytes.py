@@ -26,17 +26,27 @@ def b(name: str, dims: list, types: list, concrete: list | None = None, hint: in
 def test_layer_norm_forward_and_backward():
     x, n = [8, 1024, 1024], 8 * 1024 * 1024
     # native_layer_norm(x, [1024], w, b, eps): read x, w, b; write y and fp32 mean + rstd per row (8·1024 rows)
-    fwd = b("aten::native_layer_norm", [x, [], [1024], [1024], []], [F32, "ScalarList", F32, F32, "Scalar"],
-            ["", "[1024]", "", "", "1e-05"])
+    fwd = b(
+        "aten::native_layer_norm",
+        [x, [], [1024], [1024], []],
+        [F32, "ScalarList", F32, F32, "Scalar"],
+        ["", "[1024]", "", "", "1e-05"],
+    )
     assert fwd == 4 * n + 4 * 1024 * 2 + 4 * n + 2 * 4 * 8 * 1024
     # backward(grad, x, [1024], mean, rstd, w, b, mask): read grad, x, mean, rstd, w; write dx, dw, db
-    bwd = b("aten::native_layer_norm_backward", [x, x, [], [8, 1024, 1], [8, 1024, 1], [1024], [1024], []],
-            [F32, F32, "ScalarList", F32, F32, F32, F32, "ScalarList"],
-            ["", "", "[1024]", "", "", "", "", "[True, True, True]"])
+    bwd = b(
+        "aten::native_layer_norm_backward",
+        [x, x, [], [8, 1024, 1], [8, 1024, 1], [1024], [1024], []],
+        [F32, F32, "ScalarList", F32, F32, F32, F32, "ScalarList"],
+        ["", "", "[1024]", "", "", "", "", "[True, True, True]"],
+    )
     assert bwd == 4 * n * 2 + 2 * 4 * 8 * 1024 + 4 * 1024 + 4 * n + 2 * 4 * 1024
-    no_wgrad = b("aten::native_layer_norm_backward", [x, x, [], [8, 1024, 1], [8, 1024, 1], [1024], [1024], []],
-                 [F32, F32, "ScalarList", F32, F32, F32, F32, "ScalarList"],
-                 ["", "", "[1024]", "", "", "", "", "[True, False, False]"])
+    no_wgrad = b(
+        "aten::native_layer_norm_backward",
+        [x, x, [], [8, 1024, 1], [8, 1024, 1], [1024], [1024], []],
+        [F32, F32, "ScalarList", F32, F32, F32, F32, "ScalarList"],
+        ["", "", "[1024]", "", "", "", "", "[True, False, False]"],
+    )
     assert no_wgrad == bwd - 2 * 4 * 1024
 
 
@@ -44,11 +54,17 @@ def test_rms_group_and_batch_norm():
     x = [4, 2048, 4096]
     n = 4 * 2048 * 4096
     # _fused_rms_norm(x, [4096], w, eps): read x (bf16) and w, write y and one fp32 rstd per row
-    assert b("aten::_fused_rms_norm", [x, [], [4096], []], [BF16, "ScalarList", BF16, "Scalar"],
-             ["", "[4096]", "", "1e-06"]) == 2 * n * 2 + 2 * 4096 + 4 * 4 * 2048
+    assert (
+        b("aten::_fused_rms_norm", [x, [], [4096], []], [BF16, "ScalarList", BF16, "Scalar"], ["", "[4096]", "", "1e-06"])
+        == 2 * n * 2 + 2 * 4096 + 4 * 4 * 2048
+    )
     # native_group_norm(x [N=8, C=64, 32, 32], w, b, N, C, HxW, group=32, eps): mean + rstd per (sample, group)
-    g = b("aten::native_group_norm", [[8, 64, 32, 32], [64], [64], [], [], [], [], []],
-          [F32, F32, F32, "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"], ["", "", "", "8", "64", "1024", "32", "1e-05"])
+    g = b(
+        "aten::native_group_norm",
+        [[8, 64, 32, 32], [64], [64], [], [], [], [], []],
+        [F32, F32, F32, "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"],
+        ["", "", "", "8", "64", "1024", "32", "1e-05"],
+    )
     assert g == 2 * 4 * 8 * 64 * 1024 + 2 * 4 * 64 + 2 * 4 * 8 * 32
     # training batch norm reads x twice (statistics, then normalisation), eval once
     xb, c = [32, 256, 14, 14], 256
@@ -67,17 +83,21 @@ def test_softmax_and_its_backward():
     assert b("aten::_log_softmax", [x, [], []], [BF16, "Scalar", "Scalar"], ["", "1", "False"]) == 2 * n * 2
     assert b("aten::_softmax", [x, [], []], [BF16, "Scalar", "Scalar"], ["", "1", "True"]) == n * 2 + n * 4
     # _log_softmax_backward_data(grad, out, dim, input_dtype=15 (bf16)): read both, write grad_input
-    assert b("aten::_log_softmax_backward_data", [x, x, [], []], [BF16, BF16, "Scalar", "Scalar"],
-             ["", "", "1", "15"]) == 3 * n * 2
+    assert (
+        b("aten::_log_softmax_backward_data", [x, x, [], []], [BF16, BF16, "Scalar", "Scalar"], ["", "", "1", "15"]) == 3 * n * 2
+    )
 
 
-@pytest.mark.parametrize(("name", "dims", "concrete", "out_elems"), [
-    ("aten::sum", [[8, 1024, 1024], [], [], []], ["", "[0]", "True", ""], 1024 * 1024),
-    ("aten::sum", [[8, 1024, 1024], [], [], []], ["", "[0, 1]", "False", ""], 1024),
-    ("aten::mean", [[8, 1024, 1024], [], [], []], ["", "[-1]", "True", ""], 8 * 1024),
-    ("aten::amax", [[4096, 4096], [], []], ["", "[1]", "False"], 4096),
-    ("aten::sum", [[8, 1024, 1024]], None, 1),  # a full reduction: one element out
-])
+@pytest.mark.parametrize(
+    ("name", "dims", "concrete", "out_elems"),
+    [
+        ("aten::sum", [[8, 1024, 1024], [], [], []], ["", "[0]", "True", ""], 1024 * 1024),
+        ("aten::sum", [[8, 1024, 1024], [], [], []], ["", "[0, 1]", "False", ""], 1024),
+        ("aten::mean", [[8, 1024, 1024], [], [], []], ["", "[-1]", "True", ""], 8 * 1024),
+        ("aten::amax", [[4096, 4096], [], []], ["", "[1]", "False"], 4096),
+        ("aten::sum", [[8, 1024, 1024]], None, 1),  # a full reduction: one element out
+    ],
+)
 def test_reductions_read_the_input_write_the_reduced_output(name, dims, concrete, out_elems):
     types = [F32] + ["ScalarList", "Scalar", ""][: len(dims) - 1]
     numel = 1
@@ -87,20 +107,27 @@ def test_reductions_read_the_input_write_the_reduced_output(name, dims, concrete
 
 
 def test_max_dim_also_writes_indices():
-    assert b("aten::max", [[64, 1000], [], []], [F32, "Scalar", "Scalar"], ["", "1", "False"]) == \
-        4 * 64 * 1000 + 64 * (4 + 8)
+    assert b("aten::max", [[64, 1000], [], []], [F32, "Scalar", "Scalar"], ["", "1", "False"]) == 4 * 64 * 1000 + 64 * (4 + 8)
 
 
 def test_embedding_reads_only_the_picked_rows():
     # embedding(weight [32768, 1024] fp32, indices [8, 1024]): 8192 rows of 4 KiB read and written, + the indices —
     # not the 128 MiB table
-    e = b("aten::embedding", [[32768, 1024], [8, 1024], [], [], []], [F32, I64, "Scalar", "Scalar", "Scalar"],
-          ["", "", "-1", "False", "False"])
+    e = b(
+        "aten::embedding",
+        [[32768, 1024], [8, 1024], [], [], []],
+        [F32, I64, "Scalar", "Scalar", "Scalar"],
+        ["", "", "-1", "False", "False"],
+    )
     assert e == 8192 * 8 + 2 * 8192 * 1024 * 4
     # embedding_dense_backward(grad [1024, 1024], indices [1024], num_weights=1024): read grad + indices, zero-fill
     # the [1024, 1024] gradient, add the 1024 picked rows into it
-    d = b("aten::embedding_dense_backward", [[1024, 1024], [1024], [], [], []], [F32, I64, "Scalar", "Scalar", "Scalar"],
-          ["", "", "1024", "-1", "False"])
+    d = b(
+        "aten::embedding_dense_backward",
+        [[1024, 1024], [1024], [], [], []],
+        [F32, I64, "Scalar", "Scalar", "Scalar"],
+        ["", "", "1024", "-1", "False"],
+    )
     assert d == 1024 * 1024 * 4 + 1024 * 8 + 1024 * 1024 * 4 + 2 * 1024 * 1024 * 4
 
 
@@ -112,27 +139,39 @@ def test_copies_with_dtype_conversion():
     # copy_ of a broadcast source: the source is read once
     assert b("aten::copy_", [x, [1024], []], [F32, F32, "Scalar"]) == n * 4 + 1024 * 4
     # _to_copy(x fp32, dtype=15 (bf16), …): read fp32, write bf16
-    assert b("aten::_to_copy", [[8192, 32768], [], [], [], [], [], []], [F32, "Scalar", "Scalar", "", "", "Scalar", ""],
-             ["", "15", "0", "", "", "False", ""]) == 8192 * 32768 * (4 + 2)
+    assert b(
+        "aten::_to_copy",
+        [[8192, 32768], [], [], [], [], [], []],
+        [F32, "Scalar", "Scalar", "", "", "Scalar", ""],
+        ["", "15", "0", "", "", "False", ""],
+    ) == 8192 * 32768 * (4 + 2)
     assert b("aten::clone", [x, []], [BF16, ""]) == 2 * n * 2
     assert b("aten::zero_", [[8192, 32768]], [F32]) == 8192 * 32768 * 4  # written only
 
 
 def test_gathers_and_scatters_move_the_picked_elements():
     # index_select(table [32768, 1024], 0, idx [8192]): 8192 rows read and written + the indices
-    assert b("aten::index_select", [[32768, 1024], [], [8192]], [F32, "Scalar", I64], ["", "0", ""]) == \
-        8192 * 8 + 2 * 8192 * 1024 * 4
+    assert (
+        b("aten::index_select", [[32768, 1024], [], [8192]], [F32, "Scalar", I64], ["", "0", ""])
+        == 8192 * 8 + 2 * 8192 * 1024 * 4
+    )
     # gather(self, dim, index [8192, 1024]): one element of self per index element
-    assert b("aten::gather", [[32768, 1024], [], [8192, 1024], []], [F32, "Scalar", I64, "Scalar"],
-             ["", "0", "", "False"]) == 8192 * 1024 * 8 + 2 * 8192 * 1024 * 4
+    assert (
+        b("aten::gather", [[32768, 1024], [], [8192, 1024], []], [F32, "Scalar", I64, "Scalar"], ["", "0", "", "False"])
+        == 8192 * 1024 * 8 + 2 * 8192 * 1024 * 4
+    )
     # index(self [32768, 1024], [idx [4096]]) → [4096, 1024]
     assert b("aten::index", [[32768, 1024], [[4096]]], [BF16, "TensorList"]) == 4096 * 8 + 2 * 4096 * 1024 * 2
     # scatter_add_(self [1000, 64], 0, index [500, 64], src [500, 64]): index + src read, 500·64 of self read + written
-    assert b("aten::scatter_add_", [[1000, 64], [], [500, 64], [500, 64]], [F32, "Scalar", I64, F32],
-             ["", "0", "", ""]) == 500 * 64 * 8 + 500 * 64 * 4 + 2 * 500 * 64 * 4
+    assert (
+        b("aten::scatter_add_", [[1000, 64], [], [500, 64], [500, 64]], [F32, "Scalar", I64, F32], ["", "0", "", ""])
+        == 500 * 64 * 8 + 500 * 64 * 4 + 2 * 500 * 64 * 4
+    )
     # index_put_(self, [idx [100]], values [100, 64], accumulate=False)
-    assert b("aten::index_put_", [[1000, 64], [[100]], [100, 64], []], [F32, "TensorList", F32, "Scalar"],
-             ["", "", "", "False"]) == 100 * 8 + 100 * 64 * 4 + 100 * 64 * 4
+    assert (
+        b("aten::index_put_", [[1000, 64], [[100]], [100, 64], []], [F32, "TensorList", F32, "Scalar"], ["", "", "", "False"])
+        == 100 * 8 + 100 * 64 * 4 + 100 * 64 * 4
+    )
 
 
 def test_cat_and_stack():
@@ -144,30 +183,45 @@ def test_cat_and_stack():
 
 def test_unknown_ops_keep_the_elementwise_model():
     # every tensor input read once, one output the size of the first written
-    assert b("aten::add", [[8, 1024, 1024], [1024, 1024], []], [F32, F32, "Scalar"], ["", "", "1"]) == \
-        4 * (8 * 1024 * 1024 + 1024 * 1024) + 4 * 8 * 1024 * 1024
+    assert (
+        b("aten::add", [[8, 1024, 1024], [1024, 1024], []], [F32, F32, "Scalar"], ["", "", "1"])
+        == 4 * (8 * 1024 * 1024 + 1024 * 1024) + 4 * 8 * 1024 * 1024
+    )
     assert b("aten::native_layer_norm", [[], [], [], [], []], [F32] * 5) is None  # no shape: no estimate
 
 
 # The ops of the GPT train step in the H200 traces, with dedicated models. Not aten::gather (embedding's
 # index_select runs as a gather over an expanded [8192, 1024] index view: Kineto has no strides, so the index read is
 # over-counted, and the 34 MB it writes stays in the 60 MB L2: it times at > HBM bandwidth whatever the model).
-MODELLED = ("aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::_log_softmax",
-            "aten::_log_softmax_backward_data", "aten::sum", "aten::embedding_dense_backward", "aten::copy_",
-            "aten::cat", "aten::fill_")
+MODELLED = (
+    "aten::native_layer_norm",
+    "aten::native_layer_norm_backward",
+    "aten::_log_softmax",
+    "aten::_log_softmax_backward_data",
+    "aten::sum",
+    "aten::embedding_dense_backward",
+    "aten::copy_",
+    "aten::cat",
+    "aten::fill_",
+)
 
 
 @pytest.mark.parametrize("trace", ["sample", "corpus"])
 def test_modelled_bytes_give_plausible_bandwidth_on_h200(trace):
-    path = sample_file("h200_single/kineto_single.pt.trace.json.gz") if trace == "sample" \
+    path = (
+        sample_file("h200_single/kineto_single.pt.trace.json.gz")
+        if trace == "sample"
         else corpus_file("h200-single-kineto/kineto_single.json.gz")
+    )
     res = pipeline.analyse([Path(path)], pipeline.Options())
-    rows = res.con.execute("""
+    rows = res.con.execute(
+        """
         SELECT o.name, sum(k.bytes) / (sum(k.end_ns - k.start_ns) / 1e9),
                max(k.bytes / ((k.end_ns - k.start_ns) / 1e9)) FILTER (WHERE k.end_ns - k.start_ns >= 20000)
         FROM kernels k JOIN ops o ON o.op_id = k.op_id
         WHERE k.kind = 'compute' AND k.bytes > 0 AND o.name IN (SELECT unnest(?::VARCHAR[])) GROUP BY o.name""",
-                           [list(MODELLED)]).fetchall()
+        [list(MODELLED)],
+    ).fetchall()
     seen = {name: (mean_bw, max_bw) for name, mean_bw, max_bw in rows}
     assert set(seen) >= set(MODELLED) - {"aten::sum"} - ({"aten::fill_"} if trace == "corpus" else set())
     for name, (mean_bw, max_bw) in seen.items():

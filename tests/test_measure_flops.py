@@ -20,13 +20,16 @@ def test_mm_family():
     assert f("aten::baddbmm", [[8, 64, 32], [8, 64, 128], [8, 128, 32], [], []]) == 2 * 8 * 64 * 128 * 32
 
 
-@pytest.mark.parametrize(("a", "b", "expected"), [
-    ([5], [5], 2 * 5),                                  # dot
-    ([3, 5], [5], 2 * 3 * 5),                           # matrix-vector
-    ([5], [5, 7], 2 * 5 * 7),                           # vector-matrix
-    ([2, 3, 4, 5], [5, 6], 2 * 2 * 3 * 4 * 5 * 6),      # batched @ matrix
-    ([2, 1, 4, 5], [3, 5, 6], 2 * 2 * 3 * 4 * 5 * 6),   # broadcast batch dims
-])
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ([5], [5], 2 * 5),  # dot
+        ([3, 5], [5], 2 * 3 * 5),  # matrix-vector
+        ([5], [5, 7], 2 * 5 * 7),  # vector-matrix
+        ([2, 3, 4, 5], [5, 6], 2 * 2 * 3 * 4 * 5 * 6),  # batched @ matrix
+        ([2, 1, 4, 5], [3, 5, 6], 2 * 2 * 3 * 4 * 5 * 6),  # broadcast batch dims
+    ],
+)
 def test_matmul_broadcasting(a, b, expected):
     assert f("aten::matmul", [a, b]) == expected
 

@@ -25,8 +25,12 @@ def analyse(paths: list[Path], **kw: Any) -> pipeline.Result:
 
 
 def classes(res: pipeline.Result) -> dict[str, tuple[str, str | None]]:
-    return {n: (c, p) for n, c, p in res.con.execute(
-        "SELECT k.name, kc.class, kc.precision FROM kernels k JOIN kernel_class kc USING (kernel_id)").fetchall()}
+    return {
+        n: (c, p)
+        for n, c, p in res.con.execute(
+            "SELECT k.name, kc.class, kc.precision FROM kernels k JOIN kernel_class kc USING (kernel_id)"
+        ).fetchall()
+    }
 
 
 def _mixed_trace(tmp: Path) -> Path:
@@ -34,26 +38,37 @@ def _mixed_trace(tmp: Path) -> Path:
     ev = [
         annotation("work", 0.0, 2000.0),
         # a GEMM with shapes: compute; its FLOPs known
-        cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=bf16), launch(11.0, 1, 10),
+        cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=bf16),
+        launch(11.0, 1, 10),
         kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 100.0, 200.0, ext=1, corr=10),
         # a GEMM whose op recorded no shapes: unknown, not memory-bound
-        cpu_op("aten::mm", 20.0, 5.0, ext=2), launch(21.0, 2, 11),
+        cpu_op("aten::mm", 20.0, 5.0, ext=2),
+        launch(21.0, 2, 11),
         kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 300.0, 300.0, ext=2, corr=11),
         # an elementwise kernel of an op with a byte model: known ~0 FLOPs (memory)
         cpu_op("aten::add_", 30.0, 5.0, ext=3, dims=[[N, N], [N, N], []], types=["c10::BFloat16"] * 2 + ["Scalar"]),
         launch(31.0, 3, 12),
-        kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16> >",
-               600.0, 50.0, ext=3, corr=12),
+        kernel(
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16> >",
+            600.0,
+            50.0,
+            ext=3,
+            corr=12,
+        ),
         # a custom kernel nothing describes: unknown
-        launch(41.0, 0, 13), kernel("my_fused_attention_fwd", 650.0, 100.0, ext=0, corr=13),
+        launch(41.0, 0, 13),
+        kernel("my_fused_attention_fwd", 650.0, 100.0, ext=0, corr=13),
         # Inductor pointwise: known (memory)
-        launch(51.0, 0, 14), kernel("triton_poi_fused_add_mul_0", 750.0, 50.0, ext=0, corr=14),
+        launch(51.0, 0, 14),
+        kernel("triton_poi_fused_add_mul_0", 750.0, 50.0, ext=0, corr=14),
         # communication that is not NCCL: DeepEP dispatch, symmetric-memory all-reduce
-        launch(61.0, 0, 15), kernel("void deep_ep::intranode::dispatch<8, 768>(int4*, float*)", 800.0, 300.0, ext=0,
-                                    corr=15),
-        launch(71.0, 0, 16), kernel("multimem_all_reduce_kernel<bf16>", 1100.0, 100.0, ext=0, corr=16),
+        launch(61.0, 0, 15),
+        kernel("void deep_ep::intranode::dispatch<8, 768>(int4*, float*)", 800.0, 300.0, ext=0, corr=15),
+        launch(71.0, 0, 16),
+        kernel("multimem_all_reduce_kernel<bf16>", 1100.0, 100.0, ext=0, corr=16),
         # fp32 inputs on a TF32 tensor-core kernel: tf32
-        cpu_op("aten::mm", 80.0, 5.0, ext=4, dims=[[N, N], [N, N]], types=["float", "float"]), launch(81.0, 4, 17),
+        cpu_op("aten::mm", 80.0, 5.0, ext=4, dims=[[N, N], [N, N]], types=["float", "float"]),
+        launch(81.0, 4, 17),
         kernel("sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n", 1200.0, 400.0, ext=4, corr=17),
     ]
     return write_trace(tmp / "mixed.json", ev)
@@ -98,8 +113,12 @@ def test_unknown_is_its_own_category_and_the_verdict_says_lower_bound(tmp_path):
 
 
 def test_zero_coverage_says_achieved_unknown(tmp_path):
-    ev = [annotation("work", 0.0, 1000.0), cpu_op("aten::mm", 10.0, 5.0, ext=1), launch(11.0, 1, 10),
-          kernel("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_TNN", 100.0, 800.0, ext=1, corr=10)]
+    ev = [
+        annotation("work", 0.0, 1000.0),
+        cpu_op("aten::mm", 10.0, 5.0, ext=1),
+        launch(11.0, 1, 10),
+        kernel("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_TNN", 100.0, 800.0, ext=1, corr=10),
+    ]
     v = analyse([write_trace(tmp_path / "t.json", ev)]).verdict
     assert v["achieved_fraction_of_peak"] is None and v["achieved_is_lower_bound"]
     assert v["coverage"]["unknown_flops_time_fraction"] == pytest.approx(1.0)
@@ -161,8 +180,13 @@ def test_all_to_all_sendrecv_is_a_collective_not_a_bubble():
     contract.check_verdict(v)  # each of the 8 ranks' waterfalls closes
 
 
-@pytest.mark.parametrize("name", ["hta-et-simple-add/benchmark_simple_add_trace.json.gz",
-                                  "hta-cp-simple-add/benchmark_result_493459_1694039959_trace.json.gz"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "hta-et-simple-add/benchmark_simple_add_trace.json.gz",
+        "hta-cp-simple-add/benchmark_result_493459_1694039959_trace.json.gz",
+    ],
+)
 def test_cuda_startup_is_startup_not_launch_bound(name):
     # seconds of CUDA start-up (context creation in the first CUDA call, cudaMalloc / cudaFree) before the first
     # kernels of two tiny A100 benchmarks (../shared/corpus/public-real/README.md)
@@ -175,13 +199,17 @@ def test_cuda_startup_is_startup_not_launch_bound(name):
 def test_unknown_gpu_still_gets_time_based_losses(tmp_path):
     # a GPU the peak table does not know: no achieved fraction, but utilization and every time-based category
     n = 2**26
-    ev = [annotation("work", 0.0, 1000.0),
-          cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2), launch(11.0, 1, 10),
-          kernel("nvjet_sm90_tst_gemm", 100.0, 200.0, ext=1, corr=10),
-          cpu_op("aten::add_", 400.0, 5.0, ext=2, dims=[[n], [n], []], types=["float", "float", "Scalar"]),
-          launch(401.0, 2, 11),
-          kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >", 500.0, 100.0,
-                 ext=2, corr=11)]
+    ev = [
+        annotation("work", 0.0, 1000.0),
+        cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2),
+        launch(11.0, 1, 10),
+        kernel("nvjet_sm90_tst_gemm", 100.0, 200.0, ext=1, corr=10),
+        cpu_op("aten::add_", 400.0, 5.0, ext=2, dims=[[n], [n], []], types=["float", "float", "Scalar"]),
+        launch(401.0, 2, 11),
+        kernel(
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >", 500.0, 100.0, ext=2, corr=11
+        ),
+    ]
     v = analyse([write_trace(tmp_path / "t.json", ev, gpu="Acme Tensor Engine 9")], ranges=["work"]).verdict
     assert v["achieved_fraction_of_peak"] is None and v["verdict"] == "busy (no peak known)"
     assert any("no peak" in n for n in v["notes"])
@@ -190,8 +218,9 @@ def test_unknown_gpu_still_gets_time_based_losses(tmp_path):
     # by construction: the elementwise kernel 100 µs (memory-bound, ~0 FLOPs), 700 µs idle; the GEMM's 200 µs, whose
     # FLOPs are known but whose peak is not, belong to no category
     assert cats["memory_bound"] == pytest.approx(100 / 1000)
-    assert sum(f for c, f in cats.items() if c in ("launch_bound", "sync_stall", "startup", "host_other")) == \
-        pytest.approx(700 / 1000)
+    assert sum(f for c, f in cats.items() if c in ("launch_bound", "sync_stall", "startup", "host_other")) == pytest.approx(
+        700 / 1000
+    )
     assert "compute_inefficiency" not in cats
 
 
@@ -208,15 +237,27 @@ def test_rocm_compiled_kernels_are_classed():
 
 def test_long_idle_gap_is_not_launch_bound_because_of_one_copy(tmp_path):
     # 972 ms of host work with a 4.8 ms cudaMemcpyAsync at its end (issue #14): only launch calls are launch-bound
-    ev = [annotation("step", 0.0, 1_000_000.0),
-          cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2), launch(11.0, 1, 10),
-          kernel("nvjet_sm90_tst_gemm", 20.0, 1000.0, ext=1, corr=10),
-          cpu_op("aten::copy_", 968_000.0, 5000.0, ext=2, dims=[[1024], [1024]], types=["float", "float"]),
-          {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 100, "tid": 1, "ts": 968_100.0,
-           "dur": 4800.0, "args": {"correlation": 11, "External id": 2}},
-          kernel("Memcpy HtoD (Pageable -> Device)", 972_900.0, 50.0, ext=2, corr=11, cat="gpu_memcpy"),
-          cpu_op("aten::mm", 973_000.0, 5.0, ext=3, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2),
-          launch(973_001.0, 3, 12), kernel("nvjet_sm90_tst_gemm", 973_010.0, 1000.0, ext=3, corr=12)]
+    ev = [
+        annotation("step", 0.0, 1_000_000.0),
+        cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2),
+        launch(11.0, 1, 10),
+        kernel("nvjet_sm90_tst_gemm", 20.0, 1000.0, ext=1, corr=10),
+        cpu_op("aten::copy_", 968_000.0, 5000.0, ext=2, dims=[[1024], [1024]], types=["float", "float"]),
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaMemcpyAsync",
+            "pid": 100,
+            "tid": 1,
+            "ts": 968_100.0,
+            "dur": 4800.0,
+            "args": {"correlation": 11, "External id": 2},
+        },
+        kernel("Memcpy HtoD (Pageable -> Device)", 972_900.0, 50.0, ext=2, corr=11, cat="gpu_memcpy"),
+        cpu_op("aten::mm", 973_000.0, 5.0, ext=3, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2),
+        launch(973_001.0, 3, 12),
+        kernel("nvjet_sm90_tst_gemm", 973_010.0, 1000.0, ext=3, corr=12),
+    ]
     v = analyse([write_trace(tmp_path / "t.json", ev)], ranges=["step"]).verdict
     cats = {x["category"]: x["fraction"] for x in v["losses"]}
     assert cats.get("launch_bound", 0.0) < 0.001 and cats["host_other"] > 0.95
@@ -225,12 +266,17 @@ def test_long_idle_gap_is_not_launch_bound_because_of_one_copy(tmp_path):
 def test_several_devices_in_one_process_each_sum_to_one(tmp_path):
     # one process driving two GPUs (DataParallel): one entry per (rank, device), each with its own losses
     bf16 = ["c10::BFloat16"] * 2
-    ev = [cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=bf16), launch(11.0, 1, 10),
-          kernel("nvjet_sm90_tst_gemm", 100.0, 200.0, ext=1, corr=10, device=0),
-          cpu_op("aten::mm", 20.0, 5.0, ext=2, dims=[[N, N], [N, N]], types=bf16), launch(21.0, 2, 11),
-          kernel("nvjet_sm90_tst_gemm", 150.0, 600.0, ext=2, corr=11, device=1),
-          cpu_op("aten::add_", 900.0, 5.0, ext=3), launch(901.0, 3, 12),
-          kernel("vectorized_elementwise_kernel", 950.0, 20.0, ext=3, corr=12, device=0)]
+    ev = [
+        cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=bf16),
+        launch(11.0, 1, 10),
+        kernel("nvjet_sm90_tst_gemm", 100.0, 200.0, ext=1, corr=10, device=0),
+        cpu_op("aten::mm", 20.0, 5.0, ext=2, dims=[[N, N], [N, N]], types=bf16),
+        launch(21.0, 2, 11),
+        kernel("nvjet_sm90_tst_gemm", 150.0, 600.0, ext=2, corr=11, device=1),
+        cpu_op("aten::add_", 900.0, 5.0, ext=3),
+        launch(901.0, 3, 12),
+        kernel("vectorized_elementwise_kernel", 950.0, 20.0, ext=3, corr=12, device=0),
+    ]
     p = write_trace(tmp_path / "dp.json", ev)
     doc = json.loads(p.read_text())
     doc["deviceProperties"].append({"id": 1, "name": "NVIDIA H100 80GB HBM3", "numSms": 132})
@@ -244,11 +290,14 @@ def test_bandwidth_above_hbm_is_flagged_not_stated(tmp_path):
     # an elementwise add whose byte model (read two 1 GiB fp32 tensors, write one: 3 GiB) over 0.5 ms implies
     # 6.4 TB/s, above the H100's 3.35 TB/s HBM: L2 reuse or an over-count, never "191% of HBM"
     n = 2**28
-    ev = [annotation("work", 0.0, 1000.0),
-          cpu_op("aten::add", 10.0, 5.0, ext=1, dims=[[n], [n], []], types=["float", "float", "Scalar"]),
-          launch(11.0, 1, 10),
-          kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >", 100.0,
-                 500.0, ext=1, corr=10)]
+    ev = [
+        annotation("work", 0.0, 1000.0),
+        cpu_op("aten::add", 10.0, 5.0, ext=1, dims=[[n], [n], []], types=["float", "float", "Scalar"]),
+        launch(11.0, 1, 10),
+        kernel(
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >", 100.0, 500.0, ext=1, corr=10
+        ),
+    ]
     res = analyse([write_trace(tmp_path / "t.json", ev)], ranges=["work"])
     assert res.con.execute("SELECT bool_and(above_hbm_peak) FROM kernel_class WHERE class = 'memory'").fetchone() == (True,)
     v = res.verdict

@@ -57,12 +57,12 @@ def test_every_object_and_column_is_commented(analysed):
     for module, objs in library_objects().items():
         for kind, name in objs:
             if kind == "MACRO":
-                (c,), = con.execute("SELECT any_value(comment) FROM duckdb_functions() WHERE function_name = ?",
-                                    [name]).fetchall()
+                ((c,),) = con.execute(
+                    "SELECT any_value(comment) FROM duckdb_functions() WHERE function_name = ?", [name]
+                ).fetchall()
                 assert c, f"{module}: macro {name} has no comment"
                 continue
-            rows = con.execute("SELECT column_name, comment FROM duckdb_columns() WHERE table_name = ?",
-                               [name]).fetchall()
+            rows = con.execute("SELECT column_name, comment FROM duckdb_columns() WHERE table_name = ?", [name]).fetchall()
             assert rows, f"{module}: {name} not in the store"
             missing = [c for c, comment in rows if not comment]
             assert not missing, f"{module}: {name} columns without a comment: {missing}"
@@ -72,13 +72,25 @@ def test_library_objects_travel_with_run_duckdb(analysed):
     res, path = analysed
     con = duckdb.connect(str(path), read_only=True)
     try:
-        for table in ("kernel_class", "stretches", "idle_gaps", "range_occurrences", "collective_members",
-                      "metrics_by_precision", "window_kernels", "kernel_launch", "device_peaks"):
-            assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == \
-                res.con.execute(f"SELECT count(*) FROM {table}").fetchone()
+        for table in (
+            "kernel_class",
+            "stretches",
+            "idle_gaps",
+            "range_occurrences",
+            "collective_members",
+            "metrics_by_precision",
+            "window_kernels",
+            "kernel_launch",
+            "device_peaks",
+        ):
+            assert (
+                con.execute(f"SELECT count(*) FROM {table}").fetchone()
+                == res.con.execute(f"SELECT count(*) FROM {table}").fetchone()
+            )
         # views and table macros too: the waterfall's losses, the roofline
-        assert con.execute("SELECT sum(lost_ns) FROM losses").fetchone()[0] == \
-            pytest.approx(res.con.execute("SELECT sum(lost_ns) FROM losses").fetchone()[0])
+        assert con.execute("SELECT sum(lost_ns) FROM losses").fetchone()[0] == pytest.approx(
+            res.con.execute("SELECT sum(lost_ns) FROM losses").fetchone()[0]
+        )
         assert con.execute("SELECT count(*) FROM kernel_roofline('range', 'ProfilerStep#*', 'kernel')").fetchone()[0] > 0
     finally:
         con.close()

@@ -29,8 +29,9 @@ def run(paths: list[Path], **kw: Any) -> dict[str, Any]:
     return analyse(paths, **kw).verdict
 
 
-def host_ahead_trace(tmp: Path, steps: int = 6, ahead_us: float = 1000.0, gpu_us: float = 10_000.0,
-                     prior_us: float = 0.0) -> Path:
+def host_ahead_trace(
+    tmp: Path, steps: int = 6, ahead_us: float = 1000.0, gpu_us: float = 10_000.0, prior_us: float = 0.0
+) -> Path:
     """A GPU-bound loop: step k's CPU side lasts `ahead_us` (one 4096³ bf16 mm launched 5 µs in), its kernel
     `gpu_us`; the GPU runs the kernels back to back from t = 100 µs, so the host runs ever further ahead. With
     `prior_us`, the GPU is still busy with `prior_us` of work launched before the profile began (no launch record).
@@ -72,7 +73,7 @@ def test_work_launched_before_the_profile_counts_as_before(tmp_path):
     # 20 ms of GPU work with no launch record is running when step 0 begins: step 0's window starts at its end.
     prior = 20_000.0
     res = analyse([host_ahead_trace(tmp_path, steps=3, prior_us=prior)], ranges=["ProfilerStep#*"])
-    (s0, e0), = res.con.execute("SELECT start_ns, end_ns FROM range_occurrences WHERE occurrence = 0").fetchall()
+    ((s0, e0),) = res.con.execute("SELECT start_ns, end_ns FROM range_occurrences WHERE occurrence = 0").fetchall()
     assert (e0 - s0) / 1e3 == pytest.approx(10_000.0)
     assert res.verdict["run"]["window_ns"] == pytest.approx(3 * 10_000.0 * 1e3)
 
@@ -81,12 +82,10 @@ def test_model_flops_go_to_the_kernels_each_occurrence_launched(tmp_path):
     # Each step's CPU interval holds other steps' kernels; the user's FLOPs per step land on the step's own kernel.
     steps, f = 5, 3.0e12
     res = analyse([host_ahead_trace(tmp_path, steps=steps)], ranges=["ProfilerStep#*"], model_flops=f)
-    per_kernel = [x for (x,) in res.con.execute(
-        "SELECT flops FROM kernels WHERE kind = 'compute' ORDER BY start_ns").fetchall()]
+    per_kernel = [x for (x,) in res.con.execute("SELECT flops FROM kernels WHERE kind = 'compute' ORDER BY start_ns").fetchall()]
     assert per_kernel == pytest.approx([f] * steps)
     v = res.verdict
-    assert v["achieved_fraction_of_peak"] == pytest.approx(steps * f / (v["run"]["window_ns"] / 1e9 * H100_BF16),
-                                                           rel=1e-9)
+    assert v["achieved_fraction_of_peak"] == pytest.approx(steps * f / (v["run"]["window_ns"] / 1e9 * H100_BF16), rel=1e-9)
 
 
 def input_bound_trace(tmp: Path, steps: int = 4, load_us: float = 5000.0, gpu_us: float = 2000.0) -> Path:
@@ -103,8 +102,18 @@ def input_bound_trace(tmp: Path, steps: int = 4, load_us: float = 5000.0, gpu_us
         ev.append(cpu_op("aten::mm", t1, 8.0, ext=k + 1, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2))
         ev.append(launch(t1 + 3.0, ext=k + 1, corr=100 + k))
         ev.append(kernel("nvjet_sm90_tst_gemm", t1 + 10.0, gpu_us, ext=k + 1, corr=100 + k))
-        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 100, "tid": 1,
-                   "ts": t1 + 12.0, "dur": gpu_us, "args": {"correlation": 500 + k}})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaDeviceSynchronize",
+                "pid": 100,
+                "tid": 1,
+                "ts": t1 + 12.0,
+                "dur": gpu_us,
+                "args": {"correlation": 500 + k},
+            }
+        )
     return write_trace(tmp / "input.json", ev)
 
 
@@ -123,9 +132,13 @@ def test_input_bound_waits_stay_inside_the_steps(tmp_path):
 
 
 def test_range_that_launched_nothing_keeps_its_cpu_interval(tmp_path):
-    ev = [annotation("checkpoint", 0.0, 500.0), annotation("train", 600.0, 300.0),
-          cpu_op("aten::mm", 610.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2),
-          launch(612.0, ext=1, corr=10), kernel("nvjet_sm90_tst_gemm", 620.0, 200.0, ext=1, corr=10)]
+    ev = [
+        annotation("checkpoint", 0.0, 500.0),
+        annotation("train", 600.0, 300.0),
+        cpu_op("aten::mm", 610.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2),
+        launch(612.0, ext=1, corr=10),
+        kernel("nvjet_sm90_tst_gemm", 620.0, 200.0, ext=1, corr=10),
+    ]
     p = write_trace(tmp_path / "t.json", ev)
     v = run([p], ranges=["checkpoint"])
     assert v["run"]["window_ns"] == pytest.approx(500e3)
@@ -136,9 +149,13 @@ def test_range_that_launched_nothing_keeps_its_cpu_interval(tmp_path):
 
 def test_range_names_match_exactly_first_then_as_globs(tmp_path):
     # `[param|cuda]` is a real range name (PARAM benchmarks): taken as a glob it is a one-character class.
-    ev = [annotation("[param|cuda]", 0.0, 400.0), annotation("c", 500.0, 100.0),
-          cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2),
-          launch(12.0, ext=1, corr=10), kernel("nvjet_sm90_tst_gemm", 20.0, 200.0, ext=1, corr=10)]
+    ev = [
+        annotation("[param|cuda]", 0.0, 400.0),
+        annotation("c", 500.0, 100.0),
+        cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2),
+        launch(12.0, ext=1, corr=10),
+        kernel("nvjet_sm90_tst_gemm", 20.0, 200.0, ext=1, corr=10),
+    ]
     p = write_trace(tmp_path / "t.json", ev)
     v = run([p], ranges=["[param|cuda]"])
     assert v["run"]["window_ns"] == pytest.approx(400e3)
@@ -162,8 +179,9 @@ def test_gpu_bound_training_steps_against_cuda_events(name):
     # in all three (eager by ~9 ms per step, torch.compile further; FSDP2's CPU steps are 117–162 ms for 141 ms).
     t = truth(name)
     res = analyse([sample_file(f"h200_hf/{name}.pt.trace.json.gz")], ranges=["ProfilerStep#*"])
-    steps = [x for (x,) in res.con.execute(
-        "SELECT (end_ns - start_ns) / 1e6 FROM range_occurrences ORDER BY occurrence").fetchall()]
+    steps = [
+        x for (x,) in res.con.execute("SELECT (end_ns - start_ns) / 1e6 FROM range_occurrences ORDER BY occurrence").fetchall()
+    ]
     # each step's window within 0.1 ms of its CUDA-event time (events and kernels share the GPU's clock)
     assert steps == pytest.approx([s["gpu_ms"] for s in t["steps"]], abs=0.1)
     v = res.verdict
@@ -213,8 +231,9 @@ def test_input_bound_recording_keeps_the_fetch_in_its_step():
     # fetch (host; the GPU idle) took 34.9 / 34.4 / 34.5 ms.
     t = truth("input_bound")
     res = analyse([sample_file("h200_hf/input_bound.pt.trace.json.gz")], ranges=["ProfilerStep#*"])
-    steps = [x for (x,) in res.con.execute(
-        "SELECT (end_ns - start_ns) / 1e6 FROM range_occurrences ORDER BY occurrence").fetchall()]
+    steps = [
+        x for (x,) in res.con.execute("SELECT (end_ns - start_ns) / 1e6 FROM range_occurrences ORDER BY occurrence").fetchall()
+    ]
     assert steps == pytest.approx([s["gpu_ms"] for s in t["steps"]], abs=0.3)
     v = res.verdict
     cats = {x["category"]: x["fraction"] for x in v["losses"]}
@@ -239,8 +258,9 @@ def test_decode_matches_its_truth():
     t = truth("llama_generate")
     v = run([sample_file("h200_hf/llama_generate.pt.trace.json.gz")], ranges=["generate"])
     assert v["run"]["window_ns"] / 1e6 == pytest.approx(t["generate_gpu_ms"], rel=0.01)
-    assert v["achieved_fraction_of_peak"] == pytest.approx(t["flops_per_call_causal"] / (t["generate_gpu_ms"] / 1e3)
-                                                           / H200_BF16, rel=0.03)
+    assert v["achieved_fraction_of_peak"] == pytest.approx(
+        t["flops_per_call_causal"] / (t["generate_gpu_ms"] / 1e3) / H200_BF16, rel=0.03
+    )
 
 
 def test_several_range_patterns_analyse_their_union():

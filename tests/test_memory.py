@@ -39,15 +39,16 @@ def test_peaks_match_the_allocators_own_counters(run, truth):
 def test_peak_is_inside_the_step(run):
     """One profiled training step: activations peak between the forward and the backward, inside the profile."""
     (m,) = run.typed.memory
-    (lo, hi), = run.con.execute("SELECT start_ns, end_ns FROM rank_span").fetchall()
+    ((lo, hi),) = run.con.execute("SELECT start_ns, end_ns FROM rank_span").fetchall()
     assert lo <= m.first_ns < m.peak_allocated_ns < m.last_ns <= hi
     # allocated rises from its start to the peak and falls back by the end of the step
     assert m.allocated_at_start_bytes < m.peak_allocated_bytes and m.allocated_at_end_bytes < m.peak_allocated_bytes
 
 
 def test_timeline_is_the_allocators_series(run, truth):
-    rows = run.con.execute("SELECT count(*), max(allocated_bytes), max(reserved_bytes), bool_and(absolute) "
-                           "FROM memory_timeline").fetchone()
+    rows = run.con.execute(
+        "SELECT count(*), max(allocated_bytes), max(reserved_bytes), bool_and(absolute) FROM memory_timeline"
+    ).fetchone()
     assert rows == (run.typed.memory[0].events, truth["max_allocated_bytes"], truth["max_reserved_bytes"], True)
 
 

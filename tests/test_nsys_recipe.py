@@ -27,6 +27,7 @@ RECIPE_DIR = recipe_path() / "plasmient"
 
 # ----------------------------------------------------------------------------- a stand-in for the framework
 
+
 class _Option(enum.Enum):
     OUTPUT = "output"
     FORCE_OVERWRITE = "force_overwrite"
@@ -103,8 +104,12 @@ def recipe_module(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
     rec.Recipe = _Recipe  # type: ignore[attr-defined]
     args = types.ModuleType("nsys_recipe.lib.args")
     args.Option = _Option  # type: ignore[attr-defined]
-    for name, mod in (("nsys_recipe", pkg), ("nsys_recipe.lib", lib), ("nsys_recipe.lib.recipe", rec),
-                      ("nsys_recipe.lib.args", args)):
+    for name, mod in (
+        ("nsys_recipe", pkg),
+        ("nsys_recipe.lib", lib),
+        ("nsys_recipe.lib.recipe", rec),
+        ("nsys_recipe.lib.args", args),
+    ):
         monkeypatch.setitem(sys.modules, name, mod)
     spec = importlib.util.spec_from_file_location("plasmient_recipe_under_test", RECIPE_DIR / "plasmient.py")
     assert spec and spec.loader
@@ -114,6 +119,7 @@ def recipe_module(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
 
 
 # ----------------------------------------------------------------------------- the recipe folder
+
 
 def test_recipe_folder_is_what_nsys_loads() -> None:
     meta = json.loads((RECIPE_DIR / "metadata.json").read_text())
@@ -133,12 +139,16 @@ def test_cli_prints_the_recipe_path() -> None:
 
 def test_only_the_recipe_module_imports_nsys_recipe() -> None:
     root = recipe_path().parent
-    importers = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py")
-                       if "import nsys_recipe" in p.read_text() or "from nsys_recipe" in p.read_text())
+    importers = sorted(
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*.py")
+        if "import nsys_recipe" in p.read_text() or "from nsys_recipe" in p.read_text()
+    )
     assert importers == ["nsys_recipe/plasmient/plasmient.py"]
 
 
 # ----------------------------------------------------------------------------- job identity
+
 
 def test_job_identity_from_captured_environments() -> None:
     rank0 = {"RANK": "0", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "abc", "__PID__": "11"}
@@ -147,8 +157,7 @@ def test_job_identity_from_captured_environments() -> None:
     assert shim.job_identity([rank0, shell]) == ("TORCHELASTIC_RUN_ID=abc", 0, 2)
     # one report holding both workers: one job, no single rank (the parser numbers them per process)
     assert shim.job_identity([rank0, rank1]) == ("TORCHELASTIC_RUN_ID=abc", None, 2)
-    assert shim.job_identity([{"SLURM_PROCID": "3", "SLURM_JOB_ID": "77", "SLURM_NTASKS": "8"}]) == \
-        ("SLURM_JOB_ID=77", 3, 8)
+    assert shim.job_identity([{"SLURM_PROCID": "3", "SLURM_JOB_ID": "77", "SLURM_NTASKS": "8"}]) == ("SLURM_JOB_ID=77", 3, 8)
     assert shim.job_identity([{"RANK": "0", "MASTER_PORT": "29500"}]) == (None, 0, None)  # a port is no job
     assert shim.job_identity([shell]) == (None, None, None)
     # two disagreeing jobs in one report: no job is named (the report becomes a run of its own)
@@ -156,21 +165,23 @@ def test_job_identity_from_captured_environments() -> None:
 
 
 def _info(report: str, job: str | None, export: str | None = None, error: str | None = None) -> shim.ReportInfo:
-    return shim.ReportInfo(report, export if export is not None or error else report + ".sqlite", job, None, None,
-                           None, error)
+    return shim.ReportInfo(report, export if export is not None or error else report + ".sqlite", job, None, None, None, error)
 
 
 def test_reports_of_one_job_are_one_run() -> None:
-    infos = [_info("/r/a/jobA_rank0.nsys-rep", "TORCHELASTIC_RUN_ID=x"),
-             _info("/r/a/jobA_rank1.nsys-rep", "TORCHELASTIC_RUN_ID=x"),
-             _info("/r/a/other.nsys-rep", None),
-             _info("/r/a/late.nsys-rep", "TORCHELASTIC_RUN_ID=y"),
-             _info("/r/a/broken.nsys-rep", None, error="/r/a/broken.nsys-rep: not a report")]
+    infos = [
+        _info("/r/a/jobA_rank0.nsys-rep", "TORCHELASTIC_RUN_ID=x"),
+        _info("/r/a/jobA_rank1.nsys-rep", "TORCHELASTIC_RUN_ID=x"),
+        _info("/r/a/other.nsys-rep", None),
+        _info("/r/a/late.nsys-rep", "TORCHELASTIC_RUN_ID=y"),
+        _info("/r/a/broken.nsys-rep", None, error="/r/a/broken.nsys-rep: not a report"),
+    ]
     g = shim.group_reports(infos, "job", "a")
     assert sorted((r.run_id, r.inputs) for r in g.runs) == [
         ("a/jobA", ("/r/a/jobA_rank0.nsys-rep.sqlite", "/r/a/jobA_rank1.nsys-rep.sqlite")),
         ("a/late", ("/r/a/late.nsys-rep.sqlite",)),
-        ("a/other", ("/r/a/other.nsys-rep.sqlite",))]
+        ("a/other", ("/r/a/other.nsys-rep.sqlite",)),
+    ]
     assert [(o.run_id, o.status, o.error) for o in g.failed] == [("a/broken", "failed", "/r/a/broken.nsys-rep: not a report")]
     assert g.run_of["/r/a/jobA_rank1.nsys-rep"] == "a/jobA"
     assert len(shim.group_reports(infos, "report", "a").runs) == 4
@@ -217,8 +228,13 @@ def test_recipe_end_to_end_on_committed_exports(recipe_module: Any, tmp_path: Pa
     for name in ("summary.parquet", "index.html", "reports.parquet", "plasmient.ipynb", "out.nsys-analysis"):
         assert (out / name).is_file(), name
     analysis = json.loads((out / "out.nsys-analysis").read_text())
-    assert analysis["Outputs"] == {"summary.parquet": "Parquet", "index.html": "HTML", "reports.parquet": "Parquet",
-                                   "plasmient.ipynb": "Notebook", "runs": "Folder"}
+    assert analysis["Outputs"] == {
+        "summary.parquet": "Parquet",
+        "index.html": "HTML",
+        "reports.parquet": "Parquet",
+        "plasmient.ipynb": "Notebook",
+        "runs": "Folder",
+    }
     rows = pq.read_table(out / "summary.parquet").to_pylist()
     runs = {x["run_id"]: x for x in rows if x["level"] == "run"}
     assert sorted(runs) == ["in/nsys_ddp", "in/nsys_single"] and all(x["status"] == "ok" for x in runs.values())
@@ -234,7 +250,8 @@ def test_recipe_end_to_end_on_committed_exports(recipe_module: Any, tmp_path: Pa
     res = pipeline.analyse([inputs / "nsys_single.sqlite"], pipeline.Options(write_html=False, write_trace=False))
     try:
         assert runs["in/nsys_single"]["achieved_fraction_of_peak"] == pytest.approx(
-            res.verdict["achieved_fraction_of_peak"], rel=1e-9)
+            res.verdict["achieved_fraction_of_peak"], rel=1e-9
+        )
         assert runs["in/nsys_single"]["utilization"] == pytest.approx(res.verdict["utilization"]["trace"], rel=1e-9)
     finally:
         res.close()
@@ -251,8 +268,10 @@ def test_a_partial_sibling_export_is_not_used(tmp_path: Path, monkeypatch: pytes
     for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "StringIds"):
         shutil.copy(sample_file(f"h200_single/nsys_single_pqtdir/{table}.parquet"), partial)
     fake = tmp_path / "nsys"
-    fake.write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --output ] && out=$2; shift; done\n"
-                    f"cp '{sample_file('h200_single/nsys_single.sqlite')}' \"$out\"\n")
+    fake.write_text(
+        '#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = --output ] && out=$2; shift; done\n'
+        f"cp '{sample_file('h200_single/nsys_single.sqlite')}' \"$out\"\n"
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("NSYS", str(fake))
     info = shim.probe_report(str(rep), str(tmp_path / "cache"))
@@ -266,8 +285,11 @@ def test_a_partial_sibling_export_is_not_used(tmp_path: Path, monkeypatch: pytes
 # same reports (README there): cuda_gpu_kern_sum, gpu_time_util (--chunks 1 --threshold 100: one chunk per
 # process and GPU, every chunk listed), nccl_gpu_overlap_trace. Each report is the export committed beside it.
 
-CROSS = {"single": ["h200_single/nsys_single.sqlite"], "ddp": ["h200x2_ddp/nsys/nsys_ddp.sqlite"],
-         "gloo": ["h200_nsys_recipe/gloo_rank0.sqlite", "h200_nsys_recipe/gloo_rank1.sqlite"]}
+CROSS = {
+    "single": ["h200_single/nsys_single.sqlite"],
+    "ddp": ["h200x2_ddp/nsys/nsys_ddp.sqlite"],
+    "gloo": ["h200_nsys_recipe/gloo_rank0.sqlite", "h200_nsys_recipe/gloo_rank1.sqlite"],
+}
 
 
 def _nvidia(recipe: str, case: str, table: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -297,13 +319,19 @@ def test_kernel_time_per_name_equals_cuda_gpu_kern_sum(analysed: Any, case: str)
     for sid, f in enumerate(files):
         # NVIDIA names kernels by their short name; ours are demangled: the export maps one to the other.
         sq = sqlite3.connect(f"file:{f}?mode=ro", uri=True)
-        short = dict(sq.execute("SELECT d.value, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d "
-                                "ON d.id = k.demangledName JOIN StringIds s ON s.id = k.shortName GROUP BY 1, 2"))
+        short = dict(
+            sq.execute(
+                "SELECT d.value, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d "
+                "ON d.id = k.demangledName JOIN StringIds s ON s.id = k.shortName GROUP BY 1, 2"
+            )
+        )
         sq.close()
         ours: dict[str, list[int]] = {}
         for name, n, total in res.con.execute(
-                "SELECT name, count(*), sum(end_ns - start_ns) FROM kernels WHERE source_id = ? "
-                "AND kind IN ('compute', 'nccl') GROUP BY name", [sid]).fetchall():
+            "SELECT name, count(*), sum(end_ns - start_ns) FROM kernels WHERE source_id = ? "
+            "AND kind IN ('compute', 'nccl') GROUP BY name",
+            [sid],
+        ).fetchall():
             acc = ours.setdefault(short.get(name, name), [0, 0])
             acc[0] += n
             acc[1] += total
@@ -324,11 +352,12 @@ def test_gpu_utilization_against_gpu_time_util(analysed: Any, case: str) -> None
         sid = [f.stem for f in files].index(nv_files[row["Rank"]])
         first, last, summed = res.con.execute(
             "SELECT min(raw_start), max(raw_start + (end_ns - start_ns)), sum(end_ns - start_ns) FROM kernels "
-            "WHERE source_id = ? AND device = ?", [sid, row["Device ID"]]).fetchone()
+            "WHERE source_id = ? AND device = ?",
+            [sid, row["Device ID"]],
+        ).fetchone()
         assert (first, last - first) == (row["Start"], row["Duration"])  # the same window, to the ns
         assert 100 * summed / row["Duration"] == pytest.approx(row["In-Use"], abs=0.05)  # their rounding
-        rank = next(r for r in res.verdict["ranks"] if r["device"] == row["Device ID"] and
-                    (len(files) == 1 or r["rank"] == sid))
+        rank = next(r for r in res.verdict["ranks"] if r["device"] == row["Device ID"] and (len(files) == 1 or r["rank"] == sid))
         busy = rank["utilization"]["trace"] * rank["window_ns"]  # our utilization, back in ns
         assert busy <= summed * (1 + 1e-9)
         if case == "single":  # one stream at a time: union == sum (to 0.5%)
@@ -343,8 +372,7 @@ def test_exposed_communication_against_nccl_gpu_overlap_trace(analysed: Any) -> 
     exposed: dict[int, float] = {}
     for r in trace:
         if r["Name"].startswith("nccl"):
-            exposed[r["DeviceID"]] = exposed.get(r["DeviceID"], 0.0) + \
-                (r["End"] - r["Start"]) * (1 - r["Compute Overlap"] / 100)
+            exposed[r["DeviceID"]] = exposed.get(r["DeviceID"], 0.0) + (r["End"] - r["Start"]) * (1 - r["Compute Overlap"] / 100)
     assert len(exposed) == 2
     for rank in res.verdict["ranks"]:
         lost = {x["category"]: x["fraction"] for x in rank["losses"]}

@@ -16,62 +16,66 @@ from plasmient_report.peaks import PRECISIONS, choose_peak, identify, load_table
 TABLE = load_table()
 
 
-@pytest.mark.parametrize(("name", "key"), [
-    ("NVIDIA H200", "H200"),
-    ("NVIDIA H200 NVL", "H200-NVL"),
-    ("NVIDIA H100 80GB HBM3", "H100-SXM"),
-    ("NVIDIA H100 PCIe", "H100-PCIe"),
-    ("NVIDIA H100 NVL", "H100-NVL"),
-    ("NVIDIA H800", "H800-SXM"),
-    ("NVIDIA H800 PCIe", "H800-PCIe"),
-    ("NVIDIA H20", "H20"),
-    ("NVIDIA GH200 480GB", "GH200"),
-    ("NVIDIA GH200 144G HBM3e", "GH200-144GB"),
-    ("NVIDIA A100-SXM4-80GB", "A100-80GB-SXM"),
-    ("NVIDIA A100-SXM4-40GB", "A100-40GB-SXM"),
-    ("NVIDIA A100-PCIE-40GB", "A100-40GB-PCIe"),
-    ("NVIDIA A100 80GB PCIe", "A100-80GB-PCIe"),
-    ("NVIDIA A100-PG509-200", "A100-40GB-SXM"),  # HTA's traces (an A100 SXM board of Meta's)
-    ("NVIDIA A800-SXM4-80GB", "A800-80GB-SXM"),
-    ("NVIDIA A800 80GB PCIe", "A800-80GB-PCIe"),
-    ("NVIDIA A800 40GB Active", "A800-40GB-PCIe"),
-    ("NVIDIA A10", "A10"),
-    ("NVIDIA L4", "L4"),
-    ("NVIDIA L20", "L20"),
-    ("NVIDIA L40", "L40"),
-    ("NVIDIA L40S", "L40S"),
-    ("Tesla V100-SXM2-32GB", "V100-SXM2"),
-    ("Tesla V100-DGXS-32GB", "V100-SXM2"),
-    ("Tesla V100-PCIE-32GB", "V100-PCIe"),
-    ("Tesla V100S-PCIE-32GB", "V100S-PCIe"),
-    ("Tesla T4", "T4"),
-    ("NVIDIA B200", "B200"),
-    ("NVIDIA GB200", "GB200"),
-    ("NVIDIA B300 SXM6 AC", "B300"),
-    ("NVIDIA GB300", "GB300"),
-    ("NVIDIA RTX A6000", "RTX-A6000"),
-    ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"),
-    ("NVIDIA GeForce RTX 2080 Ti", "RTX-2080-Ti"),
-    ("NVIDIA GeForce RTX 3080", "RTX-3080"),
-    ("NVIDIA GeForce RTX 3090", "RTX-3090"),
-    ("NVIDIA GeForce RTX 4090", "RTX-4090"),
-    ("NVIDIA GeForce RTX 5090", "RTX-5090"),
-    ("AMD Instinct MI300X", "MI300X"),
-    ("AMD Instinct MI300X VF", "MI300X"),
-    ("AMD Instinct MI300A", "MI300A"),
-    ("AMD Instinct MI325X", "MI325X"),
-    ("AMD Instinct MI355X", "MI355X"),
-    ("AMD Instinct MI250X", "MI250X"),
-    ("AMD Instinct MI250", "MI250"),
-    ("AMD Instinct MI210", "MI210"),
-])
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA H200 NVL", "H200-NVL"),
+        ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+        ("NVIDIA H100 PCIe", "H100-PCIe"),
+        ("NVIDIA H100 NVL", "H100-NVL"),
+        ("NVIDIA H800", "H800-SXM"),
+        ("NVIDIA H800 PCIe", "H800-PCIe"),
+        ("NVIDIA H20", "H20"),
+        ("NVIDIA GH200 480GB", "GH200"),
+        ("NVIDIA GH200 144G HBM3e", "GH200-144GB"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB-SXM"),
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB-SXM"),
+        ("NVIDIA A100-PCIE-40GB", "A100-40GB-PCIe"),
+        ("NVIDIA A100 80GB PCIe", "A100-80GB-PCIe"),
+        ("NVIDIA A100-PG509-200", "A100-40GB-SXM"),  # HTA's traces (an A100 SXM board of Meta's)
+        ("NVIDIA A800-SXM4-80GB", "A800-80GB-SXM"),
+        ("NVIDIA A800 80GB PCIe", "A800-80GB-PCIe"),
+        ("NVIDIA A800 40GB Active", "A800-40GB-PCIe"),
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L20", "L20"),
+        ("NVIDIA L40", "L40"),
+        ("NVIDIA L40S", "L40S"),
+        ("Tesla V100-SXM2-32GB", "V100-SXM2"),
+        ("Tesla V100-DGXS-32GB", "V100-SXM2"),
+        ("Tesla V100-PCIE-32GB", "V100-PCIe"),
+        ("Tesla V100S-PCIE-32GB", "V100S-PCIe"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA B200", "B200"),
+        ("NVIDIA GB200", "GB200"),
+        ("NVIDIA B300 SXM6 AC", "B300"),
+        ("NVIDIA GB300", "GB300"),
+        ("NVIDIA RTX A6000", "RTX-A6000"),
+        ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"),
+        ("NVIDIA GeForce RTX 2080 Ti", "RTX-2080-Ti"),
+        ("NVIDIA GeForce RTX 3080", "RTX-3080"),
+        ("NVIDIA GeForce RTX 3090", "RTX-3090"),
+        ("NVIDIA GeForce RTX 4090", "RTX-4090"),
+        ("NVIDIA GeForce RTX 5090", "RTX-5090"),
+        ("AMD Instinct MI300X", "MI300X"),
+        ("AMD Instinct MI300X VF", "MI300X"),
+        ("AMD Instinct MI300A", "MI300A"),
+        ("AMD Instinct MI325X", "MI325X"),
+        ("AMD Instinct MI355X", "MI355X"),
+        ("AMD Instinct MI250X", "MI250X"),
+        ("AMD Instinct MI250", "MI250"),
+        ("AMD Instinct MI210", "MI210"),
+    ],
+)
 def test_name_matching(name, key):
     g = match_gpu(name, TABLE)
     assert g is not None and g.key == key
 
 
-@pytest.mark.parametrize("name", ["NVIDIA GeForce RTX 3080 Ti", "AMD Instinct MI250X / MI250", "AMD Radeon Graphics",
-                                  "NVIDIA RTX 6000"])
+@pytest.mark.parametrize(
+    "name", ["NVIDIA GeForce RTX 3080 Ti", "AMD Instinct MI250X / MI250", "AMD Radeon Graphics", "NVIDIA RTX 6000"]
+)
 def test_names_no_entry_is_sure_of_match_none(name):
     # a 3080 Ti is not a 3080; "MI250X / MI250" could be either die; "RTX 6000" (Turing Quadro) is not the Ada card
     assert match_gpu(name, TABLE) is None
@@ -79,11 +83,43 @@ def test_names_no_entry_is_sure_of_match_none(name):
 
 def test_required_gpus_sources_and_identification_fields():
     keys = {g.key for g in TABLE}
-    for k in ("V100-SXM2", "A100-40GB-SXM", "A100-80GB-SXM", "A10", "L4", "L40S", "H100-SXM", "H100-PCIe",
-              "H100-NVL", "H200", "GH200", "B200", "GB200", "MI250X", "MI300X", "MI325X",
-              # issue 14
-              "H800-SXM", "H20", "A800-80GB-SXM", "L20", "L40", "GH200-144GB", "B300", "GB300", "MI210", "MI250",
-              "MI300A", "MI355X", "RTX-A6000", "RTX-6000-Ada", "RTX-2080-Ti", "RTX-3090", "RTX-4090", "RTX-5090"):
+    for k in (
+        "V100-SXM2",
+        "A100-40GB-SXM",
+        "A100-80GB-SXM",
+        "A10",
+        "L4",
+        "L40S",
+        "H100-SXM",
+        "H100-PCIe",
+        "H100-NVL",
+        "H200",
+        "GH200",
+        "B200",
+        "GB200",
+        "MI250X",
+        "MI300X",
+        "MI325X",
+        # issue 14
+        "H800-SXM",
+        "H20",
+        "A800-80GB-SXM",
+        "L20",
+        "L40",
+        "GH200-144GB",
+        "B300",
+        "GB300",
+        "MI210",
+        "MI250",
+        "MI300A",
+        "MI355X",
+        "RTX-A6000",
+        "RTX-6000-Ada",
+        "RTX-2080-Ti",
+        "RTX-3090",
+        "RTX-4090",
+        "RTX-5090",
+    ):
         assert k in keys, k
     assert len(keys) == len(TABLE), "duplicate keys"
     for g in TABLE:
@@ -185,11 +221,14 @@ def test_lookup_by_key_alias_or_name():
     assert lookup("rtx 4090", TABLE).key == "RTX-4090"
 
 
-@pytest.mark.parametrize(("query", "candidates"), [
-    ("H100", {"H100-SXM", "H100-PCIe", "H100-NVL"}),
-    ("A100", {"A100-80GB-PCIe", "A100-40GB-PCIe", "A100-80GB-SXM", "A100-40GB-SXM"}),
-    ("MI3", {"MI300X", "MI300A", "MI325X"}),
-])
+@pytest.mark.parametrize(
+    ("query", "candidates"),
+    [
+        ("H100", {"H100-SXM", "H100-PCIe", "H100-NVL"}),
+        ("A100", {"A100-80GB-PCIe", "A100-40GB-PCIe", "A100-80GB-SXM", "A100-40GB-SXM"}),
+        ("MI3", {"MI300X", "MI300A", "MI325X"}),
+    ],
+)
 def test_ambiguous_names_are_refused_with_the_candidates(query, candidates):
     with pytest.raises(BadInput) as e:
         lookup(query, TABLE)
@@ -232,9 +271,11 @@ def test_identify_from_properties():
 
 def test_user_peaks_file_overrides_and_adds(tmp_path):
     f = tmp_path / "p.toml"
-    f.write_text('[[gpu]]\nkey = "H100-SXM"\nname = "my H100"\nmatch = "H100"\nbf16 = 900.0\n'
-                 'memory_bandwidth_gbs = 3000\nsource = "measured"\n'
-                 '[[gpu]]\nkey = "X1"\naliases = ["xone"]\nbf16 = 10.0\n')
+    f.write_text(
+        '[[gpu]]\nkey = "H100-SXM"\nname = "my H100"\nmatch = "H100"\nbf16 = 900.0\n'
+        'memory_bandwidth_gbs = 3000\nsource = "measured"\n'
+        '[[gpu]]\nkey = "X1"\naliases = ["xone"]\nbf16 = 10.0\n'
+    )
     t = load_table(f)
     assert lookup("H100-SXM", t).tflops == {"bf16": 900.0}
     assert lookup("xone", t).key == "X1"

@@ -74,9 +74,16 @@ def decode(path: Path) -> Decoded:
             args = {}
             for a in ev.debug_annotations:
                 args[arg_names[seq][a.name_iid]] = getattr(a, a.WhichOneof("value"))
-            open_[ev.track_uuid].append({"track": ev.track_uuid, "start": ts, "name": names[seq][ev.name_iid],
-                                         "args": args, "flows": list(ev.flow_ids),
-                                         "terms": list(ev.terminating_flow_ids)})
+            open_[ev.track_uuid].append(
+                {
+                    "track": ev.track_uuid,
+                    "start": ts,
+                    "name": names[seq][ev.name_iid],
+                    "args": args,
+                    "flows": list(ev.flow_ids),
+                    "terms": list(ev.terminating_flow_ids),
+                }
+            )
         elif ev.type == TE.TYPE_SLICE_END:
             assert open_[ev.track_uuid], "an end without a begin: the track does not nest"
             s = open_[ev.track_uuid].pop()
@@ -102,33 +109,67 @@ def rows(con: Any, sql: str, params: list[Any] | None = None) -> list[tuple[Any,
 
 def test_field_numbers_are_perfettos() -> None:
     """The bulk encoder writes field numbers by hand: they must be those of perfetto_trace.proto."""
-    f = {m.DESCRIPTOR.name: {x.name: x.number for x in m.DESCRIPTOR.fields}
-         for m in (pb.Trace, pb.TracePacket, pb.TrackEvent, pb.DebugAnnotation, pb.InternedData, pb.EventName)}
+    f = {
+        m.DESCRIPTOR.name: {x.name: x.number for x in m.DESCRIPTOR.fields}
+        for m in (pb.Trace, pb.TracePacket, pb.TrackEvent, pb.DebugAnnotation, pb.InternedData, pb.EventName)
+    }
     assert perfetto.F_TRACE_PACKET == f["Trace"]["packet"]
-    assert (perfetto.F_PKT_TIMESTAMP, perfetto.F_PKT_SEQ_ID, perfetto.F_PKT_TRACK_EVENT, perfetto.F_PKT_INTERNED,
-            perfetto.F_PKT_FLAGS) == tuple(f["TracePacket"][k] for k in (
-                "timestamp", "trusted_packet_sequence_id", "track_event", "interned_data", "sequence_flags"))
-    assert (perfetto.F_EV_ANNOTATION, perfetto.F_EV_TYPE, perfetto.F_EV_NAME_IID, perfetto.F_EV_TRACK_UUID,
-            perfetto.F_EV_DOUBLE_COUNTER, perfetto.F_EV_FLOW, perfetto.F_EV_TERMINATING_FLOW) == tuple(
-        f["TrackEvent"][k] for k in ("debug_annotations", "type", "name_iid", "track_uuid", "double_counter_value",
-                                     "flow_ids", "terminating_flow_ids"))
+    assert (
+        perfetto.F_PKT_TIMESTAMP,
+        perfetto.F_PKT_SEQ_ID,
+        perfetto.F_PKT_TRACK_EVENT,
+        perfetto.F_PKT_INTERNED,
+        perfetto.F_PKT_FLAGS,
+    ) == tuple(
+        f["TracePacket"][k] for k in ("timestamp", "trusted_packet_sequence_id", "track_event", "interned_data", "sequence_flags")
+    )
+    assert (
+        perfetto.F_EV_ANNOTATION,
+        perfetto.F_EV_TYPE,
+        perfetto.F_EV_NAME_IID,
+        perfetto.F_EV_TRACK_UUID,
+        perfetto.F_EV_DOUBLE_COUNTER,
+        perfetto.F_EV_FLOW,
+        perfetto.F_EV_TERMINATING_FLOW,
+    ) == tuple(
+        f["TrackEvent"][k]
+        for k in (
+            "debug_annotations",
+            "type",
+            "name_iid",
+            "track_uuid",
+            "double_counter_value",
+            "flow_ids",
+            "terminating_flow_ids",
+        )
+    )
     assert (perfetto.F_ANN_NAME_IID, perfetto.F_ANN_INT, perfetto.F_ANN_DOUBLE, perfetto.F_ANN_STRING) == tuple(
-        f["DebugAnnotation"][k] for k in ("name_iid", "int_value", "double_value", "string_value"))
+        f["DebugAnnotation"][k] for k in ("name_iid", "int_value", "double_value", "string_value")
+    )
     assert (perfetto.F_INTERNED_EVENT_NAMES, perfetto.F_INTERNED_ANNOTATION_NAMES) == (
-        f["InternedData"]["event_names"], f["InternedData"]["debug_annotation_names"])
+        f["InternedData"]["event_names"],
+        f["InternedData"]["debug_annotation_names"],
+    )
     assert (perfetto.F_NAME_IID, perfetto.F_NAME_NAME) == (f["EventName"]["iid"], f["EventName"]["name"])
     assert perfetto.F_PKT_TRACK_DESCRIPTOR == f["TracePacket"]["track_descriptor"]
     td = {x.name: x.number for x in pb.TrackDescriptor.DESCRIPTOR.fields}
-    assert (perfetto.F_TD_UUID, perfetto.F_TD_NAME, perfetto.F_TD_PROCESS, perfetto.F_TD_PARENT, perfetto.F_TD_COUNTER,
-            perfetto.F_TD_CHILD_ORDERING, perfetto.F_TD_ORDER) == tuple(td[k] for k in (
-                "uuid", "name", "process", "parent_uuid", "counter", "child_ordering", "sibling_order_rank"))
+    assert (
+        perfetto.F_TD_UUID,
+        perfetto.F_TD_NAME,
+        perfetto.F_TD_PROCESS,
+        perfetto.F_TD_PARENT,
+        perfetto.F_TD_COUNTER,
+        perfetto.F_TD_CHILD_ORDERING,
+        perfetto.F_TD_ORDER,
+    ) == tuple(td[k] for k in ("uuid", "name", "process", "parent_uuid", "counter", "child_ordering", "sibling_order_rank"))
     pd = {x.name: x.number for x in pb.ProcessDescriptor.DESCRIPTOR.fields}
     assert (perfetto.F_PROCESS_PID, perfetto.F_PROCESS_NAME) == (pd["pid"], pd["process_name"])
     assert perfetto.F_COUNTER_UNIT_NAME == pb.CounterDescriptor.DESCRIPTOR.fields_by_name["unit_name"].number
-    assert (perfetto.BEGIN, perfetto.END, perfetto.COUNTER) == (TE.TYPE_SLICE_BEGIN, TE.TYPE_SLICE_END,
-                                                                 TE.TYPE_COUNTER)
-    assert (perfetto.STATE_CLEARED, perfetto.NEEDS_STATE) == (pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED,
-                                                               pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
+    assert (perfetto.BEGIN, perfetto.END, perfetto.COUNTER) == (TE.TYPE_SLICE_BEGIN, TE.TYPE_SLICE_END, TE.TYPE_COUNTER)
+    assert (perfetto.STATE_CLEARED, perfetto.NEEDS_STATE) == (
+        pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED,
+        pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE,
+    )
     assert perfetto.EXPLICIT_ORDER == pb.TrackDescriptor.EXPLICIT
 
 
@@ -148,20 +189,32 @@ def test_single_gpu_trace_has_every_event_of_the_store(tmp_path: Path) -> None:
         got[(dev, stream, s["start"], s["end"], s["name"], s["args"].get("kind"))] += 1
     assert got == want and stats["kernels"] == sum(want.values()) > 1000
     # Ops, CUDA calls and Python frames: on their CPU thread's tracks.
-    want = Counter(rows(con, """
+    want = Counter(
+        rows(
+            con,
+            """
         SELECT thread, start_ns, greatest(end_ns, start_ns), name FROM ops
         UNION ALL SELECT thread, start_ns, greatest(end_ns, start_ns), name FROM api_calls
-        UNION ALL SELECT thread, start_ns, greatest(end_ns, start_ns), name FROM ranges WHERE domain = 'python'"""))
+        UNION ALL SELECT thread, start_ns, greatest(end_ns, start_ns), name FROM ranges WHERE domain = 'python'""",
+        )
+    )
     got = Counter()
     for s in tr.under(f"{tr.path(proc)}/op/"):
         tid = int(tr.path(s["track"]).rsplit("/", 1)[1].split(" (overlap")[0].removeprefix("CPU thread "))
         got[(tid, s["start"], s["end"], s["name"])] += 1
     assert got == want
     # Ranges (record_function / NVTX), CPU side and GPU side.
-    want = Counter(rows(con, "SELECT on_gpu, start_ns, greatest(end_ns, start_ns), coalesce(name, '?'), domain "
-                             "FROM ranges WHERE domain IS DISTINCT FROM 'python'"))
-    got = Counter((" on the GPU" in tr.path(s["track"]), s["start"], s["end"], s["name"], s["args"].get("domain"))
-                  for s in tr.under(f"{tr.path(proc)}/model/"))
+    want = Counter(
+        rows(
+            con,
+            "SELECT on_gpu, start_ns, greatest(end_ns, start_ns), coalesce(name, '?'), domain "
+            "FROM ranges WHERE domain IS DISTINCT FROM 'python'",
+        )
+    )
+    got = Counter(
+        (" on the GPU" in tr.path(s["track"]), s["start"], s["end"], s["name"], s["args"].get("domain"))
+        for s in tr.under(f"{tr.path(proc)}/model/")
+    )
     assert got == want
 
 
@@ -169,10 +222,16 @@ def test_kernel_arguments_follow_the_store(tmp_path: Path) -> None:
     """A kernel slice's class, bound, achieved % and arithmetic intensity are the measure stage's kernel_class
     row (one definition, never recomputed here); FLOPs and copy bytes the kernel's."""
     res, tr, _ = build([corpus_file("h200-single-kineto/kineto_single.json.gz")], tmp_path)
-    by_key = {(s, e, n): rest for s, e, n, *rest in rows(res.con, """
+    by_key = {
+        (s, e, n): rest
+        for s, e, n, *rest in rows(
+            res.con,
+            """
         SELECT k.start_ns, greatest(k.end_ns, k.start_ns), k.name, k.kind, k.flops, k.bytes, c.class, c.bound,
                c.fraction_of_peak, c.arithmetic_intensity
-        FROM kernels k JOIN kernel_class c USING (kernel_id)""")}
+        FROM kernels k JOIN kernel_class c USING (kernel_id)""",
+        )
+    }
     seen = Counter()
     for s in tr.under("rank 0"):
         if "/kernel/" not in tr.path(s["track"]):
@@ -198,8 +257,10 @@ def test_kernel_arguments_follow_the_store(tmp_path: Path) -> None:
 
 def test_every_launch_flows_to_its_kernel(tmp_path: Path) -> None:
     res, tr, _ = build([corpus_file("h200-single-kineto/kineto_single.json.gz")], tmp_path)
-    corr_of_kernel = {(s, e, n): c for s, e, n, c in rows(
-        res.con, "SELECT start_ns, greatest(end_ns, start_ns), name, correlation FROM kernels")}
+    corr_of_kernel = {
+        (s, e, n): c
+        for s, e, n, c in rows(res.con, "SELECT start_ns, greatest(end_ns, start_ns), name, correlation FROM kernels")
+    }
     starts: dict[int, list[dict[str, Any]]] = defaultdict(list)
     ends: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for s in tr.slices:
@@ -207,9 +268,12 @@ def test_every_launch_flows_to_its_kernel(tmp_path: Path) -> None:
             starts[f].append(s)
         for f in s["terms"]:
             ends[f].append(s)
-    launched = rows(res.con, "SELECT count(DISTINCT (source_id, correlation)) FROM kernels k WHERE EXISTS ("
-                             "SELECT 1 FROM api_calls a WHERE a.source_id = k.source_id "
-                             "AND a.correlation = k.correlation)")[0][0]
+    launched = rows(
+        res.con,
+        "SELECT count(DISTINCT (source_id, correlation)) FROM kernels k WHERE EXISTS ("
+        "SELECT 1 FROM api_calls a WHERE a.source_id = k.source_id "
+        "AND a.correlation = k.correlation)",
+    )[0][0]
     assert len(starts) == launched > 1000
     assert set(ends) == set(starts), "a flow without both ends"
     for f, (launch,) in starts.items():
@@ -223,17 +287,20 @@ def test_two_rank_trace_links_collectives(tmp_path: Path) -> None:
     procs = sorted(d.process.process_name.split(" · ")[0] for d in tr.tracks.values() if d.HasField("process"))
     assert procs == ["rank 0", "rank 1"]
     for rank in (0, 1):
-        assert {d.name for d in tr.tracks.values() if d.parent_uuid == perfetto.uuid_of("rank", rank)} == set(
-            perfetto.LAYERS)
+        assert {d.name for d in tr.tracks.values() if d.parent_uuid == perfetto.uuid_of("rank", rank)} == set(perfetto.LAYERS)
     colls = [s for s in tr.slices if "/cluster/" in tr.path(s["track"])]
-    assert Counter((s["start"], s["end"], s["name"]) for s in colls) == Counter(rows(
-        res.con, "SELECT start_ns, greatest(end_ns, start_ns), coalesce(collective, 'collective') FROM collectives"))
+    assert Counter((s["start"], s["end"], s["name"]) for s in colls) == Counter(
+        rows(res.con, "SELECT start_ns, greatest(end_ns, start_ns), coalesce(collective, 'collective') FROM collectives")
+    )
     by_flow: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for s in colls:
         for f in s["flows"]:
             by_flow[f].append(s)
-    n_coll = rows(res.con, "SELECT count(*) FROM (SELECT 1 FROM collectives GROUP BY "
-                           "coalesce(process_group, group_ranks, ''), collective, seq HAVING count(*) > 1)")[0][0]
+    n_coll = rows(
+        res.con,
+        "SELECT count(*) FROM (SELECT 1 FROM collectives GROUP BY "
+        "coalesce(process_group, group_ranks, ''), collective, seq HAVING count(*) > 1)",
+    )[0][0]
     assert len(by_flow) == n_coll > 0 and stats["collective_flows"] == sum(len(v) for v in by_flow.values())
     for group in by_flow.values():  # one collective: the same op, sequence number and group on both ranks
         assert len({tr.path(s["track"]).split("/")[0] for s in group}) == 2
@@ -246,13 +313,15 @@ def test_verdict_layer_matches_the_losses(tmp_path: Path) -> None:
     assert values and all(0.0 <= v <= 100.0 for _, v in values)
     assert tr.tracks[perfetto.uuid_of("achieved", 0, 0)].counter.unit_name == "%"
     lost = [s for s in tr.slices if tr.path(s["track"]).split("/")[1] == "verdict"]
-    assert Counter((s["start"], s["end"], s["name"]) for s in lost) == Counter(rows(
-        res.con, "SELECT start_ns, end_ns, category FROM losses WHERE scope = 'window' AND end_ns > start_ns"))
+    assert Counter((s["start"], s["end"], s["name"]) for s in lost) == Counter(
+        rows(res.con, "SELECT start_ns, end_ns, category FROM losses WHERE scope = 'window' AND end_ns > start_ns")
+    )
     total = rows(res.con, "SELECT sum(lost_ns) FROM losses WHERE scope = 'window' AND end_ns > start_ns")[0][0]
     assert sum(s["args"]["lost_ns"] for s in lost) == pytest.approx(total, rel=1e-9)
     # the counter: 100 − lost share of each stretch, at its start
-    first = rows(res.con, "SELECT start_ns, end_ns, lost_ns FROM losses WHERE scope = 'window' "
-                          "ORDER BY start_ns, end_ns DESC LIMIT 1")[0]
+    first = rows(
+        res.con, "SELECT start_ns, end_ns, lost_ns FROM losses WHERE scope = 'window' ORDER BY start_ns, end_ns DESC LIMIT 1"
+    )[0]
     assert (first[0], pytest.approx(max(0.0, 100 * (1 - first[2] / (first[1] - first[0]))))) in values
 
 
@@ -260,12 +329,17 @@ def test_counters_of_each_log_on_their_own_track_in_percent(tmp_path: Path) -> N
     """Three logs of the same GPU (nvidia-smi dmon, nvidia-smi query, NVML) each give gpu_util: three tracks,
     each in time order with its own log's samples (never interleaved), utilisations in %."""
     d = SAMPLES / "h200_align"
-    res, tr, _ = build([d / "kineto_bursts.pt.trace.json.gz", d / "nvidia_smi_dmon.txt", d / "nvidia_smi_query.csv",
-                        d / "nvml_samples.csv"], tmp_path)
+    res, tr, _ = build(
+        [d / "kineto_bursts.pt.trace.json.gz", d / "nvidia_smi_dmon.txt", d / "nvidia_smi_query.csv", d / "nvml_samples.csv"],
+        tmp_path,
+    )
     counter_tracks = {u: t for u, t in tr.tracks.items() if t.HasField("counter") and "achieved" not in t.name}
-    series = rows(res.con, "SELECT c.source_id, s.format, c.metric, c.end_ns, c.value FROM counters c "
-                           "JOIN sources s USING (source_id) WHERE c.rank = 0 AND c.value IS NOT NULL "
-                           "ORDER BY c.source_id, c.metric, c.end_ns")
+    series = rows(
+        res.con,
+        "SELECT c.source_id, s.format, c.metric, c.end_ns, c.value FROM counters c "
+        "JOIN sources s USING (source_id) WHERE c.rank = 0 AND c.value IS NOT NULL "
+        "ORDER BY c.source_id, c.metric, c.end_ns",
+    )
     want: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
     for _, fmt, metric, t, v in series:
         want[(fmt, metric)].append((t, v))
@@ -301,13 +375,19 @@ def test_negative_times_are_lifted_not_refused(tmp_path: Path) -> None:
     """Times before 1970 in the store (issue 15: they made the writer fail): Perfetto timestamps are unsigned,
     so the whole trace moves up by one constant and still lines up; the process name says so."""
     con = store.connect()
-    con.execute("INSERT INTO kernels (kernel_id, source_id, rank, device, stream, start_ns, end_ns, name, kind, "
-                "correlation) VALUES (0, 0, 0, 0, 7, -5000, -1000, 'gemm', 'compute', 1), "
-                "(1, 0, 0, 0, 7, 2000, 3000, 'copy', 'memcpy', 2)")
-    con.execute("INSERT INTO api_calls (source_id, rank, thread, start_ns, end_ns, name, correlation) "
-                "VALUES (0, 0, 1, -9000, -8000, 'cudaLaunchKernel', 1)")
-    con.execute("INSERT INTO counters (source_id, rank, device, metric, start_ns, end_ns, value) "
-                "VALUES (0, 0, 0, 'power_w', -20000, -10000, 300.0)")
+    con.execute(
+        "INSERT INTO kernels (kernel_id, source_id, rank, device, stream, start_ns, end_ns, name, kind, "
+        "correlation) VALUES (0, 0, 0, 0, 7, -5000, -1000, 'gemm', 'compute', 1), "
+        "(1, 0, 0, 0, 7, 2000, 3000, 'copy', 'memcpy', 2)"
+    )
+    con.execute(
+        "INSERT INTO api_calls (source_id, rank, thread, start_ns, end_ns, name, correlation) "
+        "VALUES (0, 0, 1, -9000, -8000, 'cudaLaunchKernel', 1)"
+    )
+    con.execute(
+        "INSERT INTO counters (source_id, rank, device, metric, start_ns, end_ns, value) "
+        "VALUES (0, 0, 0, 'power_w', -20000, -10000, 300.0)"
+    )
     out = tmp_path / "t.pftrace"
     stats = perfetto.write(con, {}, out)
     tr = decode(out)
@@ -356,9 +436,11 @@ def test_lanes_in_batches_equal_one_by_one_placement(tmp_path: Path, monkeypatch
         for _ in range(rnd.randint(1, 60)):
             t += rnd.choice([0, 0, 1, 3, 10])
             kernels.append((stream, 10**15 + t, 10**15 + t + rnd.choice([0, 1, 2, 5, 20, rnd.randint(0, 80)])))
-    con.executemany("INSERT INTO kernels (kernel_id, source_id, rank, device, stream, start_ns, end_ns, name, kind) "
-                    "VALUES (?, 0, 0, 0, ?, ?, ?, 'k' || ?, 'compute')",
-                    [(i, st, s, e, i % 3) for i, (st, s, e) in enumerate(kernels)])
+    con.executemany(
+        "INSERT INTO kernels (kernel_id, source_id, rank, device, stream, start_ns, end_ns, name, kind) "
+        "VALUES (?, 0, 0, 0, ?, ?, ?, 'k' || ?, 'compute')",
+        [(i, st, s, e, i % 3) for i, (st, s, e) in enumerate(kernels)],
+    )
     monkeypatch.setattr(perfetto, "BATCH_ROWS", 3)
     out = tmp_path / "t.pftrace"
     perfetto.write(con, {}, out)
@@ -368,10 +450,10 @@ def test_lanes_in_batches_equal_one_by_one_placement(tmp_path: Path, monkeypatch
         name = tr.path(s["track"]).rsplit("/", 1)[1]
         base, _, lane = name.partition(" (overlap ")
         lane_of.setdefault((int(base.split(" stream ")[1]), s["start"], s["end"], s["name"]), []).append(
-            int(lane.rstrip(")") or 0))
+            int(lane.rstrip(")") or 0)
+        )
     for stream in range(40):
-        mine = sorted(((s, e, f"k{i % 3}") for i, (st, s, e) in enumerate(kernels) if st == stream),
-                      key=lambda x: (x[0], -x[1]))
+        mine = sorted(((s, e, f"k{i % 3}") for i, (st, s, e) in enumerate(kernels) if st == stream), key=lambda x: (x[0], -x[1]))
         placed = [lane_of[(stream, *k)].pop() for k in mine]
         # ties (same start and end) are interchangeable: compare the lanes as multisets per (start, end)
         expect = _greedy_lanes([(s, e) for s, e, _ in mine])
@@ -385,20 +467,22 @@ def test_lanes_in_batches_equal_one_by_one_placement(tmp_path: Path, monkeypatch
     assert all(not v for v in lane_of.values())
 
 
-def test_counters_stored_out_of_order_are_written_in_time_order(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_counters_stored_out_of_order_are_written_in_time_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Counter rows stream as stored; a series that goes back in time (found a few batches in, after packets
     were written) makes the writer start the counters over, sorted: every track still in time order, every
     sample once."""
     con = store.connect()
-    con.execute("INSERT INTO kernels (kernel_id, source_id, rank, device, stream, start_ns, end_ns, name, kind) "
-                "VALUES (0, 0, 0, 0, 7, 10**15, 10**15 + 100, 'k', 'compute')")
-    con.execute("INSERT INTO sources (source_id, path, format) VALUES (1, 'a.csv', 'nvml-csv'), "
-                "(2, 'b.txt', 'nvidia-smi-dmon')")
+    con.execute(
+        "INSERT INTO kernels (kernel_id, source_id, rank, device, stream, start_ns, end_ns, name, kind) "
+        "VALUES (0, 0, 0, 0, 7, 10**15, 10**15 + 100, 'k', 'compute')"
+    )
+    con.execute("INSERT INTO sources (source_id, path, format) VALUES (1, 'a.csv', 'nvml-csv'), (2, 'b.txt', 'nvidia-smi-dmon')")
     rows_in = [(1 + (i % 2), "gpu_util" if i % 3 else "power_w", 10**15 + 1000 * i, (i % 10) / 10) for i in range(300)]
     rows_in[250], rows_in[10] = rows_in[10], rows_in[250]  # one sample stored late: its series goes back in time
-    con.executemany("INSERT INTO counters (source_id, rank, device, metric, start_ns, end_ns, value) "
-                    "VALUES (?, 0, 0, ?, ? - 1000, ?, ?)", [(s, m, t, t, v) for s, m, t, v in rows_in])
+    con.executemany(
+        "INSERT INTO counters (source_id, rank, device, metric, start_ns, end_ns, value) VALUES (?, 0, 0, ?, ? - 1000, ?, ?)",
+        [(s, m, t, t, v) for s, m, t, v in rows_in],
+    )
     monkeypatch.setattr(perfetto, "BATCH_ROWS", 16)
     out = tmp_path / "t.pftrace"
     perfetto.write(con, {}, out)

@@ -63,10 +63,20 @@ def test_collective_slices_carry_wait_bandwidth_and_lateness(tmp_path: Path) -> 
         if p.HasField("track_event"):
             args = {iids[a.name_iid]: a for a in p.track_event.debug_annotations}
             if "busbw_gb_s" in args:
-                slices.append({k: (a.int_value if a.HasField("int_value") else a.double_value if a.HasField("double_value")
-                                   else a.string_value) for k, a in args.items()})
+                slices.append(
+                    {
+                        k: (
+                            a.int_value
+                            if a.HasField("int_value")
+                            else a.double_value
+                            if a.HasField("double_value")
+                            else a.string_value
+                        )
+                        for k, a in args.items()
+                    }
+                )
     assert len(slices) == truth["allreduce_per_step_expected"] * truth["profiled_steps"] * truth["world_size"]
-    late = sorted(s["lateness_ns"] for s in slices)[-truth["profiled_steps"]:]
+    late = sorted(s["lateness_ns"] for s in slices)[-truth["profiled_steps"] :]
     assert all(x == pytest.approx(truth["late_sleep_s"] * 1e9, rel=0.1) for x in late)
     assert {s["link"] for s in slices} == {"NVLink 4 (18 links)"}
     assert all(s["wait_ns"] + s["transfer_ns"] > 0 and s["busbw_gb_s"] > 0 for s in slices)

@@ -27,8 +27,7 @@ def result() -> pipeline.Result:
 
 
 def test_python_frames_are_ranges_of_their_thread(result: pipeline.Result) -> None:
-    n, threads = result.con.execute(
-        "SELECT count(*), count(DISTINCT thread) FROM ranges WHERE domain = 'python'").fetchall()[0]
+    n, threads = result.con.execute("SELECT count(*), count(DISTINCT thread) FROM ranges WHERE domain = 'python'").fetchall()[0]
     raw = json.loads(gzip.decompress(TRACE.read_bytes()))
     assert n == sum(1 for e in raw["traceEvents"] if e.get("cat") == "python_function")
     assert threads >= 1
@@ -63,7 +62,8 @@ def test_stacks_do_not_change_the_numbers(result: pipeline.Result, tmp_path: Pat
         assert a["utilization"]["trace"] == pytest.approx(b["utilization"]["trace"], rel=1e-9)
         assert a["run"]["window_ns"] == b["run"]["window_ns"]
         assert {x["category"]: x["fraction"] for x in a["losses"]} == pytest.approx(
-            {x["category"]: x["fraction"] for x in b["losses"]}, rel=1e-9)
+            {x["category"]: x["fraction"] for x in b["losses"]}, rel=1e-9
+        )
         assert [r["name"] for r in a["ranges"]] == [r["name"] for r in b["ranges"]]
         # without stacks the sync rule still finds both syncs, and says how to get the Python line
         sites = [f for f in b["findings"] if f["rule"] == "PR502"]

@@ -56,13 +56,25 @@ def test_every_documented_column_is_written(tmp_path):
     # alignment), allocator events: each column must hold a value in at least one of them.
     s = sample_file
     runs: list[tuple[list[Path], dict[str, object]]] = [
-        ([s("h200_single/kineto_single.pt.trace.json.gz"), s("h200_single/nvidia_smi_dmon.txt"),
-          s("h200_single/nvidia_smi_query.csv"), s("h200_single/nvml_samples.csv")], {"ranges": ["phase:*"]}),
+        (
+            [
+                s("h200_single/kineto_single.pt.trace.json.gz"),
+                s("h200_single/nvidia_smi_dmon.txt"),
+                s("h200_single/nvidia_smi_query.csv"),
+                s("h200_single/nvml_samples.csv"),
+            ],
+            {"ranges": ["phase:*"]},
+        ),
         ([s("h200_attention/attention.pt.trace.json.gz"), s("h200_attention/ncu_raw.csv")], {}),
         ([s("h200x2_ddp/nsys/nsys_ddp_pqtdir"), ROOT / "tests/data/dcgmi_dmon_ids_iso.txt"], {}),
         ([s("h200x2_ddp/nsys/nsys_ddp.sqlite")], {}),
-        ([s("h200x2_ddp/kineto/rank0.pt.trace.json.gz"),
-          _skewed(s("h200x2_ddp/kineto/rank1.pt.trace.json.gz"), tmp_path / "rank1.pt.trace.json.gz", 2000.0)], {}),
+        (
+            [
+                s("h200x2_ddp/kineto/rank0.pt.trace.json.gz"),
+                _skewed(s("h200x2_ddp/kineto/rank1.pt.trace.json.gz"), tmp_path / "rank1.pt.trace.json.gz", 2000.0),
+            ],
+            {},
+        ),
         ([s("h200_hf/llama_memory.pt.trace.json.gz")], {}),
         ([s("h200_sync_stack/sync_stack.pt.trace.json.gz")], {}),
         ([ROOT / "tests/data/dcgm_exporter_scrapes.prom", s("h200_single/nsys_single.sqlite")], {}),
@@ -74,16 +86,23 @@ def test_every_documented_column_is_written(tmp_path):
             cols = res.con.execute("""SELECT table_name, column_name FROM duckdb_columns() WHERE schema_name = 'main'
                                       AND table_name IN (SELECT table_name FROM duckdb_tables()
                                                          WHERE schema_name = 'main' AND NOT temporary)""").fetchall()
-            documented = set(store.connect().execute(
-                "SELECT table_name, column_name FROM duckdb_columns() WHERE schema_name = 'main'").fetchall())
+            documented = set(
+                store.connect()
+                .execute("SELECT table_name, column_name FROM duckdb_columns() WHERE schema_name = 'main'")
+                .fetchall()
+            )
             for t, c in cols:
                 if (t, c) in documented:
                     (n,) = res.con.execute(f'SELECT count("{c}") FROM "{t}"').fetchone()
                     filled[(t, c)] = filled.get((t, c), 0) + n
         finally:
             res.close()
-    comments = dict(((t, c), m) for t, c, m in store.connect().execute(
-        "SELECT table_name, column_name, comment FROM duckdb_columns() WHERE schema_name = 'main'").fetchall())
+    comments = dict(
+        ((t, c), m)
+        for t, c, m in store.connect()
+        .execute("SELECT table_name, column_name, comment FROM duckdb_columns() WHERE schema_name = 'main'")
+        .fetchall()
+    )
     empty = {k for k, n in filled.items() if n == 0}
     # a column nothing fills yet says so in its own comment ("always NULL")
     unexplained = sorted(k for k in empty if k not in FILLED_ONLY_BY and NOT_WRITTEN not in (comments.get(k) or ""))

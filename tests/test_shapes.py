@@ -54,13 +54,21 @@ def test_attention_cases_and_their_flops() -> None:
     (`full` and `cudnn` share one forward shape: two calls). Their FLOPs here come from Nsight Compute; for the
     non-causal cases the README measured ncu's count within 1.5% of 2·B·Hq·L·S·2D (forward) and 2.5× that
     (backward) per call."""
-    cases = [(4, 16, 16, 2048, 2048, 128, False), (4, 16, 16, 2048, 2048, 128, True), (4, 32, 8, 2048, 2048, 128, False),
-             (4, 16, 16, 1024, 2048, 64, False)]
+    cases = [
+        (4, 16, 16, 2048, 2048, 128, False),
+        (4, 16, 16, 2048, 2048, 128, True),
+        (4, 32, 8, 2048, 2048, 128, False),
+        (4, 16, 16, 1024, 2048, 64, False),
+    ]
     v = _verdict([sample_file("h200_attention")])
     att = [s for s in v["shapes"] if s["family"] == "attention"]
     for b, h, hk, lq, s_len, d, causal in cases:
-        rows = [s for s in att if (s["batch"], s["heads"], s["kv_heads"], s["q_len"], s["kv_len"], s["head_dim"],
-                                   s["causal"]) == (b, h, hk, lq, s_len, d, causal)]
+        rows = [
+            s
+            for s in att
+            if (s["batch"], s["heads"], s["kv_heads"], s["q_len"], s["kv_len"], s["head_dim"], s["causal"])
+            == (b, h, hk, lq, s_len, d, causal)
+        ]
         assert {r["pass"] for r in rows} == {"forward", "backward"}, (b, h, hk, lq, s_len, d, causal, att)
         if causal:
             continue
@@ -82,17 +90,28 @@ def test_llama_shapes_follow_its_config() -> None:
     tokens, layers = truth["batch"] * truth["seq"], c["num_hidden_layers"]
     v = _verdict([sample_file("h200_hf/llama_eager.pt.trace.json.gz")], ranges=["ProfilerStep#*"])
     shapes = v["shapes"]
-    up = next(s for s in shapes if s["op"] == "aten::linear" and (s["m"], s["n"], s["k"]) ==
-              (tokens, c["intermediate_size"], c["hidden_size"]))
+    up = next(
+        s
+        for s in shapes
+        if s["op"] == "aten::linear" and (s["m"], s["n"], s["k"]) == (tokens, c["intermediate_size"], c["hidden_size"])
+    )
     assert up["calls"] == 2 * layers * steps
     fwd = next(s for s in shapes if s["family"] == "attention" and s["pass"] == "forward")
     head_dim = c["hidden_size"] // c["num_attention_heads"]
-    assert (fwd["batch"], fwd["heads"], fwd["kv_heads"], fwd["q_len"], fwd["kv_len"], fwd["head_dim"], fwd["causal"]) \
-        == (truth["batch"], c["num_attention_heads"], c["num_key_value_heads"], truth["seq"], truth["seq"], head_dim, True)
+    assert (fwd["batch"], fwd["heads"], fwd["kv_heads"], fwd["q_len"], fwd["kv_len"], fwd["head_dim"], fwd["causal"]) == (
+        truth["batch"],
+        c["num_attention_heads"],
+        c["num_key_value_heads"],
+        truth["seq"],
+        truth["seq"],
+        head_dim,
+        True,
+    )
     assert fwd["calls"] == layers * steps
     # per call: 2·B·H·L·S·2D halved (causal), the convention of the truth's flops_per_step_causal
-    assert fwd["flops"] / fwd["calls"] == pytest.approx(2.0 * truth["batch"] * c["num_attention_heads"] *
-                                                         truth["seq"] ** 2 * 2 * head_dim * 0.5, rel=1e-9)
+    assert fwd["flops"] / fwd["calls"] == pytest.approx(
+        2.0 * truth["batch"] * c["num_attention_heads"] * truth["seq"] ** 2 * 2 * head_dim * 0.5, rel=1e-9
+    )
     assert all(s["time_share"] <= 1 for s in shapes) and v["coverage"]["shapes"] >= len(shapes)
 
 
@@ -103,20 +122,28 @@ def test_resnet50_convolutions_against_the_flop_counter() -> None:
     truth = json.loads(sample_file("h200_hf/resnet50_amp.truth.json").read_text())
     steps, batch, image = truth["profiled_steps"], truth["batch"], truth["image"]
     v = _verdict([sample_file("h200_hf/resnet50_amp.pt.trace.json.gz")], ranges=["ProfilerStep#*"])
-    res = pipeline.analyse([sample_file("h200_hf/resnet50_amp.pt.trace.json.gz")],
-                           pipeline.Options(ranges=["ProfilerStep#*"]))
+    res = pipeline.analyse([sample_file("h200_hf/resnet50_amp.pt.trace.json.gz")], pipeline.Options(ranges=["ProfilerStep#*"]))
     try:
-        rows = res.con.execute("SELECT pass, sum(flops) FROM shape_roofline('range', 'ProfilerStep#*') "
-                               "WHERE family = 'conv' GROUP BY pass").fetchall()
+        rows = res.con.execute(
+            "SELECT pass, sum(flops) FROM shape_roofline('range', 'ProfilerStep#*') WHERE family = 'conv' GROUP BY pass"
+        ).fetchall()
     finally:
         res.close()
     by_pass = dict(rows)
     assert by_pass["forward"] == pytest.approx(truth["flops_by_op"]["aten.convolution"] * steps, rel=0.01)
     assert by_pass["backward"] == pytest.approx(truth["flops_by_op"]["aten.convolution_backward"] * steps, rel=0.01)
-    stem = next(s for s in v["shapes"] if s["family"] == "conv" and s["pass"] == "forward"
-                and s["conv_input"] == f"{batch}×3×{image}×{image}")
-    assert (stem["conv_weight"], stem["stride"], stem["padding"], stem["groups"], stem["calls"]) == \
-        ("64×3×7×7", "2×2", "3×3", 1, steps)
+    stem = next(
+        s
+        for s in v["shapes"]
+        if s["family"] == "conv" and s["pass"] == "forward" and s["conv_input"] == f"{batch}×3×{image}×{image}"
+    )
+    assert (stem["conv_weight"], stem["stride"], stem["padding"], stem["groups"], stem["calls"]) == (
+        "64×3×7×7",
+        "2×2",
+        "3×3",
+        1,
+        steps,
+    )
 
 
 def test_no_shapes_without_input_shapes() -> None:
@@ -135,16 +162,33 @@ def test_op_shapes_read_by_hand() -> None:
     assert s and (s["batch"], s["m"], s["n"], s["k"]) == (1, 16384, 5632, 2048)
     s = op_shape("aten::matmul", "[[8,16,128,64],[8,16,64,128]]")  # batched: 8·16 GEMMs of 128×128×64
     assert s and (s["batch"], s["m"], s["n"], s["k"]) == (128, 128, 128, 64)
-    s = op_shape("aten::scaled_dot_product_attention", "[[2,32,512,128],[2,8,512,128],[2,8,512,128],[],[],[],[],[]]",
-                 '["","","","","0.","True","",""]')
-    assert s and (s["heads"], s["kv_heads"], s["q_len"], s["head_dim"], s["causal"], s["pass"]) == \
-        (32, 8, 512, 128, True, "forward")
-    s = op_shape("aten::conv2d", "[[32,64,56,56],[128,32,3,3],[128],[],[],[],[]]",
-                 '["","","","[2, 2]","[1, 1]","[1, 1]","2"]')
-    assert s and (s["family"], s["conv_input"], s["conv_weight"], s["stride"], s["padding"], s["groups"]) == \
-        ("conv", "32×64×56×56", "128×32×3×3", "2×2", "1×1", 2)
-    s = op_shape("aten::convolution", "[[1,3,224,224],[64,3,7,7],[],[],[],[],[],[],[]]",
-                 '["","","","[2, 2]","[3, 3]","[1, 1]","False","[0, 0]","1"]')
+    s = op_shape(
+        "aten::scaled_dot_product_attention",
+        "[[2,32,512,128],[2,8,512,128],[2,8,512,128],[],[],[],[],[]]",
+        '["","","","","0.","True","",""]',
+    )
+    assert s and (s["heads"], s["kv_heads"], s["q_len"], s["head_dim"], s["causal"], s["pass"]) == (
+        32,
+        8,
+        512,
+        128,
+        True,
+        "forward",
+    )
+    s = op_shape("aten::conv2d", "[[32,64,56,56],[128,32,3,3],[128],[],[],[],[]]", '["","","","[2, 2]","[1, 1]","[1, 1]","2"]')
+    assert s and (s["family"], s["conv_input"], s["conv_weight"], s["stride"], s["padding"], s["groups"]) == (
+        "conv",
+        "32×64×56×56",
+        "128×32×3×3",
+        "2×2",
+        "1×1",
+        2,
+    )
+    s = op_shape(
+        "aten::convolution",
+        "[[1,3,224,224],[64,3,7,7],[],[],[],[],[],[],[]]",
+        '["","","","[2, 2]","[3, 3]","[1, 1]","False","[0, 0]","1"]',
+    )
     assert s and (s["stride"], s["padding"], s["transposed"], s["groups"]) == ("2×2", "3×3", False, 1)
     assert op_shape("aten::mm", "[[16384,2048]]") is None and op_shape("aten::add", "[[4],[4]]") is None
     assert op_shape("aten::mm", "not json") is None

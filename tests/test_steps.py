@@ -25,16 +25,18 @@ def _analyse(paths: list[Path], **kw: object) -> tuple[dict, list[dict]]:
     res = pipeline.analyse(paths, pipeline.Options(**kw))  # type: ignore[arg-type]
     try:
         v = res.verdict
-        losses = [dict(zip(("label", "rank", "device", "occurrence", "category", "lost_ns"), r, strict=True))
-                  for r in res.con.execute("SELECT label, rank, device, occurrence, category, lost_ns FROM step_losses")
-                  .fetchall()]
+        losses = [
+            dict(zip(("label", "rank", "device", "occurrence", "category", "lost_ns"), r, strict=True))
+            for r in res.con.execute("SELECT label, rank, device, occurrence, category, lost_ns FROM step_losses").fetchall()
+        ]
         return v, losses
     finally:
         res.close()
 
 
-@pytest.mark.parametrize("workload", ["llama_eager", "llama_compile", "llama_fsdp2", "input_bound", "resnet50_amp",
-                                      "bert_amp", "vit_compile"])
+@pytest.mark.parametrize(
+    "workload", ["llama_eager", "llama_compile", "llama_fsdp2", "input_bound", "resnet50_amp", "bert_amp", "vit_compile"]
+)
 def test_profiler_steps_match_the_cuda_events(workload: str) -> None:
     truth = json.loads(sample_file(f"h200_hf/{workload}.truth.json").read_text())
     v, losses = _analyse([sample_file(f"h200_hf/{workload}.pt.trace.json.gz")])
@@ -74,8 +76,9 @@ def test_achieved_and_mfu_per_step_match_the_flop_counter() -> None:
         expected = flops / (t["gpu_ms"] / 1e3 * H200_BF16)
         assert s["achieved_fraction_of_peak"] == pytest.approx(expected, rel=0.02), s["name"]
         assert not s["achieved_is_lower_bound"]
-    v, _ = _analyse([sample_file("h200_hf/llama_eager.pt.trace.json.gz")], model_flops=float(flops),
-                    tokens_per_step=float(tokens))
+    v, _ = _analyse(
+        [sample_file("h200_hf/llama_eager.pt.trace.json.gz")], model_flops=float(flops), tokens_per_step=float(tokens)
+    )
     for s, t in zip(v["steps"], truth["steps"], strict=True):
         assert s["mfu"] == pytest.approx(flops / (t["gpu_ms"] / 1e3 * H200_BF16), rel=0.01), s["name"]
         assert s["tokens_per_s"] == pytest.approx(tokens / (t["gpu_ms"] / 1e3), rel=0.01)
@@ -150,9 +153,12 @@ def _steps_trace(path: Path, lengths_us: list[float]) -> Path:
     ev, t = [], 0.0
     for i, length in enumerate(lengths_us):
         ext = 100 + i
-        ev += [annotation(f"ProfilerStep#{i + 1}", t, length),
-               cpu_op("aten::mm", t + 5, 20.0, ext=ext, dims=[[n, n], [n, n]], types=["c10::BFloat16"] * 2),
-               launch(t + 8, ext=ext, corr=ext), kernel("nvjet_sm90_tst_gemm", t + 30, 200.0, ext=ext, corr=ext)]
+        ev += [
+            annotation(f"ProfilerStep#{i + 1}", t, length),
+            cpu_op("aten::mm", t + 5, 20.0, ext=ext, dims=[[n, n], [n, n]], types=["c10::BFloat16"] * 2),
+            launch(t + 8, ext=ext, corr=ext),
+            kernel("nvjet_sm90_tst_gemm", t + 30, 200.0, ext=ext, corr=ext),
+        ]
         t += length
     return write_trace(path, ev)
 
@@ -182,14 +188,33 @@ def test_a_trace_without_steps_has_none(tiny_trace: Path) -> None:
 
 def test_the_box_shows_step_time_and_spread(tmp_path: Path) -> None:
     path = _steps_trace(tmp_path / "steps.pt.trace.json", [1000.0, 1000.0, 1000.0, 3000.0, 1000.0])
-    r = subprocess.run([sys.executable, "-m", "plasmient_report.cli", str(path), "--out", str(tmp_path / "out"),
-                        "--no-html", "--no-trace", "--tokens-per-step", "4096"], capture_output=True, text=True,
-                       cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "COLUMNS": "100"})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "plasmient_report.cli",
+            str(path),
+            "--out",
+            str(tmp_path / "out"),
+            "--no-html",
+            "--no-trace",
+            "--tokens-per-step",
+            "4096",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "COLUMNS": "100"},
+    )
     assert r.returncode == 0, r.stderr
     line = next(x for x in r.stdout.splitlines() if "step time (GPU)" in x)
     assert "1.4 ms" in line and "±" in line and "5 steps" in line  # mean of 1, 1, 1, 3, 1 ms
     assert "ProfilerStep#4" in r.stdout and "tokens/s" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "plasmient_report.cli", str(path), "--out", str(tmp_path / "out2"),
-                        "--tokens-per-step", "0"], capture_output=True, text=True, cwd=ROOT,
-                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    r = subprocess.run(
+        [sys.executable, "-m", "plasmient_report.cli", str(path), "--out", str(tmp_path / "out2"), "--tokens-per-step", "0"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert r.returncode == 2 and "--tokens-per-step must be a positive number" in r.stderr

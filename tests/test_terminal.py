@@ -69,8 +69,11 @@ def test_notes_past_four_are_counted_not_dropped(single: dict) -> None:
 def test_unknown_gpu_says_unknown_and_why(tmp_path: Path) -> None:
     from .conftest import cpu_op, kernel, launch, write_trace
 
-    ev = [cpu_op("aten::add_", 10.0, 5.0, ext=6), launch(11.0, ext=6, corr=51),
-          kernel("vectorized_elementwise_kernel", 20.0, 50.0, ext=6, corr=51)]
+    ev = [
+        cpu_op("aten::add_", 10.0, 5.0, ext=6),
+        launch(11.0, ext=6, corr=51),
+        kernel("vectorized_elementwise_kernel", 20.0, 50.0, ext=6, corr=51),
+    ]
     v = analysed(write_trace(tmp_path / "t.pt.trace.json", ev, gpu="Mystery Accelerator 9000"))
     text = box_text(v)
     assert "unknown" in text and "no peak known for this GPU" in text
@@ -84,10 +87,14 @@ def test_lower_bound_and_new_categories(single: dict) -> None:
     v = json.loads(json.dumps(single))
     v["achieved_is_lower_bound"] = True
     v["coverage"]["unknown_flops_time_fraction"] = 0.31
-    v["losses"][1:1] = [{"category": "unknown_flops", "layer": "op", "fraction": 0.02, "recommendation": "x"},
-                        {"category": "startup", "layer": "host", "fraction": 0.01, "recommendation": "y"}]
-    v["achieved_by_precision"] = [{"precision": "bf16", "flops": 1.0, "peak_tflops": 989.4, "fraction": 0.015},
-                                  {"precision": "fp32", "flops": 1.0, "peak_tflops": 67.0, "fraction": 0.002}]
+    v["losses"][1:1] = [
+        {"category": "unknown_flops", "layer": "op", "fraction": 0.02, "recommendation": "x"},
+        {"category": "startup", "layer": "host", "fraction": 0.01, "recommendation": "y"},
+    ]
+    v["achieved_by_precision"] = [
+        {"precision": "bf16", "flops": 1.0, "peak_tflops": 989.4, "fraction": 0.015},
+        {"precision": "fp32", "flops": 1.0, "peak_tflops": 67.0, "fraction": 0.002},
+    ]
     text = box_text(v)
     assert re.search(r"achieved fraction of peak \.+\s+≥ 2%", text)
     assert "lower bound: 31% of compute time has no FLOP estimate" in " ".join(text.replace("│", " ").split())
@@ -121,8 +128,9 @@ def test_parser_notes_are_joined_once(tmp_path: Path) -> None:
 
 def cli(*args: object) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="80")
-    return subprocess.run([sys.executable, "-m", "plasmient_report.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "plasmient_report.cli", *map(str, args)], capture_output=True, text=True, timeout=300, env=env
+    )
 
 
 def test_help_shows_the_main_form_and_examples() -> None:
@@ -169,8 +177,14 @@ def test_progress_on_a_terminal(tmp_path: Path) -> None:
     trace = sample_file("h200_single/kineto_single.pt.trace.json.gz")
     master, slave = pty.openpty()
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="100", TERM="xterm")
-    p = subprocess.Popen([sys.executable, "-m", "plasmient_report.cli", str(trace), "--out", str(tmp_path / "o")],
-                         stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "plasmient_report.cli", str(trace), "--out", str(tmp_path / "o")],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        close_fds=True,
+    )
     os.close(slave)
     seen = b""
     while True:

@@ -21,8 +21,10 @@ from .conftest import sample_file
 CASES = [
     (["h200_single/kineto_single.pt.trace.json.gz"], []),
     (["h200_single/kineto_single.pt.trace.json.gz"], ["phase:*"]),
-    (["h200_single/kineto_single.pt.trace.json.gz", "h200_single/nvidia_smi_dmon.txt",
-      "h200_single/nvml_samples.csv"], ["phase:train_step", "no_such_range"]),
+    (
+        ["h200_single/kineto_single.pt.trace.json.gz", "h200_single/nvidia_smi_dmon.txt", "h200_single/nvml_samples.csv"],
+        ["phase:train_step", "no_such_range"],
+    ),
     (["h200_single/nsys_single.sqlite"], []),
     (["h200x2_ddp/kineto"], []),
     (["h200x2_ddp/nsys/nsys_ddp.sqlite"], []),
@@ -96,9 +98,18 @@ def test_every_key_is_documented_with_a_meaning() -> None:
         assert f"| `{path}` |" in verdict_model.DOC_PATH.read_text(encoding="utf-8")
     # The contract's new keys are there (CONTRACTS.md).
     paths = {r[0] for r in rows}
-    for key in ("achieved_by_precision[].fraction", "hardware_estimate.metric", "peak.precisions",
-                "coverage.unknown_flops_time_fraction", "coverage.kernels_linked_to_ops_fraction",
-                "ranks[].host", "ranks[].gpu", "ranges[].ranks", "ranges[].window", "ranges[].per_occurrence_ns"):
+    for key in (
+        "achieved_by_precision[].fraction",
+        "hardware_estimate.metric",
+        "peak.precisions",
+        "coverage.unknown_flops_time_fraction",
+        "coverage.kernels_linked_to_ops_fraction",
+        "ranks[].host",
+        "ranks[].gpu",
+        "ranges[].ranks",
+        "ranges[].window",
+        "ranges[].per_occurrence_ns",
+    ):
         assert key in paths, key
 
 

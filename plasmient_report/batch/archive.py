@@ -29,10 +29,9 @@ from .. import scratch
 from ..errors import BadInput
 from ..outdir import follow_umask, is_special
 
-ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.zst", ".tar.zstd", ".tzst", ".tar.bz2", ".tbz2", ".tar.xz", ".txz",
-                    ".tar", ".zip")
-DEFAULT_MAX_UNPACKED_BYTES = 64 << 30   # all archives of one batch together
-MIN_FREE_BYTES = 1 << 30                # never leave less than this free on the output's disk
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.zst", ".tar.zstd", ".tzst", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar", ".zip")
+DEFAULT_MAX_UNPACKED_BYTES = 64 << 30  # all archives of one batch together
+MIN_FREE_BYTES = 1 << 30  # never leave less than this free on the output's disk
 MAX_MEMBERS = 200_000
 JUNK = re.compile(r"(^|/)(__MACOSX(/|$)|\._|\.DS_Store$)")  # macOS metadata that zip tools add
 STAMP = ".plasmient-unpacked.json"
@@ -42,15 +41,17 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 @dataclass(frozen=True)
 class Source:
     """One ARCHIVE argument, ready to be grouped into runs."""
-    label: str       # a name for it, unique in the batch (the archive's or folder's name without suffixes)
-    root: Path       # the folder that holds its files (the folder itself, or where the archive was unpacked)
-    given: Path      # the path the user gave
-    unpacked: bool   # True when `root` is our copy under the batch output
+
+    label: str  # a name for it, unique in the batch (the archive's or folder's name without suffixes)
+    root: Path  # the folder that holds its files (the folder itself, or where the archive was unpacked)
+    given: Path  # the path the user gave
+    unpacked: bool  # True when `root` is our copy under the batch output
 
 
 @dataclass
 class Budget:
     """What all archives of one batch may unpack together, and what is left of it."""
+
     limit_bytes: int = DEFAULT_MAX_UNPACKED_BYTES
     left_bytes: int = -1
 
@@ -128,8 +129,10 @@ def open_sources(paths: list[Path], work_dir: Path, budget: Budget | None = None
             raise BadInput(given, "no such file or directory")
         kind = kind_of(given)
         if kind is None:
-            raise BadInput(given, "not a folder or an archive of runs (.tar, .tar.gz, .tar.zst, .zip); for one run "
-                                  "use `plasmient-report INPUT...`")
+            raise BadInput(
+                given,
+                "not a folder or an archive of runs (.tar, .tar.gz, .tar.zst, .zip); for one run use `plasmient-report INPUT...`",
+            )
         label = label_of(given.resolve() if kind == "folder" else given)
         base, n = label, 2
         while label in used:
@@ -174,8 +177,9 @@ def unpack(archive: Path, kind: str, dest: Path, budget: Budget) -> Path:
         raise
     except (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile, ValueError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise BadInput(archive, f"cannot unpack ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'corrupt'})") \
-            from None
+        raise BadInput(
+            archive, f"cannot unpack ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'corrupt'})"
+        ) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -214,20 +218,19 @@ def _target(root: Path, rel: PurePosixPath) -> Path:
 
 def _copy(src: IO[bytes], target: Path, archive: Path, budget: Budget, declared: int) -> None:
     if declared > budget.left_bytes:
-        raise BadInput(archive, f"unpacks to more than the size limit ({_gib(budget.limit_bytes)}; raise "
-                                "--max-unpacked-gib)")
+        raise BadInput(archive, f"unpacks to more than the size limit ({_gib(budget.limit_bytes)}; raise --max-unpacked-gib)")
     target.parent.mkdir(parents=True, exist_ok=True)
     written = 0
     with open(target, "wb") as f:
         while chunk := src.read(1 << 20):
             written += len(chunk)
             if written > budget.left_bytes:  # a lying header (zip bomb) is caught by what is really written
-                raise BadInput(archive, f"unpacks to more than the size limit ({_gib(budget.limit_bytes)}; raise "
-                                        "--max-unpacked-gib)")
+                raise BadInput(
+                    archive, f"unpacks to more than the size limit ({_gib(budget.limit_bytes)}; raise --max-unpacked-gib)"
+                )
             f.write(chunk)
             if written % (64 << 20) < len(chunk) and shutil.disk_usage(target.parent).free < MIN_FREE_BYTES:
-                raise BadInput(archive, f"unpacking would leave less than {_gib(MIN_FREE_BYTES)} free on "
-                                        f"{target.parent}")
+                raise BadInput(archive, f"unpacking would leave less than {_gib(MIN_FREE_BYTES)} free on {target.parent}")
     budget.left_bytes -= written
 
 

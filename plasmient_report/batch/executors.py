@@ -36,8 +36,14 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def run(executor: str, tasks: Sequence[Task], on_done: OnDone, jobs: int | None = None, address: str | None = None,
-        mapper: Mapper = map_run) -> list[Outcome]:
+def run(
+    executor: str,
+    tasks: Sequence[Task],
+    on_done: OnDone,
+    jobs: int | None = None,
+    address: str | None = None,
+    mapper: Mapper = map_run,
+) -> list[Outcome]:
     if executor == "ray":
         return run_ray(tasks, on_done, jobs, address, mapper)
     return run_local(tasks, on_done, jobs or default_jobs(), mapper)
@@ -112,8 +118,7 @@ def _pool_pass(tasks: list[Task], workers: int, mapper: Mapper, on_done: OnDone,
     if not tasks:
         return []
     ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=worker_init,
-                               initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=worker_init, initargs=(os.getpid(),))
     pending: dict[Future[Outcome], Task] = {}
     left: list[Task] = []
     try:
@@ -142,8 +147,9 @@ def _pool_pass(tasks: list[Task], workers: int, mapper: Mapper, on_done: OnDone,
     return sorted(left, key=lambda t: t.run.run_id)
 
 
-def run_ray(tasks: Sequence[Task], on_done: OnDone, jobs: int | None, address: str | None,
-            mapper: Mapper = map_run) -> list[Outcome]:
+def run_ray(
+    tasks: Sequence[Task], on_done: OnDone, jobs: int | None, address: str | None, mapper: Mapper = map_run
+) -> list[Outcome]:
     """One Ray task per run (1 CPU each) on the cluster at `address`, or on a local Ray started here (with `jobs`
     CPUs) when there is none; a Ray already initialised in this process is used as it is. Every node must see
     the batch output folder at the same path (a shared file system) and have plasmient-report installed."""
@@ -161,8 +167,11 @@ def run_ray(tasks: Sequence[Task], on_done: OnDone, jobs: int | None, address: s
             else:
                 ray.init(num_cpus=jobs, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
-            raise BadInput(None, f"cannot start or reach Ray{' at ' + address if address else ''} "
-                                 f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+            raise BadInput(
+                None,
+                f"cannot start or reach Ray{' at ' + address if address else ''} "
+                f"({str(e).splitlines()[0] if str(e) else type(e).__name__})",
+            ) from None
         started = True
     outcomes: list[Outcome] = []
     try:

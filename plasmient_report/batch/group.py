@@ -23,8 +23,17 @@ from ..outdir import is_special
 from .archive import JUNK, Source
 
 TRACE_FORMATS = frozenset({"kineto", "nsys-sqlite", "nsys-rep", "nsys-parquetdir", "nsys-arrow"})
-TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".json.gz", ".json",
-                  ".sqlite", ".nsys-rep", ".qdrep")
+TRACE_SUFFIXES = (
+    ".pt.trace.json.gz",
+    ".pt.trace.json",
+    ".trace.json.gz",
+    ".trace.json",
+    ".json.gz",
+    ".json",
+    ".sqlite",
+    ".nsys-rep",
+    ".qdrep",
+)
 RANK_MARK = re.compile(r"(?i)(?:^|[._-])rank[._-]?\d+")
 MAX_DEPTH = 16
 
@@ -32,30 +41,32 @@ MAX_DEPTH = 16
 @dataclass(frozen=True)
 class Run:
     """One run of the batch: what the mapper analyses as one `plasmient-report INPUT...` call."""
-    run_id: str                # stable name: `<archive label>/<folder or prefix>`
-    slug: str                  # its output folder under `runs/`
-    inputs: tuple[str, ...]    # paths given to the pipeline: relative to the batch output folder when unpacked there
+
+    run_id: str  # stable name: `<archive label>/<folder or prefix>`
+    slug: str  # its output folder under `runs/`
+    inputs: tuple[str, ...]  # paths given to the pipeline: relative to the batch output folder when unpacked there
 
 
 @dataclass(frozen=True)
 class Unread:
     """A file or folder of a batch input that is in no run, and why: listed in summary.parquet and index.html, so
     nothing of an archive disappears silently."""
-    path: str                  # `<archive label>/<path in it>`
+
+    path: str  # `<archive label>/<path in it>`
     why: str
 
 
 @dataclass(frozen=True)
 class Grouping:
     runs: list[Run]
-    unassigned: list[str]      # traces and logs that no run took (say so; --group-by may fix it)
+    unassigned: list[str]  # traces and logs that no run took (say so; --group-by may fix it)
     unread: list[Unread] = field(default_factory=list)  # those, and folders that could not be read or held no input
 
 
 @dataclass(frozen=True)
 class _File:
-    rel: PurePosixPath         # relative to the source root
-    role: str                  # 'trace' (or unreadable: the run will report it) | 'aux'
+    rel: PurePosixPath  # relative to the source root
+    role: str  # 'trace' (or unreadable: the run will report it) | 'aux'
 
 
 def parse_group_by(value: str) -> str | re.Pattern[str]:
@@ -71,8 +82,11 @@ def group(sources: list[Source], group_by: str | re.Pattern[str], out_dir: Path)
     runs: dict[str, list[str]] = {}
     unassigned: list[str] = []
     unread: list[Unread] = []
-    why_loose = ("the regular expression of --group-by matches no file of it" if isinstance(group_by, re.Pattern)
-                 else "a counter log or Nsight Compute CSV with no trace of its run to join (see --group-by)")
+    why_loose = (
+        "the regular expression of --group-by matches no file of it"
+        if isinstance(group_by, re.Pattern)
+        else "a counter log or Nsight Compute CSV with no trace of its run to join (see --group-by)"
+    )
     for src in sources:
         files, skipped = _scan(src.root)
         unread.extend(Unread(f"{src.label}/{rel}" if rel != "." else src.label, why) for rel, why in skipped)
@@ -87,8 +101,12 @@ def group(sources: list[Source], group_by: str | re.Pattern[str], out_dir: Path)
             paths = [_input_path(src, f.rel, out_dir) for f in members]
             runs.setdefault(run_id, []).extend(paths)
         unassigned.extend(path_text(f"{src.label}/{f.rel}") for f in loose)
-        unread.extend(Unread(path_text(f"{src.label}/{f.rel}"), why_loose if f.role == "aux" else
-                             "a trace that no run took (see --group-by)") for f in loose)
+        unread.extend(
+            Unread(
+                path_text(f"{src.label}/{f.rel}"), why_loose if f.role == "aux" else "a trace that no run took (see --group-by)"
+            )
+            for f in loose
+        )
     slugs: set[str] = set()
     out = []
     for run_id in sorted(runs):
@@ -150,8 +168,9 @@ def _scan(root: Path) -> tuple[list[_File], list[tuple[str, str]]]:
                 others.append(path_text(name))
         if not found and others and not dirnames:
             shown = ", ".join(others[:3]) + (" …" if len(others) > 3 else "")
-            skipped.append((rel(d), f"no trace or counter log among its {len(others)} file"
-                                    f"{'s' if len(others) != 1 else ''} ({shown})"))
+            skipped.append(
+                (rel(d), f"no trace or counter log among its {len(others)} file{'s' if len(others) != 1 else ''} ({shown})")
+            )
     return out, skipped
 
 

@@ -18,8 +18,8 @@ from .mapper import Outcome, Task, options_fingerprint
 @dataclass(frozen=True)
 class BatchResult:
     out_dir: Path
-    outcomes: list[Outcome]      # one per run, in the order they finished
-    unassigned: list[str]        # traces / logs that no run took
+    outcomes: list[Outcome]  # one per run, in the order they finished
+    unassigned: list[str]  # traces / logs that no run took
     summary: Path
     index: Path
     unread: list[group.Unread] = field(default_factory=list)  # files and folders in no run, with why
@@ -35,10 +35,20 @@ class BatchResult:
 OnDone = Callable[[Outcome, int, int], None]  # outcome, runs finished so far, runs in all
 
 
-def run_batch(archives: Sequence[Path], out_dir: Path, opts: Any, *, executor: str = "local", jobs: int | None = None,
-              address: str | None = None, group_by: str = "folder", force: bool = False,
-              max_unpacked_bytes: int = archive.DEFAULT_MAX_UNPACKED_BYTES, on_done: OnDone | None = None,
-              on_start: Callable[[int, int], None] | None = None) -> BatchResult:
+def run_batch(
+    archives: Sequence[Path],
+    out_dir: Path,
+    opts: Any,
+    *,
+    executor: str = "local",
+    jobs: int | None = None,
+    address: str | None = None,
+    group_by: str = "folder",
+    force: bool = False,
+    max_unpacked_bytes: int = archive.DEFAULT_MAX_UNPACKED_BYTES,
+    on_done: OnDone | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+) -> BatchResult:
     """Raises BadInput for unusable archives or arguments (nothing analysed); a run's failure is its row."""
     if executor not in executors.EXECUTORS:
         raise BadInput(None, f"--executor must be one of {', '.join(executors.EXECUTORS)}")
@@ -61,8 +71,10 @@ def run_batch(archives: Sequence[Path], out_dir: Path, opts: Any, *, executor: s
     if not grouping.runs:
         first = f"; {grouping.unread[0].path}: {grouping.unread[0].why}" if grouping.unread else ""
         more = f" (and {len(grouping.unread) - 1} more)" if len(grouping.unread) > 1 else ""
-        raise BadInput(", ".join(map(str, archives)), "no runs found (no PyTorch profiler traces or nsys reports; "
-                                                      f"see --group-by){first}{more}")
+        raise BadInput(
+            ", ".join(map(str, archives)),
+            f"no runs found (no PyTorch profiler traces or nsys reports; see --group-by){first}{more}",
+        )
     fingerprint = options_fingerprint(opts)
     tasks = [Task(run, str(out), opts, fingerprint, force) for run in grouping.runs]
     if on_start:
@@ -138,15 +150,24 @@ class Progress:
         if self.quiet:
             return
         if unassigned:
-            _err(f"batch: {unassigned} file{'s' if unassigned != 1 else ''} or folder{'s' if unassigned != 1 else ''}"
-                 " in no run (listed, with why, in summary.parquet and index.html; see --group-by)")
+            _err(
+                f"batch: {unassigned} file{'s' if unassigned != 1 else ''} or folder{'s' if unassigned != 1 else ''}"
+                " in no run (listed, with why, in summary.parquet and index.html; see --group-by)"
+            )
         if sys.stderr.isatty():
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self.live = Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
-                                 TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
-                                 console=Console(stderr=True), transient=True)
+            self.live = Progress(
+                TextColumn("batch"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("runs"),
+                TextColumn("{task.fields[note]}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
             self.task = self.live.add_task("batch", total=total, note="")
             self.live.start()
 

@@ -30,33 +30,43 @@ MANIFEST_SCHEMA = "plasmient.batch-manifest/1"
 @dataclass(frozen=True)
 class Task:
     run: Run
-    out_dir: str                 # the batch output folder, absolute (a shared path when tasks run on other nodes)
-    options: Any                 # pipeline.Options (kept untyped here so importing this module stays light)
+    out_dir: str  # the batch output folder, absolute (a shared path when tasks run on other nodes)
+    options: Any  # pipeline.Options (kept untyped here so importing this module stays light)
     options_sha256: str
-    force: bool = False          # analyse even when the manifest matches
+    force: bool = False  # analyse even when the manifest matches
 
 
 @dataclass(frozen=True)
 class Outcome:
     run_id: str
-    status: str                  # 'analysed' | 'skipped' (unchanged) | 'failed'
+    status: str  # 'analysed' | 'skipped' (unchanged) | 'failed'
     error: str | None
-    rows: list[dict[str, Any]]   # summary rows (summary.SCHEMA)
+    rows: list[dict[str, Any]]  # summary rows (summary.SCHEMA)
     worker: dict[str, Any] = field(default_factory=dict)  # pid, max_rss_bytes, seconds, cpu_seconds: for benchmarks
 
 
 def options_fingerprint(opts: Any) -> str:
     """sha256 of everything that changes a run's numbers: analysis options (with the content of the files they
     name), and the tool version. Output switches (--no-html) are not in it: missing outputs are checked instead."""
+
     def file_sha(p: Path | None) -> str | None:
         return hashlib.sha256(Path(p).read_bytes()).hexdigest() if p else None
 
     doc = {
-        "tool": __version__, "ranges": list(opts.ranges), "peak_precision": opts.peak_precision,
-        "peak_tflops": opts.peak_tflops, "peaks": file_sha(opts.peaks_file), "gpu": opts.gpu,
-        "rule_select": list(opts.rule_select), "rule_ignore": list(opts.rule_ignore),
-        "rules_config": file_sha(opts.rules_config), "tz": opts.tz, "offsets": list(opts.offsets),
-        "dcgm_period_s": opts.dcgm_period_s, "counter_search_s": opts.counter_search_s, "model_flops": opts.model_flops,
+        "tool": __version__,
+        "ranges": list(opts.ranges),
+        "peak_precision": opts.peak_precision,
+        "peak_tflops": opts.peak_tflops,
+        "peaks": file_sha(opts.peaks_file),
+        "gpu": opts.gpu,
+        "rule_select": list(opts.rule_select),
+        "rule_ignore": list(opts.rule_ignore),
+        "rules_config": file_sha(opts.rules_config),
+        "tz": opts.tz,
+        "offsets": list(opts.offsets),
+        "dcgm_period_s": opts.dcgm_period_s,
+        "counter_search_s": opts.counter_search_s,
+        "model_flops": opts.model_flops,
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
@@ -89,8 +99,11 @@ def _one_line(e: BaseException) -> str:
 
 
 def _expected_outputs(opts: Any) -> list[str]:
-    return ["verdict.json", "run.duckdb"] + (["report.html"] if opts.write_html else []) + \
-        (["trace.pftrace"] if opts.write_trace else [])
+    return (
+        ["verdict.json", "run.duckdb"]
+        + (["report.html"] if opts.write_html else [])
+        + (["trace.pftrace"] if opts.write_trace else [])
+    )
 
 
 def map_run(task: Task) -> Outcome:
@@ -102,8 +115,12 @@ def map_run(task: Task) -> Outcome:
     with _working_dir(task.out_dir), scratch.run():
         outcome = _map_run(task)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    worker = {"pid": os.getpid(), "max_rss_bytes": rss, "seconds": time.monotonic() - t0,
-              "cpu_seconds": time.process_time() - cpu0}
+    worker = {
+        "pid": os.getpid(),
+        "max_rss_bytes": rss,
+        "seconds": time.monotonic() - t0,
+        "cpu_seconds": time.process_time() - cpu0,
+    }
     return Outcome(outcome.run_id, outcome.status, outcome.error, outcome.rows, worker)
 
 
@@ -117,14 +134,17 @@ def _map_run(task: Task) -> Outcome:
         hashes = [_sha256(p) for p in inputs]
     except OSError as e:
         return _failed(run, run_dir, f"{e.filename}: cannot read ({e.strerror})", None)
-    manifest = {"schema": MANIFEST_SCHEMA, "run_id": run.run_id, "tool_version": __version__,
-                "options_sha256": task.options_sha256,
-                "inputs": [{"path": p, "sha256": h} for p, h in zip(inputs, hashes, strict=True)]}
+    manifest = {
+        "schema": MANIFEST_SCHEMA,
+        "run_id": run.run_id,
+        "tool_version": __version__,
+        "options_sha256": task.options_sha256,
+        "inputs": [{"path": p, "sha256": h} for p, h in zip(inputs, hashes, strict=True)],
+    }
     if not task.force:
         verdict = _reusable(run_dir, manifest, opts)
         if verdict is not None:
-            return Outcome(run.run_id, "skipped", None,
-                           summary.rows_ok(run.run_id, verdict, inputs, hashes, _report(run_dir)))
+            return Outcome(run.run_id, "skipped", None, summary.rows_ok(run.run_id, verdict, inputs, hashes, _report(run_dir)))
     try:
         verdict = _analyse(run, run_dir, opts, manifest)
     except Exception as e:  # noqa: BLE001 — any failure of one run is that run's row, never the batch's end
@@ -182,8 +202,11 @@ def _analyse(run: Run, run_dir: Path, opts: Any, manifest: dict[str, Any]) -> Ve
 
     def with_manifest(staging: Path) -> dict[str, str]:
         # Written last, in the same staging folder as the outputs: they are swapped in together or not at all.
-        doc = {**manifest, "outputs": _output_sizes(staging, run_opts),
-               "verdict_sha256": hashlib.sha256((staging / "verdict.json").read_bytes()).hexdigest()}
+        doc = {
+            **manifest,
+            "outputs": _output_sizes(staging, run_opts),
+            "verdict_sha256": hashlib.sha256((staging / "verdict.json").read_bytes()).hexdigest(),
+        }
         return {MANIFEST: json.dumps(doc, indent=1) + "\n"}
 
     # One DuckDB thread per run: the batch is parallel across runs, and a single thread adds sums in one order,

@@ -39,8 +39,7 @@ def _atomic(path: Path, write: Callable[[Path], object]) -> None:
             owner.unregister(tmp)
 
 
-def reduce(outcomes: Sequence[Outcome], out_dir: Path, title: str,
-           unread: Sequence[Unread] = ()) -> tuple[Path, Path]:
+def reduce(outcomes: Sequence[Outcome], out_dir: Path, title: str, unread: Sequence[Unread] = ()) -> tuple[Path, Path]:
     from ..render import index
 
     rows = [row for o in outcomes for row in o.rows] + [summary.row_unread(u.path, u.why) for u in unread]

@@ -36,8 +36,16 @@ NOTEBOOK = "plasmient.ipynb"
 # What names a job in the environment of its processes, most specific first. torchrun gives every worker of
 # one launch the same TORCHELASTIC_RUN_ID (a fresh one per --standalone launch); schedulers name their job.
 # MASTER_ADDR:MASTER_PORT is not one: two jobs one after the other on the same node share it.
-JOB_VARS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PBS_JOBID",
-            "LSB_JOBID", "FLUX_JOB_ID", "COBALT_JOBID")
+JOB_VARS = (
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_JOB_ID",
+    "PMIX_NAMESPACE",
+    "OMPI_MCA_ess_base_jobid",
+    "PBS_JOBID",
+    "LSB_JOBID",
+    "FLUX_JOB_ID",
+    "COBALT_JOBID",
+)
 GROUP_BY = ("job", "report", "folder")
 FILE_TYPES = {".parquet": "Parquet", ".html": "HTML", ".ipynb": "Notebook"}  # how the .nsys-analysis lists them
 # `nsys recipe`'s own recipes export beside the report only the tables they read (a `<report>_pqtdir` holding
@@ -50,13 +58,13 @@ _CHDIR = threading.Lock()  # the batch mapper works in the output folder: one ru
 class ReportInfo:
     """What stage 1 learns of one report."""
 
-    report: str               # the report as given (absolute)
-    export: str | None        # the export the pipeline reads (None when it could not be had)
-    job: str | None           # job identity, 'VAR=value' (None: the report is a run of its own)
-    rank: int | None          # the rank its environment names (None: several or none)
+    report: str  # the report as given (absolute)
+    export: str | None  # the export the pipeline reads (None when it could not be had)
+    job: str | None  # job identity, 'VAR=value' (None: the report is a run of its own)
+    rank: int | None  # the rank its environment names (None: several or none)
     world_size: int | None
     host: str | None
-    error: str | None         # why the report cannot be analysed (one line)
+    error: str | None  # why the report cannot be analysed (one line)
 
 
 def nsys_for(recipe_package: Path | None) -> str | None:
@@ -99,8 +107,9 @@ def job_identity(envs: Sequence[dict[str, str]]) -> tuple[str | None, int | None
 
 def _whole(export: Path) -> bool:
     """A sibling export is usable when it is a SQLite file or a folder export holding the export's metadata."""
-    return export.suffix == ".sqlite" or not export.is_dir() or \
-        any(p.name.startswith(WHOLE_EXPORT_MARK) for p in export.iterdir())
+    return (
+        export.suffix == ".sqlite" or not export.is_dir() or any(p.name.startswith(WHOLE_EXPORT_MARK) for p in export.iterdir())
+    )
 
 
 def export_of(rep: Path, cache_dir: Path) -> Path:
@@ -158,8 +167,8 @@ def _run_name(infos: Sequence[ReportInfo]) -> str:
 @dataclass(frozen=True)
 class Grouped:
     runs: list[batch_group.Run]
-    failed: list[Outcome]             # reports that could not be probed: a failed run each
-    run_of: dict[str, str]            # report → run_id
+    failed: list[Outcome]  # reports that could not be probed: a failed run each
+    run_of: dict[str, str]  # report → run_id
 
 
 def group_reports(infos: Sequence[ReportInfo], group_by: str = "job", label: str = "nsys") -> Grouped:
@@ -206,8 +215,7 @@ def analyse_run(task: Task) -> Outcome:
         return map_run(task)
 
 
-def reduce(outcomes: Sequence[Outcome], infos: Sequence[ReportInfo], grouped: Grouped, out_dir: Path,
-           title: str) -> list[Path]:
+def reduce(outcomes: Sequence[Outcome], infos: Sequence[ReportInfo], grouped: Grouped, out_dir: Path, title: str) -> list[Path]:
     """The batch reducer (summary.parquet, index.html) and the recipe's own files; returns the files written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -217,12 +225,27 @@ def reduce(outcomes: Sequence[Outcome], infos: Sequence[ReportInfo], grouped: Gr
     out_dir = Path(out_dir)
     summary, index = batch_reduce.reduce(list(outcomes), out_dir, title)
     failed = {o.run_id for o in outcomes if o.status == "failed"}
-    rows = [{**asdict(i), "run_id": grouped.run_of.get(i.report),
-             "status": "failed" if i.error or grouped.run_of.get(i.report) in failed else "ok"}
-            for i in sorted(infos, key=lambda i: i.report)]
-    schema = pa.schema([("report", pa.string()), ("export", pa.string()), ("job", pa.string()), ("rank", pa.int32()),
-                        ("world_size", pa.int32()), ("host", pa.string()), ("error", pa.string()),
-                        ("run_id", pa.string()), ("status", pa.string())])
+    rows = [
+        {
+            **asdict(i),
+            "run_id": grouped.run_of.get(i.report),
+            "status": "failed" if i.error or grouped.run_of.get(i.report) in failed else "ok",
+        }
+        for i in sorted(infos, key=lambda i: i.report)
+    ]
+    schema = pa.schema(
+        [
+            ("report", pa.string()),
+            ("export", pa.string()),
+            ("job", pa.string()),
+            ("rank", pa.int32()),
+            ("world_size", pa.int32()),
+            ("host", pa.string()),
+            ("error", pa.string()),
+            ("run_id", pa.string()),
+            ("status", pa.string()),
+        ]
+    )
     reports = out_dir / REPORTS
     batch_reduce._atomic(reports, lambda p: pq.write_table(pa.Table.from_pylist(rows, schema=schema), p))
     nb = out_dir / NOTEBOOK
@@ -233,12 +256,18 @@ def reduce(outcomes: Sequence[Outcome], infos: Sequence[ReportInfo], grouped: Gr
 def notebook() -> dict[str, Any]:
     """A small Jupyter notebook (nbformat 4) that shows the fleet summary beside it: runs by headroom, the
     utilization-vs-achieved scatter, and where each run's peak went."""
+
     def md(text: str) -> dict[str, Any]:
         return {"cell_type": "markdown", "metadata": {}, "source": text.strip().splitlines(keepends=True)}
 
     def code(text: str) -> dict[str, Any]:
-        return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-                "source": text.strip().splitlines(keepends=True)}
+        return {
+            "cell_type": "code",
+            "execution_count": None,
+            "metadata": {},
+            "outputs": [],
+            "source": text.strip().splitlines(keepends=True),
+        }
 
     cells = [
         md("""
@@ -275,19 +304,28 @@ ok.set_index("run_id")[["achieved_fraction_of_peak", *loss]].plot.barh(stacked=T
 reports  # which report went into which run (the reports of one job are one run)
 """),
     ]
-    return {"cells": cells, "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
-                                                        "name": "python3"},
-                                         "language_info": {"name": "python"}},
-            "nbformat": 4, "nbformat_minor": 5}
+    return {
+        "cells": cells,
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
 
 
-def options(ranges: Sequence[str] = (), peak_precision: str | None = None, gpu: str | None = None,
-            write_html: bool = True, write_trace: bool = True) -> Any:
+def options(
+    ranges: Sequence[str] = (),
+    peak_precision: str | None = None,
+    gpu: str | None = None,
+    write_html: bool = True,
+    write_trace: bool = True,
+) -> Any:
     """The analysis options of the recipe's arguments (a subset of the main job's)."""
     from ..pipeline import Options
 
-    return Options(ranges=tuple(ranges), peak_precision=peak_precision, gpu=gpu, write_html=write_html,
-                   write_trace=write_trace)
+    return Options(ranges=tuple(ranges), peak_precision=peak_precision, gpu=gpu, write_html=write_html, write_trace=write_trace)
 
 
 def label_of(reports: Sequence[str]) -> str:
@@ -310,8 +348,10 @@ def report_lines(outcomes: Sequence[Outcome], out_dir: Path) -> list[str]:
             lines.append(f"plasmient: {o.run_id}: failed: {o.error}")
             continue
         ranks = sum(r.get("level") == "rank" for r in o.rows)
-        lines.append(f"plasmient: {o.run_id}: {ranks} rank{'s' if ranks != 1 else ''}, utilization "
-                     f"{pct(run.get('utilization'))}, achieved {pct(run.get('achieved_fraction_of_peak'))} of peak, "
-                     f"largest loss {(run.get('top_loss') or 'none').replace('_', ' ')} → {run.get('report')}")
+        lines.append(
+            f"plasmient: {o.run_id}: {ranks} rank{'s' if ranks != 1 else ''}, utilization "
+            f"{pct(run.get('utilization'))}, achieved {pct(run.get('achieved_fraction_of_peak'))} of peak, "
+            f"largest loss {(run.get('top_loss') or 'none').replace('_', ' ')} → {run.get('report')}"
+        )
     lines.append(f"plasmient: summary {Path(out_dir) / 'summary.parquet'}, index {Path(out_dir) / 'index.html'}")
     return lines

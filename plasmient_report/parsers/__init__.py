@@ -23,8 +23,21 @@ from . import dcgm_exporter, dcgmi_dmon, kineto, ncu, nsys, nsys_rep, nvidia_smi
 from .base import BOM, Format, ParseOptions, Parser, Sniff, SourceInfo
 from .nsys.arrow import export_kind as nsys_export_kind
 
-__all__ = ["AUXILIARY", "FORMATS", "MODULES", "PARSERS", "Detected", "Format", "ParseOptions", "Parser", "SourceInfo",
-           "detect", "discover", "ingest_one", "nsys_export_kind"]
+__all__ = [
+    "AUXILIARY",
+    "FORMATS",
+    "MODULES",
+    "PARSERS",
+    "Detected",
+    "Format",
+    "ParseOptions",
+    "Parser",
+    "SourceInfo",
+    "detect",
+    "discover",
+    "ingest_one",
+    "nsys_export_kind",
+]
 
 # The registry, in detection order: the report by its suffix, binary exports by their magic, then text formats
 # from the most to the least specific first line.
@@ -55,7 +68,7 @@ def _head(path: Path, n: int = HEAD_BYTES) -> bytes:
     with open(path, "rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
     try:
-        with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
+        with gzip.open(path, "rb") if gz else open(path, "rb") as f:
             raw = f.read(n)
             if raw[:3] == BOM:
                 raw = raw[3:]
@@ -123,8 +136,9 @@ def _resolve_reports(found: list[Detected], cache_dir: Path | None) -> list[Dete
     for d in out:
         stem = nsys_rep.report_stem(d.path) if d.format in NSYS_EXPORTS else None
         if stem is not None:
-            rank = next(i for i, s in enumerate(nsys_rep.sibling_exports(d.path.with_name(stem + ".nsys-rep")))
-                        if s.name == d.path.name)
+            rank = next(
+                i for i, s in enumerate(nsys_rep.sibling_exports(d.path.with_name(stem + ".nsys-rep"))) if s.name == d.path.name
+            )
             key = (d.path.resolve().parent, stem)
             if key not in best or rank < best[key][0]:
                 best[key] = (rank, d.path)
@@ -142,8 +156,10 @@ def _refusal(p: Path, fmt: str | None) -> str:
         return f"one table of an nsys export: give its folder ({p.parent})"
     if fmt in FORMATS and not _usable(fmt):
         return f"{FORMATS[fmt].label} input is not supported by this version yet"
-    return ("unrecognised format (expected a PyTorch profiler trace, an nsys export or report, a counter log or an "
-            "Nsight Compute CSV)")
+    return (
+        "unrecognised format (expected a PyTorch profiler trace, an nsys export or report, a counter log or an "
+        "Nsight Compute CSV)"
+    )
 
 
 def discover(inputs: list[Path], cache_dir: Path | None = None) -> list[Detected]:
@@ -165,8 +181,11 @@ def discover(inputs: list[Path], cache_dir: Path | None = None) -> list[Detected
                 if fmt is not None and _usable(fmt):
                     usable.append(Detected(m, fmt))
             if not usable:
-                raise BadInput(p, "folder holds no trace this version can read (PyTorch profiler .json/.json.gz, "
-                                  "nsys .sqlite / .nsys-rep / parquetdir / arrow export, counter logs)")
+                raise BadInput(
+                    p,
+                    "folder holds no trace this version can read (PyTorch profiler .json/.json.gz, "
+                    "nsys .sqlite / .nsys-rep / parquetdir / arrow export, counter logs)",
+                )
             found.extend(usable)
         else:
             fmt = detect(p)
@@ -186,9 +205,11 @@ def discover(inputs: list[Path], cache_dir: Path | None = None) -> list[Detected
     if len(kinds) > 1:
         # Kineto and nsys both need CUPTI: one process is never recorded by both, so these are different runs.
         names = ", ".join(sorted(d.path.name for d in traces))
-        raise BadInput(", ".join(str(p) for p in inputs),
-                       f"inputs mix PyTorch-profiler traces and Nsight Systems reports ({names}): they are "
-                       "different recordings; pass the files of one run")
+        raise BadInput(
+            ", ".join(str(p) for p in inputs),
+            f"inputs mix PyTorch-profiler traces and Nsight Systems reports ({names}): they are "
+            "different recordings; pass the files of one run",
+        )
     if from_folder:
         _one_run(inputs, traces)
     return unique
@@ -212,9 +233,11 @@ def _one_run(inputs: list[Path], traces: list[Detected]) -> None:
     root = inputs[0] if len(inputs) == 1 else Path(os.path.commonpath([str(p) for p in inputs]))
     runs = "; ".join(f"{_rel(folder, root)} ({', '.join(sorted(names))})" for folder, names in sorted(groups.items()))
     r, paths = min(dup.items())
-    raise BadInput(", ".join(str(p) for p in inputs),
-                   f"holds several runs (rank {r} recorded {len(paths)} times): {runs}. Pass one run's files or "
-                   f"folder, or analyse each with `plasmient-report batch {root}`")
+    raise BadInput(
+        ", ".join(str(p) for p in inputs),
+        f"holds several runs (rank {r} recorded {len(paths)} times): {runs}. Pass one run's files or "
+        f"folder, or analyse each with `plasmient-report batch {root}`",
+    )
 
 
 def _rel(p: Path, root: Path) -> str:
@@ -262,8 +285,7 @@ def _walk(root: Path) -> list[Path]:
     return out
 
 
-def ingest_one(d: Detected, con: duckdb.DuckDBPyConnection, source_id: int,
-               options: ParseOptions | None = None) -> SourceInfo:
+def ingest_one(d: Detected, con: duckdb.DuckDBPyConnection, source_id: int, options: ParseOptions | None = None) -> SourceInfo:
     """Run the format's parser on one input (counter-log parsers also get the options they need)."""
     fn: Callable[..., SourceInfo] = PARSERS[d.format]
     if d.format in AUXILIARY:

@@ -58,12 +58,19 @@ METRICS: dict[str, str] = {
     "pcie_replay_errors": "PCIe replay errors in the period",
 }
 FRACTION_METRICS = frozenset(m for m in METRICS if m.endswith(("_util", "_active", "_occupancy"))) | {
-    "power_violation", "fan_speed"}
+    "power_violation",
+    "fan_speed",
+}
 # What a sample of each kind of metric can be (a value outside is a logging glitch or a corrupt line: left out and
 # counted, never passed on — a utilization of 2.5 would read as 250% busy). Units are the vocabulary's.
 _PLAUSIBLE_BY_SUFFIX: tuple[tuple[str, tuple[float, float]], ...] = (
-    ("_bytes_s", (0.0, 1e13)), ("_bytes", (0.0, 1e15)), ("_mhz", (0.0, 1e4)), ("_c", (-60.0, 200.0)),
-    ("_w", (0.0, 1e4)), ("_j", (0.0, 1e15)), ("_errors", (0.0, 1e12)),
+    ("_bytes_s", (0.0, 1e13)),
+    ("_bytes", (0.0, 1e15)),
+    ("_mhz", (0.0, 1e4)),
+    ("_c", (-60.0, 200.0)),
+    ("_w", (0.0, 1e4)),
+    ("_j", (0.0, 1e15)),
+    ("_errors", (0.0, 1e12)),
 )
 
 
@@ -119,8 +126,7 @@ def resolve_zone(tz: str | None) -> tuple[str, bool]:
 
 def local_to_utc_ns(naive: pl.Series, zone: str) -> pl.Series:
     """Naive local datetimes → UTC epoch ns in `zone` (DST-aware; an ambiguous hour takes the earlier)."""
-    return (naive.dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null")
-            .dt.epoch("ns").cast(pl.Int64))
+    return naive.dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null").dt.epoch("ns").cast(pl.Int64)
 
 
 def zone_note(what: str, zone: str, given: bool) -> str:
@@ -164,8 +170,9 @@ def effective_period_ns(t_ns: np.ndarray, values: np.ndarray, period_ns: int) ->
     return int(max(period_ns, np.quantile(run_ns, 0.25)))
 
 
-def emit(con: duckdb.DuckDBPyConnection, source_id: int, wide: pl.DataFrame, time_source: str,
-         period_ns: int | None = None) -> Written:
+def emit(
+    con: duckdb.DuckDBPyConnection, source_id: int, wide: pl.DataFrame, time_source: str, period_ns: int | None = None
+) -> Written:
     """Write a wide frame (ID_COLUMNS + vocabulary metric columns, values already in base units) into
     `counters` as intervals [t − period, t]. The period is each GPU's median sample spacing unless given."""
     metric_cols = [c for c in wide.columns if c in METRICS]
@@ -180,15 +187,14 @@ def emit(con: duckdb.DuckDBPyConnection, source_id: int, wide: pl.DataFrame, tim
         n = wide.select((col.is_not_null() & (~col.is_finite() | (col < lo) | (col > hi))).sum()).item()
         if n:
             bad[c] = int(n)
-            wide = wide.with_columns(pl.when(col.is_finite() & (col >= lo) & (col <= hi)).then(col).otherwise(None)
-                                     .alias(c))
+            wide = wide.with_columns(pl.when(col.is_finite() & (col >= lo) & (col <= hi)).then(col).otherwise(None).alias(c))
     if bad:
-        notes.append("implausible samples left out: " + ", ".join(
-            f"{n} of {m} (outside {_span(m)})" for m, n in bad.items()))
+        notes.append("implausible samples left out: " + ", ".join(f"{n} of {m} (outside {_span(m)})" for m, n in bad.items()))
     for c in ID_COLUMNS:
         if c not in wide.columns:
-            wide = wide.with_columns(pl.lit(None, dtype=pl.Int32 if c == "gpu_index" else
-                                            pl.Int64 if c == "t_ns" else pl.Utf8).alias(c))
+            wide = wide.with_columns(
+                pl.lit(None, dtype=pl.Int32 if c == "gpu_index" else pl.Int64 if c == "t_ns" else pl.Utf8).alias(c)
+            )
     # a time before 1970 (UTC epoch ns below 0) or after 2116 (2**62 ns) is no time of a sample: differences of
     # two must fit in int64, and a negative epoch time is a corrupt line or a clock that was never set
     before = wide.height
@@ -197,8 +203,10 @@ def emit(con: duckdb.DuckDBPyConnection, source_id: int, wide: pl.DataFrame, tim
         notes.append(f"{before - wide.height} samples left out: no time, or a time before 1970 or after 2116")
     if wide.height == 0 or not metric_cols:
         return Written(0, period_ns, period_ns, 0, notes)
-    key = pl.concat_str([pl.col("gpu_index").cast(pl.Utf8).fill_null(""), pl.col("entity").fill_null(""),
-                         pl.col("gpu_uuid").fill_null("")], separator="|")
+    key = pl.concat_str(
+        [pl.col("gpu_index").cast(pl.Utf8).fill_null(""), pl.col("entity").fill_null(""), pl.col("gpu_uuid").fill_null("")],
+        separator="|",
+    )
     wide = wide.with_columns(key.alias("_gpu"))
     periods: dict[str, int] = {}
     effective: list[int] = []
@@ -209,16 +217,22 @@ def emit(con: duckdb.DuckDBPyConnection, source_id: int, wide: pl.DataFrame, tim
         periods[str(g)] = p
         if util_col is not None:
             effective.append(effective_period_ns(t, part[util_col].cast(pl.Float64).fill_null(np.nan).to_numpy(), p))
-    per = pl.DataFrame({"_gpu": list(periods), "_period": list(periods.values())},
-                       schema={"_gpu": pl.Utf8, "_period": pl.Int64})
-    long = (wide.join(per, on="_gpu", how="left")
-            .select(["t_ns", "raw_time", "gpu_index", "gpu_uuid", "entity", "_period",
-                     *[pl.col(c).cast(pl.Float64) for c in metric_cols]])
-            .unpivot(index=["t_ns", "raw_time", "gpu_index", "gpu_uuid", "entity", "_period"],
-                     on=metric_cols, variable_name="metric", value_name="value")
-            .filter(pl.col("value").is_not_null() & pl.col("value").is_finite())
-            .with_columns((pl.col("t_ns") - pl.col("_period")).alias("start_ns"))
-            .sort(["gpu_index", "metric", "t_ns"]))
+    per = pl.DataFrame({"_gpu": list(periods), "_period": list(periods.values())}, schema={"_gpu": pl.Utf8, "_period": pl.Int64})
+    long = (
+        wide.join(per, on="_gpu", how="left")
+        .select(
+            ["t_ns", "raw_time", "gpu_index", "gpu_uuid", "entity", "_period", *[pl.col(c).cast(pl.Float64) for c in metric_cols]]
+        )
+        .unpivot(
+            index=["t_ns", "raw_time", "gpu_index", "gpu_uuid", "entity", "_period"],
+            on=metric_cols,
+            variable_name="metric",
+            value_name="value",
+        )
+        .filter(pl.col("value").is_not_null() & pl.col("value").is_finite())
+        .with_columns((pl.col("t_ns") - pl.col("_period")).alias("start_ns"))
+        .sort(["gpu_index", "metric", "t_ns"])
+    )
     tbl = long.to_arrow()
     con.register("_counter_rows", tbl)
     con.execute(f"""
@@ -249,8 +263,11 @@ def add_devices(con: duckdb.DuckDBPyConnection, source_id: int, rows: Sequence[t
             continue
         seen.add(key)
         vendor = "NVIDIA" if name and "NVIDIA" in name else None
-        con.execute("INSERT INTO devices (source_id, rank, device, gpu_uuid, bus_id, name, memory_bytes, vendor) "
-                    "VALUES (?, NULL, ?, ?, ?, ?, ?, ?)", [source_id, idx, uuid, bus, name, mem, vendor])
+        con.execute(
+            "INSERT INTO devices (source_id, rank, device, gpu_uuid, bus_id, name, memory_bytes, vendor) "
+            "VALUES (?, NULL, ?, ?, ?, ?, ?, ?)",
+            [source_id, idx, uuid, bus, name, mem, vendor],
+        )
 
 
 def number(s: str | None) -> float | None:
@@ -288,8 +305,9 @@ def read_text(path: Path) -> str:
 def lines_frame(text: str) -> pl.DataFrame:
     """The file's lines with their 1-based numbers, as columns (the parsers filter and split them in polars)."""
     lines = text.splitlines()
-    return pl.DataFrame({"lineno": np.arange(1, len(lines) + 1, dtype=np.int64), "line": lines},
-                        schema={"lineno": pl.Int64, "line": pl.Utf8})
+    return pl.DataFrame(
+        {"lineno": np.arange(1, len(lines) + 1, dtype=np.int64), "line": lines}, schema={"lineno": pl.Int64, "line": pl.Utf8}
+    )
 
 
 def file_mtime_ns(path: Path) -> int:

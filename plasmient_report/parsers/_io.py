@@ -70,8 +70,11 @@ def read_maybe_gzip(path: Path) -> bytes | bytearray:
                     break
                 n += got
                 if n > MAX_DECOMPRESSED_BYTES or (n > (1 << 30) and n > MAX_RATIO * size):
-                    raise BadInput(path, f"gzip inflates to more than {n >> 20} MiB (decompressed-size guard; "
-                                         "set PLASMIENT_MAX_DECOMPRESSED_BYTES to allow it)")
+                    raise BadInput(
+                        path,
+                        f"gzip inflates to more than {n >> 20} MiB (decompressed-size guard; "
+                        "set PLASMIENT_MAX_DECOMPRESSED_BYTES to allow it)",
+                    )
     except (OSError, EOFError, zlib.error) as e:
         raise BadInput(path, f"corrupt or truncated gzip ({e})") from None
     finally:
@@ -104,8 +107,11 @@ class GuardedReader:
             raise BadInput(self.path, f"corrupt or truncated gzip ({e})") from None
         self.n += len(b)
         if self.gz and (self.n > MAX_DECOMPRESSED_BYTES or (self.n > (1 << 30) and self.n > MAX_RATIO * self.size)):
-            raise BadInput(self.path, f"gzip inflates to more than {self.n >> 20} MiB (decompressed-size guard; "
-                                      "set PLASMIENT_MAX_DECOMPRESSED_BYTES to allow it)")
+            raise BadInput(
+                self.path,
+                f"gzip inflates to more than {self.n >> 20} MiB (decompressed-size guard; "
+                "set PLASMIENT_MAX_DECOMPRESSED_BYTES to allow it)",
+            )
         return b
 
     def close(self) -> None:

@@ -29,7 +29,7 @@ BOM = b"\xef\xbb\xbf"
 _NEWLINES_TO_SPACE = bytes.maketrans(b"\r\n", b"  ")
 HEAD_LIMIT = 256 << 20  # the non-event part of a trace is small; more means this is not a trace
 _WHITESPACE = b" \t\r\n"
-GUESS_TRIES = 64     # `{` looked at from the end of a chunk for an event boundary before scanning it instead
+GUESS_TRIES = 64  # `{` looked at from the end of a chunk for an event boundary before scanning it instead
 T = TypeVar("T")
 
 
@@ -46,19 +46,20 @@ class _State:
     in_string: bool = False
     trailing_backslashes: int = 0  # backslashes at the end of the previous chunk (inside a string)
     depth: int = 0
-    in_events: bool = False       # inside the traceEvents array
+    in_events: bool = False  # inside the traceEvents array
     events_done: bool = False
-    expect_array: bool = False    # saw the key at depth 1, waiting for its '['
+    expect_array: bool = False  # saw the key at depth 1, waiting for its '['
     top_is_array: bool = False
     head: bytearray = field(default_factory=bytearray)
     pending: bytearray = field(default_factory=bytearray)
     ndjson: bool = False
-    unscanned: bool = False       # `pending` starts at an event boundary and was not scanned (cut by guesses)
+    unscanned: bool = False  # `pending` starts at an event boundary and was not scanned (cut by guesses)
 
 
 # One table for the scan: 1 at a quote, 2 at a structural byte, 0 elsewhere (one pass finds both).
-_CLASSES = bytes(1 if c == QUOTE else 2 if c in (OPEN_BRACE, CLOSE_BRACE, OPEN_BRACKET, CLOSE_BRACKET, COMMA)
-                 else 0 for c in range(256))
+_CLASSES = bytes(
+    1 if c == QUOTE else 2 if c in (OPEN_BRACE, CLOSE_BRACE, OPEN_BRACKET, CLOSE_BRACKET, COMMA) else 0 for c in range(256)
+)
 
 
 def _escaped(chunk: bytes, quotes: np.ndarray, carry_bs: int) -> np.ndarray:
@@ -91,8 +92,9 @@ def _batch(pending: bytearray, chunk: bytes, pos: int, cut: int, seps: np.ndarra
     return bytes(out)
 
 
-def split_events(stream: Readable, chunk_bytes: int = 4 << 20, ndjson: bool = False,
-                 decode: Callable[[bytes], T | None] | None = None) -> Iterator[bytes | T | tuple[str, bytes]]:
+def split_events(
+    stream: Readable, chunk_bytes: int = 4 << 20, ndjson: bool = False, decode: Callable[[bytes], T | None] | None = None
+) -> Iterator[bytes | T | tuple[str, bytes]]:
     """Yield batches (bytes of a JSON array of whole events, or NDJSON with one event a line), then
     ('head', bytes of the rest of the document with an empty traceEvents). Markers on the way: ('array', b'')
     first when the document is the array form `[{…}, …]`, ('partial_tail', b'') when such an array ends inside
@@ -149,8 +151,14 @@ def split_events(stream: Readable, chunk_bytes: int = 4 << 20, ndjson: bool = Fa
         tail = bytes(st.pending)
         if st.depth == 1 and not st.in_string:
             if tail.strip().rstrip(b",").strip():
-                yield _batch(bytearray(), tail.strip().rstrip(b","), 0, len(tail.strip().rstrip(b",")),
-                             np.zeros(0, dtype=np.int64), st.ndjson)
+                yield _batch(
+                    bytearray(),
+                    tail.strip().rstrip(b","),
+                    0,
+                    len(tail.strip().rstrip(b",")),
+                    np.zeros(0, dtype=np.int64),
+                    st.ndjson,
+                )
         elif tail.strip():
             yield ("partial_tail", b"")
         yield ("head", b"[]")
@@ -192,17 +200,16 @@ def _boundary(data: bytes) -> tuple[int, int] | None:
     return None
 
 
-def _guess(chunk: bytes, st: _State, decode: Callable[[bytes], T | None], chunk_bytes: int
-           ) -> Iterator[bytes | T]:
+def _guess(chunk: bytes, st: _State, decode: Callable[[bytes], T | None], chunk_bytes: int) -> Iterator[bytes | T]:
     """One chunk in the events, `pending` unscanned: decode the run of events up to the chunk's last event
     boundary; scan exactly what does not decode, or what finds no boundary for a while."""
     data = bytes(st.pending) + chunk
     cut = _boundary(data)
     if cut is not None:
-        got = decode(b"[" + data[:cut[0] + 1] + b"]")
+        got = decode(b"[" + data[: cut[0] + 1] + b"]")
         if got is not None:
             yield got
-            st.pending = bytearray(data[cut[1] + 1:])
+            st.pending = bytearray(data[cut[1] + 1 :])
             return
     elif len(data) < 4 * chunk_bytes:  # one long event (or the array's end): wait for more
         st.pending = bytearray(data)
@@ -268,7 +275,7 @@ def _scan(chunk: bytes, st: _State) -> Iterator[bytes]:
             if seps.size:
                 cut = int(seps[-1])
                 yield _batch(st.pending, chunk, pos, cut, seps[:-1], st.ndjson)
-                st.pending = bytearray(chunk[cut + 1:n])
+                st.pending = bytearray(chunk[cut + 1 : n])
             else:
                 st.pending += chunk[pos:n]
             pos = n
@@ -286,7 +293,7 @@ def _scan(chunk: bytes, st: _State) -> Iterator[bytes]:
                 pos = n
                 break
             start = int(spos[lo + sel[0]])
-            st.head += chunk[pos:start + 1]
+            st.head += chunk[pos : start + 1]
             st.expect_array = False
             st.in_events = True
             pos = start + 1

@@ -13,6 +13,7 @@ __all__ = ["pl"]
 if TYPE_CHECKING:
     import polars as pl
 else:
+
     class _Lazy:
         """Attribute reads go to polars, imported the first time."""
 

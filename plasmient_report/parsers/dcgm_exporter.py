@@ -23,23 +23,36 @@ from .base import Format, ParseOptions, Sniff, SourceInfo
 MIB = float(1 << 20)
 # DCGM field name → (metric, factor). *_RATIO names (DCGM 4 renames) are 0–1; the old *_UTIL names are %.
 NAMES: dict[str, tuple[str, float]] = {
-    "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", 1.0), "DCGM_FI_DEV_MEM_CLOCK": ("mem_clock_mhz", 1.0),
-    "DCGM_FI_DEV_MEMORY_TEMP": ("mem_temp_c", 1.0), "DCGM_FI_DEV_GPU_TEMP": ("temp_c", 1.0),
-    "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0), "DCGM_FI_DEV_BOARD_POWER_WATTS": ("power_w", 1.0),
+    "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", 1.0),
+    "DCGM_FI_DEV_MEM_CLOCK": ("mem_clock_mhz", 1.0),
+    "DCGM_FI_DEV_MEMORY_TEMP": ("mem_temp_c", 1.0),
+    "DCGM_FI_DEV_GPU_TEMP": ("temp_c", 1.0),
+    "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
+    "DCGM_FI_DEV_BOARD_POWER_WATTS": ("power_w", 1.0),
     "DCGM_FI_DEV_POWER_USAGE_INSTANT": ("power_w", 1.0),
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy_j", 1e-3),
-    "DCGM_FI_DEV_GPU_UTIL": ("gpu_util", 0.01), "DCGM_FI_DEV_GPU_UTIL_RATIO": ("gpu_util", 1.0),
-    "DCGM_FI_DEV_MEM_COPY_UTIL": ("mem_util", 0.01), "DCGM_FI_DEV_MEM_COPY_UTIL_RATIO": ("mem_util", 1.0),
-    "DCGM_FI_DEV_ENC_UTIL": ("enc_util", 0.01), "DCGM_FI_DEV_DEC_UTIL": ("dec_util", 0.01),
-    "DCGM_FI_DEV_FB_FREE": ("fb_free_bytes", MIB), "DCGM_FI_DEV_FB_USED": ("fb_used_bytes", MIB),
+    "DCGM_FI_DEV_GPU_UTIL": ("gpu_util", 0.01),
+    "DCGM_FI_DEV_GPU_UTIL_RATIO": ("gpu_util", 1.0),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": ("mem_util", 0.01),
+    "DCGM_FI_DEV_MEM_COPY_UTIL_RATIO": ("mem_util", 1.0),
+    "DCGM_FI_DEV_ENC_UTIL": ("enc_util", 0.01),
+    "DCGM_FI_DEV_DEC_UTIL": ("dec_util", 0.01),
+    "DCGM_FI_DEV_FB_FREE": ("fb_free_bytes", MIB),
+    "DCGM_FI_DEV_FB_USED": ("fb_used_bytes", MIB),
     "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": ("pcie_tx_bytes_s", 1024.0),
     "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": ("pcie_rx_bytes_s", 1024.0),
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gr_engine_active", 1.0), "DCGM_FI_PROF_SM_ACTIVE": ("sm_active", 1.0),
-    "DCGM_FI_PROF_SM_UTIL_RATIO": ("sm_active", 1.0), "DCGM_FI_PROF_SM_OCCUPANCY": ("sm_occupancy", 1.0),
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active", 1.0), "DCGM_FI_PROF_DRAM_ACTIVE": ("dram_active", 1.0),
-    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ("fp64_active", 1.0), "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ("fp32_active", 1.0),
-    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ("fp16_active", 1.0), "DCGM_FI_PROF_PCIE_TX_BYTES": ("pcie_tx_bytes_s", 1.0),
-    "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie_rx_bytes_s", 1.0), "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink_tx_bytes_s", 1.0),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gr_engine_active", 1.0),
+    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active", 1.0),
+    "DCGM_FI_PROF_SM_UTIL_RATIO": ("sm_active", 1.0),
+    "DCGM_FI_PROF_SM_OCCUPANCY": ("sm_occupancy", 1.0),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active", 1.0),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("dram_active", 1.0),
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ("fp64_active", 1.0),
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ("fp32_active", 1.0),
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ("fp16_active", 1.0),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": ("pcie_tx_bytes_s", 1.0),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie_rx_bytes_s", 1.0),
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink_tx_bytes_s", 1.0),
     "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_bytes_s", 1.0),
     "DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE": ("tensor_imma_active", 1.0),
     "DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE": ("tensor_hmma_active", 1.0),
@@ -119,8 +132,10 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
         else:
             anchor = "synthesized"
             scrapes = [(C.file_mtime_ns(path), s[1]) for s in scrapes]
-            notes.append("no scrape times (no '<epoch>\\t' prefix or '# scrape_ts=' comment): one scrape at the "
-                         "file's mtime, low confidence")
+            notes.append(
+                "no scrape times (no '<epoch>\\t' prefix or '# scrape_ts=' comment): one scrape at the "
+                "file's mtime, low confidence"
+            )
         bad = 0
         for t_ns, body in scrapes:
             try:
@@ -150,29 +165,55 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
         raise BadInput(path, "dcgm-exporter file has no DCGM_FI_* samples we read")
     if unknown:
         notes.append(f"metrics not read: {', '.join(sorted(unknown)[:12])}")
-    long = pl.DataFrame(rec, schema={"t_ns": pl.Int64, "raw_time": pl.Utf8, "gpu_index": pl.Int32,
-                                     "gpu_uuid": pl.Utf8, "entity": pl.Utf8, "metric": pl.Utf8, "value": pl.Float64})
+    long = pl.DataFrame(
+        rec,
+        schema={
+            "t_ns": pl.Int64,
+            "raw_time": pl.Utf8,
+            "gpu_index": pl.Int32,
+            "gpu_uuid": pl.Utf8,
+            "entity": pl.Utf8,
+            "metric": pl.Utf8,
+            "value": pl.Float64,
+        },
+    )
     # A *_RATIO family logged in % (exporters differ): values above 1.5 mean percent.
     frac = list(C.FRACTION_METRICS)
-    over = long.filter(pl.col("metric").is_in(frac)).group_by("metric").agg(pl.col("value").max()) \
-        .filter(pl.col("value") > 1.5)["metric"].to_list()
+    over = (
+        long.filter(pl.col("metric").is_in(frac))
+        .group_by("metric")
+        .agg(pl.col("value").max())
+        .filter(pl.col("value") > 1.5)["metric"]
+        .to_list()
+    )
     if over:
-        long = long.with_columns(pl.when(pl.col("metric").is_in(over)).then(pl.col("value") / 100)
-                                 .otherwise(pl.col("value")).alias("value"))
+        long = long.with_columns(
+            pl.when(pl.col("metric").is_in(over)).then(pl.col("value") / 100).otherwise(pl.col("value")).alias("value")
+        )
         notes.append(f"{', '.join(over)} were in percent: divided by 100")
-    wide = long.pivot(on="metric", index=["t_ns", "raw_time", "gpu_index", "gpu_uuid", "entity"], values="value",
-                      aggregate_function="mean")
+    wide = long.pivot(
+        on="metric", index=["t_ns", "raw_time", "gpu_index", "gpu_uuid", "entity"], values="value", aggregate_function="mean"
+    )
     w = C.emit(con, source_id, wide, anchor)
     notes += w.notes
     C.add_devices(con, source_id, [d for d in devices.values() if d[0] is not None or d[1] is not None])
     if long.filter(pl.col("entity").str.starts_with("GPU-I")).height:
         notes.append("MIG instance series (GPU_I_ID) are kept with their entity, not matched to a GPU")
-    return SourceInfo(format="dcgm-exporter", format_version=version, rank=None, rank_method="counters",
-                      clock_anchor=anchor, events=w.rows, notes=notes, sample_period_ns=w.effective_period_ns)
+    return SourceInfo(
+        format="dcgm-exporter",
+        format_version=version,
+        rank=None,
+        rank_method="counters",
+        clock_anchor=anchor,
+        events=w.rows,
+        notes=notes,
+        sample_period_ns=w.effective_period_ns,
+    )
 
 
-def _add(rec: dict[str, list], t: int, raw: str, idx: int | None, uuid: str | None, entity: str, metric: str,
-         value: float) -> None:
+def _add(
+    rec: dict[str, list], t: int, raw: str, idx: int | None, uuid: str | None, entity: str, metric: str, value: float
+) -> None:
     if not -(2**62) < t < 2**62:  # no time (before 1823 or after 2116): the sample is left out
         return
     rec["t_ns"].append(t)

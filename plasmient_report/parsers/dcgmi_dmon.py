@@ -21,18 +21,33 @@ from .base import Format, ParseOptions, Sniff, SourceInfo
 MIB = float(1 << 20)
 # DCGM field id → (short name, metric, factor) — dcgm_fields.h. Ratios are already 0–1; GPUTL/MCUTL are %.
 FIELDS: dict[int, tuple[str, str, float]] = {
-    100: ("SMCLK", "sm_clock_mhz", 1.0), 101: ("MMCLK", "mem_clock_mhz", 1.0),
-    140: ("MMTMP", "mem_temp_c", 1.0), 150: ("TMPTR", "temp_c", 1.0), 155: ("POWER", "power_w", 1.0),
-    156: ("TOTEC", "energy_j", 1e-3), 203: ("GPUTL", "gpu_util", 0.01), 204: ("MCUTL", "mem_util", 0.01),
-    206: ("ENCUT", "enc_util", 0.01), 207: ("DECUT", "dec_util", 0.01),
-    251: ("FBFRE", "fb_free_bytes", MIB), 252: ("FBUSD", "fb_used_bytes", MIB),
-    1001: ("GRACT", "gr_engine_active", 1.0), 1002: ("SMACT", "sm_active", 1.0),
-    1003: ("SMOCC", "sm_occupancy", 1.0), 1004: ("TENSO", "tensor_active", 1.0),
-    1005: ("DRAMA", "dram_active", 1.0), 1006: ("FP64A", "fp64_active", 1.0), 1007: ("FP32A", "fp32_active", 1.0),
-    1008: ("FP16A", "fp16_active", 1.0), 1009: ("PCITX", "pcie_tx_bytes_s", 1.0),
-    1010: ("PCIRX", "pcie_rx_bytes_s", 1.0), 1011: ("NVLTX", "nvlink_tx_bytes_s", 1.0),
-    1012: ("NVLRX", "nvlink_rx_bytes_s", 1.0), 1013: ("TIMMA", "tensor_imma_active", 1.0),
-    1014: ("THMMA", "tensor_hmma_active", 1.0), 1015: ("TDFMA", "tensor_dfma_active", 1.0),
+    100: ("SMCLK", "sm_clock_mhz", 1.0),
+    101: ("MMCLK", "mem_clock_mhz", 1.0),
+    140: ("MMTMP", "mem_temp_c", 1.0),
+    150: ("TMPTR", "temp_c", 1.0),
+    155: ("POWER", "power_w", 1.0),
+    156: ("TOTEC", "energy_j", 1e-3),
+    203: ("GPUTL", "gpu_util", 0.01),
+    204: ("MCUTL", "mem_util", 0.01),
+    206: ("ENCUT", "enc_util", 0.01),
+    207: ("DECUT", "dec_util", 0.01),
+    251: ("FBFRE", "fb_free_bytes", MIB),
+    252: ("FBUSD", "fb_used_bytes", MIB),
+    1001: ("GRACT", "gr_engine_active", 1.0),
+    1002: ("SMACT", "sm_active", 1.0),
+    1003: ("SMOCC", "sm_occupancy", 1.0),
+    1004: ("TENSO", "tensor_active", 1.0),
+    1005: ("DRAMA", "dram_active", 1.0),
+    1006: ("FP64A", "fp64_active", 1.0),
+    1007: ("FP32A", "fp32_active", 1.0),
+    1008: ("FP16A", "fp16_active", 1.0),
+    1009: ("PCITX", "pcie_tx_bytes_s", 1.0),
+    1010: ("PCIRX", "pcie_rx_bytes_s", 1.0),
+    1011: ("NVLTX", "nvlink_tx_bytes_s", 1.0),
+    1012: ("NVLRX", "nvlink_rx_bytes_s", 1.0),
+    1013: ("TIMMA", "tensor_imma_active", 1.0),
+    1014: ("THMMA", "tensor_hmma_active", 1.0),
+    1015: ("TDFMA", "tensor_dfma_active", 1.0),
     1016: ("INTAC", "int_active", 1.0),
 }
 BY_SHORT = {short: (metric, f) for short, metric, f in FIELDS.values()}
@@ -152,8 +167,9 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     stamped = [r for r in rows if r[2] is not None]
     period_ns = None
     if stamped and len(stamped) < len(rows):
-        notes += C.skipped_note(len(rows) - len(stamped), next(r[0] for r in rows if r[2] is None),
-                                "rows without the timestamp the other rows have")
+        notes += C.skipped_note(
+            len(rows) - len(stamped), next(r[0] for r in rows if r[2] is None), "rows without the timestamp the other rows have"
+        )
         rows = stamped
     if stamped:
         t_ns, local_used = _prefix_times(rows, zone_name, path)
@@ -168,30 +184,42 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
         end = C.file_mtime_ns(path)
         t_ns = [end - (last - r[1]) * period_ns for r in rows]
         anchor, zone = "synthesized", None
-        notes.append(f"no timestamps: iteration k placed at file mtime − (n−1−k)·{opts.dcgm_period_s:g} s "
-                     "(--dcgm-period); low confidence until aligned to a trace")
+        notes.append(
+            f"no timestamps: iteration k placed at file mtime − (n−1−k)·{opts.dcgm_period_s:g} s "
+            "(--dcgm-period); low confidence until aligned to a trace"
+        )
     cols: dict[str, list[float | None]] = {}
     for j, f in enumerate(fields):
         if f is None or f[0] in cols:
             continue
         metric, factor = f
         cols[metric] = [_value(r[5][j], factor) for r in rows]
-    wide = pl.DataFrame({
-        "t_ns": pl.Series(t_ns, dtype=pl.Int64),
-        "raw_time": pl.Series([r[2][1] if r[2] else None for r in rows], dtype=pl.Utf8),
-        # A MIG instance id is not a GPU index: those rows keep only their entity.
-        "gpu_index": pl.Series([r[4] if r[3] == "GPU" else None for r in rows], dtype=pl.Int32),
-        "gpu_uuid": pl.Series([None] * len(rows), dtype=pl.Utf8),
-        "entity": pl.Series([f"{r[3]} {r[4]}" for r in rows], dtype=pl.Utf8),
-        **{m: pl.Series(v, dtype=pl.Float64) for m, v in cols.items()},
-    })
+    wide = pl.DataFrame(
+        {
+            "t_ns": pl.Series(t_ns, dtype=pl.Int64),
+            "raw_time": pl.Series([r[2][1] if r[2] else None for r in rows], dtype=pl.Utf8),
+            # A MIG instance id is not a GPU index: those rows keep only their entity.
+            "gpu_index": pl.Series([r[4] if r[3] == "GPU" else None for r in rows], dtype=pl.Int32),
+            "gpu_uuid": pl.Series([None] * len(rows), dtype=pl.Utf8),
+            "entity": pl.Series([f"{r[3]} {r[4]}" for r in rows], dtype=pl.Utf8),
+            **{m: pl.Series(v, dtype=pl.Float64) for m, v in cols.items()},
+        }
+    )
     w = C.emit(con, source_id, wide, anchor, period_ns)
     notes += w.notes
     if any(r[3] != "GPU" for r in rows):
         notes.append("rows of non-GPU entities (GPU-I, GPU-CI, …) are kept with their entity, not matched to a GPU")
-    return SourceInfo(format="dcgmi-dmon", format_version=version, rank=None, rank_method="counters",
-                      clock_anchor=anchor, events=w.rows, notes=notes, time_zone=zone,
-                      sample_period_ns=w.effective_period_ns)
+    return SourceInfo(
+        format="dcgmi-dmon",
+        format_version=version,
+        rank=None,
+        rank_method="counters",
+        clock_anchor=anchor,
+        events=w.rows,
+        notes=notes,
+        time_zone=zone,
+        sample_period_ns=w.effective_period_ns,
+    )
 
 
 def _value(s: str, factor: float) -> float | None:

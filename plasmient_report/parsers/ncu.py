@@ -22,14 +22,24 @@ from ..errors import BadInput
 from . import _counters as C
 from .base import Format, ParseOptions, Sniff, SourceInfo
 
-ID_COLS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
-           "Grid Size", "Device", "CC")
+ID_COLS = (
+    "ID",
+    "Process ID",
+    "Process Name",
+    "Host Name",
+    "Kernel Name",
+    "Context",
+    "Stream",
+    "Block Size",
+    "Grid Size",
+    "Device",
+    "CC",
+)
 FMA_OPS = {"fp32": ("ffma", "fmul", "fadd"), "fp64": ("dfma", "dmul", "dadd"), "fp16": ("hfma", "hmul", "hadd")}
 # Display names of the default sections (details page without --metrics) that we can use.
 DISPLAY = {"Duration": "gpu__time_duration.sum", "DRAM Bytes": "dram__bytes.sum"}
 _PREFIX = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-_TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9,
-            "second": 1e9}
+_TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
 _BASE_RE = re.compile(r"^([KkMGTPmun]?)(byte|inst|cycle|hz|warp|sector|request|thread|block|flop|register|B)$")
 RATE_SUFFIXES = (".sum.per_second", ".sum.per_cycle_elapsed")
 
@@ -61,10 +71,15 @@ def unit_factor(unit: str) -> float:
 def _locale_is_dotted(values: list[str]) -> bool:
     """True for the '27.595.520' / '1.234,5' locale; False (the default) for '27,595,520.5'. A lone '10,240'
     says nothing; grouped thousands or a short decimal part do."""
+
     def says(v: str, group: str, dec: str) -> bool:
         g, d = re.escape(group), re.escape(dec)
-        return bool(re.fullmatch(rf"-?\d{{1,3}}({g}\d{{3}}){{2,}}", v) or re.fullmatch(rf"-?\d{{1,3}}({g}\d{{3}})+{d}\d+", v)
-                    or re.fullmatch(rf"-?\d+{d}(\d{{1,2}}|\d{{4,}})", v))
+        return bool(
+            re.fullmatch(rf"-?\d{{1,3}}({g}\d{{3}}){{2,}}", v)
+            or re.fullmatch(rf"-?\d{{1,3}}({g}\d{{3}})+{d}\d+", v)
+            or re.fullmatch(rf"-?\d+{d}(\d{{1,2}}|\d{{4,}})", v)
+        )
+
     dotted = sum(1 for v in values if says(v, ".", ","))
     commas = sum(1 for v in values if says(v, ",", "."))
     return dotted > commas
@@ -165,10 +180,19 @@ def _launch_id(lid: float | None, default: int) -> int:
 
 
 def _wanted(h: str) -> bool:
-    return (h.startswith(("gpu__time_duration.", "dram__bytes", "sm__ops_path_tensor_src_",
-                          "smsp__ops_path_tensor_src_", "sm__inst_executed_pipe_tensor.sum"))
-            or "_cycles_elapsed.avg.per_second" in h
-            or (("sass_thread_inst_executed_op_" in h) and "_pred_on.sum" in h and ".peak" not in h))
+    return (
+        h.startswith(
+            (
+                "gpu__time_duration.",
+                "dram__bytes",
+                "sm__ops_path_tensor_src_",
+                "smsp__ops_path_tensor_src_",
+                "sm__inst_executed_pipe_tensor.sum",
+            )
+        )
+        or "_cycles_elapsed.avg.per_second" in h
+        or (("sass_thread_inst_executed_op_" in h) and "_pred_on.sum" in h and ".peak" not in h)
+    )
 
 
 def _count(m: dict[str, float], base: str, dur_s: float | None) -> float | None:
@@ -181,8 +205,11 @@ def _count(m: dict[str, float], base: str, dur_s: float | None) -> float | None:
         return m[f"{base}.sum.per_second"] * dur_s
     if f"{base}.sum.per_cycle_elapsed" in m:
         unit = base.split("__", 1)[0]
-        hz = m.get(f"{unit}__cycles_elapsed.avg.per_second") or m.get("smsp__cycles_elapsed.avg.per_second") \
+        hz = (
+            m.get(f"{unit}__cycles_elapsed.avg.per_second")
+            or m.get("smsp__cycles_elapsed.avg.per_second")
             or m.get("sm__cycles_elapsed.avg.per_second")
+        )
         return m[f"{base}.sum.per_cycle_elapsed"] * hz * dur_s if hz else None
     return None
 
@@ -199,8 +226,7 @@ class Counted:
 
 
 def count_flops(m: dict[str, float]) -> Counted:
-    dur = next((m[k] for k in ("gpu__time_duration.sum", "gpu__time_duration.avg", "gpu__time_duration.max")
-                if k in m), None)
+    dur = next((m[k] for k in ("gpu__time_duration.sum", "gpu__time_duration.avg", "gpu__time_duration.max") if k in m), None)
     dur_s = dur / 1e9 if dur is not None else None
     dram: float | None
     if "dram__bytes_read.sum" in m and "dram__bytes_write.sum" in m:
@@ -217,8 +243,9 @@ def count_flops(m: dict[str, float]) -> Counted:
             if c is not None:
                 parts.append(weight * c)
         by[prec] = sum(parts) if parts else None
-    tensor_bases = sorted({k.split(".")[0] for k in m if k.startswith("sm__ops_path_tensor_src_")}) or \
-        sorted({k.split(".")[0] for k in m if k.startswith("smsp__ops_path_tensor_src_")})
+    tensor_bases = sorted({k.split(".")[0] for k in m if k.startswith("sm__ops_path_tensor_src_")}) or sorted(
+        {k.split(".")[0] for k in m if k.startswith("smsp__ops_path_tensor_src_")}
+    )
     tensor: float | None = None
     prec_of: dict[str, float] = {}
     for b in tensor_bases:
@@ -247,9 +274,26 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     if not launches:
         raise BadInput(path, "Nsight Compute CSV without profiled launches")
     occ: dict[str, int] = {}
-    cols: dict[str, list] = {k: [] for k in ("launch_id", "occurrence", "name", "device", "process_id", "grid",
-                                             "block", "duration_ns", "flops", "flops_tensor", "flops_fp64",
-                                             "flops_fp32", "flops_fp16", "tensor_precision", "dram_bytes")}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "launch_id",
+            "occurrence",
+            "name",
+            "device",
+            "process_id",
+            "grid",
+            "block",
+            "duration_ns",
+            "flops",
+            "flops_tensor",
+            "flops_fp64",
+            "flops_fp32",
+            "flops_fp16",
+            "tensor_precision",
+            "dram_bytes",
+        )
+    }
     unknown_tensor = 0
     for ln in launches:
         c = count_flops(ln.metrics)
@@ -282,14 +326,25 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     with_flops = sum(1 for f in cols["flops"] if f is not None)
     notes.append(f"{len(launches)} launches, {with_flops} with FLOP counts")
     if unknown_tensor:
-        notes.append(f"{unknown_tensor} launches ran tensor instructions but the CSV has no sm__ops_path_tensor_* "
-                     "counts: their FLOPs are left to the shape models (collect --section "
-                     "SpeedOfLight_HierarchicalTensorRooflineChart or --metrics sm__ops_path_tensor_src_*.sum)")
+        notes.append(
+            f"{unknown_tensor} launches ran tensor instructions but the CSV has no sm__ops_path_tensor_* "
+            "counts: their FLOPs are left to the shape models (collect --section "
+            "SpeedOfLight_HierarchicalTensorRooflineChart or --metrics sm__ops_path_tensor_src_*.sum)"
+        )
     if with_flops:
-        notes.append("tensor-op counts are the work the tensor cores executed, tile padding included: a GEMM whose "
-                     "sizes are not multiples of its tile counts a few % more than 2·M·N·K")
-    return SourceInfo(format="ncu-csv", format_version=version, rank=None, rank_method="counters",
-                      clock_anchor="none", events=len(launches), notes=notes)
+        notes.append(
+            "tensor-op counts are the work the tensor cores executed, tile padding included: a GEMM whose "
+            "sizes are not multiples of its tile counts a few % more than 2·M·N·K"
+        )
+    return SourceInfo(
+        format="ncu-csv",
+        format_version=version,
+        rank=None,
+        rank_method="counters",
+        clock_anchor="none",
+        events=len(launches),
+        notes=notes,
+    )
 
 
 def sniff(s: Sniff) -> str | None:

@@ -41,8 +41,7 @@ def nsys_binary() -> str | None:
 
 
 def export_command(nsys: str, rep: Path, out: Path) -> list[str]:
-    return [nsys, "export", "--type", "sqlite", "--lazy", "false", "--force-overwrite", "true",
-            "--output", str(out), str(rep)]
+    return [nsys, "export", "--type", "sqlite", "--lazy", "false", "--force-overwrite", "true", "--output", str(out), str(rep)]
 
 
 def resolve(rep: Path, cache_dir: Path | None) -> Path:
@@ -51,14 +50,18 @@ def resolve(rep: Path, cache_dir: Path | None) -> Path:
 
     sibling = rep.with_suffix(".sqlite")
     for cand in sibling_exports(rep):
-        if cand.exists() and cand.stat().st_mtime >= rep.stat().st_mtime and \
-                (cand.suffix == ".sqlite" or export_kind(cand) is not None):
+        if (
+            cand.exists()
+            and cand.stat().st_mtime >= rep.stat().st_mtime
+            and (cand.suffix == ".sqlite" or export_kind(cand) is not None)
+        ):
             return cand
     nsys = nsys_binary()
     suggested = export_command("nsys", rep, sibling)
     if nsys is None:
-        raise BadInput(rep, "reading a .nsys-rep needs its SQLite export and no `nsys` is on PATH (or $NSYS); "
-                            f"run: {shlex.join(suggested)}")
+        raise BadInput(
+            rep, f"reading a .nsys-rep needs its SQLite export and no `nsys` is on PATH (or $NSYS); run: {shlex.join(suggested)}"
+        )
     key = hashlib.sha256(f"{rep.resolve()}:{rep.stat().st_size}:{rep.stat().st_mtime_ns}".encode()).hexdigest()[:16]
     cache = Path(cache_dir or Path.cwd() / ".plasmient-cache") / key
     target = cache / (rep.stem + ".sqlite")
@@ -67,8 +70,7 @@ def resolve(rep: Path, cache_dir: Path | None) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     tmp = cache / (rep.stem + ".partial.sqlite")
     try:
-        proc = subprocess.run(export_command(nsys, rep, tmp), capture_output=True, text=True,
-                              timeout=EXPORT_TIMEOUT_S)
+        proc = subprocess.run(export_command(nsys, rep, tmp), capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise BadInput(rep, f"`nsys export` failed ({e}); run: {shlex.join(suggested)}") from None
     if proc.returncode != 0 or not tmp.exists():

@@ -20,12 +20,25 @@ from .base import Format, ParseOptions, Sniff, SourceInfo
 MIB = float(1 << 20)
 # dmon column → (metric, factor). `sm` is NVML utilization.gpu; `pclk` the SM (processor) clock.
 COLUMNS: dict[str, tuple[str, float]] = {
-    "pwr": ("power_w", 1.0), "gtemp": ("temp_c", 1.0), "mtemp": ("mem_temp_c", 1.0),
-    "sm": ("gpu_util", 0.01), "mem": ("mem_util", 0.01), "enc": ("enc_util", 0.01), "dec": ("dec_util", 0.01),
-    "jpg": ("jpg_util", 0.01), "ofa": ("ofa_util", 0.01), "mclk": ("mem_clock_mhz", 1.0),
-    "pclk": ("sm_clock_mhz", 1.0), "pviol": ("power_violation", 0.01), "tviol": ("thermal_violation", 1.0),
-    "fb": ("fb_used_bytes", MIB), "bar1": ("bar1_used_bytes", MIB), "sbecc": ("ecc_sbe_errors", 1.0),
-    "dbecc": ("ecc_dbe_errors", 1.0), "pci": ("pcie_replay_errors", 1.0), "rxpci": ("pcie_rx_bytes_s", MIB),
+    "pwr": ("power_w", 1.0),
+    "gtemp": ("temp_c", 1.0),
+    "mtemp": ("mem_temp_c", 1.0),
+    "sm": ("gpu_util", 0.01),
+    "mem": ("mem_util", 0.01),
+    "enc": ("enc_util", 0.01),
+    "dec": ("dec_util", 0.01),
+    "jpg": ("jpg_util", 0.01),
+    "ofa": ("ofa_util", 0.01),
+    "mclk": ("mem_clock_mhz", 1.0),
+    "pclk": ("sm_clock_mhz", 1.0),
+    "pviol": ("power_violation", 0.01),
+    "tviol": ("thermal_violation", 1.0),
+    "fb": ("fb_used_bytes", MIB),
+    "bar1": ("bar1_used_bytes", MIB),
+    "sbecc": ("ecc_sbe_errors", 1.0),
+    "dbecc": ("ecc_dbe_errors", 1.0),
+    "pci": ("pcie_replay_errors", 1.0),
+    "rxpci": ("pcie_rx_bytes_s", MIB),
     "txpci": ("pcie_tx_bytes_s", MIB),
 }
 
@@ -47,11 +60,13 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
         raise BadInput(path, "nvidia-smi dmon log without its '# gpu …' header line")
     names = [t.lower() for t in names_rows[0].lstrip("#").split()]
     if any(r.lstrip("#").split() != names_rows[0].lstrip("#").split() for r in names_rows[1:]):
-        raise BadInput(path, "nvidia-smi dmon log whose header changes midway (several runs appended with other "
-                             "-s options?): split it into one file per run")
+        raise BadInput(
+            path,
+            "nvidia-smi dmon log whose header changes midway (several runs appended with other "
+            "-s options?): split it into one file per run",
+        )
     data = lines.filter(~pl.col("line").str.starts_with("#"))
-    data = data.with_columns(pl.col("line").str.split(by=" ").list.eval(pl.element().filter(pl.element() != ""))
-                             .alias("tok"))
+    data = data.with_columns(pl.col("line").str.split(by=" ").list.eval(pl.element().filter(pl.element() != "")).alias("tok"))
     n = len(names)
     data = data.with_columns(pl.col("tok").list.len().alias("_n"))
     bad = data.filter(pl.col("_n") != n)
@@ -61,8 +76,9 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     frame = frame.with_columns(pl.col(f"c{gi}").cast(pl.Int32, strict=False).alias("gpu_index"))
     bad_gpu = frame.filter(pl.col("gpu_index").is_null())
     frame = frame.filter(pl.col("gpu_index").is_not_null())
-    notes = C.skipped_note(bad.height + bad_gpu.height,
-                           min([*bad["lineno"].to_list()[:1], *bad_gpu["lineno"].to_list()[:1]], default=None))
+    notes = C.skipped_note(
+        bad.height + bad_gpu.height, min([*bad["lineno"].to_list()[:1], *bad_gpu["lineno"].to_list()[:1]], default=None)
+    )
     if frame.height == 0:
         raise BadInput(path, "nvidia-smi dmon log has no sample rows")
     zone_name, given = C.resolve_zone(opts.tz)
@@ -90,8 +106,10 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
         t = end - (it.max() - it) * period_ns
         frame = frame.with_columns(pl.Series("t_ns", t, dtype=pl.Int64), pl.lit(None, pl.Utf8).alias("raw_time"))
         anchor, version, zone = "synthesized", "no time column", None
-        notes.append(f"no time column: sample k placed at file mtime − (n−1−k)·{opts.dcgm_period_s:g} s "
-                     "(--dcgm-period); low confidence until aligned to a trace")
+        notes.append(
+            f"no time column: sample k placed at file mtime − (n−1−k)·{opts.dcgm_period_s:g} s "
+            "(--dcgm-period); low confidence until aligned to a trace"
+        )
     bad_t = frame.filter(pl.col("t_ns").is_null())
     if bad_t.height:
         notes += C.skipped_note(bad_t.height, bad_t["lineno"][0], "timestamps")
@@ -108,13 +126,27 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
             ignored.append(name)
     if ignored:
         notes.append(f"columns not read: {', '.join(ignored)}")
-    wide = frame.select(pl.col("t_ns"), pl.col("raw_time"), pl.col("gpu_index"), pl.lit(None, pl.Utf8).alias("gpu_uuid"),
-                        pl.lit(None, pl.Utf8).alias("entity"), *[e.alias(m) for m, e in metrics.items()])
+    wide = frame.select(
+        pl.col("t_ns"),
+        pl.col("raw_time"),
+        pl.col("gpu_index"),
+        pl.lit(None, pl.Utf8).alias("gpu_uuid"),
+        pl.lit(None, pl.Utf8).alias("entity"),
+        *[e.alias(m) for m, e in metrics.items()],
+    )
     w = C.emit(con, source_id, wide, anchor, period_ns)
     notes += w.notes
-    return SourceInfo(format="nvidia-smi-dmon", format_version=version, rank=None, rank_method="counters",
-                      clock_anchor=anchor, events=w.rows, notes=notes, time_zone=zone,
-                      sample_period_ns=w.effective_period_ns)
+    return SourceInfo(
+        format="nvidia-smi-dmon",
+        format_version=version,
+        rank=None,
+        rank_method="counters",
+        clock_anchor=anchor,
+        events=w.rows,
+        notes=notes,
+        time_zone=zone,
+        sample_period_ns=w.effective_period_ns,
+    )
 
 
 def _iterations(gpu_index: np.ndarray) -> np.ndarray:
@@ -147,8 +179,7 @@ def _dated_from_mtime(times: pl.Series, path: Path, zone: str) -> pl.Series:
 
 def sniff(s: Sniff) -> str | None:
     first = s.first_line
-    if (first.startswith("#") and " gpu " in f" {first} " and ("pwr" in first or " sm " in first)) or \
-            looks_like_dmon(first):
+    if (first.startswith("#") and " gpu " in f" {first} " and ("pwr" in first or " sm " in first)) or looks_like_dmon(first):
         return "nvidia-smi-dmon"
     return None
 

@@ -20,18 +20,38 @@ BUS_RE = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-
 MIB = float(1 << 20)
 # Query field → (metric, factor). nvidia-smi normalises some names (clocks.sm → clocks.current.sm).
 FIELDS: dict[str, tuple[str, float]] = {
-    "utilization.gpu": ("gpu_util", 0.01), "utilization.memory": ("mem_util", 0.01),
-    "utilization.encoder": ("enc_util", 0.01), "utilization.decoder": ("dec_util", 0.01),
-    "utilization.jpeg": ("jpg_util", 0.01), "utilization.ofa": ("ofa_util", 0.01),
-    "clocks.current.sm": ("sm_clock_mhz", 1.0), "clocks.sm": ("sm_clock_mhz", 1.0),
-    "clocks.current.memory": ("mem_clock_mhz", 1.0), "clocks.mem": ("mem_clock_mhz", 1.0),
-    "clocks.current.graphics": ("graphics_clock_mhz", 1.0), "clocks.gr": ("graphics_clock_mhz", 1.0),
-    "power.draw": ("power_w", 1.0), "power.draw.average": ("power_w", 1.0), "power.draw.instant": ("power_w", 1.0),
-    "temperature.gpu": ("temp_c", 1.0), "temperature.memory": ("mem_temp_c", 1.0),
-    "memory.used": ("fb_used_bytes", MIB), "memory.free": ("fb_free_bytes", MIB), "fan.speed": ("fan_speed", 0.01),
+    "utilization.gpu": ("gpu_util", 0.01),
+    "utilization.memory": ("mem_util", 0.01),
+    "utilization.encoder": ("enc_util", 0.01),
+    "utilization.decoder": ("dec_util", 0.01),
+    "utilization.jpeg": ("jpg_util", 0.01),
+    "utilization.ofa": ("ofa_util", 0.01),
+    "clocks.current.sm": ("sm_clock_mhz", 1.0),
+    "clocks.sm": ("sm_clock_mhz", 1.0),
+    "clocks.current.memory": ("mem_clock_mhz", 1.0),
+    "clocks.mem": ("mem_clock_mhz", 1.0),
+    "clocks.current.graphics": ("graphics_clock_mhz", 1.0),
+    "clocks.gr": ("graphics_clock_mhz", 1.0),
+    "power.draw": ("power_w", 1.0),
+    "power.draw.average": ("power_w", 1.0),
+    "power.draw.instant": ("power_w", 1.0),
+    "temperature.gpu": ("temp_c", 1.0),
+    "temperature.memory": ("mem_temp_c", 1.0),
+    "memory.used": ("fb_used_bytes", MIB),
+    "memory.free": ("fb_free_bytes", MIB),
+    "fan.speed": ("fan_speed", 0.01),
 }
-IDENTITY = {"timestamp": "time", "index": "gpu_index", "uuid": "gpu_uuid", "gpu_uuid": "gpu_uuid", "name": "name",
-            "gpu_name": "name", "pci.bus_id": "bus_id", "gpu_bus_id": "bus_id", "memory.total": "memory_total"}
+IDENTITY = {
+    "timestamp": "time",
+    "index": "gpu_index",
+    "uuid": "gpu_uuid",
+    "gpu_uuid": "gpu_uuid",
+    "name": "name",
+    "gpu_name": "name",
+    "pci.bus_id": "bus_id",
+    "gpu_bus_id": "bus_id",
+    "memory.total": "memory_total",
+}
 
 
 def looks_headerless(first_line: str) -> bool:
@@ -71,8 +91,11 @@ def _guess_header(row: list[str], path: Path) -> tuple[list[str], str]:
             names.append(f"unknown{i}")
     known = [n for n in names if not n.startswith("unknown") and n != "timestamp"]
     if not any(n.startswith(("utilization", "clocks", "power", "memory")) for n in known):
-        raise BadInput(path, "nvidia-smi --query-gpu CSV without a header and without units: the columns cannot "
-                             "be told apart; record it without 'noheader' (or keep the units)")
+        raise BadInput(
+            path,
+            "nvidia-smi --query-gpu CSV without a header and without units: the columns cannot "
+            "be told apart; record it without 'noheader' (or keep the units)",
+        )
     return names, f"no header: columns guessed from units as {', '.join(names)}"
 
 
@@ -93,22 +116,30 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
         body = lines
     names = [re.sub(r"\s*\[.*\]$", "", h).strip().lower() for h in raw_header]
     if "timestamp" not in names:
-        raise BadInput(path, "nvidia-smi --query-gpu CSV without a 'timestamp' column: samples cannot be placed "
-                             "in time (add timestamp to --query-gpu)")
+        raise BadInput(
+            path,
+            "nvidia-smi --query-gpu CSV without a 'timestamp' column: samples cannot be placed "
+            "in time (add timestamp to --query-gpu)",
+        )
     n = len(names)
     body = body.with_columns((pl.col("line").str.count_matches(",") + 1).alias("_n"))
     bad = body.filter(pl.col("_n") != n)
     fields = [f"c{i}" for i in range(n)]
-    frame = (body.filter(pl.col("_n") == n)
-             .with_columns(pl.col("line").str.split(",").list.eval(pl.element().str.strip_chars())
-                           .list.to_struct(fields=fields).alias("_s")).unnest("_s"))
+    frame = (
+        body.filter(pl.col("_n") == n)
+        .with_columns(
+            pl.col("line").str.split(",").list.eval(pl.element().str.strip_chars()).list.to_struct(fields=fields).alias("_s")
+        )
+        .unnest("_s")
+    )
     ti = names.index("timestamp")
     naive = frame[f"c{ti}"].str.strptime(pl.Datetime("ns"), "%Y/%m/%d %H:%M:%S%.f", strict=False)
     frame = frame.with_columns(C.local_to_utc_ns(naive, zone).alias("t_ns"))
     bad_t = frame.filter(pl.col("t_ns").is_null())
     frame = frame.filter(pl.col("t_ns").is_not_null())
-    notes += C.skipped_note(bad.height + bad_t.height,
-                            min([*bad["lineno"].to_list()[:1], *bad_t["lineno"].to_list()[:1]], default=None))
+    notes += C.skipped_note(
+        bad.height + bad_t.height, min([*bad["lineno"].to_list()[:1], *bad_t["lineno"].to_list()[:1]], default=None)
+    )
 
     def num(i: int) -> pl.Expr:
         # '79.29 W' → 79.29; '[N/A]', '[Not Supported]', 'N/A' → null
@@ -133,11 +164,13 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     ui = ident.get("gpu_uuid")
     bi = ident.get("bus_id")
     wide = frame.select(
-        pl.col("t_ns"), pl.col(f"c{ti}").alias("raw_time"),
+        pl.col("t_ns"),
+        pl.col(f"c{ti}").alias("raw_time"),
         (pl.col(f"c{gi}").cast(pl.Int32, strict=False) if gi is not None else pl.lit(None, pl.Int32)).alias("gpu_index"),
         (pl.col(f"c{ui}") if ui is not None else pl.lit(None, pl.Utf8)).alias("gpu_uuid"),
         pl.lit(None, pl.Utf8).alias("entity"),
-        *[e.alias(m) for m, e in metrics.items()])
+        *[e.alias(m) for m, e in metrics.items()],
+    )
     if gi is None and ui is None and bi is None:
         wide = wide.with_columns(pl.lit(0, pl.Int32).alias("gpu_index"))
         notes.append("no index/uuid/pci.bus_id column: samples taken to be of GPU 0")
@@ -145,17 +178,27 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
         raise BadInput(path, "nvidia-smi --query-gpu CSV has no sample rows")
     w = C.emit(con, source_id, wide, "anchored")
     notes += w.notes
-    dev_cols = [pl.col(f"c{gi}").cast(pl.Int32, strict=False) if gi is not None else pl.lit(None, pl.Int32),
-                pl.col(f"c{ui}") if ui is not None else pl.lit(None, pl.Utf8),
-                pl.col(f"c{bi}") if bi is not None else pl.lit(None, pl.Utf8),
-                pl.col(f"c{ident['name']}") if "name" in ident else pl.lit(None, pl.Utf8),
-                (num(ident["memory_total"]) * MIB).cast(pl.Int64) if "memory_total" in ident else pl.lit(None, pl.Int64)]
+    dev_cols = [
+        pl.col(f"c{gi}").cast(pl.Int32, strict=False) if gi is not None else pl.lit(None, pl.Int32),
+        pl.col(f"c{ui}") if ui is not None else pl.lit(None, pl.Utf8),
+        pl.col(f"c{bi}") if bi is not None else pl.lit(None, pl.Utf8),
+        pl.col(f"c{ident['name']}") if "name" in ident else pl.lit(None, pl.Utf8),
+        (num(ident["memory_total"]) * MIB).cast(pl.Int64) if "memory_total" in ident else pl.lit(None, pl.Int64),
+    ]
     dev = frame.select([c.alias(f"d{k}") for k, c in enumerate(dev_cols)]).unique(maintain_order=True)
     C.add_devices(con, source_id, list(dev.iter_rows()))
     notes.append(C.zone_note("nvidia-smi", zone, given))
-    return SourceInfo(format="nvidia-smi-query", format_version=f"fields: {', '.join(names)}", rank=None,
-                      rank_method="counters", clock_anchor="anchored", events=w.rows, notes=notes, time_zone=zone,
-                      sample_period_ns=w.effective_period_ns)
+    return SourceInfo(
+        format="nvidia-smi-query",
+        format_version=f"fields: {', '.join(names)}",
+        rank=None,
+        rank_method="counters",
+        clock_anchor="anchored",
+        events=w.rows,
+        notes=notes,
+        time_zone=zone,
+        sample_period_ns=w.effective_period_ns,
+    )
 
 
 def sniff(s: Sniff) -> str | None:

@@ -16,27 +16,72 @@ from .base import Format, ParseOptions, Sniff, SourceInfo
 
 # Unit suffix → (unit, factor to the vocabulary's unit). Checked longest first.
 SUFFIXES = {
-    "_pct": ("%", 0.01), "_percent": ("%", 0.01), "_frac": ("1", 1.0), "_ratio": ("1", 1.0),
-    "_mw": ("W", 1e-3), "_w": ("W", 1.0), "_watts": ("W", 1.0), "_mhz": ("MHz", 1.0),
-    "_bytes": ("B", 1.0), "_mib": ("B", float(1 << 20)), "_mb": ("B", float(1 << 20)),
-    "_c": ("C", 1.0), "_mj": ("J", 1e-3), "_j": ("J", 1.0), "_bytes_s": ("B/s", 1.0), "_kb_s": ("B/s", 1024.0),
+    "_pct": ("%", 0.01),
+    "_percent": ("%", 0.01),
+    "_frac": ("1", 1.0),
+    "_ratio": ("1", 1.0),
+    "_mw": ("W", 1e-3),
+    "_w": ("W", 1.0),
+    "_watts": ("W", 1.0),
+    "_mhz": ("MHz", 1.0),
+    "_bytes": ("B", 1.0),
+    "_mib": ("B", float(1 << 20)),
+    "_mb": ("B", float(1 << 20)),
+    "_c": ("C", 1.0),
+    "_mj": ("J", 1e-3),
+    "_j": ("J", 1.0),
+    "_bytes_s": ("B/s", 1.0),
+    "_kb_s": ("B/s", 1024.0),
 }
 ALIASES = {
-    "gpu_util": "gpu_util", "util_gpu": "gpu_util", "utilization_gpu": "gpu_util", "gpu_utilization": "gpu_util",
-    "mem_util": "mem_util", "util_mem": "mem_util", "utilization_memory": "mem_util", "memory_util": "mem_util",
-    "sm_clock": "sm_clock_mhz", "clock_sm": "sm_clock_mhz", "clocks_sm": "sm_clock_mhz",
-    "mem_clock": "mem_clock_mhz", "clock_mem": "mem_clock_mhz", "clocks_mem": "mem_clock_mhz",
-    "gr_clock": "graphics_clock_mhz", "graphics_clock": "graphics_clock_mhz",
-    "power": "power_w", "power_draw": "power_w", "power_usage": "power_w",
-    "mem_used": "fb_used_bytes", "memory_used": "fb_used_bytes", "fb_used": "fb_used_bytes",
-    "mem_free": "fb_free_bytes", "memory_free": "fb_free_bytes", "fb_free": "fb_free_bytes",
-    "temp": "temp_c", "temperature": "temp_c", "gpu_temp": "temp_c", "mem_temp": "mem_temp_c",
-    "energy": "energy_j", "total_energy": "energy_j", "pcie_tx": "pcie_tx_bytes_s", "pcie_rx": "pcie_rx_bytes_s",
-    "enc_util": "enc_util", "dec_util": "dec_util",
+    "gpu_util": "gpu_util",
+    "util_gpu": "gpu_util",
+    "utilization_gpu": "gpu_util",
+    "gpu_utilization": "gpu_util",
+    "mem_util": "mem_util",
+    "util_mem": "mem_util",
+    "utilization_memory": "mem_util",
+    "memory_util": "mem_util",
+    "sm_clock": "sm_clock_mhz",
+    "clock_sm": "sm_clock_mhz",
+    "clocks_sm": "sm_clock_mhz",
+    "mem_clock": "mem_clock_mhz",
+    "clock_mem": "mem_clock_mhz",
+    "clocks_mem": "mem_clock_mhz",
+    "gr_clock": "graphics_clock_mhz",
+    "graphics_clock": "graphics_clock_mhz",
+    "power": "power_w",
+    "power_draw": "power_w",
+    "power_usage": "power_w",
+    "mem_used": "fb_used_bytes",
+    "memory_used": "fb_used_bytes",
+    "fb_used": "fb_used_bytes",
+    "mem_free": "fb_free_bytes",
+    "memory_free": "fb_free_bytes",
+    "fb_free": "fb_free_bytes",
+    "temp": "temp_c",
+    "temperature": "temp_c",
+    "gpu_temp": "temp_c",
+    "mem_temp": "mem_temp_c",
+    "energy": "energy_j",
+    "total_energy": "energy_j",
+    "pcie_tx": "pcie_tx_bytes_s",
+    "pcie_rx": "pcie_rx_bytes_s",
+    "enc_util": "enc_util",
+    "dec_util": "dec_util",
 }
 DEFAULT_FACTOR = {"power_w": 1.0, "energy_j": 1e-3}  # NVML gives mJ for energy
-IDENTITY = {"gpu": "gpu_index", "index": "gpu_index", "gpu_index": "gpu_index", "device": "gpu_index",
-            "uuid": "gpu_uuid", "gpu_uuid": "gpu_uuid", "bus_id": "bus_id", "pci_bus_id": "bus_id", "name": "name"}
+IDENTITY = {
+    "gpu": "gpu_index",
+    "index": "gpu_index",
+    "gpu_index": "gpu_index",
+    "device": "gpu_index",
+    "uuid": "gpu_uuid",
+    "gpu_uuid": "gpu_uuid",
+    "bus_id": "bus_id",
+    "pci_bus_id": "bus_id",
+    "name": "name",
+}
 
 
 def metric_of(column: str) -> tuple[str, float] | None:
@@ -69,8 +114,7 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     bad = body.filter(pl.col("_n") != ncols)
     good = body.filter(pl.col("_n") == ncols)
     fields = [f"c{i}" for i in range(ncols)]
-    frame = (good.with_columns(pl.col("line").str.split(",").list.to_struct(fields=fields).alias("_s"))
-             .unnest("_s"))
+    frame = good.with_columns(pl.col("line").str.split(",").list.to_struct(fields=fields).alias("_s")).unnest("_s")
     wall = frame["c0"].str.strip_chars().cast(pl.Int64, strict=False)
     frame = frame.with_columns(wall.alias("t_ns"))
     # A truncated last line can still parse: keep times within a day of the median (a log is not longer).
@@ -80,8 +124,9 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
         ok = ok & ((pl.col("t_ns") - int(float(med))).abs() < 86_400 * 10**9 * 30)  # type: ignore[arg-type]
     bad_times = frame.filter(~ok)
     frame = frame.filter(ok)
-    notes = C.skipped_note(bad.height + bad_times.height,
-                           min([*bad["lineno"].to_list()[:1], *bad_times["lineno"].to_list()[:1]], default=None))
+    notes = C.skipped_note(
+        bad.height + bad_times.height, min([*bad["lineno"].to_list()[:1], *bad_times["lineno"].to_list()[:1]], default=None)
+    )
     cols: dict[str, pl.Expr] = {}
     ident: dict[str, pl.Expr] = {}
     ignored = []
@@ -101,12 +146,13 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     if ignored:
         notes.append(f"columns not read: {', '.join(ignored)}")
     wide = frame.select(
-        pl.col("t_ns"), pl.col("c0").alias("raw_time"),
-        (ident["gpu_index"].cast(pl.Int32, strict=False) if "gpu_index" in ident else pl.lit(0, pl.Int32))
-        .alias("gpu_index"),
+        pl.col("t_ns"),
+        pl.col("c0").alias("raw_time"),
+        (ident["gpu_index"].cast(pl.Int32, strict=False) if "gpu_index" in ident else pl.lit(0, pl.Int32)).alias("gpu_index"),
         (ident["gpu_uuid"] if "gpu_uuid" in ident else pl.lit(None, pl.Utf8)).alias("gpu_uuid"),
         pl.lit(None, pl.Utf8).alias("entity"),
-        *[e.alias(m) for m, e in cols.items()])
+        *[e.alias(m) for m, e in cols.items()],
+    )
     if wide.height == 0:
         raise BadInput(path, "NVML CSV has no sample rows")
     w = C.emit(con, source_id, wide, "native")
@@ -115,13 +161,26 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
         notes.append("no GPU column: samples taken to be of GPU 0")
     if "gpu_uuid" in ident or "bus_id" in ident or "name" in ident:
         dev = frame.select(
-            (ident.get("gpu_index", pl.lit("0"))).alias("i"), (ident.get("gpu_uuid", pl.lit(None))).alias("u"),
-            (ident.get("bus_id", pl.lit(None))).alias("b"), (ident.get("name", pl.lit(None))).alias("n")).unique()
-        C.add_devices(con, source_id, [(int(i) if i is not None and str(i).isdigit() else None, u, b, n, None)
-                                       for i, u, b, n in dev.iter_rows()])
-    return SourceInfo(format="nvml-csv", format_version=f"columns: {', '.join(header)}", rank=None,
-                      rank_method="counters", clock_anchor="native", events=w.rows, notes=notes,
-                      sample_period_ns=w.effective_period_ns)
+            (ident.get("gpu_index", pl.lit("0"))).alias("i"),
+            (ident.get("gpu_uuid", pl.lit(None))).alias("u"),
+            (ident.get("bus_id", pl.lit(None))).alias("b"),
+            (ident.get("name", pl.lit(None))).alias("n"),
+        ).unique()
+        C.add_devices(
+            con,
+            source_id,
+            [(int(i) if i is not None and str(i).isdigit() else None, u, b, n, None) for i, u, b, n in dev.iter_rows()],
+        )
+    return SourceInfo(
+        format="nvml-csv",
+        format_version=f"columns: {', '.join(header)}",
+        rank=None,
+        rank_method="counters",
+        clock_anchor="native",
+        events=w.rows,
+        notes=notes,
+        sample_period_ns=w.effective_period_ns,
+    )
 
 
 def sniff(s: Sniff) -> str | None:

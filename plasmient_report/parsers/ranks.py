@@ -14,8 +14,16 @@ from pathlib import Path
 MAX_RANKS = 1 << 20  # a rank or world size beyond this is no rank (a corrupt distributedInfo or environment)
 
 # Environment variables that carry the job rank, most specific first; LOCAL_RANK only as the last resort.
-RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "PALS_RANKID",
-             "MV2_COMM_WORLD_RANK", "LOCAL_RANK")
+RANK_VARS = (
+    "RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",
+    "PMIX_RANK",
+    "SLURM_PROCID",
+    "PALS_RANKID",
+    "MV2_COMM_WORLD_RANK",
+    "LOCAL_RANK",
+)
 WORLD_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "SLURM_NPROCS")
 
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)

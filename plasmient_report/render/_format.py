@@ -114,8 +114,10 @@ def middle_ellipsis(text: str, width: int) -> str:
     return text[:head] + "…" + text[-tail:]
 
 
-_NAMESPACES = re.compile(r"at::native::|at::cuda::|\(anonymous namespace\)::|<unnamed>::|at_cuda_detail::|"
-                         r"cub::detail::|c10::|std::")
+_NAMESPACES = re.compile(
+    r"at::native::|at::cuda::|\(anonymous namespace\)::|<unnamed>::|at_cuda_detail::|"
+    r"cub::detail::|c10::|std::"
+)
 _GENERIC = ("AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor", "UnaryFunctor")
 
 
@@ -144,8 +146,11 @@ def kernel_name(name: str, width: int) -> str:
             break
     base, _, inner = n.partition("<")
     base = base.split("::")[-1] or base
-    tags = [t for t in re.findall(r"([A-Za-z_]\w*(?:Functor\w*|KernelImpl|_kernel_cuda|_kernel_impl|Epilogue))", inner)
-            if t not in _GENERIC]
+    tags = [
+        t
+        for t in re.findall(r"([A-Za-z_]\w*(?:Functor\w*|KernelImpl|_kernel_cuda|_kernel_impl|Epilogue))", inner)
+        if t not in _GENERIC
+    ]
     return middle_ellipsis(f"{base} [{tags[-1].split('::')[-1]}]" if tags else base, width)
 
 
@@ -205,9 +210,10 @@ def step_outliers_text(s: StepSummary) -> str:
     w = s.slowest
     if w is not None and s.steps > 1:
         where = f" on rank {w.rank}" if s.ranks > 1 else ""
-        parts.append(f"slowest {range_name(w.name)}{where} {ms(w.gpu_ns)}"
-                     + (f" ({signed_pct(w.excess_over_median)} over the median)"
-                        if w.excess_over_median is not None else ""))
+        parts.append(
+            f"slowest {range_name(w.name)}{where} {ms(w.gpu_ns)}"
+            + (f" ({signed_pct(w.excess_over_median)} over the median)" if w.excess_over_median is not None else "")
+        )
     if s.slow_step_count:
         parts.append(f"{s.slow_step_count} more than {s.slow_threshold:.0%} over the median")
     if s.slowest_rank is not None:

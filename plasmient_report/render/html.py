@@ -52,7 +52,7 @@ from .verdict import document
 
 TIMELINE_BINS = 800
 ROOFLINE_POINTS = 30  # at most; each point is numbered by its row in the kernel table (the verdict's top_kernels)
-MAX_RANK_BARS = 128        # the per-rank stacked bars; beyond this the sortable matrix table carries it
+MAX_RANK_BARS = 128  # the per-rank stacked bars; beyond this the sortable matrix table carries it
 MAX_COUNTER_RANKS = 8
 
 # Colours per loss category (and achieved), mid-saturation so they read on light and dark backgrounds.
@@ -75,8 +75,19 @@ COLOURS: dict[str, str] = {
 # matplotlib draws text, axes and grid in these placeholder colours; the inlined SVG then takes them from CSS.
 _FG, _GRID, _PANEL = "#010203", "#020304", "#030405"
 _CSS_COLOURS = {_FG: "currentColor", _GRID: "var(--grid)", _PANEL: "var(--panel)"}
-FRACTION_METRICS = ("gpu_util", "sm_active", "sm_occupancy", "tensor_active", "dram_active", "mem_util",
-                    "fp16_active", "fp32_active", "fp64_active", "nvlink_util", "pcie_util")
+FRACTION_METRICS = (
+    "gpu_util",
+    "sm_active",
+    "sm_occupancy",
+    "tensor_active",
+    "dram_active",
+    "mem_util",
+    "fp16_active",
+    "fp32_active",
+    "fp64_active",
+    "nvlink_util",
+    "pcie_util",
+)
 
 
 def category_colour(category: str) -> str:
@@ -193,30 +204,34 @@ class Binned:
     """Per span, bin and key: overlap time (ns) and the overlap-weighted sum of the source's value."""
 
     keys: list[str]
-    overlap_ns: np.ndarray   # [span, bin, key]
-    weighted: np.ndarray     # [span, bin, key]
+    overlap_ns: np.ndarray  # [span, bin, key]
+    weighted: np.ndarray  # [span, bin, key]
 
 
-def bin_intervals(con: duckdb.DuckDBPyConnection, source_sql: str, spans: list[Span],
-                  params: dict[str, Any] | None = None) -> Binned:
+def bin_intervals(
+    con: duckdb.DuckDBPyConnection, source_sql: str, spans: list[Span], params: dict[str, Any] | None = None
+) -> Binned:
     """`source_sql` yields (rank, device, s, e, key, val); each interval is split over every bin it touches
     (an interval spanning many bins reaches all of them). One SQL pass; no per-row Python."""
     n_bins = max((s.nbins for s in spans), default=0)
     if not spans:
         return Binned([], np.zeros((0, 0, 0)), np.zeros((0, 0, 0)))
-    tbl = pa.table({
-        "span_id": pa.array(range(len(spans)), pa.int32()),
-        "rank": pa.array([s.rank for s in spans], pa.int32()),
-        "device": pa.array([s.device for s in spans], pa.int32()),
-        "g0": pa.array([s.g0_ns for s in spans], pa.int64()),
-        "g1": pa.array([s.g0_ns + int(math.ceil(s.bin_ns * s.nbins)) for s in spans], pa.int64()),
-        "bw": pa.array([s.bin_ns for s in spans], pa.float64()),
-        "nb": pa.array([s.nbins for s in spans], pa.int64()),
-    })
+    tbl = pa.table(
+        {
+            "span_id": pa.array(range(len(spans)), pa.int32()),
+            "rank": pa.array([s.rank for s in spans], pa.int32()),
+            "device": pa.array([s.device for s in spans], pa.int32()),
+            "g0": pa.array([s.g0_ns for s in spans], pa.int64()),
+            "g1": pa.array([s.g0_ns + int(math.ceil(s.bin_ns * s.nbins)) for s in spans], pa.int64()),
+            "bw": pa.array([s.bin_ns for s in spans], pa.float64()),
+            "nb": pa.array([s.nbins for s in spans], pa.int64()),
+        }
+    )
     name = SPANS_VIEW
     con.register(name, tbl)
     try:
-        rows = con.execute(f"""
+        rows = con.execute(
+            f"""
             WITH src AS ({source_sql}),
             x AS (
                 SELECT sp.span_id, src.key, src.val, (src.s - sp.g0)::DOUBLE AS rs, (src.e - sp.g0)::DOUBLE AS re,
@@ -234,11 +249,13 @@ def bin_intervals(con: duckdb.DuckDBPyConnection, source_sql: str, spans: list[S
             )
             SELECT span_id, b, key, (dense_rank() OVER (ORDER BY key) - 1)::BIGINT AS k, sum(ov) AS ov,
                    sum(val * ov) AS wv
-            FROM z WHERE ov > 0 GROUP BY span_id, b, key""", params or {}).fetchnumpy()
+            FROM z WHERE ov > 0 GROUP BY span_id, b, key""",
+            params or {},
+        ).fetchnumpy()
     finally:
         con.unregister(name)
     kidx = np.asarray(rows["k"], dtype=np.int64)
-    _, first = np.unique(kidx, return_index=True)   # the keys in dense_rank order, without a Python pass per row
+    _, first = np.unique(kidx, return_index=True)  # the keys in dense_rank order, without a Python pass per row
     keys = [str(rows["key"][i]) for i in first]
     ov = np.zeros((len(spans), n_bins, len(keys)))
     wv = np.zeros_like(ov)
@@ -288,9 +305,13 @@ COUNTER_SOURCE = """
 
 
 def gpu_windows(con: duckdb.DuckDBPyConnection) -> list[tuple[int | None, int | None, int, int]]:
-    return [(r, d, s, e) for r, d, s, e in con.execute(
-        "SELECT rank, device, start_ns, end_ns FROM windows WHERE scope = 'window' AND end_ns > start_ns "
-        "ORDER BY rank, device").fetchall()]
+    return [
+        (r, d, s, e)
+        for r, d, s, e in con.execute(
+            "SELECT rank, device, start_ns, end_ns FROM windows WHERE scope = 'window' AND end_ns > start_ns "
+            "ORDER BY rank, device"
+        ).fetchall()
+    ]
 
 
 def own_spans(windows: list[tuple[int | None, int | None, int, int]], nbins: int = TIMELINE_BINS) -> list[Span]:
@@ -343,10 +364,16 @@ def svg(fig: Figure, label: str) -> Markup:
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"plasmient-{label}-{_figure_counter}"}):
         # Constrained layout already fits the figure; a tight bounding box would cost another full draw.
         tight = fig.get_layout_engine() is None
-        fig.savefig(buf, format="svg", transparent=True, bbox_inches="tight" if tight else None, pad_inches=0.05,
-                    metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+        fig.savefig(
+            buf,
+            format="svg",
+            transparent=True,
+            bbox_inches="tight" if tight else None,
+            pad_inches=0.05,
+            metadata={"Date": None, "Creator": None, "Format": None, "Type": None},
+        )
     text = buf.getvalue()
-    text = text[text.index("<svg"):]
+    text = text[text.index("<svg") :]
     text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
     text = re.sub(r'(<svg[^>]*?)\s(width|height)="[^"]*"', r"\1", text, count=1)
     text = re.sub(r'(<svg[^>]*?)\s(width|height)="[^"]*"', r"\1", text, count=1)
@@ -415,8 +442,9 @@ def waterfall_chart(achieved: float, losses: list[Loss]) -> Markup:
     return svg(fig, "loss waterfall")
 
 
-def stacked_share_chart(shares: list[dict[str, float]], labels: list[str], xlabel: str, alt: str,
-                        max_height: float = 9) -> Markup:
+def stacked_share_chart(
+    shares: list[dict[str, float]], labels: list[str], xlabel: str, alt: str, max_height: float = 9
+) -> Markup:
     """One 100% stacked bar per row: achieved, then each loss category (`shares[i][category]`, fractions)."""
     fig = _figure(7.5, min(0.25 * len(shares) + 1.1, max_height), legend_below=True)
     ax = fig.add_subplot()
@@ -442,9 +470,13 @@ def stacked_share_chart(shares: list[dict[str, float]], labels: list[str], xlabe
 
 def rank_bars_chart(ranks: list[RankSummary]) -> Markup:
     """One 100% stacked bar per rank: achieved, then each loss category."""
-    shares = [{"achieved": r.achieved_fraction_of_peak or 0.0,
-               **{c: sum(x.fraction for x in r.losses if x.category == c) for c in CATEGORIES}}
-              for r in ranks]
+    shares = [
+        {
+            "achieved": r.achieved_fraction_of_peak or 0.0,
+            **{c: sum(x.fraction for x in r.losses if x.category == c) for c in CATEGORIES},
+        }
+        for r in ranks
+    ]
     labels = [f"rank {r.rank}" for r in ranks] if len(ranks) <= 32 else [""] * len(ranks)
     return stacked_share_chart(shares, labels, "share of each rank's window", "where each rank's peak went")
 
@@ -515,16 +547,17 @@ def roofline_chart(groups: Sequence[KernelGroup], peak_flop_s: float, bandwidth_
     # Numbered as in the kernel table; points that nearly coincide share one label ("#2, #4").
     labels: list[tuple[int, list[str]]] = []
     for i in np.argsort(-share):
-        near = next((lab for j, lab in labels if abs(math.log10(ai[i] / ai[j])) < 0.06
-                     and abs(math.log10(perf[i] / perf[j])) < 0.06), None)
+        near = next(
+            (lab for j, lab in labels if abs(math.log10(ai[i] / ai[j])) < 0.06 and abs(math.log10(perf[i] / perf[j])) < 0.06),
+            None,
+        )
         number = f"#{groups.index(placed[i]) + 1}"
         if near is not None:
             near.append(number)
         else:
             labels.append((int(i), [number]))
     for j, names in labels:
-        ax.annotate(", ".join(names), (ai[j], perf[j]), fontsize=7, color=_FG, xytext=(5, 4),
-                    textcoords="offset points")
+        ax.annotate(", ".join(names), (ai[j], perf[j]), fontsize=7, color=_FG, xytext=(5, 4), textcoords="offset points")
     ax.set_xlim(lo, hi)
     ax.set_ylim(min(perf.min(), p) / 4, p * 2)
     ax.set_xlabel("arithmetic intensity (FLOP / byte)", fontsize=8)
@@ -534,15 +567,21 @@ def roofline_chart(groups: Sequence[KernelGroup], peak_flop_s: float, bandwidth_
     ax.yaxis.set_major_formatter(plain)
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
     ax.xaxis.set_major_formatter(plain)
-    _legend(ax, [*ax.get_legend_handles_labels()[0],
-                 Patch(color=COLOURS["memory_bound"], label="memory-bound group"),
-                 Patch(color=COLOURS["compute_inefficiency"], label="compute-bound group")], loc="lower right")
+    _legend(
+        ax,
+        [
+            *ax.get_legend_handles_labels()[0],
+            Patch(color=COLOURS["memory_bound"], label="memory-bound group"),
+            Patch(color=COLOURS["compute_inefficiency"], label="compute-bound group"),
+        ],
+        loc="lower right",
+    )
     return svg(fig, "roofline")
 
 
-MAX_STEP_ROWS = 256        # the per-step table (the store's `steps` table and the export have all)
-MAX_STEP_BARS = 64         # the per-step stacked bars
-MAX_STEP_SERIES = 16       # ranks drawn in the step-time chart
+MAX_STEP_ROWS = 256  # the per-step table (the store's `steps` table and the export have all)
+MAX_STEP_BARS = 64  # the per-step stacked bars
+MAX_STEP_SERIES = 16  # ranks drawn in the step-time chart
 
 
 def step_time_chart(steps: Sequence[Step], summary: StepSummary) -> Markup | None:
@@ -559,15 +598,36 @@ def step_time_chart(steps: Sequence[Step], summary: StepSummary) -> Markup | Non
     for i, (key, xs) in enumerate(list(by_gpu.items())[:MAX_STEP_SERIES]):
         occ = [x.occurrence for x in xs]
         ms_ = [x.gpu_ns / 1e6 for x in xs]
-        ax.plot(occ, ms_, marker="o", markersize=3, linewidth=1, color=palette[i % len(palette)],
-                label=f"rank {key[0]}" + (f" · gpu {key[1]}" if key[1] is not None else ""))
+        ax.plot(
+            occ,
+            ms_,
+            marker="o",
+            markersize=3,
+            linewidth=1,
+            color=palette[i % len(palette)],
+            label=f"rank {key[0]}" + (f" · gpu {key[1]}" if key[1] is not None else ""),
+        )
         slow = [x for x in xs if x.slow]
         if slow:
-            ax.scatter([x.occurrence for x in slow], [x.gpu_ns / 1e6 for x in slow], s=40, facecolors="none",
-                       edgecolors=COLOURS["collective_wait"], linewidths=1.2, zorder=3)
+            ax.scatter(
+                [x.occurrence for x in slow],
+                [x.gpu_ns / 1e6 for x in slow],
+                s=40,
+                facecolors="none",
+                edgecolors=COLOURS["collective_wait"],
+                linewidths=1.2,
+                zorder=3,
+            )
     ax.axhline(summary.median_ns / 1e6, color=_FG, linestyle="--", linewidth=0.8)
-    ax.text(0.0, summary.median_ns / 1e6, f" median {summary.median_ns / 1e6:,.1f} ms", fontsize=7, color=_FG,
-            va="bottom", transform=ax.get_yaxis_transform())
+    ax.text(
+        0.0,
+        summary.median_ns / 1e6,
+        f" median {summary.median_ns / 1e6:,.1f} ms",
+        fontsize=7,
+        color=_FG,
+        va="bottom",
+        transform=ax.get_yaxis_transform(),
+    )
     top = max(x.gpu_ns for x in steps) / 1e6
     ax.set_ylim(0, top * 1.12)
     ax.set_xlabel(f"occurrence of {summary.range} on its rank", fontsize=8)
@@ -590,17 +650,28 @@ def steps_view(con: duckdb.DuckDBPyConnection, typed: Verdict) -> dict[str, Any]
     if 1 < len(steps) <= MAX_STEP_BARS:
         lost: dict[tuple[Any, Any, int], dict[str, float]] = {}
         for r, d, o, c, ns in con.execute(
-                "SELECT rank, device, occurrence, category, lost_ns FROM step_losses WHERE label = ?",
-                [summary.range]).fetchall():
+            "SELECT rank, device, occurrence, category, lost_ns FROM step_losses WHERE label = ?", [summary.range]
+        ).fetchall():
             lost.setdefault((r, d, o), {})[c] = ns
-        shares = [{"achieved": x.achieved_fraction_of_peak or 0.0,
-                   **{c: ns / x.gpu_ns for c, ns in lost.get((x.rank, x.device, x.occurrence), {}).items()}}
-                  for x in steps]
+        shares = [
+            {
+                "achieved": x.achieved_fraction_of_peak or 0.0,
+                **{c: ns / x.gpu_ns for c, ns in lost.get((x.rank, x.device, x.occurrence), {}).items()},
+            }
+            for x in steps
+        ]
         labels = [(f"r{x.rank} " if summary.ranks > 1 else "") + range_label(x.name) for x in steps]
         bars = stacked_share_chart(shares, labels, "share of each step's GPU window", "where each step's peak went")
-    return {"summary": summary, "rows": steps[:MAX_STEP_ROWS], "total": len(steps),
-            "chart": step_time_chart(steps, summary), "bars": bars, "outliers": step_outliers_text(summary),
-            "counts": step_counts(summary), "time": step_time_text(summary)}
+    return {
+        "summary": summary,
+        "rows": steps[:MAX_STEP_ROWS],
+        "total": len(steps),
+        "chart": step_time_chart(steps, summary),
+        "bars": bars,
+        "outliers": step_outliers_text(summary),
+        "counts": step_counts(summary),
+        "time": step_time_text(summary),
+    }
 
 
 @dataclass(frozen=True)
@@ -618,7 +689,7 @@ def _fraction_metric(metric: str) -> bool:
 
 def counters_view(con: duckdb.DuckDBPyConnection, windows: list[tuple[int | None, int | None, int, int]]) -> CounterView:
     """Device counters against the trace's busy fraction, binned over each GPU's window."""
-    (n,), = con.execute("SELECT count(*) FROM counters").fetchall()
+    ((n,),) = con.execute("SELECT count(*) FROM counters").fetchall()
     if not n or not windows:
         return CounterView(None, [], 0, len(windows))
     spans = own_spans(windows)
@@ -641,10 +712,20 @@ def counters_view(con: duckdb.DuckDBPyConnection, windows: list[tuple[int | None
                 vals = per_bin[i][ov[i] > 0]
                 # One log's samples may still overlap each other (rounded times): covered is at most all of it.
                 covered = min(1.0, float(ov[i].sum() / max(lengths[i].sum(), 1)))
-                rows.append({"rank": s.rank, "device": s.device, "metric": metric, "source": source,
-                             "coverage": covered, "mean": float(mean_all[i]), "min": float(vals.min()),
-                             "max": float(vals.max())})
+                rows.append(
+                    {
+                        "rank": s.rank,
+                        "device": s.device,
+                        "metric": metric,
+                        "source": source,
+                        "coverage": covered,
+                        "mean": float(mean_all[i]),
+                        "min": float(vals.min()),
+                        "max": float(vals.max()),
+                    }
+                )
     shown = [i for i in range(len(spans)) if counters.overlap_ns[i].sum() > 0][:MAX_COUNTER_RANKS]
+
     # Plotted: the utilization-like counters that ever leave zero, on the busy fraction's 0–1 scale (at most six,
     # the common ones first); power, clocks and temperatures have other units and stay in the table.
     def priority(m: str) -> tuple[int, str]:
@@ -653,11 +734,15 @@ def counters_view(con: duckdb.DuckDBPyConnection, windows: list[tuple[int | None
     def metric_of(key: str) -> str:
         return key.partition(KEY_SEP)[0]
 
-    plotted = sorted((k for j, k in enumerate(counters.keys)
-                      if _fraction_metric(metric_of(k)) and np.nanmax(np.abs(counters.weighted[:, :, j])) > 0),
-                     key=lambda k: (priority(metric_of(k)), k))[:6]
-    rows.sort(key=lambda r: (r["rank"] is None, r["rank"] or 0, r["device"] or 0, priority(r["metric"]),
-                             r["source"]))
+    plotted = sorted(
+        (
+            k
+            for j, k in enumerate(counters.keys)
+            if _fraction_metric(metric_of(k)) and np.nanmax(np.abs(counters.weighted[:, :, j])) > 0
+        ),
+        key=lambda k: (priority(metric_of(k)), k),
+    )[:6]
+    rows.sort(key=lambda r: (r["rank"] is None, r["rank"] or 0, r["device"] or 0, priority(r["metric"]), r["source"]))
     several = len({k.partition(KEY_SEP)[2] for k in plotted}) > 1
     if not shown:
         return CounterView(None, rows, 0, len(windows))
@@ -684,8 +769,7 @@ def counters_view(con: duckdb.DuckDBPyConnection, windows: list[tuple[int | None
             series = np.where(ov > 0, wv / np.where(ov > 0, ov, 1), np.nan) / scale[metric]
             (line,) = ax.plot(t, series, color=palette[k % len(palette)], linewidth=1, drawstyle="steps-mid")
             name, _, source = metric.partition(KEY_SEP)
-            handles.setdefault(name + (f" ({source})" if several else "") + (" (÷100)" if scale[metric] != 1 else ""),
-                               line)
+            handles.setdefault(name + (f" ({source})" if several else "") + (" (÷100)" if scale[metric] != 1 else ""), line)
         ax.set_ylim(-0.02, 1.05)
         ax.set_xlim(0, s.nbins * s.bin_ns / unit_scale)
         ax.set_title(f"rank {s.rank} · gpu {s.device}", fontsize=8, loc="left", color=_FG)
@@ -735,8 +819,7 @@ def lateness_heatmap(cells: list[dict[str, Any]], per_step: bool = True) -> Mark
     """Steps (columns) × ranks (rows), each cell how late that rank arrived to that step's collectives (summed);
     without steps one column, the whole profile."""
     other = "outside steps" if per_step else "whole profile"
-    steps = sorted({(c["step_occurrence"] if c["step_occurrence"] is not None else 1 << 30, c["step"] or other)
-                    for c in cells})
+    steps = sorted({(c["step_occurrence"] if c["step_occurrence"] is not None else 1 << 30, c["step"] or other) for c in cells})
     ranks = sorted({c["rank"] for c in cells if c["rank"] is not None})
     if not steps or not ranks or len(ranks) > MAX_HEATMAP_RANKS or len(steps) > MAX_HEATMAP_STEPS:
         return None
@@ -749,18 +832,25 @@ def lateness_heatmap(cells: list[dict[str, Any]], per_step: bool = True) -> Mark
             grid[ranks.index(c["rank"]), j] = np.nansum([grid[ranks.index(c["rank"]), j], c["lateness_ns"] / 1e6])
     fig = _figure(7.5, min(0.28 * len(ranks) + 1.3, 9))
     ax = fig.add_subplot()
-    image = ax.imshow(grid, aspect="auto", cmap="Reds", vmin=0, vmax=max(float(np.nanmax(grid)), 1e-3),
-                      interpolation="nearest")
+    image = ax.imshow(grid, aspect="auto", cmap="Reds", vmin=0, vmax=max(float(np.nanmax(grid)), 1e-3), interpolation="nearest")
     if grid.size <= 240:
         top = float(np.nanmax(grid)) or 1.0
         for (i, j), x in np.ndenumerate(grid):
             if np.isfinite(x):
-                ax.text(j, i, f"{x:.3g}", ha="center", va="center", fontsize=7,
-                        color="white" if x > 0.6 * top else "black")
-    ax.set_xticks(range(len(names)), [n.replace("ProfilerStep", "step ") for n in names], fontsize=7,
-                  rotation=45 if len(names) > 8 else 0, ha="right" if len(names) > 8 else "center")
-    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks] if len(ranks) <= 32 else
-                  [str(r) if i % max(1, len(ranks) // 16) == 0 else "" for i, r in enumerate(ranks)])
+                ax.text(j, i, f"{x:.3g}", ha="center", va="center", fontsize=7, color="white" if x > 0.6 * top else "black")
+    ax.set_xticks(
+        range(len(names)),
+        [n.replace("ProfilerStep", "step ") for n in names],
+        fontsize=7,
+        rotation=45 if len(names) > 8 else 0,
+        ha="right" if len(names) > 8 else "center",
+    )
+    ax.set_yticks(
+        range(len(ranks)),
+        [f"rank {r}" for r in ranks]
+        if len(ranks) <= 32
+        else [str(r) if i % max(1, len(ranks) // 16) == 0 else "" for i, r in enumerate(ranks)],
+    )
     ax.set_xlabel("step" if per_step else "", fontsize=8)
     _style(ax, grid_axis=None)
     bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
@@ -777,19 +867,28 @@ def busbw_chart(groups: list[dict[str, Any]]) -> Markup | None:
         return None
     fig = _figure(7.5, 3.2)
     ax = fig.add_subplot()
-    colls = list(dict.fromkeys(f"{g['collective']} ({g['kind']})" if g["kind"] != "collective" else str(g["collective"])
-                               for g in pts))
+    colls = list(
+        dict.fromkeys(f"{g['collective']} ({g['kind']})" if g["kind"] != "collective" else str(g["collective"]) for g in pts)
+    )
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
     for i, name in enumerate(colls):
-        sel = [g for g in pts if (f"{g['collective']} ({g['kind']})" if g["kind"] != "collective"
-                                  else str(g["collective"])) == name]
-        ax.scatter([g["bytes"] for g in sel], [g["busbw_bytes_s"] / 1e9 for g in sel],
-                   s=[max(12.0, min(200.0, 12.0 * math.sqrt(g["ops"]))) for g in sel], color=palette[i % len(palette)],
-                   label=name, alpha=0.85, linewidths=0)
+        sel = [
+            g for g in pts if (f"{g['collective']} ({g['kind']})" if g["kind"] != "collective" else str(g["collective"])) == name
+        ]
+        ax.scatter(
+            [g["bytes"] for g in sel],
+            [g["busbw_bytes_s"] / 1e9 for g in sel],
+            s=[max(12.0, min(200.0, 12.0 * math.sqrt(g["ops"]))) for g in sel],
+            color=palette[i % len(palette)],
+            label=name,
+            alpha=0.85,
+            linewidths=0,
+        )
     for link, bw in sorted({(g["link"], g["link_bytes_s"]) for g in pts if g.get("link_bytes_s")}, key=lambda x: x[1]):
         ax.axhline(bw / 1e9, color=_FG, linestyle="--", linewidth=0.8)
-        ax.text(min(g["bytes"] for g in pts), bw / 1e9, f" {link}: {bw / 1e9:,.0f} GB/s one way", fontsize=7,
-                color=_FG, va="bottom")
+        ax.text(
+            min(g["bytes"] for g in pts), bw / 1e9, f" {link}: {bw / 1e9:,.0f} GB/s one way", fontsize=7, color=_FG, va="bottom"
+        )
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_bytes(v)))
     ax.set_xlabel("message size", fontsize=8)
@@ -817,11 +916,13 @@ def memory_chart(con: duckdb.DuckDBPyConnection, peaks: list[dict[str, Any]], t0
     hi = max(p["last_ns"] for p in peaks)
     span = max(hi - t0, 1)
     bw = span / MEMORY_BINS
-    rows = con.execute("""
+    rows = con.execute(
+        """
         SELECT rank, device, least(floor((ts_ns - $t0) / $bw)::BIGINT, $nb - 1) AS b,
                max(allocated_bytes) AS a, max(reserved_bytes) AS r
         FROM memory_timeline WHERE rank IS NOT NULL GROUP BY ALL ORDER BY rank, device, b""",
-                       {"t0": t0, "bw": bw, "nb": MEMORY_BINS}).fetchall()
+        {"t0": t0, "bw": bw, "nb": MEMORY_BINS},
+    ).fetchall()
     scale, unit = _time_unit(span)
     fig = _figure(7.5, 3.2, legend_below=True)
     ax = fig.add_subplot()
@@ -837,15 +938,24 @@ def memory_chart(con: duckdb.DuckDBPyConnection, peaks: list[dict[str, Any]], t0
         label = f"rank {rank}" + (f" · gpu {dev}" if len({d for _, d in gpus}) > 1 else "")
         (line,) = ax.plot(t, alloc, drawstyle="steps-mid", linewidth=1.1, color=colour, label=f"{label} allocated")
         if np.isfinite(res).any():
-            ax.plot(t, res, drawstyle="steps-mid", linewidth=1.0, linestyle="--", color=line.get_color(),
-                    label=f"{label} reserved")
+            ax.plot(
+                t, res, drawstyle="steps-mid", linewidth=1.0, linestyle="--", color=line.get_color(), label=f"{label} reserved"
+            )
         p = next(x for x in peaks if x["rank"] == rank and x["device"] == dev)
         if p.get("peak_allocated_bytes") is not None and p.get("peak_allocated_ns") is not None:
-            ax.plot([(p["peak_allocated_ns"] - t0) / scale], [p["peak_allocated_bytes"] / 2**30], marker="o",
-                    markersize=4, color=line.get_color())
+            ax.plot(
+                [(p["peak_allocated_ns"] - t0) / scale],
+                [p["peak_allocated_bytes"] / 2**30],
+                marker="o",
+                markersize=4,
+                color=line.get_color(),
+            )
         top = max(top, float(np.nanmax(np.concatenate([alloc, res]))) if len(alloc) else 0.0)
-    near = [p for p in peaks if p.get("device_memory_bytes") and (p.get("peak_reserved_fraction") or
-                                                                  p.get("peak_allocated_fraction") or 0) >= 0.5]
+    near = [
+        p
+        for p in peaks
+        if p.get("device_memory_bytes") and (p.get("peak_reserved_fraction") or p.get("peak_allocated_fraction") or 0) >= 0.5
+    ]
     if near:
         cap = min(p["device_memory_bytes"] for p in near) / 2**30
         ax.axhline(cap, color=_FG, linestyle=":", linewidth=0.9)
@@ -865,8 +975,9 @@ def histogram_chart(streams: list[dict[str, Any]]) -> Markup | None:
     shown = [s for s in streams if s.get("histogram")][:MAX_HISTOGRAM_STREAMS]
     if not shown:
         return None
-    buckets = sorted({(h["lower_ns"], h["upper_ns"] if h["upper_ns"] is not None else 1 << 62)
-                      for s in shown for h in s["histogram"]})
+    buckets = sorted(
+        {(h["lower_ns"], h["upper_ns"] if h["upper_ns"] is not None else 1 << 62) for s in shown for h in s["histogram"]}
+    )
     lo = buckets[0][0]
     hi = buckets[-1][0]
     edges = [0] + [1000 * 2**i for i in range(0, 40)]
@@ -877,9 +988,14 @@ def histogram_chart(streams: list[dict[str, Any]]) -> Markup | None:
     ax = fig.add_subplot()
     for k, s in enumerate(shown):
         counts = {h["lower_ns"]: h["kernels"] for h in s["histogram"]}
-        ax.bar(x + (k - (len(shown) - 1) / 2) * width, [counts.get(a, 0) for a, _ in labels], width=width,
-               color=STREAM_PALETTE[k % len(STREAM_PALETTE)], linewidth=0,
-               label=f"rank {s['rank']} · stream {s['stream']}")
+        ax.bar(
+            x + (k - (len(shown) - 1) / 2) * width,
+            [counts.get(a, 0) for a, _ in labels],
+            width=width,
+            color=STREAM_PALETTE[k % len(STREAM_PALETTE)],
+            linewidth=0,
+            label=f"rank {s['rank']} · stream {s['stream']}",
+        )
     last_upper = {h["lower_ns"]: h["upper_ns"] for s in shown for h in s["histogram"]}
     ax.set_xticks(x, [fmt_bucket(a, last_upper.get(a, b)) for a, b in labels], fontsize=7, rotation=30, ha="right")
     ax.set_ylabel("kernels", fontsize=8)
@@ -920,22 +1036,39 @@ def _basename(x: Any) -> str:
 
 
 def _env() -> Environment:
-    env = Environment(loader=PackageLoader("plasmient_report", "templates"), autoescape=True,
-                      trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(field=fmt_field, pct=pct, ms=fmt_ms, si=fmt_si, duration=fmt_duration, value=fmt_value,
-                       bytes=fmt_bytes, bucket=fmt_bucket,
-                       sortkey=sort_key, colour=category_colour, label=lambda c: category_label(str(c)),
-                       key=key_label, short=middle_ellipsis, basename=_basename,
-                       hardware=hardware_label, rate=rate, signed=lambda x: signed_pct(x) if x is not None else "")
+    env = Environment(
+        loader=PackageLoader("plasmient_report", "templates"), autoescape=True, trim_blocks=True, lstrip_blocks=True
+    )
+    env.filters.update(
+        field=fmt_field,
+        pct=pct,
+        ms=fmt_ms,
+        si=fmt_si,
+        duration=fmt_duration,
+        value=fmt_value,
+        bytes=fmt_bytes,
+        bucket=fmt_bucket,
+        sortkey=sort_key,
+        colour=category_colour,
+        label=lambda c: category_label(str(c)),
+        key=key_label,
+        short=middle_ellipsis,
+        basename=_basename,
+        hardware=hardware_label,
+        rate=rate,
+        signed=lambda x: signed_pct(x) if x is not None else "",
+    )
     return env
 
 
 def _loss_rows(achieved: float | None, losses: list[Loss]) -> list[dict[str, Any]]:
-    rows = [{"category": x.category, "layer": x.layer, "fraction": x.fraction, "recommendation": x.recommendation}
-            for x in losses]
+    rows = [
+        {"category": x.category, "layer": x.layer, "fraction": x.fraction, "recommendation": x.recommendation} for x in losses
+    ]
     if achieved is not None:
-        rows.insert(0, {"category": "achieved", "layer": "", "fraction": achieved,
-                        "recommendation": "useful FLOPs at the chosen peak"})
+        rows.insert(
+            0, {"category": "achieved", "layer": "", "fraction": achieved, "recommendation": "useful FLOPs at the chosen peak"}
+        )
     return rows
 
 
@@ -982,13 +1115,19 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
 
     ach_text = achieved_text(typed)
     losses = typed.losses
-    range_rows = [{**r, "display_name": range_label(r["name"]), "occurrences": range_occurrences(t, typed),
-                   "per_occurrence_ns": range_per_occurrence_ns(t)}
-                  for r, t in zip(doc["ranges"], typed.ranges, strict=True)]
+    range_rows = [
+        {
+            **r,
+            "display_name": range_label(r["name"]),
+            "occurrences": range_occurrences(t, typed),
+            "per_occurrence_ns": range_per_occurrence_ns(t),
+        }
+        for r, t in zip(doc["ranges"], typed.ranges, strict=True)
+    ]
 
     windows = gpu_windows(con)
     timeline_common = timeline_own = None
-    if windows and achieved is not None:   # without a peak nothing is lost or achieved: no strip to colour
+    if windows and achieved is not None:  # without a peak nothing is lost or achieved: no strip to colour
         common = common_spans(windows)
         labels, choice = where_peak_went(bin_intervals(con, LOSS_SOURCE, common), common)
         timeline_common = timeline_chart(common, labels, choice, common=True)
@@ -1006,11 +1145,17 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
     for r, rd in zip(ranks, doc["ranks"], strict=True):
         top = r.losses[0] if r.losses else None
         w = window_by_gpu.get((r.rank, r.device))
-        rank_rows.append({**rd, "gpu": gpu_names.get((r.rank, r.device)),
-                          "window_start": _utc(w[0]) if w else "n/a",
-                          "start_offset_ns": w[0] - first_ns if w and first_ns is not None else None,
-                          "top_loss": top.category if top else None, "top_loss_fraction": top.fraction if top else None,
-                          "loss_by_category": {x.category: x.fraction for x in r.losses}})
+        rank_rows.append(
+            {
+                **rd,
+                "gpu": gpu_names.get((r.rank, r.device)),
+                "window_start": _utc(w[0]) if w else "n/a",
+                "start_offset_ns": w[0] - first_ns if w and first_ns is not None else None,
+                "top_loss": top.category if top else None,
+                "top_loss_fraction": top.fraction if top else None,
+                "loss_by_category": {x.category: x.fraction for x in r.losses},
+            }
+        )
     rank_categories = [c for c in CATEGORIES if any(c in rr["loss_by_category"] for rr in rank_rows)]
 
     # The roofline of the verdict (judge built it once from the library's kernel_roofline).
@@ -1022,15 +1167,14 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
 
     counters = counters_view(con, windows)
     clock = doc["clock"]["sources"]
-    known_clock = ["path", "format", "format_version", "rank", "rank_method", "anchor", "offset_ns", "method",
-                   "uncertainty_ns"]
+    known_clock = ["path", "format", "format_version", "rank", "rank_method", "anchor", "offset_ns", "method", "uncertainty_ns"]
     extra_clock = sorted({k for s in clock for k in s if k not in known_clock})
     findings = [{**f, "evidence_rows": _evidence(f.get("evidence"))} for f in doc["findings"]]
     n_ranks = len(run.ranks)
     return {
         "v": doc,
         "title": f"plasmient · {', '.join(run.range) if run.range else 'whole profile'} · "
-                 f"{n_ranks} rank{'s' if n_ranks != 1 else ''} · {_gpu_title(typed)}",
+        f"{n_ranks} rank{'s' if n_ranks != 1 else ''} · {_gpu_title(typed)}",
         "n_ranks": n_ranks,
         "utilization": typed.utilization.trace,
         "measured": typed.utilization.measured,
@@ -1059,7 +1203,8 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
         "op_groups": op_groups,
         "op_groups_total": typed.coverage.op_names or len(op_groups),
         "kernel_time_ns": sum(g.time_ns for g in groups) / sum(g.time_share for g in groups)
-        if groups and sum(g.time_share for g in groups) > 0 else None,
+        if groups and sum(g.time_share for g in groups) > 0
+        else None,
         "roofline": roofline,
         "roofline_placed": placed,
         "roofline_unplaced": flops_no_bytes,

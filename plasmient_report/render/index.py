@@ -17,8 +17,8 @@ from ..metrics import CATEGORIES
 from ._format import category_label
 from .html import _FG, _env, _figure, _legend, _style, category_colour, stacked_share_chart, start_page, svg
 
-MAX_BARS = 40      # runs in the stacked-bar chart (the table has them all)
-MAX_LABELS = 40    # scatter points numbered by their table row up to this many runs
+MAX_BARS = 40  # runs in the stacked-bar chart (the table has them all)
+MAX_LABELS = 40  # scatter points numbered by their table row up to this many runs
 
 
 def _rank_key(row: dict[str, Any]) -> tuple[bool, float, str]:
@@ -44,8 +44,14 @@ def context(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
     gpu_rows = [r for r in rows if r["level"] == "rank" and r["status"] == "ok"]
     achieved = [r["achieved_fraction_of_peak"] for r in ok if r.get("achieved_fraction_of_peak") is not None]
     return {
-        "title": title, "version": __version__, "ok": ok, "failed": failed, "unread": unread, "ranks": ranks,
-        "n_runs": len(runs), "n_gpus": len(gpu_rows),
+        "title": title,
+        "version": __version__,
+        "ok": ok,
+        "failed": failed,
+        "unread": unread,
+        "ranks": ranks,
+        "n_runs": len(runs),
+        "n_gpus": len(gpu_rows),
         "fleet_utilization": _weighted(gpu_rows, "utilization"),
         "fleet_achieved": _weighted(gpu_rows, "achieved_fraction_of_peak"),
         "median_achieved": median(achieved) if achieved else None,
@@ -88,14 +94,20 @@ def scatter_chart(ok: list[dict[str, Any]]) -> Markup:
 
 def bars_chart(ok: list[dict[str, Any]]) -> Markup:
     """One 100% bar per run (most headroom first): achieved, then each loss category."""
-    shares = [{"achieved": r.get("achieved_fraction_of_peak") or 0.0, **{c: r.get(f"loss_{c}") or 0.0 for c in CATEGORIES}}
-              for r in ok]
-    return stacked_share_chart(shares, [f"{i}. {_short(r['run_id'])}" for i, r in enumerate(ok, start=1)],
-                               "share of each run's window (100% = peak)", "where each run's peak went", max_height=12)
+    shares = [
+        {"achieved": r.get("achieved_fraction_of_peak") or 0.0, **{c: r.get(f"loss_{c}") or 0.0 for c in CATEGORIES}} for r in ok
+    ]
+    return stacked_share_chart(
+        shares,
+        [f"{i}. {_short(r['run_id'])}" for i, r in enumerate(ok, start=1)],
+        "share of each run's window (100% = peak)",
+        "where each run's peak went",
+        max_height=12,
+    )
 
 
 def _short(run_id: str, n: int = 38) -> str:
-    return run_id if len(run_id) <= n else "…" + run_id[-(n - 1):]
+    return run_id if len(run_id) <= n else "…" + run_id[-(n - 1) :]
 
 
 def render(rows: list[dict[str, Any]], title: str = "plasmient · batch") -> str:

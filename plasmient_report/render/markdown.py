@@ -77,11 +77,21 @@ def verdict(v: Verdict) -> str:
         s = v.step_summary[0]
         rows.append(("step time (GPU)", esc(step_time_text(s)), esc(f"{step_counts(s)} of {s.range}")))
         if s.tokens_per_s is not None:
-            rows.append(("throughput", esc(rate(s.tokens_per_s, "tokens")),
-                         f"per rank; {esc(rate(s.tokens_per_s_all_ranks, 'tokens'))} in all" if s.ranks > 1 else ""))
+            rows.append(
+                (
+                    "throughput",
+                    esc(rate(s.tokens_per_s, "tokens")),
+                    f"per rank; {esc(rate(s.tokens_per_s_all_ranks, 'tokens'))} in all" if s.ranks > 1 else "",
+                )
+            )
         if s.samples_per_s is not None:
-            rows.append(("throughput", esc(rate(s.samples_per_s, "samples")),
-                         f"per rank; {esc(rate(s.samples_per_s_all_ranks, 'samples'))} in all" if s.ranks > 1 else ""))
+            rows.append(
+                (
+                    "throughput",
+                    esc(rate(s.samples_per_s, "samples")),
+                    f"per rank; {esc(rate(s.samples_per_s_all_ranks, 'samples'))} in all" if s.ranks > 1 else "",
+                )
+            )
         if s.mfu is not None:
             rows.append(("MFU (--model-flops)", esc(pct(s.mfu)), "model FLOPs over step time × peak"))
         out = step_outliers_text(s)
@@ -90,16 +100,22 @@ def verdict(v: Verdict) -> str:
     lines += ["| | | |", "|---|---:|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows] + [""]
     losses = [x for x in v.losses if x.fraction >= 0.005][:MAX_LOSSES]
     if losses:
-        lines += ["**Where the peak went**" if v.achieved_fraction_of_peak is not None else
-                  "**Where the peak went** (achieved unknown: the time-based losses)", "",
-                  "| | share of peak | | what to do |", "|---|---:|---|---|"]
+        lines += [
+            "**Where the peak went**"
+            if v.achieved_fraction_of_peak is not None
+            else "**Where the peak went** (achieved unknown: the time-based losses)",
+            "",
+            "| | share of peak | | what to do |",
+            "|---|---:|---|---|",
+        ]
         if v.achieved_fraction_of_peak is not None:
-            lines.append(f"| achieved | {esc(pct(v.achieved_fraction_of_peak))} | "
-                         f"{bar(v.achieved_fraction_of_peak)} | |")
+            lines.append(f"| achieved | {esc(pct(v.achieved_fraction_of_peak))} | {bar(v.achieved_fraction_of_peak)} | |")
         for x in losses:
-            lines.append(f"| {esc(category_label(x.category))} | {esc(pct(x.fraction))} | {bar(x.fraction)} | "
-                         f"{esc(x.recommendation or '')} |")
-        rest = sum(x.fraction for x in v.losses[len(losses):])
+            lines.append(
+                f"| {esc(category_label(x.category))} | {esc(pct(x.fraction))} | {bar(x.fraction)} | "
+                f"{esc(x.recommendation or '')} |"
+            )
+        rest = sum(x.fraction for x in v.losses[len(losses) :])
         if rest >= 0.0005:
             lines.append(f"| (the rest) | {esc(pct(rest))} | | |")
         lines.append("")
@@ -122,8 +138,7 @@ def verdict(v: Verdict) -> str:
         lines.append(f"> … and {len(v.notes) - MAX_NOTES} more in verdict.json (`notes`) and report.html")
     if notes:
         lines.append("")
-    lines.append(f"_{esc(v.tool.name)} {esc(v.tool.version)}: the full report is report.html, every number is in "
-                 "verdict.json_")
+    lines.append(f"_{esc(v.tool.name)} {esc(v.tool.version)}: the full report is report.html, every number is in verdict.json_")
     return "\n".join(lines) + "\n"
 
 
@@ -150,16 +165,21 @@ def diff(d: dict[str, Any]) -> str:
     if g["threshold_pts"] is not None:
         word = "❌ FAIL" if g["failed"] else "⚠️ CANNOT GATE" if g["undecided"] else "✅ OK"
         lines += [f"**{word}**: {esc(g['message'])}", ""]
-    lines += [f"base {code(d['base']['source'])} → candidate {code(d['candidate']['source'])}", "",
-              "| | base | candidate | change |", "|---|---:|---:|---:|"]
+    lines += [
+        f"base {code(d['base']['source'])} → candidate {code(d['candidate']['source'])}",
+        "",
+        "| | base | candidate | change |",
+        "|---|---:|---:|---:|",
+    ]
     for n in d["numbers"]:
         a, b = n["base"], n["candidate"]
         if a is None and b is None:
             continue
         ratio = esc(f"{n['ratio']:.2f}x") if n.get("ratio") else ""
         if n["unit"] == "fraction":
-            lines.append(f"| {esc(n['name'].replace('_', ' '))} | {_fraction(a)} | {_fraction(b)} | "
-                         f"{_delta(n.get('delta_pts'))} |")
+            lines.append(
+                f"| {esc(n['name'].replace('_', ' '))} | {_fraction(a)} | {_fraction(b)} | {_delta(n.get('delta_pts'))} |"
+            )
         elif n["unit"] == "ns":
             lines.append(f"| window | {esc(ms(a))} | {esc(ms(b))} | {ratio} |")
         else:
@@ -167,21 +187,22 @@ def diff(d: dict[str, Any]) -> str:
     lines.append(f"| verdict | {esc(d['base']['verdict'])} | {esc(d['candidate']['verdict'])} | |")
     for s in d.get("steps") or []:
         ratio = esc(f"{s['ratio']:.2f}x") if s.get("ratio") else ""
-        lines.append(f"| step time ({esc(s['range'])}) | {esc(ms(s['base_ns']))} | {esc(ms(s['candidate_ns']))} | "
-                     f"{ratio} |")
+        lines.append(f"| step time ({esc(s['range'])}) | {esc(ms(s['base_ns']))} | {esc(ms(s['candidate_ns']))} | {ratio} |")
     lines.append("")
     moved = [x for x in d["losses"] if abs(x["delta_pts"]) >= 0.05 or max(x["base"], x["candidate"]) >= 0.005]
     if moved:
         lines += ["**Losses**", "", "| | base | candidate | change |", "|---|---:|---:|---:|"]
         for x in moved[:MAX_LOSSES]:
-            lines.append(f"| {esc(category_label(x['category']))} | {_fraction(x['base'])} | {_fraction(x['candidate'])} | "
-                         f"{_delta(x['delta_pts'])} |")
+            lines.append(
+                f"| {esc(category_label(x['category']))} | {_fraction(x['base'])} | {_fraction(x['candidate'])} | "
+                f"{_delta(x['delta_pts'])} |"
+            )
         lines.append("")
     f = d["findings"]
     items = [("new", x) for x in f["new"]] + [("resolved", x) for x in f["resolved"]]
     if items:
         lines += ["**Findings**", ""]
-        for label, x in items[:2 * MAX_FINDINGS]:
+        for label, x in items[: 2 * MAX_FINDINGS]:
             lines.append(f"- {label} {code(x['rule'])} {esc(pct(x['lost_fraction']))}: {esc(x['title'])}")
         lines.append("")
     for n in d["notes"][:MAX_NOTES]:

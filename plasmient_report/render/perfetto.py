@@ -131,7 +131,7 @@ class Blobs:
         if isinstance(a, pa.ChunkedArray):
             a = a.combine_chunks()
         _, offs, data = a.buffers()
-        o = np.frombuffer(offs, dtype=np.int64)[a.offset:a.offset + len(a) + 1]
+        o = np.frombuffer(offs, dtype=np.int64)[a.offset : a.offset + len(a) + 1]
         d = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
         return Blobs(d, o)
 
@@ -153,18 +153,15 @@ class Messages:
                 const = self.parts.pop()[0] + const
             self.parts.append((const, "const", None, None, None))
             return self
-        self.parts.append((_varint_bytes(number << 3), "varint", _u64(np.broadcast_to(values, (self.n,))), mask,
-                           None))
+        self.parts.append((_varint_bytes(number << 3), "varint", _u64(np.broadcast_to(values, (self.n,))), mask, None))
         return self
 
     def fixed64(self, number: int, values: Any, mask: np.ndarray | None = None) -> Messages:
         v = np.ascontiguousarray(np.broadcast_to(values, (self.n,)))
-        self.parts.append((_varint_bytes(number << 3 | 1), "fixed64", v.view(np.uint8).reshape(self.n, 8), mask,
-                           None))
+        self.parts.append((_varint_bytes(number << 3 | 1), "fixed64", v.view(np.uint8).reshape(self.n, 8), mask, None))
         return self
 
-    def bytes(self, number: int, blobs: Blobs, mask: np.ndarray | None = None,
-              take: np.ndarray | None = None) -> Messages:
+    def bytes(self, number: int, blobs: Blobs, mask: np.ndarray | None = None, take: np.ndarray | None = None) -> Messages:
         """A length-delimited field from `blobs` (row i takes blob `take[i]`, else blob i)."""
         self.parts.append((_varint_bytes(number << 3 | 2), "bytes", blobs, mask, take))
         return self
@@ -242,8 +239,7 @@ class Messages:
             cur[r] = pos
 
 
-def _copy_ranges(dst: np.ndarray, dst_start: np.ndarray, src: np.ndarray, src_start: np.ndarray,
-                 lens: np.ndarray) -> None:
+def _copy_ranges(dst: np.ndarray, dst_start: np.ndarray, src: np.ndarray, src_start: np.ndarray, lens: np.ndarray) -> None:
     """dst[dst_start[i] : + lens[i]] = src[src_start[i] : + lens[i]] for every i, at once."""
     total = int(lens.sum())
     if total == 0:
@@ -294,8 +290,10 @@ class Writer:
         names in one packet, the event names (batches of columns iid, name) encoded in bulk, a few thousand
         a packet."""
         self._emit()
-        entries = b"".join(_field_bytes(F_INTERNED_ANNOTATION_NAMES, _field_varint(F_NAME_IID, iid)
-                                        + _str_field(F_NAME_NAME, name)) for iid, name in annotation_names)
+        entries = b"".join(
+            _field_bytes(F_INTERNED_ANNOTATION_NAMES, _field_varint(F_NAME_IID, iid) + _str_field(F_NAME_NAME, name))
+            for iid, name in annotation_names
+        )
         self._emit(_field_bytes(F_PKT_INTERNED, entries))
         for batch in event_names:
             n = batch.num_rows
@@ -303,18 +301,27 @@ class Writer:
             names.bytes(F_NAME_NAME, Blobs.of_strings(batch.column("name")))
             fields = Messages(n).message(F_INTERNED_EVENT_NAMES, names).encode()
             for i in range(0, n, INTERN_PER_PACKET):
-                payload = fields.data[fields.offsets[i]:fields.offsets[min(i + INTERN_PER_PACKET, n)]].tobytes()
+                payload = fields.data[fields.offsets[i] : fields.offsets[min(i + INTERN_PER_PACKET, n)]].tobytes()
                 self._emit(_field_bytes(F_PKT_INTERNED, payload))
 
-    def track(self, uuid: int, name: str, parent: int | None = None, process: tuple[int, str] | None = None,
-              counter: str | None = None, order: int | None = None, explicit_children: bool = False) -> None:
+    def track(
+        self,
+        uuid: int,
+        name: str,
+        parent: int | None = None,
+        process: tuple[int, str] | None = None,
+        counter: str | None = None,
+        order: int | None = None,
+        explicit_children: bool = False,
+    ) -> None:
         self.tracks += 1
         d = [_field_varint(F_TD_UUID, uuid)]
         if parent is not None:
             d.append(_field_varint(F_TD_PARENT, parent))
         if process is not None:
-            d.append(_field_bytes(F_TD_PROCESS, _field_varint(F_PROCESS_PID, process[0])
-                                  + _str_field(F_PROCESS_NAME, process[1])))
+            d.append(
+                _field_bytes(F_TD_PROCESS, _field_varint(F_PROCESS_PID, process[0]) + _str_field(F_PROCESS_NAME, process[1]))
+            )
         else:
             d.append(_str_field(F_TD_NAME, name))
         if counter is not None:
@@ -368,8 +375,9 @@ class Slices:
     one, until nothing is open outside the first lane again. Ends are written in time order as the batches
     pass them; only the slices still open are kept between batches."""
 
-    def __init__(self, w: Writer, ann: Annotations, parent: int, key: tuple[Any, ...], name: str, order: int,
-                 args: Sequence[Arg] = ()) -> None:
+    def __init__(
+        self, w: Writer, ann: Annotations, parent: int, key: tuple[Any, ...], name: str, order: int, args: Sequence[Arg] = ()
+    ) -> None:
         self.w, self.ann, self.parent, self.key, self.name, self.order = w, ann, parent, key, name, order
         self.args = list(args)
         self.tracks: list[int] = []
@@ -386,8 +394,7 @@ class Slices:
         while len(self.tracks) <= lane:
             i = len(self.tracks)
             t = uuid_of(*self.key, i)
-            self.w.track(t, self.name if i == 0 else f"{self.name} (overlap {i})", parent=self.parent,
-                         order=self.order * 100 + i)
+            self.w.track(t, self.name if i == 0 else f"{self.name} (overlap {i})", parent=self.parent, order=self.order * 100 + i)
             self.tracks.append(t)
 
     def add(self, batch: pa.RecordBatch) -> None:
@@ -474,8 +481,9 @@ class Slices:
             rows = rows[pos_e[rows] > pos_b[z]]  # what is open when z begins: a chain, all in the first lane
             pointer, chain = _place_one_by_one(s_list, e_list, lanes, z, [[(e_list[r], r) for r in rows.tolist()]])
 
-    def _encode(self, batch: pa.RecordBatch | None, brow: np.ndarray, is_end: np.ndarray, ts: np.ndarray,
-                tracks: np.ndarray) -> bytes:
+    def _encode(
+        self, batch: pa.RecordBatch | None, brow: np.ndarray, is_end: np.ndarray, ts: np.ndarray, tracks: np.ndarray
+    ) -> bytes:
         """TracePackets for events: begins (brow = row of the batch) and ends (brow ignored)."""
         m = brow.size
         begin = ~is_end
@@ -543,8 +551,9 @@ def _crosses(ev_row: np.ndarray, ev_is_end: np.ndarray, pos_b: np.ndarray, pos_e
     return first < np.arange(N)
 
 
-def _place_one_by_one(s: list[int], e: list[int], lanes: np.ndarray, z: int,
-                      stacks: list[list[tuple[int, int]]]) -> tuple[int, np.ndarray]:
+def _place_one_by_one(
+    s: list[int], e: list[int], lanes: np.ndarray, z: int, stacks: list[list[tuple[int, int]]]
+) -> tuple[int, np.ndarray]:
     """Place slices from z on, each in the first lane where it nests or nothing is open, until (after z) no
     lane but the first has anything open; returns that slice (the next to place) and the first lane's rows."""
     n = len(s)
@@ -575,16 +584,25 @@ def _place_one_by_one(s: list[int], e: list[int], lanes: np.ndarray, z: int,
     return i, np.array([r for _, r in stacks[0]] if stacks else [], dtype=np.int64)
 
 
-def _batches(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any],
-             rows: int | None = None) -> Iterator[pa.RecordBatch]:
+def _batches(
+    con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any], rows: int | None = None
+) -> Iterator[pa.RecordBatch]:
     reader = con.sql(sql, params=params).to_arrow_reader(rows or BATCH_ROWS)
     for b in reader:
         if b.num_rows:
             yield b
 
 
-def emit_slices(w: Writer, ann: Annotations, parent: int, key: tuple[Any, ...], name: str, order: int,
-                batches: Iterator[pa.RecordBatch], args: Sequence[Arg] = ()) -> Slices:
+def emit_slices(
+    w: Writer,
+    ann: Annotations,
+    parent: int,
+    key: tuple[Any, ...],
+    name: str,
+    order: int,
+    batches: Iterator[pa.RecordBatch],
+    args: Sequence[Arg] = (),
+) -> Slices:
     lanes = Slices(w, ann, parent, key, name, order, args)
     for b in batches:
         lanes.add(b)
@@ -594,6 +612,7 @@ def emit_slices(w: Writer, ann: Annotations, parent: int, key: tuple[Any, ...], 
 
 def assign_lanes(start: Sequence[int], end: Sequence[int]) -> list[int]:
     """The lane of each slice (given in (start, longer first) order), as the writer places them."""
+
     class _Null(Writer):
         def track(self, *a: Any, **k: Any) -> None:
             pass
@@ -602,8 +621,11 @@ def assign_lanes(start: Sequence[int], end: Sequence[int]) -> list[int]:
             pass
 
     s = Slices(_Null(None), Annotations(), 0, ("lanes",), "", 0)  # type: ignore[arg-type]
-    s.add(pa.record_batch({"s": pa.array(start, pa.int64()), "e": pa.array(end, pa.int64()),
-                           "iid": pa.array([0] * len(start), pa.uint64())}))
+    s.add(
+        pa.record_batch(
+            {"s": pa.array(start, pa.int64()), "e": pa.array(end, pa.int64()), "iid": pa.array([0] * len(start), pa.uint64())}
+        )
+    )
     return s.last_lanes.tolist()
 
 
@@ -613,18 +635,29 @@ def assign_lanes(start: Sequence[int], end: Sequence[int]) -> list[int]:
 def kernel_bound_sql(kind: str, flops: str, nbytes: str, ridge: str) -> str:
     """The kernel slice's 'bound' label for a store without the measure stage's `kernel_class` (memory- or
     compute-bound against the GPU's ridge point)."""
-    return (f"CASE WHEN {flops} <> 0 THEN (CASE WHEN {nbytes} <> 0 AND {kind} = 'compute' AND {ridge} > 0 "
-            f"THEN (CASE WHEN {flops} / {nbytes} >= {ridge} THEN 'compute' ELSE 'memory' END) END) "
-            f"WHEN {kind} = 'compute' THEN 'memory (no FLOPs)' END")
+    return (
+        f"CASE WHEN {flops} <> 0 THEN (CASE WHEN {nbytes} <> 0 AND {kind} = 'compute' AND {ridge} > 0 "
+        f"THEN (CASE WHEN {flops} / {nbytes} >= {ridge} THEN 'compute' ELSE 'memory' END) END) "
+        f"WHEN {kind} = 'compute' THEN 'memory (no FLOPs)' END"
+    )
 
 
 def counter_unit(metric: str, fmt: str | None) -> tuple[float, str]:
     """(scale, unit) of a `counters.metric` as shown: fractions as %, the vocabulary's units from its names."""
     if metric in FRACTION_METRICS or metric in PERCENT_METRICS:
         return 100.0, "%"
-    for suffix, unit in (("_bytes_s", "B/s"), ("_mhz", "MHz"), ("_w", "W"), ("_j", "J"), ("_c", "°C"),
-                         ("_bytes", "B"), ("_errors", "errors"), ("_avg_warps_per_cycle", "warps/cycle"),
-                         ("_avg", "warps"), ("_violation", "")):
+    for suffix, unit in (
+        ("_bytes_s", "B/s"),
+        ("_mhz", "MHz"),
+        ("_w", "W"),
+        ("_j", "J"),
+        ("_c", "°C"),
+        ("_bytes", "B"),
+        ("_errors", "errors"),
+        ("_avg_warps_per_cycle", "warps/cycle"),
+        ("_avg", "warps"),
+        ("_violation", ""),
+    ):
         if metric.endswith(suffix):
             return 1.0, unit
     if fmt in NSYS_EXPORTS:
@@ -641,11 +674,18 @@ def _fid_sql(*parts: str) -> str:
 def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -> dict[str, int]:
     """Write trace.pftrace; returns counts of what was written (for tests and the report)."""
     stats = {"kernels": 0, "collective_flows": 0, "tracks": 0, "time_shift_ns": 0}
-    ranks = [r for (r,) in con.execute(
-        "SELECT DISTINCT rank FROM kernels WHERE rank IS NOT NULL ORDER BY rank").fetchall()]
-    peak = {(r, d): p for r, d, p in con.execute(
-        "SELECT rank, device, any_value(peak_flop_s) FROM metrics WHERE scope='window' AND rank IS NOT NULL "
-        "GROUP BY rank, device").fetchall()} if _exists(con, "metrics") else {}
+    ranks = [r for (r,) in con.execute("SELECT DISTINCT rank FROM kernels WHERE rank IS NOT NULL ORDER BY rank").fetchall()]
+    peak = (
+        {
+            (r, d): p
+            for r, d, p in con.execute(
+                "SELECT rank, device, any_value(peak_flop_s) FROM metrics WHERE scope='window' AND rank IS NOT NULL "
+                "GROUP BY rank, device"
+            ).fetchall()
+        }
+        if _exists(con, "metrics")
+        else {}
+    )
     bw_all = verdict.get("peak", {}).get("memory_bandwidth_tbs")
     gpu_names = {(g["rank"], g["device"]): g.get("name") for g in verdict.get("run", {}).get("gpus", [])}
     hosts = dict(con.execute("SELECT rank, any_value(host) FROM sources GROUP BY rank").fetchall())
@@ -653,14 +693,33 @@ def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -
     stats["time_shift_ns"] = shift
     _intern_names(con)
     ann = Annotations()
-    for a in ("kind", "class", "op", "flops", "achieved_pct_of_peak", "arithmetic_intensity", "bound", "bytes", "correlation",
-              "input_dims", "domain", "process_group", "seq", "dtype", "group_ranks", "lost_ns", *COLLECTIVE_ARGS):
+    for a in (
+        "kind",
+        "class",
+        "op",
+        "flops",
+        "achieved_pct_of_peak",
+        "arithmetic_intensity",
+        "bound",
+        "bytes",
+        "correlation",
+        "input_dims",
+        "domain",
+        "process_group",
+        "seq",
+        "dtype",
+        "group_ranks",
+        "lost_ns",
+        *COLLECTIVE_ARGS,
+    ):
         ann.iid(a)
     try:
         with open(path, "wb") as f:
             w = Writer(f)
-            w.interned(_batches(con, "SELECT iid::UBIGINT AS iid, name FROM _pf_names ORDER BY iid", {}),
-                       [(i, n) for n, i in ann.iids.items()])
+            w.interned(
+                _batches(con, "SELECT iid::UBIGINT AS iid, name FROM _pf_names ORDER BY iid", {}),
+                [(i, n) for n, i in ann.iids.items()],
+            )
             ctx = _Ctx(con, w, ann, shift, stats)
             for rank in ranks:
                 proc = uuid_of("rank", rank)
@@ -699,19 +758,27 @@ class _Ctx:
     def batches(self, sql: str, **params: Any) -> Iterator[pa.RecordBatch]:
         return _batches(self.con, sql, {"shift": self.shift, **params})
 
-    def slices(self, parent: int, key: tuple[Any, ...], name: str, order: int, sql: str,
-               args: Sequence[Arg] = (), **params: Any) -> Slices:
+    def slices(
+        self, parent: int, key: tuple[Any, ...], name: str, order: int, sql: str, args: Sequence[Arg] = (), **params: Any
+    ) -> Slices:
         return emit_slices(self.w, self.ann, parent, key, name, order, self.batches(sql, **params), args)
 
 
-_TIMES = (("kernels", "start_ns"), ("ops", "start_ns"), ("api_calls", "start_ns"), ("ranges", "start_ns"),
-          ("collectives", "start_ns"), ("counters", "end_ns"), ("losses", "start_ns"), ("memory_events", "ts_ns"))
+_TIMES = (
+    ("kernels", "start_ns"),
+    ("ops", "start_ns"),
+    ("api_calls", "start_ns"),
+    ("ranges", "start_ns"),
+    ("collectives", "start_ns"),
+    ("counters", "end_ns"),
+    ("losses", "start_ns"),
+    ("memory_events", "ts_ns"),
+)
 
 
 def _exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     """Whether the store has this table (the measure stage creates some: a store it has not seen lacks them)."""
-    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
-                            [table]).fetchall()[0][0])
+    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchall()[0][0])
 
 
 def _time_shift(con: duckdb.DuckDBPyConnection) -> int:
@@ -757,9 +824,11 @@ def _cluster(ctx: _Ctx, rank: int, parent: int) -> None:
                NULL::BIGINT AS late, NULL::VARCHAR AS link"""
         join = ""
     # one collective operation across ranks: the library's collective_key (sql/collective_key.sql)
-    key = "collective_key(process_group, group_ranks)" if ctx.con.execute(
-        "SELECT count(*) FROM duckdb_functions() WHERE function_name = 'collective_key'").fetchall()[0][0] \
-        else "coalesce(process_group, group_ranks, '')"  # a store the measure stage has not seen
+    key = (
+        "collective_key(process_group, group_ranks)"
+        if ctx.con.execute("SELECT count(*) FROM duckdb_functions() WHERE function_name = 'collective_key'").fetchall()[0][0]
+        else "coalesce(process_group, group_ranks, '')"
+    )  # a store the measure stage has not seen
     sql = f"""
         WITH c AS (
             SELECT *, {key} AS pg, count(*) OVER (PARTITION BY {key}, collective, seq) AS nranks
@@ -770,33 +839,66 @@ def _cluster(ctx: _Ctx, rank: int, parent: int) -> None:
                CASE WHEN nranks > 1 THEN {_fid_sql("'coll'", "c.pg", "c.collective", "c.seq")} END AS flow, {cols}
         FROM c JOIN _pf_names n ON n.name = coalesce(c.collective, 'collective') {join}
         WHERE c.rank = $rank ORDER BY c.start_ns, greatest(c.end_ns, c.start_ns) DESC, c.seq"""
-    lanes = ctx.slices(parent, ("coll", rank), "collectives (NCCL)", 0, sql, [
-        Arg("process_group", "pg", "string"), Arg("seq", "seq", "int"), Arg("bytes", "bytes", "int"),
-        Arg("dtype", "dtype", "string"), Arg("group_ranks", "group_ranks", "string"),
-        Arg("wait_ns", "wait_ns", "int"), Arg("transfer_ns", "transfer_ns", "int"),
-        Arg("algbw_gb_s", "algbw", "double"), Arg("busbw_gb_s", "busbw", "double"),
-        Arg("lateness_ns", "late", "int"), Arg("link", "link", "string")], rank=rank)
+    lanes = ctx.slices(
+        parent,
+        ("coll", rank),
+        "collectives (NCCL)",
+        0,
+        sql,
+        [
+            Arg("process_group", "pg", "string"),
+            Arg("seq", "seq", "int"),
+            Arg("bytes", "bytes", "int"),
+            Arg("dtype", "dtype", "string"),
+            Arg("group_ranks", "group_ranks", "string"),
+            Arg("wait_ns", "wait_ns", "int"),
+            Arg("transfer_ns", "transfer_ns", "int"),
+            Arg("algbw_gb_s", "algbw", "double"),
+            Arg("busbw_gb_s", "busbw", "double"),
+            Arg("lateness_ns", "late", "int"),
+            Arg("link", "link", "string"),
+        ],
+        rank=rank,
+    )
     ctx.stats["collective_flows"] += lanes.flows
 
 
 def _model(ctx: _Ctx, rank: int, parent: int) -> None:
     for on_gpu, label in ((False, "ranges (record_function / NVTX)"), (True, "ranges on the GPU timeline")):
-        ctx.slices(parent, ("ranges", rank, on_gpu), label, int(on_gpu), """
+        ctx.slices(
+            parent,
+            ("ranges", rank, on_gpu),
+            label,
+            int(on_gpu),
+            """
             SELECT r.start_ns + $shift AS s, greatest(r.end_ns, r.start_ns) + $shift AS e, n.iid, r.domain
             FROM ranges r JOIN _pf_names n ON n.name = coalesce(r.name, '?')
             WHERE r.rank = $rank AND r.on_gpu = $on_gpu AND r.domain IS DISTINCT FROM 'python'
             ORDER BY r.start_ns, greatest(r.end_ns, r.start_ns) DESC, r.name""",
-                   [Arg("domain", "domain", "string")], rank=rank, on_gpu=on_gpu)
+            [Arg("domain", "domain", "string")],
+            rank=rank,
+            on_gpu=on_gpu,
+        )
 
 
 def _ops(ctx: _Ctx, rank: int, parent: int) -> None:
-    threads = [t for (t,) in ctx.con.execute(
-        "SELECT DISTINCT thread FROM (SELECT thread FROM ops WHERE rank = $r UNION ALL "
-        "SELECT thread FROM api_calls WHERE rank = $r UNION ALL SELECT thread FROM ranges WHERE rank = $r "
-        "AND domain = 'python') WHERE thread IS NOT NULL ORDER BY 1", {"r": rank}).fetchall()]
+    threads = [
+        t
+        for (t,) in ctx.con.execute(
+            "SELECT DISTINCT thread FROM (SELECT thread FROM ops WHERE rank = $r UNION ALL "
+            "SELECT thread FROM api_calls WHERE rank = $r UNION ALL SELECT thread FROM ranges WHERE rank = $r "
+            "AND domain = 'python') WHERE thread IS NOT NULL ORDER BY 1",
+            {"r": rank},
+        ).fetchall()
+    ]
     launch = _fid_sql("'launch'", "a.source_id", "a.correlation")
     for i, tid in enumerate(threads):
-        ctx.slices(parent, ("thread", rank, tid), f"CPU thread {tid}", i, f"""
+        ctx.slices(
+            parent,
+            ("thread", rank, tid),
+            f"CPU thread {tid}",
+            i,
+            f"""
             SELECT u.s + $shift AS s, u.e + $shift AS e, n.iid, u.flops, u.input_dims, u.correlation, u.flow
             FROM (
                 SELECT start_ns AS s, greatest(end_ns, start_ns) AS e, coalesce(name, '?') AS name,
@@ -816,17 +918,21 @@ def _ops(ctx: _Ctx, rank: int, parent: int) -> None:
                 WHERE a.rank = $rank AND a.thread = $tid
             ) u JOIN _pf_names n ON n.name = u.name
             ORDER BY u.s, u.e DESC, u.name, u.api, u.correlation NULLS FIRST""",
-                   [Arg("flops", "flops", "double"), Arg("input_dims", "input_dims", "string"),
-                    Arg("correlation", "correlation", "int")], rank=rank, tid=tid)
+            [
+                Arg("flops", "flops", "double"),
+                Arg("input_dims", "input_dims", "string"),
+                Arg("correlation", "correlation", "int"),
+            ],
+            rank=rank,
+            tid=tid,
+        )
 
 
-def _kernels(ctx: _Ctx, rank: int, parent: int, peak: dict[tuple[int, int], float | None],
-             bw_tbs: float | None) -> None:
+def _kernels(ctx: _Ctx, rank: int, parent: int, peak: dict[tuple[int, int], float | None], bw_tbs: float | None) -> None:
     """One track per GPU stream. A kernel's class, bound, achieved % of peak and arithmetic intensity are the
     measure stage's (`kernel_class`, one definition); a store without that table gets them from the window's
     peak and the run's bandwidth."""
-    streams = ctx.con.execute("SELECT DISTINCT device, stream FROM kernels WHERE rank = ? ORDER BY 1, 2",
-                              [rank]).fetchall()
+    streams = ctx.con.execute("SELECT DISTINCT device, stream FROM kernels WHERE rank = ? ORDER BY 1, 2", [rank]).fetchall()
     term = _fid_sql("'launch'", "k.source_id", "k.correlation")
     measured = _exists(ctx.con, "kernel_class")
     for i, (dev, stream) in enumerate(streams):
@@ -848,7 +954,12 @@ def _kernels(ctx: _Ctx, rank: int, parent: int, peak: dict[tuple[int, int], floa
         params: dict[str, Any] = {"rank": rank, "dev": dev, "stream": stream}
         if not measured:
             params.update(peak=p, ridge=ridge)
-        lanes = ctx.slices(parent, ("stream", rank, dev, stream), f"GPU {dev} stream {stream}", i, f"""
+        lanes = ctx.slices(
+            parent,
+            ("stream", rank, dev, stream),
+            f"GPU {dev} stream {stream}",
+            i,
+            f"""
             SELECT k.start_ns + $shift AS s, greatest(k.end_ns, k.start_ns) + $shift AS e, n.iid, k.kind, o.name AS op,
                    CASE WHEN k.flops <> 0 THEN k.flops END AS flops, {cls},
                    CASE WHEN k.bytes <> 0 AND k.kind IN ('memcpy', 'memset') THEN k.bytes END AS nbytes,
@@ -859,10 +970,18 @@ def _kernels(ctx: _Ctx, rank: int, parent: int, peak: dict[tuple[int, int], floa
                    ON l.source_id = k.source_id AND l.correlation = k.correlation
             WHERE k.rank = $rank AND k.device = $dev AND k.stream IS NOT DISTINCT FROM $stream
             ORDER BY k.start_ns, greatest(k.end_ns, k.start_ns) DESC, k.kernel_id""",
-                           [Arg("kind", "kind", "string"), Arg("class", "class", "string"), Arg("op", "op", "string"),
-                            Arg("flops", "flops", "double"), Arg("achieved_pct_of_peak", "achieved", "double"),
-                            Arg("arithmetic_intensity", "ai", "double"), Arg("bound", "bound", "string"),
-                            Arg("bytes", "nbytes", "double")], **params)
+            [
+                Arg("kind", "kind", "string"),
+                Arg("class", "class", "string"),
+                Arg("op", "op", "string"),
+                Arg("flops", "flops", "double"),
+                Arg("achieved_pct_of_peak", "achieved", "double"),
+                Arg("arithmetic_intensity", "ai", "double"),
+                Arg("bound", "bound", "string"),
+                Arg("bytes", "nbytes", "double"),
+            ],
+            **params,
+        )
         ctx.stats["kernels"] += lanes.count
 
 
@@ -886,8 +1005,9 @@ _SEQ_FIELD = np.frombuffer(_field_varint(F_PKT_SEQ_ID, SEQ_ID), dtype=np.uint8)
 _TS_9 = (np.uint64(1 << 56), np.uint64((1 << 63) - 1))  # epoch ns since 1972: 9-byte varints
 
 
-def _counter_packets(tracks: np.ndarray | np.uint64, ts: np.ndarray, values: np.ndarray,
-                     track_bytes: np.ndarray | None = None) -> bytes | memoryview:
+def _counter_packets(
+    tracks: np.ndarray | np.uint64, ts: np.ndarray, values: np.ndarray, track_bytes: np.ndarray | None = None
+) -> bytes | memoryview:
     """Counter samples as TracePackets. Times since 1972 and track uuids (always 9-byte varints, see
     `uuid_of`) make every packet the same layout: written as columns of an (n, 40) byte array.
     `track_bytes`: the (n, 9) varint bytes of `tracks`, when the caller has them."""
@@ -898,8 +1018,12 @@ def _counter_packets(tracks: np.ndarray | np.uint64, ts: np.ndarray, values: np.
         ev = Messages(n).varint(F_EV_TYPE, COUNTER).varint(F_EV_TRACK_UUID, tracks)
         ev.fixed64(F_EV_DOUBLE_COUNTER, values.astype(np.float64))
         return packets_of(ev, ts)
-    lay = (_varint_bytes(F_EV_TYPE << 3) + _varint_bytes(COUNTER) + _varint_bytes(F_EV_TRACK_UUID << 3), 9,
-           _varint_bytes(F_EV_DOUBLE_COUNTER << 3 | 1), 8)
+    lay = (
+        _varint_bytes(F_EV_TYPE << 3) + _varint_bytes(COUNTER) + _varint_bytes(F_EV_TRACK_UUID << 3),
+        9,
+        _varint_bytes(F_EV_DOUBLE_COUNTER << 3 | 1),
+        8,
+    )
     ev_len = len(lay[0]) + 9 + len(lay[2]) + 8
     pkt_len = 1 + 9 + 1 + 1 + ev_len + _SEQ_FIELD.size
     row = 2 + pkt_len
@@ -910,14 +1034,14 @@ def _counter_packets(tracks: np.ndarray | np.uint64, ts: np.ndarray, values: np.
     i = 14 + len(lay[0])
     out[:, 14:i] = np.frombuffer(lay[0], dtype=np.uint8)
     if track_bytes is not None:
-        out[:, i:i + 9] = track_bytes
+        out[:, i : i + 9] = track_bytes
     else:
-        _varint_columns(np.ascontiguousarray(tracks), 9, out[:, i:i + 9])
+        _varint_columns(np.ascontiguousarray(tracks), 9, out[:, i : i + 9])
     i += 9
-    out[:, i:i + len(lay[2])] = np.frombuffer(lay[2], dtype=np.uint8)
+    out[:, i : i + len(lay[2])] = np.frombuffer(lay[2], dtype=np.uint8)
     i += len(lay[2])
-    out[:, i:i + 8] = np.ascontiguousarray(values, dtype=np.float64).view(np.uint8).reshape(n, 8)
-    out[:, i + 8:] = _SEQ_FIELD
+    out[:, i : i + 8] = np.ascontiguousarray(values, dtype=np.float64).view(np.uint8).reshape(n, 8)
+    out[:, i + 8 :] = _SEQ_FIELD
     return out.reshape(-1).data  # written as it is: no copy
 
 
@@ -943,11 +1067,14 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
     samples come in one stream as stored (logs and nsys store each series in time order), the series
     interleaved, read on one thread so that the order holds; should a series go back in time, the samples
     are written again in time order (ORDER BY, the cost of a sort)."""
-    series = ctx.con.execute("""
+    series = ctx.con.execute(
+        """
         SELECT c.device, c.source_id, c.metric, s.format, s.path,
                count(*) OVER (PARTITION BY c.device, c.metric, s.format) AS same_format
         FROM (SELECT DISTINCT device, source_id, metric FROM counters WHERE rank = ?) c
-        LEFT JOIN sources s ON s.source_id = c.source_id ORDER BY 1, 3, 2""", [rank]).fetchall()
+        LEFT JOIN sources s ON s.source_id = c.source_id ORDER BY 1, 3, 2""",
+        [rank],
+    ).fetchall()
     if not series:
         return
     uuids, scales = [], []
@@ -955,16 +1082,25 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
         scale, unit = counter_unit(metric, fmt)
         source = (fmt or "log") + (f" {Path(path).name}" if same > 1 and path else "")
         t = uuid_of("counter", rank, dev, sid, metric)
-        ctx.w.track(t, f"GPU {dev} {metric}" + (f" ({unit})" if unit else "") + f" · {source}", parent=parent,
-                    counter=unit, order=i)
+        ctx.w.track(
+            t, f"GPU {dev} {metric}" + (f" ({unit})" if unit else "") + f" · {source}", parent=parent, counter=unit, order=i
+        )
         uuids.append(t)
         scales.append(scale)
     track_of = np.array(uuids, dtype=np.uint64)
     track_bytes = _varint_columns(track_of, 9)
-    ctx.con.register("_pf_series_in", pa.table({
-        "idx": pa.array(range(len(series)), pa.int32()), "device": pa.array([x[0] for x in series], pa.int32()),
-        "source_id": pa.array([x[1] for x in series], pa.int32()), "metric": pa.array([x[2] for x in series]),
-        "scale": pa.array(scales, pa.float64())}))
+    ctx.con.register(
+        "_pf_series_in",
+        pa.table(
+            {
+                "idx": pa.array(range(len(series)), pa.int32()),
+                "device": pa.array([x[0] for x in series], pa.int32()),
+                "source_id": pa.array([x[1] for x in series], pa.int32()),
+                "metric": pa.array([x[2] for x in series]),
+                "scale": pa.array(scales, pa.float64()),
+            }
+        ),
+    )
     sql = """SELECT s.idx, c.end_ns + $shift AS t, c.value * s.scale AS v
              FROM counters c JOIN _pf_series_in s
                ON s.source_id = c.source_id AND s.metric = c.metric AND s.device IS NOT DISTINCT FROM c.device
@@ -976,8 +1112,12 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
             last = np.full(len(series), np.iinfo(np.int64).min, dtype=np.int64)
             in_order = True
             ctx.con.execute(f"SET threads = {1 if not ordered else int(threads)}")
-            for b in _batches(ctx.con, sql + (" ORDER BY c.end_ns, s.idx" if ordered else ""),
-                              {"shift": ctx.shift, "rank": rank}, COUNTER_BATCH_FACTOR * BATCH_ROWS):
+            for b in _batches(
+                ctx.con,
+                sql + (" ORDER BY c.end_ns, s.idx" if ordered else ""),
+                {"shift": ctx.shift, "rank": rank},
+                COUNTER_BATCH_FACTOR * BATCH_ROWS,
+            ):
                 idx = _num(b.column("idx"), np.int64)
                 ts = _num(b.column("t"), np.int64)
                 if not ordered and not _still_in_order(idx, ts, last):
@@ -1004,8 +1144,11 @@ def _memory(ctx: _Ctx, rank: int, parent: int) -> None:
     the most in each of that many bins instead (its name says so)."""
     if not _exists(ctx.con, "memory_peaks"):
         return
-    gpus = ctx.con.execute("SELECT device, events, first_ns, last_ns, peak_reserved_bytes IS NOT NULL FROM memory_peaks "
-                           "WHERE rank = ? ORDER BY device", [rank]).fetchall()
+    gpus = ctx.con.execute(
+        "SELECT device, events, first_ns, last_ns, peak_reserved_bytes IS NOT NULL FROM memory_peaks "
+        "WHERE rank = ? ORDER BY device",
+        [rank],
+    ).fetchall()
     for k, (dev, events, first, last, has_reserved) in enumerate(gpus):
         binned = events > MAX_MEMORY_SAMPLES
         bin_ns = max(1, -(-(last - first + 1) // MAX_MEMORY_SAMPLES)) if binned else 1
@@ -1016,12 +1159,16 @@ def _memory(ctx: _Ctx, rank: int, parent: int) -> None:
             t = uuid_of("memory", rank, dev, label)
             ctx.w.track(t, f"GPU {dev} memory {label} (MiB){what}", parent=parent, counter="MiB", order=1000 + 2 * k + j)
             tracks.append(t)
-        cols = ", ".join(f"max({c}) / 1048576.0 AS v{j}" if binned else f"{c} / 1048576.0 AS v{j}"
-                         for j, (_, c) in enumerate(series))
-        sql = (f"""SELECT $first + (ts_ns - $first) // $bin * $bin + $shift AS t, {cols} FROM memory_timeline
-                   WHERE rank = $rank AND device = $dev GROUP BY 1 ORDER BY 1""" if binned else
-               f"""SELECT ts_ns + $shift AS t, {cols} FROM memory_timeline WHERE rank = $rank AND device = $dev
-                   ORDER BY ts_ns""")
+        cols = ", ".join(
+            f"max({c}) / 1048576.0 AS v{j}" if binned else f"{c} / 1048576.0 AS v{j}" for j, (_, c) in enumerate(series)
+        )
+        sql = (
+            f"""SELECT $first + (ts_ns - $first) // $bin * $bin + $shift AS t, {cols} FROM memory_timeline
+                   WHERE rank = $rank AND device = $dev GROUP BY 1 ORDER BY 1"""
+            if binned
+            else f"""SELECT ts_ns + $shift AS t, {cols} FROM memory_timeline WHERE rank = $rank AND device = $dev
+                   ORDER BY ts_ns"""
+        )
         extra = {"first": first, "bin": bin_ns} if binned else {}
         for b in ctx.batches(sql, rank=rank, dev=dev, **extra):
             ts = _num(b.column("t"), np.int64)
@@ -1036,19 +1183,28 @@ def _verdict(ctx: _Ctx, rank: int, parent: int) -> None:
     """An 'achieved % of peak' counter (100 where no loss was recorded) and the lost stretches by category."""
     if not _exists(ctx.con, "losses"):
         return
-    devices = [d for (d,) in ctx.con.execute("SELECT DISTINCT device FROM losses WHERE scope = 'window' AND rank = ? "
-                                             "ORDER BY 1", [rank]).fetchall()]
+    devices = [
+        d
+        for (d,) in ctx.con.execute(
+            "SELECT DISTINCT device FROM losses WHERE scope = 'window' AND rank = ? ORDER BY 1", [rank]
+        ).fetchall()
+    ]
     for dev in devices:
         counter = uuid_of("achieved", rank, dev)
         ctx.w.track(counter, f"GPU {dev} achieved % of peak", parent=parent, counter="%", order=0)
-        lanes = Slices(ctx.w, ctx.ann, parent, ("lost", rank, dev), f"GPU {dev} lost peak", 1,
-                       [Arg("lost_ns", "lost_ns", "double")])
+        lanes = Slices(
+            ctx.w, ctx.ann, parent, ("lost", rank, dev), f"GPU {dev} lost peak", 1, [Arg("lost_ns", "lost_ns", "double")]
+        )
         prev_end: int | None = None
-        for b in ctx.batches("""
+        for b in ctx.batches(
+            """
                 SELECT l.start_ns + $shift AS s, l.end_ns + $shift AS e, n.iid, l.lost_ns
                 FROM losses l JOIN _pf_names n ON n.name = l.category
                 WHERE l.scope = 'window' AND l.rank = $rank AND l.device IS NOT DISTINCT FROM $dev
-                ORDER BY l.start_ns, l.end_ns DESC, l.category""", rank=rank, dev=dev):
+                ORDER BY l.start_ns, l.end_ns DESC, l.category""",
+            rank=rank,
+            dev=dev,
+        ):
             s, e = _num(b.column("s"), np.int64), _num(b.column("e"), np.int64)
             lost = _num(b.column("lost_ns"), np.float64)
             prev = np.concatenate([[prev_end if prev_end is not None else np.iinfo(np.int64).max], e[:-1]])
@@ -1076,5 +1232,3 @@ def read_back(path: Path) -> Sequence[Any]:
     t = pb.Trace()
     t.ParseFromString(Path(path).read_bytes())
     return t.packet
-
-

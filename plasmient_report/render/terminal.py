@@ -52,8 +52,11 @@ def _ranks_differ(ranks: list[RankSummary]) -> bool:
         return max(ys) - min(ys) if ys else 0.0
 
     tops = {r.losses[0].category if r.losses else None for r in ranks}
-    return (spread([r.utilization.trace for r in ranks]) > RANKS_DIFFER_PTS
-            or spread([r.achieved_fraction_of_peak for r in ranks]) > RANKS_DIFFER_PTS or len(tops) > 1)
+    return (
+        spread([r.utilization.trace for r in ranks]) > RANKS_DIFFER_PTS
+        or spread([r.achieved_fraction_of_peak for r in ranks]) > RANKS_DIFFER_PTS
+        or len(tops) > 1
+    )
 
 
 def _span(xs: list[float | None]) -> str:
@@ -96,8 +99,7 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
     of_peak = f"← of {peak.tflops:,.1f} TFLOP/s {peak.precision}" if peak.tflops else ""
     _row(head, "achieved fraction of peak", achieved_text(v), "← " + why if why else of_peak)
     if hw is not None and hw.value is not None:
-        _row(head, hardware_label(hw.metric), pct(hw.value),
-             "← the GPU's own counters")
+        _row(head, hardware_label(hw.metric), pct(hw.value), "← the GPU's own counters")
     if len(v.achieved_by_precision) > 1:
         parts = " · ".join(f"{p.precision} {pct(p.fraction)}" for p in v.achieved_by_precision)
         lines.append(Text(f"    achieved by precision: {parts}", style="dim"))
@@ -107,11 +109,19 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
         lines.append(steps)
         _row(steps, "step time (GPU)", step_time_text(ss), "← " + step_counts(ss))
         if ss.tokens_per_s is not None:
-            _row(steps, "throughput", rate(ss.tokens_per_s, "tokens"),
-                 f"← per rank; {rate(ss.tokens_per_s_all_ranks, 'tokens')} in all" if ss.ranks > 1 else "")
+            _row(
+                steps,
+                "throughput",
+                rate(ss.tokens_per_s, "tokens"),
+                f"← per rank; {rate(ss.tokens_per_s_all_ranks, 'tokens')} in all" if ss.ranks > 1 else "",
+            )
         if ss.samples_per_s is not None:
-            _row(steps, "throughput" if ss.tokens_per_s is None else "samples", rate(ss.samples_per_s, "samples"),
-                 f"← per rank; {rate(ss.samples_per_s_all_ranks, 'samples')} in all" if ss.ranks > 1 else "")
+            _row(
+                steps,
+                "throughput" if ss.tokens_per_s is None else "samples",
+                rate(ss.samples_per_s, "samples"),
+                f"← per rank; {rate(ss.samples_per_s_all_ranks, 'samples')} in all" if ss.ranks > 1 else "",
+            )
         if ss.mfu is not None:
             _row(steps, "MFU (--model-flops)", pct(ss.mfu), "← model FLOPs / (step × peak)")
         outliers = step_outliers_text(ss)
@@ -120,8 +130,9 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
     losses = v.losses
     if losses:
         lines.append(Text(""))
-        lines.append(Text(f"  where the other {pct(1 - ach)} went:" if ach is not None else
-                          "  where the peak went (achieved unknown):"))
+        lines.append(
+            Text(f"  where the other {pct(1 - ach)} went:" if ach is not None else "  where the peak went (achieved unknown):")
+        )
         g = _grid()
         shown_losses = [x for x in losses if x.fraction >= 0.005][:MAX_LOSSES]
         for loss in shown_losses:
@@ -141,8 +152,11 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
         fg.add_column(justify="right", no_wrap=True, style="bold")
         fg.add_column(style="dim", overflow="fold")
         for f in findings:
-            fg.add_row(Text(f"    {f.rule}"), pct(f.lost_fraction) if f.lost_fraction is not None else "risk",
-                       Text(f.title if f.lost_fraction is None else f.fix or f.title))
+            fg.add_row(
+                Text(f"    {f.rule}"),
+                pct(f.lost_fraction) if f.lost_fraction is not None else "risk",
+                Text(f.title if f.lost_fraction is None else f.fix or f.title),
+            )
         lines.append(fg)
     ranks = v.ranks
     if len(ranks) > 1 and _ranks_differ(ranks):
@@ -155,13 +169,22 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
         tbl.add_column("largest loss", no_wrap=True, overflow="ellipsis")
         for rk in ranks:
             top = rk.losses[0] if rk.losses else None
-            tbl.add_row(f"  {rk.rank}", str(rk.device), pct(rk.utilization.trace), pct(rk.achieved_fraction_of_peak),
-                        f"{category_label(top.category)} {pct(top.fraction)}" if top else "")
+            tbl.add_row(
+                f"  {rk.rank}",
+                str(rk.device),
+                pct(rk.utilization.trace),
+                pct(rk.achieved_fraction_of_peak),
+                f"{category_label(top.category)} {pct(top.fraction)}" if top else "",
+            )
         lines.append(tbl)
     elif len(ranks) > 1:
         lines.append(Text(""))
-        lines.append(Text(f"  {len(ranks)} ranks alike: utilization {_span([r.utilization.trace for r in ranks])}, "
-                          f"achieved {_span([r.achieved_fraction_of_peak for r in ranks])}"))
+        lines.append(
+            Text(
+                f"  {len(ranks)} ranks alike: utilization {_span([r.utilization.trace for r in ranks])}, "
+                f"achieved {_span([r.achieved_fraction_of_peak for r in ranks])}"
+            )
+        )
     ranges = v.ranges
     if ranges and not run.range:
         lines.append(Text(""))
@@ -172,12 +195,16 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
         tbl.add_column("util", justify="right")
         tbl.add_column("achieved", justify="right")
         for r in ranges[:MAX_RANGES]:
-            tbl.add_row(f"  {range_name(r.name)}", range_occurrences(r, v), _ms(range_per_occurrence_ns(r)),
-                        pct(r.utilization), pct(r.achieved_fraction_of_peak))
+            tbl.add_row(
+                f"  {range_name(r.name)}",
+                range_occurrences(r, v),
+                _ms(range_per_occurrence_ns(r)),
+                pct(r.utilization),
+                pct(r.achieved_fraction_of_peak),
+            )
         lines.append(tbl)
         if len(ranges) > MAX_RANGES:
-            lines.append(Text(f"  … and {len(ranges) - MAX_RANGES} more ranges in report.html / verdict.json",
-                              style="dim"))
+            lines.append(Text(f"  … and {len(ranges) - MAX_RANGES} more ranges in report.html / verdict.json", style="dim"))
     lines.append(Text(""))
     verdict_line = Text("  VERDICT: ", style="bold")
     verdict_line.append(v.verdict + ".", style="bold")
@@ -192,9 +219,12 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
             grid.add_row(Text("  note:", style="yellow"), Text(note, style="yellow"))
         if len(v.notes) > MAX_NOTES:
             more = len(v.notes) - MAX_NOTES
-            grid.add_row(Text("  note:", style="yellow"),
-                         Text(f"… and {more} more note{'s' if more != 1 else ''} in verdict.json (\"notes\") and "
-                              "report.html", style="yellow"))
+            grid.add_row(
+                Text("  note:", style="yellow"),
+                Text(
+                    f'… and {more} more note{"s" if more != 1 else ""} in verdict.json ("notes") and report.html', style="yellow"
+                ),
+            )
         lines.append(grid)
     return Panel(Group(*lines), title=Text(title), title_align="left", width=WIDTH, expand=False)
 

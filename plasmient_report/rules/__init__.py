@@ -36,6 +36,25 @@ from .codes import CODES, Code
 from .context import Program, RuleContext
 from .registry import ENTRY_POINT_GROUP, Selection, all_rules, builtin_rules, configure, find_rule, run
 
-__all__ = ["CODES", "COMMON_THRESHOLDS", "DOC_SECTIONS", "ENTRY_POINT_GROUP", "LAYERS", "STATUSES", "Code",
-           "Explanation", "Finding", "Program", "Rule", "RuleContext", "Selection", "Thresholds", "all_rules",
-           "builtin_rules", "configure", "find_rule", "rule", "run"]
+__all__ = [
+    "CODES",
+    "COMMON_THRESHOLDS",
+    "DOC_SECTIONS",
+    "ENTRY_POINT_GROUP",
+    "LAYERS",
+    "STATUSES",
+    "Code",
+    "Explanation",
+    "Finding",
+    "Program",
+    "Rule",
+    "RuleContext",
+    "Selection",
+    "Thresholds",
+    "all_rules",
+    "builtin_rules",
+    "configure",
+    "find_rule",
+    "rule",
+    "run",
+]

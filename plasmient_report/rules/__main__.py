@@ -16,8 +16,7 @@ def main(argv: list[str]) -> int:
         for p in write(DOCS):
             print(p)
         return 0
-    stale = [n for n, text in pages().items()
-             if not (DOCS / n).exists() or (DOCS / n).read_text(encoding="utf-8") != text]
+    stale = [n for n, text in pages().items() if not (DOCS / n).exists() or (DOCS / n).read_text(encoding="utf-8") != text]
     for n in stale:
         print(f"docs/rules/{n} is stale")
     return 1 if stale else 0

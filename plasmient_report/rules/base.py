@@ -92,13 +92,13 @@ class Explanation:
         bodies = dict(zip(heads, (b.strip() for b in parts[2::2]), strict=True))
         n = len(DOC_SECTIONS)
         if tuple(heads[:n]) not in (DOC_SECTIONS, LEGACY_ORDER):
-            raise ValueError(f"rule {code}: its page needs the sections {', '.join(DOC_SECTIONS)} "
-                             f"(as '## ' headings, in order); found {heads}")
+            raise ValueError(
+                f"rule {code}: its page needs the sections {', '.join(DOC_SECTIONS)} (as '## ' headings, in order); found {heads}"
+            )
         return cls(*(bodies[h] for h in DOC_SECTIONS))
 
     def sections(self) -> tuple[tuple[str, str], ...]:
-        return tuple(zip(DOC_SECTIONS, (self.what_it_does, self.why_is_this_bad, self.example, self.how_to_fix),
-                         strict=True))
+        return tuple(zip(DOC_SECTIONS, (self.what_it_does, self.why_is_this_bad, self.example, self.how_to_fix), strict=True))
 
     def markdown(self) -> str:
         return "\n\n".join(f"## {h}\n\n{inspect.cleandoc(b)}" for h, b in self.sections())
@@ -134,17 +134,24 @@ class Rule:
 
     def page(self) -> str:
         """The documentation page (`plasmient-report rules --explain ID`, docs/rules/ID.md)."""
-        lines = [f"# {self.id} {self.name}", "", f"{self.title}.", "",
-                 f"Layer: {self.layer} · loss category: {self.category_text()} · status: {self.status}"
-                 + (f" · from: {self.origin}" if not self.origin.startswith("plasmient_report.") else ""), ""]
+        lines = [
+            f"# {self.id} {self.name}",
+            "",
+            f"{self.title}.",
+            "",
+            f"Layer: {self.layer} · loss category: {self.category_text()} · status: {self.status}"
+            + (f" · from: {self.origin}" if not self.origin.startswith("plasmient_report.") else ""),
+            "",
+        ]
         lines.append(self.explanation.markdown())
         lines += ["", "## Thresholds", ""]
         for k, v in self.thresholds.items():
             lines.append(f"- `{k}` = {v:g}")
         for k, v in COMMON_THRESHOLDS.items():
             if k not in self.thresholds:
-                unused = "; unused here: its findings claim no lost time" if not self.claims_loss and \
-                    k == "min_lost_fraction" else ""
+                unused = (
+                    "; unused here: its findings claim no lost time" if not self.claims_loss and k == "min_lost_fraction" else ""
+                )
                 lines.append(f"- `{k}` = {v:g} (every rule{unused})")
         lines += ["", f"Override in a `--rules-config` TOML file: `[{self.id}]` then `name = value`."]
         return "\n".join(lines) + "\n"
@@ -155,9 +162,17 @@ def check_doc(rule_id: str, doc: str) -> None:
     Explanation.parse(doc, rule_id)
 
 
-def rule(id: str = "", name: str = "", layer: str = "", title: str = "", category: str | None = None,
-         thresholds: Mapping[str, float] | None = None, explanation: Explanation | None = None,
-         status: str = "stable", claims_loss: bool = True) -> Callable[[Check], Rule]:
+def rule(
+    id: str = "",
+    name: str = "",
+    layer: str = "",
+    title: str = "",
+    category: str | None = None,
+    thresholds: Mapping[str, float] | None = None,
+    explanation: Explanation | None = None,
+    status: str = "stable",
+    claims_loss: bool = True,
+) -> Callable[[Check], Rule]:
     """Decorator: the function is the rule's query (its check). The page is `explanation`, else the function's
     docstring. Built-in rules leave `id`, `name` and `layer` to the code table (codes.py); plugins give them.
     `claims_loss=False`: the rule flags a risk, not lost time (no category; its findings' lost_fraction is null)."""
@@ -174,8 +189,18 @@ def rule(id: str = "", name: str = "", layer: str = "", title: str = "", categor
         if status not in STATUSES:
             raise ValueError(f"rule {id}: status {status!r} is not one of {', '.join(STATUSES)}")
         page = explanation or Explanation.parse(fn.__doc__ or "", id or fn.__name__)
-        return Rule(id=id, name=name or fn.__name__.replace("_", "-"), layer=layer, title=title, category=category,
-                    thresholds=dict(thresholds or {}), explanation=page, check=fn, status=status,
-                    origin=fn.__module__, claims_loss=claims_loss)
+        return Rule(
+            id=id,
+            name=name or fn.__name__.replace("_", "-"),
+            layer=layer,
+            title=title,
+            category=category,
+            thresholds=dict(thresholds or {}),
+            explanation=page,
+            check=fn,
+            status=status,
+            origin=fn.__module__,
+            claims_loss=claims_loss,
+        )
 
     return wrap

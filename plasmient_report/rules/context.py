@@ -23,10 +23,29 @@ from ..vocab import BUSY_CATEGORIES, CATEGORIES, IDLE_CATEGORIES, MATERIAL_UNKNO
 # Temp tables every rule may read (the analysed window only; same columns as the store's tables).
 # rule_kernels carries each kernel's class from the measure stage (kernel_class: class, bound, comm_kind, …);
 # rule_collective_members and rule_idle_gaps are the measure stage's collective instances and idle gaps.
-RULE_TABLES = ("rule_windows", "rule_kernels", "rule_ops", "rule_api_calls", "rule_ranges", "rule_collectives",
-               "rule_losses", "rule_steps", "rule_collective_members", "rule_idle_gaps")
-__all__ = ["BUSY_CATEGORIES", "IDLE_CATEGORIES", "RULE_TABLES", "GpuInfo", "Program", "RuleContext", "cleanup",
-           "own_schema", "prepare"]
+RULE_TABLES = (
+    "rule_windows",
+    "rule_kernels",
+    "rule_ops",
+    "rule_api_calls",
+    "rule_ranges",
+    "rule_collectives",
+    "rule_losses",
+    "rule_steps",
+    "rule_collective_members",
+    "rule_idle_gaps",
+)
+__all__ = [
+    "BUSY_CATEGORIES",
+    "IDLE_CATEGORIES",
+    "RULE_TABLES",
+    "GpuInfo",
+    "Program",
+    "RuleContext",
+    "cleanup",
+    "own_schema",
+    "prepare",
+]
 
 
 @dataclass(frozen=True)
@@ -111,18 +130,23 @@ class RuleContext:
 
     def gpus_sql(self) -> str:
         """The GPUs as a relation `(rank, device, peak, bw, sm_count)` (peak in FLOP/s, bw in bytes/s)."""
+
         def lit(x: Any) -> str:
             return "NULL" if x is None else repr(float(x)) if isinstance(x, float) else str(int(x))
 
-        rows = [f"({lit(g.rank)}::INTEGER, {lit(g.device)}::INTEGER, {lit(g.peak_flop_s)}::DOUBLE, "
-                f"{lit(g.bandwidth_bytes_s)}::DOUBLE, {lit(g.sm_count)}::INTEGER)" for g in self.gpus.values()]
+        rows = [
+            f"({lit(g.rank)}::INTEGER, {lit(g.device)}::INTEGER, {lit(g.peak_flop_s)}::DOUBLE, "
+            f"{lit(g.bandwidth_bytes_s)}::DOUBLE, {lit(g.sm_count)}::INTEGER)"
+            for g in self.gpus.values()
+        ]
         if not rows:
             rows = ["(NULL::INTEGER, NULL::INTEGER, NULL::DOUBLE, NULL::DOUBLE, NULL::INTEGER)"]
         return f"(SELECT * FROM (VALUES {', '.join(rows)}) v(rank, device, peak, bw, sm_count))"
 
     # ---- the waterfall -------------------------------------------------------------------------------------
-    def lost_ns(self, intervals_sql: str, categories: Iterable[str], weighted: bool = False,
-                params: Any = None) -> dict[Any, float]:
+    def lost_ns(
+        self, intervals_sql: str, categories: Iterable[str], weighted: bool = False, params: Any = None
+    ) -> dict[Any, float]:
         """Lost time (ns) of `categories` inside the intervals, per interval `key`.
 
         `intervals_sql` yields `key, rank, device, start_ns, end_ns` (device NULL: every GPU of the rank) and,
@@ -135,13 +159,16 @@ class RuleContext:
         wcol = "least(greatest(coalesce(weight, 0), 0), 1)" if weighted else "1.0"
         # The intervals first, as a table: planned inline under the window functions below, some rules'
         # interval queries ran 100x slower.
-        self.con.execute(f"""
+        self.con.execute(
+            f"""
             CREATE OR REPLACE TABLE _rule_lost_raw AS
             SELECT i.key, i.rank, coalesce(i.device, g.device) AS device, i.start_ns, i.end_ns, {wcol} AS w
             FROM ({intervals_sql}) i
             JOIN (SELECT DISTINCT rank, device FROM rule_windows) g
               ON g.rank IS NOT DISTINCT FROM i.rank AND (i.device IS NULL OR i.device = g.device)
-            WHERE i.end_ns > i.start_ns""", params)
+            WHERE i.end_ns > i.start_ns""",
+            params,
+        )
         cats_param = "?"
         # the intervals of each key merged (the measurement library's interval_union, sql/intervals.sql)
         self.con.execute("""CREATE OR REPLACE VIEW _rule_lost_v AS
@@ -162,8 +189,12 @@ class RuleContext:
             ), ends AS (
                 SELECT key, 'm' AS part, 1.0 AS w, rank, device, start_ns AS t, -1.0 AS sign FROM merged
                 UNION ALL SELECT key, 'm', 1.0, rank, device, end_ns, 1.0 FROM merged
-                {'''UNION ALL SELECT key, 'r', w, rank, device, start_ns, -1.0 FROM raw
-                UNION ALL SELECT key, 'r', w, rank, device, end_ns, 1.0 FROM raw''' if weighted else ''}
+                {
+            '''UNION ALL SELECT key, 'r', w, rank, device, start_ns, -1.0 FROM raw
+                UNION ALL SELECT key, 'r', w, rank, device, end_ns, 1.0 FROM raw'''
+            if weighted
+            else ""
+        }
             ), c AS (
                 SELECT p.key, p.part, p.w * p.sign * coalesce(l.before + l.lost_ns * least(greatest(
                            (p.t - l.start_ns)::DOUBLE / (l.end_ns - l.start_ns), 0), 1), 0) AS ns
@@ -171,11 +202,15 @@ class RuleContext:
                   ON l.rank IS NOT DISTINCT FROM p.rank AND l.device = p.device AND l.start_ns <= p.t
             ), whole AS (
                 SELECT key, sum(ns) AS ns FROM c WHERE part = 'm' GROUP BY key
-            ){''', part AS (
+            ){
+            ''', part AS (
                 SELECT key, sum(ns) AS ns FROM c WHERE part = 'r' GROUP BY key
-            )''' if weighted else ''}
-            SELECT whole.key, greatest({'least(whole.ns, coalesce(part.ns, 0))' if weighted else 'whole.ns'}, 0)
-            FROM whole {'LEFT JOIN part ON part.key IS NOT DISTINCT FROM whole.key' if weighted else ''}
+            )'''
+            if weighted
+            else ""
+        }
+            SELECT whole.key, greatest({"least(whole.ns, coalesce(part.ns, 0))" if weighted else "whole.ns"}, 0)
+            FROM whole {"LEFT JOIN part ON part.key IS NOT DISTINCT FROM whole.key" if weighted else ""}
             WHERE whole.ns > 0.5"""
         try:
             return {plain(k): float(v or 0) for k, v in self.con.execute(sql, [cats]).fetchall()}
@@ -183,8 +218,7 @@ class RuleContext:
             self.con.execute("DROP VIEW IF EXISTS _rule_lost_v")
             self.con.execute("DROP TABLE IF EXISTS _rule_lost_raw")
 
-    def lost_fraction(self, intervals_sql: str, categories: Iterable[str], weighted: bool = False,
-                      params: Any = None) -> float:
+    def lost_fraction(self, intervals_sql: str, categories: Iterable[str], weighted: bool = False, params: Any = None) -> float:
         """`lost_ns` over all keys together, as a fraction of the window."""
         extra = ", weight" if weighted else ""
         sql = f"SELECT NULL AS key, rank, device, start_ns, end_ns{extra} FROM ({intervals_sql})"
@@ -204,18 +238,25 @@ def _peaks_by_gpu(peaks: Sequence[Any]) -> dict[tuple[int | None, int], Any]:
     return {(p.rank, p.device): p for p in peaks}
 
 
-def prepare(con: duckdb.DuckDBPyConnection, ranges: Sequence[str], precision: str, peaks: Sequence[Any],
-            peaks_file: Any = None) -> RuleContext:
+def prepare(
+    con: duckdb.DuckDBPyConnection, ranges: Sequence[str], precision: str, peaks: Sequence[Any], peaks_file: Any = None
+) -> RuleContext:
     """Narrow the store to the headline window (the first `--range`, else each GPU's profiled window)."""
     scope = "range" if ranges else "window"
     range_name = window_label(ranges)
     p = [scope, range_name]
     cleanup(con)
-    con.execute("""CREATE OR REPLACE TEMP TABLE rule_windows AS
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE rule_windows AS
                    SELECT rank, device, start_ns, end_ns FROM windows
-                   WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND end_ns > start_ns""", p)
-    con.execute("""CREATE OR REPLACE TEMP TABLE rule_losses AS
-                   SELECT * FROM losses WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?""", p)
+                   WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND end_ns > start_ns""",
+        p,
+    )
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE rule_losses AS
+                   SELECT * FROM losses WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?""",
+        p,
+    )
     # kernels with the measure stage's class (kernel_class): class, bound, comm_kind, pipeline, precision, …
     classed = """SELECT k.*, kc.class, kc.reason AS class_reason, kc.bound, kc.comm_kind, kc.pipeline,
                          kc.precision, kc.peak_precision, kc.fraction_of_peak, kc.arithmetic_intensity,
@@ -247,16 +288,22 @@ def prepare(con: duckdb.DuckDBPyConnection, ranges: Sequence[str], precision: st
                        SELECT c.* FROM collectives c SEMI JOIN rule_collective_members m
                          ON m.source_id = c.source_id AND m.kernel_correlation IS NOT DISTINCT FROM c.kernel_correlation
                         AND m.start_ns = c.start_ns""")
-    con.execute("""CREATE OR REPLACE TEMP TABLE rule_idle_gaps AS
-                   SELECT * FROM idle_gaps WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?""", p)
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE rule_idle_gaps AS
+                   SELECT * FROM idle_gaps WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?""",
+        p,
+    )
     # Steps: ProfilerStep#N ranges (CPU side) that lie inside the window, per rank.
     con.execute("""CREATE OR REPLACE TEMP TABLE rule_steps AS
                    SELECT DISTINCT r.rank, r.name, r.start_ns, r.end_ns FROM ranges r JOIN rule_windows w
                      ON w.rank IS NOT DISTINCT FROM r.rank AND r.start_ns >= w.start_ns - 1000 AND r.end_ns <= w.end_ns + 1000
                    WHERE NOT r.on_gpu AND r.name LIKE 'ProfilerStep#%'""")
-    wrows = con.execute("""SELECT rank, sum(window_ns), bool_and(peak_flop_s IS NOT NULL), max(occurrences)
+    wrows = con.execute(
+        """SELECT rank, sum(window_ns), bool_and(peak_flop_s IS NOT NULL), max(occurrences)
                            FROM metrics WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND rank IS NOT NULL
-                           GROUP BY rank""", p).fetchall()
+                           GROUP BY rank""",
+        p,
+    ).fetchall()
     rank_window = {r: float(w or 0) for r, w, _, _ in wrows}
     with_peak = sum(float(w or 0) for _, w, ok, _ in wrows if ok)
     window_ns = with_peak or sum(rank_window.values())
@@ -267,34 +314,64 @@ def prepare(con: duckdb.DuckDBPyConnection, ranges: Sequence[str], precision: st
         steps, unit = max([int(o or 1) for *_, o in wrows] or [1]), f"occurrence of {range_name}"
     else:
         steps, unit = 1, None
-    head = con.execute("""SELECT utilization, achieved_fraction_of_peak, unknown_ns / nullif(kernel_ns, 0) FROM metrics
-                          WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND rank IS NULL""", p).fetchall()
-    util, achieved, unknown = (head[0] if head else (None, None, None))
-    cat_ns = {c: float(n or 0) for c, n in con.execute(
-        "SELECT category, sum(lost_ns) FROM rule_losses GROUP BY category").fetchall()}
+    head = con.execute(
+        """SELECT utilization, achieved_fraction_of_peak, unknown_ns / nullif(kernel_ns, 0) FROM metrics
+                          WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND rank IS NULL""",
+        p,
+    ).fetchall()
+    util, achieved, unknown = head[0] if head else (None, None, None)
+    cat_ns = {
+        c: float(n or 0) for c, n in con.execute("SELECT category, sum(lost_ns) FROM rule_losses GROUP BY category").fetchall()
+    }
     table = load_table(peaks_file)
-    devs = {(r, d): (n, sm, cc) for r, d, n, sm, cc in con.execute(
-        "SELECT rank, device, any_value(name), max(sm_count), any_value(compute_capability) FROM devices "
-        "GROUP BY rank, device").fetchall()}
+    devs = {
+        (r, d): (n, sm, cc)
+        for r, d, n, sm, cc in con.execute(
+            "SELECT rank, device, any_value(name), max(sm_count), any_value(compute_capability) FROM devices "
+            "GROUP BY rank, device"
+        ).fetchall()
+    }
     gpus: dict[tuple[int | None, int], GpuInfo] = {}
     for key, pk in _peaks_by_gpu(peaks).items():
         name, sm, cc = devs.get(key, (pk.device_name, None, None))
         entry = next((g for g in table if g.key == pk.peak.gpu_key), None) or match_gpu(name, table)
-        gpus[key] = GpuInfo(rank=key[0], device=key[1], name=name or pk.device_name, peak_flop_s=pk.peak.flop_s,
-                            bandwidth_bytes_s=pk.peak.bandwidth_bytes_s, sm_count=sm, compute_capability=cc,
-                            table_entry=entry)
+        gpus[key] = GpuInfo(
+            rank=key[0],
+            device=key[1],
+            name=name or pk.device_name,
+            peak_flop_s=pk.peak.flop_s,
+            bandwidth_bytes_s=pk.peak.bandwidth_bytes_s,
+            sm_count=sm,
+            compute_capability=cc,
+            table_entry=entry,
+        )
     sql.install(con, "program")
-    pyt, trt, runtime, graphs = con.execute("SELECT pytorch, tensorrt, runtime, graphs FROM program").fetchone() \
-        or (True, False, "cuda", False)
+    pyt, trt, runtime, graphs = con.execute("SELECT pytorch, tensorrt, runtime, graphs FROM program").fetchone() or (
+        True,
+        False,
+        "cuda",
+        False,
+    )
     n_gpus, n_kernels = con.execute("""SELECT (SELECT count(*) FROM (SELECT DISTINCT rank, device FROM rule_windows)),
                                               (SELECT count(*) FROM rule_kernels)""").fetchone() or (0, 0)
-    return RuleContext(con=con, scope=scope, range_name=range_name, precision=precision, window_ns=window_ns,
-                       rank_window_ns=rank_window, steps=steps, step_unit=unit,
-                       utilization=float(util) if util is not None else None,
-                       achieved=float(achieved) if achieved is not None else None, gpus=gpus, category_ns=cat_ns,
-                       achieved_is_lower_bound=unknown is not None and unknown > MATERIAL_UNKNOWN_FLOPS,
-                       program=Program(pytorch=bool(pyt), tensorrt=bool(trt), runtime=str(runtime), graphs=bool(graphs)),
-                       gpu_count=int(n_gpus or 0), kernel_count=int(n_kernels or 0))
+    return RuleContext(
+        con=con,
+        scope=scope,
+        range_name=range_name,
+        precision=precision,
+        window_ns=window_ns,
+        rank_window_ns=rank_window,
+        steps=steps,
+        step_unit=unit,
+        utilization=float(util) if util is not None else None,
+        achieved=float(achieved) if achieved is not None else None,
+        gpus=gpus,
+        category_ns=cat_ns,
+        achieved_is_lower_bound=unknown is not None and unknown > MATERIAL_UNKNOWN_FLOPS,
+        program=Program(pytorch=bool(pyt), tensorrt=bool(trt), runtime=str(runtime), graphs=bool(graphs)),
+        gpu_count=int(n_gpus or 0),
+        kernel_count=int(n_kernels or 0),
+    )
 
 
 @contextlib.contextmanager

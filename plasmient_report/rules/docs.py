@@ -25,8 +25,8 @@ def pages() -> dict[str, str]:
     rules = builtin_rules()
     out = {f"{r.id}.md": r.page() for r in rules}
     out["README.md"] = INDEX_HEAD + "".join(
-        f"| [{r.id}]({r.id}.md) | {r.name} | {r.layer} | {r.status} | {r.category_text()} | {r.title} |\n"
-        for r in rules)
+        f"| [{r.id}]({r.id}.md) | {r.name} | {r.layer} | {r.status} | {r.category_text()} | {r.title} |\n" for r in rules
+    )
     return out
 
 

@@ -53,8 +53,7 @@ def builtin_rules() -> list[Rule]:
         module = importlib.import_module(f"{__package__}.{c.module}")
         found = _rules_in(module)
         if len(found) != 1:
-            raise RuntimeError(f"rules/{c.layer}/{c.rule_name}.py must define exactly one rule ({c.code}); "
-                               f"found {len(found)}")
+            raise RuntimeError(f"rules/{c.layer}/{c.rule_name}.py must define exactly one rule ({c.code}); found {len(found)}")
         r = found[0]
         if r.id and r.id != c.code:
             raise RuntimeError(f"rules/{c.layer}/{c.rule_name}.py says {r.id}; the code table says {c.code}")
@@ -76,8 +75,10 @@ def plugin_rules() -> tuple[list[Rule], list[str]]:
             notes.append(f"rule plugin {ep.name!r} ({ep.value}) defines no rules")
         for r in found:
             if not ID_RE.match(r.id) or r.layer not in LAYERS:
-                notes.append(f"rule plugin {ep.name!r} ({ep.value}): a rule needs a code like XY101 and a layer "
-                             f"({r.id!r}, {r.layer!r}); skipped")
+                notes.append(
+                    f"rule plugin {ep.name!r} ({ep.value}): a rule needs a code like XY101 and a layer "
+                    f"({r.id!r}, {r.layer!r}); skipped"
+                )
                 continue
             out.append(replace(r, origin=f"plugin {ep.name} ({ep.value})"))
     return out, notes
@@ -121,8 +122,7 @@ class Selection:
     notes: tuple[str, ...] = ()
 
 
-def configure(select: Sequence[str] | None = None, ignore: Sequence[str] | None = None,
-              config: Path | None = None) -> Selection:
+def configure(select: Sequence[str] | None = None, ignore: Sequence[str] | None = None, config: Path | None = None) -> Selection:
     """Which rules run, with which thresholds. Bad codes, files or values are BadInput (exit 2)."""
     rules, notes = all_rules()
     cfg: dict[str, Any] = {}
@@ -135,8 +135,10 @@ def configure(select: Sequence[str] | None = None, ignore: Sequence[str] | None 
     ign = _codes(ignore) + _codes(cfg.get("ignore"))
     for code in sel + ign:
         if not any(_matches(code, r) for r in rules):
-            raise BadInput(config if code not in _codes(select) + _codes(ignore) else None,
-                           f"no rule matches {code!r} (see `plasmient-report rules`)")
+            raise BadInput(
+                config if code not in _codes(select) + _codes(ignore) else None,
+                f"no rule matches {code!r} (see `plasmient-report rules`)",
+            )
     chosen = [r for r in rules if any(_matches(c, r) for c in sel) and not any(_matches(c, r) for c in ign)]
     notes += [f"rule {r.id} {r.name} is deprecated" for r in chosen if r.status == "deprecated"]
     per_rule: dict[str, dict[str, Any]] = {}
@@ -158,8 +160,7 @@ def configure(select: Sequence[str] | None = None, ignore: Sequence[str] | None 
         merged = dict(thresholds[r.id])
         for name, value in values.items():
             if name not in merged:
-                raise BadInput(config, f"[{code}] {name}: unknown threshold; {r.id} has "
-                                       f"{', '.join(sorted(merged))}")
+                raise BadInput(config, f"[{code}] {name}: unknown threshold; {r.id} has {', '.join(sorted(merged))}")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise BadInput(config, f"[{code}] {name} = {value!r}: a number is needed")
             merged[name] = float(value)
@@ -189,8 +190,16 @@ def _json_safe(x: Any) -> Any:
 def finish(f: Finding, r: Rule, ctx: context.RuleContext, t: Thresholds) -> Finding | None:
     """Fill the rule's fields; cap the claim at what the waterfall lost; drop findings below the threshold."""
     if not r.claims_loss:  # a risk, not lost time: nothing for the waterfall, whatever the rule filled in
-        return replace(f, rule_id=r.id, name=r.name, layer=r.layer, category=None, lost_fraction=None,
-                       severity=f.severity or "info", evidence=_json_safe(f.evidence))
+        return replace(
+            f,
+            rule_id=r.id,
+            name=r.name,
+            layer=r.layer,
+            category=None,
+            lost_fraction=None,
+            severity=f.severity or "info",
+            evidence=_json_safe(f.evidence),
+        )
     category = f.category or r.category
     lost = f.lost_fraction
     if lost is not None:
@@ -203,12 +212,27 @@ def finish(f: Finding, r: Rule, ctx: context.RuleContext, t: Thresholds) -> Find
             lost = min(lost, 1.0)
         if lost < t.min_lost_fraction:
             return None
-    return replace(f, rule_id=r.id, name=r.name, layer=r.layer, category=category, lost_fraction=lost,
-                   severity=f.severity or _severity(lost), evidence=_json_safe(f.evidence))
+    return replace(
+        f,
+        rule_id=r.id,
+        name=r.name,
+        layer=r.layer,
+        category=category,
+        lost_fraction=lost,
+        severity=f.severity or _severity(lost),
+        evidence=_json_safe(f.evidence),
+    )
 
 
-def run(con: duckdb.DuckDBPyConnection, selection: Selection, ranges: Sequence[str], precision: str,
-        peaks: Sequence[Any], peaks_file: Path | None = None, strict: bool = False) -> tuple[list[Finding], list[str]]:
+def run(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection,
+    ranges: Sequence[str],
+    precision: str,
+    peaks: Sequence[Any],
+    peaks_file: Path | None = None,
+    strict: bool = False,
+) -> tuple[list[Finding], list[str]]:
     """Run the selected rules over the analysed window, each in its own schema; write `findings`; return them
     (worst first) and notes. A window too short to judge (below `min_window_us` per GPU) gets no findings."""
     notes = list(selection.notes)
@@ -231,17 +255,20 @@ def run(con: duckdb.DuckDBPyConnection, selection: Selection, ranges: Sequence[s
             except Exception as e:
                 if strict:
                     raise
-                notes.append(f"rule {r.id} {r.name} failed and was skipped: {type(e).__name__}: "
-                             f"{str(e).splitlines()[0] if str(e) else ''}")
+                notes.append(
+                    f"rule {r.id} {r.name} failed and was skipped: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                )
     finally:
         context.cleanup(con)
     if too_short:
         from .text import fmt_ns
 
-        notes.append(f"the window is too short to judge ({fmt_ns(ctx.window_per_gpu_ns)} per GPU, "
-                     f"{ctx.kernel_count} GPU activit{'y' if ctx.kernel_count == 1 else 'ies'}): "
-                     f"{'no rule' if len(too_short) == len(selection.rules) else ', '.join(too_short)} ran "
-                     "(min_window_us)")
+        notes.append(
+            f"the window is too short to judge ({fmt_ns(ctx.window_per_gpu_ns)} per GPU, "
+            f"{ctx.kernel_count} GPU activit{'y' if ctx.kernel_count == 1 else 'ies'}): "
+            f"{'no rule' if len(too_short) == len(selection.rules) else ', '.join(too_short)} ran "
+            "(min_window_us)"
+        )
     found.sort(key=lambda f: (-(f.lost_fraction if f.lost_fraction is not None else -1.0), f.rule_id, f.key))
     scope = "range" if ranges else "window"
     rn = window_label(ranges)
@@ -250,7 +277,23 @@ def run(con: duckdb.DuckDBPyConnection, selection: Selection, ranges: Sequence[s
             """INSERT INTO findings (rule_id, layer, severity, rank, lost_fraction, title, evidence, recommendation,
                                      category, fix, key, scope, range_name)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            [[f.rule_id, f.layer, f.severity, f.rank, f.lost_fraction, f.title,
-              json.dumps(f.evidence, allow_nan=False), f.recommendation, f.category, f.fix, f.key, scope, rn]
-             for f in found])
+            [
+                [
+                    f.rule_id,
+                    f.layer,
+                    f.severity,
+                    f.rank,
+                    f.lost_fraction,
+                    f.title,
+                    json.dumps(f.evidence, allow_nan=False),
+                    f.recommendation,
+                    f.category,
+                    f.fix,
+                    f.key,
+                    scope,
+                    rn,
+                ]
+                for f in found
+            ],
+        )
     return found, notes

@@ -60,8 +60,11 @@ def short_kernel(name: str | None, width: int = 72) -> str:
             break
     base, _, inner = n.partition("<")
     base = base.split("::")[-1] or base
-    tags = [t for t in re.findall(r"([A-Za-z_]\w*(?:Functor\w*|KernelImpl|_kernel_cuda|_kernel_impl))", inner)
-            if t not in ("AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor", "UnaryFunctor")]
+    tags = [
+        t
+        for t in re.findall(r"([A-Za-z_]\w*(?:Functor\w*|KernelImpl|_kernel_cuda|_kernel_impl))", inner)
+        if t not in ("AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor", "UnaryFunctor")
+    ]
     out = f"{base} [{tags[-1].split('::')[-1]}]" if tags else base
     return out if len(out) <= width else out[: width - 1] + "…"
 

@@ -28,8 +28,9 @@ from .. import vocab
 
 _HEADER_RE = re.compile(r"^--\s*(Module|Depends):\s*(.*)$")
 _PLACEHOLDER_RE = re.compile(r"\{\{([A-Z_][A-Z0-9_]*)\}\}")
-_COMMENT_RE = re.compile(r"COMMENT ON (TABLE|VIEW|COLUMN|MACRO TABLE|MACRO) ([a-z_][a-z0-9_.]*) IS '((?:[^']|'')*)'",
-                         re.IGNORECASE)
+_COMMENT_RE = re.compile(
+    r"COMMENT ON (TABLE|VIEW|COLUMN|MACRO TABLE|MACRO) ([a-z_][a-z0-9_.]*) IS '((?:[^']|'')*)'", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,7 @@ def order(names: list[str] | tuple[str, ...]) -> list[str]:
 def _constants() -> dict[str, str]:
     """The placeholders: vocab's constants as SQL literals, and CASE lists generated from its tables."""
     consts = vocab.sql_constants()
-    consts["PRECISION_HINT_CASES"] = " ".join(f"WHEN regexp_matches(n, '{rx}') THEN '{p}'"
-                                              for p, rx in vocab.PRECISION_HINTS)
+    consts["PRECISION_HINT_CASES"] = " ".join(f"WHEN regexp_matches(n, '{rx}') THEN '{p}'" for p, rx in vocab.PRECISION_HINTS)
     consts["DTYPE_PRECISION_CASES"] = " ".join(f"WHEN '{t}' THEN '{p}'" for t, p in vocab.DTYPE_PRECISION.items())
     consts["CATEGORY_LAYER_CASES"] = " ".join(f"WHEN '{c}' THEN '{layer}'" for c, layer in vocab.CATEGORIES.items())
     return consts
@@ -122,7 +122,7 @@ def render(name: str) -> str:
 def install(con: duckdb.DuckDBPyConnection, *names: str, with_dependencies: bool = False) -> None:
     """Run the modules `names` (tables are computed now, from the store as it is). With `with_dependencies`, their
     dependencies first (for views and macros; the measure stage computes tables in its own order)."""
-    for n in (order(names) if with_dependencies else names):
+    for n in order(names) if with_dependencies else names:
         con.execute(render(n))
 
 
@@ -138,10 +138,14 @@ def _cell(text: str) -> str:
 
 def docs() -> str:
     """docs/measurements.md: every module, its job, its dependencies and the comment of every object and column."""
-    lines = ["# The measurement library (`plasmient_report/sql/`)", "",
-             "Generated from the modules' own comments by `python -m plasmient_report.sql > docs/measurements.md`;",
-             "`tests/test_measure_library.py` fails when this page and the modules drift. Every object below lives in",
-             "`run.duckdb` beside the tables of `docs/schema.md`: `plasmient-report query run.duckdb \"SELECT …\"`.", ""]
+    lines = [
+        "# The measurement library (`plasmient_report/sql/`)",
+        "",
+        "Generated from the modules' own comments by `python -m plasmient_report.sql > docs/measurements.md`;",
+        "`tests/test_measure_library.py` fails when this page and the modules drift. Every object below lives in",
+        '`run.duckdb` beside the tables of `docs/schema.md`: `plasmient-report query run.duckdb "SELECT …"`.',
+        "",
+    ]
     for name in order(list(modules())):
         m = modules()[name]
         lines += [f"## {name}", "", m.doc, ""]

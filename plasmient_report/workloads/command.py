@@ -21,6 +21,7 @@ def _say(quiet: bool) -> Callable[[str], None]:
     def say(msg: str) -> None:
         if not quiet:
             print(f"measure: {msg}", file=sys.stderr, flush=True)
+
     return say
 
 
@@ -32,8 +33,16 @@ def _check_out(out: Path) -> None:
         raise BadInput(out, "is not empty and holds no earlier measure recording; choose another --out")
 
 
-def run(workload: str, gpu_index: int, seconds: float, out_dir: Path | None, from_dir: Path | None,
-        quiet: bool = False, write_html: bool = True, write_trace: bool = True) -> list[report.Row]:
+def run(
+    workload: str,
+    gpu_index: int,
+    seconds: float,
+    out_dir: Path | None,
+    from_dir: Path | None,
+    quiet: bool = False,
+    write_html: bool = True,
+    write_trace: bool = True,
+) -> list[report.Row]:
     """Record (unless `from_dir`) and analyse; BadInput (one line) for anything unusable."""
     say = _say(quiet)
     names = NAMES if workload == "all" else (workload,)
@@ -42,8 +51,11 @@ def run(workload: str, gpu_index: int, seconds: float, out_dir: Path | None, fro
         if workload != "all":
             kept = [w for w in rec.workloads if w["name"] == workload]
             if not kept:
-                raise BadInput(from_dir, f"the recording has no {workload!r} workload "
-                                         f"(it has {', '.join(w['name'] for w in rec.workloads) or 'none'})")
+                raise BadInput(
+                    from_dir,
+                    f"the recording has no {workload!r} workload "
+                    f"(it has {', '.join(w['name'] for w in rec.workloads) or 'none'})",
+                )
             rec = report.Recording(rec.folder, {**rec.info, "workloads": kept})
         out = Path(out_dir) if out_dir else Path("plasmient-out") / f"measure-{_label(rec.folder)}"
         a, f = out.absolute(), rec.folder.absolute()
@@ -71,8 +83,7 @@ def run(workload: str, gpu_index: int, seconds: float, out_dir: Path | None, fro
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     say(f"recorded into {out / 'recording'}/; analysing …")
-    return report.analyse(report.load(out / "recording"), out, quiet=quiet, write_html=write_html,
-                          write_trace=write_trace)
+    return report.analyse(report.load(out / "recording"), out, quiet=quiet, write_html=write_html, write_trace=write_trace)
 
 
 def _label(folder: Path) -> str:

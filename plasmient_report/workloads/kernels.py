@@ -22,13 +22,13 @@ class Workload:
     """One workload: `step()` launches one step's kernels (asynchronously); `run(n)` launches n steps."""
 
     name: str
-    what: str                  # one line: the operation and its shapes
-    bound_by: str              # what limits it, in the loss waterfall's words (what the tool should name)
-    precision: str             # precision of its FLOPs
-    tensor_cores: bool         # whether its FLOPs run on tensor cores
+    what: str  # one line: the operation and its shapes
+    bound_by: str  # what limits it, in the loss waterfall's words (what the tool should name)
+    precision: str  # precision of its FLOPs
+    tensor_cores: bool  # whether its FLOPs run on tensor cores
     flops_per_step: float
     bytes_per_step: float
-    max_steps: int             # a cap on steps per recording, so that the trace stays small
+    max_steps: int  # a cap on steps per recording, so that the trace stays small
 
     def step(self) -> None:
         raise NotImplementedError
@@ -45,9 +45,15 @@ class Matmul(Workload):
         import torch
 
         super().__init__(
-            name="matmul", what=f"torch.mm {n}×{n} @ {n}×{n}, bf16", bound_by="compute", precision="bf16",
-            tensor_cores=True, flops_per_step=2.0 * n ** 3, bytes_per_step=3.0 * n * n * BF16_BYTES,
-            max_steps=100_000)
+            name="matmul",
+            what=f"torch.mm {n}×{n} @ {n}×{n}, bf16",
+            bound_by="compute",
+            precision="bf16",
+            tensor_cores=True,
+            flops_per_step=2.0 * n**3,
+            bytes_per_step=3.0 * n * n * BF16_BYTES,
+            max_steps=100_000,
+        )
         self.A = torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=generator)
         self.B = torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=generator)
 
@@ -65,11 +71,15 @@ class Memory(Workload):
 
         n = nbytes // FP32_BYTES
         super().__init__(
-            name="memory", what=f"x.mul_(1.0001).add_(1e-6), x = {nbytes / (1 << 30):g} GiB fp32",
-            bound_by="memory", precision="fp32", tensor_cores=False,
-            flops_per_step=2.0 * n,                         # one mul and one add per element
-            bytes_per_step=2.0 * 2 * n * FP32_BYTES,        # two in-place kernels, each reads and writes x
-            max_steps=100_000)
+            name="memory",
+            what=f"x.mul_(1.0001).add_(1e-6), x = {nbytes / (1 << 30):g} GiB fp32",
+            bound_by="memory",
+            precision="fp32",
+            tensor_cores=False,
+            flops_per_step=2.0 * n,  # one mul and one add per element
+            bytes_per_step=2.0 * 2 * n * FP32_BYTES,  # two in-place kernels, each reads and writes x
+            max_steps=100_000,
+        )
         self.x = torch.full((n,), 1.0, device=device, dtype=torch.float32)
 
     def step(self) -> None:
@@ -83,9 +93,15 @@ class Launch(Workload):
         import torch
 
         super().__init__(
-            name="launch", what="tiny.add_(1.0), tiny = 1 fp32 element", bound_by="launch", precision="fp32",
-            tensor_cores=False, flops_per_step=1.0, bytes_per_step=2.0 * FP32_BYTES,
-            max_steps=50_000)  # ~1 KB of trace per launch: 50k launches is ~50 MB of JSON
+            name="launch",
+            what="tiny.add_(1.0), tiny = 1 fp32 element",
+            bound_by="launch",
+            precision="fp32",
+            tensor_cores=False,
+            flops_per_step=1.0,
+            bytes_per_step=2.0 * FP32_BYTES,
+            max_steps=50_000,
+        )  # ~1 KB of trace per launch: 50k launches is ~50 MB of JSON
         self.tiny = torch.zeros(1, device=device, dtype=torch.float32)
 
     def step(self) -> None:
@@ -95,22 +111,32 @@ class Launch(Workload):
 class Attention(Workload):
     """F.scaled_dot_product_attention forward, bf16, causal (PyTorch picks the kernel, flash on Hopper)."""
 
-    def __init__(self, device: str = "cuda", batch: int = 4, heads: int = 16, seq: int = 4096, head_dim: int = 128,
-                 causal: bool = True, generator: Any = None) -> None:
+    def __init__(
+        self,
+        device: str = "cuda",
+        batch: int = 4,
+        heads: int = 16,
+        seq: int = 4096,
+        head_dim: int = 128,
+        causal: bool = True,
+        generator: Any = None,
+    ) -> None:
         import torch
 
         kept = (seq + 1) / (2 * seq) if causal else 1.0  # causal keeps L·(L+1)/2 of the L² scores
         super().__init__(
             name="attention",
             what=f"F.scaled_dot_product_attention B={batch} H={heads} L={seq} D={head_dim}, bf16"
-                 + (", causal" if causal else ""),
-            bound_by="compute", precision="bf16", tensor_cores=True,
+            + (", causal" if causal else ""),
+            bound_by="compute",
+            precision="bf16",
+            tensor_cores=True,
             flops_per_step=2 * (2.0 * batch * heads * seq * seq * head_dim) * kept,
             bytes_per_step=4.0 * batch * heads * seq * head_dim * BF16_BYTES,  # q, k, v read; o written
-            max_steps=100_000)
+            max_steps=100_000,
+        )
         shape = (batch, heads, seq, head_dim)
-        self.q, self.k, self.v = (torch.randn(shape, device=device, dtype=torch.bfloat16, generator=generator)
-                                  for _ in range(3))
+        self.q, self.k, self.v = (torch.randn(shape, device=device, dtype=torch.bfloat16, generator=generator) for _ in range(3))
         self.causal = causal
 
     def step(self) -> None:

@@ -72,8 +72,9 @@ def nvml_index_for_cuda(device_index: int = 0) -> tuple[int, str | None]:
         h = pynvml.nvmlDeviceGetHandleByUUID(uuid)
         return int(pynvml.nvmlDeviceGetIndex(h)), uuid
     except Exception as e:  # noqa: BLE001 — an old driver or torch without .uuid: fall back to the same index
-        print(f"could not match CUDA device {device_index} to NVML by UUID ({e}); using NVML index {device_index}",
-              file=sys.stderr)
+        print(
+            f"could not match CUDA device {device_index} to NVML by UUID ({e}); using NVML index {device_index}", file=sys.stderr
+        )
         return device_index, None
 
 

@@ -31,8 +31,8 @@ from . import kernels
 SCHEMA = "plasmient.measure/1"
 INFO = "measure.json"
 NVML_PERIOD_S = 0.010
-LEAD_S = 0.3                 # NVML samples before the profiled run starts and after it ends
-CALIBRATE_S = 0.05           # a calibration span is at least this long
+LEAD_S = 0.3  # NVML samples before the profiled run starts and after it ends
+CALIBRATE_S = 0.05  # a calibration span is at least this long
 CEILING_STEPS, CEILING_REPS = 20, 3
 GEMM_N = 8192
 COPY_BYTES = 1 << 30
@@ -44,20 +44,17 @@ def require(gpu_index: int) -> None:
     try:
         import torch
     except ImportError:
-        raise BadInput(None, f"measure needs PyTorch with CUDA and nvidia-ml-py ({EXTRA}): torch is not installed") \
-            from None
+        raise BadInput(None, f"measure needs PyTorch with CUDA and nvidia-ml-py ({EXTRA}): torch is not installed") from None
     try:
         import pynvml
     except ImportError:
-        raise BadInput(None, f"measure needs nvidia-ml-py for NVML sampling ({EXTRA}): pynvml is not importable") \
-            from None
+        raise BadInput(None, f"measure needs nvidia-ml-py for NVML sampling ({EXTRA}): pynvml is not importable") from None
     if not torch.cuda.is_available():
         build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
         raise BadInput(None, f"measure needs a CUDA GPU: PyTorch {torch.__version__} ({build}) sees none")
     n = torch.cuda.device_count()
     if not 0 <= gpu_index < n:
-        raise BadInput(None, f"--gpu-index {gpu_index}: PyTorch sees {n} GPU{'s' if n != 1 else ''} "
-                             f"(indices 0 to {n - 1})")
+        raise BadInput(None, f"--gpu-index {gpu_index}: PyTorch sees {n} GPU{'s' if n != 1 else ''} (indices 0 to {n - 1})")
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as e:
@@ -126,6 +123,7 @@ def ceilings(device: str) -> dict[str, Any]:
         def steps() -> None:
             for _ in range(CEILING_STEPS):
                 dst.copy_(src)
+
         return time_spans(steps, device, CEILING_REPS)
 
     mm_s = gemm()
@@ -133,13 +131,19 @@ def ceilings(device: str) -> dict[str, Any]:
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return {
-        "gemm": {"what": f"torch.mm {GEMM_N}³ bf16, {CEILING_STEPS} back to back, best of {CEILING_REPS}",
-                 "flops": 2.0 * GEMM_N ** 3 * CEILING_STEPS, "seconds": mm_s,
-                 "tflops": 2.0 * GEMM_N ** 3 * CEILING_STEPS / min(mm_s) / 1e12},
-        "copy": {"what": f"dst.copy_(src) of {COPY_BYTES / (1 << 30):g} GiB, {CEILING_STEPS} back to back, best of "
-                         f"{CEILING_REPS} (read + write)",
-                 "bytes": 2.0 * COPY_BYTES * CEILING_STEPS, "seconds": cp_s,
-                 "tb_per_s": 2.0 * COPY_BYTES * CEILING_STEPS / min(cp_s) / 1e12},
+        "gemm": {
+            "what": f"torch.mm {GEMM_N}³ bf16, {CEILING_STEPS} back to back, best of {CEILING_REPS}",
+            "flops": 2.0 * GEMM_N**3 * CEILING_STEPS,
+            "seconds": mm_s,
+            "tflops": 2.0 * GEMM_N**3 * CEILING_STEPS / min(mm_s) / 1e12,
+        },
+        "copy": {
+            "what": f"dst.copy_(src) of {COPY_BYTES / (1 << 30):g} GiB, {CEILING_STEPS} back to back, best of "
+            f"{CEILING_REPS} (read + write)",
+            "bytes": 2.0 * COPY_BYTES * CEILING_STEPS,
+            "seconds": cp_s,
+            "tb_per_s": 2.0 * COPY_BYTES * CEILING_STEPS / min(cp_s) / 1e12,
+        },
     }
 
 
@@ -180,12 +184,24 @@ def profile_one(w: kernels.Workload, steps: int, device: str, nvml_index: int | 
     prof.export_chrome_trace(str(raw))
     trace = _gzip(raw)
     del prof
-    return {"trace": trace.name, "nvml": "nvml_samples.csv" if sampler else None, "nvml_samples": samples,
-            "profile_start_wall_ns": t0, "profile_stop_wall_ns": t1, "profiled_wall_s": (t1 - t0) / 1e9}
+    return {
+        "trace": trace.name,
+        "nvml": "nvml_samples.csv" if sampler else None,
+        "nvml_samples": samples,
+        "profile_start_wall_ns": t0,
+        "profile_stop_wall_ns": t1,
+        "profiled_wall_s": (t1 - t0) / 1e9,
+    }
 
 
-def record(names: Sequence[str], gpu_index: int, seconds: float, folder: Path,
-           progress: Callable[[str], None] | None = None, device: str | None = None) -> dict[str, Any]:
+def record(
+    names: Sequence[str],
+    gpu_index: int,
+    seconds: float,
+    folder: Path,
+    progress: Callable[[str], None] | None = None,
+    device: str | None = None,
+) -> dict[str, Any]:
     """Record the workloads into `folder` (created) and write its measure.json; returns that document.
     `device` other than cuda:N is for a dry run of the code paths only (no NVML, no GPU numbers)."""
     import torch
@@ -193,10 +209,13 @@ def record(names: Sequence[str], gpu_index: int, seconds: float, folder: Path,
     say = progress or (lambda _m: None)
     device = device or f"cuda:{gpu_index}"
     on_gpu = device.startswith("cuda")
-    info: dict[str, Any] = {"schema": SCHEMA, "tool_version": __version__,
-                            "recorded_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                            "command": ["plasmient-report", *sys.argv[1:]] if sys.argv else None,
-                            "settings": {"seconds": seconds, "nvml_period_s": NVML_PERIOD_S, "lead_s": LEAD_S}}
+    info: dict[str, Any] = {
+        "schema": SCHEMA,
+        "tool_version": __version__,
+        "recorded_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": ["plasmient-report", *sys.argv[1:]] if sys.argv else None,
+        "settings": {"seconds": seconds, "nvml_period_s": NVML_PERIOD_S, "lead_s": LEAD_S},
+    }
     nvml_index = None
     if on_gpu:
         from .nvml import driver_version, nvml_index_for_cuda
@@ -204,13 +223,22 @@ def record(names: Sequence[str], gpu_index: int, seconds: float, folder: Path,
         torch.cuda.set_device(gpu_index)
         props = torch.cuda.get_device_properties(gpu_index)
         nvml_index, uuid = nvml_index_for_cuda(gpu_index)
-        info["gpu"] = {"cuda_index": gpu_index, "name": torch.cuda.get_device_name(gpu_index), "uuid": uuid,
-                       "nvml_index": nvml_index, "sm_count": props.multi_processor_count,
-                       "memory_bytes": props.total_memory}
-        info["versions"] = {"torch": torch.__version__, "cuda": torch.version.cuda,
-                            "cudnn": torch.backends.cudnn.version(), "driver": driver_version(),
-                            "python": platform.python_version(),
-                            "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER")}
+        info["gpu"] = {
+            "cuda_index": gpu_index,
+            "name": torch.cuda.get_device_name(gpu_index),
+            "uuid": uuid,
+            "nvml_index": nvml_index,
+            "sm_count": props.multi_processor_count,
+            "memory_bytes": props.total_memory,
+        }
+        info["versions"] = {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
+            "driver": driver_version(),
+            "python": platform.python_version(),
+            "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER"),
+        }
         say(f"ceilings of {info['gpu']['name']}: {GEMM_N}³ bf16 GEMM, {COPY_BYTES >> 30} GiB copy …")
         info["ceilings"] = ceilings(device)
     else:
@@ -228,13 +256,23 @@ def record(names: Sequence[str], gpu_index: int, seconds: float, folder: Path,
         steps = max(1, min(w.max_steps, round(seconds / step_s)))
         say(f"recording {name}: {w.what}; {steps:,} steps ({step_s * 1e6:,.1f} µs each unprofiled)")
         rec = profile_one(w, steps, device, nvml_index, folder / name)
-        info["workloads"].append({
-            "name": name, "what": w.what, "bound_by": w.bound_by, "precision": w.precision,
-            "tensor_cores": w.tensor_cores, "flops_per_step": w.flops_per_step, "bytes_per_step": w.bytes_per_step,
-            "steps": steps, "capped": steps == w.max_steps and w.max_steps * step_s < seconds,
-            "unprofiled_step_s": step_s, "unprofiled_step_s_reps": per_step, "calibration_steps": k,
-            **{k2: (f"{name}/{v}" if k2 in ("trace", "nvml") and v else v) for k2, v in rec.items()},
-        })
+        info["workloads"].append(
+            {
+                "name": name,
+                "what": w.what,
+                "bound_by": w.bound_by,
+                "precision": w.precision,
+                "tensor_cores": w.tensor_cores,
+                "flops_per_step": w.flops_per_step,
+                "bytes_per_step": w.bytes_per_step,
+                "steps": steps,
+                "capped": steps == w.max_steps and w.max_steps * step_s < seconds,
+                "unprofiled_step_s": step_s,
+                "unprofiled_step_s_reps": per_step,
+                "calibration_steps": k,
+                **{k2: (f"{name}/{v}" if k2 in ("trace", "nvml") and v else v) for k2, v in rec.items()},
+            }
+        )
         del w
         if on_gpu:
             torch.cuda.empty_cache()

@@ -39,11 +39,11 @@ class Row:
 
     workload: str
     what: str
-    bound_by: str                           # by construction
-    nvml_utilization: float | None          # time-weighted NVML gpu_util over the window (the dashboard's number)
-    trace_utilization: float | None         # fraction of the window with a kernel resident
+    bound_by: str  # by construction
+    nvml_utilization: float | None  # time-weighted NVML gpu_util over the window (the dashboard's number)
+    trace_utilization: float | None  # fraction of the window with a kernel resident
     achieved_fraction_of_peak: float | None
-    achieved_is_lower_bound: bool            # little of the compute time has a FLOP estimate (the box's "?")
+    achieved_is_lower_bound: bool  # little of the compute time has a FLOP estimate (the box's "?")
     expected_fraction_of_peak: float | None  # analytic FLOPs / (unprofiled step time × the peak the tool used)
     peak_tflops: float | None
     precision: str | None
@@ -91,8 +91,14 @@ def expected_fraction(w: dict[str, Any], peak_tflops: float | None) -> float | N
     return flops / step_s / (peak_tflops * 1e12)
 
 
-def analyse(rec: Recording, out_dir: Path, console: Console | None = None, quiet: bool = False,
-            write_html: bool = True, write_trace: bool = True) -> list[Row]:
+def analyse(
+    rec: Recording,
+    out_dir: Path,
+    console: Console | None = None,
+    quiet: bool = False,
+    write_html: bool = True,
+    write_trace: bool = True,
+) -> list[Row]:
     """Every workload of the recording through the pipeline; prints each box, the ceilings and the summary."""
     from .. import pipeline
     from ..render import terminal
@@ -102,8 +108,7 @@ def analyse(rec: Recording, out_dir: Path, console: Console | None = None, quiet
     rows = []
     for w in rec.workloads:
         inputs = [rec.folder / w["trace"]] + ([rec.folder / w["nvml"]] if w.get("nvml") else [])
-        opts = pipeline.Options(write_html=write_html, write_trace=write_trace,
-                                cache_dir=out_dir / ".plasmient-cache")
+        opts = pipeline.Options(write_html=write_html, write_trace=write_trace, cache_dir=out_dir / ".plasmient-cache")
         result = pipeline.analyse(inputs, opts)
         try:
             out = pipeline.write_outputs(result, out_dir / w["name"], inputs, opts)
@@ -111,8 +116,11 @@ def analyse(rec: Recording, out_dir: Path, console: Console | None = None, quiet
             result.close()
         v = result.verdict
         if not quiet:
-            console.print(f"\n[bold]{w['name']}[/bold]: {w.get('what', '')} — bound by {w.get('bound_by')} "
-                          f"by construction; {w.get('steps', 0):,} steps", highlight=False)
+            console.print(
+                f"\n[bold]{w['name']}[/bold]: {w.get('what', '')} — bound by {w.get('bound_by')} "
+                f"by construction; {w.get('steps', 0):,} steps",
+                highlight=False,
+            )
             terminal.render(v, console, footer=f"outputs: {out}/")
         rows.append(_row(w, v, out))
     if not quiet:
@@ -128,14 +136,22 @@ def _row(w: dict[str, Any], v: dict[str, Any], out: Path) -> Row:
     losses = [x for x in v.get("losses") or [] if _num(x.get("fraction"))]
     top = max(losses, key=lambda x: x["fraction"], default=None)
     tflops = _num(peak.get("tflops"))
-    return Row(workload=w["name"], what=w.get("what", ""), bound_by=w.get("bound_by", ""),
-               nvml_utilization=_num(util.get("measured")), trace_utilization=_num(util.get("trace")),
-               achieved_fraction_of_peak=_num(v.get("achieved_fraction_of_peak")),
-               achieved_is_lower_bound=bool(v.get("achieved_is_lower_bound")),
-               expected_fraction_of_peak=expected_fraction(w, tflops), peak_tflops=tflops,
-               precision=peak.get("precision"), largest_loss=top["category"] if top else None,
-               largest_loss_fraction=_num(top["fraction"]) if top else None, verdict=v.get("verdict"),
-               outputs=str(out))
+    return Row(
+        workload=w["name"],
+        what=w.get("what", ""),
+        bound_by=w.get("bound_by", ""),
+        nvml_utilization=_num(util.get("measured")),
+        trace_utilization=_num(util.get("trace")),
+        achieved_fraction_of_peak=_num(v.get("achieved_fraction_of_peak")),
+        achieved_is_lower_bound=bool(v.get("achieved_is_lower_bound")),
+        expected_fraction_of_peak=expected_fraction(w, tflops),
+        peak_tflops=tflops,
+        precision=peak.get("precision"),
+        largest_loss=top["category"] if top else None,
+        largest_loss_fraction=_num(top["fraction"]) if top else None,
+        verdict=v.get("verdict"),
+        outputs=str(out),
+    )
 
 
 def fine_pct(x: float | None) -> str:
@@ -156,14 +172,19 @@ def print_ceilings(rec: Recording, console: Console) -> None:
     c = rec.info.get("ceilings") or {}
     name = (rec.info.get("gpu") or {}).get("name")
     g = match_gpu(name, load_table())
-    console.print(f"\n[bold]this GPU[/bold] ({name or 'unknown'}): measured ceilings (unprofiled) beside the "
-                  f"datasheet{f' ({g.key})' if g else ' (not in the peak table)'}", highlight=False)
+    console.print(
+        f"\n[bold]this GPU[/bold] ({name or 'unknown'}): measured ceilings (unprofiled) beside the "
+        f"datasheet{f' ({g.key})' if g else ' (not in the peak table)'}",
+        highlight=False,
+    )
     gemm, copy = c.get("gemm") or {}, c.get("copy") or {}
     peak_bf16 = g.tflops.get("bf16") if g else None
     bw = g.memory_bandwidth_gbs / 1e3 if g and g.memory_bandwidth_gbs else None
     mt, mb = _num(gemm.get("tflops")), _num(copy.get("tb_per_s"))
-    for label, value, peak, unit, how in (("bf16 GEMM", mt, peak_bf16, "TFLOP/s", gemm.get("what")),
-                                          ("memory copy", mb, bw, "TB/s", copy.get("what"))):
+    for label, value, peak, unit, how in (
+        ("bf16 GEMM", mt, peak_bf16, "TFLOP/s", gemm.get("what")),
+        ("memory copy", mb, bw, "TB/s", copy.get("what")),
+    ):
         shown = (f"{value:,.1f}" if unit == "TFLOP/s" else f"{value:,.2f}") if value else "n/a"
         of = f" = {fine_pct(value / peak)} of the datasheet's {peak:,.4g}" if value and peak else ""
         console.print(f"  {label:<12} {shown:>7} {unit}{of}", highlight=False)
@@ -177,23 +198,35 @@ def print_summary(rows: list[Row], console: Console) -> None:
     for col in ("  workload", "NVML", "trace", "achieved", "expected", "largest loss"):
         t.add_column(col, justify="left" if col in ("  workload", "largest loss") else "right", no_wrap=True)
     for r in rows:
-        loss = (f"{r.largest_loss.replace('_', ' ')} {fine_pct(r.largest_loss_fraction)}" if r.largest_loss else "—")
+        loss = f"{r.largest_loss.replace('_', ' ')} {fine_pct(r.largest_loss_fraction)}" if r.largest_loss else "—"
         achieved = fine_pct(r.achieved_fraction_of_peak)
         if r.achieved_is_lower_bound and r.achieved_fraction_of_peak is not None:
             achieved = "?" if r.achieved_fraction_of_peak < 0.005 else "≥" + achieved  # as the box says it
-        t.add_row(f"  {r.workload}", fine_pct(r.nvml_utilization), fine_pct(r.trace_utilization), achieved,
-                  fine_pct(r.expected_fraction_of_peak), loss)
+        t.add_row(
+            f"  {r.workload}",
+            fine_pct(r.nvml_utilization),
+            fine_pct(r.trace_utilization),
+            achieved,
+            fine_pct(r.expected_fraction_of_peak),
+            loss,
+        )
     console.print(t)
-    console.print("  [dim]NVML = nvidia-smi's utilization (the dashboard) · trace = a kernel resident · achieved = "
-                  "useful FLOP/s ÷ peak (? = no FLOP estimate) · expected = analytic FLOPs ÷ unprofiled time ÷ peak"
-                  "[/dim]", highlight=False)
+    console.print(
+        "  [dim]NVML = nvidia-smi's utilization (the dashboard) · trace = a kernel resident · achieved = "
+        "useful FLOP/s ÷ peak (? = no FLOP estimate) · expected = analytic FLOPs ÷ unprofiled time ÷ peak"
+        "[/dim]",
+        highlight=False,
+    )
 
 
 def _write_summary(rec: Recording, rows: list[Row], out_dir: Path) -> None:
-    doc = {"schema": SUMMARY_SCHEMA, "recording": str(rec.folder), "gpu": rec.info.get("gpu"),
-           "ceilings": {k: {kk: vv for kk, vv in v.items() if kk != "seconds"}
-                        for k, v in (rec.info.get("ceilings") or {}).items()},
-           "workloads": [asdict(r) for r in rows]}
+    doc = {
+        "schema": SUMMARY_SCHEMA,
+        "recording": str(rec.folder),
+        "gpu": rec.info.get("gpu"),
+        "ceilings": {k: {kk: vv for kk, vv in v.items() if kk != "seconds"} for k, v in (rec.info.get("ceilings") or {}).items()},
+        "workloads": [asdict(r) for r in rows],
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / f".{SUMMARY}.partial"
     tmp.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")

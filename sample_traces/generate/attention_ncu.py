@@ -17,6 +17,7 @@ Modes:
                   `ncu --csv --page raw --metrics ... --kernel-name regex:flash|fmha|sdpa|attention` -> ncu_raw.csv,
                   and writes run_info.json (cases, versions, which metrics this ncu/GPU had, kernel list)
 """
+
 import argparse
 import gzip
 import json
@@ -114,7 +115,9 @@ def find_ncu():
     p = shutil.which("ncu")
     if p:
         return p
-    for d in sorted(os.listdir("/opt/nvidia/nsight-compute"), reverse=True) if os.path.isdir("/opt/nvidia/nsight-compute") else []:
+    for d in (
+        sorted(os.listdir("/opt/nvidia/nsight-compute"), reverse=True) if os.path.isdir("/opt/nvidia/nsight-compute") else []
+    ):
         c = os.path.join("/opt/nvidia/nsight-compute", d, "ncu")
         if os.path.exists(c):
             return c
@@ -125,11 +128,15 @@ def mode_record(out):
     import torch
 
     os.makedirs(out, exist_ok=True)
-    info = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-            "gpu": torch.cuda.get_device_name(0), "python": sys.version.split()[0],
-            "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-            "cases": [dict(zip(("name", "B", "Hq", "Hkv", "L", "S", "D", "causal", "backend"), c, strict=True))
-                      for c in CASES]}
+    info = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "gpu": torch.cuda.get_device_name(0),
+        "python": sys.version.split()[0],
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "cases": [dict(zip(("name", "B", "Hq", "Hkv", "L", "S", "D", "causal", "backend"), c, strict=True)) for c in CASES],
+    }
     me = os.path.abspath(__file__)
     t0 = time.time()
     r = subprocess.run([sys.executable, me, "--mode", "kineto", "--out", out])
@@ -144,8 +151,24 @@ def mode_record(out):
         if len(metrics) < 4:  # the query failed or lists differently: the metrics seen in an H200 ncu CSV before
             metrics = [m for m in METRIC_CANDIDATES if "pipe_tensor_op" not in m and "mufu" not in m]
         info["metrics_asked"], info["metrics_unknown"] = metrics, [m for m in METRIC_CANDIDATES if m not in metrics]
-        cmd = [ncu, "--csv", "--page", "raw", "--clock-control", "none", "--kernel-name", KERNEL_RE,
-               "--metrics", ",".join(metrics), sys.executable, me, "--mode", "ncu", "--out", out]
+        cmd = [
+            ncu,
+            "--csv",
+            "--page",
+            "raw",
+            "--clock-control",
+            "none",
+            "--kernel-name",
+            KERNEL_RE,
+            "--metrics",
+            ",".join(metrics),
+            sys.executable,
+            me,
+            "--mode",
+            "ncu",
+            "--out",
+            out,
+        ]
         info["ncu_cmd"] = " ".join(cmd)
         t0 = time.time()
         with open(os.path.join(out, "ncu_raw.csv"), "w") as f:

@@ -58,8 +58,15 @@ def main() -> None:
         total += burst + gap
 
     nvml_idx, uuid = nvml_index_for_cuda0()
-    info = {"n": a.n, "mm_seconds": t_mm, "seed": a.seed, "nvml_index": nvml_idx, "cuda0_uuid": uuid,
-            "TZ_env": os.environ.get("TZ"), "clock": [clock_snapshot("before_loggers")]}
+    info = {
+        "n": a.n,
+        "mm_seconds": t_mm,
+        "seed": a.seed,
+        "nvml_index": nvml_idx,
+        "cuda0_uuid": uuid,
+        "TZ_env": os.environ.get("TZ"),
+        "clock": [clock_snapshot("before_loggers")],
+    }
     sampler = NvmlSampler(nvml_idx, 0.010)
     smi = SmiLoggers(a.out, nvml_idx)
     sampler.start()

@@ -18,6 +18,7 @@ the trace holds ProfilerStep#1..#steps (ProfilerStep#0 is the profiler's warm-up
 each rank writes rank<N>.pt.trace.json.gz.  nsys mode: NVTX ranges "step#<i>" and emit_nvtx(record_shapes).
 Rank 0 writes ddp_ground_truth.json (unprofiled timings of both ranks, with and without the sleep).
 """
+
 import argparse
 import contextlib
 import gzip
@@ -108,15 +109,21 @@ def main():
             step(late)
             walls.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(walls), walls
+
     if a.mode == "nsys":  # keep the nsys report to the annotated steps; truth comes from the kineto run
         no_late_ms = late_ms = None
         no_late_all = late_all = []
     else:
         no_late_ms, no_late_all = timed(False, a.steps)
         late_ms, late_all = timed(True, a.steps)
-    mine = {"rank": rank, "step_wall_ms_median_no_sleep": no_late_ms, "step_wall_ms_no_sleep": no_late_all,
-            "step_wall_ms_median_with_sleep": late_ms, "step_wall_ms_with_sleep": late_all,
-            "gpu": None if cpu else torch.cuda.get_device_name(local)}
+    mine = {
+        "rank": rank,
+        "step_wall_ms_median_no_sleep": no_late_ms,
+        "step_wall_ms_no_sleep": no_late_all,
+        "step_wall_ms_median_with_sleep": late_ms,
+        "step_wall_ms_with_sleep": late_all,
+        "gpu": None if cpu else torch.cuda.get_device_name(local),
+    }
     gathered = [None] * world
     dist.all_gather_object(gathered, mine)
     n_buckets = None
@@ -130,23 +137,26 @@ def main():
     if rank == 0 and a.mode != "nsys":
         gt = {
             "recorded_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+            "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
             "nccl": None if cpu else ".".join(map(str, torch.cuda.nccl.version())),
-            "world_size": world, "config": vars(a),
-            "late_rank": a.late_rank, "late_sleep_s": a.late_s,
+            "world_size": world,
+            "config": vars(a),
+            "late_rank": a.late_rank,
+            "late_sleep_s": a.late_s,
             "late_where": "rank %d sleeps late_s on the host after the forward (both ranks synchronize "
-                          "after the forward) and before loss.backward(), every step" % a.late_rank,
+            "after the forward) and before loss.backward(), every step" % a.late_rank,
             "expected_effect": "the other rank(s) reach the first DDP gradient all-reduce of every step "
-                               "~late_s early: that rank's first NCCL AllReduce kernel of the step lasts "
-                               "~late_s longer than on the late rank; per-step time of both ranks grows "
-                               "by ~late_s",
+            "~late_s early: that rank's first NCCL AllReduce kernel of the step lasts "
+            "~late_s longer than on the late rank; per-step time of both ranks grows "
+            "by ~late_s",
             "profiled_steps": a.steps,
             "kineto_profiler_steps": "ProfilerStep#1..#%d (schedule wait=0, warmup=1, active=%d)" % (a.steps, a.steps),
             "allreduce_per_step_expected": L,
             "ddp_bucket_sizes": n_buckets,
             "flops_per_step_per_rank": flops_step,
             "flops_convention": "fwd 2*M*d*d per linear; bwd weight-grad 2*M*d*d per linear; bwd input-grad "
-                                "2*M*d*d for all but the first linear (input x needs no grad): (6L-2)*M*d^2",
+            "2*M*d*d for all but the first linear (input x needs no grad): (6L-2)*M*d^2",
             "unprofiled_per_rank": gathered,
         }
         with open(os.path.join(a.out, "ddp_ground_truth.json"), "w") as f:
@@ -156,15 +166,21 @@ def main():
 
     if a.mode == "kineto":
         from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
         mark = record_function
         raw = os.path.join(a.out, "rank%d.pt.trace.json" % rank)
 
         def ready(p):
             p.export_chrome_trace(raw)
 
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                     schedule=schedule(wait=0, warmup=1, active=a.steps, repeat=1),
-                     on_trace_ready=ready, record_shapes=True, with_flops=True, with_stack=False) as prof:
+        with profile(
+            activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+            schedule=schedule(wait=0, warmup=1, active=a.steps, repeat=1),
+            on_trace_ready=ready,
+            record_shapes=True,
+            with_flops=True,
+            with_stack=False,
+        ) as prof:
             for _ in range(a.steps + 1):
                 step(late=True)
                 prof.step()
@@ -173,6 +189,7 @@ def main():
         os.remove(raw)
         print("rank %d wrote %s.gz" % (rank, raw), flush=True)
     elif a.mode == "nsys":
+
         @contextlib.contextmanager
         def nvtx_mark(name):
             torch.cuda.nvtx.range_push(name)
@@ -180,6 +197,7 @@ def main():
                 yield
             finally:
                 torch.cuda.nvtx.range_pop()
+
         mark = nvtx_mark
         with torch.autograd.profiler.emit_nvtx(record_shapes=True):
             for i in range(a.steps):

@@ -2,6 +2,7 @@
 rank_nsys.sh): 4 x Linear(2048, 2048) fp32, batch 4096, SGD; 3 warm-up steps, then 6 steps in NVTX ranges
 `step#i`; rank 1 sleeps 20 ms before every backward (range `late_rank_sleep`), so rank 0 waits in the all-reduce.
 Truth per step per rank: FLOPs (6L-2)*M*d^2 = 22 * 4096 * 2048^2 = 3.78e11 (fp32, no TF32)."""
+
 import os
 import time
 

@@ -30,6 +30,7 @@ Workloads (--workload):
 Run on a GPU (`GEN_DEVICE=cpu` only smoke-tests the code paths):
   python3 hf_workloads.py --workload llama_eager --out OUTDIR
 """
+
 import argparse
 import gzip
 import json
@@ -75,6 +76,7 @@ def sync():
 
 def flop_count(fn):
     from torch.utils.flop_counter import FlopCounterMode
+
     with FlopCounterMode(display=False) as fc:
         fn()
     sync()
@@ -98,19 +100,34 @@ def write_trace(prof, path):
 
 def profiler(out, name, n_active, memory=False):
     from torch.profiler import ProfilerActivity, profile, schedule
+
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if CUDA else [])
     path = os.path.join(out, f"{name}.pt.trace.json.gz")
-    return profile(activities=acts, record_shapes=True, profile_memory=memory,
-                   schedule=schedule(wait=0, warmup=1, active=n_active, repeat=1),
-                   on_trace_ready=lambda p: write_trace(p, path)), path
+    return profile(
+        activities=acts,
+        record_shapes=True,
+        profile_memory=memory,
+        schedule=schedule(wait=0, warmup=1, active=n_active, repeat=1),
+        on_trace_ready=lambda p: write_trace(p, path),
+    ), path
 
 
 # ----------------------------------------------------------------------------- models
 def llama(layers=8, hidden=1024, inter=2816, heads=16, kv_heads=8, vocab=32000):
     from transformers import LlamaConfig, LlamaForCausalLM
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=4096,
-                      attn_implementation="sdpa", use_cache=False, tie_word_embeddings=False)
+
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=4096,
+        attn_implementation="sdpa",
+        use_cache=False,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     return LlamaForCausalLM(cfg), cfg
 
@@ -123,12 +140,25 @@ def small_sizes(a):
 def train_setup(a, mode):
     small_sizes(a)
     model, cfg = llama(a.layers, a.hidden, a.inter, a.heads, a.kv_heads, a.vocab)
-    info = {"config": {k: getattr(cfg, k) for k in ("num_hidden_layers", "hidden_size", "intermediate_size",
-                                                    "num_attention_heads", "num_key_value_heads", "vocab_size")},
-            "batch": a.batch, "seq": a.seq}
+    info = {
+        "config": {
+            k: getattr(cfg, k)
+            for k in (
+                "num_hidden_layers",
+                "hidden_size",
+                "intermediate_size",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "vocab_size",
+            )
+        },
+        "batch": a.batch,
+        "seq": a.seq,
+    }
     if mode == "fsdp2":
         import torch.distributed as dist
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29531")
         dist.init_process_group("nccl" if CUDA else "gloo", rank=0, world_size=1)
@@ -150,6 +180,7 @@ def train_setup(a, mode):
         out.loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+
     return step, info
 
 
@@ -163,10 +194,12 @@ def other_setup(a):
         b = a.img_batch if CUDA else 2
         if w == "resnet50_amp":
             import torchvision
+
             model = torchvision.models.resnet50().to(DEVICE, memory_format=torch.channels_last)
             info = {"model": "torchvision resnet50", "channels_last": True}
         else:
             import timm
+
             model = timm.create_model("vit_base_patch16_224", pretrained=False).to(DEVICE)
             info = {"model": "timm vit_base_patch16_224"}
         x = torch.randn(b, 3, 224, 224, generator=g).to(DEVICE)
@@ -174,17 +207,25 @@ def other_setup(a):
             x = x.contiguous(memory_format=torch.channels_last)
         y = torch.randint(0, 1000, (b,), generator=g).to(DEVICE)
         fwd = torch.compile(model) if w == "vit_compile" else model
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if w == "resnet50_amp" else \
-            torch.optim.AdamW(model.parameters(), lr=1e-4, fused=CUDA)
+        opt = (
+            torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            if w == "resnet50_amp"
+            else torch.optim.AdamW(model.parameters(), lr=1e-4, fused=CUDA)
+        )
 
         def loss():
             with amp:
                 return torch.nn.functional.cross_entropy(fwd(x), y)
+
         info.update(batch=b, image=224)
     elif w == "bert_amp":
         from transformers import BertConfig, BertForMaskedLM
-        cfg = BertConfig() if CUDA else BertConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
-                                                   num_attention_heads=4, vocab_size=256)
+
+        cfg = (
+            BertConfig()
+            if CUDA
+            else BertConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, vocab_size=256)
+        )
         cfg._attn_implementation = "sdpa"
         model = BertForMaskedLM(cfg).to(DEVICE)
         b, t = (a.bert_batch, 512) if CUDA else (2, 32)
@@ -194,6 +235,7 @@ def other_setup(a):
         def loss():
             with amp:
                 return model(input_ids=ids, labels=ids).loss
+
         info = {"model": "HF BertForMaskedLM (bert-base config)", "batch": b, "seq": t}
     else:
         raise SystemExit(f"unknown workload {w}")
@@ -202,6 +244,7 @@ def other_setup(a):
         loss().backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+
     info["precision"] = "bf16 autocast, fp32 weights"
     return step, info
 
@@ -229,17 +272,20 @@ def run_training(a, mode):
             prof.step()
     sync()
     ms = timer.elapsed_ms()
-    info.update(trace=os.path.basename(path), profiled_steps=n,
-                steps=[{"profiler_step": f"ProfilerStep#{i + 1}", "gpu_ms": m} for i, m in enumerate(ms)],
-                gpu_ms_total=sum(ms))
+    info.update(
+        trace=os.path.basename(path),
+        profiled_steps=n,
+        steps=[{"profiler_step": f"ProfilerStep#{i + 1}", "gpu_ms": m} for i, m in enumerate(ms)],
+        gpu_ms_total=sum(ms),
+    )
     info.setdefault("precision", "bf16")
     info["achieved_truth"] = info["flops_per_step"] * n / (sum(ms) / 1e3) / PEAK["bf16"]
     if mode != "other":  # Llama's SDPA is causal; BERT's and ViT's are not
-        info["flops_per_step_causal"], info["sdpa_flops_per_step"] = causal_flops(info["flops_per_step"],
-                                                                                  info["flops_by_op"])
+        info["flops_per_step_causal"], info["sdpa_flops_per_step"] = causal_flops(info["flops_per_step"], info["flops_by_op"])
         info["achieved_truth_causal"] = info["flops_per_step_causal"] * n / (sum(ms) / 1e3) / PEAK["bf16"]
     if mode == "fsdp2":
         import torch.distributed as dist
+
         dist.destroy_process_group()
     return info
 
@@ -259,10 +305,13 @@ def run_memory(a):
         step()
         sync()
         if CUDA:
-            info["memory"] = {"allocated_at_step_start_bytes": base_alloc, "reserved_at_step_start_bytes": base_res,
-                              "max_allocated_bytes": torch.cuda.max_memory_allocated(),
-                              "max_reserved_bytes": torch.cuda.max_memory_reserved(),
-                              "device_total_bytes": torch.cuda.get_device_properties(0).total_memory}
+            info["memory"] = {
+                "allocated_at_step_start_bytes": base_alloc,
+                "reserved_at_step_start_bytes": base_res,
+                "max_allocated_bytes": torch.cuda.max_memory_allocated(),
+                "max_reserved_bytes": torch.cuda.max_memory_reserved(),
+                "device_total_bytes": torch.cuda.get_device_properties(0).total_memory,
+            }
         prof.step()
     info.update(trace=os.path.basename(path), profiled_steps=1)
     return info
@@ -281,6 +330,7 @@ def run_memory_pressure(a):
         for _ in range(k):
             y = torch.relu(y @ w) * 0.01  # a new output (and a temporary) per matmul: the allocator works
         return y.sum()
+
     step()
     sync()
     info = {"matmul": [n, n, n], "matmuls_per_step": k, "fill": a.fill}
@@ -303,12 +353,18 @@ def run_memory_pressure(a):
     if CUDA:
         free, total_now = torch.cuda.mem_get_info()
         st = torch.cuda.memory_stats()
-        info["memory"] = {"ballast_bytes": ballast_bytes, "max_allocated_bytes": torch.cuda.max_memory_allocated(),
-                          "max_reserved_bytes": torch.cuda.max_memory_reserved(), "device_total_bytes": total,
-                          "mem_get_info_free_bytes": free, "mem_get_info_total_bytes": total_now,
-                          "num_alloc_retries": st.get("num_alloc_retries"), "num_ooms": st.get("num_ooms"),
-                          "max_reserved_fraction": torch.cuda.max_memory_reserved() / total,
-                          "max_allocated_fraction": torch.cuda.max_memory_allocated() / total}
+        info["memory"] = {
+            "ballast_bytes": ballast_bytes,
+            "max_allocated_bytes": torch.cuda.max_memory_allocated(),
+            "max_reserved_bytes": torch.cuda.max_memory_reserved(),
+            "device_total_bytes": total,
+            "mem_get_info_free_bytes": free,
+            "mem_get_info_total_bytes": total_now,
+            "num_alloc_retries": st.get("num_alloc_retries"),
+            "num_ooms": st.get("num_ooms"),
+            "max_reserved_fraction": torch.cuda.max_memory_reserved() / total,
+            "max_allocated_fraction": torch.cuda.max_memory_allocated() / total,
+        }
     info.update(trace=os.path.basename(path), profiled_steps=3)
     return info
 
@@ -320,17 +376,18 @@ def run_generate(a):
     model = model.to(DEVICE, dtype=torch.bfloat16).eval()
     g = torch.Generator(device="cpu").manual_seed(2)
     ids = torch.randint(0, a.vocab, (a.gen_batch, a.gen_prompt), generator=g).to(DEVICE)
-    kw = dict(max_new_tokens=a.gen_tokens, min_new_tokens=a.gen_tokens, do_sample=False, pad_token_id=0,
-              eos_token_id=None)
+    kw = dict(max_new_tokens=a.gen_tokens, min_new_tokens=a.gen_tokens, do_sample=False, pad_token_id=0, eos_token_id=None)
 
     def gen():
         with torch.no_grad():
             return model.generate(ids, **kw)
+
     for _ in range(2):
         gen()
     sync()
     flops, by_op = flop_count(gen)
     from torch.profiler import record_function
+
     prof, path = profiler(a.out, a.workload, 1)
     timer = StepTimer()
     with prof:
@@ -342,18 +399,26 @@ def run_generate(a):
         timer.mark()
         prof.step()
     ms = timer.elapsed_ms()
-    return {"trace": os.path.basename(path), "config": {"num_hidden_layers": cfg.num_hidden_layers,
-                                                        "hidden_size": cfg.hidden_size},
-            "batch": a.gen_batch, "prompt_tokens": a.gen_prompt, "new_tokens": int(out.shape[1] - ids.shape[1]),
-            "flops_per_call": flops, "flops_by_op": by_op, "generate_gpu_ms": ms[0], "precision": "bf16",
-            "achieved_truth": flops / (ms[0] / 1e3) / PEAK["bf16"],
-            "flops_per_call_causal": causal_flops(flops, by_op)[0]}
+    return {
+        "trace": os.path.basename(path),
+        "config": {"num_hidden_layers": cfg.num_hidden_layers, "hidden_size": cfg.hidden_size},
+        "batch": a.gen_batch,
+        "prompt_tokens": a.gen_prompt,
+        "new_tokens": int(out.shape[1] - ids.shape[1]),
+        "flops_per_call": flops,
+        "flops_by_op": by_op,
+        "generate_gpu_ms": ms[0],
+        "precision": "bf16",
+        "achieved_truth": flops / (ms[0] / 1e3) / PEAK["bf16"],
+        "flops_per_call_causal": causal_flops(flops, by_op)[0],
+    }
 
 
 def run_graph(a):
     """Forward passes replayed from a CUDA graph: the kernels carry no op shapes (their FLOPs are unknown to a
     trace reader unless the user gives them)."""
     from torch.profiler import record_function
+
     small_sizes(a)
     model, cfg = llama(a.gen_layers if CUDA else a.layers, a.hidden, a.inter, a.heads, a.kv_heads, a.vocab)
     model = model.to(DEVICE, dtype=torch.bfloat16).eval()
@@ -364,6 +429,7 @@ def run_graph(a):
     def fwd():
         with torch.no_grad():
             return model(input_ids=ids).logits
+
     if not CUDA:
         replay = fwd
     else:
@@ -379,6 +445,7 @@ def run_graph(a):
                 fwd()
         except Exception as e:  # HF code that syncs cannot be captured: fall back to a plain bf16 MLP
             import torch.nn as nn
+
             what = f"bf16 MLP (HF forward not capturable: {type(e).__name__})"
             model = nn.Sequential(*[nn.Linear(a.hidden, a.hidden, bias=False) for _ in range(8)]).to(DEVICE, torch.bfloat16)
             x = torch.randn(a.gen_batch * a.seq, a.hidden, device=DEVICE, dtype=torch.bfloat16)
@@ -386,6 +453,7 @@ def run_graph(a):
             def fwd():  # noqa: F811
                 with torch.no_grad():
                     return model(x)
+
             for _ in range(3):
                 fwd()
             torch.cuda.synchronize()
@@ -409,14 +477,23 @@ def run_graph(a):
         prof.step()
     ms = timer.elapsed_ms()
     fl, _ = causal_flops(flops, by_op)
-    return {"trace": os.path.basename(path), "what": what, "replays": reps, "flops_per_replay": flops,
-            "flops_per_replay_causal": fl, "flops_by_op": by_op, "gpu_ms": ms[0], "precision": "bf16",
-            "achieved_truth": flops * reps / (ms[0] / 1e3) / PEAK["bf16"],
-            "achieved_truth_causal": fl * reps / (ms[0] / 1e3) / PEAK["bf16"]}
+    return {
+        "trace": os.path.basename(path),
+        "what": what,
+        "replays": reps,
+        "flops_per_replay": flops,
+        "flops_per_replay_causal": fl,
+        "flops_by_op": by_op,
+        "gpu_ms": ms[0],
+        "precision": "bf16",
+        "achieved_truth": flops * reps / (ms[0] / 1e3) / PEAK["bf16"],
+        "achieved_truth_causal": fl * reps / (ms[0] / 1e3) / PEAK["bf16"],
+    }
 
 
 def run_fp8(a):
     from torch.profiler import record_function
+
     n, reps = (8192, 20) if CUDA else (64, 2)
     info = {"M": n, "N": n, "K": n, "reps": reps}
     x = torch.randn(n, n, device=DEVICE)
@@ -433,6 +510,7 @@ def run_fp8(a):
 
     def bf16():
         return torch.mm(xb, wb)
+
     for _ in range(3):
         bf16()
         if have_fp8:
@@ -461,9 +539,13 @@ def run_fp8(a):
     for i, (name, _) in enumerate(phases):
         p = "fp8" if name.startswith("fp8") else "bf16"
         gpu_ms = ms[2 * i]  # mark pairs: (start, end) per phase; ms[2i+1] is the gap to the next phase
-        info["phases"][name] = {"flops": flops, "precision": p, "gpu_ms": gpu_ms,
-                                "achieved_truth": flops / (gpu_ms / 1e3) / PEAK[p],
-                                "tflops": flops / (gpu_ms / 1e3) / 1e12}
+        info["phases"][name] = {
+            "flops": flops,
+            "precision": p,
+            "gpu_ms": gpu_ms,
+            "achieved_truth": flops / (gpu_ms / 1e3) / PEAK[p],
+            "tflops": flops / (gpu_ms / 1e3) / 1e12,
+        }
     return info
 
 
@@ -477,6 +559,7 @@ def run_input_bound(a):
         def __getitem__(self, i):
             time.sleep(a.sleep_ms / 1e3)
             return torch.full((1024,), float(i % 7))
+
     d = 2048 if CUDA else 64
     model = nn.Sequential(nn.Linear(1024, d), nn.GELU(), nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1024)).to(DEVICE)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -494,6 +577,7 @@ def run_input_bound(a):
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+
     for _ in range(3):
         step(False)
     sync()
@@ -509,10 +593,15 @@ def run_input_bound(a):
                 timer.mark()
             prof.step()
     ms = timer.elapsed_ms()
-    return {"trace": os.path.basename(path), "profiled_steps": n, "sleep_ms_per_sample": a.sleep_ms,
-            "loader_batch": a.loader_batch, "fetch_ms": fetch_ms,
-            "steps": [{"profiler_step": f"ProfilerStep#{i + 1}", "gpu_ms": m} for i, m in enumerate(ms)],
-            "gpu_ms_total": sum(ms)}
+    return {
+        "trace": os.path.basename(path),
+        "profiled_steps": n,
+        "sleep_ms_per_sample": a.sleep_ms,
+        "loader_batch": a.loader_batch,
+        "fetch_ms": fetch_ms,
+        "steps": [{"profiler_step": f"ProfilerStep#{i + 1}", "gpu_ms": m} for i, m in enumerate(ms)],
+        "gpu_ms_total": sum(ms),
+    }
 
 
 def run_nsys(a):
@@ -533,9 +622,13 @@ def run_nsys(a):
         torch.cuda.nvtx.range_pop() if CUDA else None
         timer.mark()
     ms = timer.elapsed_ms()
-    info.update(profiled_steps=n, steps=[{"range": "train_step", "occurrence": i, "gpu_ms": m} for i, m in enumerate(ms)],
-                gpu_ms_total=sum(ms), precision="bf16",
-                achieved_truth=info["flops_per_step"] * n / (sum(ms) / 1e3) / PEAK["bf16"])
+    info.update(
+        profiled_steps=n,
+        steps=[{"range": "train_step", "occurrence": i, "gpu_ms": m} for i, m in enumerate(ms)],
+        gpu_ms_total=sum(ms),
+        precision="bf16",
+        achieved_truth=info["flops_per_step"] * n / (sum(ms) / 1e3) / PEAK["bf16"],
+    )
     info["flops_per_step_causal"], info["sdpa_flops_per_step"] = causal_flops(info["flops_per_step"], info["flops_by_op"])
     info["achieved_truth_causal"] = info["flops_per_step_causal"] * n / (sum(ms) / 1e3) / PEAK["bf16"]
     # nsys --capture-range-end=stop ends the program at cudaProfilerStop: write the truth first
@@ -602,6 +695,7 @@ def finish(a, info, t0=None):
     info["versions"] = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0]}
     try:
         import transformers
+
         info["versions"]["transformers"] = transformers.__version__
     except ImportError:
         pass

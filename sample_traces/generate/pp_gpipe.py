@@ -5,6 +5,7 @@ per step; all forwards (activations sent rank 0 -> 1), then all backwards (gradi
 optimizer.
 Theory (equal stages, free P2P): bubble = (p-1)/(m+p-1).
 """
+
 import argparse
 import json
 import os
@@ -68,8 +69,11 @@ def main() -> None:
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
     dist.barrier()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True,
-                 schedule=schedule(wait=1, warmup=1, active=3)) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+        record_shapes=True,
+        schedule=schedule(wait=1, warmup=1, active=3),
+    ) as prof:
         for _ in range(5):
             step()
             prof.step()
@@ -78,9 +82,21 @@ def main() -> None:
     prof.export_chrome_trace(os.path.join(a.out, f"rank{rank}.pt.trace.json.gz"))
     if rank == 0:
         with open(os.path.join(a.out, "truth.json"), "w") as f:
-            json.dump({"stages": 2, "micro_batches": m, "theory_bubble": 1 / (m + 1), "layers_per_stage": layers,
-                       "d": d, "tokens_per_micro_batch": tok, "unprofiled_step_ms": times,
-                       "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version()))}, f, indent=1)
+            json.dump(
+                {
+                    "stages": 2,
+                    "micro_batches": m,
+                    "theory_bubble": 1 / (m + 1),
+                    "layers_per_stage": layers,
+                    "d": d,
+                    "tokens_per_micro_batch": tok,
+                    "unprofiled_step_ms": times,
+                    "torch": torch.__version__,
+                    "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+                },
+                f,
+                indent=1,
+            )
     dist.destroy_process_group()
 
 

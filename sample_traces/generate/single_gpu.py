@@ -22,6 +22,7 @@ Everything (cuBLAS handles, allocator, autocast caches, optimizer state) is warm
 profiled region.  Each phase is preceded by torch.cuda.synchronize() + ~0.2 s of idle and ends with
 torch.cuda.synchronize() INSIDE its range, so the CPU-side range covers all of its GPU work.
 """
+
 import argparse
 import contextlib
 import gzip
@@ -107,9 +108,14 @@ def gpt_flops(B, T, d, L, V):
     p_matmul = L * 12 * d * d + d * V
     mm = 6 * tokens * p_matmul
     attn = 12 * B * T * T * d * L
-    return {"tokens": tokens, "params_matmul": p_matmul, "matmul_flops": mm,
-            "attention_flops_noncausal": attn, "attention_flops_causal_half": attn // 2,
-            "total_flops": mm + attn}
+    return {
+        "tokens": tokens,
+        "params_matmul": p_matmul,
+        "matmul_flops": mm,
+        "attention_flops_noncausal": attn,
+        "attention_flops_causal_half": attn // 2,
+        "total_flops": mm + attn,
+    }
 
 
 # ----------------------------------------------------------------------------- loggers
@@ -117,13 +123,13 @@ class SmiLoggers:
     def __init__(self, outdir, nvml_index, prefix=""):
         self.files = []
         self.procs = []
-        q = ("timestamp,index,uuid,name,pci.bus_id,utilization.gpu,utilization.memory,"
-             "clocks.sm,power.draw")
+        q = "timestamp,index,uuid,name,pci.bus_id,utilization.gpu,utilization.memory,clocks.sm,power.draw"
         cmds = [
-            (["nvidia-smi", "dmon", "-s", "pucm", "-o", "DT", "-i", str(nvml_index)],
-             prefix + "nvidia_smi_dmon.txt"),
-            (["nvidia-smi", "--query-gpu=" + q, "--format=csv", "-lms", "100", "-i", str(nvml_index)],
-             prefix + "nvidia_smi_query.csv"),
+            (["nvidia-smi", "dmon", "-s", "pucm", "-o", "DT", "-i", str(nvml_index)], prefix + "nvidia_smi_dmon.txt"),
+            (
+                ["nvidia-smi", "--query-gpu=" + q, "--format=csv", "-lms", "100", "-i", str(nvml_index)],
+                prefix + "nvidia_smi_query.csv",
+            ),
         ]
         for cmd, name in cmds:
             f = open(os.path.join(outdir, name), "w")
@@ -148,22 +154,29 @@ def clock_snapshot(label):
             return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
         except Exception as e:
             return "ERR %s" % e
-    return "\n".join([
-        "[%s]" % label,
-        "date_u_epoch=%s" % sh(["date", "-u", "+%s.%N"]),
-        "date_local=%s" % sh(["date"]),
-        "date_u=%s" % sh(["date", "-u"]),
-        "date_tz_offset=%s" % sh(["date", "+%z %Z"]),
-        "python_time_ns=%d" % time.time_ns(),
-        "python_monotonic_ns=%d" % time.monotonic_ns(),
-        "python_perf_counter_ns=%d" % time.perf_counter_ns(),
-    ]) + "\n"
+
+    return (
+        "\n".join(
+            [
+                "[%s]" % label,
+                "date_u_epoch=%s" % sh(["date", "-u", "+%s.%N"]),
+                "date_local=%s" % sh(["date"]),
+                "date_u=%s" % sh(["date", "-u"]),
+                "date_tz_offset=%s" % sh(["date", "+%z %Z"]),
+                "python_time_ns=%d" % time.time_ns(),
+                "python_monotonic_ns=%d" % time.monotonic_ns(),
+                "python_perf_counter_ns=%d" % time.perf_counter_ns(),
+            ]
+        )
+        + "\n"
+    )
 
 
 def nvml_index_for_cuda0():
     """NVML index of the GPU that CUDA calls device 0 (matched by UUID, else 0)."""
     try:
         import pynvml
+
         pynvml.nvmlInit()
         uuid = "GPU-" + str(torch.cuda.get_device_properties(0).uuid)
         h = pynvml.nvmlDeviceGetHandleByUUID(uuid)
@@ -187,7 +200,7 @@ class Workload:
         dev = DEVICE
         g = torch.Generator(device=dev)
         g.manual_seed(0)
-        self.mm = Matmul(dev, a.mm_n, generator=g)    # A, B drawn from g first, as before
+        self.mm = Matmul(dev, a.mm_n, generator=g)  # A, B drawn from g first, as before
         self.mem = Memory(dev, a.mem_bytes)
         self.launch = Launch(dev)
         self.A, self.Bm, self.x, self.tiny = self.mm.A, self.mm.B, self.mem.x, self.launch.tiny
@@ -230,9 +243,13 @@ class Workload:
                 self.one_train_step()
 
     def phases(self):
-        return [("compute_bound", self.compute_bound), ("memory_bound", self.memory_bound),
-                ("launch_bound", self.launch_bound), ("host_stall", self.host_stall),
-                ("train_step", self.train_step)]
+        return [
+            ("compute_bound", self.compute_bound),
+            ("memory_bound", self.memory_bound),
+            ("launch_bound", self.launch_bound),
+            ("host_stall", self.host_stall),
+            ("train_step", self.train_step),
+        ]
 
 
 def run_phases(w, idle, record=None):
@@ -246,8 +263,7 @@ def run_phases(w, idle, record=None):
             fn()
             torch.cuda.synchronize()
         t1 = time.time_ns()
-        windows.append({"phase": "phase:" + name, "wall_start_ns": t0, "wall_end_ns": t1,
-                        "wall_ms": (t1 - t0) / 1e6})
+        windows.append({"phase": "phase:" + name, "wall_start_ns": t0, "wall_end_ns": t1, "wall_ms": (t1 - t0) / 1e6})
     torch.cuda.synchronize()
     time.sleep(idle)
     return windows
@@ -286,37 +302,50 @@ def ground_truth(w, a, outdir):
     gt = {"recorded_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     props = torch.cuda.get_device_properties(0)
     gt["env"] = {
-        "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version(), "python": sys.version.split()[0],
-        "gpu_name": torch.cuda.get_device_name(0), "sm_count": props.multi_processor_count,
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "python": sys.version.split()[0],
+        "gpu_name": torch.cuda.get_device_name(0),
+        "sm_count": props.multi_processor_count,
         "gpu_mem_bytes": props.total_memory,
-        "nvidia_smi": sh_out(["nvidia-smi", "--query-gpu=index,name,driver_version,pci.bus_id,uuid",
-                              "--format=csv,noheader"]).splitlines(),
+        "nvidia_smi": sh_out(
+            ["nvidia-smi", "--query-gpu=index,name,driver_version,pci.bus_id,uuid", "--format=csv,noheader"]
+        ).splitlines(),
         "nvidia_smi_cuda_version": [ln for ln in sh_out(["nvidia-smi"]).splitlines() if "CUDA Version" in ln],
     }
     # --- peak-ish ceilings measured on this machine (unprofiled)
     n = a.mm_n
     mm_ms, _, mm_all, _ = time_gpu(lambda: torch.mm(w.A, w.Bm), 20)
     mm_mean = sum(mm_all) / len(mm_all)
-    gt["measured_mm"] = {"shape": [n, n, n], "dtype": "bf16", "reps": 20, "median_ms": mm_ms,
-                         "mean_ms": mm_mean, "tflops_median": 2 * n ** 3 / (mm_ms * 1e-3) / 1e12,
-                         "tflops_mean": 2 * n ** 3 / (mm_mean * 1e-3) / 1e12}
+    gt["measured_mm"] = {
+        "shape": [n, n, n],
+        "dtype": "bf16",
+        "reps": 20,
+        "median_ms": mm_ms,
+        "mean_ms": mm_mean,
+        "tflops_median": 2 * n**3 / (mm_ms * 1e-3) / 1e12,
+        "tflops_mean": 2 * n**3 / (mm_mean * 1e-3) / 1e12,
+    }
     nel = w.x.numel()
     bw_ms, _, bw_all, _ = time_gpu(lambda: w.x.mul_(1.0001), 20)
-    gt["measured_hbm"] = {"op": "x.mul_(1.0001) in place, fp32", "bytes_per_op": 2 * nel * 4,
-                          "reps": 20, "median_ms": bw_ms,
-                          "tb_per_s": 2 * nel * 4 / (bw_ms * 1e-3) / 1e12}
+    gt["measured_hbm"] = {
+        "op": "x.mul_(1.0001) in place, fp32",
+        "bytes_per_op": 2 * nel * 4,
+        "reps": 20,
+        "median_ms": bw_ms,
+        "tb_per_s": 2 * nel * 4 / (bw_ms * 1e-3) / 1e12,
+    }
     # --- analytic FLOPs per phase
     gptf = gpt_flops(a.batch, a.seq, a.d_model, a.n_layer, a.vocab)
     flops = {
-        "compute_bound": a.compute_iters * 2 * n ** 3,
+        "compute_bound": a.compute_iters * 2 * n**3,
         "memory_bound": a.mem_iters * 2 * nel,  # fp32 elementwise (CUDA cores), 1 mul + 1 add per element
         "launch_bound": a.launch_iters * 1,
-        "host_stall": a.stall_iters * 2 * a.stall_n ** 3,
+        "host_stall": a.stall_iters * 2 * a.stall_n**3,
         "train_step": a.train_steps * gptf["total_flops"],
     }
-    tensor_core = {"compute_bound": True, "memory_bound": False, "launch_bound": False,
-                   "host_stall": True, "train_step": True}
+    tensor_core = {"compute_bound": True, "memory_bound": False, "launch_bound": False, "host_stall": True, "train_step": True}
     bytes_moved = {"memory_bound": a.mem_iters * 2 * (2 * nel * 4)}
     # --- unprofiled phase timings (same code and markers-off as the profiled run)
     phases = {}
@@ -324,22 +353,30 @@ def ground_truth(w, a, outdir):
         time.sleep(a.idle)
         g_ms, wall_ms, g_all, wall_all = time_gpu(fn, a.gt_reps)
         frac = flops[name] / (g_ms * 1e-3 * H200_BF16_DENSE_PEAK)
-        p = {"marker": "phase:" + name, "analytic_flops": flops[name],
-             "flops_on_tensor_cores": tensor_core[name],
-             "gpu_span_ms_median": g_ms, "wall_ms_median": wall_ms,
-             "gpu_span_ms_all": g_all, "wall_ms_all": wall_all,
-             "expected_fraction_of_bf16_peak": frac}
+        p = {
+            "marker": "phase:" + name,
+            "analytic_flops": flops[name],
+            "flops_on_tensor_cores": tensor_core[name],
+            "gpu_span_ms_median": g_ms,
+            "wall_ms_median": wall_ms,
+            "gpu_span_ms_all": g_all,
+            "wall_ms_all": wall_all,
+            "expected_fraction_of_bf16_peak": frac,
+        }
         if name in bytes_moved:
             p["analytic_hbm_bytes"] = bytes_moved[name]
             p["expected_fraction_of_hbm_peak"] = bytes_moved[name] / (g_ms * 1e-3 * H200_HBM_PEAK)
         phases["phase:" + name] = p
-        print("  %-22s %10.3f ms gpu  %10.3f ms wall  %.3e FLOP  frac %.4f" %
-              ("phase:" + name, g_ms, wall_ms, flops[name], frac), flush=True)
+        print(
+            "  %-22s %10.3f ms gpu  %10.3f ms wall  %.3e FLOP  frac %.4f" % ("phase:" + name, g_ms, wall_ms, flops[name], frac),
+            flush=True,
+        )
     step_ms, step_wall, _, _ = time_gpu(w.one_train_step, 5)
     # --- torch's own FLOP counter on one train step (cross-check)
     fc_total = None
     try:
         from torch.utils.flop_counter import FlopCounterMode
+
         with FlopCounterMode(display=False) as fc:
             w.one_train_step()
         torch.cuda.synchronize()
@@ -347,25 +384,34 @@ def ground_truth(w, a, outdir):
     except Exception as e:
         print("FlopCounterMode failed:", e)
     gt["phases"] = phases
-    gt["train_step_detail"] = dict(gptf, batch=a.batch, seq=a.seq, d_model=a.d_model,
-                                   n_layer=a.n_layer, n_head=a.n_head, vocab=a.vocab,
-                                   steps_in_phase=a.train_steps, one_step_gpu_ms_median=step_ms,
-                                   one_step_wall_ms_median=step_wall,
-                                   one_step_fraction_of_bf16_peak=gptf["total_flops"] / (step_ms * 1e-3 * H200_BF16_DENSE_PEAK),
-                                   torch_flop_counter_total_per_step=fc_total,
-                                   optimizer="torch.optim.AdamW(fused=True), fp32 params, autocast bf16")
+    gt["train_step_detail"] = dict(
+        gptf,
+        batch=a.batch,
+        seq=a.seq,
+        d_model=a.d_model,
+        n_layer=a.n_layer,
+        n_head=a.n_head,
+        vocab=a.vocab,
+        steps_in_phase=a.train_steps,
+        one_step_gpu_ms_median=step_ms,
+        one_step_wall_ms_median=step_wall,
+        one_step_fraction_of_bf16_peak=gptf["total_flops"] / (step_ms * 1e-3 * H200_BF16_DENSE_PEAK),
+        torch_flop_counter_total_per_step=fc_total,
+        optimizer="torch.optim.AdamW(fused=True), fp32 params, autocast bf16",
+    )
     gt["config"] = vars(a)
     gt["conventions"] = {
-        "peak_bf16_dense_flops": H200_BF16_DENSE_PEAK, "peak_hbm_bytes_per_s": H200_HBM_PEAK,
+        "peak_bf16_dense_flops": H200_BF16_DENSE_PEAK,
+        "peak_hbm_bytes_per_s": H200_HBM_PEAK,
         "expected_fraction": "analytic_flops / (gpu_span_ms_median * 1e-3 * 989.4e12)",
         "gpu_span": "unprofiled cuda-event span: event recorded on the idle GPU right before the phase's "
-                    "first launch, event after its last op; median over gt_reps; includes any GPU idle "
-                    "inside the phase (host sleeps, launch gaps); excludes the 0.2 s gap before it",
+        "first launch, event after its last op; median over gt_reps; includes any GPU idle "
+        "inside the phase (host sleeps, launch gaps); excludes the 0.2 s gap before it",
         "wall": "perf_counter from before the first launch to after torch.cuda.synchronize() at the end",
         "mm_flops": "2*M*N*K per matmul",
         "gpt_flops": gpt_flops.__doc__.strip(),
         "memory_bound_flops": "1 mul + 1 add per element per iteration (fp32, not tensor cores); "
-                              "bytes = 2 in-place ops x (read + write) x 4 B x numel per iteration",
+        "bytes = 2 in-place ops x (read + write) x 4 B x numel per iteration",
     }
     with open(os.path.join(outdir, "ground_truth.json"), "w") as f:
         json.dump(gt, f, indent=1)
@@ -375,11 +421,12 @@ def ground_truth(w, a, outdir):
 # ----------------------------------------------------------------------------- profiled runs
 def profiled_run(w, a, outdir, mode):
     nvml_idx, uuid = nvml_index_for_cuda0()
-    info = {"mode": mode, "nvml_index": nvml_idx, "cuda0_uuid": uuid, "config": vars(a),
-            "TZ_env": os.environ.get("TZ")}
+    info = {"mode": mode, "nvml_index": nvml_idx, "cuda0_uuid": uuid, "config": vars(a), "TZ_env": os.environ.get("TZ")}
     pre = "" if mode == "kineto" else mode + "_"
-    clock = ["# TZ env: %r; nvidia-smi dmon/query print local time of this host\n" % os.environ.get("TZ"),
-             clock_snapshot("before_loggers")]
+    clock = [
+        "# TZ env: %r; nvidia-smi dmon/query print local time of this host\n" % os.environ.get("TZ"),
+        clock_snapshot("before_loggers"),
+    ]
     sampler = NvmlSampler(nvml_idx, 0.010)
     smi = SmiLoggers(outdir, nvml_idx, prefix=pre)
     sampler.start()
@@ -387,15 +434,18 @@ def profiled_run(w, a, outdir, mode):
 
     if mode == "kineto":
         from torch.profiler import ProfilerActivity, profile, record_function
+
         w.mark = record_function
-        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                       record_shapes=True, with_flops=True, with_stack=False)
+        prof = profile(
+            activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True, with_flops=True, with_stack=False
+        )
         info["profile_start_wall_ns"] = time.time_ns()
         prof.start()
         windows = run_phases(w, a.idle)
         prof.stop()
         info["profile_stop_wall_ns"] = time.time_ns()
     else:  # nsys: NVTX ranges, capture range = cudaProfilerStart/Stop
+
         @contextlib.contextmanager
         def nvtx_mark(name):
             torch.cuda.nvtx.range_push(name)
@@ -403,6 +453,7 @@ def profiled_run(w, a, outdir, mode):
                 yield
             finally:
                 torch.cuda.nvtx.range_pop()
+
         w.mark = nvtx_mark
         torch.cuda.synchronize()
         info["profile_start_wall_ns"] = time.time_ns()
@@ -448,8 +499,10 @@ def bench_run(w, a, outdir):
     from torch.profiler import ProfilerActivity, profile, record_function
 
     def prof_():
-        return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                       record_shapes=True, with_flops=True, with_stack=False)
+        return profile(
+            activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True, with_flops=True, with_stack=False
+        )
+
     w.mark = record_function
     cal = os.path.join(outdir, "_calib.json")
     with prof_() as p:

@@ -15,6 +15,7 @@ record_shapes=True and with_stack=True, so the trace carries `python_function` e
 name, function and line of each sync site (taken from the code objects at run time) and the unprofiled step
 time with and without the two syncs.
 """
+
 import argparse
 import gzip
 import inspect
@@ -65,8 +66,12 @@ def site(fn, marker: str) -> dict:
     src, first = inspect.getsourcelines(fn)
     line = first + next(i for i, s in enumerate(src) if marker in s)
     # def_line: what the profiler's python_function events name (`sync_stack.py(40): log_metrics`)
-    return {"function": fn.__name__, "file": os.path.basename(inspect.getsourcefile(fn)), "line": line,
-            "def_line": fn.__code__.co_firstlineno}
+    return {
+        "function": fn.__name__,
+        "file": os.path.basename(inspect.getsourcefile(fn)),
+        "line": line,
+        "def_line": fn.__code__.co_firstlineno,
+    }
 
 
 def main() -> None:
@@ -102,9 +107,13 @@ def main() -> None:
 
     raw = os.path.join(a.out, "sync_stack.pt.trace.json")
     # the trace is exported when the cycle ends (the profiler clears its events after that)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True, with_stack=True,
-                 schedule=schedule(wait=0, warmup=1, active=a.steps, repeat=1),
-                 on_trace_ready=lambda p: p.export_chrome_trace(raw)) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+        record_shapes=True,
+        with_stack=True,
+        schedule=schedule(wait=0, warmup=1, active=a.steps, repeat=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(raw),
+    ) as prof:
         for _ in range(a.steps + 1):
             step(model, opt, x, y, history, True)
             prof.step()

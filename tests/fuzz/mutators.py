@@ -28,13 +28,64 @@ from typing import Any
 Mutator = Callable[[bytes, random.Random], bytes]
 
 INVALID_UTF8 = (b"\xff", b"\xfe\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf0\x28\x8c\x28", b"\x80", b"\xe2\x82")
-INTERESTING_NUMBERS = ("0", "-0", "-1", "1e308", "-1e308", "1e-320", "9223372036854775807", "9223372036854775808",
-                       "-9223372036854775809", "18446744073709551616", "99999999999999999999999", "4294967295",
-                       "2147483648", "1e20", "9.2e15", "NaN", "Infinity", "-Infinity", "1.7976931348623157e309")
+INTERESTING_NUMBERS = (
+    "0",
+    "-0",
+    "-1",
+    "1e308",
+    "-1e308",
+    "1e-320",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775809",
+    "18446744073709551616",
+    "99999999999999999999999",
+    "4294967295",
+    "2147483648",
+    "1e20",
+    "9.2e15",
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1.7976931348623157e309",
+)
 INTERESTING_VALUES: tuple[Any, ...] = (
-    0, -1, 1, 2**31, 2**32 - 1, 2**53 + 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 10**30, -(10**30),
-    1e308, -1e308, 1e-320, 9.2e15, 1.5, float("nan"), float("inf"), float("-inf"), "", "abc", "0", "1e999", "NaN",
-    None, True, False, [], {}, [1, 2], {"a": 1}, "\u0000", "\ud7ff\ue000", "x" * 5000,
+    0,
+    -1,
+    1,
+    2**31,
+    2**32 - 1,
+    2**53 + 1,
+    2**63 - 1,
+    2**63,
+    -(2**63),
+    -(2**63) - 1,
+    2**64,
+    10**30,
+    -(10**30),
+    1e308,
+    -1e308,
+    1e-320,
+    9.2e15,
+    1.5,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    "",
+    "abc",
+    "0",
+    "1e999",
+    "NaN",
+    None,
+    True,
+    False,
+    [],
+    {},
+    [1, 2],
+    {"a": 1},
+    "\u0000",
+    "\ud7ff\ue000",
+    "x" * 5000,
 )
 
 
@@ -84,7 +135,7 @@ def delete_chunk(data: bytes, rng: random.Random) -> bytes:
     if len(data) < 2:
         return data
     i = rng.randrange(len(data))
-    return data[:i] + data[i + rng.randrange(1, min(4096, len(data) - i) + 1):]
+    return data[:i] + data[i + rng.randrange(1, min(4096, len(data) - i) + 1) :]
 
 
 def duplicate_chunk(data: bytes, rng: random.Random) -> bytes:
@@ -113,8 +164,12 @@ def gzip_wrap(data: bytes, rng: random.Random) -> bytes:
 
 
 BYTE_MUTATORS: dict[str, Mutator] = {
-    "truncate_structural": truncate_structural, "truncate_anywhere": truncate_anywhere, "bit_flips": bit_flips,
-    "interesting_bytes": interesting_bytes, "invalid_utf8": invalid_utf8, "delete_chunk": delete_chunk,
+    "truncate_structural": truncate_structural,
+    "truncate_anywhere": truncate_anywhere,
+    "bit_flips": bit_flips,
+    "interesting_bytes": interesting_bytes,
+    "invalid_utf8": invalid_utf8,
+    "delete_chunk": delete_chunk,
     "duplicate_chunk": duplicate_chunk,
 }
 
@@ -183,8 +238,9 @@ def drop_key(doc: Any, rng: random.Random) -> Any:
 
 def wrong_type(doc: Any, rng: random.Random) -> Any:
     if isinstance(doc, dict) and rng.random() < 0.3:
-        key = rng.choice(("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "schemaVersion",
-                          "traceEvents", "displayTimeUnit"))
+        key = rng.choice(
+            ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "schemaVersion", "traceEvents", "displayTimeUnit")
+        )
         doc[key] = rng.choice(INTERESTING_VALUES)
         return doc
     for e in _some_events(doc, rng):
@@ -202,8 +258,17 @@ def huge_numbers(doc: Any, rng: random.Random) -> Any:
             e[key] = rng.choice(nums)
         args = e.get("args")
         if isinstance(args, dict):
-            for k in ("External id", "correlation", "device", "stream", "bytes", "flops", "registers per thread",
-                      "In msg nelems", "Group size"):
+            for k in (
+                "External id",
+                "correlation",
+                "device",
+                "stream",
+                "bytes",
+                "flops",
+                "registers per thread",
+                "In msg nelems",
+                "Group size",
+            ):
                 if k in args and rng.random() < 0.5:
                     args[k] = rng.choice(nums)
             if "grid" in args and rng.random() < 0.5:
@@ -251,8 +316,22 @@ def times_broken(doc: Any, rng: random.Random) -> Any:
 def unknown_categories(doc: Any, rng: random.Random) -> Any:
     for e in _some_events(doc, rng):
         if rng.random() < 0.5:
-            e["cat"] = rng.choice(("kernel", "gpu_memcpy", "cpu_op", "banana", "", "KERNEL", "cuda_sync",
-                                   "gpu_user_annotation", "user_annotation", "Trace", "overhead", "ac2g"))
+            e["cat"] = rng.choice(
+                (
+                    "kernel",
+                    "gpu_memcpy",
+                    "cpu_op",
+                    "banana",
+                    "",
+                    "KERNEL",
+                    "cuda_sync",
+                    "gpu_user_annotation",
+                    "user_annotation",
+                    "Trace",
+                    "overhead",
+                    "ac2g",
+                )
+            )
         else:
             e["ph"] = rng.choice(("X", "B", "E", "i", "s", "f", "M", "C", "Z", "", "XX"))
     return doc
@@ -265,8 +344,11 @@ def duplicate_events(doc: Any, rng: random.Random) -> Any:
         if how == 0:
             lst.extend(json.loads(json.dumps(rng.sample(lst, min(len(lst), rng.choice((1, 10, 100)))))))
         elif how == 1:
-            keep = [e for e in lst if not (isinstance(e, dict) and _gpu(e))] if rng.random() < 0.3 else \
-                rng.sample(lst, len(lst) // 2)
+            keep = (
+                [e for e in lst if not (isinstance(e, dict) and _gpu(e))]
+                if rng.random() < 0.3
+                else rng.sample(lst, len(lst) // 2)
+            )
             lst[:] = keep
         else:
             lst[:] = lst[: rng.randrange(len(lst) + 1)]
@@ -289,7 +371,7 @@ def _deep_nesting_text(data: bytes, rng: random.Random) -> bytes:
         return data[:i] + b'"Input Dims": ' + deep + b", " + data[i:]
     m = re.search(rb'"traceEvents": \[', data)
     if m:
-        return data[: m.end()] + deep + b", " + data[m.end():]
+        return data[: m.end()] + deep + b", " + data[m.end() :]
     return deep + data
 
 
@@ -309,18 +391,17 @@ def head_keys(doc: Any, rng: random.Random) -> Any:
     elif how == 2:
         props = doc.get("deviceProperties")
         if isinstance(props, list) and props and isinstance(props[0], dict):
-            props[0][rng.choice(("id", "name", "numSms", "totalGlobalMem", "computeMajor"))] = \
-                rng.choice(INTERESTING_VALUES)
+            props[0][rng.choice(("id", "name", "numSms", "totalGlobalMem", "computeMajor"))] = rng.choice(INTERESTING_VALUES)
         else:
             doc["deviceProperties"] = [{"id": rng.choice((0, -1, 2**40)), "name": rng.choice(("", "NVIDIA H100", "x"))}]
     else:
-        doc["baseTimeNanoseconds"] = rng.choice((0, -1, 2**63 - 1, 2**63, -(2**62), 10**18, "1790857026000000000",
-                                                 1.79e18, None))
+        doc["baseTimeNanoseconds"] = rng.choice((0, -1, 2**63 - 1, 2**63, -(2**62), 10**18, "1790857026000000000", 1.79e18, None))
     return doc
 
 
 def reorder_keys(doc: Any, rng: random.Random) -> Any:
     """Key order is not meaning: traceEvents first or last, event keys shuffled."""
+
     def shuffled(d: dict[str, Any]) -> dict[str, Any]:
         items = list(d.items())
         rng.shuffle(items)
@@ -342,27 +423,67 @@ def _dup_key_text(data: bytes, rng: random.Random) -> bytes:
         return data
     m = rng.choice(hits)
     val = rng.choice((b'"x"', b"-1", b"1e400", b"null", b"[]", b"{}", b"0", b"9223372036854775808"))
-    return data[: m.start()] + m.group(0) + val + b", " + data[m.start():]
+    return data[: m.start()] + m.group(0) + val + b", " + data[m.start() :]
 
 
 JSON_MUTATORS: dict[str, Mutator] = {
-    "drop_key": _json_mutator(drop_key), "wrong_type": _json_mutator(wrong_type),
-    "huge_numbers": _json_mutator(huge_numbers), "nan_infinity": _json_mutator(nan_infinity),
-    "times_broken": _json_mutator(times_broken), "unknown_categories": _json_mutator(unknown_categories),
-    "duplicate_events": _json_mutator(duplicate_events), "deep_nesting": _deep_nesting_text,
-    "head_keys": _json_mutator(head_keys), "reorder_keys": _json_mutator(reorder_keys), "dup_key": _dup_key_text,
+    "drop_key": _json_mutator(drop_key),
+    "wrong_type": _json_mutator(wrong_type),
+    "huge_numbers": _json_mutator(huge_numbers),
+    "nan_infinity": _json_mutator(nan_infinity),
+    "times_broken": _json_mutator(times_broken),
+    "unknown_categories": _json_mutator(unknown_categories),
+    "duplicate_events": _json_mutator(duplicate_events),
+    "deep_nesting": _deep_nesting_text,
+    "head_keys": _json_mutator(head_keys),
+    "reorder_keys": _json_mutator(reorder_keys),
+    "dup_key": _dup_key_text,
 }
 
 
 # ------------------------------------------------------------------------------------------------ SQLite
 
-NSYS_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
-               "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS", "StringIds",
-               "META_DATA_EXPORT", "META_DATA_CAPTURE", "TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE",
-               "TARGET_INFO_SESSION_START_TIME", "TARGET_INFO_SYSTEM_ENV", "GPU_METRICS", "TARGET_INFO_GPU_METRICS",
-               "ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEM_KIND", "DIAGNOSTIC_EVENT", "ANALYSIS_DETAILS")
-SQL_VALUES: tuple[Any, ...] = (None, 0, -1, 1, 2**31, 2**32 - 1, 2**62, 2**63 - 1, -(2**63), 1.5, -1e300, 1e300,
-                               float("nan"), "abc", "", "1e400", b"\xff\x00\xfe", "\u00e9\u0000")
+NSYS_TABLES = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    "NVTX_EVENTS",
+    "StringIds",
+    "META_DATA_EXPORT",
+    "META_DATA_CAPTURE",
+    "TARGET_INFO_GPU",
+    "TARGET_INFO_CUDA_DEVICE",
+    "TARGET_INFO_SESSION_START_TIME",
+    "TARGET_INFO_SYSTEM_ENV",
+    "GPU_METRICS",
+    "TARGET_INFO_GPU_METRICS",
+    "ENUM_CUDA_MEMCPY_OPER",
+    "ENUM_CUDA_MEM_KIND",
+    "DIAGNOSTIC_EVENT",
+    "ANALYSIS_DETAILS",
+)
+SQL_VALUES: tuple[Any, ...] = (
+    None,
+    0,
+    -1,
+    1,
+    2**31,
+    2**32 - 1,
+    2**62,
+    2**63 - 1,
+    -(2**63),
+    1.5,
+    -1e300,
+    1e300,
+    float("nan"),
+    "abc",
+    "",
+    "1e400",
+    b"\xff\x00\xfe",
+    "\u00e9\u0000",
+)
 
 
 def _sqlite_mutator(fn: Callable[[sqlite3.Connection, random.Random], None]) -> Mutator:
@@ -425,19 +546,20 @@ def sql_wrong_values(con: sqlite3.Connection, rng: random.Random) -> None:
         v = rng.choice(SQL_VALUES)
         if isinstance(v, float) and v != v:
             v = None  # sqlite3 stores NaN as NULL anyway
-        where = rng.choice(("", "WHERE rowid % 7 = 0", "WHERE rowid = (SELECT min(rowid) FROM \"{t}\")"))
+        where = rng.choice(("", "WHERE rowid % 7 = 0", 'WHERE rowid = (SELECT min(rowid) FROM "{t}")'))
         con.execute(f'UPDATE "{t}" SET "{c}" = ? {where.format(t=t)}', [v])
 
 
 def sql_times(con: sqlite3.Connection, rng: random.Random) -> None:
     """End before start, zero-length, out of order, negative and int64-edge times."""
-    t = rng.choice(("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS",
-                    "CUPTI_ACTIVITY_KIND_MEMCPY", "GPU_METRICS"))
+    t = rng.choice(
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_MEMCPY", "GPU_METRICS")
+    )
     cols = set(_columns(con, t)) if con.execute("SELECT 1 FROM sqlite_master WHERE name = ?", [t]).fetchall() else set()
     if not cols:
         return
     how = rng.randrange(5)
-    where = rng.choice(("", "WHERE rowid % 5 = 0", "WHERE rowid = (SELECT max(rowid) FROM \"{t}\")")).format(t=t)
+    where = rng.choice(("", "WHERE rowid % 5 = 0", 'WHERE rowid = (SELECT max(rowid) FROM "{t}")')).format(t=t)
     if "start" in cols and how == 0:
         con.execute(f'UPDATE "{t}" SET start = "end", "end" = start {where}')
     elif "start" in cols and how == 1:
@@ -465,8 +587,10 @@ def sql_rows(con: sqlite3.Connection, rng: random.Random) -> None:
     elif how == 1:
         con.execute(f'INSERT INTO "{t}" SELECT * FROM "{t}" LIMIT 200')
     elif how == 2:
-        con.execute(f'UPDATE "{t}" SET rowid = ? WHERE rowid = (SELECT max(rowid) FROM "{t}")',
-                    [rng.choice((2**62, 2**63 - 1, -(2**63) + 1, 10**12))])
+        con.execute(
+            f'UPDATE "{t}" SET rowid = ? WHERE rowid = (SELECT max(rowid) FROM "{t}")',
+            [rng.choice((2**62, 2**63 - 1, -(2**63) + 1, 10**12))],
+        )
     else:
         con.execute(f'DELETE FROM "{t}"')
 
@@ -476,22 +600,46 @@ def sql_metadata(con: sqlite3.Connection, rng: random.Random) -> None:
     how = rng.randrange(4)
     try:
         if how == 0:
-            con.execute("UPDATE META_DATA_EXPORT SET value = ? WHERE name = ?",
-                        [rng.choice(("true", "false", "1", "yes", "garbage", "")), "EXPORT_PARAM_TIME_NORMALIZE"])
-            con.execute("INSERT INTO META_DATA_EXPORT (name, value) VALUES ('EXPORT_PARAM_TIME_SHIFT', ?)",
-                        [str(rng.choice((0, -1, 2**63 - 1, -(2**63), 10**30, "x")))])
+            con.execute(
+                "UPDATE META_DATA_EXPORT SET value = ? WHERE name = ?",
+                [rng.choice(("true", "false", "1", "yes", "garbage", "")), "EXPORT_PARAM_TIME_NORMALIZE"],
+            )
+            con.execute(
+                "INSERT INTO META_DATA_EXPORT (name, value) VALUES ('EXPORT_PARAM_TIME_SHIFT', ?)",
+                [str(rng.choice((0, -1, 2**63 - 1, -(2**63), 10**30, "x")))],
+            )
         elif how == 1:
-            con.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = ?",
-                        [rng.choice((None, 0, -1, 2**63 - 1, -(2**63), 2**62, "abc", 1.5))])
+            con.execute(
+                "UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = ?",
+                [rng.choice((None, 0, -1, 2**63 - 1, -(2**63), 2**62, "abc", 1.5))],
+            )
         elif how == 2:
-            con.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcTime = ?",
-                        [rng.choice(("", "garbage", "9999-99-99T99:99:99", "0001-01-01T00:00:00", None))])
+            con.execute(
+                "UPDATE TARGET_INFO_SESSION_START_TIME SET utcTime = ?",
+                [rng.choice(("", "garbage", "9999-99-99T99:99:99", "0001-01-01T00:00:00", None))],
+            )
         else:
-            v = rng.choice(("RANK=-5", "RANK=99999999999999999999", "RANK=abc", "WORLD_SIZE=0",
-                            "WORLD_SIZE=-3", "WORLD_SIZE=100000000000000", "LOCAL_RANK=1", "RANK=1"))
-            con.execute("INSERT INTO META_DATA_CAPTURE (name, value) VALUES (?, ?)",
-                        [rng.choice(("PROCESS_0:ENVIRONMENT_VARIABLE", "PROCESS_1:ENVIRONMENT_VARIABLE",
-                                     "PROCESS_0:PID", "PROCESS_1:PID")), v])
+            v = rng.choice(
+                (
+                    "RANK=-5",
+                    "RANK=99999999999999999999",
+                    "RANK=abc",
+                    "WORLD_SIZE=0",
+                    "WORLD_SIZE=-3",
+                    "WORLD_SIZE=100000000000000",
+                    "LOCAL_RANK=1",
+                    "RANK=1",
+                )
+            )
+            con.execute(
+                "INSERT INTO META_DATA_CAPTURE (name, value) VALUES (?, ?)",
+                [
+                    rng.choice(
+                        ("PROCESS_0:ENVIRONMENT_VARIABLE", "PROCESS_1:ENVIRONMENT_VARIABLE", "PROCESS_0:PID", "PROCESS_1:PID")
+                    ),
+                    v,
+                ],
+            )
     except sqlite3.Error:
         return  # this copy has no writable META_DATA_CAPTURE: the mutation is a no-op
 
@@ -502,16 +650,21 @@ def sql_strings(con: sqlite3.Connection, rng: random.Random) -> None:
     if how == 0:
         con.execute("DELETE FROM StringIds WHERE id % ? = 0", [rng.choice((1, 2, 5))])
     elif how == 1:
-        con.execute("UPDATE StringIds SET value = ? WHERE id % 3 = 0",
-                    [rng.choice((b"\xff\xfe", "", "x" * 100_000, None, "nccl\u0000AllReduce", 12))])
+        con.execute(
+            "UPDATE StringIds SET value = ? WHERE id % 3 = 0",
+            [rng.choice((b"\xff\xfe", "", "x" * 100_000, None, "nccl\u0000AllReduce", 12))],
+        )
     else:
         con.execute("UPDATE StringIds SET id = id + ? WHERE id % 2 = 0", [rng.choice((1, 2**40, -(2**40)))])
 
 
 SQLITE_MUTATORS: dict[str, Mutator] = {
-    "sql_drop_table": _sqlite_mutator(sql_drop_table), "sql_drop_column": _sqlite_mutator(sql_drop_column),
-    "sql_wrong_values": _sqlite_mutator(sql_wrong_values), "sql_times": _sqlite_mutator(sql_times),
-    "sql_rows": _sqlite_mutator(sql_rows), "sql_metadata": _sqlite_mutator(sql_metadata),
+    "sql_drop_table": _sqlite_mutator(sql_drop_table),
+    "sql_drop_column": _sqlite_mutator(sql_drop_column),
+    "sql_wrong_values": _sqlite_mutator(sql_wrong_values),
+    "sql_times": _sqlite_mutator(sql_times),
+    "sql_rows": _sqlite_mutator(sql_rows),
+    "sql_metadata": _sqlite_mutator(sql_metadata),
     "sql_strings": _sqlite_mutator(sql_strings),
 }
 
@@ -553,7 +706,7 @@ def corrupt_header(data: bytes, rng: random.Random) -> bytes:
     if len(b) < 100:
         return data
     field = rng.choice(((16, 2), (28, 4), (40, 4), (56, 4), (18, 2), (44, 4)))
-    b[field[0]: field[0] + field[1]] = bytes(rng.randrange(256) for _ in range(field[1]))
+    b[field[0] : field[0] + field[1]] = bytes(rng.randrange(256) for _ in range(field[1]))
     return bytes(b)
 
 
@@ -601,7 +754,7 @@ def replace_numbers(data: bytes, rng: random.Random) -> bytes:
         return data
     out = bytearray(data)
     for m in sorted(rng.sample(hits, min(len(hits), rng.choice((1, 3, 20)))), key=lambda m: -m.start()):
-        out[m.start(): m.end()] = rng.choice(INTERESTING_NUMBERS).encode()
+        out[m.start() : m.end()] = rng.choice(INTERESTING_NUMBERS).encode()
     return bytes(out)
 
 
@@ -627,8 +780,19 @@ def bad_times(data: bytes, rng: random.Random) -> bytes:
         return data
     out = bytearray(data)
     for m in sorted(rng.sample(hits, min(len(hits), rng.choice((1, 5, 50)))), key=lambda m: -m.start()):
-        out[m.start(): m.end()] = rng.choice((b"9999/99/99", b"0001/01/01", b"25:61:61", b"00:00:00", b"2038/01/19",
-                                              b"19700101", b"99999999", b"24:00:00.999999999999", b"x"))
+        out[m.start() : m.end()] = rng.choice(
+            (
+                b"9999/99/99",
+                b"0001/01/01",
+                b"25:61:61",
+                b"00:00:00",
+                b"2038/01/19",
+                b"19700101",
+                b"99999999",
+                b"24:00:00.999999999999",
+                b"x",
+            )
+        )
     return bytes(out)
 
 
@@ -641,8 +805,22 @@ def header_tokens(data: bytes, rng: random.Random) -> bytes:
     words = [k for k, t in enumerate(toks) if t.strip() and t not in (b",",)]
     if words:
         k = rng.choice(words)
-        toks[k] = rng.choice((b"", b"gpu", b"sm", b"timestamp", b"wall_ns", b"DCGM_FI_DEV_GPU_UTIL", b"\xff",
-                              toks[k] + toks[k], b"Entity", b"#", b'"Metric Value"', b"utilization.gpu [%]"))
+        toks[k] = rng.choice(
+            (
+                b"",
+                b"gpu",
+                b"sm",
+                b"timestamp",
+                b"wall_ns",
+                b"DCGM_FI_DEV_GPU_UTIL",
+                b"\xff",
+                toks[k] + toks[k],
+                b"Entity",
+                b"#",
+                b'"Metric Value"',
+                b"utilization.gpu [%]",
+            )
+        )
     ls[i] = b"".join(toks)
     return b"\n".join(ls)
 
@@ -678,20 +856,34 @@ def long_line(data: bytes, rng: random.Random) -> bytes:
 
 
 TEXT_MUTATORS: dict[str, Mutator] = {
-    "drop_lines": drop_lines, "repeat_lines": repeat_lines, "swap_lines": swap_lines,
-    "replace_numbers": replace_numbers, "replace_column": replace_all_numbers_in_column, "bad_times": bad_times,
-    "header_tokens": header_tokens, "remove_column": remove_column, "line_endings": line_endings,
+    "drop_lines": drop_lines,
+    "repeat_lines": repeat_lines,
+    "swap_lines": swap_lines,
+    "replace_numbers": replace_numbers,
+    "replace_column": replace_all_numbers_in_column,
+    "bad_times": bad_times,
+    "header_tokens": header_tokens,
+    "remove_column": remove_column,
+    "line_endings": line_endings,
     "long_line": long_line,
 }
 
 
 MUTATORS: dict[str, dict[str, Mutator]] = {
     "kineto": {**JSON_MUTATORS, **BYTE_MUTATORS},
-    "nsys": {**SQLITE_MUTATORS, "corrupt_pages": corrupt_pages, "corrupt_header": corrupt_header,
-             "truncate_anywhere": truncate_anywhere, "bit_flips": bit_flips},
+    "nsys": {
+        **SQLITE_MUTATORS,
+        "corrupt_pages": corrupt_pages,
+        "corrupt_header": corrupt_header,
+        "truncate_anywhere": truncate_anywhere,
+        "bit_flips": bit_flips,
+    },
     **{f: {**TEXT_MUTATORS, **BYTE_MUTATORS} for f in ("nvml", "smi_dmon", "smi_query", "dcgmi", "ncu")},
-    "exporter": {**TEXT_MUTATORS, **BYTE_MUTATORS, **{k: JSON_MUTATORS[k] for k in ("drop_key", "wrong_type",
-                                                                                    "huge_numbers", "deep_nesting")}},
+    "exporter": {
+        **TEXT_MUTATORS,
+        **BYTE_MUTATORS,
+        **{k: JSON_MUTATORS[k] for k in ("drop_key", "wrong_type", "huge_numbers", "deep_nesting")},
+    },
 }
 # Families whose files may be gzip-compressed in the wild (the last step of a program may gzip them).
 GZIP_FAMILIES = frozenset({"kineto", "nvml", "smi_dmon", "smi_query", "dcgmi", "exporter", "ncu"})

@@ -24,10 +24,10 @@ FAMILIES = ("kineto", "nsys", "nvml", "smi_dmon", "smi_query", "dcgmi", "exporte
 # Families whose files cannot stand alone (counter logs, Nsight Compute): they are fuzzed beside a trace.
 AUXILIARY = frozenset({"nvml", "smi_dmon", "smi_query", "dcgmi", "exporter", "ncu"})
 
-KINETO_KERNELS = 60   # GPU events kept from a Kineto trace
+KINETO_KERNELS = 60  # GPU events kept from a Kineto trace
 KINETO_MAX_EVENTS = 400
-NSYS_KERNELS = 120    # kernels kept from an nsys export (other tables cut at the same time)
-TEXT_LINES = 80       # lines kept from a counter log
+NSYS_KERNELS = 120  # kernels kept from an nsys export (other tables cut at the same time)
+TEXT_LINES = 80  # lines kept from a counter log
 
 
 def _kineto_cut(path: Path) -> bytes:
@@ -37,7 +37,7 @@ def _kineto_cut(path: Path) -> bytes:
     meta = [e for e in events if e.get("ph") == "M"]
     gpu = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
     # skip the warm-up: start at the middle kernel, so that steps and collectives are in the window
-    gpu = gpu[len(gpu) // 2:][:KINETO_KERNELS]
+    gpu = gpu[len(gpu) // 2 :][:KINETO_KERNELS]
     lo = gpu[0]["ts"] - 2000.0
     hi = max(e["ts"] + e.get("dur", 0) for e in gpu)
     kept: list[dict[str, Any]] = []
@@ -58,8 +58,9 @@ def _nsys_cut(path: Path) -> bytes:
         db = tmp / "cut.sqlite"
         shutil.copyfile(path, db)
         con = sqlite3.connect(db)
-        (t_cut,), = con.execute(f"SELECT max(\"end\") FROM (SELECT \"end\" FROM CUPTI_ACTIVITY_KIND_KERNEL "
-                                f"ORDER BY start LIMIT {NSYS_KERNELS})").fetchall()
+        ((t_cut,),) = con.execute(
+            f'SELECT max("end") FROM (SELECT "end" FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start LIMIT {NSYS_KERNELS})'
+        ).fetchall()
         tables = [n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         for t in tables:
             cols = {r[1] for r in con.execute(f'PRAGMA table_info("{t}")')}
@@ -83,8 +84,10 @@ def _head_lines(path: Path, n: int = TEXT_LINES) -> bytes:
 def seeds(family: str) -> tuple[tuple[str, bytes], ...]:
     """The seeds of one family: (file name, bytes)."""
     if family == "kineto":
-        return (("rank0.pt.trace.json", _kineto_cut(SAMPLES / "h200x2_ddp/kineto/rank0.pt.trace.json.gz")),
-                ("kineto_single.pt.trace.json", _kineto_cut(SAMPLES / "h200_single/kineto_single.pt.trace.json.gz")))
+        return (
+            ("rank0.pt.trace.json", _kineto_cut(SAMPLES / "h200x2_ddp/kineto/rank0.pt.trace.json.gz")),
+            ("kineto_single.pt.trace.json", _kineto_cut(SAMPLES / "h200_single/kineto_single.pt.trace.json.gz")),
+        )
     if family == "nsys":
         return (("nsys_ddp.sqlite", _nsys_cut(SAMPLES / "h200x2_ddp/nsys/nsys_ddp.sqlite")),)
     if family == "nvml":

@@ -25,13 +25,27 @@ from .harness import run_contract
 
 SCALE = float(os.environ.get("PLASMIENT_FUZZ_SCALE", "1"))
 # (examples of the ingest stage alone, examples of the whole job) per family, for SCALE = 1.
-EXAMPLES = {"kineto": (40, 10), "nsys": (24, 5), "nvml": (20, 4), "smi_dmon": (20, 4), "smi_query": (20, 4),
-            "dcgmi": (20, 4), "exporter": (20, 4), "ncu": (20, 4)}
+EXAMPLES = {
+    "kineto": (40, 10),
+    "nsys": (24, 5),
+    "nvml": (20, 4),
+    "smi_dmon": (20, 4),
+    "smi_query": (20, 4),
+    "dcgmi": (20, 4),
+    "exporter": (20, 4),
+    "ncu": (20, 4),
+}
 
 
 def _settings(n: int) -> settings:
-    return settings(max_examples=max(1, int(n * SCALE)), deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], print_blob=True)
+    return settings(
+        max_examples=max(1, int(n * SCALE)),
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        print_blob=True,
+    )
 
 
 def programs(family: str) -> st.SearchStrategy[list[tuple[str, int]]]:
@@ -107,8 +121,12 @@ def test_kineto_truncated_at_every_structural_boundary(tmp_path):
     events = [e for e in full["traceEvents"] if e.get("ph") != "M"]
     kernel = next(e for e in events if e.get("cat") == "kernel")
     kernel["args"] = {k: kernel["args"][k] for k in ("device", "stream", "correlation", "grid")}
-    doc = {"schemaVersion": 1, "baseTimeNanoseconds": full["baseTimeNanoseconds"],
-           "distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": [kernel]}
+    doc = {
+        "schemaVersion": 1,
+        "baseTimeNanoseconds": full["baseTimeNanoseconds"],
+        "distributedInfo": {"rank": 0, "world_size": 2},
+        "traceEvents": [kernel],
+    }
     data = json.dumps(doc, separators=(",", ":")).encode()
     cuts = sorted({m.start() + d for m in re.finditer(rb'[{}\[\],:"]', data) for d in (0, 1)})
     outcomes = set()

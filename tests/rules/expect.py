@@ -93,10 +93,15 @@ def check(verdict: dict[str, Any], expected: Sequence[Expect], silent: Sequence[
     for rule in silent:
         assert found(verdict, rule) == [], (rule, [f["title"] for f in found(verdict, rule)])
     for e in expected:
-        cands = [f for f in found(verdict, e.rule)
-                 if (e.rank is _UNSET or f["rank"] == e.rank) and (e.key is None or f["key"] == e.key)]
-        assert cands, f"{e.rule} (rank {e.rank if e.rank is not _UNSET else 'any'}, key {e.key}) did not fire; " \
-                      f"found {[(f['rule'], f['rank'], f['key']) for f in verdict['findings']]}"
+        cands = [
+            f
+            for f in found(verdict, e.rule)
+            if (e.rank is _UNSET or f["rank"] == e.rank) and (e.key is None or f["key"] == e.key)
+        ]
+        assert cands, (
+            f"{e.rule} (rank {e.rank if e.rank is not _UNSET else 'any'}, key {e.key}) did not fire; "
+            f"found {[(f['rule'], f['rank'], f['key']) for f in verdict['findings']]}"
+        )
         f = cands[0]
         if e.category is not _UNSET:
             assert f["category"] == e.category, (e.rule, f["category"])

@@ -26,18 +26,32 @@ RULES_DIR = ROOT / "plasmient_report" / "rules"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "plasmient_report.cli", *args], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([sys.executable, "-m", "plasmient_report.cli", *args], capture_output=True, text=True, timeout=300)
 
 
 # ---- the code table, the files, the fixtures, the pages -----------------------------------------------------
+
 
 def test_code_table_matches_the_rule_files_and_fixture_folders():
     codes = [c.code for c in CODES]
     assert len(codes) == len(set(codes))
     # SPEC §5's list: these codes stay as they are
-    assert set(codes) >= {"PR101", "PR102", "PR201", "PR301", "PR302", "PR401", "PR402", "PR403", "PR501", "PR502",
-                          "PR503", "PR504", "PR601", "PR602"}
+    assert set(codes) >= {
+        "PR101",
+        "PR102",
+        "PR201",
+        "PR301",
+        "PR302",
+        "PR401",
+        "PR402",
+        "PR403",
+        "PR501",
+        "PR502",
+        "PR503",
+        "PR504",
+        "PR601",
+        "PR602",
+    }
     files = {f"{p.parent.name}.{p.stem}" for p in RULES_DIR.glob("*/*.py") if p.stem != "__init__"}
     assert files == {c.module for c in CODES}, "one rule per file in rules/<layer>/, each in codes.py"
     for c in CODES:
@@ -86,6 +100,7 @@ def test_rules_command_lists_and_explains():
 
 # ---- selection and thresholds --------------------------------------------------------------------------------
 
+
 def test_select_and_ignore(tmp_path):
     path = sample_file("h200_single/kineto_single.pt.trace.json.gz")
     v = analyse([path], ranges=["phase:host_stall"], rule_select=["PR5"])
@@ -96,8 +111,7 @@ def test_select_and_ignore(tmp_path):
     assert {f["rule"] for f in v["findings"]} == {"PR502"}
     # the CLI, and the findings table of the stored run
     out = tmp_path / "out"
-    r = cli(str(path), "--range", "phase:host_stall", "--out", str(out), "--select", "PR502,PR504",
-            "--ignore", "PR504", "--json")
+    r = cli(str(path), "--range", "phase:host_stall", "--out", str(out), "--select", "PR502,PR504", "--ignore", "PR504", "--json")
     assert r.returncode == 0, r.stderr
     assert {f["rule"] for f in json.loads(r.stdout)["findings"]} == {"PR502"}
     rows = cli("query", str(out / "run.duckdb"), "SELECT rule_id, category FROM findings", "--csv").stdout
@@ -113,8 +127,12 @@ def test_rules_config_thresholds(tmp_path):
     v = analyse([path], ranges=["phase:host_stall"], rules_config=cfg)
     assert not [f for f in v["findings"] if f["rule"] == "PR504"]  # no gap reaches 25 ms (20 ms sleeps)
     assert len([f for f in v["findings"] if f["rule"] == "PR502"]) == 1
-    for text, msg in (("[PR504]\nmin_gap = 3\n", "unknown threshold"), ("[PR999]\nx = 1\n", "no such rule"),
-                      ("[PR504]\nmin_gap_ms = 'big'\n", "a number"), ("[PR504\n", "cannot read")):
+    for text, msg in (
+        ("[PR504]\nmin_gap = 3\n", "unknown threshold"),
+        ("[PR999]\nx = 1\n", "no such rule"),
+        ("[PR504]\nmin_gap_ms = 'big'\n", "a number"),
+        ("[PR504\n", "cannot read"),
+    ):
         cfg.write_text(text)
         r = cli(str(path), "--out", str(tmp_path / "o"), "--rules-config", str(cfg))
         assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, (text, r.stderr)
@@ -139,17 +157,31 @@ def test_preview_rules_run_only_when_named(monkeypatch):
 
 # ---- plugins -------------------------------------------------------------------------------------------------
 
-@rule("XT901", name="every-kernel-count", layer="kernel", title="Counts kernels (a test plugin)", category=None,
-      thresholds={"min_kernels": 1}, explanation=Explanation(
-          what_it_does="Counts kernels.", why_is_this_bad="It is not.", example="`42 kernels`.",
-          how_to_fix="Nothing to fix."))
+
+@rule(
+    "XT901",
+    name="every-kernel-count",
+    layer="kernel",
+    title="Counts kernels (a test plugin)",
+    category=None,
+    thresholds={"min_kernels": 1},
+    explanation=Explanation(
+        what_it_does="Counts kernels.", why_is_this_bad="It is not.", example="`42 kernels`.", how_to_fix="Nothing to fix."
+    ),
+)
 def _plugin_rule(ctx, t):
     # a table of its own: it lands in the rule's schema, not the store (the other plugin makes one of the same name)
     ctx.con.execute("CREATE TABLE scratch AS SELECT count(*) AS n FROM rule_kernels")
     n = ctx.rows("SELECT n FROM scratch")[0]["n"]
     if n >= t.min_kernels:
-        yield Finding(title=f"{n} kernels", recommendation="none", fix="none", lost_fraction=None, key="count",
-                      evidence={"kernels": n, "schema": ctx.schema})
+        yield Finding(
+            title=f"{n} kernels",
+            recommendation="none",
+            fix="none",
+            lost_fraction=None,
+            key="count",
+            evidence={"kernels": n, "schema": ctx.schema},
+        )
 
 
 @rule("XT902", name="docstring-page", layer="host", title="A page in its docstring (the first layout's names)")
@@ -168,8 +200,7 @@ def _docstring_rule(ctx, t):
     `ok`.
     """
     ctx.con.execute("CREATE TABLE scratch AS SELECT 1 AS n")
-    yield Finding(title="ok", recommendation="none", fix="none", lost_fraction=None, key="ok",
-                  evidence={"schema": ctx.schema})
+    yield Finding(title="ok", recommendation="none", fix="none", lost_fraction=None, key="ok", evidence={"schema": ctx.schema})
 
 
 def test_third_party_rules_through_entry_points(monkeypatch, tiny_trace):
@@ -202,16 +233,19 @@ def test_third_party_rules_through_entry_points(monkeypatch, tiny_trace):
 
 def test_pages_are_checked():
     with pytest.raises(ValueError, match="sections"):
+
         @rule("XT903", name="undocumented", layer="host", title="t", category=None)
         def _bad(ctx, t):
             """## What it does
             only one section"""
             return []
+
     with pytest.raises(ValueError, match="PR101"):
         rule("bad id", name="x", layer="host", title="t", category=None)(_plugin_rule.check)
 
 
 # ---- the run: schemas, short windows, claims ------------------------------------------------------------------
+
 
 def test_rules_leave_the_store_as_they_found_it(tiny_trace):
     res = pipeline.analyse([tiny_trace], pipeline.Options())
@@ -229,8 +263,11 @@ def test_rules_leave_the_store_as_they_found_it(tiny_trace):
 
 def test_a_window_too_short_to_judge_gets_no_findings(tmp_path):
     # Construction: one 0.02 µs kernel in a 0.3 µs trace (the shape of kineto's out-of-order-sync unit test).
-    ev = [runtime("cudaLaunchKernel", 0.0, 0.1, corr=1), kernel("k", 0.2, 0.02, 0, 1),
-          runtime("cudaDeviceSynchronize", 0.12, 0.18, corr=2)]
+    ev = [
+        runtime("cudaLaunchKernel", 0.0, 0.1, corr=1),
+        kernel("k", 0.2, 0.02, 0, 1),
+        runtime("cudaDeviceSynchronize", 0.12, 0.18, corr=2),
+    ]
     v = analyse([write_trace(tmp_path / "short.json", ev)])
     assert v["findings"] == []
     assert any("too short to judge" in n for n in v["notes"]), v["notes"]

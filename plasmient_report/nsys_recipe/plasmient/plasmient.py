@@ -32,8 +32,7 @@ class Plasmient(recipe.Recipe):
         reports = sorted(str(Path(p).absolute()) for p in args.input)
         label = shim.label_of(reports)
         nsys = shim.nsys_for(Path(nsys_recipe.__file__).parent)
-        infos = list(context.wait(context.map(shim.probe_report, reports, cache_dir=str(out / shim.CACHE),
-                                              nsys=nsys)))
+        infos = list(context.wait(context.map(shim.probe_report, reports, cache_dir=str(out / shim.CACHE), nsys=nsys)))
         grouped = shim.group_reports(infos, args.group_by, label)
         opts = shim.options(args.range or (), args.peak_precision, args.gpu, not args.no_html, not args.no_trace)
         outcomes = list(context.wait(context.map(shim.analyse_run, shim.tasks(grouped.runs, out, opts))))
@@ -52,14 +51,24 @@ class Plasmient(recipe.Recipe):
         parser = super().get_argument_parser()
         parser.add_recipe_argument(Option.INPUT, required=True)
         g = parser.recipe_group
-        g.add_argument("--group-by", choices=shim.GROUP_BY, default="job",
-                       help="job (default): reports of one job (same TORCHELASTIC_RUN_ID, SLURM_JOB_ID, … in the "
-                            "captured environment) are one run, one rank each; report: each report a run; folder: "
-                            "the reports of one folder are one run")
-        g.add_argument("--range", action="append", default=[], metavar="NAME",
-                       help="analyse only inside NVTX ranges of this name (glob; repeatable)")
-        g.add_argument("--peak-precision", choices=PRECISIONS, help="precision of the peak (default: the dominant "
-                                                                    "matmul precision)")
+        g.add_argument(
+            "--group-by",
+            choices=shim.GROUP_BY,
+            default="job",
+            help="job (default): reports of one job (same TORCHELASTIC_RUN_ID, SLURM_JOB_ID, … in the "
+            "captured environment) are one run, one rank each; report: each report a run; folder: "
+            "the reports of one folder are one run",
+        )
+        g.add_argument(
+            "--range",
+            action="append",
+            default=[],
+            metavar="NAME",
+            help="analyse only inside NVTX ranges of this name (glob; repeatable)",
+        )
+        g.add_argument(
+            "--peak-precision", choices=PRECISIONS, help="precision of the peak (default: the dominant matmul precision)"
+        )
         g.add_argument("--gpu", help="GPU name when the report does not name it (e.g. H100-SXM)")
         g.add_argument("--no-html", action="store_true", help="no report.html per run")
         g.add_argument("--no-trace", action="store_true", help="no trace.pftrace per run")

@@ -50,8 +50,10 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> Kineto
     try:
         dec = decode.decode(path, con)
         head = _head(path, dec)
-        cats = {str(c): int(n) for c, n in con.execute(
-            "SELECT cat, sum(n) FROM _kin_cats WHERE cat IS NOT NULL GROUP BY cat").fetchall()}
+        cats = {
+            str(c): int(n)
+            for c, n in con.execute("SELECT cat, sum(n) FROM _kin_cats WHERE cat IS NOT NULL GROUP BY cat").fetchall()
+        }
         info = _describe(path, head, dec, cats)
         _clean(con, path, info)
         rows = _devices(con, head, info)
@@ -70,8 +72,9 @@ def _head(path: Path, dec: decode.Decoded) -> schema.Head:
     if dec.top_is_array:
         h = schema.Head()
         if dec.partial_tail:
-            h.notes.append("the trace ends inside its last event (the array form without its closing ']'): "
-                           "that event was left out")
+            h.notes.append(
+                "the trace ends inside its last event (the array form without its closing ']'): that event was left out"
+            )
         return h
     try:
         head = schema.decode_head(dec.head)
@@ -102,12 +105,22 @@ def _describe(path: Path, head: schema.Head, dec: decode.Decoded, cats: dict[str
     if head.rocm:
         notes.append("ROCm trace")
     incomplete, dropped = _profiler_losses(head.log_lines)
-    info = KinetoSource(incomplete=incomplete, dropped_events=dropped,
-                        format="kineto", format_version=version, rank=rank, rank_method=method,
-                        world_size=ranks.valid_world_size(di.world_size) if di is not None else None,
-                        base_time_ns=base, clock_anchor="native" if base is not None else "epoch_us",
-                        events=dec.events, host=head.host, devices=list(head.devices), notes=notes,
-                        categories=cats)
+    info = KinetoSource(
+        incomplete=incomplete,
+        dropped_events=dropped,
+        format="kineto",
+        format_version=version,
+        rank=rank,
+        rank_method=method,
+        world_size=ranks.valid_world_size(di.world_size) if di is not None else None,
+        base_time_ns=base,
+        clock_anchor="native" if base is not None else "epoch_us",
+        events=dec.events,
+        host=head.host,
+        devices=list(head.devices),
+        notes=notes,
+        categories=cats,
+    )
     return info
 
 
@@ -117,9 +130,11 @@ def _profiler_losses(lines: list[str]) -> tuple[list[str], int | None]:
     import re
 
     stopped = re.compile(r"CUPTI stopped early\?\s*=\s*[1-9]")
-    dropped_re = re.compile(r"(?i)(\d+)\s+(?:dropped|lost)\s+(?:activity\s+)?(?:records?|events?)"
-                            r"|(\d+)\s+(?:activity\s+)?(?:records?|events?)\s+(?:were\s+)?(?:dropped|lost)"
-                            r"|dropped(?:\s+records?)?\s*[=:]\s*(\d+)")
+    dropped_re = re.compile(
+        r"(?i)(\d+)\s+(?:dropped|lost)\s+(?:activity\s+)?(?:records?|events?)"
+        r"|(\d+)\s+(?:activity\s+)?(?:records?|events?)\s+(?:were\s+)?(?:dropped|lost)"
+        r"|dropped(?:\s+records?)?\s*[=:]\s*(\d+)"
+    )
     out: list[str] = []
     dropped: int | None = None
     for line in lines:
@@ -154,12 +169,13 @@ def _drop(con: duckdb.DuckDBPyConnection, cond: str) -> int:
 def _clean(con: duckdb.DuckDBPyConnection, path: Path, info: KinetoSource) -> None:
     """Leave out the events no time can be given (and count them), decide how `ts` is anchored (SPEC §3), and
     drop field values that are no values (NaN / infinite / negative FLOPs, shapes that are not lists)."""
-    total = _count(con, "SELECT (SELECT count(*) FROM _kin_gpu) + (SELECT count(*) FROM _kin_cpu) "
-                        "+ (SELECT count(*) FROM _kin_api)")
+    total = _count(
+        con, "SELECT (SELECT count(*) FROM _kin_gpu) + (SELECT count(*) FROM _kin_cpu) + (SELECT count(*) FROM _kin_api)"
+    )
     left: dict[str, int] = {}
 
     def drop(reason: str, cond: str) -> None:
-        if (n := _drop(con, cond)):
+        if n := _drop(con, cond):
             left[reason] = left.get(reason, 0) + n
 
     drop("a missing, NaN or infinite ts/dur", "ts IS NULL OR NOT isfinite(ts) OR (dur IS NOT NULL AND NOT isfinite(dur))")
@@ -183,8 +199,10 @@ def _clean(con: duckdb.DuckDBPyConnection, path: Path, info: KinetoSource) -> No
     if info.clock_anchor != "relative":
         # UTC ns must be after 1970 and fit in int64 with room for differences
         b = int(info.base_time_ns or 0)
-        drop("a UTC time before 1970 or beyond 2116",
-             f"{b}::DOUBLE + ts * 1000 < 0 OR {b}::DOUBLE + (ts + coalesce(dur, 0)) * 1000 >= {float(TIME_LIMIT_NS)}")
+        drop(
+            "a UTC time before 1970 or beyond 2116",
+            f"{b}::DOUBLE + ts * 1000 < 0 OR {b}::DOUBLE + (ts + coalesce(dur, 0)) * 1000 >= {float(TIME_LIMIT_NS)}",
+        )
     flops_bad = _count(con, "SELECT count(*) FROM _kin_cpu WHERE flops IS NOT NULL AND (NOT isfinite(flops) OR flops < 0)")
     if flops_bad:
         con.execute("UPDATE _kin_cpu SET flops = NULL WHERE flops IS NOT NULL AND (NOT isfinite(flops) OR flops < 0)")
@@ -199,17 +217,20 @@ def _clean(con: duckdb.DuckDBPyConnection, path: Path, info: KinetoSource) -> No
     if left:
         n_left = sum(v for k, v in left.items() if k != "no name")
         if total and n_left >= total:
-            raise BadInput(path, "no event has a usable time (" + ", ".join(f"{n} with {r}" for r, n in left.items())
-                           + ")")
+            raise BadInput(path, "no event has a usable time (" + ", ".join(f"{n} with {r}" for r, n in left.items()) + ")")
         info.notes.append("events left out: " + ", ".join(f"{n} with {r}" for r, n in left.items()))
 
 
 def _devices(con: duckdb.DuckDBPyConnection, head: schema.Head, info: KinetoSource) -> list[DeviceRow]:
     """The `devices` rows: the properties of every device id GPU work ran on (schema.map_devices); a GPU the
     trace does not name (or names generically) is identified from its properties (parsers.gpus)."""
-    used = [int(d) for (d,) in con.execute(
-        f"SELECT DISTINCT {emit.device_sql()} AS d FROM _kin_gpu WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') "
-        "AND name IS NOT NULL AND d IS NOT NULL AND d BETWEEN 0 AND 2147483647").fetchall()]
+    used = [
+        int(d)
+        for (d,) in con.execute(
+            f"SELECT DISTINCT {emit.device_sql()} AS d FROM _kin_gpu WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') "
+            "AND name IS NOT NULL AND d IS NOT NULL AND d BETWEEN 0 AND 2147483647"
+        ).fetchall()
+    ]
     rows, notes = schema.map_devices(used, head.devices, head.rocm)
     info.notes += notes
     out, said = [], set()

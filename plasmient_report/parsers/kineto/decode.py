@@ -57,33 +57,93 @@ STAGES = ("_kin_gpu", "_kin_cpu", "_kin_api", "_kin_meta", "_kin_cats", "_kin_me
 INT, FLOAT, TEXT, RAW = "int", "float", "text", "raw"
 TOP_FIELDS = {"ph": TEXT, "cat": TEXT, "name": TEXT, "pid": INT, "tid": INT, "ts": FLOAT, "dur": FLOAT}
 ARG_FIELDS = {
-    "External id": INT, "correlation": INT, "device": INT, "stream": INT, "grid": RAW, "block": RAW,
-    "registers per thread": INT, "shared memory": INT, "bytes": FLOAT, "flops": FLOAT, "Input Dims": RAW,
-    "Input type": RAW, "Concrete Inputs": RAW, "Sequence number": INT, "Collective name": TEXT, "dtype": TEXT,
-    "In msg nelems": INT, "Out msg nelems": INT, "Group size": INT, "Process Group Name": TEXT,
-    "Process Group Description": TEXT, "Process Group Ranks": RAW, "Process Group ID": TEXT, "cuda_sync_kind": TEXT,
-    "cbid": INT, "name": TEXT, "labels": TEXT, "Memory Bytes": FLOAT, "Total Allocated": FLOAT,
-    "Total Reserved": FLOAT, "Device Id": INT, "Device Type": INT, "Addr": INT}
+    "External id": INT,
+    "correlation": INT,
+    "device": INT,
+    "stream": INT,
+    "grid": RAW,
+    "block": RAW,
+    "registers per thread": INT,
+    "shared memory": INT,
+    "bytes": FLOAT,
+    "flops": FLOAT,
+    "Input Dims": RAW,
+    "Input type": RAW,
+    "Concrete Inputs": RAW,
+    "Sequence number": INT,
+    "Collective name": TEXT,
+    "dtype": TEXT,
+    "In msg nelems": INT,
+    "Out msg nelems": INT,
+    "Group size": INT,
+    "Process Group Name": TEXT,
+    "Process Group Description": TEXT,
+    "Process Group Ranks": RAW,
+    "Process Group ID": TEXT,
+    "cuda_sync_kind": TEXT,
+    "cbid": INT,
+    "name": TEXT,
+    "labels": TEXT,
+    "Memory Bytes": FLOAT,
+    "Total Allocated": FLOAT,
+    "Total Reserved": FLOAT,
+    "Device Id": INT,
+    "Device Type": INT,
+    "Addr": INT,
+}
 ARG_KEYS = tuple(ARG_FIELDS)
 _ARGS_TYPE = "STRUCT(" + ", ".join(f'"{k}" JSON' for k in ARG_KEYS) + ")"
-RAW_COLUMNS = {"ph": "JSON", "cat": "JSON", "name": "JSON", "pid": "JSON", "tid": "JSON", "ts": "JSON",
-               "dur": "JSON", "args": _ARGS_TYPE}
+RAW_COLUMNS = {
+    "ph": "JSON",
+    "cat": "JSON",
+    "name": "JSON",
+    "pid": "JSON",
+    "tid": "JSON",
+    "ts": "JSON",
+    "dur": "JSON",
+    "args": _ARGS_TYPE,
+}
 
-_COMMS = ("Collective name", "dtype", "In msg nelems", "Out msg nelems", "Group size", "Process Group Name",
-          "Process Group Description", "Process Group Ranks", "Process Group ID")
+_COMMS = (
+    "Collective name",
+    "dtype",
+    "In msg nelems",
+    "Out msg nelems",
+    "Group size",
+    "Process Group Name",
+    "Process Group Description",
+    "Process Group Ranks",
+    "Process Group ID",
+)
 _EVENT = ("ph", "cat", "name", "pid", "tid", "ts", "dur")
 # The fields each staging table reads (top-level names, and args keys as `args.KEY`).
 STAGE_FIELDS: dict[str, tuple[str, ...]] = {
-    "_kin_gpu": _EVENT + tuple("args." + k for k in (
-        "External id", "correlation", "device", "stream", "grid", "block", "registers per thread", "shared memory",
-        "bytes", *_COMMS, "cuda_sync_kind")),
-    "_kin_cpu": _EVENT + tuple("args." + k for k in (
-        "External id", "Sequence number", "flops", "Input Dims", "Input type", "Concrete Inputs", *_COMMS)),
+    "_kin_gpu": _EVENT
+    + tuple(
+        "args." + k
+        for k in (
+            "External id",
+            "correlation",
+            "device",
+            "stream",
+            "grid",
+            "block",
+            "registers per thread",
+            "shared memory",
+            "bytes",
+            *_COMMS,
+            "cuda_sync_kind",
+        )
+    ),
+    "_kin_cpu": _EVENT
+    + tuple(
+        "args." + k for k in ("External id", "Sequence number", "flops", "Input Dims", "Input type", "Concrete Inputs", *_COMMS)
+    ),
     "_kin_api": _EVENT + ("args.External id", "args.correlation", "args.cbid"),
     "_kin_meta": ("ph", "pid", "tid", "name", "args.name", "args.labels"),
     "_kin_cats": ("cat", "ph", "name"),
-    "_kin_mem": ("ph", "name", "pid", "tid", "ts") + tuple("args." + k for k in (
-        "Memory Bytes", "Total Allocated", "Total Reserved", "Device Id", "Device Type", "Addr")),
+    "_kin_mem": ("ph", "name", "pid", "tid", "ts")
+    + tuple("args." + k for k in ("Memory Bytes", "Total Allocated", "Total Reserved", "Device Id", "Device Type", "Addr")),
 }
 META_NAMES = ("process_name", "thread_name", "process_labels")
 
@@ -96,33 +156,42 @@ def _kind(field: str) -> str:
 
 # JSON types accepted per kind; anything else refuses the run (it goes the lenient way). A string where a number
 # belongs (or a number where a string does) is kept: its column is then JSON text, typed in SQL as before.
-_STRICT: dict[str, Any] = {INT: int | str | None, FLOAT: float | str | None, TEXT: str | int | None,
-                           RAW: msgspec.Raw}
+_STRICT: dict[str, Any] = {INT: int | str | None, FLOAT: float | str | None, TEXT: str | int | None, RAW: msgspec.Raw}
 # Older spellings of argument keys (schema.ARG_RENAMES) are fields of their own, merged into today's column
 # when a run has them: no renaming pass over the bytes.
 _OLD = {new: old for old, new in schema.ARG_RENAMES.items()}
 _ATTR = {k: f"a{i}" for i, k in enumerate(ARG_KEYS)} | {f"old:{k}": f"o{i}" for i, k in enumerate(_OLD)}
 _Args: Any = msgspec.defstruct(
-    "_Args", [(_ATTR[k], _STRICT[v], msgspec.field(name=k, default=msgspec.Raw() if v == RAW else None))
-              for k, v in ARG_FIELDS.items()]
-    + [(_ATTR[f"old:{k}"], _STRICT[ARG_FIELDS[k]],
-        msgspec.field(name=old, default=msgspec.Raw() if ARG_FIELDS[k] == RAW else None)) for k, old in _OLD.items()],
-    gc=False)
+    "_Args",
+    [(_ATTR[k], _STRICT[v], msgspec.field(name=k, default=msgspec.Raw() if v == RAW else None)) for k, v in ARG_FIELDS.items()]
+    + [
+        (
+            _ATTR[f"old:{k}"],
+            _STRICT[ARG_FIELDS[k]],
+            msgspec.field(name=old, default=msgspec.Raw() if ARG_FIELDS[k] == RAW else None),
+        )
+        for k, old in _OLD.items()
+    ],
+    gc=False,
+)
 _Event: Any = msgspec.defstruct(
-    "_Event", [(f, str | None if f in ("ph", "cat", "name") else _STRICT[k], None) for f, k in TOP_FIELDS.items()]
-    + [("args", _Args, msgspec.field(default_factory=_Args))], gc=False)
+    "_Event",
+    [(f, str | None if f in ("ph", "cat", "name") else _STRICT[k], None) for f, k in TOP_FIELDS.items()]
+    + [("args", _Args, msgspec.field(default_factory=_Args))],
+    gc=False,
+)
 _STRICT_DECODER = msgspec.json.Decoder(list[_Event])
 _ANY_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 @dataclass
 class Decoded:
-    head: bytes               # the rest of the document (top-level keys), traceEvents emptied
-    events: int               # events read
-    partial_tail: bool        # an array-form trace that ends inside its last event (that event left out)
+    head: bytes  # the rest of the document (top-level keys), traceEvents emptied
+    events: int  # events read
+    partial_tail: bool  # an array-form trace that ends inside its last event (that event left out)
     top_is_array: bool
-    runs: int = 0             # runs of events decoded (the typed way) ...
-    lenient_runs: int = 0     # ... and read by DuckDB's JSON reader (the lenient way)
+    runs: int = 0  # runs of events decoded (the typed way) ...
+    lenient_runs: int = 0  # ... and read by DuckDB's JSON reader (the lenient way)
 
 
 @dataclass
@@ -194,9 +263,12 @@ def _raw_column(values: list[msgspec.Raw]) -> tuple[pa.Array, pa.Array]:
     if data:
         types[present] = _FIRST_BYTE[np.frombuffer(data, np.uint8)[offsets[:-1][present]]]
     valid = types > 0
-    arr = pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(np.packbits(valid, bitorder="little")),
-                                                 pa.py_buffer(offsets), pa.py_buffer(data)],
-                                null_count=int(n - np.count_nonzero(valid)))
+    arr = pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [pa.py_buffer(np.packbits(valid, bitorder="little")), pa.py_buffer(offsets), pa.py_buffer(data)],
+        null_count=int(n - np.count_nonzero(valid)),
+    )
     try:
         text = arr.cast(pa.string())
     except pa.ArrowInvalid:
@@ -241,8 +313,7 @@ class _Categories:
         if new:
             if self.con is None:
                 self.con = duckdb.connect(config={"threads": 1})
-            rows = self.con.execute(f"SELECT c, {schema.category_sql('c')} FROM unnest(?::VARCHAR[]) t(c)",
-                                    [new]).fetchall()
+            rows = self.con.execute(f"SELECT c, {schema.category_sql('c')} FROM unnest(?::VARCHAR[]) t(c)", [new]).fetchall()
             self.known.update(dict(rows))
         return [self.known[c] for c in cats]
 
@@ -254,8 +325,10 @@ class _Categories:
 _FAMILIES = ("_kin_gpu", "_kin_cpu", "_kin_api")
 _FAMILY = {**{c: 0 for c in schema.GPU_CATS}, **{c: 1 for c in schema.CPU_CATS}, **{c: 2 for c in schema.API_CATS}}
 _TAKEN = ("ph", "cat", "name")  # read for every event (to sort the events into families), then taken per family
-_TRANSPOSE = {stage: (tuple(f for f in fields if f not in _TAKEN),
-                      _transposer(tuple(f for f in fields if f not in _TAKEN))) for stage, fields in STAGE_FIELDS.items()}
+_TRANSPOSE = {
+    stage: (tuple(f for f in fields if f not in _TAKEN), _transposer(tuple(f for f in fields if f not in _TAKEN)))
+    for stage, fields in STAGE_FIELDS.items()
+}
 
 
 def _tables(run: _Run, cats: _Categories) -> dict[str, tuple[pa.Table, frozenset[str]]]:
@@ -287,7 +360,7 @@ def _tables(run: _Run, cats: _Categories) -> dict[str, tuple[pa.Table, frozenset
         rows = [evs[i] for i in ix.tolist()]
         fields, transpose = _TRANSPOSE[stage]
         lists = transpose(rows, [e.args for e in rows])
-        olds = iter(lists[len(fields):])
+        olds = iter(lists[len(fields) :])
         cols = {f: taken[f].take(ix) for f in STAGE_FIELDS[stage] if f in taken}
         text: set[str] = set()
         for f, values in zip(fields, lists, strict=False):
@@ -365,8 +438,10 @@ class Columns:
         if not self.is_json(f):
             return self.ref(f) if _kind(f) == TEXT else f"CAST({self.ref(f)} AS VARCHAR)"
         x = self.json(f)
-        return (f"CASE json_type({x}) WHEN 'VARCHAR' THEN json_extract_string({x}, '$') "
-                f"WHEN 'BIGINT' THEN CAST({x} AS VARCHAR) WHEN 'UBIGINT' THEN CAST({x} AS VARCHAR) END")
+        return (
+            f"CASE json_type({x}) WHEN 'VARCHAR' THEN json_extract_string({x}, '$') "
+            f"WHEN 'BIGINT' THEN CAST({x} AS VARCHAR) WHEN 'UBIGINT' THEN CAST({x} AS VARCHAR) END"
+        )
 
 
 def stage_selects(c: Columns, map_categories: bool = True) -> dict[str, str]:
@@ -374,19 +449,20 @@ def stage_selects(c: Columns, map_categories: bool = True) -> dict[str, str]:
     (one run of events), categories mapped to today's names (`map_categories=False`: they already are)."""
     cat = schema.category_sql(c.string("cat"), map_categories)
     ph, name = c.string("ph"), c.string("name")
-    common = f"""{cat} AS cat, {name} AS name, {c.i('pid')} AS pid, {c.i('tid')} AS tid, {c.d('ts')} AS ts,
-                 {c.d('dur')} AS dur, {c.i('args.External id')} AS external_id"""
+    common = f"""{cat} AS cat, {name} AS name, {c.i("pid")} AS pid, {c.i("tid")} AS tid, {c.d("ts")} AS ts,
+                 {c.d("dur")} AS dur, {c.i("args.External id")} AS external_id"""
     ranks, ranks_type = c.json("args.Process Group Ranks"), c.json_type("args.Process Group Ranks")
-    comms = f"""{c.s('args.Collective name')} AS collective, {c.s('args.dtype')} AS dtype,
-                {c.i('args.In msg nelems')} AS in_nelems, {c.i('args.Out msg nelems')} AS out_nelems,
-                TRY_CAST({c.i('args.Group size')} AS INTEGER) AS group_size,
-                coalesce({c.s('args.Process Group Name')}, {c.s('args.Process Group ID')}) AS pg_name,
-                {c.s('args.Process Group Description')} AS pg_desc,
+    comms = f"""{c.s("args.Collective name")} AS collective, {c.s("args.dtype")} AS dtype,
+                {c.i("args.In msg nelems")} AS in_nelems, {c.i("args.Out msg nelems")} AS out_nelems,
+                TRY_CAST({c.i("args.Group size")} AS INTEGER) AS group_size,
+                coalesce({c.s("args.Process Group Name")}, {c.s("args.Process Group ID")}) AS pg_name,
+                {c.s("args.Process Group Description")} AS pg_desc,
                 CASE {ranks_type} WHEN 'VARCHAR' THEN json_extract_string({ranks}, '$')
                      WHEN 'ARRAY' THEN '[' || array_to_string(TRY_CAST({ranks} AS BIGINT[]), ', ') || ']'
                 END AS pg_ranks"""
     x = f"{ph} = 'X'"
     cats = lambda names: f"{cat} IN (" + ", ".join(f"'{n}'" for n in names) + ")"  # noqa: E731
+
     def array_text(f: str) -> str:
         """A JSON array as its text; anything else (a string, a number, an object) NULL: shapes and dtypes are
         lists, and a value of another type is no shape."""
@@ -404,34 +480,34 @@ def stage_selects(c: Columns, map_categories: bool = True) -> dict[str, str]:
     src = c.src
     return {
         "_kin_gpu": f"""
-        SELECT {common}, {c.i('args.correlation')} AS correlation,
-               TRY_CAST({c.i('args.device')} AS INTEGER) AS device, {c.i('args.stream')} AS stream,
+        SELECT {common}, {c.i("args.correlation")} AS correlation,
+               TRY_CAST({c.i("args.device")} AS INTEGER) AS device, {c.i("args.stream")} AS stream,
                {dim(grid, 0)} AS grid_x, {dim(grid, 1)} AS grid_y, {dim(grid, 2)} AS grid_z,
                {dim(block, 0)} AS block_x, {dim(block, 1)} AS block_y, {dim(block, 2)} AS block_z,
-               TRY_CAST({c.i('args.registers per thread')} AS INTEGER) AS regs,
-               {c.i('args.shared memory')} AS smem, {c.d('args.bytes')} AS bytes, {comms},
-               {c.s('args.cuda_sync_kind')} AS sync_kind
+               TRY_CAST({c.i("args.registers per thread")} AS INTEGER) AS regs,
+               {c.i("args.shared memory")} AS smem, {c.d("args.bytes")} AS bytes, {comms},
+               {c.s("args.cuda_sync_kind")} AS sync_kind
         FROM {src} WHERE {x} AND {cats(schema.GPU_CATS)}""",
         "_kin_cpu": f"""
-        SELECT {common}, {c.i('args.Sequence number')} AS seq, {c.d('args.flops')} AS flops,
-               {array_text('args.Input Dims')} AS input_dims, {array_text('args.Input type')} AS input_types,
-               {array_text('args.Concrete Inputs')} AS concrete,
-               {not_array('args.Input Dims')} OR {not_array('args.Input type')} AS bad_shapes, {comms}
+        SELECT {common}, {c.i("args.Sequence number")} AS seq, {c.d("args.flops")} AS flops,
+               {array_text("args.Input Dims")} AS input_dims, {array_text("args.Input type")} AS input_types,
+               {array_text("args.Concrete Inputs")} AS concrete,
+               {not_array("args.Input Dims")} OR {not_array("args.Input type")} AS bad_shapes, {comms}
         FROM {src} WHERE {x} AND {cats(schema.CPU_CATS)}""",
         "_kin_api": f"""
-        SELECT {common}, {c.i('args.correlation')} AS correlation, TRY_CAST({c.i('args.cbid')} AS INTEGER) AS cbid
+        SELECT {common}, {c.i("args.correlation")} AS correlation, TRY_CAST({c.i("args.cbid")} AS INTEGER) AS cbid
         FROM {src} WHERE {x} AND {cats(schema.API_CATS)}""",
         "_kin_meta": f"""
-        SELECT {c.string('pid')} AS pid, {c.string('tid')} AS tid, {name} AS name, {value} AS value
+        SELECT {c.string("pid")} AS pid, {c.string("tid")} AS tid, {name} AS name, {value} AS value
         FROM {src} WHERE {ph} = 'M' AND {name} IN ({", ".join(f"'{n}'" for n in META_NAMES)})""",
         "_kin_cats": f"""
         SELECT {cat} AS cat, count(*) AS n, count(*) FILTER (WHERE {x} AND {name} IS NULL) AS nameless
         FROM {src} GROUP BY ALL""",
         "_kin_mem": f"""
-        SELECT {c.i('pid')} AS pid, {c.i('tid')} AS tid, {c.d('ts')} AS ts, {c.d('args.Memory Bytes')} AS bytes,
-               {c.d('args.Total Allocated')} AS total_allocated, {c.d('args.Total Reserved')} AS total_reserved,
-               TRY_CAST({c.i('args.Device Id')} AS INTEGER) AS device,
-               TRY_CAST({c.i('args.Device Type')} AS INTEGER) AS device_type, {c.i('args.Addr')} AS addr
+        SELECT {c.i("pid")} AS pid, {c.i("tid")} AS tid, {c.d("ts")} AS ts, {c.d("args.Memory Bytes")} AS bytes,
+               {c.d("args.Total Allocated")} AS total_allocated, {c.d("args.Total Reserved")} AS total_reserved,
+               TRY_CAST({c.i("args.Device Id")} AS INTEGER) AS device,
+               TRY_CAST({c.i("args.Device Type")} AS INTEGER) AS device_type, {c.i("args.Addr")} AS addr
         FROM {src} WHERE {ph} = 'i' AND {name} = '[memory]'""",
     }
 
@@ -439,8 +515,7 @@ def stage_selects(c: Columns, map_categories: bool = True) -> dict[str, str]:
 def read_json_sql(path: Path) -> str:
     cols = ", ".join(f"'{k}': '{v}'" for k, v in RAW_COLUMNS.items())
     p = str(path).replace("'", "''")
-    return (f"SELECT * FROM read_json('{p}', columns = {{{cols}}}, format = 'newline_delimited', "
-            f"maximum_object_size = 16777216)")
+    return f"SELECT * FROM read_json('{p}', columns = {{{cols}}}, format = 'newline_delimited', maximum_object_size = 16777216)"
 
 
 # ---------------------------------------------------------------------------------------------- the decode
@@ -582,8 +657,9 @@ def _decode(path: Path, con: duckdb.DuckDBPyConnection, strict: bool) -> Decoded
         pool.shutdown(wait=True)
         cats.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    return Decoded(head=head_bytes, events=n_events, partial_tail=partial, top_is_array=top_array, runs=n_run,
-                   lenient_runs=n_lenient)
+    return Decoded(
+        head=head_bytes, events=n_events, partial_tail=partial, top_is_array=top_array, runs=n_run, lenient_runs=n_lenient
+    )
 
 
 def drop_stages(con: duckdb.DuckDBPyConnection) -> None:

@@ -18,8 +18,7 @@ GPU_DEVICE_TYPES = (1, 6)
 
 def ns_expr(col: str, base: int) -> str:
     # base + floor(ts)·1000 + round(frac·1000): exact to the ns for µs floats with 3 decimals.
-    return (f"({base}::BIGINT + CAST(floor({col}) AS BIGINT) * 1000 "
-            f"+ CAST(round(({col} - floor({col})) * 1000) AS BIGINT))")
+    return f"({base}::BIGINT + CAST(floor({col}) AS BIGINT) * 1000 + CAST(round(({col} - floor({col})) * 1000) AS BIGINT))"
 
 
 def device_sql() -> str:
@@ -84,11 +83,12 @@ def emit(con: duckdb.DuckDBPyConnection, sid: int, rank: int | None, base: int, 
     _emit_collectives(con, sid, rk, start, end, dev)
     _emit_memory(con, sid, rk, base)
     for d in devices:
-        con.execute("INSERT INTO devices (source_id, rank, device, name, sm_count, memory_bytes, compute_capability,"
-                    " vendor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [sid, rank, d.device, d.name, d.sm_count, d.memory_bytes, d.compute_capability, d.vendor])
-    row = one(con, "SELECT count(*) FROM _kin_gpu WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') "
-                   "AND name IS NOT NULL")
+        con.execute(
+            "INSERT INTO devices (source_id, rank, device, name, sm_count, memory_bytes, compute_capability,"
+            " vendor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [sid, rank, d.device, d.name, d.sm_count, d.memory_bytes, d.compute_capability, d.vendor],
+        )
+    row = one(con, "SELECT count(*) FROM _kin_gpu WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND name IS NOT NULL")
     return int(row[0]) if row else 0
 
 
@@ -135,15 +135,20 @@ def _emit_memory(con: duckdb.DuckDBPyConnection, sid: int, rk: str, base: int) -
     `Device Id` is the process's device ordinal; when the kernels of the trace ran on one device id and the
     allocator speaks of one other (ROCm numbers kernel devices after the CPU agents), they are the same GPU."""
     types = ", ".join(map(str, GPU_DEVICE_TYPES))
-    kdev = [d for (d,) in con.execute(f"""SELECT DISTINCT {device_sql()} FROM _kin_gpu
-                                          WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')""").fetchall()]
-    mdev = [d for (d,) in con.execute(f"SELECT DISTINCT device FROM _kin_mem WHERE device_type IN ({types}) "
-                                      "AND device >= 0").fetchall()]
+    kdev = [
+        d
+        for (d,) in con.execute(f"""SELECT DISTINCT {device_sql()} FROM _kin_gpu
+                                          WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')""").fetchall()
+    ]
+    mdev = [
+        d
+        for (d,) in con.execute(f"SELECT DISTINCT device FROM _kin_mem WHERE device_type IN ({types}) AND device >= 0").fetchall()
+    ]
     dev = f"{int(kdev[0])}" if len(kdev) == 1 and len(mdev) == 1 and kdev[0] is not None else "device"
     con.execute(f"""
         INSERT INTO memory_events (source_id, rank, device, pid, thread, ts_ns, bytes_delta, total_allocated,
                                    total_reserved, addr)
-        SELECT {sid}, {rk}, {dev}, pid, tid, {ns_expr('ts', base)}, CAST(bytes AS BIGINT),
+        SELECT {sid}, {rk}, {dev}, pid, tid, {ns_expr("ts", base)}, CAST(bytes AS BIGINT),
                CAST(total_allocated AS BIGINT), CAST(total_reserved AS BIGINT), addr
         FROM _kin_mem
         WHERE device_type IN ({types}) AND device IS NOT NULL AND device >= 0 AND ts IS NOT NULL AND isfinite(ts)

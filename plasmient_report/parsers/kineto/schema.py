@@ -18,8 +18,14 @@ import msgspec
 # output_json.cpp before June 2021): Kernel, Memcpy, Memset, Runtime, Operator, User (a GPU-side user range on
 # "stream N user"), Python; mid-2021 `gpu_user_Annotation`; today's names map to themselves.
 CATEGORY_ALIASES: dict[str, str] = {
-    "kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset", "runtime": "cuda_runtime",
-    "driver": "cuda_driver", "operator": "cpu_op", "python": "python_function", "user": "gpu_user_annotation",
+    "kernel": "kernel",
+    "memcpy": "gpu_memcpy",
+    "memset": "gpu_memset",
+    "runtime": "cuda_runtime",
+    "driver": "cuda_driver",
+    "operator": "cpu_op",
+    "python": "python_function",
+    "user": "gpu_user_annotation",
     "user annotation": "user_annotation",
 }
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation")
@@ -178,8 +184,11 @@ def decode_head(buf: bytes) -> Head:
     head.schema_version = sv if isinstance(sv, int) and not isinstance(sv, bool) else None
     host = _lenient(th.host_name, str)
     head.host = host if isinstance(host, str) else None
-    head.rocm = bool(th.hip_runtime_version) or bool(th.roctracer_version) or any(
-        (d.name or "").startswith("AMD") or d.warpSize == 64 for d in head.devices)
+    head.rocm = (
+        bool(th.hip_runtime_version)
+        or bool(th.roctracer_version)
+        or any((d.name or "").startswith("AMD") or d.warpSize == 64 for d in head.devices)
+    )
     for raw in (th.INFO, th.WARNING, th.ERROR):
         v = _lenient(raw, object)
         head.log_lines += [x for x in (v if isinstance(v, list) else [v]) if isinstance(x, str)]
@@ -206,8 +215,15 @@ def _sane(d: DeviceProp) -> DeviceProp:
     sms = d.numSms if d.numSms is not None and 0 < d.numSms < 2**31 else None
     mem = d.totalGlobalMem if d.totalGlobalMem is not None and 0 < d.totalGlobalMem < 2**63 else None
     ok = lambda v: v if v is not None and 0 <= v < 1000 else None  # noqa: E731
-    return DeviceProp(id=d.id, name=d.name, totalGlobalMem=mem, computeMajor=ok(d.computeMajor),
-                      computeMinor=ok(d.computeMinor), numSms=sms, warpSize=d.warpSize)
+    return DeviceProp(
+        id=d.id,
+        name=d.name,
+        totalGlobalMem=mem,
+        computeMajor=ok(d.computeMajor),
+        computeMinor=ok(d.computeMinor),
+        numSms=sms,
+        warpSize=d.warpSize,
+    )
 
 
 def _signature(d: DeviceProp) -> tuple[object, ...]:
@@ -223,8 +239,7 @@ def _vendor(d: DeviceProp, rocm: bool) -> str | None:
     return None
 
 
-def map_devices(used: Sequence[int], props: Sequence[DeviceProp], rocm: bool = False
-                ) -> tuple[list[DeviceRow], list[str]]:
+def map_devices(used: Sequence[int], props: Sequence[DeviceProp], rocm: bool = False) -> tuple[list[DeviceRow], list[str]]:
     """The properties of each device id kernels ran on. A kernel's `device` is the index of its
     `deviceProperties` entry on CUDA; ROCm traces number GPUs after the host's CPU agents (device 2 or 9 with
     one entry of id 0): then the single entry, or the one every entry agrees on, is that GPU. A device no entry
@@ -242,15 +257,18 @@ def map_devices(used: Sequence[int], props: Sequence[DeviceProp], rocm: bool = F
             remapped.append(dev)
         if p is None:
             if clean:
-                notes.append(f"kernels on device {dev} match no deviceProperties entry (ids "
-                             f"{', '.join(str(q.id) for q in clean)}, not all alike): GPU unknown (give --gpu)")
+                notes.append(
+                    f"kernels on device {dev} match no deviceProperties entry (ids "
+                    f"{', '.join(str(q.id) for q in clean)}, not all alike): GPU unknown (give --gpu)"
+                )
             rows.append(DeviceRow(dev, None, None, None, None, "AMD" if rocm else None))
             continue
         cc = f"{p.computeMajor}.{p.computeMinor}" if p.computeMajor is not None else None
         rows.append(DeviceRow(dev, p.name or None, p.numSms, p.totalGlobalMem, cc, _vendor(p, rocm)))
     if remapped:
         what = "the one deviceProperties entry" if len(clean) == 1 else f"the {len(clean)} identical deviceProperties entries"
-        notes.append(f"kernels on device {', '.join(map(str, remapped))} described by {what} "
-                     f"(id {', '.join(str(q.id) for q in clean)}): device ids are not entry indexes in this trace")
+        notes.append(
+            f"kernels on device {', '.join(map(str, remapped))} described by {what} "
+            f"(id {', '.join(str(q.id) for q in clean)}): device ids are not entry indexes in this trace"
+        )
     return rows, notes
-

@@ -20,7 +20,7 @@ from .._io import GuardedReader
 from .._jsonsplit import SplitError, split_events
 from ..base import BOM, Sniff
 
-SCAN_LIMIT = 64 << 20   # bytes of a JSON document read to find a top-level `traceEvents` before giving up
+SCAN_LIMIT = 64 << 20  # bytes of a JSON document read to find a top-level `traceEvents` before giving up
 SCAN_CHUNK = 256 << 10
 
 # Top-level keys of JSON documents that are not traces this tool reads → what they are.
@@ -35,9 +35,9 @@ _KEY = re.compile(rb'^\s*\{\s*"([^"\\]{1,80})"\s*:')
 class JsonShape:
     """What a JSON document's top level holds, as far as it was read."""
 
-    kind: str                       # 'trace' | 'other' | 'unknown'
-    keys: tuple[str, ...] = ()      # top-level keys, when the whole top level was read
-    what: str | None = None         # for 'other': what the document is
+    kind: str  # 'trace' | 'other' | 'unknown'
+    keys: tuple[str, ...] = ()  # top-level keys, when the whole top level was read
+    what: str | None = None  # for 'other': what the document is
 
 
 def looks_like_kineto(head: bytes) -> bool:

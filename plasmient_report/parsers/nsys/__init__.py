@@ -31,8 +31,18 @@ from .gpu_metrics import metric_name
 from .metadata import NsysSource
 from .reader import Col, Export
 
-__all__ = ["FORMATS", "ArrowExport", "Col", "Export", "NsysSource", "export_kind", "ingest", "metric_name",
-           "open_export", "sniff"]
+__all__ = [
+    "FORMATS",
+    "ArrowExport",
+    "Col",
+    "Export",
+    "NsysSource",
+    "export_kind",
+    "ingest",
+    "metric_name",
+    "open_export",
+    "sniff",
+]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -63,8 +73,10 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> NsysSo
         # a page the header promised is corrupt or missing: found only when a query reaches it
         text = str(e).strip().splitlines()[0] if str(e).strip() else str(e)
         if "locked" in text.lower() or "busy" in text.lower():
-            raise BadInput(path, "the database is locked by another process (is an export or a writer still "
-                                 "running?): try again when it is done") from None
+            raise BadInput(
+                path,
+                "the database is locked by another process (is an export or a writer still running?): try again when it is done",
+            ) from None
         raise BadInput(path, f"corrupt SQLite export ({text})") from None
     finally:
         ex.close()
@@ -72,10 +84,34 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> NsysSo
             con.execute(f"DROP TABLE IF EXISTS {t}")
 
 
-_TEMP = ("_ns_str", "_ns_kernel", "_ns_memcpy", "_ns_memset", "_ns_runtime", "_ns_sync", "_ns_nvtx", "_ns_rank",
-         "_ns_gpu", "_ns_devmap", "_ns_metric", "_ns_copykind", "_ns_memkind", "_ns_domain", "_ns_gpuacts",
-         "_ns_cudadev", "_ns_nvtx_r", "_ns_gpumetric_dev", "_ns_pl_entries", "_ns_pl_enums", "_ns_pl_enum_entries",
-         "_ns_pl_values", "_ns_nccl_calls", "_ns_comms", "_ns_nccl_match", "_ns_osrt")
+_TEMP = (
+    "_ns_str",
+    "_ns_kernel",
+    "_ns_memcpy",
+    "_ns_memset",
+    "_ns_runtime",
+    "_ns_sync",
+    "_ns_nvtx",
+    "_ns_rank",
+    "_ns_gpu",
+    "_ns_devmap",
+    "_ns_metric",
+    "_ns_copykind",
+    "_ns_memkind",
+    "_ns_domain",
+    "_ns_gpuacts",
+    "_ns_cudadev",
+    "_ns_nvtx_r",
+    "_ns_gpumetric_dev",
+    "_ns_pl_entries",
+    "_ns_pl_enums",
+    "_ns_pl_enum_entries",
+    "_ns_pl_values",
+    "_ns_nccl_calls",
+    "_ns_comms",
+    "_ns_nccl_match",
+    "_ns_osrt",
+)
 
 
 def _ingest(ex: Export, con: duckdb.DuckDBPyConnection, sid: int) -> NsysSource:

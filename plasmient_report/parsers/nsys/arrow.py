@@ -84,12 +84,14 @@ def _ipc_tables(path: Path) -> list[pa.Table]:
 def _table_batches(t: pa.Table) -> Callable[[list[str]], Iterator[pa.RecordBatch]]:
     def batches(cols: list[str]) -> Iterator[pa.RecordBatch]:
         yield from t.select(cols).to_batches(max_chunksize=BATCH_ROWS)
+
     return batches
 
 
 def _parquet_batches(path: Path) -> Callable[[list[str]], Iterator[pa.RecordBatch]]:
     def batches(cols: list[str]) -> Iterator[pa.RecordBatch]:
         yield from pq.ParquetFile(str(path)).iter_batches(batch_size=BATCH_ROWS, columns=cols)
+
     return batches
 
 
@@ -133,8 +135,11 @@ class ArrowExport(Export):
             if path.is_dir():
                 for p in sorted(path.iterdir()):
                     if p.suffix in (".parquet", ".arrow") and not _regular(p):
-                        raise BadInput(p, "a table of this nsys export is not a regular file (a pipe, socket or "
-                                          "device): give an export of plain files")
+                        raise BadInput(
+                            p,
+                            "a table of this nsys export is not a regular file (a pipe, socket or "
+                            "device): give an export of plain files",
+                        )
                     if p.suffix == ".parquet":
                         self._tables[p.stem] = _Table(pq.ParquetFile(str(p)).schema_arrow, _parquet_batches(p))
                     elif p.suffix == ".arrow":
@@ -192,11 +197,19 @@ class ArrowExport(Export):
             if name in self._tables and name not in self._registered:
                 t = self._tables[name]
                 cols = t.schema.names
-                batch_list = [pa.RecordBatch.from_arrays(
-                    [_typed(b.column(i), "s") if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
-                     else b.column(i) for i, f in enumerate(b.schema)], cols) for b in t.batches(cols)]
-                duck.register(name, pa.Table.from_batches(batch_list) if batch_list else
-                              pa.table({c: pa.nulls(0) for c in cols}))
+                batch_list = [
+                    pa.RecordBatch.from_arrays(
+                        [
+                            _typed(b.column(i), "s")
+                            if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+                            else b.column(i)
+                            for i, f in enumerate(b.schema)
+                        ],
+                        cols,
+                    )
+                    for b in t.batches(cols)
+                ]
+                duck.register(name, pa.Table.from_batches(batch_list) if batch_list else pa.table({c: pa.nulls(0) for c in cols}))
                 self._registered.add(name)
         try:
             return duck.execute(sql, list(params)).fetchall()
@@ -205,8 +218,9 @@ class ArrowExport(Export):
 
     def _db(self) -> duckdb.DuckDBPyConnection:
         if self._duck is None:
-            self._duck = duckdb.connect(config={"autoinstall_known_extensions": False,
-                                                "autoload_known_extensions": False, "threads": 1})
+            self._duck = duckdb.connect(
+                config={"autoinstall_known_extensions": False, "autoload_known_extensions": False, "threads": 1}
+            )
         return self._duck
 
     def adbc(self) -> Any:

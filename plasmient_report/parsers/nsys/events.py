@@ -25,10 +25,32 @@ NOT_APPLICABLE = 0xFFFFFFFF  # streamId / eventId "not applicable"
 
 
 # Built-in fallbacks for exports without the ENUM tables (2022.2 has none for these).
-COPY_KIND = {0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
-             8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
-MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
-            6: "Managed Static", 7: "Unknown"}
+COPY_KIND = {
+    0: "unknown",
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+    11: "UVM HtoD",
+    12: "UVM DtoH",
+    13: "UVM DtoD",
+}
+MEM_KIND = {
+    0: "Pageable",
+    1: "Pinned",
+    2: "Device",
+    3: "Array",
+    4: "Managed",
+    5: "Device Static",
+    6: "Managed Static",
+    7: "Unknown",
+}
 # Kineto's words for CUPTI synchronization types, so `syncs.kind` reads the same for both formats.
 SYNC_KIND = {0: "Unknown Sync", 1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
 
@@ -45,30 +67,68 @@ def stage_all(con: duckdb.DuckDBPyConnection, ex: Export) -> int:
     """Every event table into DuckDB temp tables, with only the columns the store needs."""
     n = 0
     stage(con, ex, "_ns_str", ex.table("StringIds"), [c("id"), c("value", typ="s")])
-    act = [c("start"), c("end"), c("deviceId"), c("contextId"), c("streamId"), c("correlationId"),
-           c("globalPid")]
-    n += stage(con, ex, "_ns_kernel", ex.table("CUPTI_ACTIVITY_KIND_KERNEL"), [
-        *act, c("demangledName"), c("shortName"), c("registersPerThread"),
-        c("gridX"), c("gridY"), c("gridZ"), c("blockX"), c("blockY"), c("blockZ"),
-        c("staticSharedMemory"), c("dynamicSharedMemory")])
-    n += stage(con, ex, "_ns_memcpy", ex.table("CUPTI_ACTIVITY_KIND_MEMCPY"),
-                [*act, c("bytes"), c("copyKind"), c("srcKind"), c("dstKind")])
+    act = [c("start"), c("end"), c("deviceId"), c("contextId"), c("streamId"), c("correlationId"), c("globalPid")]
+    n += stage(
+        con,
+        ex,
+        "_ns_kernel",
+        ex.table("CUPTI_ACTIVITY_KIND_KERNEL"),
+        [
+            *act,
+            c("demangledName"),
+            c("shortName"),
+            c("registersPerThread"),
+            c("gridX"),
+            c("gridY"),
+            c("gridZ"),
+            c("blockX"),
+            c("blockY"),
+            c("blockZ"),
+            c("staticSharedMemory"),
+            c("dynamicSharedMemory"),
+        ],
+    )
+    n += stage(
+        con,
+        ex,
+        "_ns_memcpy",
+        ex.table("CUPTI_ACTIVITY_KIND_MEMCPY"),
+        [*act, c("bytes"), c("copyKind"), c("srcKind"), c("dstKind")],
+    )
     n += stage(con, ex, "_ns_memset", ex.table("CUPTI_ACTIVITY_KIND_MEMSET"), [*act, c("bytes"), c("memKind")])
-    n += stage(con, ex, "_ns_runtime", ex.table("CUPTI_ACTIVITY_KIND_RUNTIME"), [
-        c("start"), c("end"), c("eventClass"), c("globalTid"), c("correlationId"), c("nameId")])
-    n += stage(con, ex, "_ns_sync", ex.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"),
-                [*act, c("syncType")])
+    n += stage(
+        con,
+        ex,
+        "_ns_runtime",
+        ex.table("CUPTI_ACTIVITY_KIND_RUNTIME"),
+        [c("start"), c("end"), c("eventClass"), c("globalTid"), c("correlationId"), c("nameId")],
+    )
+    n += stage(con, ex, "_ns_sync", ex.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"), [*act, c("syncType")])
     # OS runtime calls (--trace=osrt): pthread_cond_wait, read, poll, ioctl, … Nested calls (fopen → open) are
     # left out: only the outermost call of each stack, so time is not counted twice.
     osrt = ex.table("OSRT_API")
-    n += stage(con, ex, "_ns_osrt", osrt, [c("start"), c("end"), c("globalTid"), c("nameId"),
-                                            c("returnValue"), c("nestingLevel")])
+    n += stage(
+        con, ex, "_ns_osrt", osrt, [c("start"), c("end"), c("globalTid"), c("nameId"), c("returnValue"), c("nestingLevel")]
+    )
     nvtx = ex.table("NVTX_EVENTS")
-    n += stage(con, ex, "_ns_nvtx", nvtx, [
-        c("start"), c("end"), c("eventType"), c("text", typ="s"), c("globalTid"), c("endGlobalTid"),
-        c("textId"), c("domainId"), c("binaryData", typ="b")],
-        where=f"eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}, {NVTX_DOMAIN_CREATE})" if ex.has(nvtx, "eventType")
-        else None)
+    n += stage(
+        con,
+        ex,
+        "_ns_nvtx",
+        nvtx,
+        [
+            c("start"),
+            c("end"),
+            c("eventType"),
+            c("text", typ="s"),
+            c("globalTid"),
+            c("endGlobalTid"),
+            c("textId"),
+            c("domainId"),
+            c("binaryData", typ="b"),
+        ],
+        where=f"eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}, {NVTX_DOMAIN_CREATE})" if ex.has(nvtx, "eventType") else None,
+    )
     # globalPid absent (very old exports): the process is then unknown, one process assumed.
     return n
 
@@ -81,7 +141,7 @@ def drop_impossible_times(con: duckdb.DuckDBPyConnection, path: Path, info: Nsys
     if abs(base) >= TIME_LIMIT_NS:
         raise BadInput(path, f"session start / time shift of {base} ns is no time (utcEpochNs or EXPORT_PARAM_TIME_SHIFT)")
     # anchored to UTC (a session start): no event is before 1970; relative times may be negative (before capture)
-    lo = (-base if info.clock_anchor == "native" and base > 0 else -TIME_LIMIT_NS - base)
+    lo = -base if info.clock_anchor == "native" and base > 0 else -TIME_LIMIT_NS - base
     hi = TIME_LIMIT_NS - base
     reasons = {
         "impossible times": " OR ".join(f"NOT coalesce({c} BETWEEN {lo} AND {hi}, true)" for c in ("start", '"end"')),
@@ -92,8 +152,13 @@ def drop_impossible_times(con: duckdb.DuckDBPyConnection, path: Path, info: Nsys
     gpu = ("_ns_kernel", "_ns_memcpy", "_ns_memset")
     counts: dict[str, int] = {}
     for reason, cond in reasons.items():
-        tables = gpu + ("_ns_sync",) if "device" in reason else gpu if "no start" in reason else \
-            gpu + ("_ns_runtime", "_ns_sync", "_ns_nvtx", "_ns_osrt")
+        tables = (
+            gpu + ("_ns_sync",)
+            if "device" in reason
+            else gpu
+            if "no start" in reason
+            else gpu + ("_ns_runtime", "_ns_sync", "_ns_nvtx", "_ns_osrt")
+        )
         for t in tables:
             row = one(con, f"SELECT count(*) FROM {t} WHERE {cond}")
             if row and row[0]:
@@ -102,17 +167,23 @@ def drop_impossible_times(con: duckdb.DuckDBPyConnection, path: Path, info: Nsys
     if counts:
         info.notes.append("events left out: " + ", ".join(f"{n} with {r}" for r, n in counts.items()))
     # Descriptive ids out of their type's range (CUPTI's are 32-bit) are unknown, not errors.
-    for t, cols in (("_ns_kernel", ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread",
-                                    "correlationId")), ("_ns_memcpy", ("correlationId",)),
-                    ("_ns_memset", ("correlationId",)), ("_ns_sync", ("correlationId",)),
-                    ("_ns_runtime", ("correlationId",))):
-        sets = ", ".join(f'"{c}" = CASE WHEN "{c}" BETWEEN 0 AND {4294967295 if c == "correlationId" else 2147483647} '
-                         f'THEN "{c}" END' for c in cols)
+    for t, cols in (
+        ("_ns_kernel", ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread", "correlationId")),
+        ("_ns_memcpy", ("correlationId",)),
+        ("_ns_memset", ("correlationId",)),
+        ("_ns_sync", ("correlationId",)),
+        ("_ns_runtime", ("correlationId",)),
+    ):
+        sets = ", ".join(
+            f'"{c}" = CASE WHEN "{c}" BETWEEN 0 AND {4294967295 if c == "correlationId" else 2147483647} THEN "{c}" END'
+            for c in cols
+        )
         con.execute(f"UPDATE {t} SET {sets}")
 
 
 def build_enums(con: duckdb.DuckDBPyConnection, ex: Export) -> None:
     """copyKind / memory-kind words: the export's ENUM tables when present, the built-in maps otherwise."""
+
     def table_of(enum: str, fallback: dict[int, str], rename: bool) -> pa.Table:
         words = dict(fallback)
         t = ex.table(enum)
@@ -127,8 +198,10 @@ def build_enums(con: duckdb.DuckDBPyConnection, ex: Export) -> None:
                     words[int(i)] = text(label)
         return pa.table({"id": pa.array(list(words), pa.int64()), "word": pa.array(list(words.values()), pa.string())})
 
-    for name, enum, fallback, rename in (("_ns_copykind", "ENUM_CUDA_MEMCPY_OPER", COPY_KIND, True),
-                                         ("_ns_memkind", "ENUM_CUDA_MEM_KIND", MEM_KIND, False)):
+    for name, enum, fallback, rename in (
+        ("_ns_copykind", "ENUM_CUDA_MEMCPY_OPER", COPY_KIND, True),
+        ("_ns_memkind", "ENUM_CUDA_MEM_KIND", MEM_KIND, False),
+    ):
         con.register("_ns_enum_in", table_of(enum, fallback, rename))
         con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM _ns_enum_in")
         con.unregister("_ns_enum_in")
@@ -178,8 +251,11 @@ def emit(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSource)
                'Memset (' || coalesce(mk.word, 'Device') || ')', 'memset',
                NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, z.bytes::DOUBLE
         FROM _ns_memset z LEFT JOIN _ns_memkind mk ON mk.id = z.memKind""")
-    nameless = one(con, """SELECT count(*) FROM _ns_kernel k LEFT JOIN _ns_str d ON d.id = k.demangledName
-                           LEFT JOIN _ns_str s ON s.id = k.shortName WHERE d.value IS NULL AND s.value IS NULL""")
+    nameless = one(
+        con,
+        """SELECT count(*) FROM _ns_kernel k LEFT JOIN _ns_str d ON d.id = k.demangledName
+                           LEFT JOIN _ns_str s ON s.id = k.shortName WHERE d.value IS NULL AND s.value IS NULL""",
+    )
     if nameless and nameless[0]:
         info.notes.append(f"{nameless[0]} kernels have no name in StringIds (kept, named by their string id)")
     con.execute(f"""
@@ -242,8 +318,11 @@ def emit_nvtx(con: duckdb.DuckDBPyConnection, sid: int, base: int, info: NsysSou
                n.globalTid & 16777215 AS tid, coalesce(n.text, s.value) AS name
         FROM _ns_nvtx n LEFT JOIN _ns_str s ON s.id = n.textId
         WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n."end" IS NOT NULL""")
-    unfinished = one(con, f"""SELECT count(*) FROM _ns_nvtx WHERE eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND})
-                              AND "end" IS NULL""")
+    unfinished = one(
+        con,
+        f"""SELECT count(*) FROM _ns_nvtx WHERE eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND})
+                              AND "end" IS NULL""",
+    )
     if unfinished and unfinished[0]:
         info.notes.append(f"{unfinished[0]} NVTX ranges never ended (left out)")
     con.execute(f"""
@@ -285,17 +364,31 @@ def emit_collectives(con: duckdb.DuckDBPyConnection, sid: int) -> None:
         FROM k""")
 
 
-
 def emit_devices(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSource) -> None:
     """`devices`: per GPU process and CUDA ordinal (kernels.device), the physical GPU behind it:
     TARGET_INFO_CUDA_DEVICE(pid, cudaId → gpuId), else TARGET_INFO_GPU.cuDevice = the ordinal."""
     gpu = ex.table("TARGET_INFO_GPU")
-    gcols = [c("id"), c("name", typ="s"), c("busLocation", typ="s"), c("uuid", typ="s"), c("smCount"),
-             c("totalMemory"), c("computeMajor"), c("computeMinor"), c("cuDevice"), c("vmId")]
+    gcols = [
+        c("id"),
+        c("name", typ="s"),
+        c("busLocation", typ="s"),
+        c("uuid", typ="s"),
+        c("smCount"),
+        c("totalMemory"),
+        c("computeMajor"),
+        c("computeMinor"),
+        c("cuDevice"),
+        c("vmId"),
+    ]
     stage(con, ex, "_ns_gpu", gpu if ex.has(gpu, "id") else None, gcols)
     cdev = ex.table("TARGET_INFO_CUDA_DEVICE")
-    stage(con, ex, "_ns_cudadev", cdev if ex.has(cdev, "cudaId") else None,
-           [c("gpuId"), c("cudaId"), c("pid"), c("uuid", typ="s"), c("numMultiprocessors")])
+    stage(
+        con,
+        ex,
+        "_ns_cudadev",
+        cdev if ex.has(cdev, "cudaId") else None,
+        [c("gpuId"), c("cudaId"), c("pid"), c("uuid", typ="s"), c("numMultiprocessors")],
+    )
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _ns_devmap AS
         WITH used AS (
@@ -329,4 +422,3 @@ def emit_devices(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: Nsy
     if missing and missing[0]:
         info.notes.append("GPU model not in the export (no TARGET_INFO_GPU row for the device): give --gpu")
     con.execute("DROP TABLE IF EXISTS _ns_cudadev")
-

@@ -33,14 +33,21 @@ COUNTER_CHUNK_ROWS = 1_000_000  # GPU_METRICS rows per insert; a checkpoint afte
 # GPU_METRICS names (2023.4+ carry a `[unit]` suffix; older ones none) → counters.metric, matched by prefix,
 # in the counter parsers' vocabulary (parsers/_counters.py) where the quantity is the same (GR Active = DCGM GRACT).
 METRIC_NAMES = (
-    ("SMs Active", "sm_active"), ("SM Active", "sm_active"), ("SM Issue", "sm_issue"),
-    ("Tensor Active", "tensor_active"), ("DRAM Read Bandwidth", "dram_read"),
-    ("DRAM Write Bandwidth", "dram_write"), ("GR Active", "gr_engine_active"), ("GPC Clock Frequency", "sm_clock_mhz"),
-    ("SYS Clock Frequency", "sys_clock_mhz"), ("PCIe RX Throughput", "pcie_rx"), ("PCIe TX Throughput", "pcie_tx"),
-    ("NVLink RX Responses User Data", "nvlink_rx_user"), ("NVLink TX Responses User Data", "nvlink_tx_user"),
+    ("SMs Active", "sm_active"),
+    ("SM Active", "sm_active"),
+    ("SM Issue", "sm_issue"),
+    ("Tensor Active", "tensor_active"),
+    ("DRAM Read Bandwidth", "dram_read"),
+    ("DRAM Write Bandwidth", "dram_write"),
+    ("GR Active", "gr_engine_active"),
+    ("GPC Clock Frequency", "sm_clock_mhz"),
+    ("SYS Clock Frequency", "sys_clock_mhz"),
+    ("PCIe RX Throughput", "pcie_rx"),
+    ("PCIe TX Throughput", "pcie_tx"),
+    ("NVLink RX Responses User Data", "nvlink_rx_user"),
+    ("NVLink TX Responses User Data", "nvlink_tx_user"),
 )
-PERCENT_METRICS = {"sm_active", "sm_issue", "tensor_active", "dram_read", "dram_write", "gr_engine_active",
-                   "pcie_rx", "pcie_tx"}
+PERCENT_METRICS = {"sm_active", "sm_issue", "tensor_active", "dram_read", "dram_write", "gr_engine_active", "pcie_rx", "pcie_tx"}
 
 
 def rowid_chunks(ex: Export, table: str) -> list[tuple[int, int] | None]:
@@ -49,15 +56,15 @@ def rowid_chunks(ex: Export, table: str) -> list[tuple[int, int] | None]:
     if not ex.is_sqlite:
         return [None]
     try:
-        (lo,), = ex.rows(f'SELECT min(rowid) FROM "{table}"')
-        (hi,), = ex.rows(f'SELECT max(rowid) FROM "{table}"')
+        ((lo,),) = ex.rows(f'SELECT min(rowid) FROM "{table}"')
+        ((hi,),) = ex.rows(f'SELECT max(rowid) FROM "{table}"')
     except sqlite3.DatabaseError:
         return [None]
     if lo is None or hi is None or hi - lo < COUNTER_CHUNK_ROWS:
         return [None]
     n_chunks = (hi - lo) // COUNTER_CHUNK_ROWS + 1
     if n_chunks > 64:  # sparse rowids (an edited or hostile file): no more chunks than the rows need
-        (count,), = ex.rows(f'SELECT count(*) FROM "{table}"')
+        ((count,),) = ex.rows(f'SELECT count(*) FROM "{table}"')
         n_chunks = min(n_chunks, count // COUNTER_CHUNK_ROWS + 1)
     stride = -(-(hi - lo + 1) // n_chunks)
     return [(a, min(a + stride - 1, hi)) for a in range(lo, hi + 1, stride)]
@@ -67,8 +74,7 @@ _COLS = ("timestamp", "typeId", "metricId", "value")
 # A sample that is no sample: a percentage outside 0–100 (values are stored as integers 0–100).
 _IMPLAUSIBLE = "(m.scale = 0.01 AND (g.value < 0 OR g.value > 100))"
 _TYPED = [c("timestamp"), c("typeId"), c("metricId"), c("value", typ="f")]
-_SCHEMA = pa.schema([("timestamp", pa.int64()), ("typeId", pa.int64()), ("metricId", pa.int64()),
-                     ("value", pa.float64())])
+_SCHEMA = pa.schema([("timestamp", pa.int64()), ("typeId", pa.int64()), ("metricId", pa.int64()), ("value", pa.float64())])
 
 
 def _fast_chunk(conn: Any, table: str, chunk: tuple[int, int] | None) -> pa.Table | None:
@@ -88,7 +94,8 @@ def _fast_chunk(conn: Any, table: str, chunk: tuple[int, int] | None) -> pa.Tabl
     finally:
         cur.close()
     if not all(pa.types.is_integer(f.type) for f in t.schema if f.name != "value") or not (
-            pa.types.is_integer(t.schema.field("value").type) or pa.types.is_floating(t.schema.field("value").type)):
+        pa.types.is_integer(t.schema.field("value").type) or pa.types.is_floating(t.schema.field("value").type)
+    ):
         return None
     return t.cast(_SCHEMA)
 
@@ -160,6 +167,7 @@ def _without_sentinel(rdr: pa.RecordBatchReader) -> pa.RecordBatchReader:
     def batches() -> Iterator[pa.RecordBatch]:
         for b in rdr:
             yield b.drop_columns(["_s"]).cast(_SCHEMA) if b.num_rows else pa.RecordBatch.from_pylist([], _SCHEMA)
+
     return pa.RecordBatchReader.from_batches(_SCHEMA, batches())
 
 
@@ -183,9 +191,12 @@ def _left_out(con: duckdb.DuckDBPyConnection, part: pa.Table) -> int:
         return 0
     con.register("_nsys_maybe", maybe)
     try:
-        row = one(con, f"""SELECT count(*) FILTER (WHERE g.value IS NULL OR {_IMPLAUSIBLE})
+        row = one(
+            con,
+            f"""SELECT count(*) FILTER (WHERE g.value IS NULL OR {_IMPLAUSIBLE})
                            FROM _nsys_maybe g JOIN _ns_metric m ON m.typeId = g.typeId AND m.metricId = g.metricId
-                           WHERE g.timestamp >= 0""")
+                           WHERE g.timestamp >= 0""",
+        )
     finally:
         con.unregister("_nsys_maybe")
     return int(row[0]) if row and row[0] else 0
@@ -222,10 +233,18 @@ def emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Me
         tbl["scale"].append(0.01 if pct else 1.0)
         # Clock metrics are named [MHz] but some versions store Hz (1.98e9 on an H200): no clock is 100 GHz.
         tbl["hz_to_mhz"].append("MHz" in raw_name)
-    con.register("_ns_metric_in", pa.table({
-        "typeId": pa.array(tbl["typeId"], pa.int64()), "metricId": pa.array(tbl["metricId"], pa.int64()),
-        "metric": pa.array(tbl["metric"], pa.string()), "scale": pa.array(tbl["scale"], pa.float64()),
-        "hz_to_mhz": pa.array(tbl["hz_to_mhz"], pa.bool_())}))
+    con.register(
+        "_ns_metric_in",
+        pa.table(
+            {
+                "typeId": pa.array(tbl["typeId"], pa.int64()),
+                "metricId": pa.array(tbl["metricId"], pa.int64()),
+                "metric": pa.array(tbl["metric"], pa.string()),
+                "scale": pa.array(tbl["scale"], pa.float64()),
+                "hz_to_mhz": pa.array(tbl["hz_to_mhz"], pa.bool_()),
+            }
+        ),
+    )
     con.execute("CREATE OR REPLACE TEMP TABLE _ns_metric AS SELECT * FROM _ns_metric_in")
     con.unregister("_ns_metric_in")
     # GPU id (typeId & 0xFF) → the rank and CUDA ordinal of the process that used it; GPUs no GPU process used
@@ -275,8 +294,7 @@ def emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Me
                 with contextlib.suppress(duckdb.Error):  # inside a caller's transaction: no checkpoint, more memory
                     con.execute("CHECKPOINT")
     except (duckdb.Error, OSError, pa.ArrowException) as e:
-        raise BadInput(ex.path, f"cannot read table {gm} ({str(e).strip().splitlines()[0] if str(e).strip() else e})"
-                       ) from None
+        raise BadInput(ex.path, f"cannot read table {gm} ({str(e).strip().splitlines()[0] if str(e).strip() else e})") from None
     finally:
         if threads is not None:
             con.execute(f"SET threads = {int(threads)}")
@@ -298,4 +316,3 @@ def emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Me
         if meta.gpu_metrics_hz:
             info.sample_period_ns = round(1e9 / meta.gpu_metrics_hz)
     return n
-

@@ -56,18 +56,24 @@ def read_meta(ex: Export) -> Meta:
     utc_ns, utc_time = None, None
     if ex.has(start, "utcEpochNs"):
         cols = "utcEpochNs, utcTime" if ex.has(start, "utcTime") else "utcEpochNs, NULL"
-        r = ex.rows(f"SELECT {cols} FROM \"{start}\" LIMIT 1")
+        r = ex.rows(f'SELECT {cols} FROM "{start}" LIMIT 1')
         if r and r[0][0] is not None:
             utc_ns, utc_time = _int(text(r[0][0])), text(r[0][1]) if r[0][1] is not None else None
     norm = export.get("EXPORT_PARAM_TIME_NORMALIZE", export.get("EXPORT_TIME_NORMALIZE", "false"))
     shift = export.get("EXPORT_PARAM_TIME_SHIFT", export.get("EXPORT_TIME_SHIFT", "0"))
     hz = dict(capture).get("GPU_METRICS_OPTIONS:SAMPLING_FREQUENCY")
     return Meta(
-        version=export.get("EXPORT_PRODUCT_VERSION"), schema=export.get("EXPORT_SCHEMA_VERSION"),
-        normalized=norm.strip().lower() in ("true", "1", "yes"), shift_ns=_int(shift) or 0,
-        utc_epoch_ns=utc_ns, utc_time=utc_time, host=env.get("Hostname") or export.get("EXPORT_HOST"),
-        capture=capture, device_env=env.get("DeviceEnvironment"),
-        gpu_metrics_hz=float(hz) if hz and _int(hz) else None)
+        version=export.get("EXPORT_PRODUCT_VERSION"),
+        schema=export.get("EXPORT_SCHEMA_VERSION"),
+        normalized=norm.strip().lower() in ("true", "1", "yes"),
+        shift_ns=_int(shift) or 0,
+        utc_epoch_ns=utc_ns,
+        utc_time=utc_time,
+        host=env.get("Hostname") or export.get("EXPORT_HOST"),
+        capture=capture,
+        device_env=env.get("DeviceEnvironment"),
+        gpu_metrics_hz=float(hz) if hz and _int(hz) else None,
+    )
 
 
 def _int(s: str | None) -> int | None:
@@ -88,12 +94,12 @@ def env_vars(meta: Meta) -> dict[int, dict[str, str]]:
         n = int(m.group(1))
         if m.group(2) == "PID":
             out.setdefault(n, {})["__PID__"] = v
-        elif (kv := re.match(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)$", v, re.S)):
+        elif kv := re.match(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)$", v, re.S):
             out.setdefault(n, {})[kv.group(1)] = kv.group(2).strip().strip('"')
     if not any(len(d) > 1 for d in out.values()) and meta.device_env and "=" in meta.device_env:
         d = out.setdefault(0, {})
         for item in meta.device_env.split("\x00"):
-            if (kv := re.match(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)$", item, re.S)):
+            if kv := re.match(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)$", item, re.S):
                 d.setdefault(kv.group(1), kv.group(2))
     return out
 
@@ -124,8 +130,11 @@ def diagnostics(ex: Export) -> tuple[list[str], int | None]:
 def choose_clock(con: duckdb.DuckDBPyConnection, meta: Meta, info: NsysSource) -> None:
     """SPEC §3: utc = utcEpochNs + t, unless the export was time-normalised (then t is UTC already)."""
     # the median, not the max: one corrupt row must not decide how every time is read
-    row = one(con, """SELECT max(m) FROM (SELECT median(start) m FROM _ns_kernel UNION ALL SELECT median(start)
-                      FROM _ns_runtime UNION ALL SELECT median(start) FROM _ns_memcpy)""")
+    row = one(
+        con,
+        """SELECT max(m) FROM (SELECT median(start) m FROM _ns_kernel UNION ALL SELECT median(start)
+                      FROM _ns_runtime UNION ALL SELECT median(start) FROM _ns_memcpy)""",
+    )
     tmax = row[0] if row else None
     shift = meta.shift_ns
     if meta.normalized or (tmax is not None and tmax > EPOCH_NS_THRESHOLD):
@@ -139,12 +148,13 @@ def choose_clock(con: duckdb.DuckDBPyConnection, meta: Meta, info: NsysSource) -
             with contextlib.suppress(ValueError):
                 t = datetime.fromisoformat(meta.utc_time).replace(tzinfo=timezone.utc).timestamp()
                 if abs(t - meta.utc_epoch_ns / 1e9) > 2:
-                    info.notes.append(f"utcEpochNs disagrees with utcTime ({meta.utc_time}) by "
-                                      f"{meta.utc_epoch_ns / 1e9 - t:+.0f} s: the host clock may be misconfigured")
+                    info.notes.append(
+                        f"utcEpochNs disagrees with utcTime ({meta.utc_time}) by "
+                        f"{meta.utc_epoch_ns / 1e9 - t:+.0f} s: the host clock may be misconfigured"
+                    )
     else:
         info.base_time_ns = 0
         info.clock_anchor = "relative"
         info.notes.append("no TARGET_INFO_SESSION_START_TIME: times are ns since capture start, not UTC")
     if shift:
         info.notes.append(f"export time shift of {shift} ns undone")
-

@@ -11,14 +11,38 @@ from .reader import Export, c, stage
 
 # NVTX extended-payload entry types (nvToolsExtPayload.h NVTX_PAYLOAD_ENTRY_TYPE_*) → (bytes, signed).
 # Types from 2**24 up name an enum schema (its size from NVTX_PAYLOAD_ENUMS, else 4 bytes).
-PAYLOAD_TYPES = {1: (1, True), 2: (1, False), 3: (2, True), 4: (2, False), 5: (4, True), 6: (4, False), 7: (8, True),
-                 8: (8, False), 9: (8, True), 10: (8, False), 11: (1, True), 12: (1, False), 13: (2, True),
-                 14: (2, False), 15: (4, True), 16: (4, False), 17: (8, True), 18: (8, False), 22: (8, False),
-                 23: (8, False)}
+PAYLOAD_TYPES = {
+    1: (1, True),
+    2: (1, False),
+    3: (2, True),
+    4: (2, False),
+    5: (4, True),
+    6: (4, False),
+    7: (8, True),
+    8: (8, False),
+    9: (8, True),
+    10: (8, False),
+    11: (1, True),
+    12: (1, False),
+    13: (2, True),
+    14: (2, False),
+    15: (4, True),
+    16: (4, False),
+    17: (8, True),
+    18: (8, False),
+    22: (8, False),
+    23: (8, False),
+}
 # NCCL's payload entry names (NCCL 2.19+), as the schema tables give them.
-NCCL_PAYLOAD_FIELDS = {"comm": "NCCL communicator ID", "nranks": "No. of ranks", "comm_rank": "Rank",
-                       "bytes": "Message size [bytes]", "peer": "Peer rank", "root": "Root",
-                       "redop": "Reduction operation"}
+NCCL_PAYLOAD_FIELDS = {
+    "comm": "NCCL communicator ID",
+    "nranks": "No. of ranks",
+    "comm_rank": "Rank",
+    "bytes": "Message size [bytes]",
+    "peer": "Peer rank",
+    "root": "Root",
+    "redop": "Reduction operation",
+}
 
 # Collectives whose payload size is one rank's share of the buffer.
 PER_RANK_PAYLOAD_RE = r"(?i)(all_?gather|reduce_?scatter)"
@@ -38,19 +62,26 @@ def emit_payloads(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, base: in
     entries = ex.table("NVTX_PAYLOAD_SCHEMA_ENTRIES")
     has_blobs = one(con, "SELECT count(*) FROM _ns_nvtx WHERE binaryData IS NOT NULL")
     if entries is None or not has_blobs or not has_blobs[0]:
-        if ex.table("NVTX_PAYLOAD_SCHEMAS") is not None and one(con, "SELECT count(*) FROM collectives WHERE "
-                                                                      f"source_id = {sid}") != (0,):
-            info.notes.append("NCCL NVTX payloads not exported (export with --include-blobs true for message sizes "
-                              "and communicators)")
+        if ex.table("NVTX_PAYLOAD_SCHEMAS") is not None and one(
+            con, f"SELECT count(*) FROM collectives WHERE source_id = {sid}"
+        ) != (0,):
+            info.notes.append(
+                "NCCL NVTX payloads not exported (export with --include-blobs true for message sizes and communicators)"
+            )
         return
-    stage(con, ex, "_ns_pl_entries", entries, [c("domainId"), c("schemaId"), c("idx"), c("type"),
-                                                c("name", typ="s"), c("offset")])
+    stage(
+        con, ex, "_ns_pl_entries", entries, [c("domainId"), c("schemaId"), c("idx"), c("type"), c("name", typ="s"), c("offset")]
+    )
     stage(con, ex, "_ns_pl_enums", ex.table("NVTX_PAYLOAD_ENUMS"), [c("domainId"), c("schemaId"), c("size")])
-    stage(con, ex, "_ns_pl_enum_entries", ex.table("NVTX_PAYLOAD_ENUM_ENTRIES"),
-           [c("domainId"), c("schemaId"), c("idx"), c("name", typ="s"), c("value")])
+    stage(
+        con,
+        ex,
+        "_ns_pl_enum_entries",
+        ex.table("NVTX_PAYLOAD_ENUM_ENTRIES"),
+        [c("domainId"), c("schemaId"), c("idx"), c("name", typ="s"), c("value")],
+    )
     sizes = ", ".join(f"({t}, {n}, {str(sg).lower()})" for t, (n, sg) in PAYLOAD_TYPES.items())
-    value = " ".join(f"WHEN {n} THEN {_le_uint('p.hex', 'p.payload_off + coalesce(e.offset, 0)', n)}"
-                     for n in (1, 2, 4, 8))
+    value = " ".join(f"WHEN {n} THEN {_le_uint('p.hex', 'p.payload_off + coalesce(e.offset, 0)', n)}" for n in (1, 2, 4, 8))
     tpid = "((n.globalTid >> 24) & 16777215)"
     # One row per (payload event, schema entry). Domain and schema ids repeat per process with the same layout.
     con.execute(f"""
@@ -58,8 +89,8 @@ def emit_payloads(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, base: in
         WITH p AS (
             SELECT n.start, n."end", {tpid} AS pid, n.globalTid & 16777215 AS tid, n.domainId,
                    coalesce(n.text, s.value) AS name, hex(n.binaryData) AS hex,
-                   {_le_uint('hex(n.binaryData)', '8', 8)} AS schema_id,
-                   TRY_CAST({_le_uint('hex(n.binaryData)', '24', 8)} AS BIGINT) AS payload_off
+                   {_le_uint("hex(n.binaryData)", "8", 8)} AS schema_id,
+                   TRY_CAST({_le_uint("hex(n.binaryData)", "24", 8)} AS BIGINT) AS payload_off
             FROM _ns_nvtx n LEFT JOIN _ns_str s ON s.id = n.textId
             WHERE n.binaryData IS NOT NULL AND octet_length(n.binaryData) >= 32
               AND n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND})
@@ -79,9 +110,12 @@ def emit_payloads(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, base: in
     f = NCCL_PAYLOAD_FIELDS
 
     def pick(key: str, signed: bool = True) -> str:
-        val = "CASE WHEN signed AND n < 8 AND raw >= (1::UBIGINT << (8 * n - 1)) THEN raw::HUGEINT - (1::HUGEINT << (8 * n)) " \
-              "ELSE raw::HUGEINT END"
+        val = (
+            "CASE WHEN signed AND n < 8 AND raw >= (1::UBIGINT << (8 * n - 1)) THEN raw::HUGEINT - (1::HUGEINT << (8 * n)) "
+            "ELSE raw::HUGEINT END"
+        )
         return f"TRY_CAST(max({val}) FILTER (WHERE field = '{f[key]}') AS BIGINT)"
+
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _ns_nccl_calls AS
         SELECT start, "end", pid, tid, name,
@@ -147,4 +181,3 @@ def emit_payloads(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, base: in
         info.notes.append(f"NCCL NVTX payloads: message size and communicator of {n_matched} of {n_total} collectives")
     con.execute("DROP TABLE IF EXISTS _ns_comms")
     con.execute("DROP TABLE IF EXISTS _ns_nccl_match")
-

@@ -53,12 +53,16 @@ def assign_ranks(con: duckdb.DuckDBPyConnection, meta: Meta, info: NsysSource) -
             order = sorted(found_procs, key=lambda pd: pd[1][0])
             by_pid = {p: i for i, (p, _) in enumerate(order)}
             how = "device"
-            info.notes.append(f"{len(procs)} GPU processes in one report, one GPU each: ranks numbered by CUDA "
-                              f"device ordinal (pids {', '.join(str(p) for p, _ in order)})")
+            info.notes.append(
+                f"{len(procs)} GPU processes in one report, one GPU each: ranks numbered by CUDA "
+                f"device ordinal (pids {', '.join(str(p) for p, _ in order)})"
+            )
         else:
             by_pid = {p: i for i, p in enumerate(procs)}
-            info.notes.append(f"{len(procs)} GPU processes in one report: ranks numbered by first GPU activity "
-                              f"(pids {', '.join(str(p) for p in procs)})")
+            info.notes.append(
+                f"{len(procs)} GPU processes in one report: ranks numbered by first GPU activity "
+                f"(pids {', '.join(str(p) for p in procs)})"
+            )
         info.multi_rank = True
         info.world_size = len(procs)
     info.rank_method = how
@@ -69,8 +73,13 @@ def assign_ranks(con: duckdb.DuckDBPyConnection, meta: Meta, info: NsysSource) -
     con.unregister("_ns_rank_in")
     # Activities of no known process (globalPid missing): the one GPU process's; in a report of several, nobody's
     # (a rank cannot be guessed): left out and counted.
-    owners = (("_ns_kernel", "globalPid"), ("_ns_memcpy", "globalPid"), ("_ns_memset", "globalPid"),
-              ("_ns_sync", "globalPid"), ("_ns_runtime", "globalTid"))
+    owners = (
+        ("_ns_kernel", "globalPid"),
+        ("_ns_memcpy", "globalPid"),
+        ("_ns_memset", "globalPid"),
+        ("_ns_sync", "globalPid"),
+        ("_ns_runtime", "globalTid"),
+    )
     if len(procs) == 1:
         for t, col in owners:
             con.execute(f"UPDATE {t} SET {col} = {procs[0]}::BIGINT << 24 WHERE {col} IS NULL")
@@ -86,8 +95,14 @@ def assign_ranks(con: duckdb.DuckDBPyConnection, meta: Meta, info: NsysSource) -
             info.notes.append(f"events left out: {orphans} GPU activities of no known process (no globalPid)")
     if info.multi_rank:
         # CUPTI correlation ids are per process: make them unique in the source (kernels ↔ api_calls join on it).
-        for t, col in (("_ns_kernel", "globalPid"), ("_ns_memcpy", "globalPid"), ("_ns_memset", "globalPid"),
-                       ("_ns_sync", "globalPid"), ("_ns_runtime", "globalTid")):
-            con.execute(f"UPDATE {t} SET correlationId = (({col} >> 24) & 16777215) * {PID_SHIFT} + correlationId "
-                        "WHERE correlationId IS NOT NULL")
-
+        for t, col in (
+            ("_ns_kernel", "globalPid"),
+            ("_ns_memcpy", "globalPid"),
+            ("_ns_memset", "globalPid"),
+            ("_ns_sync", "globalPid"),
+            ("_ns_runtime", "globalTid"),
+        ):
+            con.execute(
+                f"UPDATE {t} SET correlationId = (({col} >> 24) & 16777215) * {PID_SHIFT} + correlationId "
+                "WHERE correlationId IS NOT NULL"
+            )

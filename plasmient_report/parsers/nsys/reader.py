@@ -64,8 +64,7 @@ class Export:
         try:
             self.sq = sqlite3.connect(self.uri, uri=True, timeout=LOCK_TIMEOUT_S)
             self.sq.text_factory = bytes  # TARGET_INFO_SYSTEM_ENV values can be invalid UTF-8
-            names = [text(n) for (n,) in self.sq.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()]
+            names = [text(n) for (n,) in self.sq.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()]
             self.columns: dict[str, list[str]] = {}
             for n in names:
                 cols = self.sq.execute(f'PRAGMA table_info("{n.replace(chr(34), chr(34) * 2)}")').fetchall()
@@ -73,8 +72,11 @@ class Export:
         except sqlite3.OperationalError as e:
             self.close()
             if "locked" in str(e).lower() or "busy" in str(e).lower():
-                raise BadInput(path, "the database is locked by another process (is an export or a writer still "
-                                     "running?): try again when it is done") from None
+                raise BadInput(
+                    path,
+                    "the database is locked by another process (is an export or a writer still "
+                    "running?): try again when it is done",
+                ) from None
             raise BadInput(path, f"not a readable SQLite database ({e})") from None
         except sqlite3.DatabaseError as e:
             self.close()
@@ -99,8 +101,11 @@ class Export:
             except sqlite3.OperationalError as e:
                 why = str(e).lower()
                 if "locked" in why or "busy" in why:
-                    raise BadInput(path, "the database is locked by another process (is an export or a writer "
-                                         "still running?): try again when it is done") from None
+                    raise BadInput(
+                        path,
+                        "the database is locked by another process (is an export or a writer "
+                        "still running?): try again when it is done",
+                    ) from None
                 if "readonly" not in why and "read-only" not in why:  # SQLITE_READONLY_ROLLBACK: a hot journal
                     raise BadInput(path, f"not a readable SQLite database ({e})") from None
             except sqlite3.DatabaseError as e:
@@ -120,11 +125,14 @@ class Export:
             finally:
                 rec.close()
         except (OSError, sqlite3.DatabaseError) as e:
-            raise BadInput(path, f"cannot recover the database from its {'-wal' if has_wal else '-journal'} "
-                                 f"file on a copy ({e})") from None
-        self.notes.append("its -wal file's committed transactions applied (on a copy; the input is untouched)"
-                          if has_wal else "a hot -journal left by an interrupted writer rolled back (on a copy; "
-                                          "the input is untouched)")
+            raise BadInput(
+                path, f"cannot recover the database from its {'-wal' if has_wal else '-journal'} file on a copy ({e})"
+            ) from None
+        self.notes.append(
+            "its -wal file's committed transactions applied (on a copy; the input is untouched)"
+            if has_wal
+            else "a hot -journal left by an interrupted writer rolled back (on a copy; the input is untouched)"
+        )
         return copy
 
     def table(self, name: str) -> str | None:
@@ -193,23 +201,23 @@ def _select_sql(ex: Export, table: str, cols: Sequence[Col], where: str | None =
 
     A first sentinel row (_s = 0) fixes every Arrow type: the ADBC driver infers types from the first rows and
     fails when a column that starts NULL later holds text. The reader drops it (_s = 1 only)."""
-    head = ", ".join(f"{_SENTINEL[c.typ]} AS \"{c.out}\"" for c in cols)
+    head = ", ".join(f'{_SENTINEL[c.typ]} AS "{c.out}"' for c in cols)
     body = []
     for c in cols:
         src = next((s for s in c.src if ex.has(table, s)), None)
-        body.append(f"{_typed(src, c.typ)} AS \"{c.out}\"" if src else f"NULL AS \"{c.out}\"")
-    sql = f"SELECT 0 AS _s, {head} UNION ALL SELECT 1, {', '.join(body)} FROM \"{table}\""
+        body.append(f'{_typed(src, c.typ)} AS "{c.out}"' if src else f'NULL AS "{c.out}"')
+    sql = f'SELECT 0 AS _s, {head} UNION ALL SELECT 1, {", ".join(body)} FROM "{table}"'
     return sql + (f" WHERE {where}" if where else "")
 
 
 def _typed(col: str, typ: str) -> str:
     if typ == "i":
-        return f"CASE typeof(\"{col}\") WHEN 'integer' THEN \"{col}\" WHEN 'real' THEN CAST(\"{col}\" AS INTEGER) END"
+        return f'CASE typeof("{col}") WHEN \'integer\' THEN "{col}" WHEN \'real\' THEN CAST("{col}" AS INTEGER) END'
     if typ == "f":
-        return f"CASE typeof(\"{col}\") WHEN 'real' THEN \"{col}\" WHEN 'integer' THEN CAST(\"{col}\" AS REAL) END"
+        return f'CASE typeof("{col}") WHEN \'real\' THEN "{col}" WHEN \'integer\' THEN CAST("{col}" AS REAL) END'
     if typ == "b":
-        return f"CASE typeof(\"{col}\") WHEN 'blob' THEN \"{col}\" WHEN 'text' THEN CAST(\"{col}\" AS BLOB) END"
-    return f"CAST(\"{col}\" AS TEXT)"
+        return f'CASE typeof("{col}") WHEN \'blob\' THEN "{col}" WHEN \'text\' THEN CAST("{col}" AS BLOB) END'
+    return f'CAST("{col}" AS TEXT)'
 
 
 def valid_utf8(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -245,13 +253,17 @@ def _reader(ex: Export, sql: str) -> tuple[Any, pa.RecordBatchReader]:
     return cur, rdr
 
 
-def stage(con: duckdb.DuckDBPyConnection, ex: Export, name: str, table: str | None, cols: Sequence[Col],
-           where: str | None = None) -> int:
+def stage(
+    con: duckdb.DuckDBPyConnection, ex: Export, name: str, table: str | None, cols: Sequence[Col], where: str | None = None
+) -> int:
     """Stream one export table into a DuckDB temp table `name` (empty, same columns, when the table is absent)."""
     types = {"i": "BIGINT", "s": "VARCHAR", "f": "DOUBLE", "b": "BLOB"}
     if table is None:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT "
-                    + ", ".join(f"NULL::{types[c.typ]} AS \"{c.out}\"" for c in cols) + " WHERE false")
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT "
+            + ", ".join(f'NULL::{types[c.typ]} AS "{c.out}"' for c in cols)
+            + " WHERE false"
+        )
         return 0
     cur, rdr = ex.scan(table, cols, where)
     try:
@@ -265,4 +277,3 @@ def stage(con: duckdb.DuckDBPyConnection, ex: Export, name: str, table: str | No
             cur.close()
     row = one(con, f"SELECT count(*) FROM {name}")
     return int(row[0]) if row else 0
-

@@ -54,8 +54,12 @@ SELECT rank, device, coalesce(sum(t_next - t) FILTER (WHERE n_nccl > 0), 0) AS n
 FROM run WHERE t_next IS NOT NULL GROUP BY rank, device ORDER BY rank, device"""
 
 
-@rule(title="Communication is exposed: it runs with no compute beside it", category="collective_transfer",
-      thresholds={"max_overlap": 0.8}, explanation=EXPLANATION)
+@rule(
+    title="Communication is exposed: it runs with no compute beside it",
+    category="collective_transfer",
+    thresholds={"max_overlap": 0.8},
+    explanation=EXPLANATION,
+)
 def exposed_communication(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     per_gpu = ctx.rows(OVERLAP_SQL)
     nccl = sum(r["nccl_ns"] for r in per_gpu)
@@ -65,8 +69,9 @@ def exposed_communication(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     share = overlap / nccl
     if share >= t.max_overlap:
         return
-    lost = ctx.lost_fraction("SELECT rank, device, start_ns, end_ns FROM rule_kernels WHERE class = 'communication'",
-                             ["collective_transfer"])
+    lost = ctx.lost_fraction(
+        "SELECT rank, device, start_ns, end_ns FROM rule_kernels WHERE class = 'communication'", ["collective_transfer"]
+    )
     top = ctx.rows("""
         WITH i AS (SELECT key, collective, seq, min(dur_ns) AS transfer_ns, max(bytes) AS bytes,
                           count(DISTINCT rank) AS n FROM rule_collective_members GROUP BY ALL)
@@ -74,16 +79,41 @@ def exposed_communication(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                sum(bytes) / nullif(sum(transfer_ns), 0) AS algbw_gbs
         FROM i GROUP BY collective ORDER BY transfer_ns DESC LIMIT 5""")
     exposed = nccl - overlap
-    ranks = [{"rank": r["rank"], "device": r["device"], "nccl_ns": r["nccl_ns"], "overlap_ns": r["overlap_ns"],
-              "overlap": r["overlap_ns"] / r["nccl_ns"] if r["nccl_ns"] else None} for r in per_gpu]
-    per = f" ({fmt_ns(ctx.per_step(exposed / max(len(per_gpu), 1)))} per GPU {ctx.per_step_text()})" \
-        if ctx.step_unit else ""
-    biggest = (f"; the largest is {top[0]['collective']} ({top[0]['count']}×, {fmt_bytes(top[0]['bytes'])} each, "
-               f"{top[0]['algbw_gbs'] or 0:.1f} GB/s)") if top else ""
-    rec = (f"{pct(1 - share)} of the {fmt_ns(nccl)} of communication-kernel time has no compute beside it: "
-           f"{fmt_ns(exposed)} exposed{per}{biggest}. {overlap_communication(ctx.program)}")
-    yield Finding(title=f"exposed communication: only {pct(share)} of communication time overlaps compute",
-                  recommendation=rec, fix=f"overlap comm with compute ({pct(share)} overlapped now)",
-                  lost_fraction=lost, key="nccl",
-                  evidence={"nccl_ns": nccl, "overlap_ns": overlap, "exposed_ns": exposed, "overlap": share,
-                            "ranks": ranks, "top_collectives": top})
+    ranks = [
+        {
+            "rank": r["rank"],
+            "device": r["device"],
+            "nccl_ns": r["nccl_ns"],
+            "overlap_ns": r["overlap_ns"],
+            "overlap": r["overlap_ns"] / r["nccl_ns"] if r["nccl_ns"] else None,
+        }
+        for r in per_gpu
+    ]
+    per = f" ({fmt_ns(ctx.per_step(exposed / max(len(per_gpu), 1)))} per GPU {ctx.per_step_text()})" if ctx.step_unit else ""
+    biggest = (
+        (
+            f"; the largest is {top[0]['collective']} ({top[0]['count']}×, {fmt_bytes(top[0]['bytes'])} each, "
+            f"{top[0]['algbw_gbs'] or 0:.1f} GB/s)"
+        )
+        if top
+        else ""
+    )
+    rec = (
+        f"{pct(1 - share)} of the {fmt_ns(nccl)} of communication-kernel time has no compute beside it: "
+        f"{fmt_ns(exposed)} exposed{per}{biggest}. {overlap_communication(ctx.program)}"
+    )
+    yield Finding(
+        title=f"exposed communication: only {pct(share)} of communication time overlaps compute",
+        recommendation=rec,
+        fix=f"overlap comm with compute ({pct(share)} overlapped now)",
+        lost_fraction=lost,
+        key="nccl",
+        evidence={
+            "nccl_ns": nccl,
+            "overlap_ns": overlap,
+            "exposed_ns": exposed,
+            "overlap": share,
+            "ranks": ranks,
+            "top_collectives": top,
+        },
+    )

@@ -53,20 +53,35 @@ WITH c AS (
     FROM inst i JOIN c USING (pg, collective, seq) WHERE c.rank IS DISTINCT FROM i.last_rank AND c.wait_ns > 0
 )"""
 
-PLURAL = {"allreduce": "all-reduces", "all_reduce": "all-reduces", "all_gather": "all-gathers",
-          "_allgather_base": "all-gathers", "allgather_into_tensor_coalesced": "all-gathers",
-          "all_gather_into_tensor": "all-gathers", "reduce_scatter": "reduce-scatters",
-          "_reduce_scatter_base": "reduce-scatters", "reduce_scatter_tensor": "reduce-scatters",
-          "broadcast": "broadcasts", "all_to_all": "all-to-alls", "alltoall": "all-to-alls",
-          "alltoall_base": "all-to-alls", "reduce": "reduces", "barrier": "barriers"}
+PLURAL = {
+    "allreduce": "all-reduces",
+    "all_reduce": "all-reduces",
+    "all_gather": "all-gathers",
+    "_allgather_base": "all-gathers",
+    "allgather_into_tensor_coalesced": "all-gathers",
+    "all_gather_into_tensor": "all-gathers",
+    "reduce_scatter": "reduce-scatters",
+    "_reduce_scatter_base": "reduce-scatters",
+    "reduce_scatter_tensor": "reduce-scatters",
+    "broadcast": "broadcasts",
+    "all_to_all": "all-to-alls",
+    "alltoall": "all-to-alls",
+    "alltoall_base": "all-to-alls",
+    "reduce": "reduces",
+    "barrier": "barriers",
+}
 
 
-@rule(title="A rank arrives late to collectives",
-      category="collective_wait", explanation=EXPLANATION,
-      thresholds={"min_lateness_us": 20.0, "startup_skew_share": 0.8})
+@rule(
+    title="A rank arrives late to collectives",
+    category="collective_wait",
+    explanation=EXPLANATION,
+    thresholds={"min_lateness_us": 20.0, "startup_skew_share": 0.8},
+)
 def straggler_rank(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     min_late = t.min_lateness_us * 1e3
-    per_rank = ctx.rows(f"""{WAITS_SQL}
+    per_rank = ctx.rows(
+        f"""{WAITS_SQL}
         , mine AS (
             SELECT c.rank, count(*) AS n_total FROM c JOIN inst USING (pg, collective, seq) GROUP BY c.rank
         )
@@ -78,7 +93,9 @@ def straggler_rank(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                arg_min(collective || '#' || seq, last_start) AS first_id
         FROM inst i JOIN mine m ON m.rank IS NOT DISTINCT FROM i.last_rank
         WHERE lateness_ns >= ?
-        GROUP BY i.last_rank ORDER BY sum(lateness_ns) DESC""", [min_late])
+        GROUP BY i.last_rank ORDER BY sum(lateness_ns) DESC""",
+        [min_late],
+    )
     if not per_rank:
         return
     intervals = f"""{WAITS_SQL}
@@ -86,13 +103,17 @@ def straggler_rank(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         WHERE lateness_ns >= ?"""
     lost = ctx.lost_ns(intervals, ["collective_wait"], params=[min_late])
     waiters: dict[int | None, list[dict[str, Any]]] = {}
-    for w in ctx.rows(f"""{WAITS_SQL}
+    for w in ctx.rows(
+        f"""{WAITS_SQL}
             SELECT last_rank, waiter, sum(w_end - w_start) AS wait_ns FROM waits WHERE lateness_ns >= ?
-            GROUP BY ALL ORDER BY wait_ns DESC""", [min_late]):
+            GROUP BY ALL ORDER BY wait_ns DESC""",
+        [min_late],
+    ):
         waiters.setdefault(w["last_rank"], []).append(w)
     # Worst lateness per step on the late rank, the step found from the kernel's launch time (CPU side).
     steps: dict[int | None, list[float]] = {}
-    for s in ctx.rows(f"""{WAITS_SQL}
+    for s in ctx.rows(
+        f"""{WAITS_SQL}
             , late AS (
                 SELECT DISTINCT i.last_rank, i.lateness_ns, coalesce(a.launch_start_ns, c.start_ns) AS launch_ns
                 FROM inst i JOIN c ON c.pg = i.pg AND c.collective = i.collective AND c.seq = i.seq
@@ -103,7 +124,9 @@ def straggler_rank(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
             SELECT l.last_rank, s.name AS step, max(l.lateness_ns) AS worst_ns
             FROM late l ASOF JOIN rule_steps s ON s.rank IS NOT DISTINCT FROM l.last_rank AND s.start_ns <= l.launch_ns
             WHERE l.launch_ns <= s.end_ns
-            GROUP BY ALL""", [min_late]):
+            GROUP BY ALL""",
+        [min_late],
+    ):
         steps.setdefault(s["last_rank"], []).append(s["worst_ns"])
     for r in per_rank:
         rank = r["rank"]
@@ -118,21 +141,39 @@ def straggler_rank(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         # One huge lateness at the rank's first late collective: the ranks started apart.
         startup = r["max_ns"] >= t.startup_skew_share * r["sum_ns"] and r["worst_id"] == r["first_id"]
         who = [w["waiter"] for w in waits]
-        others = (f"rank {who[0]} waits" if len(who) == 1 else
-                  f"ranks {', '.join(map(str, who[:6]))}{'…' if len(who) > 6 else ''} wait" if who else "its peers wait")
+        others = (
+            f"rank {who[0]} waits"
+            if len(who) == 1
+            else f"ranks {', '.join(map(str, who[:6]))}{'…' if len(who) > 6 else ''} wait"
+            if who
+            else "its peers wait"
+        )
         evidence = {
-            "late_rank": rank, "collectives_total": r["n_total"], "collectives_late": r["n_late"],
-            "late_share": share, "collectives": colls, "mean_lateness_ns": r["mean_ns"],
-            "median_lateness_ns": r["median_ns"], "max_lateness_ns": r["max_ns"],
+            "late_rank": rank,
+            "collectives_total": r["n_total"],
+            "collectives_late": r["n_late"],
+            "late_share": share,
+            "collectives": colls,
+            "mean_lateness_ns": r["mean_ns"],
+            "median_lateness_ns": r["median_ns"],
+            "max_lateness_ns": r["max_ns"],
             "worst_collective": {"collective": r["worst_collective"], "seq": r["worst_seq"]},
-            "lateness_per_step_ns": per_step_worst, "steps_seen": len(step_worst),
+            "lateness_per_step_ns": per_step_worst,
+            "steps_seen": len(step_worst),
             "wait_caused_ns": wait_total,
             "wait_caused_per_step_ns": ctx.per_step(wait_total) if ctx.step_unit else None,
-            "waiting_ranks": [{"rank": w["waiter"], "wait_ns": w["wait_ns"],
-                               "collective_wait_fraction_of_rank_window":
-                                   w["wait_ns"] / ctx.rank_window_ns[w["waiter"]]
-                                   if ctx.rank_window_ns.get(w["waiter"]) else None} for w in waits],
-            "startup_skew": startup, "min_lateness_ns": min_late,
+            "waiting_ranks": [
+                {
+                    "rank": w["waiter"],
+                    "wait_ns": w["wait_ns"],
+                    "collective_wait_fraction_of_rank_window": w["wait_ns"] / ctx.rank_window_ns[w["waiter"]]
+                    if ctx.rank_window_ns.get(w["waiter"])
+                    else None,
+                }
+                for w in waits
+            ],
+            "startup_skew": startup,
+            "min_lateness_ns": min_late,
         }
         how_late = f"by {fmt_ns(r['mean_ns'])} on average (worst {fmt_ns(r['max_ns'])})"
         if per_step_worst is not None and ctx.step_unit == "step":
@@ -140,18 +181,30 @@ def straggler_rank(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         title = f"rank {rank} is late to {pct(share)} of {label} ({r['n_late']} of {r['n_total']}), {how_late}"
         if startup:
             fix = f"start-up skew: rank {rank} joined the first collective {fmt_ns(r['max_ns'])} late"
-            rec = (f"Almost all of rank {rank}'s lateness ({fmt_ns(r['max_ns'])} of {fmt_ns(r['sum_ns'])}) is its "
-                   f"first {r['worst_collective']}: the ranks started apart ({others} {fmt_ns(wait_total)} in all). "
-                   f"That is start-up skew, not a recurring straggler: {warm_up_profile(ctx.program)} — or start "
-                   "the profiled region after a barrier — then look again.")
+            rec = (
+                f"Almost all of rank {rank}'s lateness ({fmt_ns(r['max_ns'])} of {fmt_ns(r['sum_ns'])}) is its "
+                f"first {r['worst_collective']}: the ranks started apart ({others} {fmt_ns(wait_total)} in all). "
+                f"That is start-up skew, not a recurring straggler: {warm_up_profile(ctx.program)} — or start "
+                "the profiled region after a barrier — then look again."
+            )
         else:
             fix = f"rank {rank} is late to {pct(share)} of {label}" + (
-                f" ({fmt_ns(per_step_worst)}/step)" if per_step_worst is not None and ctx.step_unit == "step" else "")
-            per = (f" ({fmt_ns(ctx.per_step(wait_total))} {ctx.per_step_text()})" if ctx.step_unit else "")
-            rec = (f"Rank {rank} reaches {pct(share)} of its {label} late, {how_late}; {others} "
-                   f"{fmt_ns(wait_total)} for it in all{per}. The cause runs on rank {rank} before those "
-                   "collectives: look at its host timeline for work the others don't do (data loading, logging, "
-                   "checkpointing, a sleep), uneven batch or sequence sizes, or a slower / throttled GPU; balance "
-                   f"the work or move rank-{rank}-only work off the step.")
-        yield Finding(title=title, recommendation=rec, fix=fix, lost_fraction=ctx.fraction(lost_ns), rank=rank,
-                      key=f"rank {rank}", evidence=evidence)
+                f" ({fmt_ns(per_step_worst)}/step)" if per_step_worst is not None and ctx.step_unit == "step" else ""
+            )
+            per = f" ({fmt_ns(ctx.per_step(wait_total))} {ctx.per_step_text()})" if ctx.step_unit else ""
+            rec = (
+                f"Rank {rank} reaches {pct(share)} of its {label} late, {how_late}; {others} "
+                f"{fmt_ns(wait_total)} for it in all{per}. The cause runs on rank {rank} before those "
+                "collectives: look at its host timeline for work the others don't do (data loading, logging, "
+                "checkpointing, a sleep), uneven batch or sequence sizes, or a slower / throttled GPU; balance "
+                f"the work or move rank-{rank}-only work off the step."
+            )
+        yield Finding(
+            title=title,
+            recommendation=rec,
+            fix=fix,
+            lost_fraction=ctx.fraction(lost_ns),
+            rank=rank,
+            key=f"rank {rank}",
+            evidence=evidence,
+        )

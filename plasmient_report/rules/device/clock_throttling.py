@@ -46,13 +46,24 @@ WITH c AS (
     GROUP BY rank, device
 )
 SELECT m.* FROM m JOIN best USING (rank, device, source_id)"""
-METRICS = ["sm_clock_mhz", "sm_clock_max_mhz", "power_w", "power_limit_w", "enforced_power_limit_w", "temperature_c",
-           "gpu_temp_c", "temp_c"]
+METRICS = [
+    "sm_clock_mhz",
+    "sm_clock_max_mhz",
+    "power_w",
+    "power_limit_w",
+    "enforced_power_limit_w",
+    "temperature_c",
+    "gpu_temp_c",
+    "temp_c",
+]
 
 
-@rule(title="The SM clock drops below its maximum while busy", category=None,
-      thresholds={"max_clock_drop": 0.05, "min_throttled_share": 0.10, "power_limit_share": 0.95, "hot_celsius": 85.0},
-      explanation=EXPLANATION)
+@rule(
+    title="The SM clock drops below its maximum while busy",
+    category=None,
+    thresholds={"max_clock_drop": 0.05, "min_throttled_share": 0.10, "power_limit_share": 0.95, "hot_celsius": 85.0},
+    explanation=EXPLANATION,
+)
 def clock_throttling(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     if not ctx.rows("SELECT count(*) AS n FROM counters WHERE metric = 'sm_clock_mhz'")[0]["n"]:
         return
@@ -63,7 +74,8 @@ def clock_throttling(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
 def _check(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     if not ctx.rows("SELECT count(*) AS n FROM _rule_clk WHERE metric = 'sm_clock_mhz'")[0]["n"]:
         return
-    per_gpu = ctx.rows("""
+    per_gpu = ctx.rows(
+        """
         WITH s AS (SELECT * FROM _rule_clk),
         ref AS (
             SELECT rank, device, coalesce(max(value) FILTER (WHERE metric = 'sm_clock_max_mhz'),
@@ -98,11 +110,15 @@ def _check(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                sum(lost_ns * (1 - mhz / ref_mhz)) FILTER (WHERE mhz < ref_mhz * (1 - $drop)) AS explained_ns,
                min(start_ns) FILTER (WHERE mhz < ref_mhz * (1 - $drop)) AS t0,
                max(end_ns) FILTER (WHERE mhz < ref_mhz * (1 - $drop)) AS t1
-        FROM busy GROUP BY rank, device ORDER BY rank, device""", {"drop": t.max_clock_drop})
+        FROM busy GROUP BY rank, device ORDER BY rank, device""",
+        {"drop": t.max_clock_drop},
+    )
     hit = [g for g in per_gpu if g["busy_ns"] and (g["throttled_ns"] or 0) >= t.min_throttled_share * g["busy_ns"]]
     if not hit:
         return
-    side = {(r["rank"], r["device"]): r for r in ctx.rows("""
+    side = {
+        (r["rank"], r["device"]): r
+        for r in ctx.rows("""
         WITH s AS (SELECT * FROM _rule_clk),
         w AS (SELECT rank, device, min(start_ns) AS a, max(end_ns) AS b FROM rule_windows GROUP BY ALL)
         SELECT s.rank, s.device,
@@ -111,7 +127,8 @@ def _check(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                max(value) FILTER (WHERE metric IN ('power_limit_w', 'enforced_power_limit_w')) AS power_limit_w,
                max(value) FILTER (WHERE metric IN ('temperature_c', 'gpu_temp_c', 'temp_c')) AS max_temp_c
         FROM s JOIN w ON w.rank IS NOT DISTINCT FROM s.rank AND w.device = s.device AND s.start_ns < w.b AND s.end_ns > w.a
-        GROUP BY s.rank, s.device""")}
+        GROUP BY s.rank, s.device""")
+    }
     explained = sum(g["explained_ns"] or 0 for g in hit)
     worst = min(hit, key=lambda g: g["busy_mhz"] or 0)
     drop = 1 - worst["busy_mhz"] / worst["ref_mhz"]
@@ -120,25 +137,35 @@ def _check(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     reasons = []
     if sd.get("power_w") is not None:
         if sd.get("power_limit_w") and sd["max_power_w"] >= t.power_limit_share * sd["power_limit_w"]:
-            reasons.append(f"power reaches its {sd['power_limit_w']:.0f} W limit (max {sd['max_power_w']:.0f} W): "
-                           "power-capped")
+            reasons.append(f"power reaches its {sd['power_limit_w']:.0f} W limit (max {sd['max_power_w']:.0f} W): power-capped")
         else:
             lim = f" of a {sd['power_limit_w']:.0f} W limit" if sd.get("power_limit_w") else ""
             reasons.append(f"power {sd['power_w']:.0f} W on average, {sd['max_power_w']:.0f} W max{lim}")
     if sd.get("max_temp_c") is not None:
-        reasons.append(f"temperature up to {sd['max_temp_c']:.0f} °C" + (" (hot: thermal slowdown likely)"
-                                                                        if sd["max_temp_c"] >= t.hot_celsius else ""))
+        reasons.append(
+            f"temperature up to {sd['max_temp_c']:.0f} °C"
+            + (" (hot: thermal slowdown likely)" if sd["max_temp_c"] >= t.hot_celsius else "")
+        )
     gpu = f"GPU {worst['device']}" + (f" (rank {worst['rank']})" if len(ctx.rank_window_ns) > 1 else "")
     why = f" ({'; '.join(reasons)})" if reasons else ""
-    rec = (f"{gpu} ran its SMs at {worst['busy_mhz']:,.0f} MHz on average while busy, {drop:.0%} below its "
-           f"{worst['ref_mhz']:,.0f} MHz maximum (lowest {worst['min_mhz']:,.0f} MHz), for {share:.0%} of the busy "
-           f"time{why}. Compute-bound kernels slow down in proportion. Check the reason with "
-           "`nvidia-smi -q -d PERFORMANCE` (clocks event reasons), the power limit (`nvidia-smi -pl`), cooling, and "
-           "locked / application clocks (`nvidia-smi -rgc` resets them).")
+    rec = (
+        f"{gpu} ran its SMs at {worst['busy_mhz']:,.0f} MHz on average while busy, {drop:.0%} below its "
+        f"{worst['ref_mhz']:,.0f} MHz maximum (lowest {worst['min_mhz']:,.0f} MHz), for {share:.0%} of the busy "
+        f"time{why}. Compute-bound kernels slow down in proportion. Check the reason with "
+        "`nvidia-smi -q -d PERFORMANCE` (clocks event reasons), the power limit (`nvidia-smi -pl`), cooling, and "
+        "locked / application clocks (`nvidia-smi -rgc` resets them)."
+    )
     yield Finding(
         title=f"SM clock {worst['busy_mhz']:,.0f} MHz while busy, {drop:.0%} below its {worst['ref_mhz']:,.0f} MHz "
-              f"maximum, for {share:.0%} of the busy time",
-        recommendation=rec, fix=f"SM clock −{drop:.0%} while busy: check power / thermal limits",
-        lost_fraction=ctx.fraction(explained), rank=worst["rank"] if len(ctx.rank_window_ns) > 1 else None,
-        key="clock", evidence={"gpus": [{**g, **side.get((g["rank"], g["device"]), {})} for g in per_gpu],
-                               "clock_drop": drop, "throttled_share_of_busy": share})
+        f"maximum, for {share:.0%} of the busy time",
+        recommendation=rec,
+        fix=f"SM clock −{drop:.0%} while busy: check power / thermal limits",
+        lost_fraction=ctx.fraction(explained),
+        rank=worst["rank"] if len(ctx.rank_window_ns) > 1 else None,
+        key="clock",
+        evidence={
+            "gpus": [{**g, **side.get((g["rank"], g["device"]), {})} for g in per_gpu],
+            "clock_drop": drop,
+            "throttled_share_of_busy": share,
+        },
+    )

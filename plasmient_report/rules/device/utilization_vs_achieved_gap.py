@@ -31,29 +31,42 @@ EXPLANATION = Explanation(
         (`plasmient-report diff --fail-if-drop`).""",
 )
 
-SEE = {"memory_bound": "PR301/PR302", "compute_inefficiency": "PR401/PR402", "collective_wait": "PR101",
-       "collective_transfer": "PR102", "pipeline_bubble": "PR201", "memcpy": "PR403"}
+SEE = {
+    "memory_bound": "PR301/PR302",
+    "compute_inefficiency": "PR401/PR402",
+    "collective_wait": "PR101",
+    "collective_transfer": "PR102",
+    "pipeline_bubble": "PR201",
+    "memcpy": "PR403",
+}
 
 
-@rule(title="The GPU is busy but not useful (utilization far above achieved fraction of peak)", category=None,
-      thresholds={"min_utilization": 0.5, "min_gap": 0.25}, explanation=EXPLANATION)
+@rule(
+    title="The GPU is busy but not useful (utilization far above achieved fraction of peak)",
+    category=None,
+    thresholds={"min_utilization": 0.5, "min_gap": 0.25},
+    explanation=EXPLANATION,
+)
 def utilization_vs_achieved_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     util, ach = ctx.utilization, ctx.achieved
     # A lower-bound achieved (unknown work is material) cannot say the busy time was not useful.
     if util is None or ach is None or ctx.achieved_is_lower_bound or util < t.min_utilization or util - ach < t.min_gap:
         return
     # Unknown-FLOP time may have been useful: it is not part of the gap.
-    parts = sorted(((c, ctx.category_fraction(c)) for c in BUSY_CATEGORIES if c != "unknown_flops"),
-                   key=lambda x: -x[1])
+    parts = sorted(((c, ctx.category_fraction(c)) for c in BUSY_CATEGORIES if c != "unknown_flops"), key=lambda x: -x[1])
     parts = [(c, f) for c, f in parts if f > 0]
     lost = sum(f for _, f in parts)
     listing = ", ".join(f"{c.replace('_', ' ')} {pct(f)}" + (f" ({SEE[c]})" if c in SEE else "") for c, f in parts[:4])
-    rec = (f"The GPU had a kernel resident {pct(util)} of the window — what the dashboard shows — but achieved "
-           f"{pct(ach)} of peak: {pct(util - ach)} of the window was busy without useful work. It went to {listing}. "
-           "Start with the largest; track the achieved fraction, not utilization.")
-    yield Finding(title=f"busy {pct(util)} of the time, useful {pct(ach)}: {pct(util - ach)} of the window "
-                        "was busy without useful work",
-                  recommendation=rec, fix=f"{pct(util)} busy but {pct(ach)} useful: see the busy-time losses",
-                  lost_fraction=lost, key="headline",
-                  evidence={"utilization": util, "achieved_fraction_of_peak": ach, "gap": util - ach,
-                            "busy_losses": dict(parts)})
+    rec = (
+        f"The GPU had a kernel resident {pct(util)} of the window — what the dashboard shows — but achieved "
+        f"{pct(ach)} of peak: {pct(util - ach)} of the window was busy without useful work. It went to {listing}. "
+        "Start with the largest; track the achieved fraction, not utilization."
+    )
+    yield Finding(
+        title=f"busy {pct(util)} of the time, useful {pct(ach)}: {pct(util - ach)} of the window was busy without useful work",
+        recommendation=rec,
+        fix=f"{pct(util)} busy but {pct(ach)} useful: see the busy-time losses",
+        lost_fraction=lost,
+        key="headline",
+        evidence={"utilization": util, "achieved_fraction_of_peak": ach, "gap": util - ach, "busy_losses": dict(parts)},
+    )

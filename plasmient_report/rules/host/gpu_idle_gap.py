@@ -46,16 +46,22 @@ SELECT rank, device, start_ns, end_ns FROM rule_idle_gaps WHERE end_ns - start_n
 STARTUP_SHARE = 0.5
 
 
-@rule(title="The GPU sits idle in long gaps", category=None,
-      thresholds={"min_gap_ms": 1.0, "max_gaps": 5, "range_cover": 0.5, "slow_launch_ms": 1.0},
-      explanation=EXPLANATION)
+@rule(
+    title="The GPU sits idle in long gaps",
+    category=None,
+    thresholds={"min_gap_ms": 1.0, "max_gaps": 5, "range_cover": 0.5, "slow_launch_ms": 1.0},
+    explanation=EXPLANATION,
+)
 def gpu_idle_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     params = {"min_gap": t.min_gap_ms * 1e6}
     gaps = ctx.rows(f"SELECT * FROM ({GAPS_SQL}) ORDER BY end_ns - start_ns DESC, start_ns", params)
     if not gaps:
         return
-    ctx.con.execute("CREATE TABLE _gaps AS SELECT row_number() OVER () - 1 AS i, * FROM (SELECT * FROM "
-                    f"({GAPS_SQL}) ORDER BY end_ns - start_ns DESC, start_ns)", params)
+    ctx.con.execute(
+        "CREATE TABLE _gaps AS SELECT row_number() OVER () - 1 AS i, * FROM (SELECT * FROM "
+        f"({GAPS_SQL}) ORDER BY end_ns - start_ns DESC, start_ns)",
+        params,
+    )
     cats: dict[int, dict[str, float]] = {}
     for r in ctx.rows("""
             SELECT g.i, l.category, sum(l.lost_ns * (least(l.end_ns, g.end_ns) - greatest(l.start_ns, g.start_ns))
@@ -67,53 +73,72 @@ def gpu_idle_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
 
     # A launch call far longer than a launch, while the GPU idles, is the driver loading the kernel's module (lazy
     # loading, JIT) at its first use: a one-time cost, whatever the waterfall's launch_bound says of it.
-    slow: dict[int, float] = {r["i"]: r["ns"] for r in ctx.rows("""
+    slow: dict[int, float] = {
+        r["i"]: r["ns"]
+        for r in ctx.rows(
+            """
             SELECT g.i, sum(least(a.end_ns, g.end_ns) - greatest(a.start_ns, g.start_ns)) AS ns
             FROM _gaps g JOIN rule_api_calls a ON a.rank IS NOT DISTINCT FROM g.rank
              AND a.start_ns < g.end_ns AND a.end_ns > g.start_ns AND a.end_ns - a.start_ns >= ?
              AND regexp_matches(a.name, ?)
-            GROUP BY g.i""", [t.slow_launch_ms * 1e6, LAUNCH_API_RE])}
+            GROUP BY g.i""",
+            [t.slow_launch_ms * 1e6, LAUNCH_API_RE],
+        )
+    }
 
     def is_startup(i: int) -> bool:
         c = cats.get(i, {})
         total = sum(c.values())
-        return total > 0 and c.get("startup", 0.0) + min(slow.get(i, 0.0), c.get("launch_bound", 0.0)) \
-            >= STARTUP_SHARE * total
+        return total > 0 and c.get("startup", 0.0) + min(slow.get(i, 0.0), c.get("launch_bound", 0.0)) >= STARTUP_SHARE * total
 
     startup = [dict(g, i=i) for i, g in enumerate(gaps) if is_startup(i)]
     steady = [dict(g, i=i) for i, g in enumerate(gaps) if not is_startup(i)]
-    listed = _describe(ctx, t, steady[: int(t.max_gaps)] + startup[: int(t.max_gaps)], cats,
-                       {g["i"] for g in startup}, slow)
+    listed = _describe(ctx, t, steady[: int(t.max_gaps)] + startup[: int(t.max_gaps)], cats, {g["i"] for g in startup}, slow)
     if steady:
         yield _steady_finding(ctx, t, steady, [x for x in listed if not x["startup"]], startup)
     if startup:
         yield _startup_finding(ctx, t, startup, [x for x in listed if x["startup"]])
 
 
-def _describe(ctx: RuleContext, t: Thresholds, top: list[dict[str, Any]], cats: dict[int, dict[str, float]],
-              startup: set[int], slow: dict[int, float]) -> list[dict[str, Any]]:
+def _describe(
+    ctx: RuleContext,
+    t: Thresholds,
+    top: list[dict[str, Any]],
+    cats: dict[int, dict[str, float]],
+    startup: set[int],
+    slow: dict[int, float],
+) -> list[dict[str, Any]]:
     """What the host did in each listed gap: ops, the covering range, the op before, set-up calls, categories."""
     if not top:
         return []
     ids = [g["i"] for g in top]
     # the host's top-level ops: outermost, annotations (ProfilerStep#N, compiled regions, `## … ##`) looked through
-    ctx.con.execute("""
+    ctx.con.execute(
+        """
         CREATE TABLE _top_ops AS
         SELECT o.* FROM rule_ops o LEFT JOIN rule_ops p ON p.op_id = o.parent_op_id
         WHERE NOT regexp_matches(o.name, $ann) AND (o.parent_op_id IS NULL OR p.op_id IS NULL
-              OR regexp_matches(p.name, $ann))""", {"ann": ANNOTATION_OP_RE})
+              OR regexp_matches(p.name, $ann))""",
+        {"ann": ANNOTATION_OP_RE},
+    )
     during: dict[int, list[dict[str, Any]]] = {}
-    for r in ctx.rows("""
+    for r in ctx.rows(
+        """
             SELECT g.i, o.name, sum(least(o.end_ns, g.end_ns) - greatest(o.start_ns, g.start_ns)) AS ns
             FROM _gaps g JOIN _top_ops o ON o.rank IS NOT DISTINCT FROM g.rank
              AND o.start_ns < g.end_ns AND o.end_ns > g.start_ns
             WHERE g.i IN (SELECT unnest(?::BIGINT[]))
-            GROUP BY g.i, o.name ORDER BY ns DESC""", [ids]):
+            GROUP BY g.i, o.name ORDER BY ns DESC""",
+        [ids],
+    ):
         during.setdefault(r["i"], []).append(r)
     # The range that covers most of the gap (at least `range_cover` of it) names what the host was doing when it
     # is not much longer than the gap (at most twice: a `late_rank_sleep`, a DataLoader step); a longer range that
     # encloses the gap is only where it happened (a phase).
-    covering = {r["i"]: r for r in ctx.rows("""
+    covering = {
+        r["i"]: r
+        for r in ctx.rows(
+            """
             WITH x AS (
                 SELECT g.i, x.name, x.start_ns AS xs, x.end_ns - x.start_ns AS x_ns, g.end_ns - g.start_ns AS g_ns,
                        least(x.end_ns, g.end_ns) - greatest(x.start_ns, g.start_ns) AS ov,
@@ -127,17 +152,29 @@ def _describe(ctx: RuleContext, t: Thresholds, top: list[dict[str, Any]], cats: 
                    arg_max(name, ov * 1e6 - x_ns / 1e6)
                        FILTER (WHERE ov >= ? * g_ns AND x_ns <= 2 * g_ns) AS tight,
                    max(ov / g_ns) FILTER (WHERE ov >= ? * g_ns AND x_ns <= 2 * g_ns) AS tight_cover
-            FROM x GROUP BY i""", [ids, t.range_cover, t.range_cover])}
-    before = {r["i"]: r["name"] for r in ctx.rows("""
+            FROM x GROUP BY i""",
+            [ids, t.range_cover, t.range_cover],
+        )
+    }
+    before = {
+        r["i"]: r["name"]
+        for r in ctx.rows(
+            """
             SELECT g.i, o.name FROM (SELECT * FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[]))) g
-            ASOF JOIN _top_ops o ON o.rank IS NOT DISTINCT FROM g.rank AND o.start_ns <= g.start_ns""", [ids])}
+            ASOF JOIN _top_ops o ON o.rank IS NOT DISTINCT FROM g.rank AND o.start_ns <= g.start_ns""",
+            [ids],
+        )
+    }
     setup: dict[int, list[str]] = {}
-    for r in ctx.rows("""
+    for r in ctx.rows(
+        """
             SELECT g.i, h.name, sum(least(h.end_ns, g.end_ns) - greatest(h.start_ns, g.start_ns)) AS ns
             FROM _gaps g JOIN host_activity h ON h.rank IS NOT DISTINCT FROM g.rank AND h.kind = 'startup'
              AND h.start_ns < g.end_ns AND h.end_ns > g.start_ns
             WHERE g.i IN (SELECT unnest(?::BIGINT[]))
-            GROUP BY g.i, h.name ORDER BY ns DESC""", [ids]):
+            GROUP BY g.i, h.name ORDER BY ns DESC""",
+        [ids],
+    ):
         setup.setdefault(r["i"], []).append(r["name"])
     out = []
     for g in top:
@@ -146,34 +183,54 @@ def _describe(ctx: RuleContext, t: Thresholds, top: list[dict[str, Any]], cats: 
         busy_ops = [d["name"] for d in during.get(i, []) if d["ns"] >= 0.1 * dur][:2]
         cov = covering.get(i, {})
         rng = cov.get("tight")
-        host = (f"host in {', '.join(busy_ops)}" if busy_ops else
-                f"host in range {rng}" if rng else "nothing traced on the host")
+        host = f"host in {', '.join(busy_ops)}" if busy_ops else f"host in range {rng}" if rng else "nothing traced on the host"
         c = cats.get(i, {})
-        out.append({"rank": g["rank"], "device": g["device"], "start_ns": g["start_ns"], "duration_ns": dur,
-                    "host_ops": busy_ops, "after_op": before.get(i), "range": rng or cov.get("enclosing"),
-                    "covering_range": rng, "range_cover": cov.get("tight_cover") if rng else None,
-                    "categories": c, "main_category": max(c, key=lambda k: c[k]) if c else None,
-                    "startup_calls": setup.get(i, [])[:3], "slow_launch_ns": slow.get(i, 0.0), "startup": i in startup,
-                    "host": host})
+        out.append(
+            {
+                "rank": g["rank"],
+                "device": g["device"],
+                "start_ns": g["start_ns"],
+                "duration_ns": dur,
+                "host_ops": busy_ops,
+                "after_op": before.get(i),
+                "range": rng or cov.get("enclosing"),
+                "covering_range": rng,
+                "range_cover": cov.get("tight_cover") if rng else None,
+                "categories": c,
+                "main_category": max(c, key=lambda k: c[k]) if c else None,
+                "startup_calls": setup.get(i, [])[:3],
+                "slow_launch_ns": slow.get(i, 0.0),
+                "startup": i in startup,
+                "host": host,
+            }
+        )
     return out
 
 
 def _line(ctx: RuleContext, x: dict[str, Any]) -> str:
-    return (f"{fmt_ns(x['duration_ns'])}" + (f" on rank {x['rank']}" if len(ctx.rank_window_ns) > 1 else "")
-            + (f" in {x['range']}" if x["range"] and x["range"] != x["covering_range"] else "")
-            + (f" after {x['after_op']}" if x["after_op"] else "") + f" ({x['host']})")
+    return (
+        f"{fmt_ns(x['duration_ns'])}"
+        + (f" on rank {x['rank']}" if len(ctx.rank_window_ns) > 1 else "")
+        + (f" in {x['range']}" if x["range"] and x["range"] != x["covering_range"] else "")
+        + (f" after {x['after_op']}" if x["after_op"] else "")
+        + f" ({x['host']})"
+    )
 
 
 SEE = {"sync_stall": "after host syncs", "input_bound": "waiting for data", "launch_bound": "while the host launches"}
 
 
-def _steady_finding(ctx: RuleContext, t: Thresholds, gaps: list[dict[str, Any]], listed: list[dict[str, Any]],
-                    startup: list[dict[str, Any]]) -> Finding:
+def _steady_finding(
+    ctx: RuleContext, t: Thresholds, gaps: list[dict[str, Any]], listed: list[dict[str, Any]], startup: list[dict[str, Any]]
+) -> Finding:
     total = sum(g["end_ns"] - g["start_ns"] for g in gaps)
     ids = [g["i"] for g in gaps]
     # their idle time in the waterfall, start-up left out (it is the other finding's)
-    lost = ctx.lost_fraction("SELECT rank, device, start_ns, end_ns FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[]))",
-                             [c for c in IDLE_CATEGORIES if c != "startup"], params=[ids])
+    lost = ctx.lost_fraction(
+        "SELECT rank, device, start_ns, end_ns FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[]))",
+        [c for c in IDLE_CATEGORIES if c != "startup"],
+        params=[ids],
+    )
     big = listed[0]
     by_cat: dict[str, float] = {}
     for x in listed:
@@ -192,40 +249,65 @@ def _steady_finding(ctx: RuleContext, t: Thresholds, gaps: list[dict[str, Any]],
     elif named:
         fix = f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}): {named[0]['host']}"
     else:
-        fix = (f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}) with nothing traced on the "
-               "host: profile the host side")
-    rec = (f"{len(gaps)} gap{'s' if len(gaps) != 1 else ''} of at least {t.min_gap_ms:g} ms leave the GPU idle "
-           f"{fmt_ns(total)} ({pct(ctx.fraction(total))} of the window). Largest: {lines}. Keep work queued while the "
-           "host is busy: move logging / checkpointing / evaluation off the step or to another thread, prefetch "
-           "inputs, and avoid host syncs right before long host work (PR502)." + apart)
+        fix = (
+            f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}) with nothing traced on the "
+            "host: profile the host side"
+        )
+    rec = (
+        f"{len(gaps)} gap{'s' if len(gaps) != 1 else ''} of at least {t.min_gap_ms:g} ms leave the GPU idle "
+        f"{fmt_ns(total)} ({pct(ctx.fraction(total))} of the window). Largest: {lines}. Keep work queued while the "
+        "host is busy: move logging / checkpointing / evaluation off the step or to another thread, prefetch "
+        "inputs, and avoid host syncs right before long host work (PR502)." + apart
+    )
     return Finding(
         title=f"GPU idle {fmt_ns(total)} in {len(gaps)} gap{'s' if len(gaps) != 1 else ''} ≥ {t.min_gap_ms:g} ms "
-              f"(largest {fmt_ns(big['duration_ns'])}{ctx_text})",
-        recommendation=rec, lost_fraction=lost, fix=fix, key="gaps",
-        evidence={"gaps": listed, "gap_count": len(gaps), "idle_ns": total, "min_gap_ns": t.min_gap_ms * 1e6,
-                  "main_category": main, "startup_gap_count": len(startup),
-                  "startup_idle_ns": sum(g["end_ns"] - g["start_ns"] for g in startup)})
+        f"(largest {fmt_ns(big['duration_ns'])}{ctx_text})",
+        recommendation=rec,
+        lost_fraction=lost,
+        fix=fix,
+        key="gaps",
+        evidence={
+            "gaps": listed,
+            "gap_count": len(gaps),
+            "idle_ns": total,
+            "min_gap_ns": t.min_gap_ms * 1e6,
+            "main_category": main,
+            "startup_gap_count": len(startup),
+            "startup_idle_ns": sum(g["end_ns"] - g["start_ns"] for g in startup),
+        },
+    )
 
 
-def _startup_finding(ctx: RuleContext, t: Thresholds, gaps: list[dict[str, Any]],
-                     listed: list[dict[str, Any]]) -> Finding:
+def _startup_finding(ctx: RuleContext, t: Thresholds, gaps: list[dict[str, Any]], listed: list[dict[str, Any]]) -> Finding:
     total = sum(g["end_ns"] - g["start_ns"] for g in gaps)
     ids = [g["i"] for g in gaps]
-    lost = ctx.lost_fraction("SELECT rank, device, start_ns, end_ns FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[]))",
-                             ["startup"], params=[ids])
+    lost = ctx.lost_fraction(
+        "SELECT rank, device, start_ns, end_ns FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[]))", ["startup"], params=[ids]
+    )
     calls = list(dict.fromkeys(c for x in listed for c in x["startup_calls"]))[:4]
     if any(x["slow_launch_ns"] for x in listed):
         calls.append("first launches of kernels: module loading")
     what = f" ({', '.join(calls)})" if calls else ""
     big = listed[0]
-    rec = (f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}, {pct(ctx.fraction(total))} of the "
-           f"window; largest {_line(ctx, big)}) are one-time start-up: the host is setting up{what} — context "
-           "creation, module loading, library handles, first allocations. A one-time cost, not a steady-state loss "
-           f"and not launch overhead: {warm_up_profile(ctx.program)}.")
+    rec = (
+        f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}, {pct(ctx.fraction(total))} of the "
+        f"window; largest {_line(ctx, big)}) are one-time start-up: the host is setting up{what} — context "
+        "creation, module loading, library handles, first allocations. A one-time cost, not a steady-state loss "
+        f"and not launch overhead: {warm_up_profile(ctx.program)}."
+    )
     return Finding(
         title=f"one-time start-up: the GPU idles {fmt_ns(total)} in {len(gaps)} gap{'s' if len(gaps) != 1 else ''} "
-              f"while the host sets up{what}",
-        recommendation=rec, lost_fraction=lost, category="startup",
-        fix=f"one-time start-up ({fmt_ns(total)}): profile after warm-up", key="startup",
-        evidence={"gaps": listed, "gap_count": len(gaps), "idle_ns": total, "startup_calls": calls,
-                  "min_gap_ns": t.min_gap_ms * 1e6})
+        f"while the host sets up{what}",
+        recommendation=rec,
+        lost_fraction=lost,
+        category="startup",
+        fix=f"one-time start-up ({fmt_ns(total)}): profile after warm-up",
+        key="startup",
+        evidence={
+            "gaps": listed,
+            "gap_count": len(gaps),
+            "idle_ns": total,
+            "startup_calls": calls,
+            "min_gap_ns": t.min_gap_ms * 1e6,
+        },
+    )

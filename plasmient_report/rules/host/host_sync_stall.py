@@ -41,21 +41,36 @@ EXPLANATION = Explanation(
 
 PYTHON_FRAME_RE = r"\.py\([0-9]+\)"
 # Frames of libraries and the standard library: the Python site is the innermost frame that is none of these.
-LIBRARY_FRAME_RE = (r"^(<built-in|<frozen|torch/|numpy/|typing\.py|contextlib\.py|functools\.py|threading\.py|"
-                    r"abc\.py|enum\.py|weakref\.py|copy\.py|logging/|collections/|importlib/)|site-packages/|"
-                    r"dist-packages/|/lib/python3")
+LIBRARY_FRAME_RE = (
+    r"^(<built-in|<frozen|torch/|numpy/|typing\.py|contextlib\.py|functools\.py|threading\.py|"
+    r"abc\.py|enum\.py|weakref\.py|copy\.py|logging/|collections/|importlib/)|site-packages/|"
+    r"dist-packages/|/lib/python3"
+)
 
 # What a user wrote, from the op that issued the sync (innermost first).
 FRIENDLY = {
-    "aten::item": ".item()", "aten::_local_scalar_dense": ".item()", "aten::is_nonzero": "bool(tensor) / `if tensor:`",
-    "aten::nonzero": ".nonzero() (data-dependent size)", "aten::masked_select": "masked_select (data-dependent size)",
-    "aten::unique": "unique() (data-dependent size)", "aten::_unique2": "unique() (data-dependent size)",
-    "aten::repeat_interleave": "repeat_interleave (data-dependent size)", "aten::tolist": ".tolist()",
-    "aten::to": ".to('cpu') / .cpu()", "aten::_to_copy": ".to('cpu') / .cpu()", "aten::cpu": ".cpu()",
-    "aten::copy_": "a device→host copy_", "aten::equal": "torch.equal", "aten::allclose": "torch.allclose",
+    "aten::item": ".item()",
+    "aten::_local_scalar_dense": ".item()",
+    "aten::is_nonzero": "bool(tensor) / `if tensor:`",
+    "aten::nonzero": ".nonzero() (data-dependent size)",
+    "aten::masked_select": "masked_select (data-dependent size)",
+    "aten::unique": "unique() (data-dependent size)",
+    "aten::_unique2": "unique() (data-dependent size)",
+    "aten::repeat_interleave": "repeat_interleave (data-dependent size)",
+    "aten::tolist": ".tolist()",
+    "aten::to": ".to('cpu') / .cpu()",
+    "aten::_to_copy": ".to('cpu') / .cpu()",
+    "aten::cpu": ".cpu()",
+    "aten::copy_": "a device→host copy_",
+    "aten::equal": "torch.equal",
+    "aten::allclose": "torch.allclose",
 }
-BARE = {"cudaDeviceSynchronize": "torch.cuda.synchronize()", "cudaStreamSynchronize": "stream.synchronize()",
-        "cudaEventSynchronize": "event.synchronize()", "cudaStreamWaitEvent": "stream.wait_event()"}
+BARE = {
+    "cudaDeviceSynchronize": "torch.cuda.synchronize()",
+    "cudaStreamSynchronize": "stream.synchronize()",
+    "cudaEventSynchronize": "event.synchronize()",
+    "cudaStreamWaitEvent": "stream.wait_event()",
+}
 
 STALLS_SQL = f"""
 WITH st AS (
@@ -115,8 +130,12 @@ def friendly(sync: str | None, inner: str | None, outer: str | None, pytorch: bo
     return outer or inner or sync or "?"
 
 
-@rule(title="Host syncs leave the GPU idle", category="sync_stall",
-      thresholds={"max_findings": 3, "min_lost_fraction": 0.01, "before_work_share": 0.9}, explanation=EXPLANATION)
+@rule(
+    title="Host syncs leave the GPU idle",
+    category="sync_stall",
+    thresholds={"max_findings": 3, "min_lost_fraction": 0.01, "before_work_share": 0.9},
+    explanation=EXPLANATION,
+)
 def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     groups = ctx.rows(f"""
         WITH s AS ({STALLS_SQL}),
@@ -147,43 +166,67 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         # (nearly all of it: the wait came before the work — set-up, not the loop)
         after = None
         if n == 1:
-            after = ctx.rows("""
+            after = ctx.rows(
+                """
                 SELECT sum(end_ns - start_ns) FILTER (WHERE start_ns >= ?) / nullif(sum(end_ns - start_ns), 0) AS f
                 FROM rule_kernels WHERE rank IS NOT DISTINCT FROM ? AND end_ns > start_ns""",
-                             [g["idle_end"], g["first_rank"]])[0]["f"]
+                [g["idle_end"], g["first_rank"]],
+            )[0]["f"]
         before_work = after is not None and after >= t.before_work_share
         if n > 1:
-            rec = (f"{said}{where} synchronizes the host with the GPU{copy} {n}×; each time the GPU then "
-                   f"sat idle {fmt_ns(each)} on average (worst {fmt_ns(g['max_idle_ns'])}; {fmt_ns(g['idle_ns'])} in "
-                   f"all{per}) until the host launched again. Take it out of the hot loop: {sync_fix(p)}.")
-            title = f"host sync {said}{f' at {site}' if site else ''} leaves the GPU idle {n}×, " \
-                    f"{fmt_ns(each)} each"
+            rec = (
+                f"{said}{where} synchronizes the host with the GPU{copy} {n}×; each time the GPU then "
+                f"sat idle {fmt_ns(each)} on average (worst {fmt_ns(g['max_idle_ns'])}; {fmt_ns(g['idle_ns'])} in "
+                f"all{per}) until the host launched again. Take it out of the hot loop: {sync_fix(p)}."
+            )
+            title = f"host sync {said}{f' at {site}' if site else ''} leaves the GPU idle {n}×, {fmt_ns(each)} each"
             fix = f"drop {what}{f' ({site})' if site else ''} from the loop: {n} syncs, {fmt_ns(each)} idle each"
         elif before_work:
             # One window cannot tell set-up from a per-iteration wait when it holds one iteration: both are said.
-            rec = (f"{said}{where} synchronized the host with the GPU{copy} once, and the GPU then sat idle "
-                   f"{fmt_ns(each)} before {pct(after)} of the window's GPU work began: a wait before the work — "
-                   "set-up (loading, building, warm-up) if it happens once; if this window is one iteration of a "
-                   f"loop it may recur every iteration, which a longer profile shows. Set-up: "
-                   f"{warm_up_profile(p)}. Per iteration: {sync_fix(p)}.")
-            title = (f"host sync {said}{f' at {site}' if site else ''}: the GPU idles {fmt_ns(each)} after "
-                     "it, once, before the work")
+            rec = (
+                f"{said}{where} synchronized the host with the GPU{copy} once, and the GPU then sat idle "
+                f"{fmt_ns(each)} before {pct(after)} of the window's GPU work began: a wait before the work — "
+                "set-up (loading, building, warm-up) if it happens once; if this window is one iteration of a "
+                f"loop it may recur every iteration, which a longer profile shows. Set-up: "
+                f"{warm_up_profile(p)}. Per iteration: {sync_fix(p)}."
+            )
+            title = (
+                f"host sync {said}{f' at {site}' if site else ''}: the GPU idles {fmt_ns(each)} after it, once, before the work"
+            )
             fix = f"one {fmt_ns(each)} wait after {what} before the work: set-up, or once per iteration?"
         else:
-            rec = (f"{said}{where} synchronized the host with the GPU{copy} once in this window, and the "
-                   f"GPU then sat idle {fmt_ns(each)} until the host launched again. One window cannot tell whether "
-                   f"it recurs: if it does (every iteration), {sync_fix(p)}.")
-            title = (f"host sync {said}{f' at {site}' if site else ''} leaves the GPU idle "
-                     f"{fmt_ns(each)} (once)")
+            rec = (
+                f"{said}{where} synchronized the host with the GPU{copy} once in this window, and the "
+                f"GPU then sat idle {fmt_ns(each)} until the host launched again. One window cannot tell whether "
+                f"it recurs: if it does (every iteration), {sync_fix(p)}."
+            )
+            title = f"host sync {said}{f' at {site}' if site else ''} leaves the GPU idle {fmt_ns(each)} (once)"
             fix = f"{what}{f' ({site})' if site else ''}: 1 sync, {fmt_ns(each)} idle after it"
         if p.pytorch and not site:
             rec += " (Record with with_stack=True to see the Python line.)"
         yield Finding(
-            title=title, recommendation=rec, fix=fix,
-            lost_fraction=ctx.fraction(g["lost_ns"]), key=f"{chain} @ {site}" if site else chain,
+            title=title,
+            recommendation=rec,
+            fix=fix,
+            lost_fraction=ctx.fraction(g["lost_ns"]),
+            key=f"{chain} @ {site}" if site else chain,
             rank=g["ranks"][0] if len(g["ranks"] or []) == 1 and len(ctx.rank_window_ns) > 1 else None,
-            evidence={"sync_call": g["sync_name"], "op": g["inner_op"], "outer_op": g["outer_op"], "as_written": what,
-                      "python_site": site, "range": g["range_name"], "syncs": n, "idle_ns": g["idle_ns"],
-                      "mean_idle_ns": each, "max_idle_ns": g["max_idle_ns"], "d2h_copies": g["d2h_copies"],
-                      "d2h_bytes": g["d2h_bytes"], "ranks": g["ranks"], "once": n == 1,
-                      "gpu_work_after_share": after, "before_the_work": before_work})
+            evidence={
+                "sync_call": g["sync_name"],
+                "op": g["inner_op"],
+                "outer_op": g["outer_op"],
+                "as_written": what,
+                "python_site": site,
+                "range": g["range_name"],
+                "syncs": n,
+                "idle_ns": g["idle_ns"],
+                "mean_idle_ns": each,
+                "max_idle_ns": g["max_idle_ns"],
+                "d2h_copies": g["d2h_copies"],
+                "d2h_bytes": g["d2h_bytes"],
+                "ranks": g["ranks"],
+                "once": n == 1,
+                "gpu_work_after_share": after,
+                "before_the_work": before_work,
+            },
+        )

@@ -40,8 +40,12 @@ ld AS (SELECT rank, name, start_ns, end_ns FROM rule_ranges
 SELECT ib.*, ld.name AS loader FROM ib ASOF LEFT JOIN ld ON ld.rank IS NOT DISTINCT FROM ib.rank AND ld.start_ns <= ib.start_ns"""
 
 
-@rule(title="Steps wait for input data (DataLoader)", category="input_bound",
-      thresholds={"suggest_max_workers": 16}, explanation=EXPLANATION)
+@rule(
+    title="Steps wait for input data (DataLoader)",
+    category="input_bound",
+    thresholds={"suggest_max_workers": 16},
+    explanation=EXPLANATION,
+)
 def input_bound_step(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     rows = ctx.rows(f"""
         SELECT loader, count(*) AS stalls, sum(lost_ns) AS lost_ns, sum(end_ns - start_ns) AS idle_ns,
@@ -54,32 +58,55 @@ def input_bound_step(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     names = [r["loader"] for r in rows if r["loader"]]
     single = any("SingleProcess" in n for n in names)
     multi = any("MultiProcessing" in n for n in names)
-    pageable = ctx.rows("SELECT count(*) AS n FROM rule_kernels WHERE kind = 'memcpy' AND copy_kind = 'HtoD' "
-                        "AND name ILIKE '%pageable%'")[0]["n"]
+    pageable = ctx.rows(
+        "SELECT count(*) AS n FROM rule_kernels WHERE kind = 'memcpy' AND copy_kind = 'HtoD' AND name ILIKE '%pageable%'"
+    )[0]["n"]
     per_step = ctx.per_step(idle_ns / max(len(ctx.rank_window_ns), 1))
     rank_windows = sum(ctx.rank_window_ns.values()) / max(len(ctx.rank_window_ns), 1)
     work_per_step = max(ctx.per_step(rank_windows) - per_step, 1.0)
     workers = min(int(t.suggest_max_workers), max(2, math.ceil(per_step / work_per_step) + 1))
-    state = ("num_workers=0: loading runs in the training process" if single else
-             "worker processes are not keeping up" if multi else "the loader's worker count is not in the trace")
+    state = (
+        "num_workers=0: loading runs in the training process"
+        if single
+        else "worker processes are not keeping up"
+        if multi
+        else "the loader's worker count is not in the trace"
+    )
     pin = f"; {pageable} host→device copies come from pageable memory (pin_memory is off)" if pageable else ""
-    head = (f"The GPU waited {fmt_ns(idle_ns)} ({pct(ctx.fraction(lost_ns))} of the window"
-            + (f", {fmt_ns(per_step)} {ctx.per_step_text()}" if ctx.step_unit else "") + ") for the data loader "
-            f"({', '.join(names[:2]) or 'dataloader ranges'})")
+    head = (
+        f"The GPU waited {fmt_ns(idle_ns)} ({pct(ctx.fraction(lost_ns))} of the window"
+        + (f", {fmt_ns(per_step)} {ctx.per_step_text()}" if ctx.step_unit else "")
+        + ") for the data loader "
+        f"({', '.join(names[:2]) or 'dataloader ranges'})"
+    )
     if ctx.program.pytorch:
-        rec = (f"{head}: {state}{pin}. Use DataLoader(num_workers={workers}" + (" or more" if multi else "")
-               + ", pin_memory=True, prefetch_factor=4, persistent_workers=True) and copy batches with "
-               "non_blocking=True; move heavy augmentation to the GPU or cache pre-processed data.")
+        rec = (
+            f"{head}: {state}{pin}. Use DataLoader(num_workers={workers}"
+            + (" or more" if multi else "")
+            + ", pin_memory=True, prefetch_factor=4, persistent_workers=True) and copy batches with "
+            "non_blocking=True; move heavy augmentation to the GPU or cache pre-processed data."
+        )
         fix = f"DataLoader(num_workers={workers}, pin_memory=True, prefetch)"
     else:
-        rec = (f"{head}{pin}. Load ahead of the GPU: about {workers} loader threads or processes, a prefetch queue "
-               "of a few batches, pinned staging buffers and asynchronous copies; cache pre-processed data.")
+        rec = (
+            f"{head}{pin}. Load ahead of the GPU: about {workers} loader threads or processes, a prefetch queue "
+            "of a few batches, pinned staging buffers and asynchronous copies; cache pre-processed data."
+        )
         fix = f"load ahead: ~{workers} loader workers, prefetch, pinned buffers"
     yield Finding(
         title=f"input-bound: the GPU waits {pct(ctx.fraction(lost_ns))} of the window for "
-              + ("the DataLoader" if ctx.program.pytorch else "data loading")
-              + (" (num_workers=0)" if single else ""),
-        recommendation=rec, fix=fix,
-        lost_fraction=ctx.fraction(lost_ns), key="dataloader",
-        evidence={"loaders": rows, "idle_ns": idle_ns, "wait_per_step_ns": per_step if ctx.step_unit else None,
-                  "single_process": single, "pageable_htod_copies": pageable, "suggested_workers": workers})
+        + ("the DataLoader" if ctx.program.pytorch else "data loading")
+        + (" (num_workers=0)" if single else ""),
+        recommendation=rec,
+        fix=fix,
+        lost_fraction=ctx.fraction(lost_ns),
+        key="dataloader",
+        evidence={
+            "loaders": rows,
+            "idle_ns": idle_ns,
+            "wait_per_step_ns": per_step if ctx.step_unit else None,
+            "single_process": single,
+            "pageable_htod_copies": pageable,
+            "suggested_workers": workers,
+        },
+    )

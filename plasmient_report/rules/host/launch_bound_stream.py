@@ -42,11 +42,16 @@ SELECT rank, device, stream, name, op_id, start_ns, end_ns, end_ns - start_ns AS
 FROM rule_kernels WHERE end_ns > start_ns"""
 
 
-@rule(title="Streams are launch-bound (short kernels, launch-sized gaps)", category="launch_bound",
-      thresholds={"short_kernel_us": 20.0, "max_gap_us": 100.0}, explanation=EXPLANATION)
+@rule(
+    title="Streams are launch-bound (short kernels, launch-sized gaps)",
+    category="launch_bound",
+    thresholds={"short_kernel_us": 20.0, "max_gap_us": 100.0},
+    explanation=EXPLANATION,
+)
 def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     max_gap = t.max_gap_us * 1e3
-    streams = ctx.rows(f"""
+    streams = ctx.rows(
+        f"""
         WITH k AS ({KERNELS_SQL})
         SELECT rank, device, stream, count(*) AS kernels, median(dur) AS median_kernel_ns,
                median(gap) FILTER (WHERE gap > 0) AS median_gap_ns, sum(dur) AS busy_ns,
@@ -54,45 +59,70 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         FROM k GROUP BY rank, device, stream
         HAVING median(dur) <= ? AND median(gap) FILTER (WHERE gap > 0) > median(dur)
            AND median(gap) FILTER (WHERE gap > 0) <= ?
-        ORDER BY kernels DESC""", [max_gap, t.short_kernel_us * 1e3, max_gap])
+        ORDER BY kernels DESC""",
+        [max_gap, t.short_kernel_us * 1e3, max_gap],
+    )
     if not streams:
         return
     keys = [[s["rank"], s["device"], s["stream"]] for s in streams]
     sel = " OR ".join("(rank IS NOT DISTINCT FROM ? AND device = ? AND stream = ?)" for _ in keys)
     flat = [x for k in keys for x in k]
-    lost = ctx.lost_fraction(f"""
+    lost = ctx.lost_fraction(
+        f"""
         SELECT rank, device, prev_end AS start_ns, start_ns AS end_ns FROM ({KERNELS_SQL})
-        WHERE ({sel}) AND gap > 0 AND gap <= ?""", ["launch_bound"], params=[*flat, max_gap])
+        WHERE ({sel}) AND gap > 0 AND gap <= ?""",
+        ["launch_bound"],
+        params=[*flat, max_gap],
+    )
     kernels = sum(s["kernels"] for s in streams)
     launch = ctx.rows(f"""
         SELECT median(end_ns - start_ns) AS median_ns, count(*) AS n FROM rule_api_calls
         WHERE regexp_matches(name, '{LAUNCH_API_RE}')""")[0]
-    top = ctx.rows(f"""
+    top = ctx.rows(
+        f"""
         SELECT o.name AS op, count(*) AS kernels, median(o.end_ns - o.start_ns) AS median_op_ns, min(k.name) AS kernel
         FROM (SELECT * FROM ({KERNELS_SQL}) WHERE {sel}) k JOIN rule_ops o ON o.op_id = k.op_id
-        GROUP BY o.name ORDER BY kernels DESC LIMIT 3""", flat)
+        GROUP BY o.name ORDER BY kernels DESC LIMIT 3""",
+        flat,
+    )
     med_k = sorted(s["median_kernel_ns"] for s in streams)[len(streams) // 2]
     med_g = sorted(s["median_gap_ns"] for s in streams)[len(streams) // 2]
     per = ctx.per_step(kernels)
     unit = ctx.per_step_text()
-    where = ", ".join(f"stream {s['stream']}" + (f" (rank {s['rank']})" if len(ctx.rank_window_ns) > 1 else "")
-                      for s in streams[:4])
-    ops = "; ".join(f"{o['op']} {o['kernels']}× ({fmt_ns(o['median_op_ns'])} on the host each, kernel "
-                    f"{short_kernel(o['kernel'], 40)})" for o in top)
+    where = ", ".join(
+        f"stream {s['stream']}" + (f" (rank {s['rank']})" if len(ctx.rank_window_ns) > 1 else "") for s in streams[:4]
+    )
+    ops = "; ".join(
+        f"{o['op']} {o['kernels']}× ({fmt_ns(o['median_op_ns'])} on the host each, kernel {short_kernel(o['kernel'], 40)})"
+        for o in top
+    )
     p = ctx.program
     launch_call = f"{p.prefix}LaunchKernel"
-    rec = (f"{kernels} kernels on {where}: median {fmt_ns(med_k)} each, with {fmt_ns(med_g)} idle between them — the "
-           f"host needs longer to launch a kernel ({launch_call} median {fmt_ns(launch['median_ns'])}"
-           + (", plus the op's own overhead" if p.pytorch else "") + ") than the GPU to run it. That is "
-           f"{per:,.0f} launches {unit}" + (f"; most from {ops}" if ops else "") + ". "
-           f"{graph_capture(p)[0].upper() + graph_capture(p)[1:]}, so one graph launch replaces them; and "
-           f"{fuse_small(p)}.")
+    rec = (
+        f"{kernels} kernels on {where}: median {fmt_ns(med_k)} each, with {fmt_ns(med_g)} idle between them — the "
+        f"host needs longer to launch a kernel ({launch_call} median {fmt_ns(launch['median_ns'])}"
+        + (", plus the op's own overhead" if p.pytorch else "")
+        + ") than the GPU to run it. That is "
+        f"{per:,.0f} launches {unit}" + (f"; most from {ops}" if ops else "") + ". "
+        f"{graph_capture(p)[0].upper() + graph_capture(p)[1:]}, so one graph launch replaces them; and "
+        f"{fuse_small(p)}."
+    )
     how = "CUDA graphs / torch.compile" if p.pytorch else f"{p.api} graph (stream capture)"
     yield Finding(
         title=f"launch-bound: {kernels} kernels of {fmt_ns(med_k)} (median) with {fmt_ns(med_g)} gaps",
-        recommendation=rec, fix=f"{how}: {per:,.0f} launches {unit} → 1 graph",
-        lost_fraction=lost, key="launch",
+        recommendation=rec,
+        fix=f"{how}: {per:,.0f} launches {unit} → 1 graph",
+        lost_fraction=lost,
+        key="launch",
         rank=streams[0]["rank"] if len({s["rank"] for s in streams}) == 1 and len(ctx.rank_window_ns) > 1 else None,
-        evidence={"streams": streams, "kernels": kernels, "launches_per_step": per, "step_unit": ctx.step_unit,
-                  "median_kernel_ns": med_k, "median_gap_ns": med_g,
-                  "median_launch_call_ns": launch["median_ns"], "top_ops": top})
+        evidence={
+            "streams": streams,
+            "kernels": kernels,
+            "launches_per_step": per,
+            "step_unit": ctx.step_unit,
+            "median_kernel_ns": med_k,
+            "median_gap_ns": med_g,
+            "median_launch_call_ns": launch["median_ns"],
+            "top_ops": top,
+        },
+    )

@@ -47,19 +47,27 @@ EXPLANATION = Explanation(
 
 # Per-SM limits: (shared memory bytes per SM, max threads, max blocks). NVIDIA by compute capability; AMD CDNA
 # per CU (64 KiB LDS; 2048 work-items = 32 wavefronts of 64), keyed apart: AMD's "9.0" / "9.4" are gfx90a / gfx942.
-SM_LIMITS = {"9.0": (233472, 2048, 32), "8.0": (167936, 2048, 32), "8.6": (102400, 1536, 16),
-             "8.9": (102400, 1536, 24), "7.0": (98304, 2048, 32), "7.5": (65536, 1024, 16),
-             "10.0": (233472, 2048, 32), "12.0": (102400, 1536, 32)}
+SM_LIMITS = {
+    "9.0": (233472, 2048, 32),
+    "8.0": (167936, 2048, 32),
+    "8.6": (102400, 1536, 16),
+    "8.9": (102400, 1536, 24),
+    "7.0": (98304, 2048, 32),
+    "7.5": (65536, 1024, 16),
+    "10.0": (233472, 2048, 32),
+    "12.0": (102400, 1536, 32),
+}
 AMD_LIMITS = {"9.5": (163840, 2048, 32)}
 AMD_DEFAULT = (65536, 2048, 32)
 REGS_PER_SM = 65536
 MAX_TILE_AREA = 256 * 256  # the largest GEMM tile a block computes (CUTLASS / cuBLAS / Tensile)
-TILE_RE = re.compile(r"(?<![0-9])(16|32|64|96|112|128|160|192|224|256|320|384|512)x"
-                     r"(16|32|64|96|112|128|160|192|224|256|320|384|512)(?![0-9])")
+TILE_RE = re.compile(
+    r"(?<![0-9])(16|32|64|96|112|128|160|192|224|256|320|384|512)x"
+    r"(16|32|64|96|112|128|160|192|224|256|320|384|512)(?![0-9])"
+)
 CONV_OP_RE = re.compile(r"(?i)conv")
 # Forward convolution ops whose arguments are (input, weight, bias, stride, padding, dilation, …).
-CONV_FORWARD_OPS = {"aten::conv1d": 1, "aten::conv2d": 2, "aten::conv3d": 3, "aten::convolution": 0,
-                    "aten::_convolution": 0}
+CONV_FORWARD_OPS = {"aten::conv1d": 1, "aten::conv2d": 2, "aten::conv3d": 3, "aten::convolution": 0, "aten::_convolution": 0}
 
 GROUPS_SQL = f"""
 SELECT md5(concat_ws('|', k.name, o.name, o.input_dims, o.concrete_inputs, k.grid_x, k.grid_y, k.grid_z, k.block_x,
@@ -161,8 +169,15 @@ class Waves:
     shape: str  # gemm, conv (an implicit GEMM) or blocks (the grid alone)
 
 
-def _one(blocks: int, slots: int, m: re.Match[str] | None, mnk: tuple[int, int, int] | None, sm_count: int,
-         occupancy_known: bool, shape: str) -> Waves | None:
+def _one(
+    blocks: int,
+    slots: int,
+    m: re.Match[str] | None,
+    mnk: tuple[int, int, int] | None,
+    sm_count: int,
+    occupancy_known: bool,
+    shape: str,
+) -> Waves | None:
     best: Waves | None = None
     if m and mnk:
         M, N, batch = mnk
@@ -184,23 +199,33 @@ def _one(blocks: int, slots: int, m: re.Match[str] | None, mnk: tuple[int, int, 
     if mnk is None and blocks < sm_count:
         return None
     if blocks >= slots and blocks % slots == 0:
-        return Waves(blocks, slots, blocks / slots, 1.0, 1.0, None if shape == "blocks" else 1.0, None, False,
-                     occupancy_known, shape)
+        return Waves(
+            blocks, slots, blocks / slots, 1.0, 1.0, None if shape == "blocks" else 1.0, None, False, occupancy_known, shape
+        )
     if not m and blocks == sm_count:  # a persistent grid without a known tile: nothing can be said
         return None
     w = blocks / slots
-    return Waves(blocks, slots, w, w / math.ceil(w), w / math.ceil(w), None if shape == "blocks" else 1.0, None,
-                 False, occupancy_known, shape)
+    return Waves(
+        blocks,
+        slots,
+        w,
+        w / math.ceil(w),
+        w / math.ceil(w),
+        None if shape == "blocks" else 1.0,
+        None,
+        False,
+        occupancy_known,
+        shape,
+    )
 
 
 def waves_of(g: dict[str, Any], sm_count: int, cc: str | None, amd: bool = False) -> Waves | None:
     """The waves of one kernel shape; None when nothing can be said (a persistent grid without a known tile)."""
     threads = (g["block_x"] or 1) * (g["block_y"] or 1) * (g["block_z"] or 1)
-    dims = [(g["grid_x"] or 1, g["block_x"] or 1), (g["grid_y"] or 1, g["block_y"] or 1),
-            (g["grid_z"] or 1, g["block_z"] or 1)]
+    dims = [(g["grid_x"] or 1, g["block_x"] or 1), (g["grid_y"] or 1, g["block_y"] or 1), (g["grid_z"] or 1, g["block_z"] or 1)]
     # HIP's grid is in work-items (threads), CUDA's in blocks
     blocks = math.prod(math.ceil(n / b) for n, b in dims) if amd else math.prod(n for n, _ in dims)
-    limits = (AMD_LIMITS.get(cc or "", AMD_DEFAULT) if amd else SM_LIMITS.get(cc or "", SM_LIMITS["9.0"]))
+    limits = AMD_LIMITS.get(cc or "", AMD_DEFAULT) if amd else SM_LIMITS.get(cc or "", SM_LIMITS["9.0"])
     m = TILE_RE.search(g["name"] or "")
     if g["op_name"] and CONV_OP_RE.search(g["op_name"]):
         mnk = conv_mnb(g["op_name"], g["input_dims"], g.get("concrete_inputs"))
@@ -211,21 +236,25 @@ def waves_of(g: dict[str, Any], sm_count: int, cc: str | None, amd: bool = False
         m = None  # the GEMM's M×N is not known: the blocks alone
     known = bool(g["regs"] or g["smem"])
     if known:
-        return _one(blocks, sm_count * blocks_per_sm(limits, threads, g["regs"], g["smem"]), m, mnk, sm_count,
-                    True, shape)
+        return _one(blocks, sm_count * blocks_per_sm(limits, threads, g["regs"], g["smem"]), m, mnk, sm_count, True, shape)
     # no registers / shared memory in the trace: every occupancy from 1 block per SM to the threads' limit is
     # possible; keep the best efficiency among them (only what holds whatever the occupancy is flagged)
-    cands = [_one(blocks, sm_count * n, m, mnk, sm_count, False, shape)
-             for n in range(1, blocks_per_sm(limits, threads, None, None) + 1)]
+    cands = [
+        _one(blocks, sm_count * n, m, mnk, sm_count, False, shape)
+        for n in range(1, blocks_per_sm(limits, threads, None, None) + 1)
+    ]
     found = [c for c in cands if c is not None]
     if len(found) < len(cands):
         return None
     return max(found, key=lambda c: c.efficiency) if found else None
 
 
-@rule(title="GEMM tiles do not fill the SMs in whole waves (small GEMMs, tile quantisation)",
-      category="compute_inefficiency", thresholds={"max_efficiency": 0.85, "max_findings": 5},
-      explanation=EXPLANATION)
+@rule(
+    title="GEMM tiles do not fill the SMs in whole waves (small GEMMs, tile quantisation)",
+    category="compute_inefficiency",
+    thresholds={"max_efficiency": 0.85, "max_findings": 5},
+    explanation=EXPLANATION,
+)
 def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     groups = ctx.rows(f"""
         SELECT key, min(name) AS name, min(op_name) AS op_name, min(input_dims) AS input_dims,
@@ -251,10 +280,13 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
     if not flagged:
         return
     weights = ", ".join(f"('{g['key']}', {1 - w.efficiency!r})" for g, w, _ in flagged)
-    lost = ctx.lost_ns(f"""
+    lost = ctx.lost_ns(
+        f"""
         SELECT NULL AS key, k.rank, k.device, k.start_ns, k.end_ns, v.weight
         FROM ({GROUPS_SQL}) k JOIN (VALUES {weights}) v(key, weight) ON v.key = k.key""",
-                       ["compute_inefficiency"], weighted=True)
+        ["compute_inefficiency"],
+        weighted=True,
+    )
     lost_ns = sum(lost.values())
     flagged.sort(key=lambda x: -x[0]["time_ns"] * (1 - x[1].efficiency))
     g, w, gpu = flagged[0]
@@ -264,39 +296,72 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
     graph = "a graph" if not ctx.program.pytorch else "a CUDA graph"
     occ = "" if w.occupancy_known else " (blocks per SM not in the trace: the best case taken)"
     if small:
-        title = (f"small GEMM: {what} makes {w.units} {unit} for {w.slots} SM slots "
-                 f"({pct(1 - w.waves)} of the GPU idle)")
+        title = f"small GEMM: {what} makes {w.units} {unit} for {w.slots} SM slots ({pct(1 - w.waves)} of the GPU idle)"
         fix = f"batch / enlarge small GEMMs: {pct(1 - w.waves)} of SMs idle"
-        how = ("Batch such GEMMs into one (bmm, grouped GEMM, fused QKV projections), make them larger, or capture "
-               f"them in {graph} so their launch cost disappears.")
+        how = (
+            "Batch such GEMMs into one (bmm, grouped GEMM, fused QKV projections), make them larger, or capture "
+            f"them in {graph} so their launch cost disappears."
+        )
     else:
-        title = (f"GEMM wave quantization: {what} makes {w.units} {unit} on {w.slots} SM slots = "
-                 f"{w.waves:.2f} waves ({pct(w.efficiency)} efficient)")
+        title = (
+            f"GEMM wave quantization: {what} makes {w.units} {unit} on {w.slots} SM slots = "
+            f"{w.waves:.2f} waves ({pct(w.efficiency)} efficient)"
+        )
         full = math.floor(w.waves) * w.slots
         fix = f"GEMM shape: {w.waves:.2f} waves on {gpu.sm_count} SMs, pad/trim to whole waves"
         tuner = "cuBLASLt / torch.compile(mode='max-autotune')" if ctx.program.pytorch else "cuBLASLt / hipBLASLt"
-        how = (f"The last wave runs {w.units - full} of {w.slots} slots. Make the work fill whole waves: shapes that "
-               f"are multiples of the tile{f' ({w.tile[0]}×{w.tile[1]})' if w.tile else ''} and give "
-               f"{full} or {math.ceil(w.waves) * w.slots} {unit}, or let {tuner} choose a split-K / stream-K kernel.")
+        how = (
+            f"The last wave runs {w.units - full} of {w.slots} slots. Make the work fill whole waves: shapes that "
+            f"are multiples of the tile{f' ({w.tile[0]}×{w.tile[1]})' if w.tile else ''} and give "
+            f"{full} or {math.ceil(w.waves) * w.slots} {unit}, or let {tuner} choose a split-K / stream-K kernel."
+        )
     pad = w.padding_efficiency
-    conv = " (a convolution, as its implicit GEMM)" if w.shape == "conv" else (
-        " (a convolution: its output size is not in the trace, so only its blocks are counted)"
-        if w.shape == "blocks" else "")
-    rec = (f"{what}{conv} ran {g['count']}× for {fmt_ns(g['time_ns'])}: {w.units} {unit} on {gpu.sm_count} SMs × "
-           f"{w.slots // (gpu.sm_count or 1)} block(s) per SM{occ} = {w.waves:.2f} waves, "
-           f"{pct(w.wave_efficiency)} wave efficiency"
-           + (f", {pct(pad)} of the padded tile area used" if pad is not None and pad < 0.999 else "")
-           + f". About {pct(1 - w.efficiency)} of its time is wasted. " + how
-           + (f" {len(flagged) - 1} more GEMM shape(s) in the evidence." if len(flagged) > 1 else ""))
-    yield Finding(title=title, recommendation=rec, fix=fix, lost_fraction=ctx.fraction(lost_ns), key="gemm-waves",
-                  evidence={"gemms": [{"kernel": x["name"], "op": x["op_name"], "input_dims": x["input_dims"],
-                                       "count": x["count"], "time_ns": x["time_ns"], "units": y.units,
-                                       "unit": "tiles" if y.persistent or y.tile else "blocks", "slots": y.slots,
-                                       "sm_count": z.sm_count, "waves": y.waves, "efficiency": y.efficiency,
-                                       "wave_efficiency": y.wave_efficiency,
-                                       "padding_efficiency": y.padding_efficiency,
-                                       "tile": list(y.tile) if y.tile else None, "persistent": y.persistent,
-                                       "occupancy_known": y.occupancy_known, "shape": y.shape}
-                                      for x, y, z in flagged[: int(t.max_findings)]],
-                            "grid_unit": "work-items (HIP)" if amd else "blocks (CUDA)",
-                            "convolutions_by_blocks_only": conv_blocks_only})
+    conv = (
+        " (a convolution, as its implicit GEMM)"
+        if w.shape == "conv"
+        else (
+            " (a convolution: its output size is not in the trace, so only its blocks are counted)" if w.shape == "blocks" else ""
+        )
+    )
+    rec = (
+        f"{what}{conv} ran {g['count']}× for {fmt_ns(g['time_ns'])}: {w.units} {unit} on {gpu.sm_count} SMs × "
+        f"{w.slots // (gpu.sm_count or 1)} block(s) per SM{occ} = {w.waves:.2f} waves, "
+        f"{pct(w.wave_efficiency)} wave efficiency"
+        + (f", {pct(pad)} of the padded tile area used" if pad is not None and pad < 0.999 else "")
+        + f". About {pct(1 - w.efficiency)} of its time is wasted. "
+        + how
+        + (f" {len(flagged) - 1} more GEMM shape(s) in the evidence." if len(flagged) > 1 else "")
+    )
+    yield Finding(
+        title=title,
+        recommendation=rec,
+        fix=fix,
+        lost_fraction=ctx.fraction(lost_ns),
+        key="gemm-waves",
+        evidence={
+            "gemms": [
+                {
+                    "kernel": x["name"],
+                    "op": x["op_name"],
+                    "input_dims": x["input_dims"],
+                    "count": x["count"],
+                    "time_ns": x["time_ns"],
+                    "units": y.units,
+                    "unit": "tiles" if y.persistent or y.tile else "blocks",
+                    "slots": y.slots,
+                    "sm_count": z.sm_count,
+                    "waves": y.waves,
+                    "efficiency": y.efficiency,
+                    "wave_efficiency": y.wave_efficiency,
+                    "padding_efficiency": y.padding_efficiency,
+                    "tile": list(y.tile) if y.tile else None,
+                    "persistent": y.persistent,
+                    "occupancy_known": y.occupancy_known,
+                    "shape": y.shape,
+                }
+                for x, y, z in flagged[: int(t.max_findings)]
+            ],
+            "grid_unit": "work-items (HIP)" if amd else "blocks (CUDA)",
+            "convolutions_by_blocks_only": conv_blocks_only,
+        },
+    )

@@ -44,8 +44,12 @@ WHERE k.kind = 'compute' AND k.end_ns > k.start_ns
        OR (k.precision = 'fp32' AND coalesce(k.flops, 0) > 0 AND NOT regexp_matches(k.name, '{TENSOR_CORE_RE}')))"""
 
 
-@rule(title="Matmuls run on CUDA cores (fp32 without TF32)", category="compute_inefficiency",
-      thresholds={"max_findings": 5}, explanation=EXPLANATION)
+@rule(
+    title="Matmuls run on CUDA cores (fp32 without TF32)",
+    category="compute_inefficiency",
+    thresholds={"max_findings": 5},
+    explanation=EXPLANATION,
+)
 def matmul_without_tensor_cores(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     rows = ctx.rows(f"""
         SELECT name, min(op_name) AS op_name, min(input_dims) AS dims, min(precision) AS precision,
@@ -56,8 +60,9 @@ def matmul_without_tensor_cores(ctx: RuleContext, t: Thresholds) -> Iterator[Fin
     # Their lost time: compute inefficiency or memory-bound where they have FLOPs. Without a FLOP estimate (no shapes)
     # their time is the waterfall's unknown FLOPs: how much of it is lost is not measured, so none is claimed (the
     # finding is then information: a CUDA-core GEMM is what that unknown work is).
-    lost = ctx.lost_fraction(f"SELECT rank, device, start_ns, end_ns FROM ({FLAGGED_SQL})",
-                             ["compute_inefficiency", "memory_bound"])
+    lost = ctx.lost_fraction(
+        f"SELECT rank, device, start_ns, end_ns FROM ({FLAGGED_SQL})", ["compute_inefficiency", "memory_bound"]
+    )
     measured = any(r["flops"] for r in rows)
     g = ctx.gpu()
     tf = g.table_entry.tflops if g and g.table_entry else {}
@@ -70,25 +75,51 @@ def matmul_without_tensor_cores(ctx: RuleContext, t: Thresholds) -> Iterator[Fin
     has_tf32 = bool(tf.get("tf32")) or not tf  # unknown GPU: assume a current one
     half = "bf16" if tf.get("bf16") or not tf else "fp16"
     if tf.get("fp32") and tf.get("tf32"):
-        peaks = (f" On this GPU FP32 peaks at {tf['fp32']:g} TFLOP/s, TF32 at {tf['tf32']:g} "
-                 f"({tf['tf32'] / tf['fp32']:.1f}×)" + (f" and BF16 at {tf['bf16']:g}" if tf.get("bf16") else "") + ".")
+        peaks = (
+            f" On this GPU FP32 peaks at {tf['fp32']:g} TFLOP/s, TF32 at {tf['tf32']:g} "
+            f"({tf['tf32'] / tf['fp32']:.1f}×)" + (f" and BF16 at {tf['bf16']:g}" if tf.get("bf16") else "") + "."
+        )
     elif tf.get("fp32") and tf.get(half):
-        peaks = (f" This GPU has no TF32; FP32 peaks at {tf['fp32']:g} TFLOP/s, {half.upper()} tensor cores at "
-                 f"{tf[half]:g} ({tf[half] / tf['fp32']:.0f}×).")
+        peaks = (
+            f" This GPU has no TF32; FP32 peaks at {tf['fp32']:g} TFLOP/s, {half.upper()} tensor cores at "
+            f"{tf[half]:g} ({tf[half] / tf['fp32']:.0f}×)."
+        )
     advice = tensor_cores(ctx.program, has_tf32, half)
-    rec = (f"{sum(r['count'] for r in rows)} matmul kernels ran on CUDA cores for {fmt_ns(time_ns)}"
-           + (f" at {rate / 1e12:.1f} TFLOP/s" if rate else " (the trace gives no shapes: their FLOP rate, and so "
-              "what they lose, is not measured)") + f"; the largest: {what}.{peaks} " + advice)
+    rec = (
+        f"{sum(r['count'] for r in rows)} matmul kernels ran on CUDA cores for {fmt_ns(time_ns)}"
+        + (
+            f" at {rate / 1e12:.1f} TFLOP/s"
+            if rate
+            else " (the trace gives no shapes: their FLOP rate, and so what they lose, is not measured)"
+        )
+        + f"; the largest: {what}.{peaks} "
+        + advice
+    )
     yield Finding(
         title=f"fp32 matmuls on CUDA cores{' (no TF32)' if has_tf32 else ''}: {what}, {fmt_ns(time_ns)}",
-        recommendation=rec, fix=(f"enable TF32 or {half}{' autocast' if ctx.program.pytorch else ''}: fp32 GEMMs use "
-                                 "CUDA cores" if has_tf32 else
-                                 f"{half}{' autocast' if ctx.program.pytorch else ' inputs'}: fp32 GEMMs use CUDA "
-                                 "cores"),
-        lost_fraction=lost if measured else None, key="fp32-matmul",
-        evidence={"kernels": [{"kernel": r["name"], "op": r["op_name"], "input_dims": r["dims"],
-                               "precision": r["precision"], "count": r["count"], "time_ns": r["time_ns"],
-                               "tflop_s": (r["flops"] / (r["time_ns"] / 1e9) / 1e12) if r["flops"] else None}
-                              for r in rows[: int(t.max_findings)]],
-                  "time_ns": time_ns, "tflop_s": rate / 1e12 if rate else None,
-                  "peak_tflops": {p: tf.get(p) for p in ("fp32", "tf32", "bf16") if tf.get(p)}})
+        recommendation=rec,
+        fix=(
+            f"enable TF32 or {half}{' autocast' if ctx.program.pytorch else ''}: fp32 GEMMs use CUDA cores"
+            if has_tf32
+            else f"{half}{' autocast' if ctx.program.pytorch else ' inputs'}: fp32 GEMMs use CUDA cores"
+        ),
+        lost_fraction=lost if measured else None,
+        key="fp32-matmul",
+        evidence={
+            "kernels": [
+                {
+                    "kernel": r["name"],
+                    "op": r["op_name"],
+                    "input_dims": r["dims"],
+                    "precision": r["precision"],
+                    "count": r["count"],
+                    "time_ns": r["time_ns"],
+                    "tflop_s": (r["flops"] / (r["time_ns"] / 1e9) / 1e12) if r["flops"] else None,
+                }
+                for r in rows[: int(t.max_findings)]
+            ],
+            "time_ns": time_ns,
+            "tflop_s": rate / 1e12 if rate else None,
+            "peak_tflops": {p: tf.get(p) for p in ("fp32", "tf32", "bf16") if tf.get(p)},
+        },
+    )

@@ -32,14 +32,20 @@ EXPLANATION = Explanation(
         `pinned_gbs` is the bandwidth quoted for pinned copies.""",
 )
 
-SYNC_MEMCPY_RE = (r"^(cudaMemcpy|cudaMemcpy2D|cudaMemcpy3D|cudaMemcpyToSymbol|cudaMemcpyFromSymbol|cuMemcpy|"
-                  r"cuMemcpyHtoD|cuMemcpyDtoH|cuMemcpyDtoD|hipMemcpy)(_v[0-9]+)?$")
+SYNC_MEMCPY_RE = (
+    r"^(cudaMemcpy|cudaMemcpy2D|cudaMemcpy3D|cudaMemcpyToSymbol|cudaMemcpyFromSymbol|cuMemcpy|"
+    r"cuMemcpyHtoD|cuMemcpyDtoH|cuMemcpyDtoD|hipMemcpy)(_v[0-9]+)?$"
+)
 PAGEABLE_SQL = "SELECT * FROM rule_kernels WHERE kind = 'memcpy' AND name ILIKE '%pageable%'"
 SYNC_SQL = f"SELECT * FROM rule_api_calls WHERE regexp_matches(name, '{SYNC_MEMCPY_RE}')"
 
 
-@rule(title="Copies use pageable host memory or synchronous cudaMemcpy", category="memcpy",
-      thresholds={"pinned_gbs": 20.0}, explanation=EXPLANATION)
+@rule(
+    title="Copies use pageable host memory or synchronous cudaMemcpy",
+    category="memcpy",
+    thresholds={"pinned_gbs": 20.0},
+    explanation=EXPLANATION,
+)
 def pageable_or_sync_memcpy(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     copies = ctx.rows(f"""
         SELECT coalesce(copy_kind, regexp_extract(name, 'Memcpy (\\w+)', 1)) AS direction, name,
@@ -51,37 +57,56 @@ def pageable_or_sync_memcpy(ctx: RuleContext, t: Thresholds) -> Iterator[Finding
         FROM ({SYNC_SQL}) GROUP BY name ORDER BY time_ns DESC""")
     if not copies and not syncs:
         return
-    ops = [r["op"] for r in ctx.rows(f"""
+    ops = [
+        r["op"]
+        for r in ctx.rows(f"""
         SELECT o.name AS op, sum(k.end_ns - k.start_ns) AS ns FROM ({PAGEABLE_SQL}) k JOIN rule_ops o USING (op_id)
-        GROUP BY o.name ORDER BY ns DESC LIMIT 3""")]
-    lost = ctx.lost_fraction(f"""
+        GROUP BY o.name ORDER BY ns DESC LIMIT 3""")
+    ]
+    lost = ctx.lost_fraction(
+        f"""
         SELECT rank, device, start_ns, end_ns FROM ({PAGEABLE_SQL})
         UNION ALL SELECT rank, NULL::INTEGER AS device, start_ns, end_ns FROM ({SYNC_SQL})""",
-                             ["memcpy", *IDLE_CATEGORIES])
+        ["memcpy", *IDLE_CATEGORIES],
+    )
     parts = []
     for c in copies:
         bw = c["bytes"] / (c["time_ns"] / 1e9) / 1e9 if c["bytes"] and c["time_ns"] else None
         c["gb_s"] = bw
-        parts.append(f"{c['count']} {c['direction']} cop{'ies' if c['count'] != 1 else 'y'} from pageable memory "
-                     f"({fmt_bytes(c['bytes'])} in {fmt_ns(c['time_ns'])}" + (f", {bw:.1f} GB/s)" if bw else ")"))
+        parts.append(
+            f"{c['count']} {c['direction']} cop{'ies' if c['count'] != 1 else 'y'} from pageable memory "
+            f"({fmt_bytes(c['bytes'])} in {fmt_ns(c['time_ns'])}" + (f", {bw:.1f} GB/s)" if bw else ")")
+        )
     for sc in syncs:
-        parts.append(f"{sc['count']} synchronous {sc['name']} call{'s' if sc['count'] != 1 else ''} "
-                     f"(host blocked {fmt_ns(sc['time_ns'])})")
+        parts.append(
+            f"{sc['count']} synchronous {sc['name']} call{'s' if sc['count'] != 1 else ''} (host blocked {fmt_ns(sc['time_ns'])})"
+        )
     by = f", issued by {', '.join(ops)}" if ops else ""
     p = ctx.program
-    rec = ("; ".join(parts) + by + f". {pinned_copies(p)[0].upper() + pinned_copies(p)[1:]}; pinned copies typically "
-           f"reach {t.pinned_gbs:g}–50 GB/s over PCIe 4/5. {async_readback(p)[0].upper() + async_readback(p)[1:]} in "
-           "the loop.")
+    rec = (
+        "; ".join(parts) + by + f". {pinned_copies(p)[0].upper() + pinned_copies(p)[1:]}; pinned copies typically "
+        f"reach {t.pinned_gbs:g}–50 GB/s over PCIe 4/5. {async_readback(p)[0].upper() + async_readback(p)[1:]} in "
+        "the loop."
+    )
     n_pageable = sum(c["count"] for c in copies)
     worst_bw = min((c["gb_s"] for c in copies if c.get("gb_s")), default=None)
     if copies:
-        title = (f"{n_pageable} cop{'ies' if n_pageable != 1 else 'y'} use pageable host memory"
-                 + (f" ({worst_bw:.1f} GB/s)" if worst_bw else "")
-                 + (f"; {sum(sc['count'] for sc in syncs)} synchronous memcpy calls" if syncs else ""))
-        fix = (f"pin memory + {'non_blocking' if p.pytorch else 'async'} copies ({n_pageable} pageable"
-               + (f", {worst_bw:.1f} GB/s)" if worst_bw else ")"))
+        title = (
+            f"{n_pageable} cop{'ies' if n_pageable != 1 else 'y'} use pageable host memory"
+            + (f" ({worst_bw:.1f} GB/s)" if worst_bw else "")
+            + (f"; {sum(sc['count'] for sc in syncs)} synchronous memcpy calls" if syncs else "")
+        )
+        fix = f"pin memory + {'non_blocking' if p.pytorch else 'async'} copies ({n_pageable} pageable" + (
+            f", {worst_bw:.1f} GB/s)" if worst_bw else ")"
+        )
     else:
         title = f"{sum(sc['count'] for sc in syncs)} synchronous memcpy calls block the host"
         fix = f"use {p.prefix}MemcpyAsync" + (" / non_blocking copies" if p.pytorch else "") + " from pinned memory"
-    yield Finding(title=title, recommendation=rec, fix=fix, lost_fraction=lost, key="memcpy",
-                  evidence={"pageable_copies": copies, "synchronous_calls": syncs, "ops": ops})
+    yield Finding(
+        title=title,
+        recommendation=rec,
+        fix=fix,
+        lost_fraction=lost,
+        key="memcpy",
+        evidence={"pageable_copies": copies, "synchronous_calls": syncs, "ops": ops},
+    )

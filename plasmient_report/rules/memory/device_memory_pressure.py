@@ -89,8 +89,12 @@ WHERE s.i > 1
 GROUP BY a.rank"""
 
 
-@rule(title="A GPU's memory is nearly full (risk of out-of-memory errors)", claims_loss=False,
-      thresholds={"warn_reserved_fraction": 0.90, "high_reserved_fraction": 0.95}, explanation=EXPLANATION)
+@rule(
+    title="A GPU's memory is nearly full (risk of out-of-memory errors)",
+    claims_loss=False,
+    thresholds={"warn_reserved_fraction": 0.90, "high_reserved_fraction": 0.95},
+    explanation=EXPLANATION,
+)
 def device_memory_pressure(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     if not ctx.rows("SELECT count(*) AS n FROM memory_events")[0]["n"]:
         return  # no allocator records (profile_memory=False, nsys): nothing to judge
@@ -102,63 +106,100 @@ def device_memory_pressure(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
     worst = max(hit, key=lambda g: g["fraction"])
     ranks = len(ctx.rank_window_ns) > 1
     where = f"GPU {worst['device']}" + (f" (rank {worst['rank']})" if ranks else "")
-    ops = ctx.rows(PEAK_OP_SQL, {"rank": worst["rank"], "device": worst["device"], "ts": worst["peak_allocated_ns"]}) \
-        if worst["peak_allocated_ns"] is not None else []
+    ops = (
+        ctx.rows(PEAK_OP_SQL, {"rank": worst["rank"], "device": worst["device"], "ts": worst["peak_allocated_ns"]})
+        if worst["peak_allocated_ns"] is not None
+        else []
+    )
     op_names = [o["name"] for o in ops if o["name"]]
     # the innermost op that says what the memory is for (aten::empty / empty_strided only say that it is memory)
-    op = next((n for n in op_names if not n.startswith(("aten::empty", "aten::new_empty"))), op_names[0] if op_names
-              else None)
+    op = next((n for n in op_names if not n.startswith(("aten::empty", "aten::new_empty"))), op_names[0] if op_names else None)
     step = ops[0]["step"] if ops else None
     what = "reserved" if worst["measure"] == "reserved" else "allocated"
     table = worst["capacity_source"] == "peak_table"
     cap = f"nominal {worst['nominal_gb']:g} GB" if table else fmt_bytes(worst["capacity_bytes"])
-    nominal = " (the peak table's size for this GPU, read as GiB: the trace does not give the device's memory)" \
-        if table else ""
+    nominal = " (the peak table's size for this GPU, read as GiB: the trace does not give the device's memory)" if table else ""
     at_least = "at least " if worst["lower_bound"] else ""
     peak_ns = worst["peak_reserved_ns"] if what == "reserved" else worst["peak_allocated_ns"]
-    when = ("" if peak_ns is None else ", held from the first allocator event on" if peak_ns == worst["first_event_ns"]
-            else f", first reached {fmt_ns(peak_ns - worst['window_start_ns'])} into the window")
-    alloc = (f"; allocated peak {fmt_bytes(worst['peak_allocated_bytes'])}"
-             + (f" ({pct(worst['allocated_fraction'])})" if worst["allocated_fraction"] is not None else "")
-             + (f" in {step}" if step else "") + (f", allocating in {op}" if op else "")) \
-        if what == "reserved" and worst["peak_allocated_bytes"] is not None else ""
+    when = (
+        ""
+        if peak_ns is None
+        else ", held from the first allocator event on"
+        if peak_ns == worst["first_event_ns"]
+        else f", first reached {fmt_ns(peak_ns - worst['window_start_ns'])} into the window"
+    )
+    alloc = (
+        (
+            f"; allocated peak {fmt_bytes(worst['peak_allocated_bytes'])}"
+            + (f" ({pct(worst['allocated_fraction'])})" if worst["allocated_fraction"] is not None else "")
+            + (f" in {step}" if step else "")
+            + (f", allocating in {op}" if op else "")
+        )
+        if what == "reserved" and worst["peak_allocated_bytes"] is not None
+        else ""
+    )
     frag = worst["cached_at_allocated_peak_bytes"]
-    frag_text = (f" At the allocated peak the allocator held {fmt_bytes(frag)} more than live tensors used "
-                 "(cached or fragmented).") if frag and frag >= 0.02 * worst["capacity_bytes"] else ""
+    frag_text = (
+        (f" At the allocated peak the allocator held {fmt_bytes(frag)} more than live tensors used (cached or fragmented).")
+        if frag and frag >= 0.02 * worst["capacity_bytes"]
+        else ""
+    )
     ch = churn.get(worst["rank"])
     api = ctx.program.prefix
-    churn_text = (f" {ch['mallocs']} {api}Malloc and {ch['frees']} {api}Free calls ran inside the steps after the "
-                  f"first ({fmt_ns(ch['call_ns'])} of host time): the caching allocator is still returning and "
-                  "requesting device memory — near the limit, a failed allocation frees the cache and retries.") \
-        if ch else ""
+    churn_text = (
+        (
+            f" {ch['mallocs']} {api}Malloc and {ch['frees']} {api}Free calls ran inside the steps after the "
+            f"first ({fmt_ns(ch['call_ns'])} of host time): the caching allocator is still returning and "
+            "requesting device memory — near the limit, a failed allocation frees the cache and retries."
+        )
+        if ch
+        else ""
+    )
     others = [g for g in hit if g is not worst]
-    more = f" {len(others)} more GPU{'s' if len(others) > 1 else ''} at or above {pct(t.warn_reserved_fraction)}." \
-        if others else ""
+    more = (
+        f" {len(others)} more GPU{'s' if len(others) > 1 else ''} at or above {pct(t.warn_reserved_fraction)}." if others else ""
+    )
     if ctx.program.pytorch:
-        advice = ("Make room before a longer sequence or a bigger batch meets an out-of-memory error: activation "
-                  "checkpointing, a smaller micro-batch with gradient accumulation, FSDP / ZeRO sharding of "
-                  "parameters, gradients and optimizer state, CPU offload, and dropping references that keep tensors "
-                  "alive; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation. "
-                  "torch.cuda.memory_stats()['num_alloc_retries'] > 0 means the allocator already had to free its "
-                  "cache.")
+        advice = (
+            "Make room before a longer sequence or a bigger batch meets an out-of-memory error: activation "
+            "checkpointing, a smaller micro-batch with gradient accumulation, FSDP / ZeRO sharding of "
+            "parameters, gradients and optimizer state, CPU offload, and dropping references that keep tensors "
+            "alive; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation. "
+            "torch.cuda.memory_stats()['num_alloc_retries'] > 0 means the allocator already had to free its "
+            "cache."
+        )
         fix = "free GPU memory: activation checkpointing, smaller micro-batch, FSDP/ZeRO, expandable_segments"
     else:
-        advice = ("Make room before a bigger input meets an out-of-memory error: smaller batches, recomputing "
-                  "instead of storing intermediates, sharding across GPUs, offloading to host memory, and a memory "
-                  "pool that fragments less.")
+        advice = (
+            "Make room before a bigger input meets an out-of-memory error: smaller batches, recomputing "
+            "instead of storing intermediates, sharding across GPUs, offloading to host memory, and a memory "
+            "pool that fragments less."
+        )
         fix = "free GPU memory: smaller batches, recompute, shard, offload"
-    rec = (f"{where} {what} {at_least}{fmt_bytes(worst['peak_bytes'])} of its {cap}{nominal} at peak "
-           f"({pct(worst['fraction'])}{when}){alloc}.{frag_text}{churn_text}{more} {advice}")
+    rec = (
+        f"{where} {what} {at_least}{fmt_bytes(worst['peak_bytes'])} of its {cap}{nominal} at peak "
+        f"({pct(worst['fraction'])}{when}){alloc}.{frag_text}{churn_text}{more} {advice}"
+    )
     severity = "high" if worst["fraction"] >= t.high_reserved_fraction else "medium"
     yield Finding(
         title=f"device memory {at_least}{pct(worst['fraction'])} {what} on {where}: "
-              f"{fmt_bytes(worst['peak_bytes'])} of {cap}"
-              + (f" (allocated peak {fmt_bytes(worst['peak_allocated_bytes'])})" if alloc else ""),
-        recommendation=rec, fix=fix, lost_fraction=None, severity=severity,
-        rank=worst["rank"] if ranks else None, key="device-memory",
-        evidence={"gpus": gpus, "worst": {"rank": worst["rank"], "device": worst["device"]},
-                  "peak_op": op, "peak_ops": op_names, "peak_step": step,
-                  "allocator_calls_after_first_step": list(churn.values())})
+        f"{fmt_bytes(worst['peak_bytes'])} of {cap}"
+        + (f" (allocated peak {fmt_bytes(worst['peak_allocated_bytes'])})" if alloc else ""),
+        recommendation=rec,
+        fix=fix,
+        lost_fraction=None,
+        severity=severity,
+        rank=worst["rank"] if ranks else None,
+        key="device-memory",
+        evidence={
+            "gpus": gpus,
+            "worst": {"rank": worst["rank"], "device": worst["device"]},
+            "peak_op": op,
+            "peak_ops": op_names,
+            "peak_step": step,
+            "allocator_calls_after_first_step": list(churn.values()),
+        },
+    )
 
 
 def _judge(ctx: RuleContext, g: dict[str, Any]) -> dict[str, Any]:
@@ -180,10 +221,21 @@ def _judge(ctx: RuleContext, g: dict[str, Any]) -> dict[str, Any]:
     else:  # without the allocator's totals (torch < 1.10) allocated is a running sum from the profile's start
         measure, peak, lower = "allocated", allocated, not g["absolute"]
     frac = peak / cap if cap and peak is not None else None
-    cached = (g["reserved_at_allocated_peak_bytes"] - allocated
-              if g["absolute"] and g["reserved_at_allocated_peak_bytes"] is not None and allocated is not None else None)
-    return {**g, "capacity_bytes": cap, "capacity_source": source, "nominal_gb": gb, "measure": measure, "peak_bytes": peak,
-            "lower_bound": lower, "fraction": frac,
-            "reserved_fraction": reserved / cap if cap and reserved is not None else None,
-            "allocated_fraction": allocated / cap if cap and allocated is not None and g["absolute"] else None,
-            "cached_at_allocated_peak_bytes": cached}
+    cached = (
+        g["reserved_at_allocated_peak_bytes"] - allocated
+        if g["absolute"] and g["reserved_at_allocated_peak_bytes"] is not None and allocated is not None
+        else None
+    )
+    return {
+        **g,
+        "capacity_bytes": cap,
+        "capacity_source": source,
+        "nominal_gb": gb,
+        "measure": measure,
+        "peak_bytes": peak,
+        "lower_bound": lower,
+        "fraction": frac,
+        "reserved_fraction": reserved / cap if cap and reserved is not None else None,
+        "allocated_fraction": allocated / cap if cap and allocated is not None and g["absolute"] else None,
+        "cached_at_allocated_peak_bytes": cached,
+    }

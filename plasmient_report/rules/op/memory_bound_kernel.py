@@ -66,47 +66,77 @@ def _framework_op(name: str | None) -> bool:
     return bool(name) and "::" in str(name) and not re.search(ANNOTATION_OP_RE, str(name))
 
 
-@rule(title="Hot kernels run below the ridge point (memory-bound)", category="memory_bound",
-      thresholds={"max_findings": 3, "roofline_fraction": 0.6, "poor_bandwidth": 0.3, "min_median_kernel_us": 5.0},
-      explanation=EXPLANATION)
+@rule(
+    title="Hot kernels run below the ridge point (memory-bound)",
+    category="memory_bound",
+    thresholds={"max_findings": 3, "roofline_fraction": 0.6, "poor_bandwidth": 0.3, "min_median_kernel_us": 5.0},
+    explanation=EXPLANATION,
+)
 def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
-    lost = ctx.lost_ns(f"SELECT name AS key, rank, device, start_ns, end_ns FROM ({MEMORY_KERNELS_SQL})",
-                       ["memory_bound"])
+    lost = ctx.lost_ns(f"SELECT name AS key, rank, device, start_ns, end_ns FROM ({MEMORY_KERNELS_SQL})", ["memory_bound"])
     if not lost:
         return
     names = list(lost)
-    stats = {r["name"]: r for r in ctx.rows(f"""
+    stats = {
+        r["name"]: r
+        for r in ctx.rows(
+            f"""
         SELECT name, count(*) AS count, sum(dur) AS time_ns, median(dur) AS median_ns,
                list(DISTINCT rank ORDER BY rank) AS ranks, min(blocks) AS blocks
         FROM ({MEMORY_KERNELS_SQL}) WHERE name IN (SELECT unnest(?::VARCHAR[])) GROUP BY name
-        HAVING median(dur) >= ?""", [names, t.min_median_kernel_us * 1e3])}
+        HAVING median(dur) >= ?""",
+            [names, t.min_median_kernel_us * 1e3],
+        )
+    }
     top = sorted(((k, v) for k, v in lost.items() if k in stats), key=lambda kv: -kv[1])[: int(t.max_findings)]
     names = [k for k, _ in top]
     if not names:
         return
     # bytes, bandwidth and its fraction of HBM: the library's roofline of this window, not a copy of it
-    roof = {r["name"]: r for r in ctx.rows("""
+    roof = {
+        r["name"]: r
+        for r in ctx.rows(
+            """
         SELECT name, bytes, achieved_bandwidth_bytes_s, bandwidth_fraction_of_hbm, bandwidth_above_hbm_peak,
                arithmetic_intensity, ridge_flop_per_byte
         FROM kernel_roofline(?, ?, 'kernel') WHERE name IN (SELECT unnest(?::VARCHAR[]))""",
-        [ctx.scope, ctx.range_name, names])}
-    peak_bw = {r["name"]: r["bw"] for r in ctx.rows(f"""
+            [ctx.scope, ctx.range_name, names],
+        )
+    }
+    peak_bw = {
+        r["name"]: r["bw"]
+        for r in ctx.rows(
+            f"""
         WITH g AS {ctx.gpus_sql()}
         SELECT k.name, max(g.bw) AS bw FROM ({MEMORY_KERNELS_SQL}) k
         JOIN g ON g.rank IS NOT DISTINCT FROM k.rank AND g.device = k.device
-        WHERE k.name IN (SELECT unnest(?::VARCHAR[])) GROUP BY k.name""", [names])}
+        WHERE k.name IN (SELECT unnest(?::VARCHAR[])) GROUP BY k.name""",
+            [names],
+        )
+    }
     ops: dict[str, list[str]] = {}
-    for r in ctx.rows(f"""
+    for r in ctx.rows(
+        f"""
             SELECT name, op_name, sum(dur) AS time_ns FROM ({MEMORY_KERNELS_SQL})
             WHERE name IN (SELECT unnest(?::VARCHAR[])) AND op_name IS NOT NULL
-            GROUP BY name, op_name ORDER BY time_ns DESC""", [names]):
+            GROUP BY name, op_name ORDER BY time_ns DESC""",
+        [names],
+    ):
         ops.setdefault(r["name"], []).append(r["op_name"])
     for name, lost_ns in top:
         yield _finding(ctx, t, name, lost_ns, stats[name], roof.get(name, {}), peak_bw.get(name), ops.get(name, []))
 
 
-def _finding(ctx: RuleContext, t: Thresholds, name: str, lost_ns: float, s: dict[str, Any], roof: dict[str, Any],
-             hbm: float | None, launched_by: list[str]) -> Finding:
+def _finding(
+    ctx: RuleContext,
+    t: Thresholds,
+    name: str,
+    lost_ns: float,
+    s: dict[str, Any],
+    roof: dict[str, Any],
+    hbm: float | None,
+    launched_by: list[str],
+) -> Finding:
     short = short_kernel(name)
     op_names = [o for o in launched_by if _framework_op(o)][:3]
     # an annotation or compiled region (never the kernel's own name again): where it ran, not what to fuse
@@ -121,80 +151,121 @@ def _finding(ctx: RuleContext, t: Thresholds, name: str, lost_ns: float, s: dict
     # as an estimate problem, like FLOPs above peak: never stated as a bandwidth reached.
     if above:
         bw_text = f" (its byte estimate implies {pct(frac)} of HBM: an estimate problem — L2 reuse or an over-count)"
-        stream = (f"; its byte estimate (≈{fmt_bytes(nbytes)}) would mean ≈{(bw or 0) / 1e12:.2f} TB/s, above the "
-                  f"{(hbm or 0) / 1e12:.1f} TB/s HBM peak — the data is reused from L2, or the byte model "
-                  "over-counts, so its real bandwidth is not known")
+        stream = (
+            f"; its byte estimate (≈{fmt_bytes(nbytes)}) would mean ≈{(bw or 0) / 1e12:.2f} TB/s, above the "
+            f"{(hbm or 0) / 1e12:.1f} TB/s HBM peak — the data is reused from L2, or the byte model "
+            "over-counts, so its real bandwidth is not known"
+        )
     elif bw and frac:
         bw_text = f" at ≈{bw / 1e12:.2f} TB/s ({pct(frac)} of HBM)"
-        stream = (f", streaming ≈{fmt_bytes(nbytes)} at ≈{bw / 1e12:.2f} TB/s, {pct(frac)} of the "
-                  f"{(hbm or 0) / 1e12:.1f} TB/s HBM peak")
+        stream = (
+            f", streaming ≈{fmt_bytes(nbytes)} at ≈{bw / 1e12:.2f} TB/s, {pct(frac)} of the {(hbm or 0) / 1e12:.1f} TB/s HBM peak"
+        )
     else:
         bw_text = " (bandwidth unknown: no byte estimate)"
         stream = "; the trace gives no shapes for it, so how close it runs to the HBM roofline is not known"
     known = None if above else frac
-    head = (f"{short}{by} ran {s['count']}× for {fmt_ns(s['time_ns'])} (median {fmt_ns(s['median_ns'])}) with no "
-            f"tensor-core work{stream}. ")
+    head = (
+        f"{short}{by} ran {s['count']}× for {fmt_ns(s['time_ns'])} (median {fmt_ns(s['median_ns'])}) with no "
+        f"tensor-core work{stream}. "
+    )
     p = ctx.program
     # matmul-class work: by the kernel's name, or an unnamed kernel of a matmul op (a layout transform or a
     # reduction launched by a convolution is not a GEMM)
-    matmul = bool(re.search(MATMUL_CLASS_KERNEL_RE, name) or (
-        not re.search(KNOWN_NO_MATMUL_KERNEL_RE, name) and any(re.search(MATMUL_CLASS_OP_RE, o) for o in op_names)))
+    matmul = bool(
+        re.search(MATMUL_CLASS_KERNEL_RE, name)
+        or (not re.search(KNOWN_NO_MATMUL_KERNEL_RE, name) and any(re.search(MATMUL_CLASS_OP_RE, o) for o in op_names))
+    )
     if any(re.search(OPTIMIZER_RE, x) for x in [short, *op_names]):
         kind = "optimizer"
-        rec = head + ("It is the optimizer step: memory-bound by nature (it streams parameters, gradients and "
-                      "optimizer states once per step). Make it rarer or smaller — more tokens per step (larger "
-                      "batch, gradient accumulation), 8-bit / low-precision optimizer states, or shard it across "
-                      "data-parallel ranks (ZeRO / FSDP).")
+        rec = head + (
+            "It is the optimizer step: memory-bound by nature (it streams parameters, gradients and "
+            "optimizer states once per step). Make it rarer or smaller — more tokens per step (larger "
+            "batch, gradient accumulation), 8-bit / low-precision optimizer states, or shard it across "
+            "data-parallel ranks (ZeRO / FSDP)."
+        )
         fix = f"optimizer step ({what}): fewer steps or smaller states"
     elif matmul:
         kind = "attention" if re.search(ATTENTION_RE, name) else "matmul"
         ai, ridge = roof.get("arithmetic_intensity"), roof.get("ridge_flop_per_byte")
-        why = (f" (≈{ai:.0f} FLOP/B against a ridge of ≈{ridge:.0f})" if ai and ridge else "")
+        why = f" (≈{ai:.0f} FLOP/B against a ridge of ≈{ridge:.0f})" if ai and ridge else ""
         if kind == "attention":
-            rec = head + (f"It is an attention kernel below the ridge point{why}: limited by reading K/V, as decode "
-                          "or short-query attention is. Fusing does not apply: batch more queries per K/V read "
-                          "(larger decode batches, grouped-query sharing), keep the KV cache in fewer bits (fp8), or "
-                          "use a split-KV / decode-specialised kernel.")
+            rec = head + (
+                f"It is an attention kernel below the ridge point{why}: limited by reading K/V, as decode "
+                "or short-query attention is. Fusing does not apply: batch more queries per K/V read "
+                "(larger decode batches, grouped-query sharing), keep the KV cache in fewer bits (fp8), or "
+                "use a split-KV / decode-specialised kernel."
+            )
             fix = f"{what}: attention below the ridge — batch queries, fewer KV bytes"
         else:
-            rec = head + (f"It is a GEMM below the ridge point{why}: one of its dimensions is small (GEMV-like), so "
-                          "reading its operands sets its speed. Fusing does not apply: make the small dimension "
-                          "larger (batch more rows / tokens per call), or store the weights in fewer bits "
-                          "(fp8 / int8 / int4 weight-only).")
+            rec = head + (
+                f"It is a GEMM below the ridge point{why}: one of its dimensions is small (GEMV-like), so "
+                "reading its operands sets its speed. Fusing does not apply: make the small dimension "
+                "larger (batch more rows / tokens per call), or store the weights in fewer bits "
+                "(fp8 / int8 / int4 weight-only)."
+            )
             fix = f"{what}: GEMM below the ridge — batch more rows, fewer weight bytes"
     elif re.search(COMPILED_NO_MATMUL_KERNEL_RE, name):
         kind = "compiled"
-        rec = head + ("It is already a fused kernel (Inductor's Triton code): fusing further is up to the compiler. "
-                      "Move fewer bytes — keep activations in 16 bits or less — and, if it reaches little of the "
-                      "HBM bandwidth, check its shapes (small or strided tensors) or autotune it "
-                      "(torch.compile mode='max-autotune').")
+        rec = head + (
+            "It is already a fused kernel (Inductor's Triton code): fusing further is up to the compiler. "
+            "Move fewer bytes — keep activations in 16 bits or less — and, if it reaches little of the "
+            "HBM bandwidth, check its shapes (small or strided tensors) or autotune it "
+            "(torch.compile mode='max-autotune')."
+        )
         fix = f"{short.split(' ')[0]}: already fused — fewer bytes" + (f" ({pct(frac)} of HBM)" if known else "")
     elif known is not None and known >= t.roofline_fraction:
         kind = "at_roofline"
-        rec = head + (f"It already runs at the bandwidth roofline: it cannot get faster, only move fewer bytes — "
-                      f"{fuse_memory(p)}, {half_precision(p)}, or fold it into the producing GEMM's epilogue.")
+        rec = head + (
+            f"It already runs at the bandwidth roofline: it cannot get faster, only move fewer bytes — "
+            f"{fuse_memory(p)}, {half_precision(p)}, or fold it into the producing GEMM's epilogue."
+        )
         fix = f"fuse {what}: already at {pct(frac)} of HBM bandwidth"
     elif known is not None and known < t.poor_bandwidth:
         kind = "poor_bandwidth"
-        rec = head + (f"That is far below the roofline ({pct(frac)}): too few blocks ({s['blocks']}) or "
-                      f"strided / uncoalesced access — use larger, contiguous tensors and vectorised kernels, or "
-                      f"{fuse_memory(p)}.")
+        rec = head + (
+            f"That is far below the roofline ({pct(frac)}): too few blocks ({s['blocks']}) or "
+            f"strided / uncoalesced access — use larger, contiguous tensors and vectorised kernels, or "
+            f"{fuse_memory(p)}."
+        )
         fix = f"{short.split(' ')[0]} reaches only {pct(frac)} of HBM BW"
     elif known is None:
         kind = "bandwidth_unknown"
-        rec = head + (f"If it streams near the roofline only fewer bytes help ({fuse_memory(p)}, "
-                      f"{half_precision(p)}); record shapes (or an Nsight Compute CSV) to know which it is.")
+        rec = head + (
+            f"If it streams near the roofline only fewer bytes help ({fuse_memory(p)}, "
+            f"{half_precision(p)}); record shapes (or an Nsight Compute CSV) to know which it is."
+        )
         fix = f"{what}: memory-bound, bandwidth unknown — fuse or shrink its bytes"
     else:
         kind = "below_roofline"
-        rec = head + (f"{fuse_memory(p)[0].upper() + fuse_memory(p)[1:]}, or raise its arithmetic intensity "
-                      "(bigger tiles, 16-bit data) to move fewer bytes per FLOP.")
+        rec = head + (
+            f"{fuse_memory(p)[0].upper() + fuse_memory(p)[1:]}, or raise its arithmetic intensity "
+            "(bigger tiles, 16-bit data) to move fewer bytes per FLOP."
+        )
         fix = f"fuse {what}; raise arithmetic intensity"
-    return Finding(title=f"memory-bound kernel {short}{by}: {pct(share)} of the window{bw_text}", recommendation=rec,
-                   fix=fix, lost_fraction=ctx.fraction(lost_ns), key=name,
-                   rank=s["ranks"][0] if len(s["ranks"] or []) == 1 and len(ctx.rank_window_ns) > 1 else None,
-                   evidence={"kernel": name, "kernel_short": short, "ops": op_names, "launched_in": regions,
-                             "count": s["count"], "time_ns": s["time_ns"], "median_ns": s["median_ns"],
-                             "window_share": share, "bytes_estimate": nbytes, "bandwidth_bytes_s": bw,
-                             "hbm_fraction": frac, "hbm_peak_bytes_s": hbm, "ranks": s["ranks"], "blocks": s["blocks"],
-                             "bandwidth_above_hbm_peak": above, "kernel_kind": kind})
+    return Finding(
+        title=f"memory-bound kernel {short}{by}: {pct(share)} of the window{bw_text}",
+        recommendation=rec,
+        fix=fix,
+        lost_fraction=ctx.fraction(lost_ns),
+        key=name,
+        rank=s["ranks"][0] if len(s["ranks"] or []) == 1 and len(ctx.rank_window_ns) > 1 else None,
+        evidence={
+            "kernel": name,
+            "kernel_short": short,
+            "ops": op_names,
+            "launched_in": regions,
+            "count": s["count"],
+            "time_ns": s["time_ns"],
+            "median_ns": s["median_ns"],
+            "window_share": share,
+            "bytes_estimate": nbytes,
+            "bandwidth_bytes_s": bw,
+            "hbm_fraction": frac,
+            "hbm_peak_bytes_s": hbm,
+            "ranks": s["ranks"],
+            "blocks": s["blocks"],
+            "bandwidth_above_hbm_peak": above,
+            "kernel_kind": kind,
+        },
+    )

@@ -59,20 +59,29 @@ WITH k AS (
 )"""
 
 
-@rule(title="Chains of elementwise kernels from consecutive ops are not fused", category="memory_bound",
-      thresholds={"min_chain": 2, "max_gap_us": 1000.0, "max_findings": 3, "min_median_kernel_us": 5.0},
-      explanation=EXPLANATION)
+@rule(
+    title="Chains of elementwise kernels from consecutive ops are not fused",
+    category="memory_bound",
+    thresholds={"min_chain": 2, "max_gap_us": 1000.0, "max_findings": 3, "min_median_kernel_us": 5.0},
+    explanation=EXPLANATION,
+)
 def unfused_elementwise_chain(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     params = {"max_gap": t.max_gap_us * 1e3, "min_chain": int(t.min_chain), "min_kernel": t.min_median_kernel_us * 1e3}
     con = ctx.con
     # Chains once into temp tables (keyed by a hash of the op sequence), then named and charged.
-    con.execute(f"""CREATE OR REPLACE TABLE _rule_chain_kernels AS {CHAINS_SQL}
+    con.execute(
+        f"""CREATE OR REPLACE TABLE _rule_chain_kernels AS {CHAINS_SQL}
                     SELECT c.rank, c.device, c.stream, c.chain, c.start_ns, c.end_ns, md5(ch.ops) AS key
-                    FROM c JOIN chains ch USING (rank, device, stream, chain) WHERE c.ew""", params)
-    chains = ctx.rows(f"""{CHAINS_SQL}
+                    FROM c JOIN chains ch USING (rank, device, stream, chain) WHERE c.ew""",
+        params,
+    )
+    chains = ctx.rows(
+        f"""{CHAINS_SQL}
         SELECT md5(ops) AS key, min(ops) AS ops, count(*) AS occurrences, sum(n) AS kernels,
                sum(busy_ns) AS busy_ns, max(n) AS longest, min(dims0) AS dims0, list(DISTINCT rank ORDER BY rank) AS ranks
-        FROM chains GROUP BY md5(ops) ORDER BY busy_ns DESC""", params)
+        FROM chains GROUP BY md5(ops) ORDER BY busy_ns DESC""",
+        params,
+    )
     lost = ctx.lost_ns("SELECT key, rank, device, start_ns, end_ns FROM _rule_chain_kernels", ["memory_bound"])
     chains.sort(key=lambda c: -lost.get(c["key"], 0.0))
     for c in chains[: int(t.max_findings)]:
@@ -84,33 +93,57 @@ def unfused_elementwise_chain(ctx: RuleContext, t: Thresholds) -> Iterator[Findi
         unit_save = 1 - 1 / len(unit) if len(unit) > 1 else 0.0
         run_save = 1 - 1 / per_chain
         if len(unit) > 1:
-            how = (f"fusing each {' → '.join(unit)} into one kernel cuts its HBM traffic by {pct(unit_save)} "
-                   f"(≈{fmt_ns(c['busy_ns'] * unit_save)} back)")
+            how = (
+                f"fusing each {' → '.join(unit)} into one kernel cuts its HBM traffic by {pct(unit_save)} "
+                f"(≈{fmt_ns(c['busy_ns'] * unit_save)} back)"
+            )
             if reps > 1:
                 how += f"; one fused kernel for the whole run of {per_chain:.0f} would move the tensor once"
         else:
             # One op repeated: on the same tensor one kernel would read it once; on different tensors of one shape
             # (a per-parameter loop) a multi-tensor kernel saves the launches, not the bytes.
             what = unit[0] if unit else "elementwise"  # ops not recorded: the kernels' chain alone
-            how = (f"the run of {per_chain:.0f} {what} kernels could be one: up to {pct(run_save)} less traffic "
-                   f"(≈{fmt_ns(c['busy_ns'] * run_save)}) if they update the same tensor; if each touches its own "
-                   "tensor (a loop over parameters), a multi-tensor (foreach) kernel removes the launches but not the "
-                   "bytes")
+            how = (
+                f"the run of {per_chain:.0f} {what} kernels could be one: up to {pct(run_save)} less traffic "
+                f"(≈{fmt_ns(c['busy_ns'] * run_save)}) if they update the same tensor; if each touches its own "
+                "tensor (a loop over parameters), a multi-tensor (foreach) kernel removes the launches but not the "
+                "bytes"
+            )
         shape = f" on a tensor of shape {c['dims0']}" if c["dims0"] else ""
-        tool = ("torch.compile fuses such chains; by hand use fused ops (torch.addcmul / lerp, torch._foreach_*, "
-                "fused norms and activations) or a custom kernel." if ctx.program.pytorch else
-                "A fused kernel for the chain (or the producing GEMM's epilogue) moves the tensor once.")
-        rec = (f"{c['occurrences']} chain{'s' if c['occurrences'] > 1 else ''} of elementwise kernels from "
-               f"consecutive ops ({name}){shape}: {c['kernels']} kernels, {fmt_ns(c['busy_ns'])}, each a full HBM "
-               f"round trip. {how[0].upper() + how[1:]}. {tool}")
+        tool = (
+            "torch.compile fuses such chains; by hand use fused ops (torch.addcmul / lerp, torch._foreach_*, "
+            "fused norms and activations) or a custom kernel."
+            if ctx.program.pytorch
+            else "A fused kernel for the chain (or the producing GEMM's epilogue) moves the tensor once."
+        )
+        rec = (
+            f"{c['occurrences']} chain{'s' if c['occurrences'] > 1 else ''} of elementwise kernels from "
+            f"consecutive ops ({name}){shape}: {c['kernels']} kernels, {fmt_ns(c['busy_ns'])}, each a full HBM "
+            f"round trip. {how[0].upper() + how[1:]}. {tool}"
+        )
         how_fix = "torch.compile" if ctx.program.pytorch else "one kernel"
-        fix = (f"fuse {' → '.join(unit)} ({how_fix}): −{pct(unit_save)} bytes" if len(unit) > 1 else
-               f"{what} ×{per_chain:.0f} in a row: one kernel if on one tensor (−{pct(run_save)} bytes)")
+        fix = (
+            f"fuse {' → '.join(unit)} ({how_fix}): −{pct(unit_save)} bytes"
+            if len(unit) > 1
+            else f"{what} ×{per_chain:.0f} in a row: one kernel if on one tensor (−{pct(run_save)} bytes)"
+        )
         yield Finding(
             title=f"unfused elementwise chain {name}: {c['kernels']} kernels, {fmt_ns(c['busy_ns'])}",
-            recommendation=rec, fix=fix,
-            lost_fraction=ctx.fraction(lost_ns), key=(c["ops"] or name or "elementwise")[:500],
-            evidence={"chain": name, "ops": unit, "repeats": reps, "occurrences": c["occurrences"],
-                      "kernels": c["kernels"], "longest_chain": c["longest"], "time_ns": c["busy_ns"],
-                      "shape": c["dims0"], "saving_if_unit_fused": unit_save, "saving_if_run_fused": run_save,
-                      "ranks": c["ranks"]})
+            recommendation=rec,
+            fix=fix,
+            lost_fraction=ctx.fraction(lost_ns),
+            key=(c["ops"] or name or "elementwise")[:500],
+            evidence={
+                "chain": name,
+                "ops": unit,
+                "repeats": reps,
+                "occurrences": c["occurrences"],
+                "kernels": c["kernels"],
+                "longest_chain": c["longest"],
+                "time_ns": c["busy_ns"],
+                "shape": c["dims0"],
+                "saving_if_unit_fused": unit_save,
+                "saving_if_run_fused": run_save,
+                "ranks": c["ranks"],
+            },
+        )

@@ -68,8 +68,12 @@ SELECT rank, coalesce(sum(tn - t) FILTER (WHERE nc > 0), 0) AS compute_ns,
 FROM run WHERE tn IS NOT NULL GROUP BY rank"""
 
 
-@rule(title="Pipeline stages idle in the schedule's bubble", category="pipeline_bubble",
-      thresholds={"min_stages": 2, "excess_points": 0.05}, explanation=EXPLANATION)
+@rule(
+    title="Pipeline stages idle in the schedule's bubble",
+    category="pipeline_bubble",
+    thresholds={"min_stages": 2, "excess_points": 0.05},
+    explanation=EXPLANATION,
+)
 def pipeline_bubble(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     p2p = ctx.rows(f"""
         WITH p AS ({P2P_SQL})
@@ -101,10 +105,22 @@ def pipeline_bubble(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     for i, r in enumerate(order):
         x = busy.get(r["rank"], {})
         w, b, q = x.get("span_ns") or 0, x.get("compute_ns") or 0, x.get("p2p_ns") or 0
-        stages.append({"stage": i, "rank": r["rank"], "p2p_ops": r["n"], "sends": r["n_send"], "recvs": r["n_recv"],
-                       "compute_ns": b, "p2p_only_ns": q, "idle_ns": max(w - b - q, 0), "span_ns": w,
-                       "bubble": 1 - b / w if w else None, "in_p2p": q / w if w else None,
-                       "idle": max(w - b - q, 0) / w if w else None})
+        stages.append(
+            {
+                "stage": i,
+                "rank": r["rank"],
+                "p2p_ops": r["n"],
+                "sends": r["n_send"],
+                "recvs": r["n_recv"],
+                "compute_ns": b,
+                "p2p_only_ns": q,
+                "idle_ns": max(w - b - q, 0),
+                "span_ns": w,
+                "bubble": 1 - b / w if w else None,
+                "in_p2p": q / w if w else None,
+                "idle": max(w - b - q, 0) / w if w else None,
+            }
+        )
     measured_list = [s["bubble"] for s in stages if s["bubble"] is not None]
     measured = sum(measured_list) / len(measured_list) if measured_list else None
     m_half = 2 * m + p - 1
@@ -119,38 +135,64 @@ def pipeline_bubble(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     idle = sum(s["idle"] or 0 for s in stages) / len(stages)
     per_stage = ", ".join(f"stage {s['stage']} (rank {s['rank']}) {pct(s['bubble'])}" for s in stages)
     if steps_known:
-        rec = (f"{p} stages × {m} micro-batches per {ctx.step_unit or 'step'}: the schedule's bubble is "
-               f"(p−1)/(m+p−1) = {pct(theory)}; measured {pct(measured)} ({per_stage}). Raise the micro-batch count "
-               f"{m} → {m_half} to halve it (≈{pct((p - 1) / (m_half + p - 1))}; keep the global batch by shrinking "
-               "each micro-batch), or use an interleaved schedule (v virtual stages per rank divide it by v).")
+        rec = (
+            f"{p} stages × {m} micro-batches per {ctx.step_unit or 'step'}: the schedule's bubble is "
+            f"(p−1)/(m+p−1) = {pct(theory)}; measured {pct(measured)} ({per_stage}). Raise the micro-batch count "
+            f"{m} → {m_half} to halve it (≈{pct((p - 1) / (m_half + p - 1))}; keep the global batch by shrinking "
+            "each micro-batch), or use an interleaved schedule (v virtual stages per rank divide it by v)."
+        )
     else:
-        rec = (f"{p} stages; the first sends {sends:.0f}× in the window, which has no step markers, so the "
-               f"micro-batches per step are not known (if the window is one step, m = {m} and the schedule's bubble "
-               f"is {pct(theory)}); measured {pct(measured)} ({per_stage}). Mark the steps (ProfilerStep#N, an NVTX "
-               "range per step, or --range) to count micro-batches; more micro-batches per step or an interleaved "
-               "schedule shrink the bubble.")
+        rec = (
+            f"{p} stages; the first sends {sends:.0f}× in the window, which has no step markers, so the "
+            f"micro-batches per step are not known (if the window is one step, m = {m} and the schedule's bubble "
+            f"is {pct(theory)}); measured {pct(measured)} ({per_stage}). Mark the steps (ProfilerStep#N, an NVTX "
+            "range per step, or --range) to count micro-batches; more micro-batches per step or an interleaved "
+            "schedule shrink the bubble."
+        )
     if imbalance is not None and imbalance > 1.05 and theory_unequal is not None:
         slow = max(stages, key=lambda s: s["compute_ns"] or 0)
-        rec += (f" The stages are unequal: stage {slow['stage']} (rank {slow['rank']}) computes {imbalance:.2f}× the "
-                f"mean, and sets the pace — with these stages the schedule's bubble is {pct(theory_unequal)}; "
-                "balancing layers across stages brings it back toward the formula.")
+        rec += (
+            f" The stages are unequal: stage {slow['stage']} (rank {slow['rank']}) computes {imbalance:.2f}× the "
+            f"mean, and sets the pace — with these stages the schedule's bubble is {pct(theory_unequal)}; "
+            "balancing layers across stages brings it back toward the formula."
+        )
     if excess:
-        rec += (f" The measured bubble is {pct(measured - theory)} above the formula: of the {pct(measured)}, "
-                f"{pct(in_p2p)} is spent in send/recv (waiting on a peer: unequal stages or exposed P2P transfers — "
-                f"balance layers across stages, overlap send/recv with compute) and {pct(idle)} with no kernel at all "
-                "(the host is not launching fast enough — see PR501 / PR504; profiling overhead adds to it).")
+        rec += (
+            f" The measured bubble is {pct(measured - theory)} above the formula: of the {pct(measured)}, "
+            f"{pct(in_p2p)} is spent in send/recv (waiting on a peer: unequal stages or exposed P2P transfers — "
+            f"balance layers across stages, overlap send/recv with compute) and {pct(idle)} with no kernel at all "
+            "(the host is not launching fast enough — see PR501 / PR504; profiling overhead adds to it)."
+        )
     yield Finding(
-        title=(f"pipeline bubble {pct(measured)} with {p} stages × {m} micro-batches (theory {pct(theory)})"
-               if steps_known else f"pipeline bubble {pct(measured)} with {p} stages (micro-batches per step "
-                                   "unknown: no step markers)"),
-        recommendation=rec, fix=(f"micro-batches {m} → {m_half} halves the bubble" if steps_known else
-                                 "pipeline bubble: mark steps to count micro-batches, then raise them"),
-        lost_fraction=lost, key="pipeline",
-        evidence={"stages": stages, "num_stages": p, "micro_batches": m if steps_known else None,
-                  "sends_in_window": sends, "steps_known": steps_known, "steps": steps_first,
-                  "directions_known": directed, "theory_bubble": theory if steps_known else None,
-                  "measured_bubble": measured,
-                  "stage_imbalance": imbalance, "theory_bubble_unequal_stages": theory_unequal,
-                  "micro_batches_to_halve": m_half if steps_known else None, "in_p2p": in_p2p, "idle": idle,
-                  "stage_order": [s["rank"] for s in stages],
-                  "measured_minus_theory": (measured - theory) if measured is not None and steps_known else None})
+        title=(
+            f"pipeline bubble {pct(measured)} with {p} stages × {m} micro-batches (theory {pct(theory)})"
+            if steps_known
+            else f"pipeline bubble {pct(measured)} with {p} stages (micro-batches per step unknown: no step markers)"
+        ),
+        recommendation=rec,
+        fix=(
+            f"micro-batches {m} → {m_half} halves the bubble"
+            if steps_known
+            else "pipeline bubble: mark steps to count micro-batches, then raise them"
+        ),
+        lost_fraction=lost,
+        key="pipeline",
+        evidence={
+            "stages": stages,
+            "num_stages": p,
+            "micro_batches": m if steps_known else None,
+            "sends_in_window": sends,
+            "steps_known": steps_known,
+            "steps": steps_first,
+            "directions_known": directed,
+            "theory_bubble": theory if steps_known else None,
+            "measured_bubble": measured,
+            "stage_imbalance": imbalance,
+            "theory_bubble_unequal_stages": theory_unequal,
+            "micro_batches_to_halve": m_half if steps_known else None,
+            "in_p2p": in_p2p,
+            "idle": idle,
+            "stage_order": [s["rank"] for s in stages],
+            "measured_minus_theory": (measured - theory) if measured is not None and steps_known else None,
+        },
+    )

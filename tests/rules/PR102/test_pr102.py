@@ -11,11 +11,23 @@ def test_fires_when_communication_runs_alone(tmp_path):
     # Construction: punctual ranks, each step 200 µs of mm then a 150 µs all-reduce with no other kernel:
     # 0% overlap; 2 ranks × 3 × 150 µs of transfer over 2 × 3000 µs of windows = 0.15.
     v = analyse(allreduce_traces(tmp_path))
-    check(v, [Expect("PR102", rank=None, category="collective_transfer",
-                     lost_fraction=Near(0.15, abs=0.005, truth="construction: 900 µs of 6000 µs"),
-                     evidence={"overlap": Near(0.0, abs=1e-9, truth="construction: nothing beside the all-reduce"),
-                               "nccl_ns": Near(900e3, rel=0.01, truth="construction: 2 × 3 × 150 µs"),
-                               "top_collectives.0.collective": "allreduce", "top_collectives.0.count": 3})])
+    check(
+        v,
+        [
+            Expect(
+                "PR102",
+                rank=None,
+                category="collective_transfer",
+                lost_fraction=Near(0.15, abs=0.005, truth="construction: 900 µs of 6000 µs"),
+                evidence={
+                    "overlap": Near(0.0, abs=1e-9, truth="construction: nothing beside the all-reduce"),
+                    "nccl_ns": Near(900e3, rel=0.01, truth="construction: 2 × 3 × 150 µs"),
+                    "top_collectives.0.collective": "allreduce",
+                    "top_collectives.0.count": 3,
+                },
+            )
+        ],
+    )
 
 
 def test_silent_when_overlapped(tmp_path):

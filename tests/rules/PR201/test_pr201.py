@@ -18,20 +18,39 @@ def test_fires_on_a_synthetic_gpipe_schedule(tmp_path, stages, micro, order):
     theory = (stages - 1) / (micro + stages - 1)
     span = (micro + stages - 1) * 300.0 + 2 * (stages - 1) * 10.0
     v = analyse(gpipe_traces(tmp_path, stages=stages, micro=micro, rank_of_stage=order))
-    check(v, [Expect("PR201", category="pipeline_bubble", evidence={
-        "num_stages": stages, "micro_batches": micro, "steps_known": True,
-        "theory_bubble": Near(theory, abs=1e-9, truth="(p−1)/(m+p−1)"),
-        "stage_order": order or list(range(stages)),
-        "measured_bubble": Near(1 - micro * 300.0 / span, abs=1e-6, truth="construction: 1 − m·300/span"),
-        "micro_batches_to_halve": 2 * micro + stages - 1})])
+    check(
+        v,
+        [
+            Expect(
+                "PR201",
+                category="pipeline_bubble",
+                evidence={
+                    "num_stages": stages,
+                    "micro_batches": micro,
+                    "steps_known": True,
+                    "theory_bubble": Near(theory, abs=1e-9, truth="(p−1)/(m+p−1)"),
+                    "stage_order": order or list(range(stages)),
+                    "measured_bubble": Near(1 - micro * 300.0 / span, abs=1e-6, truth="construction: 1 − m·300/span"),
+                    "micro_batches_to_halve": 2 * micro + stages - 1,
+                },
+            )
+        ],
+    )
 
 
 def test_micro_batches_unknown_without_step_markers(tmp_path):
     # Construction: the same schedule with no ProfilerStep range: the sends could span several steps.
     v = analyse(gpipe_traces(tmp_path, steps_marked=False))
-    check(v, [Expect("PR201", evidence={"steps_known": False, "micro_batches": None, "theory_bubble": None,
-                                        "sends_in_window": 4},
-                     never_says=[r"→ \d+ halves"])])
+    check(
+        v,
+        [
+            Expect(
+                "PR201",
+                evidence={"steps_known": False, "micro_batches": None, "theory_bubble": None, "sends_in_window": 4},
+                never_says=[r"→ \d+ halves"],
+            )
+        ],
+    )
 
 
 @pytest.mark.parametrize(("run", "m"), [("m4", 4), ("m8", 8)])
@@ -41,10 +60,21 @@ def test_fires_on_real_gpipe_recordings(run, m):
     t = truth(f"h200x2_pipeline/{run}/truth.json")
     d = sample_file(f"h200x2_pipeline/{run}/rank0.pt.trace.json.gz").parent
     v = analyse([d / "rank0.pt.trace.json.gz", d / "rank1.pt.trace.json.gz"])
-    check(v, [Expect("PR201", evidence={
-        "num_stages": t["stages"], "micro_batches": t["micro_batches"], "stage_order": [0, 1],
-        "theory_bubble": Near(t["theory_bubble"], abs=1e-9, truth="truth.json"),
-        "measured_bubble": Between(t["theory_bubble"], 1.0, truth="truth.json: at least the schedule's bubble")})])
+    check(
+        v,
+        [
+            Expect(
+                "PR201",
+                evidence={
+                    "num_stages": t["stages"],
+                    "micro_batches": t["micro_batches"],
+                    "stage_order": [0, 1],
+                    "theory_bubble": Near(t["theory_bubble"], abs=1e-9, truth="truth.json"),
+                    "measured_bubble": Between(t["theory_bubble"], 1.0, truth="truth.json: at least the schedule's bubble"),
+                },
+            )
+        ],
+    )
 
 
 @pytest.mark.parametrize("run", ["d8192_m4", "d8192_m8"])
@@ -54,10 +84,20 @@ def test_near_theory_when_compute_dominates(run):
     t = truth(f"h200x2_pipeline/{run}/truth.json")
     d = sample_file(f"h200x2_pipeline/{run}/rank0.pt.trace.json.gz").parent
     v = analyse([d / "rank0.pt.trace.json.gz", d / "rank1.pt.trace.json.gz"])
-    check(v, [Expect("PR201", evidence={
-        "micro_batches": t["micro_batches"], "stage_imbalance": Between(1.05, 1.25, truth="README: 1.12"),
-        "measured_bubble": Between(t["theory_bubble"], t["theory_bubble"] + 0.12, truth="truth.json + profiling"),
-        "idle": Between(0.0, 0.03, truth="the host keeps up: almost no time without a kernel")})])
+    check(
+        v,
+        [
+            Expect(
+                "PR201",
+                evidence={
+                    "micro_batches": t["micro_batches"],
+                    "stage_imbalance": Between(1.05, 1.25, truth="README: 1.12"),
+                    "measured_bubble": Between(t["theory_bubble"], t["theory_bubble"] + 0.12, truth="truth.json + profiling"),
+                    "idle": Between(0.0, 0.03, truth="the host keeps up: almost no time without a kernel"),
+                },
+            )
+        ],
+    )
     ev = [f for f in v["findings"] if f["rule"] == "PR201"][0]["evidence"]
     assert ev["measured_bubble"] == pytest.approx(ev["theory_bubble_unequal_stages"], abs=0.02)
 
@@ -73,7 +113,15 @@ def test_silent_without_a_pipeline(tmp_path):
             t0 = i * 500.0
             ev.append(cpu_op("c10d::alltoall_base_", t0, 20.0, ext=10 + i))
             ev.append(launch(t0 + 5.0, ext=10 + i, corr=100 + i))
-            ev.append(nccl_kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", t0 + 30.0, 200.0,
-                                  ext=10 + i, corr=100 + i, collective="send" if rank == 0 else "recv"))
+            ev.append(
+                nccl_kernel(
+                    "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+                    t0 + 30.0,
+                    200.0,
+                    ext=10 + i,
+                    corr=100 + i,
+                    collective="send" if rank == 0 else "recv",
+                )
+            )
         paths.append(write_trace(tmp_path / f"a2a{rank}.json", ev, rank=rank))
     check(analyse(paths), [], silent=["PR201"])

@@ -18,11 +18,25 @@ def test_fires_on_the_memory_bound_phase():
     t = truth("h200_single/ground_truth.json")["phases"]["phase:memory_bound"]
     hbm = Near(t["expected_fraction_of_hbm_peak"], abs=0.06, truth="ground_truth.json expected_fraction_of_hbm_peak")
     v = single_phase("memory_bound")
-    check(v, [Expect("PR301", key=k, category="memory_bound",
-                     evidence={"hbm_fraction": hbm, "ops": [op], "kernel_kind": "at_roofline",
-                               "count": 10, "bandwidth_above_hbm_peak": False},
-                     says=[r"torch\.compile"])
-              for k, op in [(f["key"], f["evidence"]["ops"][0]) for f in v["findings"] if f["rule"] == "PR301"]])
+    check(
+        v,
+        [
+            Expect(
+                "PR301",
+                key=k,
+                category="memory_bound",
+                evidence={
+                    "hbm_fraction": hbm,
+                    "ops": [op],
+                    "kernel_kind": "at_roofline",
+                    "count": 10,
+                    "bandwidth_above_hbm_peak": False,
+                },
+                says=[r"torch\.compile"],
+            )
+            for k, op in [(f["key"], f["evidence"]["ops"][0]) for f in v["findings"] if f["rule"] == "PR301"]
+        ],
+    )
     assert {f["evidence"]["ops"][0] for f in v["findings"] if f["rule"] == "PR301"} == {"aten::mul_", "aten::add_"}
 
 
@@ -30,61 +44,110 @@ def test_a_gemm_below_the_ridge_is_not_told_to_fuse(tmp_path):
     # Construction: a 1×8192 · 8192×8192 bf16 mm (a GEMV: 2 FLOP per 2-byte weight, ~1 FLOP/B, far below the
     # H100's ridge of ~295) runs 50 µs of a 200 µs window: memory-bound, 25% of the window.
     n = 8192
-    ev = [annotation("work", 0.0, 200.0),
-          cpu_op("aten::mm", 5.0, 10.0, ext=1, dims=[[1, n], [n, n]], types=["c10::BFloat16"] * 2),
-          launch(6.0, ext=1, corr=11), kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", 100.0, 50.0,
-                                              ext=1, corr=11)]
+    ev = [
+        annotation("work", 0.0, 200.0),
+        cpu_op("aten::mm", 5.0, 10.0, ext=1, dims=[[1, n], [n, n]], types=["c10::BFloat16"] * 2),
+        launch(6.0, ext=1, corr=11),
+        kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", 100.0, 50.0, ext=1, corr=11),
+    ]
     v = analyse([write_trace(tmp_path / "gemv.json", ev)], ranges=["work"])
-    check(v, [Expect("PR301", lost_fraction=Near(0.25, abs=0.01, truth="construction: 50 of 200 µs"),
-                     evidence={"kernel_kind": "matmul", "ops": ["aten::mm"]},
-                     says=[r"below the ridge"], never_says=[r"\bfuse (it|aten)", r"torch\.compile"])])
+    check(
+        v,
+        [
+            Expect(
+                "PR301",
+                lost_fraction=Near(0.25, abs=0.01, truth="construction: 50 of 200 µs"),
+                evidence={"kernel_kind": "matmul", "ops": ["aten::mm"]},
+                says=[r"below the ridge"],
+                never_says=[r"\bfuse (it|aten)", r"torch\.compile"],
+            )
+        ],
+    )
 
 
 def test_a_compiled_kernel_is_not_fused_again_nor_its_region_named(tmp_path):
     # Construction: an Inductor pointwise kernel launched inside a "Torch-Compiled Region" annotation.
-    ev = [annotation("work", 0.0, 200.0), cpu_op("Torch-Compiled Region: 0/0", 5.0, 20.0, ext=1),
-          launch(6.0, ext=1, corr=11), kernel("triton_poi_fused_add_mul_0", 100.0, 40.0, ext=1, corr=11)]
+    ev = [
+        annotation("work", 0.0, 200.0),
+        cpu_op("Torch-Compiled Region: 0/0", 5.0, 20.0, ext=1),
+        launch(6.0, ext=1, corr=11),
+        kernel("triton_poi_fused_add_mul_0", 100.0, 40.0, ext=1, corr=11),
+    ]
     v = analyse([write_trace(tmp_path / "compiled.json", ev)], ranges=["work"])
-    check(v, [Expect("PR301", evidence={"kernel_kind": "compiled", "ops": [],
-                                        "launched_in": ["Torch-Compiled Region: 0/0"]},
-                     says=[r"already a fused kernel"], never_says=[r"fuse Torch-Compiled", r"fuse triton"])])
+    check(
+        v,
+        [
+            Expect(
+                "PR301",
+                evidence={"kernel_kind": "compiled", "ops": [], "launched_in": ["Torch-Compiled Region: 0/0"]},
+                says=[r"already a fused kernel"],
+                never_says=[r"fuse Torch-Compiled", r"fuse triton"],
+            )
+        ],
+    )
 
 
 def test_no_pytorch_advice_for_a_program_without_pytorch(tmp_path):
     # Construction: a CUDA program (no framework op, no PyTorch kernel): an elementwise kernel, no shapes.
-    ev = [runtime("cudaLaunchKernel", 5.0, 3.0, corr=11), kernel("elementwise_scale_kernel", 50.0, 100.0, ext=0,
-                                                                  corr=11),
-          runtime("cudaStreamSynchronize", 9.0, 150.0, corr=12)]
+    ev = [
+        runtime("cudaLaunchKernel", 5.0, 3.0, corr=11),
+        kernel("elementwise_scale_kernel", 50.0, 100.0, ext=0, corr=11),
+        runtime("cudaStreamSynchronize", 9.0, 150.0, corr=12),
+    ]
     v = analyse([write_trace(tmp_path / "cuda.json", ev)])
-    check(v, [Expect("PR301", evidence={"kernel_kind": "bandwidth_unknown", "hbm_fraction": None},
-                     never_says=[r"torch", r"\.item\(\)", r"DataLoader"])])
+    check(
+        v,
+        [
+            Expect(
+                "PR301",
+                evidence={"kernel_kind": "bandwidth_unknown", "hbm_fraction": None},
+                never_says=[r"torch", r"\.item\(\)", r"DataLoader"],
+            )
+        ],
+    )
 
 
 def test_bandwidth_above_hbm_is_an_estimate_problem(tmp_path):
     # Construction: an elementwise add whose byte model (read two 1 GiB fp32 tensors, write one: 3 GiB) over
     # 0.5 ms implies 6.4 TB/s, above the H100's 3.35 TB/s: flagged, never stated as reached.
     n = 2**28
-    ev = [annotation("work", 0.0, 1000.0),
-          cpu_op("aten::add", 10.0, 5.0, ext=1, dims=[[n], [n], []], types=["float", "float", "Scalar"]),
-          launch(11.0, 1, 10),
-          kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >", 100.0,
-                 500.0, ext=1, corr=10)]
+    ev = [
+        annotation("work", 0.0, 1000.0),
+        cpu_op("aten::add", 10.0, 5.0, ext=1, dims=[[n], [n], []], types=["float", "float", "Scalar"]),
+        launch(11.0, 1, 10),
+        kernel(
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >", 100.0, 500.0, ext=1, corr=10
+        ),
+    ]
     v = analyse([write_trace(tmp_path / "t.json", ev)], ranges=["work"])
-    check(v, [Expect("PR301", evidence={
-        "bandwidth_above_hbm_peak": True,
-        "hbm_fraction": Near(3 * 2**30 / 0.5e-3 / H100_HBM, rel=0.05, truth="construction: 3 GiB in 0.5 ms")},
-        says=[r"estimate problem"], never_says=[r"at ≈[0-9.]+ TB/s \(\d+% of HBM\)", r"already at \d+%"])])
+    check(
+        v,
+        [
+            Expect(
+                "PR301",
+                evidence={
+                    "bandwidth_above_hbm_peak": True,
+                    "hbm_fraction": Near(3 * 2**30 / 0.5e-3 / H100_HBM, rel=0.05, truth="construction: 3 GiB in 0.5 ms"),
+                },
+                says=[r"estimate problem"],
+                never_says=[r"at ≈[0-9.]+ TB/s \(\d+% of HBM\)", r"already at \d+%"],
+            )
+        ],
+    )
 
 
 def test_silent_on_compute_communication_unknown_and_tiny_kernels(tmp_path):
     check(single_phase("compute_bound"), [], silent=["PR301"])
     check(single_phase("launch_bound"), [], silent=["PR301"])  # ~1 µs kernels: PR501's, not memory-bound
     # DeepEP dispatch / combine kernels (communication) and a GEMM with no shapes (unknown FLOPs): never "fuse".
-    ev = [annotation("work", 0.0, 400.0),
-          launch(2.0, ext=0, corr=11), kernel("void deep_ep::intranode::combine<8, 768>(int, void*)", 10.0, 100.0,
-                                              ext=0, corr=11),
-          launch(3.0, ext=0, corr=12), kernel("void deep_ep::intranode::dispatch<8, 768>(int, void*)", 120.0, 100.0,
-                                              ext=0, corr=12),
-          cpu_op("aten::mm", 4.0, 5.0, ext=3), launch(5.0, ext=3, corr=13),
-          kernel("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", 230.0, 100.0, ext=3, corr=13)]
+    ev = [
+        annotation("work", 0.0, 400.0),
+        launch(2.0, ext=0, corr=11),
+        kernel("void deep_ep::intranode::combine<8, 768>(int, void*)", 10.0, 100.0, ext=0, corr=11),
+        launch(3.0, ext=0, corr=12),
+        kernel("void deep_ep::intranode::dispatch<8, 768>(int, void*)", 120.0, 100.0, ext=0, corr=12),
+        cpu_op("aten::mm", 4.0, 5.0, ext=3),
+        launch(5.0, ext=3, corr=13),
+        kernel("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", 230.0, 100.0, ext=3, corr=13),
+    ]
     check(analyse([write_trace(tmp_path / "ep.json", ev)], ranges=["work"]), [], silent=["PR301", "PR302"])

@@ -12,10 +12,22 @@ def test_fires_on_the_memory_bound_phase():
     # ops repeat mul_ → add_; the chain is the whole memory-bound loss of the phase.
     v = single_phase("memory_bound")
     mb = next(x["fraction"] for x in v["losses"] if x["category"] == "memory_bound")
-    check(v, [Expect("PR302", category="memory_bound",
-                     lost_fraction=Near(mb, rel=0.01, truth="the phase's memory-bound loss"),
-                     evidence={"ops": ["aten::mul_", "aten::add_"], "repeats": 10, "kernels": 20,
-                               "saving_if_unit_fused": Near(0.5, abs=1e-9, truth="2 ops → 1 kernel")})])
+    check(
+        v,
+        [
+            Expect(
+                "PR302",
+                category="memory_bound",
+                lost_fraction=Near(mb, rel=0.01, truth="the phase's memory-bound loss"),
+                evidence={
+                    "ops": ["aten::mul_", "aten::add_"],
+                    "repeats": 10,
+                    "kernels": 20,
+                    "saving_if_unit_fused": Near(0.5, abs=1e-9, truth="2 ops → 1 kernel"),
+                },
+            )
+        ],
+    )
 
 
 def test_fires_on_a_synthetic_chain(tmp_path):
@@ -23,15 +35,34 @@ def test_fires_on_a_synthetic_chain(tmp_path):
     ev, corr, t = [annotation("work", 0.0, 400.0)], 10, 5.0
     for _ in range(4):
         for op in ("aten::mul", "aten::add", "aten::relu"):
-            ev += [cpu_op(op, t, 2.0, ext=corr, dims=[[4096, 4096], []], types=["float", "Scalar"]),
-                   launch(t + 0.5, ext=corr, corr=corr),
-                   kernel("void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float> >",
-                          t + 5.0, 20.0, ext=corr, corr=corr)]
+            ev += [
+                cpu_op(op, t, 2.0, ext=corr, dims=[[4096, 4096], []], types=["float", "Scalar"]),
+                launch(t + 0.5, ext=corr, corr=corr),
+                kernel(
+                    "void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float> >",
+                    t + 5.0,
+                    20.0,
+                    ext=corr,
+                    corr=corr,
+                ),
+            ]
             corr += 1
             t += 25.0
     v = analyse([write_trace(tmp_path / "chain.json", ev)], ranges=["work"])
-    check(v, [Expect("PR302", evidence={"ops": ["aten::mul", "aten::add", "aten::relu"], "repeats": 4,
-                                        "kernels": 12, "time_ns": Near(240e3, rel=0.01, truth="12 × 20 µs")})])
+    check(
+        v,
+        [
+            Expect(
+                "PR302",
+                evidence={
+                    "ops": ["aten::mul", "aten::add", "aten::relu"],
+                    "repeats": 4,
+                    "kernels": 12,
+                    "time_ns": Near(240e3, rel=0.01, truth="12 × 20 µs"),
+                },
+            )
+        ],
+    )
 
 
 def test_silent_on_compute_bound():

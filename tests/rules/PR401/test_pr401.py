@@ -13,22 +13,34 @@ def _sgemm(tmp_path, gpu: str = "NVIDIA H100 80GB HBM3", pytorch: bool = True):
     # 6.9 TFLOP/s, below the fp32 peak of an H100 (67) and a V100 (15.7).
     n = 4096
     ev = [annotation("step", 0.0, 20_200.0), kernel("ampere_sgemm_128x64_nn", 100.0, 20_000.0, ext=1, corr=11)]
-    ev += ([cpu_op("aten::mm", 10.0, 20.0, ext=1, dims=[[n, n], [n, n]], types=["float", "float"]),
-            launch(12.0, ext=1, corr=11)] if pytorch else [runtime("cudaLaunchKernel", 12.0, 3.0, corr=11)])
+    ev += (
+        [cpu_op("aten::mm", 10.0, 20.0, ext=1, dims=[[n, n], [n, n]], types=["float", "float"]), launch(12.0, ext=1, corr=11)]
+        if pytorch
+        else [runtime("cudaLaunchKernel", 12.0, 3.0, corr=11)]
+    )
     return analyse([write_trace(tmp_path / "fp32.json", ev, gpu=gpu)])
 
 
 def test_fires_with_tf32_advice_on_hopper(tmp_path):
-    check(_sgemm(tmp_path), [Expect("PR401", category="compute_inefficiency",
-                                    evidence={"kernels.0.kernel": "ampere_sgemm_128x64_nn",
-                                              "peak_tflops.tf32": lambda x: x and x > 0},
-                                    says=[r"TF32", r"set_float32_matmul_precision"])])
+    check(
+        _sgemm(tmp_path),
+        [
+            Expect(
+                "PR401",
+                category="compute_inefficiency",
+                evidence={"kernels.0.kernel": "ampere_sgemm_128x64_nn", "peak_tflops.tf32": lambda x: x and x > 0},
+                says=[r"TF32", r"set_float32_matmul_precision"],
+            )
+        ],
+    )
 
 
 def test_fires_with_fp16_advice_on_volta(tmp_path):
     # peaks.toml: a V100 has no TF32 and no bf16: 16-bit tensor cores are fp16.
-    check(_sgemm(tmp_path, gpu="Tesla V100-SXM2-32GB"),
-          [Expect("PR401", says=[r"fp16"], never_says=[r"enable TF32", r"bf16 autocast"])])
+    check(
+        _sgemm(tmp_path, gpu="Tesla V100-SXM2-32GB"),
+        [Expect("PR401", says=[r"fp16"], never_says=[r"enable TF32", r"bf16 autocast"])],
+    )
 
 
 def test_cublas_advice_without_pytorch(tmp_path):

@@ -16,31 +16,72 @@ def test_fires_one_tile_past_a_wave(tmp_path):
     # Construction: a 1664×1408 output in 128×128 tiles = 13·11 = 143 tiles, one block per SM on 132 SMs: 1.08
     # waves, the second nearly empty → 143 / 264 = 54% efficient.
     m, k, n = 1664, 8192, 1408
-    ev = [annotation("step", 0.0, 130.0),
-          cpu_op("aten::mm", 1.0, 5.0, ext=1, dims=[[m, k], [k, n]], types=["c10::BFloat16"] * 2),
-          launch(2.0, ext=1, corr=11),
-          kernel(HOPPER_GEMM, 10.0, 100.0, ext=1, corr=11, grid=[143, 1, 1], block=[384, 1, 1], **ONE_PER_SM)]
-    check(analyse([write_trace(tmp_path / "waves.json", ev)]), [Expect("PR402", category="compute_inefficiency",
-          evidence={"gemms.0.units": 143, "gemms.0.slots": 132, "gemms.0.shape": "gemm",
+    ev = [
+        annotation("step", 0.0, 130.0),
+        cpu_op("aten::mm", 1.0, 5.0, ext=1, dims=[[m, k], [k, n]], types=["c10::BFloat16"] * 2),
+        launch(2.0, ext=1, corr=11),
+        kernel(HOPPER_GEMM, 10.0, 100.0, ext=1, corr=11, grid=[143, 1, 1], block=[384, 1, 1], **ONE_PER_SM),
+    ]
+    check(
+        analyse([write_trace(tmp_path / "waves.json", ev)]),
+        [
+            Expect(
+                "PR402",
+                category="compute_inefficiency",
+                evidence={
+                    "gemms.0.units": 143,
+                    "gemms.0.slots": 132,
+                    "gemms.0.shape": "gemm",
                     "gemms.0.waves": Near(143 / 132, rel=1e-9, truth="construction"),
-                    "gemms.0.efficiency": Near(143 / 264, rel=1e-9, truth="construction: 143 of 2 × 132 slots")})])
+                    "gemms.0.efficiency": Near(143 / 264, rel=1e-9, truth="construction: 143 of 2 × 132 slots"),
+                },
+            )
+        ],
+    )
 
 
 def test_a_convolution_is_its_implicit_gemm(tmp_path):
     # Construction: a 3×3 convolution, input [1, 1024, 143, 128], 128 filters, stride 1, padding 1 (compute-bound:
     # K = 1024·9): the implicit GEMM is M = 1·143·128 = 18304 output pixels by N = 128 channels = 143 × 1 tiles of
     # 128×128 — one past a wave of 132, as above (the conv's dims read as matrices would give absurd tile counts).
-    ev = [annotation("step", 0.0, 130.0),
-          cpu_op("aten::conv2d", 1.0, 5.0, ext=1, dims=[[1, 1024, 143, 128], [128, 1024, 3, 3], [], [], [], [], []],
-                 types=["c10::BFloat16"] * 2 + [""] * 5,
-                 **{"Concrete Inputs": ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"]}),
-          launch(2.0, ext=1, corr=11),
-          kernel("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64", 10.0, 100.0,
-                 ext=1, corr=11, grid=[143, 1, 1], block=[384, 1, 1], **ONE_PER_SM)]
-    check(analyse([write_trace(tmp_path / "conv.json", ev)]), [Expect("PR402", evidence={
-        "gemms.0.shape": "conv", "gemms.0.units": 143, "gemms.0.tile": [128, 128],
-        "gemms.0.efficiency": Near(143 / 264, rel=1e-9, truth="construction"),
-        "gemms.0.padding_efficiency": Near(1.0, abs=1e-9, truth="18304 and 128 are multiples of 128")})])
+    ev = [
+        annotation("step", 0.0, 130.0),
+        cpu_op(
+            "aten::conv2d",
+            1.0,
+            5.0,
+            ext=1,
+            dims=[[1, 1024, 143, 128], [128, 1024, 3, 3], [], [], [], [], []],
+            types=["c10::BFloat16"] * 2 + [""] * 5,
+            **{"Concrete Inputs": ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"]},
+        ),
+        launch(2.0, ext=1, corr=11),
+        kernel(
+            "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64",
+            10.0,
+            100.0,
+            ext=1,
+            corr=11,
+            grid=[143, 1, 1],
+            block=[384, 1, 1],
+            **ONE_PER_SM,
+        ),
+    ]
+    check(
+        analyse([write_trace(tmp_path / "conv.json", ev)]),
+        [
+            Expect(
+                "PR402",
+                evidence={
+                    "gemms.0.shape": "conv",
+                    "gemms.0.units": 143,
+                    "gemms.0.tile": [128, 128],
+                    "gemms.0.efficiency": Near(143 / 264, rel=1e-9, truth="construction"),
+                    "gemms.0.padding_efficiency": Near(1.0, abs=1e-9, truth="18304 and 128 are multiples of 128"),
+                },
+            )
+        ],
+    )
 
 
 def test_a_rocm_grid_counts_work_items(tmp_path):
@@ -48,17 +89,44 @@ def test_a_rocm_grid_counts_work_items(tmp_path):
     # workgroups, launched as a HIP grid of 320 × 256 work-items. 320 workgroups on 304 CUs leave the second wave
     # nearly empty whatever the occupancy (the trace gives no registers / LDS): at best 320 / 608 = 53%.
     m, k, n = 2560, 4096, 2048
-    ev = [annotation("step", 0.0, 300.0),
-          cpu_op("aten::mm", 1.0, 5.0, ext=1, dims=[[m, k], [k, n]], types=["c10::BFloat16"] * 2),
-          {"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", "pid": 100, "tid": 1, "ts": 2.0, "dur": 2.0,
-           "args": {"External id": 1, "correlation": 11}},
-          kernel("Cijk_Alik_Bljk_BBS_BH_MT128x128x64_MI16x16x1_SN_LDSB0", 10.0, 250.0, ext=1, corr=11,
-                 grid=[320 * 256, 1, 1], block=[256, 1, 1])]
-    path = write_gpu_trace(tmp_path / "rocm.json", ev, gpu="AMD Instinct MI300X", sms=304, major=9, minor=4, warp=64,
-                           rocm=True)
-    check(analyse([path]), [Expect("PR402", evidence={
-        "grid_unit": "work-items (HIP)", "gemms.0.units": 320, "gemms.0.occupancy_known": False,
-        "gemms.0.efficiency": Near(320 / 608, rel=1e-6, truth="construction: 320 of 2 × 304 slots")})])
+    ev = [
+        annotation("step", 0.0, 300.0),
+        cpu_op("aten::mm", 1.0, 5.0, ext=1, dims=[[m, k], [k, n]], types=["c10::BFloat16"] * 2),
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "hipLaunchKernel",
+            "pid": 100,
+            "tid": 1,
+            "ts": 2.0,
+            "dur": 2.0,
+            "args": {"External id": 1, "correlation": 11},
+        },
+        kernel(
+            "Cijk_Alik_Bljk_BBS_BH_MT128x128x64_MI16x16x1_SN_LDSB0",
+            10.0,
+            250.0,
+            ext=1,
+            corr=11,
+            grid=[320 * 256, 1, 1],
+            block=[256, 1, 1],
+        ),
+    ]
+    path = write_gpu_trace(tmp_path / "rocm.json", ev, gpu="AMD Instinct MI300X", sms=304, major=9, minor=4, warp=64, rocm=True)
+    check(
+        analyse([path]),
+        [
+            Expect(
+                "PR402",
+                evidence={
+                    "grid_unit": "work-items (HIP)",
+                    "gemms.0.units": 320,
+                    "gemms.0.occupancy_known": False,
+                    "gemms.0.efficiency": Near(320 / 608, rel=1e-6, truth="construction: 320 of 2 × 304 slots"),
+                },
+            )
+        ],
+    )
 
 
 def test_silent_on_whole_waves(tmp_path):
@@ -66,10 +134,25 @@ def test_silent_on_whole_waves(tmp_path):
     check(single_phase("compute_bound"), [], silent=["PR402"])
     # A convolution whose stride is not in the trace: only its blocks count — 784 × 4 blocks of 128 threads fill
     # 132 SMs in ≥ 96% whole waves at every occupancy the threads allow, so nothing is said.
-    ev = [annotation("step", 0.0, 300.0),
-          cpu_op("aten::conv2d", 1.0, 5.0, ext=1, dims=[[32, 64, 56, 56], [256, 64, 1, 1], [], [], [], [], []],
-                 types=["c10::BFloat16"] * 2 + [""] * 5),
-          launch(2.0, ext=1, corr=11),
-          kernel("sm80_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x64x32", 10.0, 250.0,
-                 ext=1, corr=11, grid=[784, 4, 1], block=[128, 1, 1])]
+    ev = [
+        annotation("step", 0.0, 300.0),
+        cpu_op(
+            "aten::conv2d",
+            1.0,
+            5.0,
+            ext=1,
+            dims=[[32, 64, 56, 56], [256, 64, 1, 1], [], [], [], [], []],
+            types=["c10::BFloat16"] * 2 + [""] * 5,
+        ),
+        launch(2.0, ext=1, corr=11),
+        kernel(
+            "sm80_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x64x32",
+            10.0,
+            250.0,
+            ext=1,
+            corr=11,
+            grid=[784, 4, 1],
+            block=[128, 1, 1],
+        ),
+    ]
     check(analyse([write_trace(tmp_path / "conv_blocks.json", ev)]), [], silent=["PR402"])

@@ -14,8 +14,7 @@ def _pageable(tmp_path, ops: bool):
     for i in range(4):
         t0 = 1000.0 + i * 12_000.0
         ev.append(runtime("cudaMemcpyAsync", t0, 10_005.0, corr=100 + i, ext=10 + i))
-        ev.append(memcpy("Memcpy HtoD (Pageable -> Device)", t0 + 2.0, 10_000.0, 64_000_000, corr=100 + i,
-                         ext=10 + i))
+        ev.append(memcpy("Memcpy HtoD (Pageable -> Device)", t0 + 2.0, 10_000.0, 64_000_000, corr=100 + i, ext=10 + i))
         if ops:
             from ...conftest import cpu_op
 
@@ -24,15 +23,28 @@ def _pageable(tmp_path, ops: bool):
 
 
 def test_fires_on_pageable_copies(tmp_path):
-    check(_pageable(tmp_path, ops=True), [Expect("PR403", category="memcpy", evidence={
-        "pageable_copies.0.direction": "HtoD", "pageable_copies.0.count": 4,
-        "pageable_copies.0.gb_s": Near(6.4, rel=0.01, truth="construction: 64 MB / 10 ms")},
-        says=[r"pin_memory=True"])])
+    check(
+        _pageable(tmp_path, ops=True),
+        [
+            Expect(
+                "PR403",
+                category="memcpy",
+                evidence={
+                    "pageable_copies.0.direction": "HtoD",
+                    "pageable_copies.0.count": 4,
+                    "pageable_copies.0.gb_s": Near(6.4, rel=0.01, truth="construction: 64 MB / 10 ms"),
+                },
+                says=[r"pin_memory=True"],
+            )
+        ],
+    )
 
 
 def test_cuda_advice_without_pytorch(tmp_path):
-    check(_pageable(tmp_path, ops=False), [Expect("PR403", says=[r"cudaHostAlloc|cudaMallocHost"],
-                                                  never_says=[r"pin_memory", r"non_blocking", r"DataLoader"])])
+    check(
+        _pageable(tmp_path, ops=False),
+        [Expect("PR403", says=[r"cudaHostAlloc|cudaMallocHost"], never_says=[r"pin_memory", r"non_blocking", r"DataLoader"])],
+    )
 
 
 def test_silent_on_pinned_async_copies():

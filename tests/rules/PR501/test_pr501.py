@@ -12,11 +12,23 @@ def test_fires_on_the_launch_bound_phase():
     # sample_traces/README.md / kineto_run_info.json: 1000 × tiny.add_(1.0) on a 1-element tensor; the kernels
     # (~1 µs) take 0.90 ms of an 18.1 ms span: most of the window is launch gaps.
     n = truth("h200_single/kineto_run_info.json")["config"]["launch_iters"]
-    check(single_phase("launch_bound"), [Expect(
-        "PR501", category="launch_bound", lost_fraction=Between(0.5, 0.95, truth="README: 0.90 ms busy of 18.1 ms"),
-        evidence={"kernels": n, "launches_per_step": n, "median_kernel_ns": Between(0, 2000, truth="1-element add"),
-                  "median_gap_ns": lambda g: g and g > 2000},
-        says=[r"CUDA graph", r"torch\.compile"])])
+    check(
+        single_phase("launch_bound"),
+        [
+            Expect(
+                "PR501",
+                category="launch_bound",
+                lost_fraction=Between(0.5, 0.95, truth="README: 0.90 ms busy of 18.1 ms"),
+                evidence={
+                    "kernels": n,
+                    "launches_per_step": n,
+                    "median_kernel_ns": Between(0, 2000, truth="1-element add"),
+                    "median_gap_ns": lambda g: g and g > 2000,
+                },
+                says=[r"CUDA graph", r"torch\.compile"],
+            )
+        ],
+    )
 
 
 def test_graph_advice_in_cuda_words_without_pytorch(tmp_path):
@@ -26,9 +38,17 @@ def test_graph_advice_in_cuda_words_without_pytorch(tmp_path):
         t0 = 10.0 + i * 17.0
         ev.append(runtime("cudaLaunchKernel", t0 - 12.0, 10.0, corr=100 + i))
         ev.append(kernel("scale_bias_kernel", t0, 2.0, ext=0, corr=100 + i))
-    check(analyse([write_trace(tmp_path / "cuda.json", ev)]), [Expect(
-        "PR501", evidence={"kernels": 300}, says=[r"cudaStreamBeginCapture", r"cudaGraphLaunch"],
-        never_says=[r"torch", r"CUDAGraph\b"])])
+    check(
+        analyse([write_trace(tmp_path / "cuda.json", ev)]),
+        [
+            Expect(
+                "PR501",
+                evidence={"kernels": 300},
+                says=[r"cudaStreamBeginCapture", r"cudaGraphLaunch"],
+                never_says=[r"torch", r"CUDAGraph\b"],
+            )
+        ],
+    )
 
 
 def test_silent_on_compute_bound():

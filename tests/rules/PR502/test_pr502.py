@@ -12,13 +12,26 @@ from ..traces import runtime
 def test_fires_on_item_in_the_loop():
     # kineto_run_info.json: 5 × (1024³ mm, c[0, 0].item(), time.sleep(0.020)): the GPU idles ~20 ms after each sync.
     cfg = truth("h200_single/kineto_run_info.json")["config"]
-    check(single_phase("host_stall"), [Expect(
-        "PR502", category="sync_stall",
-        evidence={"as_written": ".item()", "sync_call": "cudaStreamSynchronize", "op": "aten::_local_scalar_dense",
-                  "outer_op": "aten::item", "syncs": cfg["stall_iters"], "once": False,
-                  "d2h_copies": lambda n: n and n >= cfg["stall_iters"],
-                  "mean_idle_ns": Near(cfg["stall_sleep"] * 1e9, rel=0.1, truth="the 20 ms sleep after each sync")},
-        says=[r"hot loop", r"non_blocking"])])
+    check(
+        single_phase("host_stall"),
+        [
+            Expect(
+                "PR502",
+                category="sync_stall",
+                evidence={
+                    "as_written": ".item()",
+                    "sync_call": "cudaStreamSynchronize",
+                    "op": "aten::_local_scalar_dense",
+                    "outer_op": "aten::item",
+                    "syncs": cfg["stall_iters"],
+                    "once": False,
+                    "d2h_copies": lambda n: n and n >= cfg["stall_iters"],
+                    "mean_idle_ns": Near(cfg["stall_sleep"] * 1e9, rel=0.1, truth="the 20 ms sleep after each sync"),
+                },
+                says=[r"hot loop", r"non_blocking"],
+            )
+        ],
+    )
 
 
 def _one_sync(tmp_path, work_before_us: float):
@@ -32,26 +45,53 @@ def _one_sync(tmp_path, work_before_us: float):
     ev.append(runtime("cudaStreamSynchronize", t, 6.0, corr=corr))
     t += 200_000.0
     for i in range(20):
-        ev += [runtime("cudaLaunchKernel", t + i * 500.0, 3.0, corr=corr + 1 + i),
-               kernel("work_kernel", t + 5.0 + i * 500.0, 495.0, 0, corr + 1 + i)]
+        ev += [
+            runtime("cudaLaunchKernel", t + i * 500.0, 3.0, corr=corr + 1 + i),
+            kernel("work_kernel", t + 5.0 + i * 500.0, 495.0, 0, corr + 1 + i),
+        ]
     return analyse([write_trace(tmp_path / "sync.json", ev)])
 
 
 def test_a_single_sync_before_the_work_is_set_up(tmp_path):
     # 0.1 ms of work before the sync, 10 ms after: ≥ 99% of the GPU work comes after the wait.
-    check(_one_sync(tmp_path, 100.0), [Expect(
-        "PR502", evidence={"syncs": 1, "once": True, "before_the_work": True, "sync_call": "cudaStreamSynchronize",
-                           "as_written": "cudaStreamSynchronize",
-                           "mean_idle_ns": Near(200e6, rel=0.01, truth="construction: 200 ms")},
-        says=[r"once", r"set-up"], never_says=[r"from the loop", r"\beach\b", r"torch", r"\.item\(\)", r"hot loop"])])
+    check(
+        _one_sync(tmp_path, 100.0),
+        [
+            Expect(
+                "PR502",
+                evidence={
+                    "syncs": 1,
+                    "once": True,
+                    "before_the_work": True,
+                    "sync_call": "cudaStreamSynchronize",
+                    "as_written": "cudaStreamSynchronize",
+                    "mean_idle_ns": Near(200e6, rel=0.01, truth="construction: 200 ms"),
+                },
+                says=[r"once", r"set-up"],
+                never_says=[r"from the loop", r"\beach\b", r"torch", r"\.item\(\)", r"hot loop"],
+            )
+        ],
+    )
 
 
 def test_a_single_sync_mid_work_is_once_not_the_loop(tmp_path):
     # 10 ms of work before the sync and 10 ms after: half the work comes after — not set-up, not known to recur.
-    check(_one_sync(tmp_path, 10_000.0), [Expect(
-        "PR502", evidence={"syncs": 1, "once": True, "before_the_work": False,
-                           "gpu_work_after_share": Near(0.5, abs=0.02, truth="construction: 10 ms of 20 ms")},
-        says=[r"once"], never_says=[r"from the loop", r"\beach\b", r"torch"])])
+    check(
+        _one_sync(tmp_path, 10_000.0),
+        [
+            Expect(
+                "PR502",
+                evidence={
+                    "syncs": 1,
+                    "once": True,
+                    "before_the_work": False,
+                    "gpu_work_after_share": Near(0.5, abs=0.02, truth="construction: 10 ms of 20 ms"),
+                },
+                says=[r"once"],
+                never_says=[r"from the loop", r"\beach\b", r"torch"],
+            )
+        ],
+    )
 
 
 def test_silent_without_sync_stalls(tmp_path):

@@ -18,11 +18,21 @@ def test_fires_on_a_synthetic_loader(tmp_path):
         ev.append(cpu_op("aten::add_", t0 + 800.0, 5.0, ext=i + 1))
         ev.append(launch(t0 + 801.0, ext=i + 1, corr=100 + i))
         ev.append(kernel("vectorized_elementwise_kernel", t0 + 805.0, 190.0, ext=i + 1, corr=100 + i))
-    check(analyse([write_trace(tmp_path / "loader.json", ev)]), [Expect(
-        "PR503", category="input_bound",
-        evidence={"single_process": True, "suggested_workers": lambda n: n and n >= 2,
-                  "wait_per_step_ns": Near(800e3, rel=0.05, truth="construction: ~800 µs of loading per step")},
-        says=[r"num_workers="])])
+    check(
+        analyse([write_trace(tmp_path / "loader.json", ev)]),
+        [
+            Expect(
+                "PR503",
+                category="input_bound",
+                evidence={
+                    "single_process": True,
+                    "suggested_workers": lambda n: n and n >= 2,
+                    "wait_per_step_ns": Near(800e3, rel=0.05, truth="construction: ~800 µs of loading per step"),
+                },
+                says=[r"num_workers="],
+            )
+        ],
+    )
 
 
 def test_fires_on_the_hf_input_bound_sample():
@@ -31,8 +41,14 @@ def test_fires_on_the_hf_input_bound_sample():
     t = truth("h200_hf/input_bound.truth.json")
     fetch = sum(t["fetch_ms"]) / len(t["fetch_ms"]) * 1e6
     v = analyse([sample_file("h200_hf/input_bound.pt.trace.json.gz")])
-    check(v, [Expect("PR503", evidence={"single_process": True,
-                                        "wait_per_step_ns": Near(fetch, rel=0.15, truth="truth.json fetch_ms")})])
+    check(
+        v,
+        [
+            Expect(
+                "PR503", evidence={"single_process": True, "wait_per_step_ns": Near(fetch, rel=0.15, truth="truth.json fetch_ms")}
+            )
+        ],
+    )
 
 
 def test_silent_without_a_loader():

@@ -11,12 +11,24 @@ from ..traces import runtime
 
 def test_fires_on_the_host_stall_phase():
     cfg = truth("h200_single/kineto_run_info.json")["config"]
-    check(single_phase("host_stall"), [Expect(
-        "PR504", key="gaps", evidence={
-            "gap_count": cfg["stall_iters"], "main_category": "sync_stall",
-            "gaps.0.duration_ns": Near(cfg["stall_sleep"] * 1e9, rel=0.1, truth="the 20 ms sleep"),
-            "gaps.0.after_op": "aten::item", "gaps.0.host": "nothing traced on the host", "startup_gap_count": 0},
-        says=[r"PR502"])])
+    check(
+        single_phase("host_stall"),
+        [
+            Expect(
+                "PR504",
+                key="gaps",
+                evidence={
+                    "gap_count": cfg["stall_iters"],
+                    "main_category": "sync_stall",
+                    "gaps.0.duration_ns": Near(cfg["stall_sleep"] * 1e9, rel=0.1, truth="the 20 ms sleep"),
+                    "gaps.0.after_op": "aten::item",
+                    "gaps.0.host": "nothing traced on the host",
+                    "startup_gap_count": 0,
+                },
+                says=[r"PR502"],
+            )
+        ],
+    )
 
 
 def test_names_the_range_that_covers_a_gap():
@@ -36,14 +48,29 @@ def test_start_up_is_reported_apart(tmp_path):
     # 2 ms of work.
     ev = [runtime("cudaFree", 0.0, 50_000.0, corr=1)]
     for i in range(4):
-        ev += [runtime("cudaLaunchKernel", 50_010.0 + i * 500.0, 3.0, corr=10 + i),
-               kernel("work_kernel", 50_020.0 + i * 500.0, 480.0, 0, 10 + i)]
+        ev += [
+            runtime("cudaLaunchKernel", 50_010.0 + i * 500.0, 3.0, corr=10 + i),
+            kernel("work_kernel", 50_020.0 + i * 500.0, 480.0, 0, 10 + i),
+        ]
     v = analyse([write_trace(tmp_path / "startup.json", ev)])
-    check(v, [Expect("PR504", key="startup", category="startup",
-                     evidence={"gap_count": 1, "startup_calls": ["cudaFree"],
-                               "idle_ns": Near(50e6, rel=0.01, truth="construction: 50 ms")},
-                     says=[r"one-time start-up"], never_says=[r"\bfill\b", r"launch-bound", r"CUDA graph"])],
-          silent=["PR501"])
+    check(
+        v,
+        [
+            Expect(
+                "PR504",
+                key="startup",
+                category="startup",
+                evidence={
+                    "gap_count": 1,
+                    "startup_calls": ["cudaFree"],
+                    "idle_ns": Near(50e6, rel=0.01, truth="construction: 50 ms"),
+                },
+                says=[r"one-time start-up"],
+                never_says=[r"\bfill\b", r"launch-bound", r"CUDA graph"],
+            )
+        ],
+        silent=["PR501"],
+    )
     assert not [f for f in v["findings"] if f["rule"] == "PR504" and f["key"] == "gaps"]
 
 

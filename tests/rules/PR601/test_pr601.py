@@ -19,10 +19,12 @@ MAX_MHZ = 1980.0  # sample_traces/README.md: the H200's max SM clock
 def _throttle_run(tmp_path: Path, busy_mhz: float, with_counters: bool = True) -> list[rules.Finding]:
     """An 8192³ bf16 mm kernel for 2 ms, with NVML-like counters (every 100 µs) inserted into the store."""
     n = 8192
-    ev = [annotation("step", 0.0, 2400.0),
-          cpu_op("aten::mm", 1.0, 5.0, ext=1, dims=[[n, n], [n, n]], types=["c10::BFloat16"] * 2),
-          launch(2.0, ext=1, corr=11),
-          kernel("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", 200.0, 2000.0, ext=1, corr=11)]
+    ev = [
+        annotation("step", 0.0, 2400.0),
+        cpu_op("aten::mm", 1.0, 5.0, ext=1, dims=[[n, n], [n, n]], types=["c10::BFloat16"] * 2),
+        launch(2.0, ext=1, corr=11),
+        kernel("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", 200.0, 2000.0, ext=1, corr=11),
+    ]
     path = write_trace(tmp_path / "clk.json", ev)
     con = store.connect()
     pipeline.ingest(con, [path])
@@ -33,11 +35,14 @@ def _throttle_run(tmp_path: Path, busy_mhz: float, with_counters: bool = True) -
         for i in range(24):
             s = base + i * 100_000
             busy = 200_000 <= i * 100_000 < 2_200_000
-            rows += [(0, 0, "sm_clock_mhz", s, s + 100_000, busy_mhz if busy else MAX_MHZ),
-                     (0, 0, "power_w", s, s + 100_000, 690.0 if busy else 120.0),
-                     (0, 0, "power_limit_w", s, s + 100_000, 700.0)]
-        con.executemany("INSERT INTO counters (source_id, device, metric, start_ns, end_ns, value) "
-                        "VALUES (?, ?, ?, ?, ?, ?)", rows)
+            rows += [
+                (0, 0, "sm_clock_mhz", s, s + 100_000, busy_mhz if busy else MAX_MHZ),
+                (0, 0, "power_w", s, s + 100_000, 690.0 if busy else 120.0),
+                (0, 0, "power_limit_w", s, s + 100_000, 700.0),
+            ]
+        con.executemany(
+            "INSERT INTO counters (source_id, device, metric, start_ns, end_ns, value) VALUES (?, ?, ?, ?, ?, ?)", rows
+        )
     ctx = pipeline.measure(con, pipeline.Options())
     found, notes = rules.run(con, rules.configure(["PR601"]), ctx.ranges, ctx.precision, ctx.peaks, strict=True)
     assert notes == []
@@ -58,18 +63,25 @@ def _nvml_drop(csv_path: Path, run_info: dict, phase: str) -> float:
     w = next(p for p in run_info["phase_windows"] if p["phase"] == phase)
     with open(csv_path) as fh:
         rows = list(csv.DictReader(fh))
-    inside = [float(r["sm_clock_mhz"]) for r in rows
-              if w["wall_start_ns"] - 10_000_000 <= int(r["wall_ns"]) <= w["wall_end_ns"] + 10_000_000]
+    inside = [
+        float(r["sm_clock_mhz"])
+        for r in rows
+        if w["wall_start_ns"] - 10_000_000 <= int(r["wall_ns"]) <= w["wall_end_ns"] + 10_000_000
+    ]
     return 1 - statistics.median(inside) / MAX_MHZ
 
 
 def test_silent_on_the_committed_nvml_log():
     # sample_traces/h200_single/nvml_samples.csv holds 1980 MHz throughout the compute-bound phase: no drop.
-    drop = _nvml_drop(sample_file("h200_single/nvml_samples.csv"), truth("h200_single/kineto_run_info.json"),
-                      "phase:compute_bound")
+    drop = _nvml_drop(
+        sample_file("h200_single/nvml_samples.csv"), truth("h200_single/kineto_run_info.json"), "phase:compute_bound"
+    )
     assert drop < 0.05  # the threshold max_clock_drop
-    v = analyse([sample_file("h200_single/kineto_single.pt.trace.json.gz"), sample_file("h200_single/nvml_samples.csv")],
-                ranges=["phase:compute_bound"], rule_select=["PR601"])
+    v = analyse(
+        [sample_file("h200_single/kineto_single.pt.trace.json.gz"), sample_file("h200_single/nvml_samples.csv")],
+        ranges=["phase:compute_bound"],
+        rule_select=["PR601"],
+    )
     check(v, [], silent=["PR601"])
 
 
@@ -78,11 +90,19 @@ def test_fires_on_the_corpus_nvml_log():
     # matmuls run its SM clock reads 1635–1770 MHz against the 1980 MHz the H200 boosts to (power ~370 W, far from
     # the 700 W limit: not power-capped).
     d = corpus_file("h200-single-kineto")
-    v = analyse([d / "kineto_single.json.gz", d / "nvml_samples.csv"], ranges=["phase:compute_bound"],
-                rule_select=["PR601"])
-    check(v, [Expect("PR601", evidence={"clock_drop": Between(1 - 1770 / MAX_MHZ, 1 - 1635 / MAX_MHZ + 0.05,
-                                                              truth="nvml_samples.csv: 1635–1770 MHz")},
-                     never_says=[r"power-capped"])])
+    v = analyse([d / "kineto_single.json.gz", d / "nvml_samples.csv"], ranges=["phase:compute_bound"], rule_select=["PR601"])
+    check(
+        v,
+        [
+            Expect(
+                "PR601",
+                evidence={
+                    "clock_drop": Between(1 - 1770 / MAX_MHZ, 1 - 1635 / MAX_MHZ + 0.05, truth="nvml_samples.csv: 1635–1770 MHz")
+                },
+                never_says=[r"power-capped"],
+            )
+        ],
+    )
 
 
 def test_silent_at_full_clock_or_without_counters(tmp_path):

@@ -11,16 +11,28 @@ from ..expect import Between, Expect, Near, analyse, check, single_phase, truth
 def test_fires_on_the_memory_bound_phase():
     # ground_truth.json: the phase achieves 0.00053 of the bf16 peak while its kernels run back to back.
     t = truth("h200_single/ground_truth.json")["phases"]["phase:memory_bound"]
-    check(single_phase("memory_bound"), [Expect("PR602", evidence={
-        "utilization": Between(0.95, 1.0, truth="20 back-to-back kernels"),
-        "achieved_fraction_of_peak": Near(t["expected_fraction_of_bf16_peak"], abs=0.002, truth="ground_truth.json"),
-        "busy_losses.memory_bound": Between(0.9, 1.0, truth="elementwise kernels only")})])
+    check(
+        single_phase("memory_bound"),
+        [
+            Expect(
+                "PR602",
+                evidence={
+                    "utilization": Between(0.95, 1.0, truth="20 back-to-back kernels"),
+                    "achieved_fraction_of_peak": Near(t["expected_fraction_of_bf16_peak"], abs=0.002, truth="ground_truth.json"),
+                    "busy_losses.memory_bound": Between(0.9, 1.0, truth="elementwise kernels only"),
+                },
+            )
+        ],
+    )
 
 
 def test_silent_when_useful_idle_or_unknown(tmp_path):
     check(single_phase("compute_bound"), [], silent=["PR602"])  # ground truth 0.79 of peak: the gap is small
     check(single_phase("launch_bound"), [], silent=["PR602"])  # not busy
     # Construction: a GEMM with no shapes busy 95% of the window: its FLOPs are unknown, so nothing calls it waste.
-    ev = [annotation("work", 0.0, 1000.0), launch(2.0, ext=0, corr=11),
-          kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 50.0, 950.0, ext=0, corr=11)]
+    ev = [
+        annotation("work", 0.0, 1000.0),
+        launch(2.0, ext=0, corr=11),
+        kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 50.0, 950.0, ext=0, corr=11),
+    ]
     check(analyse([write_trace(tmp_path / "unknown.json", ev)], ranges=["work"]), [], silent=["PR602", "PR301"])

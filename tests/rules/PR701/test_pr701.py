@@ -26,8 +26,7 @@ def events(reserved: int, ballast: int, churn: bool = True) -> list[dict[str, An
     for i in range(3):
         t0 = 10.0 + i * 1000.0
         ev.append(annotation(f"ProfilerStep#{i}", t0, 1000.0))
-        ev.append(cpu_op("aten::mm", t0 + 10.0, 20.0, ext=i + 1, dims=[[4096, 4096], [4096, 4096]],
-                         types=["c10::BFloat16"] * 2))
+        ev.append(cpu_op("aten::mm", t0 + 10.0, 20.0, ext=i + 1, dims=[[4096, 4096], [4096, 4096]], types=["c10::BFloat16"] * 2))
         ev.append(cpu_op("aten::empty", t0 + 11.0, 2.0, ext=0))
         ev.append(memory(t0 + 12.0, GiB, ballast + GiB, reserved, addr=100 + i))
         ev.append(launch(t0 + 20.0, ext=i + 1, corr=100 + i))
@@ -41,8 +40,7 @@ def events(reserved: int, ballast: int, churn: bool = True) -> list[dict[str, An
     return ev
 
 
-def h200(tmp: Path, name: str, ev: list[dict[str, Any]], memory_bytes: int | None = 100 * GiB,
-         gpu: str = "NVIDIA H200") -> Path:
+def h200(tmp: Path, name: str, ev: list[dict[str, Any]], memory_bytes: int | None = 100 * GiB, gpu: str = "NVIDIA H200") -> Path:
     return write_gpu_trace(tmp / name, ev, gpu=gpu, sms=132, major=9, minor=0, memory_bytes=memory_bytes)
 
 
@@ -51,14 +49,29 @@ def test_fires_near_the_devices_memory(tmp_path):
     # H200 must not be used instead); reserved 92 GiB = 0.92; allocated peaks at 90 + 1 GiB = 0.91, first in step 0
     # inside aten::mm; 2 cudaMalloc + 2 cudaFree in the steps after the first.
     v = analyse([h200(tmp_path, "pressure.json", events(reserved=92 * GiB, ballast=90 * GiB))])
-    check(v, [Expect(
-        "PR701", rank=None, key="device-memory", category=None,
-        evidence={"gpus.0.capacity_bytes": 100 * GiB, "gpus.0.capacity_source": "trace",
-                  "gpus.0.reserved_fraction": Near(0.92, abs=1e-9, truth="construction: 92 of 100 GiB"),
-                  "gpus.0.allocated_fraction": Near(0.91, abs=1e-9, truth="construction: 91 of 100 GiB"),
-                  "gpus.0.peak_allocated_bytes": 91 * GiB, "peak_op": "aten::mm", "peak_step": "ProfilerStep#0",
-                  "allocator_calls_after_first_step.0.mallocs": 2, "allocator_calls_after_first_step.0.frees": 2},
-        says=[r"92%", r"expandable_segments", r"checkpointing", r"cudaMalloc"])])
+    check(
+        v,
+        [
+            Expect(
+                "PR701",
+                rank=None,
+                key="device-memory",
+                category=None,
+                evidence={
+                    "gpus.0.capacity_bytes": 100 * GiB,
+                    "gpus.0.capacity_source": "trace",
+                    "gpus.0.reserved_fraction": Near(0.92, abs=1e-9, truth="construction: 92 of 100 GiB"),
+                    "gpus.0.allocated_fraction": Near(0.91, abs=1e-9, truth="construction: 91 of 100 GiB"),
+                    "gpus.0.peak_allocated_bytes": 91 * GiB,
+                    "peak_op": "aten::mm",
+                    "peak_step": "ProfilerStep#0",
+                    "allocator_calls_after_first_step.0.mallocs": 2,
+                    "allocator_calls_after_first_step.0.frees": 2,
+                },
+                says=[r"92%", r"expandable_segments", r"checkpointing", r"cudaMalloc"],
+            )
+        ],
+    )
     (f,) = found(v, "PR701")
     # a risk, not a loss: no lost fraction, no category, and its severity is the rule's (0.92 < high_reserved 0.95)
     assert f["lost_fraction"] is None and f["category"] is None and f["severity"] == "medium" and f["layer"] == "memory"
@@ -71,9 +84,19 @@ def test_fires_near_the_devices_memory(tmp_path):
 
 def test_high_from_high_reserved_fraction(tmp_path):
     v = analyse([h200(tmp_path, "full.json", events(reserved=97 * GiB, ballast=95 * GiB, churn=False))])
-    check(v, [Expect("PR701", evidence={"gpus.0.reserved_fraction": Near(0.97, abs=1e-9, truth="construction"),
-                                        "allocator_calls_after_first_step": []},
-                     never_says=[r"cudaFree calls"])])
+    check(
+        v,
+        [
+            Expect(
+                "PR701",
+                evidence={
+                    "gpus.0.reserved_fraction": Near(0.97, abs=1e-9, truth="construction"),
+                    "allocator_calls_after_first_step": [],
+                },
+                never_says=[r"cudaFree calls"],
+            )
+        ],
+    )
     assert found(v, "PR701")[0]["severity"] == "high"
 
 
@@ -81,9 +104,19 @@ def test_capacity_from_the_peak_table_when_the_trace_has_none(tmp_path):
     # conftest's write_trace names an "NVIDIA H100 80GB HBM3" without totalGlobalMem: the peak table's nominal 80 GB
     # (read as 80 GiB, within ~1% above the real 79.2 GiB) is used, and the finding says so.
     v = analyse([write_trace(tmp_path / "h100.json", events(reserved=78 * GiB, ballast=76 * GiB))])
-    check(v, [Expect("PR701", evidence={"gpus.0.capacity_source": "peak_table",
-                                        "gpus.0.reserved_fraction": Near(78 / 80, abs=1e-9, truth="78 of 80 GiB")},
-                     says=[r"nominal 80 GB", r"peak table"])])
+    check(
+        v,
+        [
+            Expect(
+                "PR701",
+                evidence={
+                    "gpus.0.capacity_source": "peak_table",
+                    "gpus.0.reserved_fraction": Near(78 / 80, abs=1e-9, truth="78 of 80 GiB"),
+                },
+                says=[r"nominal 80 GB", r"peak table"],
+            )
+        ],
+    )
 
 
 def test_silent_below_the_threshold(tmp_path):
@@ -94,8 +127,17 @@ def test_silent_below_the_threshold(tmp_path):
 
 def test_silent_when_the_devices_memory_is_unknown(tmp_path):
     # neither the trace nor the peak table knows this GPU's memory: never a guessed capacity
-    v = analyse([h200(tmp_path, "mystery.json", events(reserved=99 * GiB, ballast=98 * GiB), memory_bytes=None,
-                      gpu="Mystery Accelerator X")])
+    v = analyse(
+        [
+            h200(
+                tmp_path,
+                "mystery.json",
+                events(reserved=99 * GiB, ballast=98 * GiB),
+                memory_bytes=None,
+                gpu="Mystery Accelerator X",
+            )
+        ]
+    )
     check(v, [], silent=["PR701"])
     assert v["memory"][0]["device_memory_bytes"] is None
 
@@ -118,14 +160,23 @@ def test_fires_on_the_hf_memory_pressure_sample():
     # torch.cuda.max_memory_reserved / max_memory_allocated over the profiled steps, against
     # get_device_properties().total_memory — all measured by the program, outside the trace.
     t = truth("h200_hf/memory_pressure.truth.json")["memory"]
-    reserved, allocated = (t["max_reserved_bytes"] / t["device_total_bytes"],
-                           t["max_allocated_bytes"] / t["device_total_bytes"])
+    reserved, allocated = (t["max_reserved_bytes"] / t["device_total_bytes"], t["max_allocated_bytes"] / t["device_total_bytes"])
     v = analyse([sample_file("h200_hf/memory_pressure.pt.trace.json.gz")])
-    check(v, [Expect("PR701", evidence={
-        "gpus.0.capacity_bytes": t["device_total_bytes"], "gpus.0.capacity_source": "trace",
-        "gpus.0.reserved_fraction": Near(reserved, abs=0.01, truth="truth.json max_memory_reserved / total_memory"),
-        "gpus.0.allocated_fraction": Near(allocated, abs=0.01, truth="truth.json max_memory_allocated / total"),
-        "peak_step": lambda s: isinstance(s, str) and s.startswith("ProfilerStep#")})])
+    check(
+        v,
+        [
+            Expect(
+                "PR701",
+                evidence={
+                    "gpus.0.capacity_bytes": t["device_total_bytes"],
+                    "gpus.0.capacity_source": "trace",
+                    "gpus.0.reserved_fraction": Near(reserved, abs=0.01, truth="truth.json max_memory_reserved / total_memory"),
+                    "gpus.0.allocated_fraction": Near(allocated, abs=0.01, truth="truth.json max_memory_allocated / total"),
+                    "peak_step": lambda s: isinstance(s, str) and s.startswith("ProfilerStep#"),
+                },
+            )
+        ],
+    )
     (f,) = found(v, "PR701")
     assert f["lost_fraction"] is None and f["severity"] == "medium"  # 0.92: above 0.90, below 0.95
     (m,) = v["memory"]
