@@ -216,6 +216,34 @@ def test_gpu_with_no_name_is_identified_from_its_properties(tmp_path):
         ),
         ({"rocprofiler-sdk-tool": [{"metadata": {"node": {"id": 0}}}]}, "rocprofiler-sdk"),
         ({"schema": "1.0.2-chakra.0.0.4", "pid": 1, "time": "x", "nodes": [{"id": 1}]}, "execution trace"),
+        (  # the CUPTI profiler's counter mode (HTA's tests/data/cupti_profiler): kernels replayed as counter ranges
+            {
+                "traceEvents": [
+                    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.0, "dur": 9.0},
+                    {
+                        "ph": "X",
+                        "cat": "cuda_runtime",
+                        "name": "cudaLaunchKernel",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": 2.0,
+                        "dur": 1.0,
+                        "args": {"correlation": 1},
+                    },
+                    {
+                        "ph": "X",
+                        "cat": "cuda_profiler_range",
+                        "name": "sm80_xmma_gemm",
+                        "pid": 0,
+                        "tid": 0,
+                        "ts": 3.0,
+                        "dur": 5.0,
+                        "args": {"smsp__sass_thread_inst_executed_op_dfma_pred_on.sum": 0},
+                    },
+                ]
+            },
+            "CUPTI profiler counter-mode trace",
+        ),
     ],
 )
 def test_other_accelerators_and_profilers_are_named(tmp_path, doc, says):

@@ -60,6 +60,13 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> Kineto
         info.gpu_events = emit.emit(con, source_id, info.rank, int(info.base_time_ns or 0), rows)
         if info.gpu_events == 0 and (what := schema.non_gpu_accelerator(cats)):
             raise BadInput(path, f"{what}: this tool measures NVIDIA / AMD GPU work")
+        if info.gpu_events == 0 and cats.get("cuda_profiler_range"):
+            # CUPTI profiler (range / counter) mode replays each kernel for its counters: there is no timeline
+            raise BadInput(
+                path,
+                f"a CUPTI profiler counter-mode trace ({cats['cuda_profiler_range']} kernel counter ranges, no kernel "
+                "timeline): record with the default activity tracing (no experimental_config profiler_metrics)",
+            )
         n_mem = one(con, "SELECT count(*) FROM memory_events WHERE source_id = ?", [source_id])
         if n_mem and n_mem[0]:
             info.notes.append(f"{n_mem[0]} device-memory allocator events (profile_memory=True)")
