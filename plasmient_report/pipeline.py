@@ -156,7 +156,14 @@ def ingest(
         )
         if info.gpu_events == 0 and d.format not in parsers.AUXILIARY:
             if len(found) == 1:
-                raise BadInput(d.path, "trace has no GPU kernels or copies (a CPU-only profile?)")
+                calls = one(con, "SELECT count(*) FROM api_calls WHERE source_id = ?", [i]) or (0,)
+                raise BadInput(
+                    d.path,
+                    f"trace has {calls[0]} GPU runtime calls but no GPU kernels or copies: the GPU activities were not "
+                    "recorded (torch.profiler without ProfilerActivity.CUDA, or CUPTI's records lost)"
+                    if calls[0]
+                    else "trace has no GPU kernels or copies (a CPU-only profile?)",
+                )
     if progress:
         progress("ingest", len(found), len(found))
     n = one(con, "SELECT count(*) FROM kernels")

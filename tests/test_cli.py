@@ -162,3 +162,20 @@ def test_an_internal_error_is_one_line_and_exit_2(tmp_path, monkeypatch):
     assert not (tmp_path / "o").exists()
     r = CliRunner().invoke(main, [str(sample), "--out", str(tmp_path / "o"), "--debug"])
     assert isinstance(r.exception, KeyError)
+
+
+def test_runtime_calls_without_gpu_activity_say_what_was_not_recorded(tmp_path):
+    """A profile with launches but no kernels (torch.profiler without ProfilerActivity.CUDA: a public trace of
+    HazyResearch/zoology has exactly this) is refused naming what is missing, not called CPU-only."""
+    from .conftest import cpu_op
+
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2.0, "dur": 1.0}
+    p = tmp_path / "t.json"
+    write_trace(p, [cpu_op("aten::mm", 1.0, 9.0, 1), {**launch, "args": {"correlation": 1, "External id": 1}}])
+    r = cli(str(p), "--out", str(tmp_path / "out"))
+    assert contract.refused(contract.Run(r.returncode, r.stdout, r.stderr))
+    assert "1 GPU runtime calls but no GPU kernels" in r.stderr and "ProfilerActivity.CUDA" in r.stderr
+    q = tmp_path / "cpu.json"
+    write_trace(q, [cpu_op("aten::mm", 1.0, 9.0, 1)])
+    r = cli(str(q), "--out", str(tmp_path / "out2"))
+    assert r.returncode == 2 and "CPU-only profile" in r.stderr
