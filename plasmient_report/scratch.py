@@ -96,9 +96,8 @@ def root() -> Path:
     private one is made — it is then not shared with other runs, so nothing is swept there."""
     base = _system_tmp() / f"plasmient-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
     try:
-        os.mkdir(base, 0o700)
-    except FileExistsError:
-        pass
+        with contextlib.suppress(FileExistsError):  # already there: its kind and owner are checked below
+            os.mkdir(base, 0o700)
     except OSError:
         return Path(tempfile.mkdtemp(prefix="plasmient-", dir=_system_tmp()))
     st = os.lstat(base)

@@ -6,6 +6,8 @@ renderers read them from here. Patterns are RE2 (DuckDB's `regexp_matches`): no 
 
 from __future__ import annotations
 
+import re
+
 # ------------------------------------------------------------------------------------------------ loss waterfall
 
 # SPEC §4 loss categories and their layers, in the order the waterfall lists them.
@@ -240,6 +242,41 @@ MATMUL_KERNEL_RE = (
     r"convolv|convolution|conv[0-9]d|winograd|implicit|fprop|dgrad|wgrad|sm[0-9]{2,3}_|ampere_|volta_|"
     r"turing_|hopper_|Cijk_)"
 )
+
+
+# ------------------------------------------------------------------------------------------- kernel names
+
+KERNEL_NAMESPACES = re.compile(
+    r"at::native::|at::cuda::|\(anonymous namespace\)::|<unnamed>::|at_cuda_detail::|cub::detail::|c10::|std::"
+)
+_KERNEL_TAG = re.compile(r"([A-Za-z_]\w*(?:Functor\w*|KernelImpl|_kernel_cuda|_kernel_impl|Epilogue))")
+_GENERIC_TAGS = ("AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor", "UnaryFunctor")
+
+
+def kernel_label(name: str) -> str:
+    """A kernel's name as people say it: `void at::native::vectorized_elementwise_kernel<4, AUnaryFunctor<…
+    MulFunctor<float>>…>(…)` → `vectorized_elementwise_kernel [MulFunctor]` (the function, and the functor or
+    implementation that tells it apart); a name without templates keeps everything but its argument list. The one
+    definition for rules' texts and every renderer (which shorten it further to fit)."""
+    n = name.strip()
+    if n.startswith("void "):
+        n = n[5:]
+    n = KERNEL_NAMESPACES.sub("", n)
+    depth = 0
+    for i, ch in enumerate(n):  # cut the argument list: the first '(' outside the template brackets
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            n = n[:i]
+            break
+    if "<" not in n:
+        return n
+    base, _, inner = n.partition("<")
+    base = base.split("::")[-1] or base
+    tags = [t for t in _KERNEL_TAG.findall(inner) if t not in _GENERIC_TAGS]
+    return f"{base} [{tags[-1].split('::')[-1]}]" if tags else base
 
 
 def sql_constants() -> dict[str, str]:

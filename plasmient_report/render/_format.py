@@ -4,10 +4,10 @@ names shortened in the middle."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ..verdict_model import RangeSummary, StepSummary, Verdict
+from ..vocab import KERNEL_NAMESPACES, kernel_label
 
 try:  # the one list of labels of the measure stage (CONTRACTS.md)
     from ..vocab import CATEGORY_LABELS as _LABELS  # type: ignore[import-not-found, unused-ignore]
@@ -114,44 +114,17 @@ def middle_ellipsis(text: str, width: int) -> str:
     return text[:head] + "…" + text[-tail:]
 
 
-_NAMESPACES = re.compile(
-    r"at::native::|at::cuda::|\(anonymous namespace\)::|<unnamed>::|at_cuda_detail::|"
-    r"cub::detail::|c10::|std::"
-)
-_GENERIC = ("AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor", "UnaryFunctor")
-
-
 def _strip(name: str) -> str:
     n = name.strip()
     if n.startswith("void "):
         n = n[5:]
-    return _NAMESPACES.sub("", n)
+    return KERNEL_NAMESPACES.sub("", n)
 
 
 def kernel_name(name: str, width: int) -> str:
-    """A kernel's name for a table cell: a C++ template kernel as its function and the functor that tells it
-    apart (`vectorized_elementwise_kernel [MulFunctor]`), anything else as it is; shortened in the middle past
-    `width` characters."""
-    n = _strip(name)
-    if "<" not in n:
-        return middle_ellipsis(n, width)
-    depth = 0
-    for i, ch in enumerate(n):  # cut the argument list: the first '(' outside the template brackets
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "(" and depth == 0:
-            n = n[:i]
-            break
-    base, _, inner = n.partition("<")
-    base = base.split("::")[-1] or base
-    tags = [
-        t
-        for t in re.findall(r"([A-Za-z_]\w*(?:Functor\w*|KernelImpl|_kernel_cuda|_kernel_impl|Epilogue))", inner)
-        if t not in _GENERIC
-    ]
-    return middle_ellipsis(f"{base} [{tags[-1].split('::')[-1]}]" if tags else base, width)
+    """A kernel's name for a table cell: `vocab.kernel_label` (a C++ template kernel as its function and the
+    functor that tells it apart), shortened in the middle past `width` characters."""
+    return middle_ellipsis(kernel_label(name), width)
 
 
 def kernel_names(names: list[str], width: int) -> dict[str, str]:

@@ -4,7 +4,7 @@ into their repeating unit. Wording only; no queries.
 
 from __future__ import annotations
 
-import re
+from ..vocab import kernel_label
 
 __all__ = ["fmt_bytes", "fmt_ns", "pct", "repeat_unit", "short_kernel"]
 
@@ -42,30 +42,10 @@ def fmt_bytes(b: float | None) -> str:
 
 def short_kernel(name: str | None, width: int = 72) -> str:
     """`void at::native::vectorized_elementwise_kernel<4, AUnaryFunctor<…MulFunctor<float>>…>(…)` →
-    `vectorized_elementwise_kernel [MulFunctor]`."""
+    `vectorized_elementwise_kernel [MulFunctor]` (`vocab.kernel_label`), cut at `width`."""
     if not name:
         return "?"
-    n = name.strip()
-    if n.startswith("void "):
-        n = n[5:]
-    n = re.sub(r"at::native::|\(anonymous namespace\)::|<unnamed>::|at_cuda_detail::|cub::detail::|std::|c10::", "", n)
-    depth = 0
-    for i, ch in enumerate(n):
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "(" and depth == 0:
-            n = n[:i]
-            break
-    base, _, inner = n.partition("<")
-    base = base.split("::")[-1] or base
-    tags = [
-        t
-        for t in re.findall(r"([A-Za-z_]\w*(?:Functor\w*|KernelImpl|_kernel_cuda|_kernel_impl))", inner)
-        if t not in ("AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor", "UnaryFunctor")
-    ]
-    out = f"{base} [{tags[-1].split('::')[-1]}]" if tags else base
+    out = kernel_label(name)
     return out if len(out) <= width else out[: width - 1] + "…"
 
 

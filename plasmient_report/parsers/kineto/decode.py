@@ -207,10 +207,9 @@ def _strict(data: bytes) -> _Run | None:
     JSON of other types; None when it is no run of whole events (the splitter then scans it exactly)."""
     try:
         return _Run(data, _STRICT_DECODER.decode(data))
-    except msgspec.ValidationError:
-        pass
-    except (msgspec.DecodeError, RecursionError):
-        return None
+    except (msgspec.DecodeError, RecursionError) as e:
+        if not isinstance(e, msgspec.ValidationError):
+            return None  # not whole JSON (ValidationError: whole JSON of other types, tried below)
     try:
         _ANY_DECODER.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
