@@ -7,7 +7,11 @@ The source's `traceEvents` are written N times. Copy k (k = 0..N-1) is shifted i
 copies follow one another like consecutive profiling windows, and gets fresh ids so that nothing links across
 copies: `args["External id"]`, `args["correlation"]`, `args["Sequence number"]`, `args["Record function id"]`,
 `args["Ev Idx"]` and flow-event `id`s are offset by k·(max + 1); `ProfilerStep#S` becomes `ProfilerStep#S+k·steps`.
-Metadata events (ph "M": process/thread names) are written once. The top-level keys (deviceProperties,
+Metadata events (ph "M": process/thread names) are written once. With `--steps N` the trace has N profiler steps
+instead of copies × the source's: the source's `ProfilerStep#` ranges are left out and N ranges written in their
+place (per category: the CPU annotation and its GPU twin), each over a run of consecutive copies — the size of
+real traces' step counts (a few to tens), where the peer's per-event step lookup (HTA scans every step for every
+event) costs what it costs on a real trace, not on 500 steps. The top-level keys (deviceProperties,
 distributedInfo, baseTimeNanoseconds, ...) are copied unchanged, in the source's order.
 
 Layout follows Kineto's (one key per line at the top, one event per line), which matters for loaders that scan
@@ -43,7 +47,7 @@ def _load(path: Path) -> dict:
         return json.load(f)
 
 
-def scale(src: dict, copies: int, out) -> int:
+def scale(src: dict, copies: int, out, steps_total: int | None = None) -> int:
     """Write the scaled trace to the text stream `out`; returns the number of events written."""
     events = src["traceEvents"]
     meta = [e for e in events if e.get("ph") == "M"]
@@ -67,6 +71,10 @@ def scale(src: dict, copies: int, out) -> int:
         if m:
             steps.append(int(m.group(1)))
     step_span = (max(steps) - min(steps) + 1) if steps else 0
+    step_events = [e for e in body if STEP.match(str(e.get("name", ""))) and e.get("ph") == "X"]
+    merged = steps_total is not None and bool(step_events)
+    if merged:
+        body = [e for e in body if not (STEP.match(str(e.get("name", ""))) and e.get("ph") == "X")]
 
     keys = list(src.keys())
     at = keys.index("traceEvents")
@@ -108,6 +116,17 @@ def scale(src: dict, copies: int, out) -> int:
             if step_span and (m := STEP.match(str(ev.get("name", "")))):
                 ev["name"] = f"ProfilerStep#{int(m.group(1)) + k * step_span}"
             emit(ev)
+    if merged:
+        assert steps_total is not None
+        blocks = [(b * copies // steps_total, (b + 1) * copies // steps_total) for b in range(min(steps_total, copies))]
+        for cat in dict.fromkeys(e.get("cat") for e in step_events):
+            mine = [e for e in step_events if e.get("cat") == cat]
+            lo = min(e["ts"] for e in mine)
+            hi = max(e["ts"] + e.get("dur", 0) for e in mine)
+            for b, (k0, k1) in enumerate(blocks):
+                ev = dict(mine[0], name=f"ProfilerStep#{b}", ts=lo + k0 * shift_us)
+                ev["dur"] = round(hi + (k1 - 1) * shift_us - ev["ts"], 3)
+                emit(ev)
     out.write("\n  ]")
     for k in keys[at + 1 :]:
         out.write(f",\n  {dump(k)}: {dump(src[k])}")
@@ -121,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--target-mb", type=float, default=100.0, help="aim for this many MiB of JSON (default 100)")
     g.add_argument("--copies", type=int, help="number of copies (overrides --target-mb)")
+    ap.add_argument("--steps", type=int, help="merge the copies' profiler steps into this many (see above)")
     ap.add_argument("-o", "--out", type=Path, help="output .json or .json.gz (default .bench_data/<name>)")
     args = ap.parse_args(argv)
 
@@ -133,10 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         scale(src, 1, probe)
         copies = max(1, round(args.target_mb * (1 << 20) / probe.n))
     stem = args.source.name.removesuffix(".gz").removesuffix(".json")
-    out = args.out or REPO / ".bench_data" / f"{stem}.scaled{copies}x.json"
+    tag = f".{args.steps}steps" if args.steps else ""
+    out = args.out or REPO / ".bench_data" / f"{stem}.scaled{copies}x{tag}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     with _open_text(out, "w") as f:
-        n = scale(src, copies, f)
+        n = scale(src, copies, f, args.steps)
     size = out.stat().st_size
     print(f"{out}: {copies} copies of {args.source.name}, {n:,} events, {size / (1 << 20):,.1f} MiB on disk")
     return 0
