@@ -917,7 +917,8 @@ def _ops(ctx: _Ctx, rank: int, parent: int) -> None:
                        ON l.source_id = a.source_id AND l.correlation = a.correlation
                 WHERE a.rank = $rank AND a.thread = $tid
             ) u JOIN _pf_names n ON n.name = u.name
-            ORDER BY u.s, u.e DESC, u.name, u.api, u.correlation NULLS FIRST""",
+            -- n.iid numbers the names in their sort order (_intern_names): the same order as by name, sorted as integers
+            ORDER BY u.s, u.e DESC, n.iid, u.api, u.correlation NULLS FIRST""",
             [
                 Arg("flops", "flops", "double"),
                 Arg("input_dims", "input_dims", "string"),

@@ -12,12 +12,17 @@ from its tables (`vocab.sql` turns them into macros: `kernel_name_precision(name
 
 A module that creates a table computes it from the store when installed: the measure stage installs them in order,
 after the rows they read are final (`install`). Views and macros can be installed at any time. `docs()` renders
-the library's own comments as `docs/measurements.md` (a test fails when the two drift).
+the library's own comments as `docs/measurements.md` (a test fails when the two drift). A block marked
+`-- native: NAME {` … `-- }` is computed by `native.NATIVE[NAME]` instead (the same rows, in numpy), unless inside
+`reference()`, which runs every module's SQL as written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -28,6 +33,8 @@ from .. import vocab
 
 _HEADER_RE = re.compile(r"^--\s*(Module|Depends):\s*(.*)$")
 _PLACEHOLDER_RE = re.compile(r"\{\{([A-Z_][A-Z0-9_]*)\}\}")
+_NATIVE_RE = re.compile(r"^-- native: ([a-z_][a-z0-9_]*) \{\n(.*?)^-- \}\n", re.MULTILINE | re.DOTALL)
+_reference: ContextVar[bool] = ContextVar("plasmient_sql_reference", default=False)
 _COMMENT_RE = re.compile(
     r"COMMENT ON (TABLE|VIEW|COLUMN|MACRO TABLE|MACRO) ([a-z_][a-z0-9_.]*) IS '((?:[^']|'')*)'", re.IGNORECASE
 )
@@ -119,11 +126,38 @@ def render(name: str) -> str:
     return _PLACEHOLDER_RE.sub(sub, modules()[name].sql)
 
 
+@contextlib.contextmanager
+def reference() -> Iterator[None]:
+    """Inside, `install` runs native blocks as their SQL: the definition the native code is checked against."""
+    token = _reference.set(True)
+    try:
+        yield
+    finally:
+        _reference.reset(token)
+
+
 def install(con: duckdb.DuckDBPyConnection, *names: str, with_dependencies: bool = False) -> None:
     """Run the modules `names` (tables are computed now, from the store as it is). With `with_dependencies`, their
     dependencies first (for views and macros; the measure stage computes tables in its own order)."""
     for n in order(names) if with_dependencies else names:
-        con.execute(render(n))
+        text = render(n)
+        if _reference.get() or "-- native: " not in text:
+            con.execute(text)
+            continue
+        from .native import NATIVE
+
+        at = 0
+        for m in _NATIVE_RE.finditer(text):
+            _execute(con, text[at : m.start()])
+            NATIVE[m.group(1)](con, m.group(2))
+            at = m.end()
+        _execute(con, text[at:])
+
+
+def _execute(con: duckdb.DuckDBPyConnection, text: str) -> None:
+    """SQL text around a native block, unless it is only comments."""
+    if any(line.strip() and not line.lstrip().startswith("--") for line in text.splitlines()):
+        con.execute(text)
 
 
 def comments(name: str) -> list[tuple[str, str, str]]:

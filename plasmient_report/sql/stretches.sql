@@ -48,7 +48,9 @@ SELECT wid, greatest(ks + CASE WHEN class = 'communication' THEN wait_ns ELSE 0 
 FROM k;
 
 -- Busy stretches: where the set of resident activities is constant (one running sum of the packed class counts
--- and one of the rates).
+-- and one of the rates). This block and the busy islands below are also computed in numpy (sql/native.py:
+-- sweep_segments, the same rows from one sort of the cut points); the SQL is the definition it is tested against.
+-- native: sweep_segments {
 CREATE OR REPLACE TEMP TABLE _sw_seg AS
 WITH ev AS (
     SELECT wid, s AS t, code AS dk, rate AS dr FROM _sw_parts WHERE e > s
@@ -72,6 +74,7 @@ FROM run WHERE t_next IS NOT NULL AND t_next > t AND k::BIGINT > 0;
 -- (if any) whose return began it.
 CREATE OR REPLACE TEMP VIEW _sw_parts_v AS SELECT wid AS grp, s AS start_ns, e AS end_ns FROM _sw_parts WHERE e > s;
 CREATE OR REPLACE TEMP TABLE _sw_busy AS SELECT grp AS wid, start_ns, end_ns FROM interval_union('_sw_parts_v');
+-- }
 CREATE OR REPLACE TEMP TABLE _sw_gaps AS
 WITH b AS (
     SELECT wid, start_ns, end_ns FROM _sw_busy
@@ -163,44 +166,49 @@ SELECT wid, gap_no, t, t_next, h_call, h_op, h_startup, h_loader, gap_start, gap
        bool_or(h_call > 0 OR h_op > 0) OVER (PARTITION BY wid, gap_no) AS gap_launching
 FROM long_seg;
 
-CREATE OR REPLACE TABLE stretches AS
-WITH c AS (
-    SELECT wid, t, t_next, true AS busy, r,
-           CASE WHEN um > 0 THEN NULL
-                WHEN cb > 0 THEN 'compute_inefficiency'
-                WHEN uk > 0 THEN 'unknown_flops'
-                WHEN mb > 0 THEN 'memory_bound'
-                WHEN nw > 0 THEN 'collective_wait'
-                WHEN pp > 0 THEN 'pipeline_bubble'
-                WHEN nc > 0 THEN 'collective_transfer'
-                ELSE 'memcpy' END AS category
-    FROM _sw_seg
-    UNION ALL
-    SELECT wid, t, t_next, false, 0.0,
-           CASE WHEN h_startup > 0 THEN 'startup'
-                WHEN h_loader > 0 THEN 'input_bound'
-                WHEN after_sync THEN 'sync_stall'
-                WHEN h_call > 0 OR (gap_launching AND gap_ns <= {{LAUNCH_GAP_MAX_NS}}) THEN 'launch_bound'
-                ELSE 'host_other' END
-    FROM _sw_idle
-), l AS (
+-- Every stretch, busy and idle, with its category.
+CREATE OR REPLACE TEMP TABLE _sw_c AS
+SELECT wid, t, t_next, true AS busy, r,
+       CASE WHEN um > 0 THEN NULL
+            WHEN cb > 0 THEN 'compute_inefficiency'
+            WHEN uk > 0 THEN 'unknown_flops'
+            WHEN mb > 0 THEN 'memory_bound'
+            WHEN nw > 0 THEN 'collective_wait'
+            WHEN pp > 0 THEN 'pipeline_bubble'
+            WHEN nc > 0 THEN 'collective_transfer'
+            ELSE 'memcpy' END AS category
+FROM _sw_seg
+UNION ALL
+SELECT wid, t, t_next, false, 0.0,
+       CASE WHEN h_startup > 0 THEN 'startup'
+            WHEN h_loader > 0 THEN 'input_bound'
+            WHEN after_sync THEN 'sync_stall'
+            WHEN h_call > 0 OR (gap_launching AND gap_ns <= {{LAUNCH_GAP_MAX_NS}}) THEN 'launch_bound'
+            ELSE 'host_other' END
+FROM _sw_idle;
+
+-- The islands: consecutive stretches of one category (also computed in numpy: sql/native.py stretch_islands).
+-- native: stretch_islands {
+CREATE OR REPLACE TEMP TABLE _sw_m AS
+WITH l AS (
     -- busy and idle stretches tile each window; busy and idle categories differ: a change of category is a new island
-    SELECT *, (category IS DISTINCT FROM lag(category) OVER (PARTITION BY wid ORDER BY t))::INTEGER AS chg FROM c
+    SELECT *, (category IS DISTINCT FROM lag(category) OVER (PARTITION BY wid ORDER BY t))::INTEGER AS chg FROM _sw_c
 ), isl AS (
     SELECT *, sum(chg) OVER (PARTITION BY wid ORDER BY t ROWS UNBOUNDED PRECEDING) AS island FROM l
-), m AS (
-    SELECT wid, island, min(t) AS start_ns, max(t_next) AS end_ns, any_value(category) AS category,
-           any_value(busy) AS busy,
-           CASE WHEN any_value(category) IS NOT NULL
-                THEN exact_sum(least(r, 1.0) * (t_next - t), {{NS_FIXED_SCALE}}) END AS achieved_ns,
-           sum(CASE WHEN r > 1.0 + 1e-9 THEN t_next - t ELSE 0 END) AS capped_ns,
-           exact_sum(r * (t_next - t), {{NS_FIXED_SCALE}}) AS uncapped_ns
-    FROM isl GROUP BY wid, island
 )
+SELECT wid, island, min(t) AS start_ns, max(t_next) AS end_ns, any_value(category) AS category,
+       any_value(busy) AS busy,
+       CASE WHEN any_value(category) IS NOT NULL
+            THEN exact_sum(least(r, 1.0) * (t_next - t), {{NS_FIXED_SCALE}}) END AS achieved_ns,
+       sum(CASE WHEN r > 1.0 + 1e-9 THEN t_next - t ELSE 0 END) AS capped_ns,
+       exact_sum(r * (t_next - t), {{NS_FIXED_SCALE}}) AS uncapped_ns
+FROM isl GROUP BY wid, island;
+-- }
+CREATE OR REPLACE TABLE stretches AS
 SELECT w.scope, w.range_name, w.rank, w.device, m.start_ns, m.end_ns, m.category, category_layer(m.category) AS layer,
        m.busy, m.achieved_ns, (m.end_ns - m.start_ns) - m.achieved_ns AS lost_ns, m.capped_ns::BIGINT AS capped_ns,
        m.uncapped_ns, w.start_ns AS window_start_ns
-FROM m JOIN _sw_w w USING (wid);
+FROM _sw_m m JOIN _sw_w w USING (wid);
 
 CREATE OR REPLACE TABLE idle_gaps AS
 SELECT g.* EXCLUDE (wid, gap_no), coalesce(i.launching, false) AS launching FROM _sw_gaps g
@@ -215,6 +223,8 @@ DROP TABLE _sw_seg;
 DROP TABLE _sw_busy;
 DROP TABLE _sw_gaps;
 DROP TABLE _sw_idle;
+DROP TABLE _sw_c;
+DROP TABLE _sw_m;
 DROP TABLE _sw_w;
 COMMENT ON TABLE stretches IS 'The sweep''s stretches, consecutive ones of one category merged: achieved and lost peak-time with the cause';
 COMMENT ON COLUMN stretches.scope IS 'windows.scope';

@@ -1,0 +1,179 @@
+"""Blocks of the measurement library computed in numpy instead of SQL, where DuckDB's window operator is the cost.
+
+A module marks such a block `-- native: NAME {` … `-- }`: the SQL inside stays the definition (the docs, and the
+reference `sql.reference()` runs it), and `sql.install` calls `NATIVE[NAME](con)` in its place, which creates the
+same objects with the same rows. Each function reads the block's inputs from the store as columns, works on whole
+arrays (one sort, cumulative sums; no Python loop over rows) and hands its result back as an Arrow table that the
+block's own column expressions type; where an integer sum could leave int64 (which SQL's HUGEINT would hold) it
+runs the SQL instead. `tests/test_measure_native.py` checks each against its SQL on real traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from .. import vocab
+
+_SAFE = float(2**62)  # |running sums| below this fit int64 whatever the order they are added in
+
+
+def _fits(x: np.ndarray, at: np.ndarray) -> bool:
+    """Whether every partial sum of the grouped `x` (and every group's sum) stays well inside int64."""
+    f = x.astype(np.float64)
+    return bool(np.abs(np.add.reduceat(f, at)).max() < _SAFE and np.abs(np.cumsum(np.add.reduceat(f, at))).max() < _SAFE)
+
+
+def sweep_segments(con: duckdb.DuckDBPyConnection, reference_sql: str) -> None:
+    """stretches.sql's `_sw_seg` (busy stretches: running sums of the packed class counts and the fixed-point rates
+    over each window's cut points) and `_sw_busy` (the union of the window's activities) from `_sw_parts`.
+
+    Every part adds its code and rate at its start and takes them away at its end, so each window's sums return
+    to 0 at its last point: one running sum over the points sorted by (window, time) is each window's own. A
+    busy stretch is a point where the sum of codes is > 0, up to the window's next point; the busy islands are
+    runs of busy stretches that touch (the union of the parts, touching ones merged, as interval_union)."""
+    p = con.sql("SELECT wid, s, e, code, rate FROM _sw_parts WHERE e > s").fetchnumpy()
+    code = np.asarray(p["code"], dtype=np.int64)
+    rate = np.asarray(p["rate"], dtype=np.int64)
+    wid = np.concatenate([np.asarray(p["wid"], dtype=np.int64)] * 2)
+    t = np.concatenate([np.asarray(p["s"], dtype=np.int64), np.asarray(p["e"], dtype=np.int64)])
+    dk = np.concatenate([code, -code])
+    dr = np.concatenate([rate, -rate])
+    order = np.lexsort((t, wid))
+    wid, t, dk, dr = wid[order], t[order], dk[order], dr[order]
+    first = np.ones(t.size, dtype=bool)
+    first[1:] = (wid[1:] != wid[:-1]) | (t[1:] != t[:-1])
+    at = np.flatnonzero(first)
+    if at.size:
+        k = np.cumsum(np.add.reduceat(dk, at))
+        r = np.cumsum(np.add.reduceat(dr, at))
+        # the same sums in floating point (each within far less than 2^61 of the exact one): int64 held them
+        if not _fits(dk, at) or not _fits(dr, at):
+            con.execute(reference_sql)  # sums SQL holds in HUGEINT (and checks when cast): its own way
+            return
+    else:
+        k = r = np.zeros(0, dtype=np.int64)
+    pw, pt = wid[at], t[at]
+    last = np.ones(pt.size, dtype=bool)  # a window's last point: no next point (lead() is NULL)
+    last[:-1] = pw[1:] != pw[:-1]
+    t_next = np.empty_like(pt)
+    t_next[:-1] = pt[1:]
+    keep = ~last & (k > 0)
+    sw, st, sn = pw[keep], pt[keep], t_next[keep]
+    seg = pa.table({"wid": sw, "t": st, "t_next": sn, "k": k[keep], "r": r[keep]})
+    scale = vocab.RATE_FIXED_SCALE
+    con.register("_sw_native_seg", seg)
+    try:
+        con.execute(f"""
+            CREATE OR REPLACE TEMP TABLE _sw_seg AS
+            SELECT wid, t, t_next,
+                   (k & 127)::INTEGER AS cb, ((k >> 7) & 127)::INTEGER AS mb,
+                   ((k >> 14) & 127)::INTEGER AS uk, ((k >> 21) & 127)::INTEGER AS um,
+                   ((k >> 28) & 127)::INTEGER AS nw, ((k >> 35) & 127)::INTEGER AS pp,
+                   ((k >> 42) & 127)::INTEGER AS nc, ((k >> 49) & 127)::INTEGER AS cp,
+                   greatest(r::DOUBLE / {scale!r}, 0.0) AS r
+            FROM _sw_native_seg""")
+    finally:
+        con.unregister("_sw_native_seg")
+    # busy islands: a stretch that does not start where the one before it (same window) ended begins one
+    begins = np.ones(sw.size, dtype=bool)
+    begins[1:] = (sw[1:] != sw[:-1]) | (st[1:] != sn[:-1])
+    b = np.flatnonzero(begins)
+    ends = np.append(b[1:], sw.size)[: b.size] - 1
+    busy = pa.table({"wid": sw[b], "start_ns": st[b], "end_ns": sn[ends]})
+    con.execute(
+        "CREATE OR REPLACE TEMP VIEW _sw_parts_v AS SELECT wid AS grp, s AS start_ns, e AS end_ns FROM _sw_parts WHERE e > s"
+    )
+    con.register("_sw_native_busy", busy)
+    try:
+        con.execute("CREATE OR REPLACE TEMP TABLE _sw_busy AS SELECT wid, start_ns, end_ns FROM _sw_native_busy")
+    finally:
+        con.unregister("_sw_native_busy")
+
+
+def _fixed(x: np.ndarray, scale: float) -> np.ndarray | None:
+    """round(x * scale) as DuckDB rounds a DOUBLE (half away from zero) in int64; None when one may not fit."""
+    y = x * scale
+    if y.size and not (np.abs(y).max() < _SAFE):  # (also false for NaN)
+        return None
+    whole = np.trunc(y)
+    return (whole + np.where(np.abs(y - whole) >= 0.5, np.sign(y), 0.0)).astype(np.int64)
+
+
+def _sums(x: np.ndarray, at: np.ndarray) -> np.ndarray | None:
+    """Sums of `x` over the groups starting at `at` in int64; None when one may not fit (SQL sums in HUGEINT)."""
+    if not (np.add.reduceat(np.abs(x).astype(np.float64), at).max() < _SAFE):
+        return None
+    return np.add.reduceat(x, at)
+
+
+def stretch_islands(con: duckdb.DuckDBPyConnection, reference_sql: str) -> None:
+    """stretches.sql's `_sw_m`: the stretches of `_sw_c` merged where consecutive ones of a window have one
+    category (NULL a category of its own; a window's leading NULL stretches one island), with their achieved and
+    uncapped peak-time summed in fixed point as `exact_sum` does (round(x · scale) added as integers, then
+    / scale) and their capped time."""
+    c = con.sql("SELECT wid, t, t_next, busy, r, category FROM _sw_c").to_arrow_table()
+    wid = c.column("wid").to_numpy()
+    t = c.column("t").to_numpy()
+    t_next = c.column("t_next").to_numpy()
+    r = c.column("r").to_numpy()
+    cat = c.column("category").combine_chunks().dictionary_encode()
+    code = cat.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    dt = (t_next - t).astype(np.float64)
+    scale = vocab.NS_FIXED_SCALE
+    achieved, uncapped = _fixed(np.minimum(r, 1.0) * dt, scale), _fixed(r * dt, scale)
+    if achieved is None or uncapped is None:
+        con.execute(reference_sql)
+        return
+    order = np.lexsort((t, wid))
+    wid, t, t_next, code, achieved, uncapped = (a[order] for a in (wid, t, t_next, code, achieved, uncapped))
+    capped = np.where(r[order] > 1.0 + 1e-9, t_next - t, 0)
+    # lag(category) over the window: NULL before a window's first stretch, so a leading NULL category starts none
+    prev = np.full(code.size, -1, dtype=np.int64)
+    prev[1:] = code[:-1]
+    starts_window = np.ones(code.size, dtype=bool)
+    starts_window[1:] = wid[1:] != wid[:-1]
+    prev[starts_window] = -1
+    chg = code != prev
+    begins = starts_window | chg
+    at = np.flatnonzero(begins)
+    if not at.size:
+        con.execute(reference_sql)  # no stretches: the SQL makes the empty table with its types
+        return
+    achieved_sum, uncapped_sum = _sums(achieved, at), _sums(uncapped, at)
+    if achieved_sum is None or uncapped_sum is None:
+        con.execute(reference_sql)
+        return
+    has_cat = code[at] >= 0
+    m = pa.table(
+        {
+            "wid": wid[at],
+            "start_ns": np.minimum.reduceat(t, at),
+            "end_ns": np.maximum.reduceat(t_next, at),
+            "category": cat.dictionary.take(pa.array(np.where(has_cat, code[at], 0), mask=~has_cat)),
+            "busy": c.column("busy").to_numpy(zero_copy_only=False)[order][at],
+            "achieved": achieved_sum,
+            "has_cat": has_cat,
+            "capped_ns": np.add.reduceat(capped, at),
+            "uncapped": uncapped_sum,
+        }
+    )
+    con.register("_sw_native_m", m)
+    try:
+        con.execute(f"""
+            CREATE OR REPLACE TEMP TABLE _sw_m AS
+            SELECT wid, start_ns, end_ns, category, busy,
+                   CASE WHEN has_cat THEN achieved::HUGEINT / {scale!r} END AS achieved_ns,
+                   capped_ns::HUGEINT AS capped_ns, uncapped::HUGEINT / {scale!r} AS uncapped_ns
+            FROM _sw_native_m""")
+    finally:
+        con.unregister("_sw_native_m")
+
+
+NATIVE: dict[str, Callable[[duckdb.DuckDBPyConnection, str], None]] = {
+    "sweep_segments": sweep_segments,
+    "stretch_islands": stretch_islands,
+}
