@@ -15,6 +15,7 @@ from collections.abc import Callable
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import vocab
 
@@ -173,7 +174,81 @@ def stretch_islands(con: duckdb.DuckDBPyConnection, reference_sql: str) -> None:
         con.unregister("_sw_native_m")
 
 
+_KINDS = ("launch", "startup", "loader")
+_NULL_RANK = np.iinfo(np.int64).min  # the host activity a short gap is named by (stretches.sql)
+
+
+def short_gaps(con: duckdb.DuckDBPyConnection, reference_sql: str) -> None:
+    """stretches.sql's `_sw_short`: each idle gap up to vocab.LAUNCH_GAP_MAX_NS long, with whether the host was
+    launching, setting up or loading at some time in it — for each kind, the last merged host interval of the
+    gap's rank to start before the gap ends (`_sw_hunion`: they do not overlap) overlaps it, or none does.
+
+    One sort answers every look-up: the intervals' starts and the gaps' ends, keyed by (rank, kind), in time order
+    with a gap's end before an interval that starts at that instant (the ASOF condition is start < end); the last
+    interval at or before each gap end is a running maximum of interval positions."""
+    g = con.sql(
+        f"SELECT wid, gap_no, rank, start_ns, end_ns, after_sync FROM _sw_gaps "
+        f"WHERE end_ns - start_ns <= {int(vocab.LAUNCH_GAP_MAX_NS)}"
+    ).to_arrow_table()
+    kinds = ", ".join(f"'{k}'" for k in _KINDS)
+    h = con.sql(f"SELECT rank, kind, start_ns, end_ns FROM _sw_hunion WHERE kind IN ({kinds})").to_arrow_table()
+    n = g.num_rows
+    if n == 0:
+        con.execute(reference_sql)  # no short gaps: the SQL makes the empty table with its types
+        return
+    # ranks as codes; a NULL rank one of its own, matching a NULL rank (IS NOT DISTINCT FROM)
+    g_rank, h_rank = (pc.fill_null(t.column("rank").cast(pa.int64()), _NULL_RANK).to_numpy() for t in (g, h))
+    _, codes = np.unique(np.concatenate([g_rank, h_rank]), return_inverse=True)
+    g_code, h_code = codes[:n], codes[n:]
+    kind_of = {k: i for i, k in enumerate(_KINDS)}
+    h_kind = np.array([kind_of[k] for k in h.column("kind").to_pylist()], dtype=np.int64) if h.num_rows else np.zeros(0, np.int64)
+    g_start = g.column("start_ns").to_numpy()
+    g_end = g.column("end_ns").to_numpy()
+    k = len(_KINDS)
+    q_key = np.concatenate([g_code * k + i for i in range(k)])  # query j·n + row: kind j of gap `row`
+    q_t = np.tile(g_end, k)
+    h_start = h.column("start_ns").to_numpy()
+    h_end = h.column("end_ns").to_numpy()
+    ev_key = np.concatenate([h_code * k + h_kind, q_key])
+    ev_t = np.concatenate([h_start, q_t])
+    ev_is_h = np.concatenate([np.ones(h.num_rows, dtype=bool), np.zeros(q_key.size, dtype=bool)])
+    order = np.lexsort((ev_is_h, ev_t, ev_key))
+    pos = np.where(ev_is_h[order], np.arange(order.size), -1)
+    last = np.maximum.accumulate(pos)  # the last interval start at or before each event, in sorted order
+    found = last >= 0
+    key_sorted = ev_key[order]
+    found &= np.where(found, key_sorted[np.maximum(last, 0)] == key_sorted, False)
+    end_of = np.concatenate([h_end, np.zeros(q_key.size, dtype=h_end.dtype)])[order]
+    q_pos = np.empty(q_key.size, dtype=np.int64)  # where each query landed
+    q_rows = order[~ev_is_h[order]] - h.num_rows
+    q_pos[q_rows] = np.flatnonzero(~ev_is_h[order])
+    hit = found[q_pos] & (end_of[np.maximum(last[q_pos], 0)] > np.tile(g_start, k))
+    present = hit.reshape(k, n)
+    out = pa.table(
+        {
+            "wid": g.column("wid"),
+            "gap_no": g.column("gap_no"),
+            "t": g.column("start_ns"),
+            "t_next": g.column("end_ns"),
+            "h_startup": present[kind_of["startup"]].astype(np.int32),
+            "h_loader": present[kind_of["loader"]].astype(np.int32),
+            "after_sync": g.column("after_sync"),
+            "gap_launching": present[kind_of["launch"]],
+        }
+    )
+    con.register("_sw_native_short", out)
+    try:
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE _sw_short AS
+            SELECT wid, gap_no, t, t_next, 0 AS h_call, 0 AS h_op, h_startup, h_loader, t AS gap_start,
+                   t_next - t AS gap_ns, after_sync, gap_launching
+            FROM _sw_native_short""")
+    finally:
+        con.unregister("_sw_native_short")
+
+
 NATIVE: dict[str, Callable[[duckdb.DuckDBPyConnection, str], None]] = {
+    "short_gaps": short_gaps,
     "sweep_segments": sweep_segments,
     "stretch_islands": stretch_islands,
 }

@@ -112,7 +112,9 @@ SELECT {'rank': rank, 'kind': CASE WHEN kind IN ('launch_call', 'launch_op') THE
 FROM host_activity WHERE end_ns > start_ns;
 CREATE OR REPLACE TEMP TABLE _sw_hunion AS
 SELECT grp.rank AS rank, grp.kind AS kind, start_ns, end_ns FROM interval_union('_sw_host_v');
-CREATE OR REPLACE TEMP TABLE _sw_idle AS
+-- Short gaps (about one launch long) named whole (also computed in numpy: sql/native.py short_gaps).
+-- native: short_gaps {
+CREATE OR REPLACE TEMP TABLE _sw_short AS
 WITH short AS (
     SELECT * FROM _sw_gaps WHERE end_ns - start_ns <= {{LAUNCH_GAP_MAX_NS}}
 ), sk AS (
@@ -122,14 +124,16 @@ WITH short AS (
     -- merged intervals do not overlap: the last one to start before the gap ends overlaps it, or none does
     SELECT sk.*, h.end_ns > sk.start_ns AS present FROM sk ASOF LEFT JOIN _sw_hunion h
       ON h.rank IS NOT DISTINCT FROM sk.rank AND h.kind = sk.kind AND h.start_ns < sk.end_ns
-), short_seg AS (
-    SELECT wid, gap_no, start_ns AS t, end_ns AS t_next, 0 AS h_call, 0 AS h_op,
-           max(CASE WHEN kind = 'startup' AND present THEN 1 ELSE 0 END) AS h_startup,
-           max(CASE WHEN kind = 'loader' AND present THEN 1 ELSE 0 END) AS h_loader,
-           start_ns AS gap_start, end_ns - start_ns AS gap_ns, any_value(after_sync) AS after_sync,
-           coalesce(bool_or(kind = 'launch' AND present), false) AS gap_launching
-    FROM sj GROUP BY wid, gap_no, start_ns, end_ns
-), long AS (
+)
+SELECT wid, gap_no, start_ns AS t, end_ns AS t_next, 0 AS h_call, 0 AS h_op,
+       max(CASE WHEN kind = 'startup' AND present THEN 1 ELSE 0 END) AS h_startup,
+       max(CASE WHEN kind = 'loader' AND present THEN 1 ELSE 0 END) AS h_loader,
+       start_ns AS gap_start, end_ns - start_ns AS gap_ns, any_value(after_sync) AS after_sync,
+       coalesce(bool_or(kind = 'launch' AND present), false) AS gap_launching
+FROM sj GROUP BY wid, gap_no, start_ns, end_ns;
+-- }
+CREATE OR REPLACE TEMP TABLE _sw_idle AS
+WITH long AS (
     SELECT * FROM _sw_gaps WHERE end_ns - start_ns > {{LAUNCH_GAP_MAX_NS}}
 ), h AS (
     SELECT w.wid, greatest(h.start_ns, w.start_ns) AS s, least(h.end_ns, w.end_ns) AS e,
@@ -160,7 +164,7 @@ WITH short AS (
     FROM seg ASOF JOIN long g ON g.wid = seg.wid AND g.start_ns <= seg.t
 )
 SELECT wid, gap_no, t, t_next, h_call, h_op, h_startup, h_loader, gap_start, gap_ns, after_sync, gap_launching
-FROM short_seg
+FROM _sw_short
 UNION ALL
 SELECT wid, gap_no, t, t_next, h_call, h_op, h_startup, h_loader, gap_start, gap_ns, after_sync,
        bool_or(h_call > 0 OR h_op > 0) OVER (PARTITION BY wid, gap_no) AS gap_launching
@@ -223,6 +227,7 @@ DROP TABLE _sw_seg;
 DROP TABLE _sw_busy;
 DROP TABLE _sw_gaps;
 DROP TABLE _sw_idle;
+DROP TABLE _sw_short;
 DROP TABLE _sw_c;
 DROP TABLE _sw_m;
 DROP TABLE _sw_w;
