@@ -339,19 +339,21 @@ CREATE TABLE IF NOT EXISTS memory_events (
     bytes_delta     BIGINT,
     total_allocated BIGINT,
     total_reserved  BIGINT,
-    addr            BIGINT
+    addr            BIGINT,
+    origin          VARCHAR DEFAULT 'allocator'
 );
-COMMENT ON TABLE memory_events IS 'One row per device-memory allocator event (Kineto `profile_memory=True`). Only device memory is kept (`Device Type` 1 CUDA, 6 HIP); host allocations (type 0) are not. Events whose size or totals are no numbers are left out';
+COMMENT ON TABLE memory_events IS 'One row per device-memory allocator event (Kineto `profile_memory=True`) or CUDA device allocation / free (Nsight Systems `--cuda-memory-usage=true`: CUDA_GPU_MEMORY_USAGE_EVENTS). Only device memory is kept (Kineto `Device Type` 1 CUDA, 6 HIP; nsys `memKind` Device, Array); host allocations, managed memory and module globals are not. Events whose size or totals are no numbers are left out';
 COMMENT ON COLUMN memory_events.source_id IS 'the trace (sources.source_id)';
 COMMENT ON COLUMN memory_events.rank IS 'its rank';
 COMMENT ON COLUMN memory_events.device IS 'the GPU (as `kernels.device`): the event''s `Device Id`; when the trace''s kernels ran on one device id and the allocator names one other (ROCm numbers kernel devices after the CPU agents), the kernels''';
 COMMENT ON COLUMN memory_events.pid IS 'the process that allocated or freed';
 COMMENT ON COLUMN memory_events.thread IS 'the thread that allocated or freed';
 COMMENT ON COLUMN memory_events.ts_ns IS 'when (UTC epoch ns, on the clock as every time of the trace)';
-COMMENT ON COLUMN memory_events.bytes_delta IS 'the `[memory]` event''s `Bytes`: positive for an allocation, negative for a free';
-COMMENT ON COLUMN memory_events.total_allocated IS 'the caching allocator''s allocated bytes after the event (`Total Allocated`; NULL in traces before torch 1.10)';
-COMMENT ON COLUMN memory_events.total_reserved IS 'the caching allocator''s reserved bytes after the event (`Total Reserved`; NULL before torch 1.10)';
-COMMENT ON COLUMN memory_events.addr IS 'the block''s address (`Addr`), pairing an allocation with its free';
+COMMENT ON COLUMN memory_events.bytes_delta IS 'the `[memory]` event''s `Bytes` (nsys: the record''s `bytes`): positive for an allocation, negative for a free';
+COMMENT ON COLUMN memory_events.total_allocated IS 'the caching allocator''s allocated bytes after the event (`Total Allocated`; NULL in traces before torch 1.10); NULL for origin `driver`: the driver does not see which parts of its allocations live tensors use';
+COMMENT ON COLUMN memory_events.total_reserved IS 'the caching allocator''s reserved bytes after the event (`Total Reserved`; NULL before torch 1.10). Origin `driver`: the process''s device memory on that GPU after the record — the non-pool allocations it still holds plus each memory pool''s size (`localMemoryPoolSize`) — which under a caching allocator is its reserved memory plus what libraries allocated themselves; NULL when the report did not see every allocation of the process (the capture began after it)';
+COMMENT ON COLUMN memory_events.addr IS 'the block''s address (`Addr`; nsys `address`), pairing an allocation with its free';
+COMMENT ON COLUMN memory_events.origin IS '`allocator`: an event of the framework''s caching allocator (Kineto `[memory]`); `driver`: a device allocation / free as the CUDA driver saw it (nsys: `cudaMalloc` / `cudaFree`, `cuMemSetAccess` / `cuMemUnmap` of mapped pages, `cudaMallocAsync` / `cudaFreeAsync` from a pool)';
 
 CREATE TABLE IF NOT EXISTS ncu_kernels (
     source_id        INTEGER,

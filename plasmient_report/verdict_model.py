@@ -428,17 +428,27 @@ class CollectiveStats(_Struct, kw_only=True):
 
 
 class MemoryPeak(_Struct, kw_only=True):
-    """One GPU's device memory from the allocator's records (Kineto `profile_memory=True`): its peaks and when."""
+    """One GPU's device memory from the allocator's records (Kineto `profile_memory=True`) or the CUDA driver's
+    allocation records (Nsight Systems `--cuda-memory-usage=true`): its peaks and when."""
 
     rank: Annotated[int | None, _d("the rank")]
     device: Annotated[int | None, _d("the GPU")]
-    source: Annotated[str, _d("`allocator`: the caching allocator's [memory] events")]
+    source: Annotated[
+        str,
+        _d(
+            "`allocator`: the caching allocator's [memory] events (Kineto); `driver`: the CUDA driver's allocations and"
+            " frees (nsys): reserved is the device memory the process held, allocated unknown (null)"
+        ),
+    ]
     events: Annotated[int, _d("allocator events recorded")]
     first_ns: Annotated[int, _d("ns (UTC epoch): first event")]
     last_ns: Annotated[int, _d("ns (UTC epoch): last event")]
     absolute: Annotated[
         bool,
-        _d("false when the trace lacks the allocator's totals (torch < 1.10): allocated is then relative to the profile's start"),
+        _d(
+            "false when the trace lacks the allocator's totals (torch < 1.10): allocated is then relative to the profile's"
+            " start; source `driver`: the report missed the process's first allocations, reserved is unknown (null)"
+        ),
     ]
     peak_allocated_bytes: Annotated[int | None, _d("B: the most memory live tensors held")]
     peak_allocated_ns: Annotated[int | None, _d("ns (UTC epoch): when that peak was first reached")]

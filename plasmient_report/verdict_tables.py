@@ -122,14 +122,15 @@ def collective_stats(
 
 
 def memory(con: duckdb.DuckDBPyConnection) -> list[MemoryPeak]:
-    """Per GPU with allocator events: its peak allocated and reserved memory, when, and against the device."""
+    """Per GPU with allocator events (or nsys CUDA allocation records): its peak allocated and reserved memory, when,
+    and against the device."""
     if not _exists(con, "memory_peaks"):
         return []
     return [
         MemoryPeak(
             rank=_int(r["rank"]),
             device=_int(r["device"]),
-            source="allocator",
+            source=str(r.get("origin") or "allocator"),
             events=int(r["events"]),
             first_ns=int(r["first_ns"]),
             last_ns=int(r["last_ns"]),

@@ -26,6 +26,10 @@ Workloads (--workload):
   vit_compile     timm ViT-B/16 under torch.compile, bf16 autocast
   llama_nsys      llama_eager under nsys: NVTX "train_step" ranges (torch.cuda.nvtx), no shapes recorded,
                   capture range = cudaProfilerStart/Stop (run it under `nsys profile --capture-range=...`)
+  nsys_memory     memory_pressure's program for `nsys profile --cuda-memory-usage=true` over the whole process
+                  (no capture range): a ballast fills --fill of the GPU, 3 NVTX "train_step"s (the last one
+                  needs 1 GiB more: one cudaMalloc inside a warm step), then the ballast is freed and the cache
+                  emptied (cudaFree); truth = torch.cuda's allocator counters and cudaMalloc / cudaFree counts
 
 Run on a GPU (`GEN_DEVICE=cpu` only smoke-tests the code paths):
   python3 hf_workloads.py --workload llama_eager --out OUTDIR
@@ -369,6 +373,97 @@ def run_memory_pressure(a):
     return info
 
 
+def run_nsys_memory(a):
+    """The memory_pressure program, to be run under `nsys profile --cuda-memory-usage=true` with the whole process
+    captured, so that the report holds every device allocation the process made. The truth is the caching
+    allocator's own counters: reserved is what it holds from the driver (the sum of its cudaMalloc'd segments),
+    allocated what live tensors use; num_device_alloc / num_device_free count its cudaMalloc / cudaFree calls."""
+    n, k = (4096, 8) if CUDA else (64, 2)
+    x = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
+
+    def step(extra_bytes=0):
+        y = x
+        extra = torch.empty(extra_bytes, dtype=torch.uint8, device=DEVICE) if extra_bytes else None
+        for _ in range(k):
+            y = torch.relu(y @ w) * 0.01
+        s = y.sum()
+        del extra  # back to the cache, not to the driver
+        return s
+
+    def snap(tag):
+        if not CUDA:
+            return {"tag": tag}
+        free, total = torch.cuda.mem_get_info()
+        st = torch.cuda.memory_stats()
+        return {
+            "tag": tag,
+            "wall_ns": time.time_ns(),
+            "reserved_bytes": torch.cuda.memory_reserved(),
+            "allocated_bytes": torch.cuda.memory_allocated(),
+            "max_reserved_bytes": torch.cuda.max_memory_reserved(),
+            "max_allocated_bytes": torch.cuda.max_memory_allocated(),
+            "num_device_alloc": st.get("num_device_alloc"),
+            "num_device_free": st.get("num_device_free"),
+            "mem_get_info_used_bytes": total - free,
+        }
+
+    nvtx = torch.cuda.nvtx if CUDA else None
+    step()
+    sync()
+    info = {"matmul": [n, n, n], "matmuls_per_step": k, "fill": a.fill, "extra_last_step_bytes": 2**30}
+    snaps = [snap("after_first_step")]
+    total = torch.cuda.get_device_properties(0).total_memory if CUDA else 0
+    ballast_bytes = max(int(a.fill * total) - (torch.cuda.memory_reserved() if CUDA else 0), 0)
+    ballast = torch.empty(ballast_bytes, dtype=torch.uint8, device=DEVICE)
+    for _ in range(a.warmup):
+        step()
+    sync()
+    snaps.append(snap("after_warmup"))
+    for i in range(a.steps):
+        nvtx.range_push("train_step") if nvtx else None
+        step(2**30 if i == a.steps - 1 else 0)
+        sync()
+        nvtx.range_pop() if nvtx else None
+    snaps.append(snap("after_steps"))
+    if CUDA:
+        try:  # the native allocator's segments (each one cudaMalloc); other backends may not have them
+            segs = torch.cuda.memory_snapshot()
+            info["segments_before_release"] = {
+                "count": len(segs),
+                "total_size_bytes": sum(s["total_size"] for s in segs),
+                "sizes_bytes": sorted((s["total_size"] for s in segs), reverse=True),
+            }
+        except Exception as e:  # noqa: BLE001
+            info["segments_before_release"] = {"error": str(e)[:200]}
+    nvtx.range_push("release") if nvtx else None
+    del ballast
+    if CUDA:
+        torch.cuda.empty_cache()
+    sync()
+    nvtx.range_pop() if nvtx else None
+    snaps.append(snap("after_release"))
+    if CUDA:
+        st = torch.cuda.memory_stats()
+        info["memory"] = {
+            "ballast_bytes": ballast_bytes,
+            "max_allocated_bytes": torch.cuda.max_memory_allocated(),
+            "max_reserved_bytes": torch.cuda.max_memory_reserved(),
+            "reserved_at_end_bytes": torch.cuda.memory_reserved(),
+            "device_total_bytes": total,
+            "max_reserved_fraction": torch.cuda.max_memory_reserved() / total,
+            "num_device_alloc": st.get("num_device_alloc"),
+            "num_device_free": st.get("num_device_free"),
+            "num_alloc_retries": st.get("num_alloc_retries"),
+            "num_ooms": st.get("num_ooms"),
+            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+            "allocator_backend": torch.cuda.get_allocator_backend(),
+        }
+    info["snapshots"] = snaps
+    info.update(profiled_steps=a.steps, capture="whole process (no capture range)")
+    return info
+
+
 def run_generate(a):
     small_sizes(a)
     model, cfg = llama(a.gen_layers if CUDA else a.layers, a.hidden, a.inter, a.heads, a.kv_heads, a.vocab)
@@ -661,6 +756,7 @@ def main():
     p.add_argument("--img-batch", type=int, default=128)
     p.add_argument("--bert-batch", type=int, default=32)
     p.add_argument("--fill", type=float, default=0.92)  # memory_pressure: share of the GPU's memory reserved
+    p.add_argument("--name", default=None)  # the truth file's name (default: the workload's)
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     w = a.workload
@@ -683,6 +779,8 @@ def main():
         info = run_input_bound(a)
     elif w == "llama_nsys":
         info = run_nsys(a)
+    elif w == "nsys_memory":
+        info = run_nsys_memory(a)
     else:
         sys.exit(f"unknown workload {w}")
     finish(a, info, t0)
@@ -701,7 +799,7 @@ def finish(a, info, t0=None):
         pass
     if CUDA:
         info["gpu"] = torch.cuda.get_device_name(0)
-    with open(os.path.join(a.out, f"{a.workload}.truth.json"), "w") as f:
+    with open(os.path.join(a.out, f"{a.name or a.workload}.truth.json"), "w") as f:
         json.dump(info, f, indent=1)
     print(json.dumps({k: v for k, v in info.items() if k not in ("flops_by_op",)})[:1500])
 

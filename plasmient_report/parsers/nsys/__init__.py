@@ -8,7 +8,8 @@ Along its seams:
 - `processes`: which process is which rank;
 - `events`: GPU activities, API calls, syncs, NVTX ranges and ops, collectives, devices;
 - `nccl`: NCCL's NVTX payloads;
-- `gpu_metrics`: GPU_METRICS samples → counters.
+- `gpu_metrics`: GPU_METRICS samples → counters;
+- `memory`: CUDA_GPU_MEMORY_USAGE_EVENTS (`--cuda-memory-usage=true`) → memory_events.
 Small tables are read with `sqlite3`; event tables stream as Arrow batches straight into DuckDB, which decodes the
 packed ids, converts times to UTC and splits rows into the store's tables. No Python loop touches rows.
 """
@@ -26,6 +27,7 @@ from ...errors import BadInput
 from ...store import one
 from ..base import Format, Sniff
 from . import events, gpu_metrics, metadata, processes
+from . import memory as device_memory
 from .arrow import ArrowExport, export_kind
 from .gpu_metrics import metric_name
 from .metadata import NsysSource
@@ -129,6 +131,7 @@ def _ingest(ex: Export, con: duckdb.DuckDBPyConnection, sid: int) -> NsysSource:
     processes.assign_ranks(con, meta, info)
     events.build_enums(con, ex)
     events.emit(con, ex, sid, info)
+    info.events += device_memory.emit(con, ex, sid, info)
     info.events += gpu_metrics.emit_counters(con, ex, sid, meta, info)
     row = one(con, "SELECT count(*) FROM kernels WHERE source_id = ?", [sid])
     info.gpu_events = int(row[0]) if row else 0

@@ -1,6 +1,7 @@
 """PR701 device-memory-pressure: a GPU whose caching allocator held (reserved) close to all of the device's memory,
-from the allocator's own records (Kineto `profile_memory=True`: memory_events → the library's memory_timeline)
-against the device's memory. A risk, not lost time: it claims no share of the waterfall."""
+from the allocation records (memory_events → the library's memory_timeline: Kineto `profile_memory=True`, or the
+CUDA driver's allocations of Nsight Systems `--cuda-memory-usage=true`) against the device's memory. A risk, not
+lost time: it claims no share of the waterfall."""
 
 from __future__ import annotations
 
@@ -13,17 +14,21 @@ from ..text import fmt_bytes, fmt_ns, pct
 
 EXPLANATION = Explanation(
     what_it_does="""
-        Reads the allocator's timeline (`[memory]` events of a PyTorch profile with `profile_memory=True`): per GPU
-        the peak reserved memory (what the caching allocator holds from the driver) and the peak allocated memory
-        (what live tensors hold), when each was first reached, and the op and step that allocated at the
-        allocated peak. Fires when the peak reserved memory (the allocated one when reserved is not recorded)
-        reaches `warn_reserved_fraction` of the device's memory, `high` from `high_reserved_fraction` on. The
-        device's memory is the trace's own (`devices.memory_bytes`, Kineto's `totalGlobalMem`); when the trace does
-        not carry it, the peak table's nominal size of the matched GPU is used and the finding says so; with
-        neither the rule says nothing. It also counts `cudaMalloc` / `cudaFree` calls inside the steps after the
-        first, when the steps are marked: a warm caching allocator makes none. The finding claims no lost time —
-        it is a risk, not a loss — so it has no loss category and no lost fraction, and the waterfall never counts
-        it.""",
+        Reads the allocator's timeline (`[memory]` events of a PyTorch profile with `profile_memory=True`): per GPU the
+        peak reserved memory (what the caching allocator holds from the driver) and the peak allocated memory (what
+        live tensors hold), when each was first reached, and the op and step that allocated at the allocated peak. An
+        Nsight Systems report recorded with `--cuda-memory-usage=true` gives the same timeline from the driver's side:
+        every `cudaMalloc` / `cudaFree`, mapped page and memory-pool allocation of the process, so reserved is the
+        device memory the process held (the caching allocator's segments plus what libraries such as cuBLAS allocated
+        themselves) and allocated is unknown (the driver does not see tensors); when the capture began after the
+        process did, the total is unknown and the rule says nothing. Fires when the peak reserved memory (the allocated
+        one when reserved is not recorded) reaches `warn_reserved_fraction` of the device's memory, `high` from
+        `high_reserved_fraction` on. The device's memory is the trace's own (`devices.memory_bytes`, Kineto's
+        `totalGlobalMem`); when the trace does not carry it, the peak table's nominal size of the matched GPU is used
+        and the finding says so; with neither the rule says nothing. It also counts `cudaMalloc` / `cudaFree` calls
+        inside the steps after the first, when the steps are marked: a warm caching allocator makes none. The finding
+        claims no lost time — it is a risk, not a loss — so it has no loss category and no lost fraction, and the
+        waterfall never counts it.""",
     why_is_this_bad="""
         A rank with a few percent of its memory left fails with an out-of-memory error on the first longer
         sequence, bigger batch, extra bucket or fragmented block. Before it fails, the caching allocator works
@@ -48,14 +53,14 @@ EXPLANATION = Explanation(
 PEAKS_SQL = """
 WITH w AS (SELECT rank, device, min(start_ns) AS a, max(end_ns) AS b FROM rule_windows GROUP BY ALL),
 t AS (
-    SELECT m.rank, m.device, m.ts_ns, m.allocated_bytes, m.reserved_bytes, m.absolute, w.a AS window_start_ns,
+    SELECT m.rank, m.device, m.ts_ns, m.allocated_bytes, m.reserved_bytes, m.absolute, m.origin, w.a AS window_start_ns,
            max(m.allocated_bytes) OVER g AS pa, max(m.reserved_bytes) OVER g AS pr
     FROM memory_timeline m JOIN w ON w.rank IS NOT DISTINCT FROM m.rank AND w.device = m.device
      AND m.ts_ns >= w.a AND m.ts_ns <= w.b
     WINDOW g AS (PARTITION BY m.rank, m.device)
 ), pk AS (
     SELECT rank, device, count(*) AS events, bool_and(absolute) AS absolute, any_value(window_start_ns) AS window_start_ns,
-           min(ts_ns) AS first_event_ns,
+           min(ts_ns) AS first_event_ns, min(origin) AS origin,
            any_value(pa) AS peak_allocated_bytes, min(ts_ns) FILTER (WHERE allocated_bytes = pa) AS peak_allocated_ns,
            any_value(pr) AS peak_reserved_bytes, min(ts_ns) FILTER (WHERE reserved_bytes = pr) AS peak_reserved_ns,
            min_by(reserved_bytes, ts_ns) FILTER (WHERE allocated_bytes = pa) AS reserved_at_allocated_peak_bytes
@@ -77,8 +82,10 @@ FROM e LEFT JOIN rule_ops o ON o.rank IS NOT DISTINCT FROM e.rank AND o.thread =
 ORDER BY o.depth DESC NULLS LAST, o.start_ns DESC LIMIT 4"""
 
 # Device allocations and frees by the runtime inside the steps after the first (a warm caching allocator makes none).
+# Steps: ProfilerStep#N (rule_steps), else the CPU intervals of the run's steps (an nsys `train_step`).
 CHURN_SQL = """
-WITH s AS (SELECT rank, start_ns, end_ns, row_number() OVER (PARTITION BY rank ORDER BY start_ns) AS i FROM rule_steps),
+WITH s0 AS ({steps}),
+s AS (SELECT rank, start_ns, end_ns, row_number() OVER (PARTITION BY rank, label ORDER BY start_ns) AS i FROM s0),
 a AS (SELECT rank, name, start_ns, end_ns FROM rule_api_calls
       WHERE regexp_matches(name, '^(cuda|hip)(Malloc|Free)$|^cuMem(Alloc|Free)(_v2)?$'))
 SELECT a.rank, count(*) FILTER (WHERE regexp_matches(a.name, 'Malloc|Alloc')) AS mallocs,
@@ -97,12 +104,12 @@ GROUP BY a.rank"""
 )
 def device_memory_pressure(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     if not ctx.rows("SELECT count(*) AS n FROM memory_events")[0]["n"]:
-        return  # no allocator records (profile_memory=False, nsys): nothing to judge
+        return  # no allocation records (profile_memory=False; nsys without --cuda-memory-usage): nothing to judge
     gpus = [_judge(ctx, g) for g in ctx.rows(PEAKS_SQL)]
     hit = [g for g in gpus if g["fraction"] is not None and g["fraction"] >= t.warn_reserved_fraction]
     if not hit:
         return
-    churn = {r["rank"]: r for r in ctx.rows(CHURN_SQL)}
+    churn = {r["rank"]: r for r in ctx.rows(CHURN_SQL.format(steps=_steps_sql(ctx)))}
     worst = max(hit, key=lambda g: g["fraction"])
     ranks = len(ctx.rank_window_ns) > 1
     where = f"GPU {worst['device']}" + (f" (rank {worst['rank']})" if ranks else "")
@@ -176,9 +183,16 @@ def device_memory_pressure(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
             "pool that fragments less."
         )
         fix = "free GPU memory: smaller batches, recompute, shard, offload"
+    driver = (
+        " Reserved here is the device memory the process held as the CUDA driver saw it (Nsight Systems' "
+        "allocation records): the caching allocator's segments plus what libraries allocated themselves; how much "
+        "of it live tensors used is not in these records."
+        if worst.get("origin") == "driver"
+        else ""
+    )
     rec = (
         f"{where} {what} {at_least}{fmt_bytes(worst['peak_bytes'])} of its {cap}{nominal} at peak "
-        f"({pct(worst['fraction'])}{when}){alloc}.{frag_text}{churn_text}{more} {advice}"
+        f"({pct(worst['fraction'])}{when}){alloc}.{driver}{frag_text}{churn_text}{more} {advice}"
     )
     severity = "high" if worst["fraction"] >= t.high_reserved_fraction else "medium"
     yield Finding(
@@ -200,6 +214,18 @@ def device_memory_pressure(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
             "allocator_calls_after_first_step": list(churn.values()),
         },
     )
+
+
+def _steps_sql(ctx: RuleContext) -> str:
+    """The steps whose allocator calls count: ProfilerStep#N ranges, else (none) the CPU intervals of the steps the
+    measure stage found (the repeating top-level range of an nsys report), when it ran; counted per label."""
+    has_steps = ctx.rows("SELECT count(*) AS n FROM information_schema.tables WHERE table_name = 'steps'")[0]["n"]
+    fallback = (
+        " UNION ALL SELECT DISTINCT label, rank, cpu_start_ns, cpu_end_ns FROM steps WHERE NOT EXISTS (SELECT 1 FROM rule_steps)"
+        if has_steps
+        else ""
+    )
+    return "SELECT 'ProfilerStep#*' AS label, rank, start_ns, end_ns FROM rule_steps" + fallback
 
 
 def _judge(ctx: RuleContext, g: dict[str, Any]) -> dict[str, Any]:
