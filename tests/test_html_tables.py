@@ -48,6 +48,17 @@ def test_memory_chart_and_table(tmp_path: Path) -> None:
     assert "No collectives in the analysed window" in page.text_of["collectives"]
 
 
+def test_driver_memory_records_say_allocated_is_unknown(tmp_path: Path) -> None:
+    # nsys --cuda-memory-usage=true: reserved from CUDA's own records, allocated not in them (unknown, not 0 or n/a)
+    text, page, v = render([sample_file("h200_nsys_memory/nsys_memory.sqlite")], tmp_path / "r.html")
+    (m,) = v.memory
+    assert m.peak_allocated_bytes is None and m.peak_reserved_bytes
+    table = page.text_of["memory-table"]
+    assert "unknown (driver)" in table and html_render.fmt_bytes(m.peak_reserved_bytes) in table
+    assert "--cuda-memory-usage=true" in page.text_of["memory"] and "caching allocator's own records" not in text
+    assert 'aria-label="device memory over time"' in text and "rank 0 reserved" in text
+
+
 def test_launch_bound_links_to_the_histogram(tmp_path: Path) -> None:
     text, page, v = render(
         [sample_file("h200_single/kineto_single.pt.trace.json.gz")], tmp_path / "r.html", ranges=["phase:launch_bound"]

@@ -52,6 +52,18 @@ def test_memory_binned_keeps_the_peak(tmp_path: Path, memory_truth, monkeypatch)
     assert max(series[name]) * 2**20 == memory_truth["max_allocated_bytes"]
 
 
+def test_driver_memory_records_give_a_reserved_track_only(tmp_path: Path) -> None:
+    """nsys --cuda-memory-usage=true (h200_nsys_memory): CUDA's allocation records know the memory the process holds
+    from the driver, not what tensors hold — one reserved track, no (empty) allocated one. Truth: torch.cuda's
+    max_memory_reserved in the same run; the driver also counts the libraries' own cudaMallocs (cuBLAS workspaces:
+    67,240,960 B here, never freed — sample_traces/h200_nsys_memory/README.md), so the peak is at most 128 MiB above."""
+    truth = json.loads(sample_file("h200_nsys_memory/nsys_memory.truth.json").read_text())["memory"]
+    series = memory_series(written([sample_file("h200_nsys_memory/nsys_memory.sqlite")], tmp_path / "t.pftrace"))
+    assert list(series) == ["GPU 0 memory reserved (MiB)"]
+    peak = max(series["GPU 0 memory reserved (MiB)"]) * 2**20
+    assert truth["max_reserved_bytes"] <= peak <= truth["max_reserved_bytes"] + (128 << 20)
+
+
 def test_collective_slices_carry_wait_bandwidth_and_lateness(tmp_path: Path) -> None:
     """DDP on 2 H200s (ground truth: rank 1 sleeps 30 ms before every backward): rank 1's first bucket all-reduce of
     each step is ~30 ms late; the slices carry the bus bandwidth the collectives table reports."""

@@ -1141,20 +1141,23 @@ MAX_MEMORY_SAMPLES = 200_000  # per GPU and series; beyond, the most in each of 
 
 def _memory(ctx: _Ctx, rank: int, parent: int) -> None:
     """Device memory as counter tracks, per GPU: allocated and reserved bytes after every allocator event (the
-    measure stage's memory_timeline: Kineto profile_memory=True). A GPU with more events than MAX_MEMORY_SAMPLES gets
-    the most in each of that many bins instead (its name says so)."""
+    measure stage's memory_timeline: Kineto profile_memory=True; nsys --cuda-memory-usage gives reserved only). A
+    GPU with more events than MAX_MEMORY_SAMPLES gets the most in each of that many bins instead (its name says so)."""
     if not _exists(ctx.con, "memory_peaks"):
         return
     gpus = ctx.con.execute(
-        "SELECT device, events, first_ns, last_ns, peak_reserved_bytes IS NOT NULL FROM memory_peaks "
-        "WHERE rank = ? ORDER BY device",
+        "SELECT device, events, first_ns, last_ns, peak_allocated_bytes IS NOT NULL, peak_reserved_bytes IS NOT NULL "
+        "FROM memory_peaks WHERE rank = ? ORDER BY device",
         [rank],
     ).fetchall()
-    for k, (dev, events, first, last, has_reserved) in enumerate(gpus):
+    for k, (dev, events, first, last, has_allocated, has_reserved) in enumerate(gpus):
         binned = events > MAX_MEMORY_SAMPLES
         bin_ns = max(1, -(-(last - first + 1) // MAX_MEMORY_SAMPLES)) if binned else 1
         what = f" (the most in each {bin_ns / 1e3:,.0f} µs)" if binned else ""
-        series = [("allocated", "allocated_bytes")] + ([("reserved", "reserved_bytes")] if has_reserved else [])
+        # a series the records do not give (driver-level records know no allocated bytes) gets no track
+        series = [("allocated", "allocated_bytes")] * bool(has_allocated) + [("reserved", "reserved_bytes")] * bool(has_reserved)
+        if not series:
+            continue
         tracks = []
         for j, (label, _) in enumerate(series):
             t = uuid_of("memory", rank, dev, label)
