@@ -14,11 +14,13 @@ WITH k AS (
     FROM window_kernels wk JOIN kernels k USING (kernel_id) JOIN kernel_class kc USING (kernel_id)
     LEFT JOIN ops fo ON fo.op_id = k.flops_op_id LEFT JOIN ops lo ON lo.op_id = k.op_id
     WHERE wk.scope = scope_ AND wk.range_name IS NOT DISTINCT FROM range_name_ AND wk.end_ns > wk.start_ns
-), c AS (
-    SELECT *, sum(ov) OVER (PARTITION BY key, class) AS class_ns, sum(ov) OVER (PARTITION BY key, kind) AS kind_ns
-    FROM k
-), g AS (
-    SELECT key AS name, arg_max(class, class_ns) AS class, arg_max(kind, kind_ns) AS kind, count(*) AS count,
+), cls AS (
+    -- the class (and the kind) the group's time was spent in most
+    SELECT key, arg_max(class, ns) AS class FROM (SELECT key, class, sum(ov) AS ns FROM k GROUP BY key, class) GROUP BY key
+), knd AS (
+    SELECT key, arg_max(kind, ns) AS kind FROM (SELECT key, kind, sum(ov) AS ns FROM k GROUP BY key, kind) GROUP BY key
+), g0 AS (
+    SELECT key AS name, count(*) AS count,
            sum(ov) AS time_ns,
            sum(flops * share) FILTER (WHERE flops > 0) AS flops,
            sum(flops * share / peak_flop_s * 1e9) FILTER (WHERE flops > 0 AND peak_flop_s > 0) AS peak_ns,
@@ -28,7 +30,10 @@ WITH k AS (
            sum(ov) FILTER (WHERE bytes > 0) AS time_with_bytes_ns,
            max(bandwidth_bytes_s) AS hbm_bytes_s, max(ridge_flop_per_byte) AS ridge_flop_per_byte,
            count(DISTINCT op) AS calls
-    FROM c GROUP BY key
+    FROM k GROUP BY key
+), g AS (
+    SELECT g0.*, cls.class, knd.kind FROM g0 JOIN cls ON cls.key IS NOT DISTINCT FROM g0.name
+    JOIN knd ON knd.key IS NOT DISTINCT FROM g0.name
 )
 SELECT name, class, kind, count, time_ns, time_ns / sum(time_ns) OVER () AS time_share, flops, bytes,
        flops / (time_ns / 1e9) AS achieved_flop_s, peak_ns / time_ns AS achieved_fraction_of_peak,
