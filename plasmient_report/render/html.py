@@ -1229,15 +1229,6 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
     }
 
 
-def warm() -> None:
-    """Compile every template now (importing this module has loaded matplotlib): the pipeline calls it on a
-    thread of its own while the measure stage keeps DuckDB busy, so that the ~0.7 s of importing and compiling
-    is not spent on the main thread after the analysis."""
-    env = _env()
-    for name in env.list_templates(filter_func=lambda n: n.endswith(".j2")):
-        env.get_template(name)
-
-
 def render(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -> str:
     start_page()
     # A cursor of our own: the caller's connection may hold an unfinished result, and ours registers views.
