@@ -9,7 +9,10 @@ one batch and the slices still open, whatever the size of the trace.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import queue
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -270,10 +273,89 @@ def _str_field(number: int, text: str) -> bytes:
     return _field_bytes(number, text.encode("utf-8", "surrogatepass"))
 
 
+class BackgroundFile:
+    """A file written by a thread of its own, in the order written: the caller encodes the next batch while the
+    last one goes to disk (hundreds of MB of counter packets; the write releases the GIL). At most `ahead` writes
+    wait (memory bounded by that many batches); small writes are gathered into one. `tell` is the position of
+    everything written so far; `seek` / `truncate` / `close` first wait for the pending writes. A write that
+    fails raises on the next call."""
+
+    SMALL = 1 << 16
+
+    def __init__(self, f: IO[bytes], ahead: int = 2) -> None:
+        self.f = f
+        self.pos = f.tell()
+        self._small: list[bytes] = []
+        self._small_n = 0
+        self._q: queue.Queue[bytes | memoryview | None] = queue.Queue(maxsize=ahead)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="plasmient-pftrace-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (data := self._q.get()) is not None:
+            if self._error is None:
+                try:
+                    self.f.write(data)
+                except BaseException as e:  # noqa: BLE001 - raised in the caller's thread by _check
+                    self._error = e
+            self._q.task_done()
+        self._q.task_done()
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _put_small(self) -> None:
+        if self._small:
+            self._q.put(b"".join(self._small))
+            self._small, self._small_n = [], 0
+
+    def write(self, data: bytes | memoryview) -> int:
+        self._check()
+        n = len(data) if isinstance(data, bytes) else data.nbytes
+        self.pos += n
+        if n < self.SMALL:
+            self._small.append(bytes(data))
+            self._small_n += n
+            if self._small_n >= self.SMALL:
+                self._put_small()
+        else:
+            self._put_small()
+            self._q.put(data)
+        return n
+
+    def drain(self) -> None:
+        self._put_small()
+        self._q.join()
+        self._check()
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, pos: int) -> int:
+        self.drain()
+        self.pos = self.f.seek(pos)
+        return self.pos
+
+    def truncate(self) -> int:
+        self.drain()
+        return self.f.truncate()
+
+    def close(self) -> None:
+        """Wait for every write, end the thread (also after an error), then raise a write's error if any."""
+        if self._thread.is_alive():
+            with contextlib.suppress(BaseException):
+                self._put_small()
+            self._q.put(None)
+            self._thread.join()
+        self._check()
+
+
 class Writer:
     """The output file: descriptor packets one by one (there are few), events in bulk."""
 
-    def __init__(self, f: IO[bytes]) -> None:
+    def __init__(self, f: IO[bytes] | BackgroundFile) -> None:
         self.f = f
         self.packets = 0
         self.tracks = 0
@@ -714,37 +796,57 @@ def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -
     ):
         ann.iid(a)
     try:
-        with open(path, "wb") as f:
-            w = Writer(f)
-            w.interned(
-                _batches(con, "SELECT iid::UBIGINT AS iid, name FROM _pf_names ORDER BY iid", {}),
-                [(i, n) for n, i in ann.iids.items()],
-            )
-            ctx = _Ctx(con, w, ann, shift, stats)
-            for rank in ranks:
-                proc = uuid_of("rank", rank)
-                gpus = sorted({d for (r, d) in peak if r == rank} | {d for (r, d) in gpu_names if r == rank})
-                gname = ", ".join(sorted({str(gpu_names.get((rank, d)) or "GPU") for d in gpus}))
-                label = f"rank {rank}" + (f" · {hosts[rank]}" if hosts.get(rank) else "") + f" · {gname}"
-                if shift:
-                    label += f" · times +{shift} ns (the inputs have times before 1970)"
-                w.track(proc, label, process=(100000 + int(rank), label), explicit_children=True, order=int(rank))
-                layer_uuid = {}
-                for i, layer in enumerate(LAYERS):
-                    layer_uuid[layer] = uuid_of("layer", rank, layer)
-                    w.track(layer_uuid[layer], layer, parent=proc, order=i, explicit_children=True)
-                _cluster(ctx, rank, layer_uuid["cluster"])
-                _model(ctx, rank, layer_uuid["model"])
-                _ops(ctx, rank, layer_uuid["op"])
-                _kernels(ctx, rank, layer_uuid["kernel"], peak, bw_all)
-                _device(ctx, rank, layer_uuid["device"])
-                _memory(ctx, rank, layer_uuid["device"])
-                _verdict(ctx, rank, layer_uuid["verdict"])
-            stats["packets"] = w.packets
-            stats["tracks"] = w.tracks
+        with open(path, "wb") as raw:
+            f = BackgroundFile(raw)
+            try:
+                _write_ranks(con, f, ann, shift, stats, ranks, peak, gpu_names, hosts, bw_all)
+            finally:
+                f.close()
     finally:
         con.execute("DROP TABLE IF EXISTS _pf_names")
     return stats
+
+
+def _write_ranks(
+    con: duckdb.DuckDBPyConnection,
+    f: BackgroundFile,
+    ann: Annotations,
+    shift: int,
+    stats: dict[str, int],
+    ranks: list[int],
+    peak: dict[tuple[int, int], float | None],
+    gpu_names: dict[tuple[int, int], str | None],
+    hosts: dict[int, str | None],
+    bw_all: float | None,
+) -> None:
+    """The packets of every rank, after the interned names."""
+    w = Writer(f)
+    w.interned(
+        _batches(con, "SELECT iid::UBIGINT AS iid, name FROM _pf_names ORDER BY iid", {}),
+        [(i, n) for n, i in ann.iids.items()],
+    )
+    ctx = _Ctx(con, w, ann, shift, stats)
+    for rank in ranks:
+        proc = uuid_of("rank", rank)
+        gpus = sorted({d for (r, d) in peak if r == rank} | {d for (r, d) in gpu_names if r == rank})
+        gname = ", ".join(sorted({str(gpu_names.get((rank, d)) or "GPU") for d in gpus}))
+        label = f"rank {rank}" + (f" · {hosts[rank]}" if hosts.get(rank) else "") + f" · {gname}"
+        if shift:
+            label += f" · times +{shift} ns (the inputs have times before 1970)"
+        w.track(proc, label, process=(100000 + int(rank), label), explicit_children=True, order=int(rank))
+        layer_uuid = {}
+        for i, layer in enumerate(LAYERS):
+            layer_uuid[layer] = uuid_of("layer", rank, layer)
+            w.track(layer_uuid[layer], layer, parent=proc, order=i, explicit_children=True)
+        _cluster(ctx, rank, layer_uuid["cluster"])
+        _model(ctx, rank, layer_uuid["model"])
+        _ops(ctx, rank, layer_uuid["op"])
+        _kernels(ctx, rank, layer_uuid["kernel"], peak, bw_all)
+        _device(ctx, rank, layer_uuid["device"])
+        _memory(ctx, rank, layer_uuid["device"])
+        _verdict(ctx, rank, layer_uuid["verdict"])
+    stats["packets"] = w.packets
+    stats["tracks"] = w.tracks
 
 
 @dataclass
