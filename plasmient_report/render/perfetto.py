@@ -1087,64 +1087,89 @@ def _kernels(ctx: _Ctx, rank: int, parent: int, peak: dict[tuple[int, int], floa
         ctx.stats["kernels"] += lanes.count
 
 
-def _varint_columns(v: np.ndarray, width: int, out: np.ndarray | None = None) -> np.ndarray:
-    """(n, width) bytes of the varints of `v`, every one of which takes exactly `width` bytes; written into `out`
-    (an (n, width) view, e.g. columns of a packet array) when given. Byte by byte: no (n, width) uint64 temporary."""
-    if out is None:
-        out = np.empty((v.size, width), dtype=np.uint8)
-    rest = v.copy()
-    low = np.empty(v.size, dtype=np.uint64)
-    for k in range(width):
-        np.bitwise_and(rest, np.uint64(0x7F), out=low)
-        if k < width - 1:
-            low |= np.uint64(0x80)
-            rest >>= np.uint64(7)
-        out[:, k] = low
-    return out
-
-
 _SEQ_FIELD = np.frombuffer(_field_varint(F_PKT_SEQ_ID, SEQ_ID), dtype=np.uint8)
 _TS_9 = (np.uint64(1 << 56), np.uint64((1 << 63) - 1))  # epoch ns since 1972: 9-byte varints
 
 
-def _counter_packets(
-    tracks: np.ndarray | np.uint64, ts: np.ndarray, values: np.ndarray, track_bytes: np.ndarray | None = None
-) -> bytes | memoryview:
+_SPREAD = (  # (mask, shift) steps that spread 56 bits into 8 bytes of 7 (each byte's high bit then set)
+    (np.uint64(0x0FFFC0000FFFC000), np.uint64(2)),
+    (np.uint64(0x3F803F803F803F80), np.uint64(1)),
+)
+_LOW7 = np.uint64(0x8080808080808080)
+
+
+def _varint9(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 9-byte varints of `v` (each in [2**56, 2**63)) as (the first 8 bytes as a little-endian uint64, the
+    last byte): the seven-bit groups spread into bytes in three whole-array steps (a parallel bit deposit),
+    not byte by byte."""
+    x = (v & np.uint64((1 << 28) - 1)) | (((v >> np.uint64(28)) & np.uint64((1 << 28) - 1)) << np.uint64(32))
+    for mask, shift in _SPREAD:
+        x = (x & ~mask) | ((x & mask) << shift)
+    x |= _LOW7
+    return x, (v >> np.uint64(56)).astype(np.uint8)
+
+
+def _counter_packets(tracks: np.ndarray | np.uint64, ts: np.ndarray, values: np.ndarray) -> bytes | memoryview:
     """Counter samples as TracePackets. Times since 1972 and track uuids (always 9-byte varints, see
-    `uuid_of`) make every packet the same layout: written as columns of an (n, 40) byte array.
-    `track_bytes`: the (n, 9) varint bytes of `tracks`, when the caller has them."""
+    `uuid_of`) make every packet the same layout: one record of a numpy structured type per sample, the
+    constant bytes copied from a template row and the varints, uuids and values written as its fields."""
     n = ts.size
     t = _u64(ts)
     tracks = np.broadcast_to(_u64(tracks), (n,))
-    if n == 0 or t.min() < _TS_9[0] or t.max() > _TS_9[1] or tracks.min() < _TS_9[0]:
+    if n == 0 or t.min() < _TS_9[0] or t.max() > _TS_9[1] or tracks.min() < _TS_9[0] or tracks.max() > _TS_9[1]:
         ev = Messages(n).varint(F_EV_TYPE, COUNTER).varint(F_EV_TRACK_UUID, tracks)
         ev.fixed64(F_EV_DOUBLE_COUNTER, values.astype(np.float64))
         return packets_of(ev, ts)
-    lay = (
-        _varint_bytes(F_EV_TYPE << 3) + _varint_bytes(COUNTER) + _varint_bytes(F_EV_TRACK_UUID << 3),
-        9,
-        _varint_bytes(F_EV_DOUBLE_COUNTER << 3 | 1),
-        8,
-    )
-    ev_len = len(lay[0]) + 9 + len(lay[2]) + 8
-    pkt_len = 1 + 9 + 1 + 1 + ev_len + _SEQ_FIELD.size
-    row = 2 + pkt_len
-    out = np.empty((n, row), dtype=np.uint8)
-    out[:, 0], out[:, 1], out[:, 2] = F_TRACE_PACKET << 3 | 2, pkt_len, F_PKT_TIMESTAMP << 3
-    _varint_columns(t, 9, out[:, 3:12])
-    out[:, 12], out[:, 13] = F_PKT_TRACK_EVENT << 3 | 2, ev_len
-    i = 14 + len(lay[0])
-    out[:, 14:i] = np.frombuffer(lay[0], dtype=np.uint8)
-    if track_bytes is not None:
-        out[:, i : i + 9] = track_bytes
+    rec = _counter_record()
+    out = np.empty(n, dtype=rec.dtype)
+    out.view(np.uint8).reshape(n, rec.dtype.itemsize)[:] = rec.template
+    out["ts_lo"], out["ts_hi"] = _varint9(t)
+    if tracks.strides == (0,):  # one track: its varint once
+        lo, hi = _varint9(tracks[:1])
+        out["tr_lo"], out["tr_hi"] = lo[0], hi[0]
     else:
-        _varint_columns(np.ascontiguousarray(tracks), 9, out[:, i : i + 9])
-    i += 9
-    out[:, i : i + len(lay[2])] = np.frombuffer(lay[2], dtype=np.uint8)
-    i += len(lay[2])
-    out[:, i : i + 8] = np.ascontiguousarray(values, dtype=np.float64).view(np.uint8).reshape(n, 8)
-    out[:, i + 8 :] = _SEQ_FIELD
-    return out.reshape(-1).data  # written as it is: no copy
+        out["tr_lo"], out["tr_hi"] = _varint9(np.ascontiguousarray(tracks))
+    out["value"] = values
+    return out.view(np.uint8).data  # written as it is: no copy
+
+
+@dataclass(frozen=True)
+class _CounterRecord:
+    dtype: np.dtype
+    template: np.ndarray  # one packet with zeros where the fields go
+
+
+_COUNTER_RECORD: list[_CounterRecord] = []
+
+
+def _counter_record() -> _CounterRecord:
+    """A counter packet's layout: Trace.packet tag and length, timestamp, track_event tag and length, type,
+    track uuid, double value, sequence id."""
+    if _COUNTER_RECORD:
+        return _COUNTER_RECORD[0]
+    head_ev = _varint_bytes(F_EV_TYPE << 3) + _varint_bytes(COUNTER) + _varint_bytes(F_EV_TRACK_UUID << 3)
+    value_tag = _varint_bytes(F_EV_DOUBLE_COUNTER << 3 | 1)
+    ev_len = len(head_ev) + 9 + len(value_tag) + 8
+    pkt_len = 1 + 9 + 1 + 1 + ev_len + _SEQ_FIELD.size
+    head = bytes([F_TRACE_PACKET << 3 | 2, pkt_len, F_PKT_TIMESTAMP << 3])
+    mid = bytes([F_PKT_TRACK_EVENT << 3 | 2, ev_len]) + head_ev
+    dtype = np.dtype(
+        [
+            ("head", "u1", (len(head),)),
+            ("ts_lo", "<u8"),
+            ("ts_hi", "u1"),
+            ("mid", "u1", (len(mid),)),
+            ("tr_lo", "<u8"),
+            ("tr_hi", "u1"),
+            ("value_tag", "u1", (len(value_tag),)),
+            ("value", "<f8"),
+            ("seq", "u1", (_SEQ_FIELD.size,)),
+        ]
+    )
+    assert dtype.itemsize == 2 + pkt_len
+    row = head + bytes(9) + mid + bytes(9) + value_tag + bytes(8) + _SEQ_FIELD.tobytes()
+    _COUNTER_RECORD.append(_CounterRecord(dtype, np.frombuffer(row, dtype=np.uint8)))
+    return _COUNTER_RECORD[0]
 
 
 def _still_in_order(idx: np.ndarray, ts: np.ndarray, last: np.ndarray) -> bool:
@@ -1190,7 +1215,6 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
         uuids.append(t)
         scales.append(scale)
     track_of = np.array(uuids, dtype=np.uint64)
-    track_bytes = _varint_columns(track_of, 9)
     ctx.con.register(
         "_pf_series_in",
         pa.table(
@@ -1226,7 +1250,7 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
                     in_order = False
                     break
                 v = _num(b.column("v"), np.float64)
-                ctx.w.bulk(_counter_packets(track_of[idx], ts, v, track_bytes[idx]), ts.size)
+                ctx.w.bulk(_counter_packets(track_of[idx], ts, v), ts.size)
             if in_order:
                 return
             ctx.w.f.seek(start)  # a series went back in time: write the samples again, sorted
