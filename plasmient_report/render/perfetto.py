@@ -675,6 +675,41 @@ def _batches(
             yield b
 
 
+def _prefetched(batches: Iterator[pa.RecordBatch], ahead: int = 1) -> Iterator[pa.RecordBatch]:
+    """The batches, read by a thread of their own at most `ahead` batches in front of the caller: the store's
+    query (which releases the GIL) runs while the caller encodes the last batch. The caller must not use the
+    connection while iterating; stopping early (break, an error) ends the thread before returning."""
+    q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=ahead)
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            for b in batches:
+                q.put(("batch", b))
+                if stop.is_set():
+                    return
+            q.put(("done", None))
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+            q.put(("error", e))
+
+    t = threading.Thread(target=read, name="plasmient-pftrace-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            kind, item = q.get()
+            if kind == "done":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while t.is_alive():  # let a reader blocked on a full queue see the stop
+            with contextlib.suppress(queue.Empty):
+                q.get(timeout=0.05)
+        t.join()
+
+
 def emit_slices(
     w: Writer,
     ann: Annotations,
@@ -1238,11 +1273,13 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
             last = np.full(len(series), np.iinfo(np.int64).min, dtype=np.int64)
             in_order = True
             ctx.con.execute(f"SET threads = {1 if not ordered else int(threads)}")
-            for b in _batches(
-                ctx.con,
-                sql + (" ORDER BY c.end_ns, s.idx" if ordered else ""),
-                {"shift": ctx.shift, "rank": rank},
-                COUNTER_BATCH_FACTOR * BATCH_ROWS,
+            for b in _prefetched(
+                _batches(
+                    ctx.con,
+                    sql + (" ORDER BY c.end_ns, s.idx" if ordered else ""),
+                    {"shift": ctx.shift, "rank": rank},
+                    COUNTER_BATCH_FACTOR * BATCH_ROWS,
+                )
             ):
                 idx = _num(b.column("idx"), np.int64)
                 ts = _num(b.column("t"), np.int64)
