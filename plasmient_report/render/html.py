@@ -265,14 +265,16 @@ def bin_intervals(
                        least(re, (b1 + 1) * bw) - greatest(rs, b1 * bw) AS ov1
                 FROM y
             ), g AS (
-                SELECT span_id, key, part, b0, b1, any_value(bw) AS bw, count(*) AS n, sum(val) AS sv,
+                SELECT span_id, key, part, b0, b1, any_value(bw) AS bw, count(*) AS n, coalesce(sum(val), 0) AS sv,
                        coalesce(sum(ov0) FILTER (WHERE ov0 > 0), 0) AS ov0,
                        coalesce(sum(val * ov0) FILTER (WHERE ov0 > 0), 0) AS wv0,
                        coalesce(sum(ov1) FILTER (WHERE ov1 > 0 AND b1 > b0), 0) AS ov1,
                        coalesce(sum(val * ov1) FILTER (WHERE ov1 > 0 AND b1 > b0), 0) AS wv1
                 FROM z GROUP BY span_id, key, part, b0, b1
             ), l AS (
+                -- the groups that reach a bin (an interval starting in the grid's last nanosecond reaches none)
                 SELECT g.* EXCLUDE (key), {label} AS key FROM g {names}
+                WHERE g.b1 >= g.b0 AND (g.ov0 > 0 OR g.ov1 > 0 OR g.b1 > g.b0 + 1)
             )
             SELECT *, (dense_rank() OVER (ORDER BY key) - 1)::BIGINT AS k FROM l""",
             params or {},
@@ -287,12 +289,11 @@ def bin_intervals(
     ovf, wvf = ov.reshape(-1), wv.reshape(-1)  # views: the bins' sums added in place
     if len(kidx):
         span_id, b0, b1 = (np.asarray(rows[c], dtype=np.int64) for c in ("span_id", "b0", "b1"))
-        touch = b1 >= b0  # an interval that starts after the last bin's start but before the grid's end: none
         sv = np.nan_to_num(np.asarray(rows["sv"], dtype=float))
         for b, o, w in ((b0, "ov0", "wv0"), (b1, "ov1", "wv1")):
-            at = np.ravel_multi_index((span_id[touch], b[touch], kidx[touch]), ov.shape)
-            ovf += np.bincount(at, np.asarray(rows[o], dtype=float)[touch], ov.size)
-            wvf += np.bincount(at, np.nan_to_num(np.asarray(rows[w], dtype=float))[touch], ov.size)
+            at = np.ravel_multi_index((span_id, b, kidx), ov.shape)
+            ovf += np.bincount(at, np.asarray(rows[o], dtype=float), ov.size)
+            wvf += np.bincount(at, np.nan_to_num(np.asarray(rows[w], dtype=float)), ov.size)
         mid = np.maximum(b1 - b0 - 1, 0)  # whole bins between the end ones, per group
         if mid.any():
             g = np.repeat(np.arange(len(mid)), mid)
