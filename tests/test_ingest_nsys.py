@@ -501,6 +501,36 @@ def test_gpu_metrics_values_of_the_wrong_kind_are_left_out_and_counted(monkeypat
     assert con.execute("SELECT max(value) FROM counters WHERE metric = 'sm_active'").fetchone()[0] <= 1.0
 
 
+def test_kernel_values_of_the_wrong_kind_read_as_the_typed_read_does(monkeypatch: pytest.MonkeyPatch, tmp_path, workload):
+    """An integer table read as stored (the staging's fast path) gives way to the typed read when a value of
+    another kind comes, even batches in: a real registersPerThread reads as its integer part (SQLite's CAST), text
+    in gridX as unknown (NULL), every other kernel as before. Truth: the export as SQLite stores it, and the typed
+    read with the fast path off."""
+    path, con0, _ = workload
+    db = tmp_path / "k.sqlite"
+    shutil.copyfile(path, db)
+    c = sqlite3.connect(db)
+    ((late, corr),) = c.execute(
+        "SELECT rowid, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid DESC LIMIT 1"
+    ).fetchall()
+    c.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET registersPerThread = 37.9, gridX = 'n/a' WHERE rowid = ?", [late])
+    c.commit()
+    c.close()
+    assert sq(db, f"SELECT typeof(registersPerThread), typeof(gridX) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid = {late}") == [
+        ("real", "text")
+    ]
+    monkeypatch.setattr(nsys.reader, "BATCH_ROWS", 500)  # the odd value comes batches after the first
+    con, _ = ingest(db)
+    cols = "name, start_ns, end_ns, device, stream, grid_x, grid_y, block_x, regs, correlation"
+    rows = con.execute(f"SELECT {cols} FROM kernels ORDER BY start_ns, correlation").fetchall()
+    assert con.execute("SELECT regs, grid_x FROM kernels WHERE correlation = ?", [corr]).fetchall() == [(37, None)]
+    monkeypatch.setattr(nsys.reader, "_stage_as_stored", lambda *a, **k: False)
+    typed, _ = ingest(db)
+    assert rows == typed.execute(f"SELECT {cols} FROM kernels ORDER BY start_ns, correlation").fetchall()
+    unchanged = f"SELECT {cols} FROM kernels WHERE correlation IS DISTINCT FROM {corr} ORDER BY start_ns, correlation"
+    assert con.execute(unchanged).fetchall() == con0.cursor().execute(unchanged).fetchall()
+
+
 def test_metric_names():
     assert nsys.metric_name("SMs Active [Throughput %]") == "sm_active"
     assert nsys.metric_name("SM Active") == "sm_active"

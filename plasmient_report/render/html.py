@@ -210,10 +210,18 @@ class Binned:
 
 
 def bin_intervals(
-    con: duckdb.DuckDBPyConnection, source_sql: str, spans: list[Span], params: dict[str, Any] | None = None
+    con: duckdb.DuckDBPyConnection,
+    source_sql: str,
+    spans: list[Span],
+    params: dict[str, Any] | None = None,
+    part_names: str | None = None,
 ) -> Binned:
     """`source_sql` yields (rank, device, s, e, key, val); each interval is split over every bin it touches
-    (an interval spanning many bins reaches all of them). One SQL pass; no per-row Python."""
+    (an interval spanning many bins reaches all of them). One SQL pass; no per-row Python.
+
+    With `part_names` (SQL of (part, name) rows), the source also yields a `part` column and the series are
+    (key, part), named `key<US>name` ('?' for a part without a name): grouped by the columns as stored, the
+    names joined to the few groups, never built once per row (millions of counter samples)."""
     n_bins = max((s.nbins for s in spans), default=0)
     if not spans:
         return Binned([], np.zeros((0, 0, 0)), np.zeros((0, 0, 0)))
@@ -229,28 +237,47 @@ def bin_intervals(
         }
     )
     name = SPANS_VIEW
+    part, label, names = "NULL", "g.key", ""
+    if part_names is not None:
+        part, label = "src.part", "g.key || chr(31) || coalesce(pn.name, '?')"
+        names = f"LEFT JOIN ({part_names}) pn ON pn.part = g.part"
     con.register(name, tbl)
     try:
+        # Per interval, the first bin it touches (b0), the last (b1) and the whole bins between: the end bins'
+        # overlaps are summed per (span, key, b0, b1) group here; a whole bin's overlap, (b + 1)·bw − b·bw, is
+        # the same for every interval of a group, so the groups (a few per bin, not one row per interval and
+        # bin) are spread over their middle bins below. Millions of 10 kHz counter samples: one pass, no unnest.
         rows = con.execute(
             f"""
             WITH src AS ({source_sql}),
             x AS (
-                SELECT sp.span_id, src.key, src.val, (src.s - sp.g0)::DOUBLE AS rs, (src.e - sp.g0)::DOUBLE AS re,
-                       sp.bw, sp.nb
+                SELECT sp.span_id, src.key, {part} AS part, src.val, (src.s - sp.g0)::DOUBLE AS rs,
+                       (src.e - sp.g0)::DOUBLE AS re, sp.bw, sp.nb
                 FROM src JOIN {name} sp
                   ON src.rank IS NOT DISTINCT FROM sp.rank AND src.device IS NOT DISTINCT FROM sp.device
                 WHERE src.e > src.s AND src.e > sp.g0 AND src.s < sp.g1
             ), y AS (
-                SELECT span_id, key, val, rs, re, bw,
-                       unnest(range(greatest(0, floor(rs / bw))::BIGINT,
-                                    least(nb - 1, floor((re - 1) / bw))::BIGINT + 1)) AS b
+                SELECT span_id, key, part, val, rs, re, bw,
+                       greatest(0, floor(rs / bw))::BIGINT AS b0, least(nb - 1, floor((re - 1) / bw))::BIGINT AS b1
                 FROM x
             ), z AS (
-                SELECT span_id, b, key, val, least(re, (b + 1) * bw) - greatest(rs, b * bw) AS ov FROM y
+                SELECT span_id, key, part, val, b0, b1, bw,
+                       least(re, (b0 + 1) * bw) - greatest(rs, b0 * bw) AS ov0,
+                       least(re, (b1 + 1) * bw) - greatest(rs, b1 * bw) AS ov1
+                FROM y
+            ), g AS (
+                SELECT span_id, key, part, b0, b1, any_value(bw) AS bw, count(*) AS n, coalesce(sum(val), 0) AS sv,
+                       coalesce(sum(ov0) FILTER (WHERE ov0 > 0), 0) AS ov0,
+                       coalesce(sum(val * ov0) FILTER (WHERE ov0 > 0), 0) AS wv0,
+                       coalesce(sum(ov1) FILTER (WHERE ov1 > 0 AND b1 > b0), 0) AS ov1,
+                       coalesce(sum(val * ov1) FILTER (WHERE ov1 > 0 AND b1 > b0), 0) AS wv1
+                FROM z GROUP BY span_id, key, part, b0, b1
+            ), l AS (
+                -- the groups that reach a bin (an interval starting in the grid's last nanosecond reaches none)
+                SELECT g.* EXCLUDE (key), {label} AS key FROM g {names}
+                WHERE g.b1 >= g.b0 AND (g.ov0 > 0 OR g.ov1 > 0 OR g.b1 > g.b0 + 1)
             )
-            SELECT span_id, b, key, (dense_rank() OVER (ORDER BY key) - 1)::BIGINT AS k, sum(ov) AS ov,
-                   sum(val * ov) AS wv
-            FROM z WHERE ov > 0 GROUP BY span_id, b, key""",
+            SELECT *, (dense_rank() OVER (ORDER BY key) - 1)::BIGINT AS k FROM l""",
             params or {},
         ).fetchnumpy()
     finally:
@@ -260,10 +287,25 @@ def bin_intervals(
     keys = [str(rows["key"][i]) for i in first]
     ov = np.zeros((len(spans), n_bins, len(keys)))
     wv = np.zeros_like(ov)
+    ovf, wvf = ov.reshape(-1), wv.reshape(-1)  # views: the bins' sums added in place
     if len(kidx):
-        at = (rows["span_id"].astype(np.int64), rows["b"].astype(np.int64), kidx)
-        np.add.at(ov, at, np.asarray(rows["ov"], dtype=float))
-        np.add.at(wv, at, np.nan_to_num(np.asarray(rows["wv"], dtype=float)))
+        span_id, b0, b1 = (np.asarray(rows[c], dtype=np.int64) for c in ("span_id", "b0", "b1"))
+        sv = np.nan_to_num(np.asarray(rows["sv"], dtype=float))
+        for b, o, w in ((b0, "ov0", "wv0"), (b1, "ov1", "wv1")):
+            at = np.ravel_multi_index((span_id, b, kidx), ov.shape)
+            ovf += np.bincount(at, np.asarray(rows[o], dtype=float), ov.size)
+            wvf += np.bincount(at, np.nan_to_num(np.asarray(rows[w], dtype=float)), ov.size)
+        mid = np.maximum(b1 - b0 - 1, 0)  # whole bins between the end ones, per group
+        if mid.any():
+            g = np.repeat(np.arange(len(mid)), mid)
+            b = b0[g] + 1 + (np.arange(g.size) - np.repeat(np.cumsum(mid) - mid, mid))
+            bw = np.asarray(rows["bw"], dtype=float)[g]
+            whole = (b + 1) * bw - b * bw
+            n = np.asarray(rows["n"], dtype=float)[g]
+            keep = whole > 0
+            at = np.ravel_multi_index((span_id[g], b, kidx[g]), ov.shape)[keep]
+            ovf += np.bincount(at, (n * whole)[keep], ov.size)
+            wvf += np.bincount(at, (sv[g] * whole)[keep], ov.size)
     return Binned(keys, ov, wv)
 
 
@@ -294,15 +336,15 @@ COUNTER_SOURCE = """
         LEFT JOIN devices d ON d.rank IS NOT DISTINCT FROM w.rank AND d.device = w.device
         WHERE w.scope = 'window'
     )
-    SELECT g.rank, g.device, c.start_ns AS s, greatest(c.end_ns, c.start_ns + 1) AS e,
-           c.metric || chr(31) || coalesce(src.file, '?') AS key, c.value AS val
+    SELECT g.rank, g.device, c.start_ns AS s, greatest(c.end_ns, c.start_ns + 1) AS e, c.metric AS key,
+           c.source_id AS part, c.value AS val
     FROM counters c
-    -- the file name once per source, not once per sample (millions of 10 kHz GPU-metric rows)
-    LEFT JOIN (SELECT source_id, regexp_extract(path, '[^/\\\\]+$') AS file FROM sources) src USING (source_id)
     JOIN g
       ON CASE WHEN c.gpu_uuid IS NOT NULL AND g.gpu_uuid IS NOT NULL THEN c.gpu_uuid = g.gpu_uuid
               ELSE (c.rank IS NULL OR c.rank = g.rank) AND (c.device IS NULL OR c.device = g.device) END
     WHERE c.value IS NOT NULL AND isfinite(c.value)"""
+# The series' log: the file name, joined to the binned groups (not once per sample: millions of 10 kHz rows).
+COUNTER_PARTS = "SELECT source_id AS part, regexp_extract(path, '[^/\\\\]+$') AS name FROM sources"
 
 
 def gpu_windows(con: duckdb.DuckDBPyConnection) -> list[tuple[int | None, int | None, int, int]]:
@@ -694,7 +736,7 @@ def counters_view(con: duckdb.DuckDBPyConnection, windows: list[tuple[int | None
     if not n or not windows:
         return CounterView(None, [], 0, len(windows))
     spans = own_spans(windows)
-    counters = bin_intervals(con, COUNTER_SOURCE, spans)
+    counters = bin_intervals(con, COUNTER_SOURCE, spans, part_names=COUNTER_PARTS)
     if not counters.keys:
         return CounterView(None, [], 0, len(windows))
     lengths = np.stack([s.bin_lengths() for s in spans])

@@ -9,7 +9,10 @@ one batch and the slices still open, whatever the size of the trace.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import queue
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -270,10 +273,89 @@ def _str_field(number: int, text: str) -> bytes:
     return _field_bytes(number, text.encode("utf-8", "surrogatepass"))
 
 
+class BackgroundFile:
+    """A file written by a thread of its own, in the order written: the caller encodes the next batch while the
+    last one goes to disk (hundreds of MB of counter packets; the write releases the GIL). At most `ahead` writes
+    wait (memory bounded by that many batches); small writes are gathered into one. `tell` is the position of
+    everything written so far; `seek` / `truncate` / `close` first wait for the pending writes. A write that
+    fails raises on the next call."""
+
+    SMALL = 1 << 16
+
+    def __init__(self, f: IO[bytes], ahead: int = 2) -> None:
+        self.f = f
+        self.pos = f.tell()
+        self._small: list[bytes] = []
+        self._small_n = 0
+        self._q: queue.Queue[bytes | memoryview | None] = queue.Queue(maxsize=ahead)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="plasmient-pftrace-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (data := self._q.get()) is not None:
+            if self._error is None:
+                try:
+                    self.f.write(data)
+                except BaseException as e:  # noqa: BLE001 - raised in the caller's thread by _check
+                    self._error = e
+            self._q.task_done()
+        self._q.task_done()
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _put_small(self) -> None:
+        if self._small:
+            self._q.put(b"".join(self._small))
+            self._small, self._small_n = [], 0
+
+    def write(self, data: bytes | memoryview) -> int:
+        self._check()
+        n = len(data) if isinstance(data, bytes) else data.nbytes
+        self.pos += n
+        if n < self.SMALL:
+            self._small.append(bytes(data))
+            self._small_n += n
+            if self._small_n >= self.SMALL:
+                self._put_small()
+        else:
+            self._put_small()
+            self._q.put(data)
+        return n
+
+    def drain(self) -> None:
+        self._put_small()
+        self._q.join()
+        self._check()
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, pos: int) -> int:
+        self.drain()
+        self.pos = self.f.seek(pos)
+        return self.pos
+
+    def truncate(self) -> int:
+        self.drain()
+        return self.f.truncate()
+
+    def close(self) -> None:
+        """Wait for every write, end the thread (also after an error), then raise a write's error if any."""
+        if self._thread.is_alive():
+            with contextlib.suppress(BaseException):
+                self._put_small()
+            self._q.put(None)
+            self._thread.join()
+        self._check()
+
+
 class Writer:
     """The output file: descriptor packets one by one (there are few), events in bulk."""
 
-    def __init__(self, f: IO[bytes]) -> None:
+    def __init__(self, f: IO[bytes] | BackgroundFile) -> None:
         self.f = f
         self.packets = 0
         self.tracks = 0
@@ -593,6 +675,41 @@ def _batches(
             yield b
 
 
+def _prefetched(batches: Iterator[pa.RecordBatch], ahead: int = 1) -> Iterator[pa.RecordBatch]:
+    """The batches, read by a thread of their own at most `ahead` batches in front of the caller: the store's
+    query (which releases the GIL) runs while the caller encodes the last batch. The caller must not use the
+    connection while iterating; stopping early (break, an error) ends the thread before returning."""
+    q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=ahead)
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            for b in batches:
+                q.put(("batch", b))
+                if stop.is_set():
+                    return
+            q.put(("done", None))
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+            q.put(("error", e))
+
+    t = threading.Thread(target=read, name="plasmient-pftrace-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            kind, item = q.get()
+            if kind == "done":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while t.is_alive():  # let a reader blocked on a full queue see the stop
+            with contextlib.suppress(queue.Empty):
+                q.get(timeout=0.05)
+        t.join()
+
+
 def emit_slices(
     w: Writer,
     ann: Annotations,
@@ -714,37 +831,57 @@ def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -
     ):
         ann.iid(a)
     try:
-        with open(path, "wb") as f:
-            w = Writer(f)
-            w.interned(
-                _batches(con, "SELECT iid::UBIGINT AS iid, name FROM _pf_names ORDER BY iid", {}),
-                [(i, n) for n, i in ann.iids.items()],
-            )
-            ctx = _Ctx(con, w, ann, shift, stats)
-            for rank in ranks:
-                proc = uuid_of("rank", rank)
-                gpus = sorted({d for (r, d) in peak if r == rank} | {d for (r, d) in gpu_names if r == rank})
-                gname = ", ".join(sorted({str(gpu_names.get((rank, d)) or "GPU") for d in gpus}))
-                label = f"rank {rank}" + (f" · {hosts[rank]}" if hosts.get(rank) else "") + f" · {gname}"
-                if shift:
-                    label += f" · times +{shift} ns (the inputs have times before 1970)"
-                w.track(proc, label, process=(100000 + int(rank), label), explicit_children=True, order=int(rank))
-                layer_uuid = {}
-                for i, layer in enumerate(LAYERS):
-                    layer_uuid[layer] = uuid_of("layer", rank, layer)
-                    w.track(layer_uuid[layer], layer, parent=proc, order=i, explicit_children=True)
-                _cluster(ctx, rank, layer_uuid["cluster"])
-                _model(ctx, rank, layer_uuid["model"])
-                _ops(ctx, rank, layer_uuid["op"])
-                _kernels(ctx, rank, layer_uuid["kernel"], peak, bw_all)
-                _device(ctx, rank, layer_uuid["device"])
-                _memory(ctx, rank, layer_uuid["device"])
-                _verdict(ctx, rank, layer_uuid["verdict"])
-            stats["packets"] = w.packets
-            stats["tracks"] = w.tracks
+        with open(path, "wb") as raw:
+            f = BackgroundFile(raw)
+            try:
+                _write_ranks(con, f, ann, shift, stats, ranks, peak, gpu_names, hosts, bw_all)
+            finally:
+                f.close()
     finally:
         con.execute("DROP TABLE IF EXISTS _pf_names")
     return stats
+
+
+def _write_ranks(
+    con: duckdb.DuckDBPyConnection,
+    f: BackgroundFile,
+    ann: Annotations,
+    shift: int,
+    stats: dict[str, int],
+    ranks: list[int],
+    peak: dict[tuple[int, int], float | None],
+    gpu_names: dict[tuple[int, int], str | None],
+    hosts: dict[int, str | None],
+    bw_all: float | None,
+) -> None:
+    """The packets of every rank, after the interned names."""
+    w = Writer(f)
+    w.interned(
+        _batches(con, "SELECT iid::UBIGINT AS iid, name FROM _pf_names ORDER BY iid", {}),
+        [(i, n) for n, i in ann.iids.items()],
+    )
+    ctx = _Ctx(con, w, ann, shift, stats)
+    for rank in ranks:
+        proc = uuid_of("rank", rank)
+        gpus = sorted({d for (r, d) in peak if r == rank} | {d for (r, d) in gpu_names if r == rank})
+        gname = ", ".join(sorted({str(gpu_names.get((rank, d)) or "GPU") for d in gpus}))
+        label = f"rank {rank}" + (f" · {hosts[rank]}" if hosts.get(rank) else "") + f" · {gname}"
+        if shift:
+            label += f" · times +{shift} ns (the inputs have times before 1970)"
+        w.track(proc, label, process=(100000 + int(rank), label), explicit_children=True, order=int(rank))
+        layer_uuid = {}
+        for i, layer in enumerate(LAYERS):
+            layer_uuid[layer] = uuid_of("layer", rank, layer)
+            w.track(layer_uuid[layer], layer, parent=proc, order=i, explicit_children=True)
+        _cluster(ctx, rank, layer_uuid["cluster"])
+        _model(ctx, rank, layer_uuid["model"])
+        _ops(ctx, rank, layer_uuid["op"])
+        _kernels(ctx, rank, layer_uuid["kernel"], peak, bw_all)
+        _device(ctx, rank, layer_uuid["device"])
+        _memory(ctx, rank, layer_uuid["device"])
+        _verdict(ctx, rank, layer_uuid["verdict"])
+    stats["packets"] = w.packets
+    stats["tracks"] = w.tracks
 
 
 @dataclass
@@ -986,64 +1123,89 @@ def _kernels(ctx: _Ctx, rank: int, parent: int, peak: dict[tuple[int, int], floa
         ctx.stats["kernels"] += lanes.count
 
 
-def _varint_columns(v: np.ndarray, width: int, out: np.ndarray | None = None) -> np.ndarray:
-    """(n, width) bytes of the varints of `v`, every one of which takes exactly `width` bytes; written into `out`
-    (an (n, width) view, e.g. columns of a packet array) when given. Byte by byte: no (n, width) uint64 temporary."""
-    if out is None:
-        out = np.empty((v.size, width), dtype=np.uint8)
-    rest = v.copy()
-    low = np.empty(v.size, dtype=np.uint64)
-    for k in range(width):
-        np.bitwise_and(rest, np.uint64(0x7F), out=low)
-        if k < width - 1:
-            low |= np.uint64(0x80)
-            rest >>= np.uint64(7)
-        out[:, k] = low
-    return out
-
-
 _SEQ_FIELD = np.frombuffer(_field_varint(F_PKT_SEQ_ID, SEQ_ID), dtype=np.uint8)
 _TS_9 = (np.uint64(1 << 56), np.uint64((1 << 63) - 1))  # epoch ns since 1972: 9-byte varints
 
 
-def _counter_packets(
-    tracks: np.ndarray | np.uint64, ts: np.ndarray, values: np.ndarray, track_bytes: np.ndarray | None = None
-) -> bytes | memoryview:
+_SPREAD = (  # (mask, shift) steps that spread 56 bits into 8 bytes of 7 (each byte's high bit then set)
+    (np.uint64(0x0FFFC0000FFFC000), np.uint64(2)),
+    (np.uint64(0x3F803F803F803F80), np.uint64(1)),
+)
+_LOW7 = np.uint64(0x8080808080808080)
+
+
+def _varint9(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 9-byte varints of `v` (each in [2**56, 2**63)) as (the first 8 bytes as a little-endian uint64, the
+    last byte): the seven-bit groups spread into bytes in three whole-array steps (a parallel bit deposit),
+    not byte by byte."""
+    x = (v & np.uint64((1 << 28) - 1)) | (((v >> np.uint64(28)) & np.uint64((1 << 28) - 1)) << np.uint64(32))
+    for mask, shift in _SPREAD:
+        x = (x & ~mask) | ((x & mask) << shift)
+    x |= _LOW7
+    return x, (v >> np.uint64(56)).astype(np.uint8)
+
+
+def _counter_packets(tracks: np.ndarray | np.uint64, ts: np.ndarray, values: np.ndarray) -> bytes | memoryview:
     """Counter samples as TracePackets. Times since 1972 and track uuids (always 9-byte varints, see
-    `uuid_of`) make every packet the same layout: written as columns of an (n, 40) byte array.
-    `track_bytes`: the (n, 9) varint bytes of `tracks`, when the caller has them."""
+    `uuid_of`) make every packet the same layout: one record of a numpy structured type per sample, the
+    constant bytes copied from a template row and the varints, uuids and values written as its fields."""
     n = ts.size
     t = _u64(ts)
     tracks = np.broadcast_to(_u64(tracks), (n,))
-    if n == 0 or t.min() < _TS_9[0] or t.max() > _TS_9[1] or tracks.min() < _TS_9[0]:
+    if n == 0 or t.min() < _TS_9[0] or t.max() > _TS_9[1] or tracks.min() < _TS_9[0] or tracks.max() > _TS_9[1]:
         ev = Messages(n).varint(F_EV_TYPE, COUNTER).varint(F_EV_TRACK_UUID, tracks)
         ev.fixed64(F_EV_DOUBLE_COUNTER, values.astype(np.float64))
         return packets_of(ev, ts)
-    lay = (
-        _varint_bytes(F_EV_TYPE << 3) + _varint_bytes(COUNTER) + _varint_bytes(F_EV_TRACK_UUID << 3),
-        9,
-        _varint_bytes(F_EV_DOUBLE_COUNTER << 3 | 1),
-        8,
-    )
-    ev_len = len(lay[0]) + 9 + len(lay[2]) + 8
-    pkt_len = 1 + 9 + 1 + 1 + ev_len + _SEQ_FIELD.size
-    row = 2 + pkt_len
-    out = np.empty((n, row), dtype=np.uint8)
-    out[:, 0], out[:, 1], out[:, 2] = F_TRACE_PACKET << 3 | 2, pkt_len, F_PKT_TIMESTAMP << 3
-    _varint_columns(t, 9, out[:, 3:12])
-    out[:, 12], out[:, 13] = F_PKT_TRACK_EVENT << 3 | 2, ev_len
-    i = 14 + len(lay[0])
-    out[:, 14:i] = np.frombuffer(lay[0], dtype=np.uint8)
-    if track_bytes is not None:
-        out[:, i : i + 9] = track_bytes
+    rec = _counter_record()
+    out = np.empty(n, dtype=rec.dtype)
+    out.view(np.uint8).reshape(n, rec.dtype.itemsize)[:] = rec.template
+    out["ts_lo"], out["ts_hi"] = _varint9(t)
+    if tracks.strides == (0,):  # one track: its varint once
+        lo, hi = _varint9(tracks[:1])
+        out["tr_lo"], out["tr_hi"] = lo[0], hi[0]
     else:
-        _varint_columns(np.ascontiguousarray(tracks), 9, out[:, i : i + 9])
-    i += 9
-    out[:, i : i + len(lay[2])] = np.frombuffer(lay[2], dtype=np.uint8)
-    i += len(lay[2])
-    out[:, i : i + 8] = np.ascontiguousarray(values, dtype=np.float64).view(np.uint8).reshape(n, 8)
-    out[:, i + 8 :] = _SEQ_FIELD
-    return out.reshape(-1).data  # written as it is: no copy
+        out["tr_lo"], out["tr_hi"] = _varint9(np.ascontiguousarray(tracks))
+    out["value"] = values
+    return out.view(np.uint8).data  # written as it is: no copy
+
+
+@dataclass(frozen=True)
+class _CounterRecord:
+    dtype: np.dtype
+    template: np.ndarray  # one packet with zeros where the fields go
+
+
+_COUNTER_RECORD: list[_CounterRecord] = []
+
+
+def _counter_record() -> _CounterRecord:
+    """A counter packet's layout: Trace.packet tag and length, timestamp, track_event tag and length, type,
+    track uuid, double value, sequence id."""
+    if _COUNTER_RECORD:
+        return _COUNTER_RECORD[0]
+    head_ev = _varint_bytes(F_EV_TYPE << 3) + _varint_bytes(COUNTER) + _varint_bytes(F_EV_TRACK_UUID << 3)
+    value_tag = _varint_bytes(F_EV_DOUBLE_COUNTER << 3 | 1)
+    ev_len = len(head_ev) + 9 + len(value_tag) + 8
+    pkt_len = 1 + 9 + 1 + 1 + ev_len + _SEQ_FIELD.size
+    head = bytes([F_TRACE_PACKET << 3 | 2, pkt_len, F_PKT_TIMESTAMP << 3])
+    mid = bytes([F_PKT_TRACK_EVENT << 3 | 2, ev_len]) + head_ev
+    dtype = np.dtype(
+        [
+            ("head", "u1", (len(head),)),
+            ("ts_lo", "<u8"),
+            ("ts_hi", "u1"),
+            ("mid", "u1", (len(mid),)),
+            ("tr_lo", "<u8"),
+            ("tr_hi", "u1"),
+            ("value_tag", "u1", (len(value_tag),)),
+            ("value", "<f8"),
+            ("seq", "u1", (_SEQ_FIELD.size,)),
+        ]
+    )
+    assert dtype.itemsize == 2 + pkt_len
+    row = head + bytes(9) + mid + bytes(9) + value_tag + bytes(8) + _SEQ_FIELD.tobytes()
+    _COUNTER_RECORD.append(_CounterRecord(dtype, np.frombuffer(row, dtype=np.uint8)))
+    return _COUNTER_RECORD[0]
 
 
 def _still_in_order(idx: np.ndarray, ts: np.ndarray, last: np.ndarray) -> bool:
@@ -1089,7 +1251,6 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
         uuids.append(t)
         scales.append(scale)
     track_of = np.array(uuids, dtype=np.uint64)
-    track_bytes = _varint_columns(track_of, 9)
     ctx.con.register(
         "_pf_series_in",
         pa.table(
@@ -1113,11 +1274,13 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
             last = np.full(len(series), np.iinfo(np.int64).min, dtype=np.int64)
             in_order = True
             ctx.con.execute(f"SET threads = {1 if not ordered else int(threads)}")
-            for b in _batches(
-                ctx.con,
-                sql + (" ORDER BY c.end_ns, s.idx" if ordered else ""),
-                {"shift": ctx.shift, "rank": rank},
-                COUNTER_BATCH_FACTOR * BATCH_ROWS,
+            for b in _prefetched(
+                _batches(
+                    ctx.con,
+                    sql + (" ORDER BY c.end_ns, s.idx" if ordered else ""),
+                    {"shift": ctx.shift, "rank": rank},
+                    COUNTER_BATCH_FACTOR * BATCH_ROWS,
+                )
             ):
                 idx = _num(b.column("idx"), np.int64)
                 ts = _num(b.column("t"), np.int64)
@@ -1125,7 +1288,7 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
                     in_order = False
                     break
                 v = _num(b.column("v"), np.float64)
-                ctx.w.bulk(_counter_packets(track_of[idx], ts, v, track_bytes[idx]), ts.size)
+                ctx.w.bulk(_counter_packets(track_of[idx], ts, v), ts.size)
             if in_order:
                 return
             ctx.w.f.seek(start)  # a series went back in time: write the samples again, sorted

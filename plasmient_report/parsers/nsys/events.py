@@ -337,13 +337,17 @@ def emit_nvtx(con: duckdb.DuckDBPyConnection, sid: int, base: int, info: NsysSou
         WHERE n.name IS NOT NULL AND NOT (n.domainId = 0 AND regexp_matches(n.name, '{OP_TEXT_RE}'))""")
     # emit_nvtx(record_shapes=True): `aten::mm, seq = 12, op_id = 345, sizes = [[8192, 8192], [8192, 8192]], …`.
     # `sizes` is the same JSON as Kineto's `Input Dims`; emit_nvtx records no dtypes (input_types NULL).
+    # The name is the text before the first `, seq = N` / `, op_id = N` (every row here has one; a name with a
+    # newline there is none, as `.` reads it) and `sizes` the match after its 10-character label: whole matches,
+    # which RE2 finds without its slower capture engine.
     con.execute(f"""
         INSERT INTO ops (source_id, rank, pid, thread, start_ns, end_ns, raw_start, name, op_id, seq, input_dims)
         SELECT {sid}, r.rank, n.pid, n.tid, {base}::BIGINT + n.start, {base}::BIGINT + n."end", n.start::DOUBLE,
-               regexp_extract(n.name, '^(.*?), (?:seq|op_id) = [0-9]', 1),
+               CASE WHEN contains(n.name, chr(10)) THEN regexp_extract(n.name, '^(.*?), (?:seq|op_id) = [0-9]', 1)
+                    ELSE regexp_split_to_array(n.name, ', (?:seq|op_id) = [0-9]')[1] END,
                row_number() OVER (ORDER BY n.start, n."end" DESC, n.tid) + {sid}::BIGINT * {ID_STRIDE},
                TRY_CAST(nullif(regexp_extract(n.name, ', seq = ([0-9]+)', 1), '') AS BIGINT),
-               nullif(regexp_extract(n.name, ', sizes = (\\[[\\[\\]0-9, -]*\\])', 1), '')
+               nullif(substr(regexp_extract(n.name, ', sizes = \\[[\\[\\]0-9, -]*\\]', 0), 11), '')
         FROM _ns_nvtx_r n LEFT JOIN _ns_rank r ON r.pid = n.pid
         WHERE n.domainId = 0 AND n.name IS NOT NULL AND regexp_matches(n.name, '{OP_TEXT_RE}')""")
     con.execute("DROP TABLE _ns_nvtx_r")

@@ -182,11 +182,15 @@ def _tables(parts: Iterator[Any]) -> Iterator[pa.Table]:
             yield part
 
 
-def _left_out(con: duckdb.DuckDBPyConnection, part: pa.Table) -> int:
+def _left_out(con: duckdb.DuckDBPyConnection, part: pa.Table, percent_ids: pa.Array) -> int:
     """Samples of this chunk left out for want of a number or as an impossible percentage. Only rows with no
-    value or one outside 0–100 can be either: Arrow picks those (the clocks, mostly), SQL names their metric."""
+    value, or one outside 0–100 of a metric id some percentage has (`percent_ids`), can be either: Arrow picks
+    those (the clocks, outside 0–100 in every sample, are not), SQL names their metric."""
     v = part.column("value")
-    maybe = part.filter(pa.compute.fill_null(pa.compute.or_(pa.compute.less(v, 0), pa.compute.greater(v, 100)), True))
+    outside = pa.compute.or_(pa.compute.less(v, 0), pa.compute.greater(v, 100))
+    maybe = part.filter(
+        pa.compute.fill_null(pa.compute.and_(outside, pa.compute.is_in(part.column("metricId"), value_set=percent_ids)), True)
+    )
     if not maybe.num_rows:
         return 0
     con.register("_nsys_maybe", maybe)
@@ -247,6 +251,7 @@ def emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Me
     )
     con.execute("CREATE OR REPLACE TEMP TABLE _ns_metric AS SELECT * FROM _ns_metric_in")
     con.unregister("_ns_metric_in")
+    percent_ids = pa.array(sorted({i for i, sc in zip(tbl["metricId"], tbl["scale"], strict=True) if sc == 0.01}), pa.int64())
     # GPU id (typeId & 0xFF) → the rank and CUDA ordinal of the process that used it; GPUs no GPU process used
     # are left out (their ordinal would collide with a used one's).
     # Each row names its GPU by UUID (as counter logs do): the aligner matches counters to trace GPUs by it.
@@ -285,7 +290,7 @@ def emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Me
         for part in _tables(read_chunks(ex, gm, chunks)):
             con.register("_nsys_in", part)
             try:
-                bad += _left_out(con, part)
+                bad += _left_out(con, part, percent_ids)
                 con.execute(insert)
             finally:
                 con.unregister("_nsys_in")

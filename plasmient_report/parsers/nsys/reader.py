@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import adbc_driver_manager
 import duckdb
 import pyarrow as pa
 
@@ -253,6 +254,47 @@ def _reader(ex: Export, sql: str) -> tuple[Any, pa.RecordBatchReader]:
     return cur, rdr
 
 
+def _stage_as_stored(
+    con: duckdb.DuckDBPyConnection, ex: Export, name: str, table: str, cols: Sequence[Col], where: str | None
+) -> bool:
+    """The fast path of `stage` for a table of integer columns: read as stored, without the per-value CASE of
+    `_select_sql` (half the read of a kernel or runtime table). Taken only when every value is what the typed
+    read would give unchanged — the driver types the columns as integers and fails on a value of another kind
+    (a real, text, a blob) —; False (nothing staged) otherwise, and the typed read runs."""
+    picks = [(c, next((s for s in c.src if ex.has(table, s)), None)) for c in cols]
+    present = [(c, s) for c, s in picks if s]
+    if not present:
+        return False
+    sql = f"SELECT {', '.join(f'{_quoted(s)} AS {_quoted(c.out)}' for c, s in present)} FROM {_quoted(table)}"
+    cur = ex.adbc().cursor()
+    try:
+        with contextlib.suppress(Exception):  # older drivers: default batch size
+            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+        cur.execute(sql + (f" WHERE {where}" if where else ""))
+        rdr = cur.fetch_record_batch()
+        if not all(pa.types.is_integer(f.type) for f in rdr.schema):
+            return False
+        select = ", ".join(
+            f"{_quoted(c.out)}::BIGINT AS {_quoted(c.out)}" if s else f"NULL::BIGINT AS {_quoted(c.out)}" for c, s in picks
+        )
+        con.register("_nsys_in", rdr)
+        try:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {select} FROM _nsys_in")
+        finally:
+            con.unregister("_nsys_in")
+        return True
+    except (duckdb.Error, OSError, pa.ArrowException, sqlite3.Error, adbc_driver_manager.Error):
+        # a value of another kind (the driver's type mismatch), or any other failure: the typed read decides
+        con.execute(f"DROP TABLE IF EXISTS {name}")
+        return False
+    finally:
+        cur.close()
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 def stage(
     con: duckdb.DuckDBPyConnection, ex: Export, name: str, table: str | None, cols: Sequence[Col], where: str | None = None
 ) -> int:
@@ -265,6 +307,9 @@ def stage(
             + " WHERE false"
         )
         return 0
+    if ex.is_sqlite and all(c.typ == "i" for c in cols) and _stage_as_stored(con, ex, name, table, cols, where):
+        row = one(con, f"SELECT count(*) FROM {name}")
+        return int(row[0]) if row else 0
     cur, rdr = ex.scan(table, cols, where)
     try:
         con.register("_nsys_in", rdr)

@@ -35,7 +35,7 @@ WITH c AS (
     SELECT coalesce(c.rank, d.rank) AS rank, coalesce(c.device, d.device) AS device, c.source_id, c.metric,
            c.start_ns, c.end_ns, c.value
     FROM counters c LEFT JOIN devices d ON c.rank IS NULL AND c.gpu_uuid IS NOT NULL AND d.gpu_uuid = c.gpu_uuid
-    WHERE c.value IS NOT NULL AND c.end_ns > c.start_ns AND c.metric IN (SELECT unnest(?::VARCHAR[]))
+    WHERE c.value IS NOT NULL AND c.end_ns > c.start_ns AND c.metric IN ({metrics})
 ), g AS (SELECT DISTINCT rank, device FROM rule_windows
 ), m AS (
     SELECT g.rank, g.device, c.source_id, c.metric, c.start_ns, c.end_ns, c.value
@@ -67,7 +67,9 @@ METRICS = [
 def clock_throttling(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     if not ctx.rows("SELECT count(*) AS n FROM counters WHERE metric = 'sm_clock_mhz'")[0]["n"]:
         return
-    ctx.con.execute(f"CREATE TABLE _rule_clk AS {SAMPLES_SQL}", [METRICS])
+    # the names as constants: a filter the scan of millions of counter samples applies itself, not a join
+    names = ", ".join("'" + m.replace("'", "''") + "'" for m in METRICS)
+    ctx.con.execute(f"CREATE TABLE _rule_clk AS {SAMPLES_SQL.format(metrics=names)}")
     yield from _check(ctx, t)
 
 
@@ -92,17 +94,22 @@ def _check(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                    coalesce(sum(lost_ns) OVER w, 0) AS lost_before, coalesce(sum(end_ns - start_ns) OVER w, 0) AS busy_before
             FROM rule_losses WHERE category IN ('compute_inefficiency', 'memory_bound') AND end_ns > start_ns
             WINDOW w AS (PARTITION BY rank, device ORDER BY start_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-        ), ends AS (
-            SELECT cid, rank, device, start_ns AS t, -1 AS sign FROM clk
-            UNION ALL SELECT cid, rank, device, end_ns, 1 FROM clk
-        ), cum AS (
-            SELECT e.cid, sum(e.sign * coalesce(l.lost_before + l.lost_ns * f.x, 0)) AS lost_ns,
-                   round(sum(e.sign * coalesce(l.busy_before + (l.end_ns - l.start_ns) * f.x, 0)))::BIGINT AS busy_ns
-            FROM ends e ASOF LEFT JOIN l ON l.rank IS NOT DISTINCT FROM e.rank AND l.device = e.device AND l.start_ns <= e.t,
-                 LATERAL (SELECT least(greatest((e.t - l.start_ns)::DOUBLE / (l.end_ns - l.start_ns), 0), 1) AS x) f
-            GROUP BY e.cid
+        ), at_start AS (
+            -- the running sums at each sample's start and at its end: one ASOF lookup each
+            SELECT c.cid, coalesce(l.lost_before + l.lost_ns * f.x, 0) AS lost,
+                   coalesce(l.busy_before + (l.end_ns - l.start_ns) * f.x, 0) AS busy
+            FROM clk c ASOF LEFT JOIN l ON l.rank IS NOT DISTINCT FROM c.rank AND l.device = c.device
+                                          AND l.start_ns <= c.start_ns,
+                 LATERAL (SELECT least(greatest((c.start_ns - l.start_ns)::DOUBLE / (l.end_ns - l.start_ns), 0), 1) AS x) f
+        ), at_end AS (
+            SELECT c.*, coalesce(l.lost_before + l.lost_ns * f.x, 0) AS lost,
+                   coalesce(l.busy_before + (l.end_ns - l.start_ns) * f.x, 0) AS busy
+            FROM clk c ASOF LEFT JOIN l ON l.rank IS NOT DISTINCT FROM c.rank AND l.device = c.device
+                                          AND l.start_ns <= c.end_ns,
+                 LATERAL (SELECT least(greatest((c.end_ns - l.start_ns)::DOUBLE / (l.end_ns - l.start_ns), 0), 1) AS x) f
         ), busy AS (
-            SELECT c.*, cum.lost_ns, cum.busy_ns FROM clk c JOIN cum USING (cid) WHERE cum.busy_ns > 0.5
+            SELECT e.* EXCLUDE (lost, busy), e.lost - s.lost AS lost_ns, round(e.busy - s.busy)::BIGINT AS busy_ns
+            FROM at_end e JOIN at_start s USING (cid) WHERE round(e.busy - s.busy)::BIGINT > 0.5
         )
         SELECT rank, device, min(ref_mhz) AS ref_mhz, sum(busy_ns) AS busy_ns,
                sum(mhz * busy_ns) / nullif(sum(busy_ns), 0) AS busy_mhz, min(mhz) AS min_mhz,
