@@ -121,8 +121,8 @@ def assign_ranks(con: duckdb.DuckDBPyConnection) -> list[str]:
     ]
     for sid, (rank, how) in final.items():
         con.execute("UPDATE sources SET rank = ?, rank_method = ? WHERE source_id = ?", [rank, how, sid])
-        for t in tables:
-            con.execute(f'UPDATE "{t}" SET rank = ? WHERE source_id = ?', [rank, sid])
+        for t in tables:  # rows that already carry it are not rewritten (an UPDATE of 12 M counter rows is ~0.6 s)
+            con.execute(f'UPDATE "{t}" SET rank = $r WHERE source_id = $s AND rank IS DISTINCT FROM $r', {"r": rank, "s": sid})
     return notes
 
 

@@ -35,6 +35,10 @@ _HEADER_RE = re.compile(r"^--\s*(Module|Depends):\s*(.*)$")
 _PLACEHOLDER_RE = re.compile(r"\{\{([A-Z_][A-Z0-9_]*)\}\}")
 _NATIVE_RE = re.compile(r"^-- native: ([a-z_][a-z0-9_]*) \{\n(.*?)^-- \}\n", re.MULTILINE | re.DOTALL)
 _reference: ContextVar[bool] = ContextVar("plasmient_sql_reference", default=False)
+_COMMENT_STMT_RE = re.compile(
+    r"^COMMENT ON (?:TABLE|VIEW|COLUMN|MACRO TABLE|MACRO) [a-z_][a-z0-9_.]* IS '(?:[^']|'')*';[ \t]*$",
+    re.IGNORECASE | re.MULTILINE,
+)
 _COMMENT_RE = re.compile(
     r"COMMENT ON (TABLE|VIEW|COLUMN|MACRO TABLE|MACRO) ([a-z_][a-z0-9_.]*) IS '((?:[^']|'')*)'", re.IGNORECASE
 )
@@ -141,10 +145,14 @@ def install(con: duckdb.DuckDBPyConnection, *names: str, with_dependencies: bool
     dependencies first (for views and macros; the measure stage computes tables in its own order)."""
     for n in order(names) if with_dependencies else names:
         text = render(n)
-        with _transaction(con):
-            if _reference.get() or "-- native: " not in text:
-                con.execute(text)
-                continue
+        # The comments go last, in one transaction: on the file store every statement otherwise commits on its
+        # own, and the library's ~450 COMMENT ONs cost ~1 ms each that way. (The module's tables are not put in
+        # one transaction: what it drops would then stay in memory until the commit, ~75 MiB on a large trace.)
+        comments = "\n".join(m.group(0) for m in _COMMENT_STMT_RE.finditer(text))
+        text = _COMMENT_STMT_RE.sub("", text)
+        if _reference.get() or "-- native: " not in text:
+            _execute(con, text)
+        else:
             from .native import NATIVE
 
             at = 0
@@ -153,15 +161,17 @@ def install(con: duckdb.DuckDBPyConnection, *names: str, with_dependencies: bool
                 NATIVE[m.group(1)](con, m.group(2))
                 at = m.end()
             _execute(con, text[at:])
+        if comments:
+            with _transaction(con):
+                con.execute(comments)
 
 
 @contextlib.contextmanager
 def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """A module's statements in one transaction (unless the caller holds one): on a file store each statement
-    otherwise commits on its own, and the ~450 `COMMENT ON`s of the library cost ~1 ms each that way."""
+    """One transaction (unless the caller holds one, which then commits)."""
     try:
         con.execute("BEGIN TRANSACTION")
-    except duckdb.TransactionException:  # already inside the caller's transaction: it commits
+    except duckdb.TransactionException:
         yield
         return
     try:
