@@ -154,7 +154,7 @@ def _profiler_losses(lines: list[str]) -> tuple[list[str], int | None]:
     return list(dict.fromkeys(out)), dropped
 
 
-_STAGES = ("_kin_gpu", "_kin_cpu", "_kin_api")
+_STAGES = ("_kin_gpu", "_kin_cpu", "_kin_py", "_kin_api")
 
 
 def _count(con: duckdb.DuckDBPyConnection, sql: str) -> int:
@@ -176,9 +176,7 @@ def _drop(con: duckdb.DuckDBPyConnection, cond: str) -> int:
 def _clean(con: duckdb.DuckDBPyConnection, path: Path, info: KinetoSource) -> None:
     """Leave out the events no time can be given (and count them), decide how `ts` is anchored (SPEC §3), and
     drop field values that are no values (NaN / infinite / negative FLOPs, shapes that are not lists)."""
-    total = _count(
-        con, "SELECT (SELECT count(*) FROM _kin_gpu) + (SELECT count(*) FROM _kin_cpu) + (SELECT count(*) FROM _kin_api)"
-    )
+    total = _count(con, "SELECT " + " + ".join(f"(SELECT count(*) FROM {s})" for s in _STAGES))
     left: dict[str, int] = {}
 
     def drop(reason: str, cond: str) -> None:

@@ -62,7 +62,8 @@ def emit(con: duckdb.DuckDBPyConnection, sid: int, rank: int | None, base: int, 
     con.execute(f"""
         INSERT INTO ranges (source_id, rank, pid, thread, device, domain, name, start_ns, end_ns, on_gpu, external_id)
         SELECT {sid}, {rk}, pid, tid, NULL, 'python', name, {start}, {end}, false, NULL
-        FROM _kin_cpu WHERE cat = 'python_function' AND name IS NOT NULL""")
+        FROM _kin_py WHERE name IS NOT NULL""")
+    con.execute("DROP TABLE _kin_py")  # each staging table goes after its last use: less held at once
     # ProfilerStep#N is a cpu_op in some torch versions and a user_annotation in others: keep it a range.
     con.execute(f"""
         INSERT INTO ranges (source_id, rank, pid, thread, device, domain, name, start_ns, end_ns, on_gpu, external_id)
@@ -80,7 +81,9 @@ def emit(con: duckdb.DuckDBPyConnection, sid: int, rank: int | None, base: int, 
         SELECT {sid}, {rk}, pid, tid, {start}, {end}, name,
                CASE cat WHEN 'cuda_driver' THEN 'driver' ELSE 'runtime' END, correlation, external_id, cbid
         FROM _kin_api WHERE name IS NOT NULL""")
+    con.execute("DROP TABLE _kin_api")
     _emit_collectives(con, sid, rk, start, end, dev)
+    con.execute("DROP TABLE _kin_cpu")
     _emit_memory(con, sid, rk, base)
     for d in devices:
         con.execute(
