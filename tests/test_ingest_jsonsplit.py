@@ -88,3 +88,51 @@ def test_ndjson_batches_hold_one_event_a_line(chunk):
             lines = [ln for ln in b.split(b"\n") if ln.strip()]
             events.extend(json.loads(ln) for ln in lines)
     assert events == EVENTS
+
+
+# Events whose strings and nested values hold what the guessed cut looks for (`}` `,` `{`), so that some guesses
+# are wrong and their bytes must be scanned exactly, whole and unchanged.
+TRICKY = [
+    {"ph": "X", "name": "a },{ b", "ts": 1.0, "args": {"x": [{"a": 1}, {"b": 2}], "s": "} , {"}},
+    {"ph": "X", "name": "c", "ts": 2.0, "args": {"nested": {"o": {"p": [{}, {}]}}}},
+    {"ph": "X", "name": 'd "}," {', "ts": 3.0},
+    *[{"ph": "X", "name": f"e{i}", "ts": float(i), "args": {"v": [i, {"w": i}]}} for i in range(40)],
+]
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 31, 64, 200, 1 << 20])
+@pytest.mark.parametrize("refuse", [False, True])
+def test_runs_cut_by_guesses_hold_every_event_once_in_order(chunk, refuse):
+    """With `decode`, runs cut at a guessed event boundary are decoded in place; a guess that does not decode (a
+    cut inside a string or a nested value, or a run the decoder refuses) has its bytes scanned exactly: every
+    event once, in document order, whatever the chunk size."""
+    doc = json.dumps({"traceEvents": TRICKY + EVENTS, "x": 1}, ensure_ascii=False, indent=1).encode()
+    seen: list[bytes] = []
+
+    def decode(data):
+        assert isinstance(data, bytearray) and data[:1] == b"[" and data[-1:] == b"]"
+        try:
+            events = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            return None
+        if refuse and len(seen) % 2:  # every other run refused: its bytes go the exact way
+            seen.append(b"")
+            return None
+        seen.append(bytes(data))
+        return ("run", events)
+
+    events, head, runs = [], None, 0
+    for b in split_events(io.BytesIO(doc), chunk_bytes=chunk, decode=decode):
+        if isinstance(b, tuple) and b[0] == "run":
+            events.extend(b[1])
+            runs += 1
+        elif isinstance(b, tuple):
+            head = b[1] if b[0] == "head" else head
+        else:
+            events.extend(msgspec.json.decode(b))
+    assert events == TRICKY + EVENTS
+    assert json.loads(head) == {"traceEvents": [], "x": 1}
+    if 64 <= chunk < len(doc) // 4:
+        assert runs > 0  # the guessed way was taken
+    for data in filter(None, seen):  # a decoded run's bytes were not changed after it was decoded
+        assert msgspec.json.decode(data)

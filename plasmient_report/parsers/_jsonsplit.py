@@ -93,7 +93,7 @@ def _batch(pending: bytearray, chunk: bytes, pos: int, cut: int, seps: np.ndarra
 
 
 def split_events(
-    stream: Readable, chunk_bytes: int = 4 << 20, ndjson: bool = False, decode: Callable[[bytes], T | None] | None = None
+    stream: Readable, chunk_bytes: int = 4 << 20, ndjson: bool = False, decode: Callable[[bytearray], T | None] | None = None
 ) -> Iterator[bytes | T | tuple[str, bytes]]:
     """Yield batches (bytes of a JSON array of whole events, or NDJSON with one event a line), then
     ('head', bytes of the rest of the document with an empty traceEvents). Markers on the way: ('array', b'')
@@ -101,9 +101,10 @@ def split_events(
     its last event (left out). A UTF-8 BOM and leading whitespace are skipped. Raises SplitError on a document
     that is not a trace.
 
-    With `decode` (JSON arrays only), runs of events cut by guesses are given to it as bytes of a JSON array:
-    what it returns is yielded in their place, and None (the bytes do not decode: the guess was wrong, or the
-    events are bad) has those bytes scanned exactly, their batches yielded as bytes. Batches and decoded runs
+    With `decode` (JSON arrays only), runs of events cut by guesses are given to it as the bytes of a JSON array
+    (a bytearray, never changed afterwards): what it returns is yielded in their place, and None (the bytes do
+    not decode: the guess was wrong, or the events are bad) has those bytes scanned exactly, their batches
+    yielded as bytes. Batches and decoded runs
     come in document order and together hold every event once."""
     if decode is not None and ndjson:
         raise ValueError("decode works on JSON arrays, not NDJSON")
@@ -180,40 +181,49 @@ def _at_boundary(st: _State) -> None:
     st.trailing_backslashes = 0
 
 
-def _boundary(data: bytes) -> tuple[int, int] | None:
-    """The last `}` `,` `{` (whitespace between allowed) in `data`: the positions of its `}` and `,`."""
+def _boundary(data: bytes | bytearray, lo: int = 0) -> tuple[int, int] | None:
+    """The last `}` `,` `{` (whitespace between allowed) in `data[lo:]`: the positions of its `}` and `,`."""
     end = len(data)
     for _ in range(GUESS_TRIES):
-        i = data.rfind(b"{", 0, end)
-        if i <= 0:
+        i = data.rfind(b"{", lo, end)
+        if i <= lo:
             return None
         j = i - 1
-        while j >= 0 and data[j] in _WHITESPACE:
+        while j >= lo and data[j] in _WHITESPACE:
             j -= 1
-        if j > 0 and data[j] == COMMA:
+        if j > lo and data[j] == COMMA:
             k = j - 1
-            while k >= 0 and data[k] in _WHITESPACE:
+            while k >= lo and data[k] in _WHITESPACE:
                 k -= 1
-            if k >= 0 and data[k] == CLOSE_BRACE:
+            if k >= lo and data[k] == CLOSE_BRACE:
                 return k, j
         end = i
     return None
 
 
-def _guess(chunk: bytes, st: _State, decode: Callable[[bytes], T | None], chunk_bytes: int) -> Iterator[bytes | T]:
+def _guess(chunk: bytes, st: _State, decode: Callable[[bytearray], T | None], chunk_bytes: int) -> Iterator[bytes | T]:
     """One chunk in the events, `pending` unscanned: decode the run of events up to the chunk's last event
-    boundary; scan exactly what does not decode, or what finds no boundary for a while."""
-    data = bytes(st.pending) + chunk
-    cut = _boundary(data)
+    boundary; scan exactly what does not decode, or what finds no boundary for a while. The run is built in
+    place, `[` + pending + chunk cut after the boundary's `}` + `]`: one copy of the chunk, not three."""
+    buf = bytearray(b"[") + st.pending + chunk
+    cut = _boundary(buf, 1)
     if cut is not None:
-        got = decode(b"[" + data[: cut[0] + 1] + b"]")
+        close, comma = cut
+        tail = buf[comma + 1 :]
+        between = bytes(buf[close + 1 : comma + 1])
+        del buf[close + 1 :]
+        buf.append(CLOSE_BRACKET)
+        got = decode(buf)  # the run (its decoded values may refer to it: `buf` is never changed again)
         if got is not None:
             yield got
-            st.pending = bytearray(data[cut[1] + 1 :])
+            st.pending = tail
             return
-    elif len(data) < 4 * chunk_bytes:  # one long event (or the array's end): wait for more
-        st.pending = bytearray(data)
+        data = bytes(memoryview(buf)[1:-1]) + between + bytes(tail)
+    elif len(buf) - 1 < 4 * chunk_bytes:  # one long event (or the array's end): wait for more
+        st.pending = buf[1:]
         return
+    else:
+        data = bytes(memoryview(buf)[1:])
     st.pending = bytearray()
     st.unscanned = False
     yield from _scan(data, st)

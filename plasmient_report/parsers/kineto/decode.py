@@ -208,11 +208,11 @@ class Decoded:
 class _Run:
     """A run of whole events: decoded (`events`), or its JSON bytes for the lenient way (`events` None)."""
 
-    data: bytes
+    data: bytes | bytearray
     events: list[Any] | None = None
 
 
-def _strict(data: bytes) -> _Run | None:
+def _strict(data: bytes | bytearray) -> _Run | None:
     """The splitter's guess at a run of events: decoded strictly, or kept for the lenient way when it is whole
     JSON of other types; None when it is no run of whole events (the splitter then scans it exactly)."""
     try:
@@ -224,7 +224,7 @@ def _strict(data: bytes) -> _Run | None:
         _ANY_DECODER.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
-    return _Run(data)
+    return _Run(bytes(data))
 
 
 def _exact(batch: bytes) -> _Run:
@@ -602,7 +602,7 @@ def _decode(path: Path, con: duckdb.DuckDBPyConnection, strict: bool) -> Decoded
         nonlocal n_events
         try:
             with open(seg_file, "wb") as seg:
-                data = schema.normalise_keys(run.data)  # DuckDB's struct reads today's spellings only
+                data = schema.normalise_keys(bytes(run.data))  # DuckDB's struct reads today's spellings only
                 for part in split_events(io.BytesIO(data), chunk_bytes=BATCH_BYTES, ndjson=True):
                     if not isinstance(part, tuple):
                         seg.write(part)
@@ -646,7 +646,7 @@ def _decode(path: Path, con: duckdb.DuckDBPyConnection, strict: bool) -> Decoded
             submit(lambda: load_decoded(groups))
 
     cat_counts: dict[str | None, list[int]] = {}  # `_kin_cats` of the decoded runs, inserted at the end
-    guess: Callable[[bytes], _Run | None] | None = _strict if strict else None
+    guess: Callable[[bytearray], _Run | None] | None = _strict if strict else None
     n_run = n_lenient = 0
     try:
         with GuardedReader(path) as stream:
