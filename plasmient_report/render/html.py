@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
+from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
@@ -457,6 +458,18 @@ def _legend(where: Any, handles: list[Any], **kw: Any) -> None:
         t.set_color(_FG)
 
 
+def _hbars(ax: Any, y: np.ndarray, widths: np.ndarray, lefts: np.ndarray, colours: Any, height: float) -> None:
+    """Horizontal bars as one polygon collection (what `barh` draws as one patch each, ~3x slower to render for a
+    chart of steps); empty bars are left out. The axes scale to the bars as they do to `barh`'s."""
+    keep = widths > 0
+    lo, hi = lefts[keep], lefts[keep] + widths[keep]
+    top, bottom = y[keep] - height / 2, y[keep] + height / 2
+    verts = np.stack([np.stack(p, axis=1) for p in ((lo, top), (hi, top), (hi, bottom), (lo, bottom))], axis=1)
+    face = colours if isinstance(colours, str) else [c for c, k in zip(colours, keep, strict=True) if k]
+    ax.add_collection(PolyCollection(verts, facecolors=face, linewidths=0, antialiased=True))
+    ax.autoscale_view()
+
+
 def waterfall_chart(achieved: float, losses: list[Loss]) -> Markup:
     """Peak (100%) minus each loss category in turn, down to what was achieved."""
     labels = ["peak"] + [category_label(x.category) for x in losses] + ["achieved"]
@@ -473,7 +486,7 @@ def waterfall_chart(achieved: float, losses: list[Loss]) -> Markup:
     fig = _figure(7.5, 0.3 * len(labels) + 0.7)
     ax = fig.add_subplot()
     y = np.arange(len(labels))
-    ax.barh(y, widths, left=lefts, color=colours, height=0.7)
+    _hbars(ax, y, np.array(widths), np.array(lefts), colours, 0.7)
     for yi, left, w in zip(y, lefts, widths, strict=True):
         ax.text(min(left + w, 1.0) + 0.01, float(yi), pct(w), va="center", fontsize=8, color=_FG)
     ax.set_yticks(y, labels)
@@ -499,7 +512,7 @@ def stacked_share_chart(
         if not vals.any():
             continue
         present.append(cat)
-        ax.barh(y, vals, left=left, color=category_colour(cat), height=0.75, linewidth=0)
+        _hbars(ax, y, vals, left, category_colour(cat), 0.75)
         left += vals
     ax.set_yticks(y, labels)
     ax.invert_yaxis()
