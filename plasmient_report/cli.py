@@ -281,11 +281,11 @@ def report(
         # Refused before the analysis, not after minutes of it (and checked again when the outputs are swapped in).
         out = outdir.check_run_out(out_dir or pipeline.default_out_dir(inputs), inputs)
         opts.cache_dir = out.parent / ".plasmient-cache"
-        with scratch.run():
+        with scratch.run(), _page_worker(opts) as worker:
             try:
                 result = pipeline.analyse(list(inputs), opts, progress=progress)
                 try:
-                    out = pipeline.write_outputs(result, out, inputs, opts, progress=progress)
+                    out = pipeline.write_outputs(result, out, inputs, opts, progress=progress, page_worker=worker)
                 finally:
                     result.close()
             finally:
@@ -366,6 +366,21 @@ def _umask() -> int:
 def _one_line(e: BaseException) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0][:300]}" if text else type(e).__name__
+
+
+@contextlib.contextmanager
+def _page_worker(opts: Any) -> Any:
+    """The process drawing report.html (render/page_worker.py), started now so it warms up during the analysis;
+    none without report.html or under a memory budget too small for a second process."""
+    from .render.page_worker import MIN_BUDGET_BYTES, PageWorker
+
+    tight = opts.memory_budget is not None and opts.memory_budget < MIN_BUDGET_BYTES
+    worker = PageWorker.start() if opts.write_html and not tight else None
+    try:
+        yield worker
+    finally:
+        if worker is not None:
+            worker.close()
 
 
 def _options(*, peak_tflops: float | None, model_flops: float | None, dcgm_period_s: float, memory_budget: str, **kw: Any) -> Any:
