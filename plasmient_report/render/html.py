@@ -17,12 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import matplotlib
 import numpy as np
-import pyarrow as pa
 from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 from matplotlib.collections import PolyCollection
@@ -31,8 +29,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from ..metrics import CATEGORIES
 from ..verdict_model import KernelGroup, Loss, RankSummary, Step, StepSummary, Verdict, from_dict
+from ..vocab import CATEGORIES
 from ._format import (
     achieved_text,
     achieved_why,
@@ -53,6 +51,9 @@ from ._format import (
     range_name as range_label,
 )
 from .verdict import document
+
+if TYPE_CHECKING:  # the page worker draws pages without the store's libraries
+    import duckdb
 
 TIMELINE_BINS = 800
 ROOFLINE_POINTS = 30  # at most; each point is numbered by its row in the kernel table (the verdict's top_kernels)
@@ -225,6 +226,8 @@ def bin_intervals(
     With `part_names` (SQL of (part, name) rows), the source also yields a `part` column and the series are
     (key, part), named `key<US>name` ('?' for a part without a name): grouped by the columns as stored, the
     names joined to the few groups, never built once per row (millions of counter samples)."""
+    import pyarrow as pa
+
     n_bins = max((s.nbins for s in spans), default=0)
     if not spans:
         return Binned([], np.zeros((0, 0, 0)), np.zeros((0, 0, 0)))
