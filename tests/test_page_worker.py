@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from plasmient_report import pipeline, scratch
+from plasmient_report import pipeline
 from plasmient_report.render import html
 from plasmient_report.render.page_worker import PageWorker
 
@@ -22,12 +22,11 @@ SAMPLE = "h200_single/kineto_single.pt.trace.json.gz"
 
 @pytest.fixture(scope="module")
 def analysed():
-    with scratch.run():
-        res = pipeline.analyse([sample_file(SAMPLE)], pipeline.Options())
-        try:
-            yield res
-        finally:
-            res.close()
+    res = pipeline.analyse([sample_file(SAMPLE)], pipeline.Options())
+    try:
+        yield res
+    finally:
+        res.close()
 
 
 def _alive(pid: int) -> bool:
