@@ -211,6 +211,30 @@ def test_gpu_metrics_are_stored_in_the_exports_order(monkeypatch: pytest.MonkeyP
     assert got == want
 
 
+@pytest.mark.parametrize("first", [None, "h200-single-nsys/nvml_samples_nsys.csv"])
+def test_gpu_metrics_carry_the_rank_the_aligner_gives_their_source(first):
+    """A one-process export with no rank of its own is ranked by the aligner (input order, the lowest number no
+    input claims); its GPU metrics go in with its input position as their rank, so that the aligner rewrites them
+    only when that guess is wrong — here once right (the export alone: rank 0) and once wrong (after the NVML log
+    of the same run, a counter log and no rank, the export is input 1 but gets rank 0). Truth: the aligner's rule,
+    and every other table of the source, which the aligner ranks in the same pass."""
+    from plasmient_report import align
+
+    inputs = ([corpus_file(first)] if first else []) + [corpus_file(WORKLOAD)]
+    with pipeline.run_store(inputs, pipeline.Options()) as con:
+        pipeline.ingest(con, inputs)
+        ((sid,),) = con.execute("SELECT source_id FROM sources WHERE format = 'nsys-sqlite'").fetchall()
+        assert sid == len(inputs) - 1
+        ((guess,),) = con.execute("SELECT DISTINCT rank FROM counters WHERE source_id = ?", [sid]).fetchall()
+        assert guess == sid
+        align.align(con)
+        ((rank,),) = con.execute("SELECT rank FROM sources WHERE source_id = ?", [sid]).fetchall()
+        assert rank == 0
+        for t in ("counters", "kernels", "ops"):
+            got = con.execute(f"SELECT DISTINCT rank FROM {t} WHERE source_id = ?", [sid]).fetchall()
+            assert got == [(0,)], t
+
+
 @pytest.mark.slow
 def test_workload_end_to_end_matches_the_ground_truth():
     """README ground truth: compute_bound ≈ 0.76 of 989.4 TFLOP/s bf16; train_step ≈ 0.47. emit_nvtx has no
