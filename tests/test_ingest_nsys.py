@@ -487,6 +487,49 @@ def test_gpu_metrics_read_in_rowid_chunks(monkeypatch: pytest.MonkeyPatch, workl
     assert con.execute(q).fetchall() == con0.cursor().execute(q).fetchall()
 
 
+def test_gpu_metrics_inserted_side_by_side_or_one_by_one_give_the_same_table(monkeypatch: pytest.MonkeyPatch, workload):
+    """Chunks go in two at a time, each on its own connection and committed in order; inside a caller's transaction
+    (whose snapshot would not see those commits) one by one on the caller's connection. The same rows in the same
+    order either way, and the same as the export read in one piece (the workload fixture)."""
+    path, con0, _ = workload
+    monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 60_000)
+    made: list[bool] = []
+    real = gpu_metrics._Inserters.of
+    monkeypatch.setattr(
+        gpu_metrics._Inserters, "of", staticmethod(lambda c, n: (lambda i: made.append(i is not None) or i)(real(c, n)))
+    )
+    q = "SELECT metric, end_ns, value, rank, device, gpu_uuid FROM counters ORDER BY rowid"
+    want = con0.cursor().execute(q).fetchall()
+    side, _ = ingest(path)
+    assert made == [True]
+    assert side.execute(q).fetchall() == want
+    con = store.connect()
+    con.execute("BEGIN TRANSACTION")
+    nsys.ingest(path, con, 0)
+    assert made == [True]  # none made inside the transaction
+    assert con.execute(q).fetchall() == want
+    con.execute("COMMIT")
+
+
+def test_gpu_metrics_insert_that_fails_is_one_line_naming_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path, workload):
+    """A sample whose UTC time leaves int64 (a hostile timestamp) fails its chunk's insert while the next chunk is
+    inserted beside it: both roll back, and the run stops with one line naming the file."""
+    path, _, _ = workload
+    bad = tmp_path / "bad.sqlite"
+    shutil.copy(path, bad)
+    c = sqlite3.connect(bad)
+    c.execute("UPDATE GPU_METRICS SET timestamp = 9223372036854775000 WHERE rowid = 150000")
+    c.commit()
+    c.close()
+    monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 100_000)
+    con = store.connect()
+    with pytest.raises(BadInput) as e:
+        nsys.ingest(bad, con, 0)
+    assert "bad.sqlite" in str(e.value) and "GPU_METRICS" in str(e.value) and "\n" not in str(e.value)
+    # the sample is in the second chunk: the first pair of chunks failed, and neither chunk's rows were committed
+    assert con.execute("SELECT count(*) FROM counters").fetchone()[0] == 0
+
+
 def test_gpu_metrics_fast_and_careful_reads_agree(monkeypatch: pytest.MonkeyPatch, workload):
     """Each rowid range is read as stored (fast) unless it holds a value of the wrong kind; the careful read
     (typed value by value) gives the same rows."""
