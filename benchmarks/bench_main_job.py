@@ -4,7 +4,10 @@
     python benchmarks/bench_main_job.py [--kineto TRACE.json] [--nsys EXPORT.sqlite] [--repeat N]
                                         [--hta-python .bench_venv/bin/python] [--ref OTHER_CHECKOUT] [--json OUT.json]
 
-Rows, each a fresh process (peak RSS = its own `ru_maxrss`, read by the parent from `os.wait4`):
+Rows, each a fresh process. Peak RSS is the process tree's: the larger of `ru_maxrss` (read by the parent from
+`os.wait4`: the process's own peak, or its largest child's) and the largest sum of the RSS of the process and its
+children, sampled every 10 ms (ours runs report.html in a second process, render/page_worker.py; summing RSS
+counts the libraries both map twice, so this errs high):
 
   ours             `python -m plasmient_report.cli INPUT --out NEW_DIR --quiet`: verdict.json, report.html,
                    trace.pftrace and run.duckdb, the default memory budget
@@ -31,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -67,13 +71,41 @@ print("BENCH-RESULT " + json.dumps({"load_s": time.perf_counter() - t, "rows": n
 """
 
 
+def tree_rss(pid: int) -> int:
+    """The RSS (bytes) of a process and all its descendants, now (0 once it is gone)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 def run(cmd: list[str], env: dict[str, str], cwd: Path = REPO) -> dict:
-    """One fresh process: wall, CPU and peak RSS from wait4, plus the child's own BENCH-RESULT line if any."""
+    """One fresh process: wall, CPU (its children's included) and the process tree's peak RSS, plus the child's
+    own BENCH-RESULT line if any."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t = time.perf_counter()
         p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=str(cwd))
+        tree = [0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.01):
+                tree[0] = max(tree[0], tree_rss(p.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         _, status, ru = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t
+        done.set()
+        sampler.join()
         code = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -85,7 +117,7 @@ def run(cmd: list[str], env: dict[str, str], cwd: Path = REPO) -> dict:
     for line in stdout.splitlines():
         if line.startswith("BENCH-RESULT "):
             res = json.loads(line[len("BENCH-RESULT ") :])
-    res.update(wall_s=wall, cpu_s=ru.ru_utime + ru.ru_stime, peak_rss=ru.ru_maxrss * 1024)
+    res.update(wall_s=wall, cpu_s=ru.ru_utime + ru.ru_stime, peak_rss=max(ru.ru_maxrss * 1024, tree[0]))
     return res
 
 

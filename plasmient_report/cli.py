@@ -10,10 +10,12 @@ A subcommand is one decorated function below (`@main.command(...)`): adding one 
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar, cast
 
 import click
 import duckdb
@@ -125,6 +127,104 @@ class Progress:
             self.task = None
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def analysis_options(batch: bool) -> Callable[[F], F]:
+    """The options of the analysis itself, one definition for the main job and `batch` (which applies each to every
+    run): they reach the command as one `analysis` dict of pipeline.Options fields, checked by `_options`."""
+    each = " for every run" if batch else ""
+    options = [
+        click.option(
+            "--range",
+            "ranges",
+            multiple=True,
+            metavar="NAME",
+            help="Analyse only inside ranges of this name (NVTX / record_function; glob, e.g. 'ProfilerStep#*'; repeatable).",
+        ),
+        click.option("--no-html", is_flag=True, help=f"Do not write report.html{' per run' if batch else ''}."),
+        click.option("--no-trace", is_flag=True, help=f"Do not write trace.pftrace{' per run' if batch else ''}."),
+        click.option(
+            "--peak-precision",
+            type=click.Choice(PRECISIONS),
+            help=f"Precision of the peak (default: {'each run' if batch else 'the trace'}'s dominant matmul precision).",
+        ),
+        click.option(
+            "--peak-tflops", type=float, metavar="TFLOPS", help=f"Use this peak (TFLOP/s){each} instead of the table's."
+        ),
+        click.option(
+            "--peaks",
+            "peaks_file",
+            type=click.Path(path_type=Path),
+            metavar="FILE.toml",
+            help="TOML file adding/overriding GPUs.",
+        ),
+        click.option(
+            "--gpu", metavar="NAME", help="GPU name when the trace does not name it (e.g. H100-SXM, 'NVIDIA A100-SXM4-80GB')."
+        ),
+        click.option(
+            "--model-flops",
+            type=float,
+            metavar="N",
+            help="FLOPs per step (ProfilerStep#N) or per --range occurrence, e.g. 6·params·tokens; spread over "
+            f"that window's compute kernels by time (use when shapes are missing: CUDA graphs, compiled code){each}.",
+        ),
+        click.option(
+            "--tz",
+            metavar="ZONE",
+            help="Time zone of local-time logs (nvidia-smi), e.g. Europe/Berlin (default: this machine's).",
+        ),
+        click.option(
+            "--dcgm-period",
+            "dcgm_period_s",
+            type=float,
+            default=1.0,
+            show_default=True,
+            metavar="SECONDS",
+            help="Sampling period (s) of logs that print no time (dcgmi dmon, nvidia-smi dmon without -o T).",
+        ),
+        click.option(
+            "--select",
+            "rule_select",
+            multiple=True,
+            metavar="IDS",
+            help="Run only these rules: IDs, ID prefixes or names, comma-separated (e.g. PR1,PR502; default ALL).",
+        ),
+        click.option("--ignore", "rule_ignore", multiple=True, metavar="IDS", help="Skip these rules (as --select)."),
+        click.option(
+            "--rules-config",
+            type=click.Path(path_type=Path),
+            metavar="FILE.toml",
+            help="TOML file: select / ignore, and per-rule thresholds ([PR101] min_lateness_us = 50).",
+        ),
+        click.option(
+            "--memory-budget",
+            default="1.5GiB",
+            show_default=True,
+            metavar="SIZE",
+            help=f"Peak memory{' of each worker' if batch else ''} to stay under, e.g. 800MB, 4GiB, or 'none': the "
+            "store spills to the run's scratch folder beyond it (traces of many GB).",
+        ),
+    ]
+    names = [
+        *("ranges", "no_html", "no_trace", "peak_precision", "peak_tflops", "peaks_file", "gpu", "model_flops", "tz"),
+        *("dcgm_period_s", "rule_select", "rule_ignore", "rules_config", "memory_budget"),
+    ]
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def collected(**kw: Any) -> Any:
+            analysis = {k: kw.pop(k) for k in names}
+            analysis["write_html"], analysis["write_trace"] = not analysis.pop("no_html"), not analysis.pop("no_trace")
+            return command(analysis=analysis, **kw)
+
+        for option in reversed(options):
+            collected = option(collected)
+        return cast(F, collected)
+
+    return decorate
+
+
 @main.command(short_help="Analyse traces of one run (the default command).", epilog=EXAMPLES)
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="INPUT...")
 @click.option(
@@ -134,32 +234,9 @@ class Progress:
     help="Output folder (default ./plasmient-out/<name>/): verdict.json, report.html, trace.pftrace, "
     "run.duckdb. An existing folder is replaced only when it is an earlier output of this tool.",
 )
-@click.option(
-    "--range",
-    "ranges",
-    multiple=True,
-    metavar="NAME",
-    help="Analyse only inside ranges of this name (NVTX / record_function; glob, e.g. 'ProfilerStep#*'; repeatable).",
-)
 @click.option("--json", "as_json", is_flag=True, help="Print verdict.json to stdout instead of the box.")
 @click.option("--quiet", is_flag=True, help="Print nothing on success (errors still go to stderr).")
-@click.option("--no-html", is_flag=True, help="Do not write report.html.")
-@click.option("--no-trace", is_flag=True, help="Do not write trace.pftrace.")
-@click.option(
-    "--peak-precision", type=click.Choice(PRECISIONS), help="Precision of the peak (default: the dominant matmul precision seen)."
-)
-@click.option("--peak-tflops", type=float, metavar="TFLOPS", help="Use this peak (TFLOP/s) instead of the table's.")
-@click.option(
-    "--peaks", "peaks_file", type=click.Path(path_type=Path), metavar="FILE.toml", help="TOML file adding/overriding GPUs."
-)
-@click.option("--gpu", metavar="NAME", help="GPU name when the trace does not name it (e.g. H100-SXM, 'NVIDIA A100-SXM4-80GB').")
-@click.option(
-    "--model-flops",
-    type=float,
-    metavar="N",
-    help="FLOPs per step (ProfilerStep#N) or per --range occurrence, e.g. 6·params·tokens; spread over "
-    "that window's compute kernels by time (use when shapes are missing: CUDA graphs, compiled code).",
-)
+@analysis_options(batch=False)
 @click.option(
     "--tokens-per-step",
     type=float,
@@ -181,69 +258,23 @@ class Progress:
     "prints it to stdout instead of the box.",
 )
 @click.option(
-    "--tz", metavar="ZONE", help="Time zone of local-time logs (nvidia-smi), e.g. Europe/Berlin (default: this machine's)."
-)
-@click.option(
     "--offset",
     "offsets",
     multiple=True,
     metavar="SOURCE=±DURATION",
     help="Force a clock offset on one input (path or file name), e.g. dmon.txt=+37s (repeatable).",
 )
-@click.option(
-    "--dcgm-period",
-    type=float,
-    default=1.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Sampling period (s) of logs that print no time (dcgmi dmon, nvidia-smi dmon without -o T).",
-)
-@click.option(
-    "--select",
-    "rule_select",
-    multiple=True,
-    metavar="IDS",
-    help="Run only these rules: IDs, ID prefixes or names, comma-separated (e.g. PR1,PR502; default ALL).",
-)
-@click.option("--ignore", "rule_ignore", multiple=True, metavar="IDS", help="Skip these rules (as --select).")
-@click.option(
-    "--rules-config",
-    type=click.Path(path_type=Path),
-    metavar="FILE.toml",
-    help="TOML file: select / ignore, and per-rule thresholds ([PR101] min_lateness_us = 50).",
-)
-@click.option(
-    "--memory-budget",
-    default="1.5GiB",
-    show_default=True,
-    metavar="SIZE",
-    help="Peak memory to stay under, e.g. 800MB, 4GiB, or 'none': the store spills to the run's scratch "
-    "folder beyond it (traces of many GB).",
-)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def report(
     inputs: tuple[Path, ...],
     out_dir: Path | None,
-    ranges: tuple[str, ...],
     as_json: bool,
     quiet: bool,
-    no_html: bool,
-    no_trace: bool,
-    peak_precision: str | None,
-    peak_tflops: float | None,
-    peaks_file: Path | None,
-    gpu: str | None,
-    model_flops: float | None,
+    analysis: dict[str, Any],
     tokens_per_step: float | None,
     samples_per_step: float | None,
     markdown_file: Path | None,
-    tz: str | None,
     offsets: tuple[str, ...],
-    dcgm_period: float,
-    rule_select: tuple[str, ...],
-    rule_ignore: tuple[str, ...],
-    rules_config: Path | None,
-    memory_budget: str,
     debug: bool,
 ) -> None:
     """Analyse INPUT files and folders of one run and print the verdict (the main job):
@@ -253,23 +284,7 @@ def report(
     from .render import markdown, terminal
     from .render import verdict as verdict_render
 
-    opts = _options(
-        ranges=ranges,
-        peak_precision=peak_precision,
-        peak_tflops=peak_tflops,
-        peaks_file=peaks_file,
-        gpu=gpu,
-        write_html=not no_html,
-        write_trace=not no_trace,
-        tz=tz,
-        offsets=offsets,
-        dcgm_period_s=dcgm_period,
-        rule_select=rule_select,
-        rule_ignore=rule_ignore,
-        rules_config=rules_config,
-        model_flops=model_flops,
-        memory_budget=memory_budget,
-    )
+    opts = _options(**analysis, offsets=offsets)
     for flag, n in (("--tokens-per-step", tokens_per_step), ("--samples-per-step", samples_per_step)):
         if n is not None and not n > 0:
             _fail(f"{flag} must be a positive number")
@@ -281,11 +296,11 @@ def report(
         # Refused before the analysis, not after minutes of it (and checked again when the outputs are swapped in).
         out = outdir.check_run_out(out_dir or pipeline.default_out_dir(inputs), inputs)
         opts.cache_dir = out.parent / ".plasmient-cache"
-        with scratch.run():
+        with scratch.run(), _page_worker(opts) as worker:
             try:
                 result = pipeline.analyse(list(inputs), opts, progress=progress)
                 try:
-                    out = pipeline.write_outputs(result, out, inputs, opts, progress=progress)
+                    out = pipeline.write_outputs(result, out, inputs, opts, progress=progress, page_worker=worker)
                 finally:
                     result.close()
             finally:
@@ -366,6 +381,23 @@ def _umask() -> int:
 def _one_line(e: BaseException) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0][:300]}" if text else type(e).__name__
+
+
+@contextlib.contextmanager
+def _page_worker(opts: Any) -> Any:
+    """The process drawing report.html (render/page_worker.py), started now so it warms up during the analysis;
+    none without report.html or under a memory budget too small for a second process."""
+    from .render.page_worker import MIN_BUDGET_BYTES, RESERVE_BYTES, PageWorker
+
+    tight = opts.memory_budget is not None and opts.memory_budget < MIN_BUDGET_BYTES
+    worker = PageWorker.start() if opts.write_html and not tight else None
+    if worker is not None and worker.proc is not None and opts.memory_budget is not None:
+        opts.memory_budget -= RESERVE_BYTES  # the worker's memory is part of the budget: the store gets less
+    try:
+        yield worker
+    finally:
+        if worker is not None:
+            worker.close()
 
 
 def _options(*, peak_tflops: float | None, model_flops: float | None, dcgm_period_s: float, memory_budget: str, **kw: Any) -> Any:
@@ -736,56 +768,8 @@ def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool,
     show_default=True,
     help="Refuse archives that unpack to more than this (all archives together).",
 )
-@click.option("--no-html", is_flag=True, help="No report.html per run.")
-@click.option("--no-trace", is_flag=True, help="No trace.pftrace per run.")
 @click.option("--quiet", is_flag=True, help="Print nothing unless runs failed (then their count).")
-@click.option(
-    "--range",
-    "ranges",
-    multiple=True,
-    metavar="NAME",
-    help="As for the main job: analyse only inside these ranges (glob; repeatable).",
-)
-@click.option(
-    "--peak-precision",
-    type=click.Choice(PRECISIONS),
-    help="Precision of the peak (default: each run's dominant matmul precision).",
-)
-@click.option("--peak-tflops", type=float, metavar="TFLOPS", help="Use this peak (TFLOP/s) for every run.")
-@click.option(
-    "--peaks", "peaks_file", type=click.Path(path_type=Path), metavar="FILE.toml", help="TOML file adding/overriding GPUs."
-)
-@click.option("--gpu", metavar="NAME", help="GPU name for runs whose traces do not name it.")
-@click.option(
-    "--model-flops",
-    type=float,
-    metavar="N",
-    help="FLOPs per step / per --range occurrence, as for the main job (same for every run).",
-)
-@click.option("--tz", metavar="ZONE", help="Time zone of local-time logs (nvidia-smi).")
-@click.option(
-    "--dcgm-period",
-    type=float,
-    default=1.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Sampling period (s) of logs that print no time.",
-)
-@click.option("--select", "rule_select", multiple=True, metavar="IDS", help="Run only these rules (as the main job).")
-@click.option("--ignore", "rule_ignore", multiple=True, metavar="IDS", help="Skip these rules.")
-@click.option(
-    "--rules-config",
-    type=click.Path(path_type=Path),
-    metavar="FILE.toml",
-    help="Rule selection and thresholds (as the main job).",
-)
-@click.option(
-    "--memory-budget",
-    default="1.5GiB",
-    show_default=True,
-    metavar="SIZE",
-    help="Peak memory of each worker (as for the main job; 'none' for no limit).",
-)
+@analysis_options(batch=True)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def batch(
     archives: tuple[Path, ...],
@@ -796,21 +780,8 @@ def batch(
     group_by: str,
     force: bool,
     max_unpacked_gib: float,
-    no_html: bool,
-    no_trace: bool,
     quiet: bool,
-    ranges: tuple[str, ...],
-    peak_precision: str | None,
-    peak_tflops: float | None,
-    peaks_file: Path | None,
-    gpu: str | None,
-    model_flops: float | None,
-    tz: str | None,
-    dcgm_period: float,
-    rule_select: tuple[str, ...],
-    rule_ignore: tuple[str, ...],
-    rules_config: Path | None,
-    memory_budget: str,
+    analysis: dict[str, Any],
     debug: bool,
 ) -> None:
     """Analyse many runs: ARCHIVE is a folder, .tar, .tar.gz, .tar.zst or .zip of runs (docs/batch.md).
@@ -828,22 +799,7 @@ def batch(
         _fail("--address needs --executor ray")
     if not max_unpacked_gib > 0:
         _fail("--max-unpacked-gib must be a positive number")
-    opts = _options(
-        ranges=ranges,
-        peak_precision=peak_precision,
-        peak_tflops=peak_tflops,
-        peaks_file=peaks_file,
-        gpu=gpu,
-        write_html=not no_html,
-        write_trace=not no_trace,
-        tz=tz,
-        dcgm_period_s=dcgm_period,
-        rule_select=rule_select,
-        rule_ignore=rule_ignore,
-        rules_config=rules_config,
-        model_flops=model_flops,
-        memory_budget=memory_budget,
-    )
+    opts = _options(**analysis)
     if out_dir is None:
         out_dir = Path("plasmient-out") / f"batch-{label_of(Path(archives[0]).absolute())}"
     progress = BatchProgress(quiet)

@@ -19,6 +19,7 @@ from . import scratch as scratch_mod
 from .errors import BadInput, path_text
 from .parsers import _io
 from .peaks import load_table
+from .render.page_worker import PageWorker
 from .store import one
 from .verdict_model import Verdict
 
@@ -286,35 +287,56 @@ def write_outputs(
     opts: Options,
     extra_files: Callable[[Path], dict[str, str]] | None = None,
     progress: Progress | None = None,
+    page_worker: PageWorker | None = None,
 ) -> Path:
     """Render into a staging folder beside `out_dir`, then swap it into place (outdir.staged): never half-written,
     and an existing folder is replaced only when it is an earlier output of this tool. `extra_files` (name →
     text, from the staging folder holding the rendered outputs) are written with them (batch's manifest), so they
-    appear together or not at all."""
+    appear together or not at all. With a `page_worker` (render/page_worker.py), report.html is drawn by it while
+    this process writes the other outputs."""
     from .render import verdict as verdict_render
 
     out = outdir.check_run_out(out_dir, inputs)
-    # trace.pftrace before report.html: the Perfetto writer's batches then come and go before matplotlib is
-    # loaded (~65 MiB resident for the rest of the run), not on top of it.
-    steps = [("verdict.json", True), ("trace.pftrace", opts.write_trace), ("report.html", opts.write_html), ("run.duckdb", True)]
+    # report.html's data is read from the store first (the page worker draws it meanwhile), then trace.pftrace.
+    # Drawn here, report.html comes after trace.pftrace: the Perfetto writer's batches then come and go before
+    # matplotlib is loaded (~65 MiB resident for the rest of the run), not on top of it.
+    worker = page_worker if opts.write_html else None
+    html_step = [("report.html", opts.write_html)]
+    steps = [
+        ("verdict.json", True),
+        *(html_step if worker else []),
+        ("trace.pftrace", opts.write_trace),
+        *([] if worker else html_step),
+        ("run.duckdb", True),
+    ]
     todo = [name for name, on in steps if on]
     with outdir.staged(out, "run") as tmp, _writing(out):
-        for i, name in enumerate(todo):
-            if progress:
-                progress(f"write {name}", i, len(todo))
-            assert result.typed is not None
-            if name == "verdict.json":
-                verdict_render.write(result.typed, tmp / name)
-            elif name == "report.html":
-                from .render import html
+        try:
+            for i, name in enumerate(todo):
+                if progress:
+                    progress(f"write {name}", i, len(todo))
+                assert result.typed is not None
+                if name == "verdict.json":
+                    verdict_render.write(result.typed, tmp / name)
+                elif name == "report.html":
+                    from .render import html
 
-                html.write(result.con, result.typed, tmp / name)
-            elif name == "trace.pftrace":
-                from .render import perfetto
+                    if worker is not None:
+                        worker.send(tmp / name, html.page_context(result.con, result.typed))
+                    else:
+                        html.write(result.con, result.typed, tmp / name)
+                elif name == "trace.pftrace":
+                    from .render import perfetto
 
-                perfetto.write(result.con, result.verdict, tmp / name)  # (reads the document's GPU names)
-            else:
-                store.save(result.con, tmp / name)  # the store file, checkpointed and moved there: no copy
+                    perfetto.write(result.con, result.verdict, tmp / name)  # (reads the document's GPU names)
+                else:
+                    store.save(result.con, tmp / name)  # the store file, checkpointed and moved there: no copy
+            if worker is not None:
+                worker.finish()
+        except BaseException:
+            if worker is not None:
+                worker.close()  # stopped before the staging folder it writes into is removed
+            raise
         for name, text in (extra_files(tmp) if extra_files else {}).items():
             (tmp / name).write_text(text, encoding="utf-8")
     return out

@@ -6,8 +6,10 @@ themes both read); tables sort in the browser with a few lines of inline script.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
+import itertools
 import json
 import math
 import re
@@ -15,21 +17,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import matplotlib
 import numpy as np
-import pyarrow as pa
 from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
+from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from ..metrics import CATEGORIES
 from ..verdict_model import KernelGroup, Loss, RankSummary, Step, StepSummary, Verdict, from_dict
+from ..vocab import CATEGORIES
 from ._format import (
     achieved_text,
     achieved_why,
@@ -50,6 +51,9 @@ from ._format import (
     range_name as range_label,
 )
 from .verdict import document
+
+if TYPE_CHECKING:  # the page worker draws pages without the store's libraries
+    import duckdb
 
 TIMELINE_BINS = 800
 ROOFLINE_POINTS = 30  # at most; each point is numbered by its row in the kernel table (the verdict's top_kernels)
@@ -222,6 +226,8 @@ def bin_intervals(
     With `part_names` (SQL of (part, name) rows), the source also yields a `part` column and the series are
     (key, part), named `key<US>name` ('?' for a part without a name): grouped by the columns as stored, the
     names joined to the few groups, never built once per row (millions of counter samples)."""
+    import pyarrow as pa
+
     n_bins = max((s.nbins for s in spans), default=0)
     if not spans:
         return Binned([], np.zeros((0, 0, 0)), np.zeros((0, 0, 0)))
@@ -393,6 +399,65 @@ def where_peak_went(binned: Binned, spans: list[Span]) -> tuple[list[str], np.nd
 _figure_counter = 0
 
 
+@dataclass(frozen=True, eq=False)
+class Chart:
+    """A chart still to draw: a drawing function of this module by name, with its arguments (data only, no store).
+    The page's context holds these; `page` draws them, in this process or in the page worker's
+    (`render/page_worker.py`), which draws while the run writes its other outputs."""
+
+    fn: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    seq: int  # charts are drawn in the order they were asked for (the SVG ids count in that order)
+
+    def draw(self) -> Markup | None:
+        out: Markup | None = _DRAWERS[self.fn](*self.args, **self.kwargs)
+        return out
+
+
+_chart_seq = itertools.count()
+
+
+def later(fn: Any, *args: Any, **kwargs: Any) -> Chart:
+    """A chart of `fn` (one of `_DRAWERS`) to draw when the page is rendered."""
+    assert fn.__name__ in _DRAWERS, fn
+    return Chart(fn.__name__, args, kwargs, next(_chart_seq))
+
+
+def _charts_in(x: Any, found: list[Chart]) -> None:
+    if isinstance(x, Chart):
+        found.append(x)
+    elif isinstance(x, dict):
+        for v in x.values():
+            _charts_in(v, found)
+    elif isinstance(x, list):
+        for v in x:
+            _charts_in(v, found)
+    elif isinstance(x, CounterView):
+        _charts_in(x.chart, found)
+
+
+def _drawn(x: Any, drawn: dict[int, Markup | None]) -> Any:
+    if isinstance(x, Chart):
+        return drawn[id(x)]
+    if isinstance(x, dict):
+        return {k: _drawn(v, drawn) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_drawn(v, drawn) for v in x]
+    if isinstance(x, CounterView) and isinstance(x.chart, Chart):
+        return dataclasses.replace(x, chart=drawn[id(x.chart)])
+    return x
+
+
+def draw_charts(x: Any) -> Any:
+    """`x` with every Chart inside (dict values, list items, CounterView.chart) drawn, in the order they were asked
+    for."""
+    found: list[Chart] = []
+    _charts_in(x, found)
+    drawn = {id(c): c.draw() for c in sorted(found, key=lambda c: c.seq)}
+    return _drawn(x, drawn)
+
+
 def start_page() -> None:
     """SVG ids count from 0 on every page: a page does not depend on what its process drew before."""
     global _figure_counter
@@ -457,6 +522,18 @@ def _legend(where: Any, handles: list[Any], **kw: Any) -> None:
         t.set_color(_FG)
 
 
+def _hbars(ax: Any, y: np.ndarray, widths: np.ndarray, lefts: np.ndarray, colours: Any, height: float) -> None:
+    """Horizontal bars as one polygon collection (what `barh` draws as one patch each, ~3x slower to render for a
+    chart of steps); empty bars are left out. The axes scale to the bars as they do to `barh`'s."""
+    keep = widths > 0
+    lo, hi = lefts[keep], lefts[keep] + widths[keep]
+    top, bottom = y[keep] - height / 2, y[keep] + height / 2
+    verts: Any = np.stack([np.stack(p, axis=1) for p in ((lo, top), (hi, top), (hi, bottom), (lo, bottom))], axis=1)
+    face = colours if isinstance(colours, str) else [c for c, k in zip(colours, keep, strict=True) if k]
+    ax.add_collection(PolyCollection(verts, facecolors=face, linewidths=0, antialiased=True))
+    ax.autoscale_view()
+
+
 def waterfall_chart(achieved: float, losses: list[Loss]) -> Markup:
     """Peak (100%) minus each loss category in turn, down to what was achieved."""
     labels = ["peak"] + [category_label(x.category) for x in losses] + ["achieved"]
@@ -473,7 +550,7 @@ def waterfall_chart(achieved: float, losses: list[Loss]) -> Markup:
     fig = _figure(7.5, 0.3 * len(labels) + 0.7)
     ax = fig.add_subplot()
     y = np.arange(len(labels))
-    ax.barh(y, widths, left=lefts, color=colours, height=0.7)
+    _hbars(ax, y, np.array(widths), np.array(lefts), colours, 0.7)
     for yi, left, w in zip(y, lefts, widths, strict=True):
         ax.text(min(left + w, 1.0) + 0.01, float(yi), pct(w), va="center", fontsize=8, color=_FG)
     ax.set_yticks(y, labels)
@@ -499,7 +576,7 @@ def stacked_share_chart(
         if not vals.any():
             continue
         present.append(cat)
-        ax.barh(y, vals, left=left, color=category_colour(cat), height=0.75, linewidth=0)
+        _hbars(ax, y, vals, left, category_colour(cat), 0.75)
         left += vals
     ax.set_yticks(y, labels)
     ax.invert_yaxis()
@@ -704,12 +781,12 @@ def steps_view(con: duckdb.DuckDBPyConnection, typed: Verdict) -> dict[str, Any]
             for x in steps
         ]
         labels = [(f"r{x.rank} " if summary.ranks > 1 else "") + range_label(x.name) for x in steps]
-        bars = stacked_share_chart(shares, labels, "share of each step's GPU window", "where each step's peak went")
+        bars = later(stacked_share_chart, shares, labels, "share of each step's GPU window", "where each step's peak went")
     return {
         "summary": summary,
         "rows": steps[:MAX_STEP_ROWS],
         "total": len(steps),
-        "chart": step_time_chart(steps, summary),
+        "chart": later(step_time_chart, steps, summary),
         "bars": bars,
         "outliers": step_outliers_text(summary),
         "counts": step_counts(summary),
@@ -719,7 +796,7 @@ def steps_view(con: duckdb.DuckDBPyConnection, typed: Verdict) -> dict[str, Any]
 
 @dataclass(frozen=True)
 class CounterView:
-    chart: Markup | None
+    chart: Markup | Chart | None
     rows: list[dict[str, Any]]
     ranks_shown: int
     ranks_total: int
@@ -794,25 +871,36 @@ def counters_view(con: duckdb.DuckDBPyConnection, windows: list[tuple[int | None
     busy_frac = np.zeros_like(lengths)
     if busy.keys:
         busy_frac[shown] = busy.overlap_ns[:, :, 0] / np.where(lengths[shown] > 0, lengths[shown], 1)
-    fig = _figure(7.5, 1.6 * len(shown) + 0.7, legend_below=True)
-    axes = fig.subplots(len(shown), 1, squeeze=False)[:, 0]
-    palette = ["#1f77b4", "#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
-    handles: dict[str, Any] = {}
-    for ax, i in zip(axes, shown, strict=True):
-        s = spans[i]
-        unit_scale, unit = _time_unit(s.we_ns - s.ws_ns)
-        t = (np.arange(s.nbins) + 0.5) * s.bin_ns / unit_scale
-        (line,) = ax.plot(t, busy_frac[i], color=COLOURS["achieved"], linewidth=1.2)
-        handles.setdefault("trace: busy fraction", line)
+    panels = []
+    for i in shown:
+        lines = []
         for k, metric in enumerate(plotted):
             j = counters.keys.index(metric)
             ov, wv = counters.overlap_ns[i, :, j], counters.weighted[i, :, j]
             if ov.sum() == 0:
                 continue
             series = np.where(ov > 0, wv / np.where(ov > 0, ov, 1), np.nan) / scale[metric]
-            (line,) = ax.plot(t, series, color=palette[k % len(palette)], linewidth=1, drawstyle="steps-mid")
             name, _, source = metric.partition(KEY_SEP)
-            handles.setdefault(name + (f" ({source})" if several else "") + (" (÷100)" if scale[metric] != 1 else ""), line)
+            lines.append((k, name + (f" ({source})" if several else "") + (" (÷100)" if scale[metric] != 1 else ""), series))
+        panels.append((spans[i], busy_frac[i], lines))
+    return CounterView(later(counters_chart, panels), rows, len(shown), len(windows))
+
+
+def counters_chart(panels: list[tuple[Span, np.ndarray, list[tuple[int, str, np.ndarray]]]]) -> Markup:
+    """One panel per GPU: the trace's busy fraction and each plotted counter `(colour index, label, per-bin
+    values)` over that GPU's window."""
+    fig = _figure(7.5, 1.6 * len(panels) + 0.7, legend_below=True)
+    axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
+    palette = ["#1f77b4", "#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
+    handles: dict[str, Any] = {}
+    for ax, (s, busy, lines) in zip(axes, panels, strict=True):
+        unit_scale, unit = _time_unit(s.we_ns - s.ws_ns)
+        t = (np.arange(s.nbins) + 0.5) * s.bin_ns / unit_scale
+        (line,) = ax.plot(t, busy, color=COLOURS["achieved"], linewidth=1.2)
+        handles.setdefault("trace: busy fraction", line)
+        for k, label, series in lines:
+            (line,) = ax.plot(t, series, color=palette[k % len(palette)], linewidth=1, drawstyle="steps-mid")
+            handles.setdefault(label, line)
         ax.set_ylim(-0.02, 1.05)
         ax.set_xlim(0, s.nbins * s.bin_ns / unit_scale)
         ax.set_title(f"rank {s.rank} · gpu {s.device}", fontsize=8, loc="left", color=_FG)
@@ -822,7 +910,7 @@ def counters_view(con: duckdb.DuckDBPyConnection, windows: list[tuple[int | None
     for label, line in handles.items():
         line.set_label(label)
     _legend(fig, list(handles.values()))
-    return CounterView(svg(fig, "counters vs trace busy time"), rows, len(shown), len(windows))
+    return svg(fig, "counters vs trace busy time")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -949,10 +1037,8 @@ def memory_origin(peaks: list[dict[str, Any]], t0_ns: int | None) -> int:
     return t0_ns if t0_ns is not None and t0_ns <= lo else lo
 
 
-def memory_chart(con: duckdb.DuckDBPyConnection, peaks: list[dict[str, Any]], t0_ns: int | None) -> Markup | None:
-    """Allocated (solid) and reserved (dashed) device memory over time per GPU, binned (the most in each bin),
-    with each peak marked and the device's memory when the run came near it; reserved solid where the records
-    know no allocated bytes (driver-level records of nsys --cuda-memory-usage)."""
+def memory_view(con: duckdb.DuckDBPyConnection, peaks: list[dict[str, Any]], t0_ns: int | None) -> Chart | None:
+    """The memory chart: memory_timeline binned from the store (the most in each bin), to draw."""
     gpus = [(p["rank"], p["device"]) for p in peaks][:MAX_MEMORY_GPUS]
     if not gpus:
         return None
@@ -967,6 +1053,16 @@ def memory_chart(con: duckdb.DuckDBPyConnection, peaks: list[dict[str, Any]], t0
         FROM memory_timeline WHERE rank IS NOT NULL GROUP BY ALL ORDER BY rank, device, b""",
         {"t0": t0, "bw": bw, "nb": MEMORY_BINS},
     ).fetchall()
+    return later(memory_chart, rows, gpus, peaks, t0, span)
+
+
+def memory_chart(
+    rows: list[tuple[Any, ...]], gpus: list[tuple[Any, Any]], peaks: list[dict[str, Any]], t0: int, span: int
+) -> Markup:
+    """Allocated (solid) and reserved (dashed) device memory over time per GPU (`rows`: rank, device, bin, most
+    allocated, most reserved), with each peak marked and the device's memory when the run came near it; reserved
+    solid where the records know no allocated bytes (driver-level records of nsys --cuda-memory-usage)."""
+    bw = span / MEMORY_BINS
     scale, unit = _time_unit(span)
     fig = _figure(7.5, 3.2, legend_below=True)
     ax = fig.add_subplot()
@@ -1061,13 +1157,13 @@ def tables_context(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], t0_n
     launch = verdict.get("launch_stats") or []
     return {
         "coll": cs,
-        "coll_busbw": busbw_chart(cs["groups"]) if cs else None,
-        "coll_heatmap": lateness_heatmap(cs["lateness"], cs["lateness_per_step"]) if cs and cs["lateness"] else None,
+        "coll_busbw": later(busbw_chart, cs["groups"]) if cs else None,
+        "coll_heatmap": later(lateness_heatmap, cs["lateness"], cs["lateness_per_step"]) if cs and cs["lateness"] else None,
         "memory": memory,
-        "memory_chart": memory_chart(con, memory, t0_ns) if memory else None,
+        "memory_chart": memory_view(con, memory, t0_ns) if memory else None,
         "memory_t0": memory_origin(memory, t0_ns) if memory else None,
         "launch": launch,
-        "launch_histogram": histogram_chart(launch),
+        "launch_histogram": later(histogram_chart, launch),
         "rule_sections": RULE_SECTIONS,
     }
 
@@ -1180,12 +1276,12 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
     if windows and achieved is not None:  # without a peak nothing is lost or achieved: no strip to colour
         common = common_spans(windows)
         labels, choice = where_peak_went(bin_intervals(con, LOSS_SOURCE, common), common)
-        timeline_common = timeline_chart(common, labels, choice, common=True)
+        timeline_common = later(timeline_chart, common, labels, choice, common=True)
         span = max(w[3] for w in windows) - min(w[2] for w in windows)
         if len(windows) > 1 and any((w[3] - w[2]) < 0.9 * span for w in windows):
             own = own_spans(windows)
             labels, choice = where_peak_went(bin_intervals(con, LOSS_SOURCE, own), own)
-            timeline_own = timeline_chart(own, labels, choice, common=False)
+            timeline_own = later(timeline_chart, own, labels, choice, common=False)
 
     ranks = typed.ranks
     gpu_names = {(g.rank, g.device): g.name for g in run.gpus}
@@ -1210,7 +1306,7 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
 
     # The roofline of the verdict (judge built it once from the library's kernel_roofline).
     groups, op_groups = typed.top_kernels, typed.top_ops
-    roofline = roofline_chart(groups, peak_flop_s, bandwidth) if peak_flop_s else None
+    roofline = later(roofline_chart, groups, peak_flop_s, bandwidth) if peak_flop_s else None
     shown = groups[:ROOFLINE_POINTS]
     placed = sum(1 for g in shown if g.arithmetic_intensity and g.achieved_flop_s)
     flops_no_bytes = sum(1 for g in shown if g.flops and not g.arithmetic_intensity)
@@ -1237,10 +1333,10 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
         "window_ns": run.window_ns,
         "loss_rows": _loss_rows(achieved, losses),
         "loss_total": (achieved or 0.0) + sum(x.fraction for x in losses) if achieved is not None else None,
-        "waterfall": waterfall_chart(achieved, losses) if achieved is not None else None,
+        "waterfall": later(waterfall_chart, achieved, losses) if achieved is not None else None,
         "rank_rows": rank_rows,
         "rank_categories": rank_categories,
-        "rank_bars": rank_bars_chart(ranks) if 1 < len(ranks) <= MAX_RANK_BARS else None,
+        "rank_bars": later(rank_bars_chart, ranks) if 1 < len(ranks) <= MAX_RANK_BARS else None,
         "timeline_common": timeline_common,
         "timeline_own": timeline_own,
         "timeline_bins": TIMELINE_BINS,
@@ -1271,16 +1367,57 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
     }
 
 
-def render(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -> str:
-    start_page()
+def page_context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -> dict[str, Any]:
+    """What `page` renders: everything read from the store, the charts still to draw (no store needed after)."""
     # A cursor of our own: the caller's connection may hold an unfinished result, and ours registers views.
     cur = con.cursor()
     try:
-        return _env().get_template("report.html.j2").render(**context(cur, verdict))
+        return context(cur, verdict)
     finally:
         cur.close()
+
+
+def page(ctx: dict[str, Any]) -> str:
+    """The page of a `page_context`: its charts drawn, the template rendered."""
+    start_page()
+    return _env().get_template("report.html.j2").render(**draw_charts(ctx))
+
+
+def warm_up() -> None:
+    """What a first page costs once per process, done ahead: every template compiled, fonts loaded by a figure."""
+    env = _env()
+    for name in env.list_templates(filter_func=lambda n: n.endswith(".j2")):
+        env.get_template(name)
+    fig = _figure(1, 1)
+    ax = fig.add_subplot()
+    ax.set_xlabel("warm-up", fontsize=8)
+    _style(ax)
+    fig.savefig(io.StringIO(), format="svg")
+
+
+def render(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -> str:
+    return page(page_context(con, verdict))
 
 
 def write(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any], path: Path) -> None:
     """Write report.html for this run to `path`."""
     Path(path).write_text(render(con, verdict), encoding="utf-8")
+
+
+# The functions a Chart may name (the page worker draws only these).
+_DRAWERS: dict[str, Any] = {
+    f.__name__: f
+    for f in (
+        waterfall_chart,
+        stacked_share_chart,
+        rank_bars_chart,
+        timeline_chart,
+        roofline_chart,
+        step_time_chart,
+        counters_chart,
+        lateness_heatmap,
+        busbw_chart,
+        memory_chart,
+        histogram_chart,
+    )
+}

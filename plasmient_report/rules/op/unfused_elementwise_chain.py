@@ -32,7 +32,8 @@ EXPLANATION = Explanation(
 )
 
 
-CHAINS_SQL = f"""
+# Every elementwise kernel with its chain number on its stream.
+EW_SQL = f"""
 WITH k AS (
     SELECT k.rank, k.device, k.stream, k.start_ns, k.end_ns, k.op_id, o.name AS op_name,
            CAST(json_extract(o.input_dims, '$[0]') AS VARCHAR) AS dims0,
@@ -51,12 +52,14 @@ WITH k AS (
                        THEN 0 ELSE 1 END)
               OVER (PARTITION BY rank, device, stream ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS chain
     FROM s
-), chains AS (
-    SELECT rank, device, stream, chain, count(*) AS n, string_agg(op_name, ' → ' ORDER BY start_ns) AS ops,
-           sum(end_ns - start_ns) AS busy_ns, min(dims0) AS dims0
-    FROM c WHERE ew GROUP BY rank, device, stream, chain
-    HAVING count(*) >= $min_chain AND sum(end_ns - start_ns) / count(*) >= $min_kernel
-)"""
+)
+SELECT rank, device, stream, chain, start_ns, end_ns, op_name, dims0 FROM c WHERE ew"""
+# The chains (with enough kernels, long enough on average) of the elementwise kernels above (`_rule_chain_ew`).
+CHAINS_SQL = """
+SELECT rank, device, stream, chain, count(*) AS n, string_agg(op_name, ' → ' ORDER BY start_ns) AS ops,
+       sum(end_ns - start_ns) AS busy_ns, min(dims0) AS dims0
+FROM _rule_chain_ew GROUP BY rank, device, stream, chain
+HAVING count(*) >= $min_chain AND sum(end_ns - start_ns) / count(*) >= $min_kernel"""
 
 
 @rule(
@@ -68,19 +71,20 @@ WITH k AS (
 def unfused_elementwise_chain(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     params = {"max_gap": t.max_gap_us * 1e3, "min_chain": int(t.min_chain), "min_kernel": t.min_median_kernel_us * 1e3}
     con = ctx.con
-    # Chains once into temp tables (keyed by a hash of the op sequence), then named and charged.
+    # The elementwise kernels and their chains once into temp tables (keyed by a hash of the op sequence), then
+    # named and charged.
+    con.execute(f"CREATE OR REPLACE TABLE _rule_chain_ew AS {EW_SQL}", {"max_gap": params["max_gap"]})
+    con.execute(f"CREATE OR REPLACE TABLE _rule_chains AS {CHAINS_SQL}", {k: params[k] for k in ("min_chain", "min_kernel")})
     con.execute(
-        f"""CREATE OR REPLACE TABLE _rule_chain_kernels AS {CHAINS_SQL}
-                    SELECT c.rank, c.device, c.stream, c.chain, c.start_ns, c.end_ns, md5(ch.ops) AS key
-                    FROM c JOIN chains ch USING (rank, device, stream, chain) WHERE c.ew""",
-        params,
+        """CREATE OR REPLACE TABLE _rule_chain_kernels AS
+           SELECT c.rank, c.device, c.stream, c.chain, c.start_ns, c.end_ns, md5(ch.ops) AS key
+           FROM _rule_chain_ew c JOIN _rule_chains ch USING (rank, device, stream, chain)"""
     )
     chains = ctx.rows(
-        f"""{CHAINS_SQL}
+        """
         SELECT md5(ops) AS key, min(ops) AS ops, count(*) AS occurrences, sum(n) AS kernels,
                sum(busy_ns) AS busy_ns, max(n) AS longest, min(dims0) AS dims0, list(DISTINCT rank ORDER BY rank) AS ranks
-        FROM chains GROUP BY md5(ops) ORDER BY busy_ns DESC""",
-        params,
+        FROM _rule_chains GROUP BY md5(ops) ORDER BY busy_ns DESC"""
     )
     lost = ctx.lost_ns("SELECT key, rank, device, start_ns, end_ns FROM _rule_chain_kernels", ["memory_bound"])
     chains.sort(key=lambda c: -lost.get(c["key"], 0.0))
