@@ -77,9 +77,11 @@ def _nest_arrays(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
     each op's start (+1) and end (−1) sorted as the window orders them, one running sum (each thread's returns to
     0 at its end, so one sum over all threads is each thread's own); the parent by one binary search among the
     starts sorted by (thread, depth, start). Where the SQL's order leaves a tie (two ops of one thread with the
-    same start and end; two candidate parents with the same start) its choice is arbitrary; here the op id
-    decides. None when a time or op id is NULL or an op id repeats (the SQL then runs)."""
-    o = con.sql("SELECT source_id, thread, start_ns, end_ns, op_id FROM ops").fetchnumpy()
+    same start and end; two candidate parents with the same start) its choice is arbitrary (on a trace of
+    microsecond times, one tied pair one way and the next the other way); here the order the ops are stored in
+    (the trace's) decides: the first of two tied ops is the outer one. None when a time or op id is NULL or an op
+    id repeats (the SQL then runs)."""
+    o = con.sql("SELECT source_id, thread, start_ns, end_ns, op_id, rowid AS at FROM ops").fetchnumpy()
     n = len(o["op_id"])
     if n == 0:
         return None
@@ -90,6 +92,7 @@ def _nest_arrays(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
             return None
         cols[c] = np.asarray(x, dtype=np.int64)
     start, end, op_id = cols["start_ns"], cols["end_ns"], cols["op_id"]
+    tie = np.asarray(o["at"], dtype=np.int64)
     if _sorted_unique(op_id).size != n:
         return None
     # the thread partition: (source_id, thread) numbered, NULL a value of its own (as PARTITION BY has it)
@@ -109,7 +112,7 @@ def _nest_arrays(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
     ev_t = np.concatenate([start, end])
     ev_is_start = np.concatenate([np.ones(n, dtype=np.int8), np.zeros(n, dtype=np.int8)])
     ev_neg_end = np.concatenate([-end, np.zeros(n, dtype=np.int64)])  # DESC; ends tie among themselves anyway
-    ev_tie = np.concatenate([op_id, np.zeros(n, dtype=np.int64)])
+    ev_tie = np.concatenate([tie, np.zeros(n, dtype=np.int64)])
     order = np.lexsort((ev_tie, ev_neg_end, ev_is_start, ev_t, ev_part))
     lvl = np.cumsum(np.where(order < n, 1, -1))
     is_start = order < n
@@ -117,7 +120,7 @@ def _nest_arrays(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
     depth[order[is_start]] = lvl[is_start] - 1
     # parents: the starts sorted by (partition, depth, start, op id); for each op one level down, the last
     # start <= its own in its partition's level above (as the ASOF join), kept when that op ends no earlier
-    by = np.lexsort((op_id, start, depth, part))
+    by = np.lexsort((tie, start, depth, part))
     level = part * (int(depth.max()) - int(depth.min()) + 2) + (depth - int(depth.min()))  # < n * (n + 2)
     ulev, ustart = _sorted_unique(level), _sorted_unique(start)
     # one sorted int64 key per start: its level's number, then its start's rank (each < n: no overflow)

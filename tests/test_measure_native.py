@@ -134,6 +134,7 @@ NESTED = [
     ("sample", "h200_hf/input_bound.pt.trace.json.gz"),  # data-loader threads
     ("corpus", "h200-single-nsys/nsys_workload.sqlite"),  # Nsight Systems emit_nvtx op ranges
     ("corpus", "h200-single-kineto/kineto_single.json.gz"),
+    ("corpus", "public-real/param-resnet-2080ti/resnet_kineto.json.gz"),  # µs times: ~1000 tied op pairs
 ]
 
 
