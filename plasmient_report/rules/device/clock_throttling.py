@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
 
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import RuleContext
@@ -58,26 +61,10 @@ METRICS = [
 ]
 
 
-@rule(
-    title="The SM clock drops below its maximum while busy",
-    category=None,
-    thresholds={"max_clock_drop": 0.05, "min_throttled_share": 0.10, "power_limit_share": 0.95, "hot_celsius": 85.0},
-    explanation=EXPLANATION,
-)
-def clock_throttling(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
-    if not ctx.rows("SELECT count(*) AS n FROM counters WHERE metric = 'sm_clock_mhz'")[0]["n"]:
-        return
-    # the names as constants: a filter the scan of millions of counter samples applies itself, not a join
-    names = ", ".join("'" + m.replace("'", "''") + "'" for m in METRICS)
-    ctx.con.execute(f"CREATE TABLE _rule_clk AS {SAMPLES_SQL.format(metrics=names)}")
-    yield from _check(ctx, t)
-
-
-def _check(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
-    if not ctx.rows("SELECT count(*) AS n FROM _rule_clk WHERE metric = 'sm_clock_mhz'")[0]["n"]:
-        return
-    per_gpu = ctx.rows(
-        """
+# The clock of each GPU while busy: each clock sample weighted by the busy time (and the compute / memory-bound
+# lost time) inside it — the definition, in SQL; `per_gpu_clock` computes the same in numpy (the SQL's two ASOF
+# joins over 10 kHz GPU metrics took ~0.3–0.5 s). tests/rules/PR601 checks that both give the same rows.
+PER_GPU_SQL = """
         WITH s AS (SELECT * FROM _rule_clk),
         ref AS (
             SELECT rank, device, coalesce(max(value) FILTER (WHERE metric = 'sm_clock_max_mhz'),
@@ -117,9 +104,117 @@ def _check(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                sum(lost_ns * (1 - mhz / ref_mhz)) FILTER (WHERE mhz < ref_mhz * (1 - $drop)) AS explained_ns,
                min(start_ns) FILTER (WHERE mhz < ref_mhz * (1 - $drop)) AS t0,
                max(end_ns) FILTER (WHERE mhz < ref_mhz * (1 - $drop)) AS t1
-        FROM busy GROUP BY rank, device ORDER BY rank, device""",
-        {"drop": t.max_clock_drop},
-    )
+        FROM busy GROUP BY rank, device ORDER BY rank, device"""
+BUSY_CATEGORIES = ("compute_inefficiency", "memory_bound")
+
+
+def per_gpu_sql(ctx: RuleContext, drop: float) -> list[dict[str, Any]]:
+    return ctx.rows(PER_GPU_SQL, {"drop": drop})
+
+
+def _half_away(x: np.ndarray) -> np.ndarray:
+    """round() as DuckDB rounds a DOUBLE: half away from zero."""
+    whole = np.trunc(x)
+    return whole + np.where(np.abs(x - whole) >= 0.5, np.sign(x), 0.0)
+
+
+def per_gpu_clock(ctx: RuleContext, drop: float) -> list[dict[str, Any]]:
+    """PER_GPU_SQL's rows from numpy: the busy stretches' running sums looked up at each clock sample's start and
+    end by binary search (one GPU at a time)."""
+    con = ctx.con
+    clk = con.sql("""
+        WITH ref AS (
+            SELECT rank, device, coalesce(max(value) FILTER (WHERE metric = 'sm_clock_max_mhz'),
+                                          max(value) FILTER (WHERE metric = 'sm_clock_mhz')) AS ref_mhz
+            FROM _rule_clk GROUP BY rank, device)
+        SELECT s.rank, s.device, s.start_ns, s.end_ns, s.value AS mhz, ref.ref_mhz
+        FROM _rule_clk s JOIN ref USING (rank, device)
+        WHERE s.metric = 'sm_clock_mhz' AND s.end_ns > s.start_ns
+        ORDER BY s.rank, s.device""").to_arrow_table()
+    if not clk.num_rows:
+        return []
+    busy = con.sql(
+        f"""SELECT rank, device, start_ns, end_ns, lost_ns FROM rule_losses
+            WHERE category IN ({", ".join(f"'{c}'" for c in BUSY_CATEGORIES)}) AND end_ns > start_ns
+              AND rank IS NOT NULL AND device IS NOT NULL
+            ORDER BY rank, device, start_ns"""
+    ).to_arrow_table()
+    col = lambda tbl, name, dtype: tbl.column(name).to_numpy().astype(dtype)  # noqa: E731
+    c_rank, c_dev = col(clk, "rank", np.int64), col(clk, "device", np.int64)
+    c_s, c_e, mhz = col(clk, "start_ns", np.int64), col(clk, "end_ns", np.int64), col(clk, "mhz", np.float64)
+    ref_arr = clk.column("ref_mhz").to_numpy(zero_copy_only=False)
+    l_rank, l_dev = col(busy, "rank", np.int64), col(busy, "device", np.int64)
+    l_s, l_e = col(busy, "start_ns", np.int64), col(busy, "end_ns", np.int64)
+    l_lost = np.nan_to_num(busy.column("lost_ns").to_numpy(zero_copy_only=False).astype(np.float64))
+    out = []
+    bounds = np.flatnonzero(np.diff(c_rank) | np.diff(c_dev)) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, c_rank.size], strict=True):
+        rank, dev = int(c_rank[lo]), int(c_dev[lo])
+        sel = (l_rank == rank) & (l_dev == dev)
+        ls, le, lost = l_s[sel], l_e[sel], l_lost[sel]
+        length = le - ls
+        lost_before = np.cumsum(lost) - lost
+        busy_before = np.cumsum(length) - length
+
+        def at(t: np.ndarray, ls=ls, le=le, lost=lost, length=length, lost_before=lost_before, busy_before=busy_before):
+            i = np.searchsorted(ls, t, side="right") - 1
+            found = i >= 0
+            j = np.maximum(i, 0)
+            if not ls.size:
+                return np.zeros(t.size), np.zeros(t.size)
+            x = np.clip((t - ls[j]).astype(np.float64) / length[j], 0, 1)
+            return (
+                np.where(found, lost_before[j] + lost[j] * x, 0.0),
+                np.where(found, busy_before[j] + length[j] * x, 0.0),
+            )
+
+        s_lost, s_busy = at(c_s[lo:hi])
+        e_lost, e_busy = at(c_e[lo:hi])
+        busy_ns = _half_away(e_busy - s_busy)
+        keep = busy_ns > 0.5
+        if not keep.any():
+            continue
+        b = busy_ns[keep].astype(np.int64)
+        m, lost_ns = mhz[lo:hi][keep], (e_lost - s_lost)[keep]
+        ref = float(ref_arr[lo])  # (NULL: NaN, and no sample is below it)
+        thr = m < ref * (1 - drop)
+        total = int(b.sum())
+        out.append(
+            {
+                "rank": rank,
+                "device": dev,
+                "ref_mhz": ref if np.isfinite(ref) else None,
+                "busy_ns": total,
+                "busy_mhz": float((m * b).sum() / total) if total else None,
+                "min_mhz": float(m.min()),
+                "throttled_ns": int(b[thr].sum()) if thr.any() else None,
+                "explained_ns": float((lost_ns[thr] * (1 - m[thr] / ref)).sum()) if thr.any() else None,
+                "t0": int(c_s[lo:hi][keep][thr].min()) if thr.any() else None,
+                "t1": int(c_e[lo:hi][keep][thr].max()) if thr.any() else None,
+            }
+        )
+    return out
+
+
+@rule(
+    title="The SM clock drops below its maximum while busy",
+    category=None,
+    thresholds={"max_clock_drop": 0.05, "min_throttled_share": 0.10, "power_limit_share": 0.95, "hot_celsius": 85.0},
+    explanation=EXPLANATION,
+)
+def clock_throttling(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
+    if not ctx.rows("SELECT count(*) AS n FROM counters WHERE metric = 'sm_clock_mhz'")[0]["n"]:
+        return
+    # the names as constants: a filter the scan of millions of counter samples applies itself, not a join
+    names = ", ".join("'" + m.replace("'", "''") + "'" for m in METRICS)
+    ctx.con.execute(f"CREATE TABLE _rule_clk AS {SAMPLES_SQL.format(metrics=names)}")
+    yield from _check(ctx, t)
+
+
+def _check(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
+    if not ctx.rows("SELECT count(*) AS n FROM _rule_clk WHERE metric = 'sm_clock_mhz'")[0]["n"]:
+        return
+    per_gpu = per_gpu_clock(ctx, t.max_clock_drop)
     hit = [g for g in per_gpu if g["busy_ns"] and (g["throttled_ns"] or 0) >= t.min_throttled_share * g["busy_ns"]]
     if not hit:
         return

@@ -7,6 +7,8 @@ import csv
 import statistics
 from pathlib import Path
 
+import pytest
+
 from plasmient_report import align as align_stage
 from plasmient_report import pipeline, rules, store
 
@@ -108,3 +110,51 @@ def test_fires_on_the_corpus_nvml_log():
 def test_silent_at_full_clock_or_without_counters(tmp_path):
     assert _throttle_run(tmp_path, busy_mhz=MAX_MHZ) == []
     assert _throttle_run(tmp_path, busy_mhz=1500.0, with_counters=False) == []
+
+
+def _both_ways(con, ranges: list[str]) -> tuple[list[dict], list[dict]]:
+    """The per-GPU busy clock of PR601 by its SQL definition and by numpy, on a measured store."""
+    from plasmient_report.rules import context
+    from plasmient_report.rules.device import clock_throttling as pr601
+
+    ctx = pipeline.measure(con, pipeline.Options(ranges=ranges))
+    rctx = context.prepare(con, ranges, ctx.precision, ctx.peaks)
+    names = ", ".join(f"'{m}'" for m in pr601.METRICS)
+    con.execute(f"CREATE OR REPLACE TABLE _rule_clk AS {pr601.SAMPLES_SQL.format(metrics=names)}")
+    return pr601.per_gpu_sql(rctx, 0.05), pr601.per_gpu_clock(rctx, 0.05)
+
+
+def _same_rows(sql: list[dict], native: list[dict]) -> None:
+    assert len(sql) == len(native) and sql
+    for a, b in zip(sql, native, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            if isinstance(a[k], float) or isinstance(b[k], float):
+                assert b[k] == pytest.approx(a[k], rel=1e-9), k  # sums added in another order
+            else:
+                assert a[k] == b[k], k
+
+
+@pytest.mark.parametrize(
+    "inputs,ranges",
+    [
+        (["h200_single/kineto_single.pt.trace.json.gz", "h200_single/nvml_samples.csv"], []),
+        (["h200_single/kineto_single.pt.trace.json.gz", "h200_single/nvml_samples.csv"], ["phase:compute_bound"]),
+    ],
+)
+def test_numpy_clock_is_the_sql_definition_on_the_samples(inputs, ranges):
+    con = store.connect()
+    pipeline.ingest(con, [sample_file(x) for x in inputs])
+    align_stage.align(con)
+    _same_rows(*_both_ways(con, ranges))
+
+
+@pytest.mark.parametrize("rel", ["h200-single-nsys/nsys_workload.sqlite", "h200-single-kineto"])
+def test_numpy_clock_is_the_sql_definition_on_the_corpus(rel):
+    # the corpus nsys export's GPU metrics at 10 kHz (its sm_clock_mhz samples), and the corpus NVML log
+    p = corpus_file(rel)
+    inputs = [p] if p.is_file() else [p / "kineto_single.json.gz", p / "nvml_samples.csv"]
+    con = store.connect()
+    pipeline.ingest(con, inputs)
+    align_stage.align(con)
+    _same_rows(*_both_ways(con, []))
