@@ -211,6 +211,30 @@ def test_gpu_metrics_are_stored_in_the_exports_order(monkeypatch: pytest.MonkeyP
     assert got == want
 
 
+@pytest.mark.parametrize("first", [None, "h200-single-nsys/nvml_samples_nsys.csv"])
+def test_gpu_metrics_carry_the_rank_the_aligner_gives_their_source(first):
+    """A one-process export with no rank of its own is ranked by the aligner (input order, the lowest number no
+    input claims); its GPU metrics go in with its input position as their rank, so that the aligner rewrites them
+    only when that guess is wrong — here once right (the export alone: rank 0) and once wrong (after the NVML log
+    of the same run, a counter log and no rank, the export is input 1 but gets rank 0). Truth: the aligner's rule,
+    and every other table of the source, which the aligner ranks in the same pass."""
+    from plasmient_report import align
+
+    inputs = ([corpus_file(first)] if first else []) + [corpus_file(WORKLOAD)]
+    with pipeline.run_store(inputs, pipeline.Options()) as con:
+        pipeline.ingest(con, inputs)
+        ((sid,),) = con.execute("SELECT source_id FROM sources WHERE format = 'nsys-sqlite'").fetchall()
+        assert sid == len(inputs) - 1
+        ((guess,),) = con.execute("SELECT DISTINCT rank FROM counters WHERE source_id = ?", [sid]).fetchall()
+        assert guess == sid
+        align.align(con)
+        ((rank,),) = con.execute("SELECT rank FROM sources WHERE source_id = ?", [sid]).fetchall()
+        assert rank == 0
+        for t in ("counters", "kernels", "ops"):
+            got = con.execute(f"SELECT DISTINCT rank FROM {t} WHERE source_id = ?", [sid]).fetchall()
+            assert got == [(0,)], t
+
+
 @pytest.mark.slow
 def test_workload_end_to_end_matches_the_ground_truth():
     """README ground truth: compute_bound ≈ 0.76 of 989.4 TFLOP/s bf16; train_step ≈ 0.47. emit_nvtx has no
@@ -461,6 +485,49 @@ def test_gpu_metrics_read_in_rowid_chunks(monkeypatch: pytest.MonkeyPatch, workl
     con, _ = ingest(path)
     q = "SELECT metric, count(*), round(sum(value), 6), min(start_ns), max(end_ns) FROM counters GROUP BY 1 ORDER BY 1"
     assert con.execute(q).fetchall() == con0.cursor().execute(q).fetchall()
+
+
+def test_gpu_metrics_inserted_side_by_side_or_one_by_one_give_the_same_table(monkeypatch: pytest.MonkeyPatch, workload):
+    """Chunks go in two at a time, each on its own connection and committed in order; inside a caller's transaction
+    (whose snapshot would not see those commits) one by one on the caller's connection. The same rows in the same
+    order either way, and the same as the export read in one piece (the workload fixture)."""
+    path, con0, _ = workload
+    monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 60_000)
+    made: list[bool] = []
+    real = gpu_metrics._Inserters.of
+    monkeypatch.setattr(
+        gpu_metrics._Inserters, "of", staticmethod(lambda c, n: (lambda i: made.append(i is not None) or i)(real(c, n)))
+    )
+    q = "SELECT metric, end_ns, value, rank, device, gpu_uuid FROM counters ORDER BY rowid"
+    want = con0.cursor().execute(q).fetchall()
+    side, _ = ingest(path)
+    assert made == [True]
+    assert side.execute(q).fetchall() == want
+    con = store.connect()
+    con.execute("BEGIN TRANSACTION")
+    nsys.ingest(path, con, 0)
+    assert made == [True]  # none made inside the transaction
+    assert con.execute(q).fetchall() == want
+    con.execute("COMMIT")
+
+
+def test_gpu_metrics_insert_that_fails_is_one_line_naming_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path, workload):
+    """A sample whose UTC time leaves int64 (a hostile timestamp) fails its chunk's insert while the next chunk is
+    inserted beside it: both roll back, and the run stops with one line naming the file."""
+    path, _, _ = workload
+    bad = tmp_path / "bad.sqlite"
+    shutil.copy(path, bad)
+    c = sqlite3.connect(bad)
+    c.execute("UPDATE GPU_METRICS SET timestamp = 9223372036854775000 WHERE rowid = 150000")
+    c.commit()
+    c.close()
+    monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 100_000)
+    con = store.connect()
+    with pytest.raises(BadInput) as e:
+        nsys.ingest(bad, con, 0)
+    assert "bad.sqlite" in str(e.value) and "GPU_METRICS" in str(e.value) and "\n" not in str(e.value)
+    # the sample is in the second chunk: the first pair of chunks failed, and neither chunk's rows were committed
+    assert con.execute("SELECT count(*) FROM counters").fetchone()[0] == 0
 
 
 def test_gpu_metrics_fast_and_careful_reads_agree(monkeypatch: pytest.MonkeyPatch, workload):

@@ -12,10 +12,10 @@ import duckdb
 import numpy as np
 import pytest
 
-from plasmient_report import pipeline, sql, store
+from plasmient_report import align, kernel_flops, pipeline, sql, store
 from plasmient_report.sql import native
 
-from .conftest import sample_file
+from .conftest import corpus_file, sample_file
 
 # Tables the sweep writes and the ones computed from them (the verdict reads these).
 SWEPT = ("stretches", "idle_gaps", "losses", "metrics", "metrics_by_precision", "steps", "step_losses")
@@ -102,3 +102,61 @@ def test_module_text_outside_native_blocks_runs_as_written():
             assert m.group(1) in native.NATIVE, f"sql/{name}.sql: unknown native block {m.group(1)!r}"
         assert text.count("-- native: ") == len(sql._NATIVE_RE.findall(text)), f"sql/{name}.sql: unclosed block"
         assert mod.name == name
+
+
+# ---------------------------------------------------------------------------------------------- nest_ops
+
+
+def _nested(path: Path, native_way: bool, edit: str | None = None) -> tuple[list[tuple], bool]:
+    """Every op with its depth and its parent's interval, ordered: the same for two ways of nesting whatever op
+    ids they chose among ops that tie (the same thread, start and end). And whether numpy did the nesting."""
+    inputs = [path]
+    took: list[bool] = []
+    real = kernel_flops._nest_arrays
+    with store.threads(1), pipeline.run_store(inputs, pipeline.Options()) as con:
+        pipeline.ingest(con, inputs)
+        align.align(con)
+        if edit:
+            con.execute(edit)
+        kernel_flops._nest_arrays = lambda c: (lambda t: took.append(t is not None) or t)(real(c))
+        try:
+            kernel_flops.nest_ops(con, native=native_way)
+        finally:
+            kernel_flops._nest_arrays = real
+        rows = con.execute("""SELECT c.source_id, c.thread, c.start_ns, c.end_ns, c.depth, p.start_ns, p.end_ns, p.depth
+                              FROM ops c LEFT JOIN ops p ON p.op_id = c.parent_op_id ORDER BY ALL""").fetchall()
+    return rows, bool(took and all(took))
+
+
+NESTED = [
+    ("sample", "h200_sync_stack/sync_stack.pt.trace.json.gz"),  # Kineto cpu_ops with Python stacks (deep nesting)
+    ("sample", "h200x2_ddp/kineto/rank0.pt.trace.json.gz"),  # DDP: autograd threads
+    ("sample", "h200_hf/input_bound.pt.trace.json.gz"),  # data-loader threads
+    ("corpus", "h200-single-nsys/nsys_workload.sqlite"),  # Nsight Systems emit_nvtx op ranges
+    ("corpus", "h200-single-kineto/kineto_single.json.gz"),
+    ("corpus", "public-real/param-resnet-2080ti/resnet_kineto.json.gz"),  # µs times: ~1000 tied op pairs
+]
+
+
+@pytest.mark.parametrize(("where", "rel"), NESTED)
+def test_nest_ops_in_numpy_gives_the_nesting_of_its_sql(where, rel):
+    path = sample_file(rel) if where == "sample" else corpus_file(rel)
+    fast, took = _nested(path, native_way=True)
+    assert took  # the numpy way ran
+    ref, _ = _nested(path, native_way=False)
+    assert len(fast) > 100 and any(r[4] and r[4] > 1 for r in fast)  # ops that nest, several levels deep
+    assert fast == ref
+
+
+def test_nest_ops_ties_and_ops_numpy_cannot_take():
+    """Ops that tie (a copy of an op, new id) nest alike either way; an op id twice, or an op without an end,
+    make the SQL run (numpy declines)."""
+    path = sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz")
+    copy = "INSERT INTO ops SELECT * REPLACE (op_id + 10000000 AS op_id) FROM ops WHERE depth IS NULL AND op_id % 7 = 0"
+    fast, took = _nested(path, native_way=True, edit=copy)
+    assert took
+    assert fast == _nested(path, native_way=False, edit=copy)[0]
+    for edit in ("INSERT INTO ops SELECT * FROM ops WHERE op_id % 50 = 0", "UPDATE ops SET end_ns = NULL WHERE op_id % 50 = 0"):
+        fast, took = _nested(path, native_way=True, edit=edit)
+        assert not took
+        assert fast == _nested(path, native_way=False, edit=edit)[0]

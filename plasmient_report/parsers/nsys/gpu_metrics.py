@@ -4,13 +4,16 @@
 GPU metrics dominate large exports (12.7 M rows at 10 kHz on two GPUs): the table is read once, in rowid ranges
 (a b-tree range each, no scan), through the ADBC driver as stored — typed value by value in SQL only for a range
 that holds a value of the wrong kind — by a reader thread that stays one range ahead of the inserts, with a
-checkpoint after each range so that DuckDB compresses what it holds (memory bounded by about two ranges). The
-inserts run on one DuckDB thread, so the store holds each series in the export's (time) order and readers in time
-order stream it without a sort."""
+checkpoint after each pair of ranges so that DuckDB compresses what it holds (memory bounded by a few ranges). Two
+ranges are inserted at once, each on a connection of its own, in a transaction of its own and on one DuckDB thread,
+and committed in order: the store holds each series in the export's (time) order and readers in time order stream
+it without a sort (a DuckDB insert of 12.6 M rows is ~4–5 CPU s, mostly writing the table's compressed columns:
+two connections spread it over both cores, one thread per statement keeps the join's output in order)."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import queue
 import re
 import sqlite3
@@ -206,6 +209,89 @@ def _left_out(con: duckdb.DuckDBPyConnection, part: pa.Table, percent_ids: pa.Ar
     return int(row[0]) if row and row[0] else 0
 
 
+def _in_transaction(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the caller holds a transaction on `con`. Outside one each statement is a transaction of its own: two
+    give two ids. (Trying BEGIN, or a CHECKPOINT, would abort a caller's transaction instead of telling.)"""
+    return one(con, "SELECT txid_current()") == one(con, "SELECT txid_current()")
+
+
+INSERTERS = 2  # chunks inserted at once, each by a connection of its own in a transaction of its own
+
+
+class _Inserters:
+    """Chunks inserted side by side, each in its own transaction on its own connection (cursor) and on one DuckDB
+    thread (so each keeps its rows in order), then committed in the chunks' order: a transaction's rows join the
+    table when it commits, so the table holds the chunks in order. Each connection gets its own copy of the small
+    look-up tables the insert joins (TEMP tables are the connection's). Not inside a caller's transaction (its
+    own snapshot would not see the commits): `of` gives None there."""
+
+    def __init__(self, cursors: list[duckdb.DuckDBPyConnection]) -> None:
+        self.cursors = cursors
+
+    @staticmethod
+    def of(con: duckdb.DuckDBPyConnection, n: int) -> _Inserters | None:
+        if n < 2:
+            return None
+        if _in_transaction(con):
+            return None
+        tables = {t: con.sql(f"SELECT * FROM {t}").to_arrow_table() for t in ("_ns_metric", "_ns_gpumetric_dev")}
+        cursors = []
+        try:
+            for _ in range(n):
+                cur = con.cursor()
+                cursors.append(cur)
+                for t, rows in tables.items():
+                    cur.register("_nsys_lookup", rows)
+                    cur.execute(f"CREATE TEMP TABLE {t} AS SELECT * FROM _nsys_lookup")
+                    cur.unregister("_nsys_lookup")
+        except BaseException:
+            for cur in cursors:
+                cur.close()
+            raise
+        return _Inserters(cursors)
+
+    def __enter__(self) -> _Inserters:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for cur in self.cursors:
+            with contextlib.suppress(duckdb.Error):
+                cur.close()
+
+    def insert(self, sql: str, parts: list[pa.Table]) -> None:
+        """`sql` over each of `parts` (`_nsys_in`) at once, committed in their order; all rolled back on an error."""
+        errors: list[BaseException] = []
+
+        def run(cur: duckdb.DuckDBPyConnection, part: pa.Table) -> None:
+            try:
+                cur.register("_nsys_in", part)
+                cur.execute(sql)
+            except BaseException as e:  # noqa: BLE001 - raised below, in the caller's thread
+                errors.append(e)
+            finally:
+                with contextlib.suppress(duckdb.Error):
+                    cur.unregister("_nsys_in")
+
+        used = self.cursors[: len(parts)]
+        for cur in used:
+            cur.execute("BEGIN TRANSACTION")
+        workers = [
+            threading.Thread(target=run, args=(cur, part), name="plasmient-gpu-metrics-insert")
+            for cur, part in zip(used, parts, strict=True)
+        ]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        if errors:
+            for cur in used:
+                with contextlib.suppress(duckdb.Error):
+                    cur.execute("ROLLBACK")
+            raise errors[0]
+        for cur in used:
+            cur.execute("COMMIT")
+
+
 def metric_name(raw: str) -> str:
     """`SMs Active [Throughput %]` → sm_active; unknown names snake_cased (`[Throughput %]` dropped)."""
     base, _, suffix = raw.partition(" [")
@@ -271,10 +357,15 @@ def emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Me
     base = int(info.base_time_ns or 0)
     before = one(con, "SELECT count(*) FROM counters")
     chunks = rowid_chunks(ex, gm)
+    # A source of one GPU process and no rank of its own gets its rank from the aligner (input order, see
+    # align.assign_ranks), which then rewrites every row of the source that carries another: its samples go in
+    # with the rank it will most likely get — its input position, right whenever no other input claims a rank —
+    # so that millions of them are not rewritten (an UPDATE of 12.6 M rows is ~0.65 s).
+    rank = f"coalesce(d.rank, {sid})" if info.rank is None and not info.multi_rank else "d.rank"
     insert = f"""
         INSERT INTO counters (source_id, rank, device, gpu_index, gpu_uuid, metric, start_ns, end_ns, value,
                               time_source)
-        SELECT {sid}, d.rank, d.device, d.device, d.gpu_uuid, m.metric,
+        SELECT {sid}, {rank}, d.device, d.device, d.gpu_uuid, m.metric,
                {base}::BIGINT + g.timestamp - {period}, {base}::BIGINT + g.timestamp,
                CASE WHEN m.hz_to_mhz AND g.value > 1e5 THEN g.value / 1e6 ELSE g.value * m.scale END, 'native'
         FROM _nsys_in g JOIN _ns_metric m ON m.typeId = g.typeId AND m.metricId = g.metricId
@@ -285,19 +376,32 @@ def emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Me
     try:
         # One DuckDB thread for the inserts: rows go in as stored (time order, each series after the other within a
         # sample) — with more, the join's output comes batch by batch in any order, and every later reader in time
-        # order (the Perfetto writer) would sort 12 M rows. The reader thread has the other core.
+        # order (the Perfetto writer) would sort 12 M rows. Two chunks go in side by side instead (_Inserters).
         con.execute("SET threads = 1")
-        for part in _tables(read_chunks(ex, gm, chunks)):
-            con.register("_nsys_in", part)
-            try:
-                bad += _left_out(con, part, percent_ids)
-                con.execute(insert)
-            finally:
-                con.unregister("_nsys_in")
-            if len(chunks) > 1:
-                # DuckDB compresses in-memory tables at a checkpoint (~15x for counters): memory stays bounded.
-                with contextlib.suppress(duckdb.Error):  # inside a caller's transaction: no checkpoint, more memory
-                    con.execute("CHECKPOINT")
+        parts = _tables(read_chunks(ex, gm, chunks))
+        # inside a caller's transaction: no checkpoint (it would abort the transaction), more memory
+        checkpoint = len(chunks) > 1 and not _in_transaction(con)
+        inserters = _Inserters.of(con, INSERTERS) if checkpoint else None
+        if inserters is None:
+            for part in parts:
+                con.register("_nsys_in", part)
+                try:
+                    bad += _left_out(con, part, percent_ids)
+                    con.execute(insert)
+                finally:
+                    con.unregister("_nsys_in")
+                if checkpoint:
+                    # DuckDB compresses in-memory tables at a checkpoint (~15x for counters): memory stays bounded.
+                    with contextlib.suppress(duckdb.Error):
+                        con.execute("CHECKPOINT")
+        else:
+            with inserters:
+                while group := list(itertools.islice(parts, len(inserters.cursors))):
+                    for part in group:
+                        bad += _left_out(con, part, percent_ids)
+                    inserters.insert(insert, group)
+                    with contextlib.suppress(duckdb.Error):
+                        con.execute("CHECKPOINT")
     except (duckdb.Error, OSError, pa.ArrowException) as e:
         raise BadInput(ex.path, f"cannot read table {gm} ({str(e).strip().splitlines()[0] if str(e).strip() else e})") from None
     finally:
