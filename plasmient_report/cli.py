@@ -386,11 +386,11 @@ def _one_line(e: BaseException) -> str:
 @contextlib.contextmanager
 def _page_worker(opts: Any) -> Any:
     """The process drawing report.html (render/page_worker.py), started now so it warms up during the analysis;
-    none without report.html or under a memory budget too small for a second process."""
-    from .render.page_worker import MIN_BUDGET_BYTES, RESERVE_BYTES, PageWorker
+    none without report.html, under a memory budget too small for a second process, or without a core to spare."""
+    from .render.page_worker import MIN_BUDGET_BYTES, RESERVE_BYTES, PageWorker, wanted
 
     tight = opts.memory_budget is not None and opts.memory_budget < MIN_BUDGET_BYTES
-    worker = PageWorker.start() if opts.write_html and not tight else None
+    worker = PageWorker.start() if opts.write_html and not tight and wanted() else None
     if worker is not None and worker.proc is not None and opts.memory_budget is not None:
         opts.memory_budget -= RESERVE_BYTES  # the worker's memory is part of the budget: the store gets less
     try:

@@ -84,7 +84,8 @@ def test_cli_run_with_and_without_the_worker(tmp_path: Path) -> None:
     # The CLI draws through the worker by default and in its own process under a small --memory-budget: the same
     # page both ways (the input path, as given, is the same).
     trace = sample_file(SAMPLE)
-    env = dict(os.environ, PYTHONPATH=str(Path(html.__file__).resolve().parents[2]))
+    # (PLASMIENT_PAGE_WORKER=on: used whatever this machine's cores; the run draws the page itself under 1 GiB)
+    env = dict(os.environ, PYTHONPATH=str(Path(html.__file__).resolve().parents[2]), PLASMIENT_PAGE_WORKER="on")
     pages = []
     for name, extra in (("worker", []), ("here", ["--memory-budget", "800MB"])):
         out = tmp_path / name
@@ -104,3 +105,18 @@ def test_cli_run_with_and_without_the_worker(tmp_path: Path) -> None:
         ]
         pages.append((out / "report.html").read_text(encoding="utf-8"))
     assert pages[0] == pages[1]
+
+
+def test_the_worker_is_wanted_with_cores_to_spare(monkeypatch: pytest.MonkeyPatch) -> None:
+    from plasmient_report.render import page_worker
+
+    monkeypatch.delenv(page_worker.ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(2)), raising=False)
+    assert not page_worker.wanted()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(page_worker.MIN_CORES)), raising=False)
+    assert page_worker.wanted()
+    monkeypatch.setenv(page_worker.ENV, "off")
+    assert not page_worker.wanted()
+    monkeypatch.setenv(page_worker.ENV, "on")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0}, raising=False)
+    assert page_worker.wanted()

@@ -1,12 +1,13 @@
 """report.html drawn by a process of its own, while the run's process writes trace.pftrace and run.duckdb.
 
-Drawing the page's charts (matplotlib) and rendering its template is pure Python: on a second core it costs the
-run nothing. The run starts the worker before its analysis (`PageWorker.start`): the worker imports matplotlib,
-compiles the templates and draws a first figure (`html.warm_up`) while the trace is read, then waits. When the
-verdict is done the run reads from the store what the page shows (`html.page_context`: the charts still to draw,
-as data) and sends it (`PageWorker.send`); the worker draws the page into the staging folder's report.html and
-exits. `PageWorker.finish` waits for it; if the worker could not start, died, or failed, the page is drawn in the
-run's process instead, from the same context — the same bytes either way (tests/test_html.py checks both ways).
+Drawing the page's charts (matplotlib) and rendering its template is pure Python: on a core the run does not use
+it costs the run little (`wanted`: with at least MIN_CORES cores, or PLASMIENT_PAGE_WORKER=on). The run starts the
+worker before its analysis (`PageWorker.start`): the worker imports matplotlib, compiles the templates and draws a
+first figure (`html.warm_up`) while the trace is read, then waits. When the verdict is done the run reads from the
+store what the page shows (`html.page_context`: the charts still to draw, as data) and sends it
+(`PageWorker.send`); the worker draws the page into the staging folder's report.html and exits.
+`PageWorker.finish` waits for it; if the worker could not start, died, or failed, the page is drawn in the run's
+process instead, from the same context — the same bytes either way (tests/test_page_worker.py checks both ways).
 
 The worker never opens the store or an input; it writes only the one file it is told to, in the output's staging
 folder (`outdir.staged`), which the run swaps into place only when every output is there.
@@ -15,6 +16,7 @@ folder (`outdir.staged`), which the run swaps into place only when every output 
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
 import subprocess
 import sys
@@ -28,6 +30,22 @@ from typing import IO, Any
 # budget below MIN_BUDGET_BYTES the page is drawn in the run's process instead.
 RESERVE_BYTES = 128 << 20
 MIN_BUDGET_BYTES = 1 << 30
+# The run itself keeps two cores busy (its reader / writer threads beside DuckDB's): with fewer than this many the
+# worker only competes with it. Measured on 2 cores (benchmarks/README.md, session 5): the 100 MiB Kineto trace
+# 5.83 s with it against 6.33 s without, +78 MiB; the 486 MiB nsys export 17.60 against 17.45 s, +66 MiB.
+MIN_CORES = 4
+ENV = "PLASMIENT_PAGE_WORKER"  # "on" / "off": use the worker or not, whatever the cores
+
+
+def wanted() -> bool:
+    """Whether a run should draw its page in a worker: PLASMIENT_PAGE_WORKER when set, else a core to spare."""
+    forced = os.environ.get(ENV, "").strip().lower()
+    if forced in ("on", "off"):
+        return forced == "on"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores >= MIN_CORES
+
+
 _ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the package this process runs
 _BOOT = (
     "import sys; sys.path.insert(0, sys.argv[1]); from plasmient_report.render.page_worker import serve; serve(sys.stdin.buffer)"
