@@ -95,13 +95,18 @@ def sweep_segments(con: duckdb.DuckDBPyConnection, reference_sql: str) -> None:
         con.unregister("_sw_native_busy")
 
 
+def round_half_away(y: np.ndarray) -> np.ndarray:
+    """round() as DuckDB rounds a DOUBLE: half away from zero (numpy's rounds half to even)."""
+    whole = np.trunc(y)
+    return whole + np.where(np.abs(y - whole) >= 0.5, np.sign(y), 0.0)
+
+
 def _fixed(x: np.ndarray, scale: float) -> np.ndarray | None:
     """round(x * scale) as DuckDB rounds a DOUBLE (half away from zero) in int64; None when one may not fit."""
     y = x * scale
     if y.size and not (np.abs(y).max() < _SAFE):  # (also false for NaN)
         return None
-    whole = np.trunc(y)
-    return (whole + np.where(np.abs(y - whole) >= 0.5, np.sign(y), 0.0)).astype(np.int64)
+    return round_half_away(y).astype(np.int64)
 
 
 def _sums(x: np.ndarray, at: np.ndarray) -> np.ndarray | None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ...sql.native import round_half_away
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import RuleContext
 
@@ -112,12 +113,6 @@ def per_gpu_sql(ctx: RuleContext, drop: float) -> list[dict[str, Any]]:
     return ctx.rows(PER_GPU_SQL, {"drop": drop})
 
 
-def _half_away(x: np.ndarray) -> np.ndarray:
-    """round() as DuckDB rounds a DOUBLE: half away from zero."""
-    whole = np.trunc(x)
-    return whole + np.where(np.abs(x - whole) >= 0.5, np.sign(x), 0.0)
-
-
 def per_gpu_clock(ctx: RuleContext, drop: float) -> list[dict[str, Any]]:
     """PER_GPU_SQL's rows from numpy: the busy stretches' running sums looked up at each clock sample's start and
     end by binary search (one GPU at a time)."""
@@ -170,7 +165,7 @@ def per_gpu_clock(ctx: RuleContext, drop: float) -> list[dict[str, Any]]:
 
         s_lost, s_busy = at(c_s[lo:hi])
         e_lost, e_busy = at(c_e[lo:hi])
-        busy_ns = _half_away(e_busy - s_busy)
+        busy_ns = round_half_away(e_busy - s_busy)
         keep = busy_ns > 0.5
         if not keep.any():
             continue
