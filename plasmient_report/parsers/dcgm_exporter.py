@@ -13,7 +13,6 @@ import math
 import re
 from pathlib import Path
 
-
 from ..errors import BadInput
 from . import _counters as C
 from ._polars import pl
