@@ -281,7 +281,7 @@ def report(
 
     plasmient-report [report] INPUT... [OPTIONS]"""
     from . import outdir, pipeline, scratch
-    from .render import markdown, terminal
+    from .render import markdown
     from .render import verdict as verdict_render
 
     opts = _options(**analysis, offsets=offsets)
@@ -325,6 +325,8 @@ def report(
     if as_json:
         click.echo(verdict_render.dumps(result.typed), nl=False)
     elif not quiet and not to_stdout:
+        from .render import terminal  # (rich: ~40 ms of start-up that --quiet and --json runs do without)
+
         terminal.render(result.typed, footer=f"outputs: {path_text(out)}/")
 
 

@@ -13,8 +13,6 @@ import math
 import re
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from ..errors import BadInput
 from . import _counters as C
 from ._polars import pl
@@ -136,6 +134,9 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
                 "no scrape times (no '<epoch>\\t' prefix or '# scrape_ts=' comment): one scrape at the "
                 "file's mtime, low confidence"
             )
+        # imported here: prometheus_client costs every run ~25 ms of start-up, and only this format needs it
+        from prometheus_client.parser import text_string_to_metric_families
+
         bad = 0
         for t_ns, body in scrapes:
             try:
