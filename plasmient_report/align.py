@@ -375,7 +375,10 @@ def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
                   AND (d.gpu_uuid = c.gpu_uuid OR (c.gpu_uuid IS NULL AND d.device = c.gpu_index))) AS bus,
                c.s, c.e
         FROM (SELECT source_id, gpu_index, gpu_uuid, min(start_ns) AS s, max(end_ns) AS e FROM clocked_counters
-              WHERE entity IS NULL OR entity LIKE 'GPU %' GROUP BY ALL) c JOIN sources s USING (source_id)
+              WHERE (entity IS NULL OR entity LIKE 'GPU %')
+                -- counter logs only, before the scan groups anything (a trace's own GPU metrics: millions of rows)
+                AND source_id IN (SELECT source_id FROM sources WHERE rank_method = 'counters') GROUP BY ALL) c
+        JOIN sources s USING (source_id)
         WHERE s.rank_method = 'counters'
         ORDER BY c.source_id, c.gpu_index""").fetchall()
     notes: list[str] = []

@@ -38,29 +38,44 @@ def window_means(con: duckdb.DuckDBPyConnection) -> list[WindowMean]:
         f"""
         WITH w AS (
             SELECT scope, range_name, rank, device, start_ns, end_ns FROM windows WHERE end_ns > start_ns
-        ), wl AS (
-            SELECT scope, range_name, rank, device, sum(end_ns - start_ns) AS wlen FROM w GROUP BY ALL
+        ), wl AS (  -- the windows' groups (a range's occurrences on one GPU): their length, an id
+            SELECT scope, range_name, rank, device, sum(end_ns - start_ns) AS wlen, row_number() OVER () AS gid
+            FROM w GROUP BY ALL
         ), c AS (
-            SELECT c.source_id, c.rank, c.device, c.metric, c.start_ns, c.end_ns, c.value,
-                   coalesce(s.sample_period_ns, c.end_ns - c.start_ns) AS period_ns, s.path
+            SELECT c.source_id, c.rank, c.device, list_position($1::VARCHAR[], c.metric) AS m, c.start_ns, c.end_ns,
+                   c.value, coalesce(s.sample_period_ns, c.end_ns - c.start_ns) AS period_ns
             FROM counters c JOIN sources s USING (source_id)
-            WHERE c.rank IS NOT NULL AND c.metric IN (SELECT unnest(?::VARCHAR[]))
+            WHERE c.rank IS NOT NULL AND c.metric IN (SELECT unnest($1::VARCHAR[]))
               AND (c.entity IS NULL OR c.entity LIKE 'GPU %') AND c.end_ns > c.start_ns
+        ), grid AS (
+            -- Time buckets of b ns: each sample falls in the bucket of its start, each window is spread over the
+            -- buckets a sample overlapping it can start in ([start − the longest sample, end)), so that a pair is
+            -- met once, in the sample's bucket: an equi-join on (rank, device, bucket), not every window against
+            -- every sample of its GPU. b: at least the longest sample, and the windows' buckets about as many as
+            -- the samples (at most a million).
+            SELECT o, l, greatest(l, (sum_w // least(greatest(n, 1), 1000000))::BIGINT + 1) AS b
+            FROM (SELECT min(start_ns) AS o, coalesce(max(end_ns - start_ns), 1) AS l, count(*) AS n FROM c),
+                 (SELECT sum(end_ns - start_ns)::HUGEINT
+                         + count(*) * (SELECT coalesce(max(end_ns - start_ns), 1) FROM c) AS sum_w FROM w)
+        ), wb AS (
+            SELECT wl.gid, w.rank, w.device, w.start_ns, w.end_ns,
+                   unnest(range((w.start_ns - g.l - g.o) // g.b, (w.end_ns - 1 - g.o) // g.b + 1)) AS k
+            FROM w JOIN wl ON wl.scope = w.scope AND wl.range_name IS NOT DISTINCT FROM w.range_name
+                          AND wl.rank = w.rank AND wl.device = w.device, grid g
         ), j AS (
-            SELECT w.scope, w.range_name, w.rank, w.device, c.source_id, c.path, c.metric, c.value, c.period_ns,
-                   c.end_ns - c.start_ns AS spacing,
-                   least(c.end_ns, w.end_ns) - greatest(c.start_ns, w.start_ns) AS ov
-            FROM w JOIN c ON c.rank = w.rank AND c.device = w.device
-                         AND c.start_ns < w.end_ns AND c.end_ns > w.start_ns
+            SELECT wb.gid, c.source_id, c.m, c.value, c.period_ns, c.end_ns - c.start_ns AS spacing,
+                   least(c.end_ns, wb.end_ns) - greatest(c.start_ns, wb.start_ns) AS ov
+            FROM (SELECT c.*, (c.start_ns - g.o) // g.b AS k FROM c, grid g) c
+            JOIN wb ON wb.rank = c.rank AND wb.device = c.device AND wb.k = c.k
+            WHERE c.start_ns < wb.end_ns AND c.end_ns > wb.start_ns
         ), per_src AS (
-            SELECT scope, range_name, rank, device, metric, source_id, any_value(path) AS path,
-                   sum(value * ov) / sum(ov) AS mean, sum(ov) AS covered, count(*) AS n,
+            SELECT gid, m, source_id, sum(value * ov) / sum(ov) AS mean, sum(ov) AS covered, count(*) AS n,
                    max(period_ns) AS period_ns, median(spacing) AS spacing
-            FROM j GROUP BY scope, range_name, rank, device, metric, source_id
+            FROM j GROUP BY gid, m, source_id
         ), ok AS (
-            SELECT p.*, least(p.covered / wl.wlen, 1.0) AS coverage, wl.wlen
-            FROM per_src p JOIN wl ON wl.scope = p.scope AND wl.range_name IS NOT DISTINCT FROM p.range_name
-                                  AND wl.rank = p.rank AND wl.device = p.device
+            SELECT wl.scope, wl.range_name, wl.rank, wl.device, list_extract($1::VARCHAR[], p.m) AS metric, p.mean, s.path,
+                   least(p.covered / wl.wlen, 1.0) AS coverage, p.n, p.period_ns, p.spacing, wl.wlen
+            FROM per_src p JOIN wl USING (gid) JOIN sources s USING (source_id)
             WHERE p.covered >= {MIN_COVERAGE} * wl.wlen AND wl.wlen >= {MIN_PERIODS} * p.period_ns
         )
         SELECT scope, range_name, rank, device, metric,

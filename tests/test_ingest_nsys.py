@@ -530,6 +530,39 @@ def test_gpu_metrics_insert_that_fails_is_one_line_naming_the_file(monkeypatch: 
     assert con.execute("SELECT count(*) FROM counters").fetchone()[0] == 0
 
 
+def test_gpu_metrics_load_beside_the_other_tables_gives_the_same_store(monkeypatch: pytest.MonkeyPatch, workload):
+    """The GPU metrics go in on threads of their own while the kernels, calls and ranges are written: every table
+    and the source's notes come out as when the metrics go in after them (emit_counters, the order of old)."""
+    path, _, _ = workload
+    monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 60_000)
+    side, info = ingest(path)
+    monkeypatch.setattr(gpu_metrics, "start_counters", lambda *a, real=gpu_metrics.start_counters: real(*a, background=False))
+    alone, info_alone = ingest(path)
+    assert info.notes == info_alone.notes and info.events == info_alone.events
+    for t in ("counters", "kernels", "api_calls", "ranges", "ops", "devices", "syncs", "collectives"):
+        q = f"SELECT * FROM {t} ORDER BY rowid"
+        assert side.execute(q).fetchall() == alone.execute(q).fetchall(), t
+
+
+def test_gpu_metrics_load_stops_when_the_other_tables_fail(monkeypatch: pytest.MonkeyPatch, workload):
+    """An error while the other tables are written (here a BadInput from the NVTX ranges) stops the GPU-metric
+    threads before it reaches the caller: no thread of the load is left running."""
+    import threading
+
+    from plasmient_report.parsers.nsys import events
+
+    path, _, _ = workload
+    monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 60_000)
+
+    def fail(*a, **k):
+        raise BadInput(path, "broken NVTX table")
+
+    monkeypatch.setattr(events, "emit_nvtx", fail)
+    with pytest.raises(BadInput, match="broken NVTX table"):
+        ingest(path)
+    assert not [t for t in threading.enumerate() if t.name.startswith("plasmient-gpu-metrics")]
+
+
 def test_gpu_metrics_fast_and_careful_reads_agree(monkeypatch: pytest.MonkeyPatch, workload):
     """Each rowid range is read as stored (fast) unless it holds a value of the wrong kind; the careful read
     (typed value by value) gives the same rows."""

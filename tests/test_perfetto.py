@@ -494,3 +494,37 @@ def test_counters_stored_out_of_order_are_written_in_time_order(tmp_path: Path, 
             have = got[f"GPU 0 {metric} ({unit}) · {fmt}"]
             assert [t for t, _ in have] == [t for t, _ in want]
             assert [v for _, v in have] == pytest.approx([v for _, v in want])
+
+
+def test_order_check_of_counter_batches_is_per_series() -> None:
+    """`_still_in_order` against a plain per-series reading of its definition: every series of the batch goes on
+    in time order from its last time, and the last times move on — on batches in global time order (its fast
+    path), interleaved series each in order but not globally, and series that go back in time."""
+    import numpy as np
+
+    rng = random.Random(7)
+    for case in range(400):
+        n, k = rng.randint(1, 40), rng.randint(1, 5)  # (batches are never empty)
+        idx = [rng.randrange(k) for _ in range(n)]
+        kind = case % 3
+        if kind == 0:  # global time order (ties included)
+            ts = sorted(rng.randint(0, 50) for _ in range(n))
+        elif kind == 1:  # each series in order, the series shifted against each other
+            step = {s: 0 for s in range(k)}
+            ts = []
+            for s in idx:
+                step[s] += rng.randint(0, 3)
+                ts.append(10 * s + step[s])
+        else:  # anything
+            ts = [rng.randint(0, 50) for _ in range(n)]
+        last0 = [rng.choice([np.iinfo(np.int64).min, rng.randint(-5, 30)]) for _ in range(k)]
+        want_last, ok = list(last0), True
+        for s, t in zip(idx, ts, strict=True):
+            if t < want_last[s]:
+                ok = False
+            want_last[s] = t
+        last = np.array(last0, dtype=np.int64)
+        got = perfetto._still_in_order(np.array(idx, dtype=np.int64), np.array(ts, dtype=np.int64), last)
+        assert got == ok, (case, idx, ts, last0)
+        if ok:
+            assert last.tolist() == want_last, (case, idx, ts, last0)

@@ -269,25 +269,24 @@ def bin_intervals(
                        least(re, (b1 + 1) * bw) - greatest(rs, b1 * bw) AS ov1
                 FROM y
             ), g AS (
-                SELECT span_id, key, part, b0, b1, any_value(bw) AS bw, count(*) AS n, coalesce(sum(val), 0) AS sv,
+                SELECT span_id, key, part, b0, b1, count(*) AS n, coalesce(sum(val), 0) AS sv,
                        coalesce(sum(ov0) FILTER (WHERE ov0 > 0), 0) AS ov0,
                        coalesce(sum(val * ov0) FILTER (WHERE ov0 > 0), 0) AS wv0,
                        coalesce(sum(ov1) FILTER (WHERE ov1 > 0 AND b1 > b0), 0) AS ov1,
                        coalesce(sum(val * ov1) FILTER (WHERE ov1 > 0 AND b1 > b0), 0) AS wv1
                 FROM z GROUP BY span_id, key, part, b0, b1
-            ), l AS (
-                -- the groups that reach a bin (an interval starting in the grid's last nanosecond reaches none)
-                SELECT g.* EXCLUDE (key), {label} AS key FROM g {names}
-                WHERE g.b1 >= g.b0 AND (g.ov0 > 0 OR g.ov1 > 0 OR g.b1 > g.b0 + 1)
             )
-            SELECT *, (dense_rank() OVER (ORDER BY key) - 1)::BIGINT AS k FROM l""",
+            -- the groups that reach a bin (an interval starting in the grid's last nanosecond reaches none; b1 < b0,
+            -- a condition on the groups' keys, is left out below: in SQL it would be evaluated once more per row)
+            SELECT g.* EXCLUDE (key), {label} AS key, ({label}) IS NULL AS null_key FROM g {names}
+            WHERE g.ov0 > 0 OR g.ov1 > 0 OR g.b1 > g.b0 + 1""",
             params or {},
         ).fetchnumpy()
     finally:
         con.unregister(name)
-    kidx = np.asarray(rows["k"], dtype=np.int64)
-    _, first = np.unique(kidx, return_index=True)  # the keys in dense_rank order, without a Python pass per row
-    keys = [str(rows["key"][i]) for i in first]
+    reach = np.asarray(rows["b1"], dtype=np.int64) >= np.asarray(rows["b0"], dtype=np.int64)
+    rows = {c: np.asarray(v)[reach] for c, v in rows.items()}
+    keys, kidx = _key_index(rows["key"], rows["null_key"].astype(bool))
     ov = np.zeros((len(spans), n_bins, len(keys)))
     wv = np.zeros_like(ov)
     ovf, wvf = ov.reshape(-1), wv.reshape(-1)  # views: the bins' sums added in place
@@ -302,7 +301,7 @@ def bin_intervals(
         if mid.any():
             g = np.repeat(np.arange(len(mid)), mid)
             b = b0[g] + 1 + (np.arange(g.size) - np.repeat(np.cumsum(mid) - mid, mid))
-            bw = np.asarray(rows["bw"], dtype=float)[g]
+            bw = tbl.column("bw").to_numpy()[span_id[g]]
             whole = (b + 1) * bw - b * bw
             n = np.asarray(rows["n"], dtype=float)[g]
             keep = whole > 0
@@ -310,6 +309,14 @@ def bin_intervals(
             ovf += np.bincount(at, (n * whole)[keep], ov.size)
             wvf += np.bincount(at, (sv[g] * whole)[keep], ov.size)
     return Binned(keys, ov, wv)
+
+
+def _key_index(key: np.ndarray, null: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The distinct keys in SQL's order (ascending, NULL last: 'None') and each row's index into them."""
+    uk, inv = np.unique(key[~null].astype(str), return_inverse=True)
+    kidx = np.full(key.size, uk.size, dtype=np.int64)
+    kidx[~null] = inv
+    return [str(k) for k in uk] + (["None"] if null.any() else []), kidx
 
 
 LOSS_SOURCE = """

@@ -1145,26 +1145,33 @@ def _varint9(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x, (v >> np.uint64(56)).astype(np.uint8)
 
 
-def _counter_packets(tracks: np.ndarray | np.uint64, ts: np.ndarray, values: np.ndarray) -> bytes | memoryview:
+def _counter_packets(
+    tracks: np.ndarray | np.uint64, ts: np.ndarray, values: np.ndarray, series: np.ndarray | None = None
+) -> bytes | memoryview:
     """Counter samples as TracePackets. Times since 1972 and track uuids (always 9-byte varints, see
     `uuid_of`) make every packet the same layout: one record of a numpy structured type per sample, the
-    constant bytes copied from a template row and the varints, uuids and values written as its fields."""
+    constant bytes copied from a template row and the varints, uuids and values written as its fields. With
+    `series`, `tracks` holds one uuid per series and sample i is on track `tracks[series[i]]` (each uuid's
+    varint made once)."""
     n = ts.size
     t = _u64(ts)
-    tracks = np.broadcast_to(_u64(tracks), (n,))
-    if n == 0 or t.min() < _TS_9[0] or t.max() > _TS_9[1] or tracks.min() < _TS_9[0] or tracks.max() > _TS_9[1]:
-        ev = Messages(n).varint(F_EV_TYPE, COUNTER).varint(F_EV_TRACK_UUID, tracks)
+    uuids = _u64(tracks) if series is not None else np.broadcast_to(_u64(tracks), (n,))
+    if n == 0 or t.min() < _TS_9[0] or t.max() > _TS_9[1] or uuids.min() < _TS_9[0] or uuids.max() > _TS_9[1]:
+        ev = Messages(n).varint(F_EV_TYPE, COUNTER).varint(F_EV_TRACK_UUID, uuids[series] if series is not None else uuids)
         ev.fixed64(F_EV_DOUBLE_COUNTER, values.astype(np.float64))
         return packets_of(ev, ts)
     rec = _counter_record()
     out = np.empty(n, dtype=rec.dtype)
     out.view(np.uint8).reshape(n, rec.dtype.itemsize)[:] = rec.template
     out["ts_lo"], out["ts_hi"] = _varint9(t)
-    if tracks.strides == (0,):  # one track: its varint once
-        lo, hi = _varint9(tracks[:1])
+    if series is not None:  # each series' varint once
+        lo, hi = _varint9(np.ascontiguousarray(uuids))
+        out["tr_lo"], out["tr_hi"] = lo[series], hi[series]
+    elif uuids.strides == (0,):  # one track: its varint once
+        lo, hi = _varint9(uuids[:1])
         out["tr_lo"], out["tr_hi"] = lo[0], hi[0]
     else:
-        out["tr_lo"], out["tr_hi"] = _varint9(np.ascontiguousarray(tracks))
+        out["tr_lo"], out["tr_hi"] = _varint9(np.ascontiguousarray(uuids))
     out["value"] = values
     return out.view(np.uint8).data  # written as it is: no copy
 
@@ -1211,7 +1218,12 @@ def _counter_record() -> _CounterRecord:
 def _still_in_order(idx: np.ndarray, ts: np.ndarray, last: np.ndarray) -> bool:
     """Whether every series of this batch (samples of series `idx` at times `ts`, the series interleaved) goes on
     in time order from its `last` time; `last` is moved on to each series' last time here. Array operations: the
-    batch grouped by series with a stable sort (each series' samples keep their order)."""
+    batch grouped by series with a stable sort (each series' samples keep their order) — unless the whole batch is
+    in time order from every series' last time (logs sampling every metric at once, nsys GPU metrics): then so is
+    each series, and each one's last time is its largest."""
+    if ts.size and ts[0] >= last.max() and bool((ts[1:] >= ts[:-1]).all()):
+        np.maximum.at(last, idx, ts)
+        return True
     order = np.argsort(idx.astype(np.int16) if idx.size and idx.max() < 1 << 15 else idx, kind="stable")  # radix
     si, st = idx[order], ts[order]
     same = si[1:] == si[:-1]
@@ -1288,7 +1300,7 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
                     in_order = False
                     break
                 v = _num(b.column("v"), np.float64)
-                ctx.w.bulk(_counter_packets(track_of[idx], ts, v), ts.size)
+                ctx.w.bulk(_counter_packets(track_of, ts, v, series=idx), ts.size)
             if in_order:
                 return
             ctx.w.f.seek(start)  # a series went back in time: write the samples again, sorted

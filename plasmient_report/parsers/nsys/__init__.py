@@ -130,9 +130,16 @@ def _ingest(ex: Export, con: duckdb.DuckDBPyConnection, sid: int) -> NsysSource:
     events.drop_impossible_times(con, ex.path, info)
     processes.assign_ranks(con, meta, info)
     events.build_enums(con, ex)
-    events.emit(con, ex, sid, info)
-    info.events += device_memory.emit(con, ex, sid, info)
-    info.events += gpu_metrics.emit_counters(con, ex, sid, meta, info)
+    device_notes = events.emit_activities(con, ex, sid, info)
+    # The GPU metrics (most of a large export) go in on threads of their own while the other tables are written.
+    counters = gpu_metrics.start_counters(con, ex, sid, meta, info)
+    try:
+        events.emit_rest(con, ex, sid, info, device_notes)
+        info.events += device_memory.emit(con, ex, sid, info)
+    except BaseException:
+        counters.cancel()
+        raise
+    info.events += counters.finish()
     row = one(con, "SELECT count(*) FROM kernels WHERE source_id = ?", [sid])
     info.gpu_events = int(row[0]) if row else 0
     if ex.table("CUPTI_ACTIVITY_KIND_KERNEL") is None:

@@ -216,11 +216,15 @@ def _enum_word(name: str, rename: bool) -> str | None:
 
 
 def emit(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSource) -> None:
-    base = int(info.base_time_ns or 0)
-    pid = "((y.globalPid >> 24) & 16777215)"
-    tpid = "((x.globalTid >> 24) & 16777215)"
-    tid = "(x.globalTid & 16777215)"
-    stride = f"{sid}::BIGINT * {ID_STRIDE}"
+    """Every event table into the store (the GPUs first: `emit_activities` then `emit_rest`)."""
+    emit_rest(con, ex, sid, info, emit_activities(con, ex, sid, info))
+
+
+def emit_activities(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSource) -> list[str]:
+    """The GPU activities staged as one table (`_ns_gpuacts`) and the GPUs behind them (`devices`, `_ns_devmap`):
+    what the GPU metrics need, so that they can go in while `emit_rest` writes the other tables. Returns the
+    devices' notes, which `emit_rest` adds after its own (the order the notes have always had)."""
+    notes: list[str] = []
     # One row per GPU activity; names: demangled kernel names (as Kineto), Kineto-style memcpy/memset names.
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _ns_gpuacts AS
@@ -258,6 +262,18 @@ def emit(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSource)
     )
     if nameless and nameless[0]:
         info.notes.append(f"{nameless[0]} kernels have no name in StringIds (kept, named by their string id)")
+    emit_devices(con, ex, sid, notes)
+    return notes
+
+
+def emit_rest(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSource, device_notes: list[str]) -> None:
+    """After `emit_activities`: kernels, runtime / driver / OS runtime calls, syncs, NVTX ranges and ops, collectives
+    and their NCCL payloads; then the devices' notes."""
+    base = int(info.base_time_ns or 0)
+    pid = "((y.globalPid >> 24) & 16777215)"
+    tpid = "((x.globalTid >> 24) & 16777215)"
+    tid = "(x.globalTid & 16777215)"
+    stride = f"{sid}::BIGINT * {ID_STRIDE}"
     con.execute(f"""
         INSERT INTO kernels (kernel_id, source_id, rank, device, stream, start_ns, end_ns, raw_start, name, kind,
                              correlation, grid_x, grid_y, grid_z, block_x, block_y, block_z, regs, smem,
@@ -301,7 +317,7 @@ def emit(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSource)
     emit_nvtx(con, sid, base, info)
     emit_collectives(con, sid)
     nccl.emit_payloads(con, ex, sid, base, info)
-    emit_devices(con, ex, sid, info)
+    info.notes += device_notes
 
 
 def emit_nvtx(con: duckdb.DuckDBPyConnection, sid: int, base: int, info: NsysSource) -> None:
@@ -368,9 +384,10 @@ def emit_collectives(con: duckdb.DuckDBPyConnection, sid: int) -> None:
         FROM k""")
 
 
-def emit_devices(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSource) -> None:
+def emit_devices(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, notes: list[str]) -> None:
     """`devices`: per GPU process and CUDA ordinal (kernels.device), the physical GPU behind it:
-    TARGET_INFO_CUDA_DEVICE(pid, cudaId → gpuId), else TARGET_INFO_GPU.cuDevice = the ordinal."""
+    TARGET_INFO_CUDA_DEVICE(pid, cudaId → gpuId), else TARGET_INFO_GPU.cuDevice = the ordinal. Notes go to
+    `notes`."""
     gpu = ex.table("TARGET_INFO_GPU")
     gcols = [
         c("id"),
@@ -421,8 +438,8 @@ def emit_devices(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: Nsy
                CASE WHEN g.name LIKE '%NVIDIA%' OR g.name IS NULL THEN 'NVIDIA' END
         FROM _ns_devmap m LEFT JOIN _ns_gpu g ON g.id = m.gpu_id
         ORDER BY m.rank, m.device""")
-    info.notes += gpus.name_devices(con, sid)
+    notes += gpus.name_devices(con, sid)
     missing = one(con, "SELECT count(*) FROM _ns_devmap WHERE gpu_id IS NULL")
     if missing and missing[0]:
-        info.notes.append("GPU model not in the export (no TARGET_INFO_GPU row for the device): give --gpu")
+        notes.append("GPU model not in the export (no TARGET_INFO_GPU row for the device): give --gpu")
     con.execute("DROP TABLE IF EXISTS _ns_cudadev")

@@ -29,9 +29,9 @@ import pyarrow.compute
 from ...errors import BadInput
 from ...store import one
 from .metadata import Meta, NsysSource
-from .reader import BATCH_ROWS, Export, c, text
+from .reader import BATCH_ROWS, Export, _select_sql, c, text
 
-COUNTER_CHUNK_ROWS = 1_000_000  # GPU_METRICS rows per insert; a checkpoint after each compresses them
+COUNTER_CHUNK_ROWS = 500_000  # GPU_METRICS rows per insert (two at a time); a checkpoint after each pair
 
 # GPU_METRICS names (2023.4+ carry a `[unit]` suffix; older ones none) → counters.metric, matched by prefix,
 # in the counter parsers' vocabulary (parsers/_counters.py) where the quantity is the same (GR Active = DCGM GRACT).
@@ -103,10 +103,18 @@ def _fast_chunk(conn: Any, table: str, chunk: tuple[int, int] | None) -> pa.Tabl
     return t.cast(_SCHEMA)
 
 
-def _careful_chunk(ex: Export, table: str, chunk: tuple[int, int] | None) -> pa.Table:
-    """One rowid range typed value by value in SQL (a value of the wrong kind reads NULL): the fallback."""
+def _careful_chunk(ex: Export, table: str, chunk: tuple[int, int] | None, conn: Any = None) -> pa.Table:
+    """One rowid range typed value by value in SQL (a value of the wrong kind reads NULL): the fallback. On `conn`
+    (a driver connection of the caller's thread) when given, else on the export's own."""
     where = f"rowid BETWEEN {chunk[0]} AND {chunk[1]}" if chunk else None
-    cur, rdr = ex.scan(table, _TYPED, where=where)
+    if conn is None:
+        cur, rdr = ex.scan(table, _TYPED, where=where)
+    else:
+        cur = conn.cursor()
+        with contextlib.suppress(Exception):  # older drivers: default batch size
+            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+        cur.execute(_select_sql(ex, table, _TYPED, where))
+        rdr = cur.fetch_record_batch()
     try:
         t = rdr.read_all()
     finally:
@@ -117,9 +125,10 @@ def _careful_chunk(ex: Export, table: str, chunk: tuple[int, int] | None) -> pa.
 
 
 def read_chunks(ex: Export, table: str, chunks: list[tuple[int, int] | None]) -> Iterator[Any]:
-    """GPU_METRICS once, chunk by chunk, as Arrow: a reader thread (its own driver connection) fetches the next
-    rowid range while the caller inserts this one, at most one chunk ahead (memory bounded by two chunks).
-    Arrow-family exports stream their table."""
+    """GPU_METRICS once, chunk by chunk, as Arrow: a reader thread (its own driver connection, for the careful
+    read of a chunk too) fetches the next rowid range while the caller inserts this one, at most one chunk ahead
+    (memory bounded by two chunks): the export's own connections are not used then. Arrow-family exports stream
+    their table."""
     if not ex.is_sqlite or not all(ex.has(table, x) for x in _COLS):
         for chunk in chunks:
             if ex.is_sqlite:
@@ -139,7 +148,7 @@ def read_chunks(ex: Export, table: str, chunks: list[tuple[int, int] | None]) ->
                 if stop.is_set():
                     return
                 t = _fast_chunk(conn, table, chunk)
-                ahead.put(("fast", t) if t is not None else ("careful", chunk))
+                ahead.put(("chunk", t if t is not None else _careful_chunk(ex, table, chunk, conn)))
             ahead.put(("done", None))
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it
             ahead.put(("error", e))
@@ -157,7 +166,7 @@ def read_chunks(ex: Export, table: str, chunks: list[tuple[int, int] | None]) ->
                 return
             if kind == "error":
                 raise item
-            yield item if kind == "fast" else _careful_chunk(ex, table, item)
+            yield item
     finally:
         stop.set()
         with contextlib.suppress(queue.Empty):
@@ -308,9 +317,20 @@ def metric_name(raw: str) -> str:
 def emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Meta, info: NsysSource) -> int:
     """GPU_METRICS → `counters` as intervals [t − period, t], joined to their names on (typeId, metricId) and
     to the GPU through typeId & 0xFF (TARGET_INFO_GPU.id) → the process's CUDA ordinal. Streams, never held."""
+    return start_counters(con, ex, sid, meta, info, background=False).finish()
+
+
+def start_counters(
+    con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Meta, info: NsysSource, background: bool = True
+) -> CounterLoad:
+    """Begin `emit_counters`: the look-up tables now (the GPUs must be in `devices`), the chunks' read and insert on
+    a thread of their own when `background` and the export is read in several chunks beside the caller's
+    connection (`_Inserters`), else at once. The caller may go on with other tables of the store meanwhile —
+    never with `ex`'s own connections, which stay on the caller's thread — and ends with `CounterLoad.finish`
+    (or `cancel`). What the caller's other tables cost then runs on the core the load leaves."""
     gm, names = ex.table("GPU_METRICS"), ex.table("TARGET_INFO_GPU_METRICS")
     if gm is None or not all(ex.has(names, c) for c in ("typeId", "metricId", "metricName")):
-        return 0
+        return CounterLoad(con, sid, meta, info, None)
     rows = ex.rows(f'SELECT DISTINCT typeId, metricId, metricName FROM "{names}"')
     tbl: dict[str, list[Any]] = {"typeId": [], "metricId": [], "metric": [], "scale": [], "hz_to_mhz": []}
     for type_id, metric_id, raw in rows:
@@ -355,7 +375,6 @@ def emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Me
                        FROM _ns_metric m, _ns_devmap d""")
     period = f"{round(1e9 / meta.gpu_metrics_hz)}::BIGINT" if meta.gpu_metrics_hz else "NULL::BIGINT"
     base = int(info.base_time_ns or 0)
-    before = one(con, "SELECT count(*) FROM counters")
     chunks = rowid_chunks(ex, gm)
     # A source of one GPU process and no rank of its own gets its rank from the aligner (input order, see
     # align.assign_ranks), which then rewrites every row of the source that carries another: its samples go in
@@ -371,22 +390,60 @@ def emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Me
         FROM _nsys_in g JOIN _ns_metric m ON m.typeId = g.typeId AND m.metricId = g.metricId
         JOIN _ns_gpumetric_dev d ON d.gpu_id = g.typeId & 255
         WHERE g.timestamp >= 0 AND g.value IS NOT NULL AND NOT ({_IMPLAUSIBLE})"""
-    bad = 0
+    load = CounterLoad(con, sid, meta, info, {m for m in tbl["metric"]})
+    load.before = int((one(con, "SELECT count(*) FROM counters") or (0,))[0])
     (threads,) = one(con, "SELECT current_setting('threads')") or (None,)
+    load.threads = threads
+    # inside a caller's transaction: no checkpoint (it would abort the transaction), more memory
+    checkpoint = len(chunks) > 1 and not _in_transaction(con)
+    inserters = _Inserters.of(con, INSERTERS) if checkpoint else None
     try:
         # One DuckDB thread for the inserts: rows go in as stored (time order, each series after the other within a
         # sample) — with more, the join's output comes batch by batch in any order, and every later reader in time
         # order (the Perfetto writer) would sort 12 M rows. Two chunks go in side by side instead (_Inserters).
+        # (A setting of the database: the caller's statements meanwhile run on one thread too.)
         con.execute("SET threads = 1")
-        parts = _tables(read_chunks(ex, gm, chunks))
-        # inside a caller's transaction: no checkpoint (it would abort the transaction), more memory
-        checkpoint = len(chunks) > 1 and not _in_transaction(con)
-        inserters = _Inserters.of(con, INSERTERS) if checkpoint else None
         if inserters is None:
-            for part in parts:
+            load.run_here(ex, gm, chunks, insert, percent_ids, checkpoint)
+        else:
+            load.start(ex, gm, chunks, insert, percent_ids, inserters, background)
+    except BaseException:
+        load.cancel()
+        raise
+    return load
+
+
+class CounterLoad:
+    """GPU_METRICS going into `counters` (start_counters): `finish` waits for the chunks, raises what their read or
+    insert raised (BadInput naming the file) and writes the notes; `cancel` stops them (an error elsewhere)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, sid: int, meta: Meta, info: NsysSource, metrics: set[str] | None) -> None:
+        self.con, self.sid, self.meta, self.info, self.metrics = con, sid, meta, info, metrics
+        self.before = 0
+        self.bad = 0
+        self.threads: Any = None
+        self.path = ""
+        self.table = ""
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._inserters: _Inserters | None = None
+        self._done = metrics is None
+
+    def _bad_input(self, e: BaseException) -> BadInput:
+        return BadInput(self.path, f"cannot read table {self.table} ({str(e).strip().splitlines()[0] if str(e).strip() else e})")
+
+    def run_here(
+        self, ex: Export, gm: str, chunks: list[tuple[int, int] | None], insert: str, percent_ids: pa.Array, checkpoint: bool
+    ) -> None:
+        """Every chunk on the caller's connection, now."""
+        self.path, self.table = str(ex.path), gm
+        con = self.con
+        try:
+            for part in _tables(read_chunks(ex, gm, chunks)):
                 con.register("_nsys_in", part)
                 try:
-                    bad += _left_out(con, part, percent_ids)
+                    self.bad += _left_out(con, part, percent_ids)
                     con.execute(insert)
                 finally:
                     con.unregister("_nsys_in")
@@ -394,34 +451,94 @@ def emit_counters(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, meta: Me
                     # DuckDB compresses in-memory tables at a checkpoint (~15x for counters): memory stays bounded.
                     with contextlib.suppress(duckdb.Error):
                         con.execute("CHECKPOINT")
-        else:
-            with inserters:
-                while group := list(itertools.islice(parts, len(inserters.cursors))):
+        except (duckdb.Error, OSError, pa.ArrowException) as e:
+            raise self._bad_input(e) from None
+
+    def start(
+        self,
+        ex: Export,
+        gm: str,
+        chunks: list[tuple[int, int] | None],
+        insert: str,
+        percent_ids: pa.Array,
+        inserters: _Inserters,
+        background: bool,
+    ) -> None:
+        """The chunks two at a time on the inserters' connections, on a thread of their own when `background`. Only
+        the reader thread (its own driver connection) and those connections are used there, never `ex`'s or the
+        caller's."""
+        self.path, self.table = str(ex.path), gm
+        self._inserters = inserters
+        # the chunks' reader (a thread with its own driver connection) starts on this thread: read_chunks is a
+        # generator, its first step (which connects and starts the thread) runs where it is first advanced
+        parts = _tables(read_chunks(ex, gm, chunks))
+        side = inserters.cursors[0]  # between inserts: what is left out, the checkpoints
+
+        def load() -> None:
+            try:
+                while not self._stop.is_set() and (group := list(itertools.islice(parts, len(inserters.cursors)))):
                     for part in group:
-                        bad += _left_out(con, part, percent_ids)
+                        self.bad += _left_out(side, part, percent_ids)
                     inserters.insert(insert, group)
                     with contextlib.suppress(duckdb.Error):
-                        con.execute("CHECKPOINT")
-    except (duckdb.Error, OSError, pa.ArrowException) as e:
-        raise BadInput(ex.path, f"cannot read table {gm} ({str(e).strip().splitlines()[0] if str(e).strip() else e})") from None
-    finally:
-        if threads is not None:
-            con.execute(f"SET threads = {int(threads)}")
-    if bad:
-        info.notes.append(f"GPU metrics: {bad} samples left out (no number, or a percentage outside 0–100)")
-    after = one(con, "SELECT count(*) FROM counters")
-    n = int(after[0] - before[0]) if after and before else 0
-    if n and not meta.gpu_metrics_hz:
-        # No sampling frequency recorded: each series' mean sample spacing is its period.
-        con.execute(f"""
-            UPDATE counters SET start_ns = counters.end_ns - p.period FROM (
-                SELECT device, metric, ((max(end_ns) - min(end_ns)) / greatest(count(*) - 1, 1))::BIGINT AS period
-                FROM counters WHERE source_id = {sid} GROUP BY ALL) p
-            WHERE counters.source_id = {sid} AND counters.start_ns IS NULL
-              AND counters.device IS NOT DISTINCT FROM p.device AND counters.metric = p.metric""")
-    con.execute("DROP TABLE IF EXISTS _ns_gpumetric_dev")
-    if n:
-        info.notes.append(f"GPU metrics: {n} samples of {len(set(tbl['metric']))} metrics")
-        if meta.gpu_metrics_hz:
-            info.sample_period_ns = round(1e9 / meta.gpu_metrics_hz)
-    return n
+                        side.execute("CHECKPOINT")
+            except (duckdb.Error, OSError, pa.ArrowException) as e:
+                self._error = self._bad_input(e)
+            except BaseException as e:  # noqa: BLE001 - raised by finish, in the caller's thread
+                self._error = e
+            finally:
+                with contextlib.suppress(Exception):
+                    parts.close()  # type: ignore[attr-defined]
+
+        if not background:
+            load()
+            return
+        self._thread = threading.Thread(target=load, name="plasmient-gpu-metrics-load", daemon=True)
+        self._thread.start()
+
+    def _join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._inserters is not None:
+            self._inserters.__exit__(None, None, None)
+            self._inserters = None
+        if not self._done and self.threads is not None:
+            self._done = True
+            with contextlib.suppress(duckdb.Error):
+                self.con.execute(f"SET threads = {int(self.threads)}")
+
+    def cancel(self) -> None:
+        """Stop after the chunks now being inserted (what was committed stays: the run is failing anyway)."""
+        self._stop.set()
+        self._join()
+
+    def finish(self) -> int:
+        """Wait for the chunks; the rows inserted (notes and the sampling period set on the source)."""
+        if self.metrics is None:
+            return 0
+        try:
+            self._join()
+        finally:
+            self._done = True
+        if self._error is not None:
+            raise self._error
+        con, sid, meta, info = self.con, self.sid, self.meta, self.info
+        if self.bad:
+            info.notes.append(f"GPU metrics: {self.bad} samples left out (no number, or a percentage outside 0–100)")
+        after = one(con, "SELECT count(*) FROM counters")
+        n = int(after[0] - self.before) if after else 0
+        if n and not meta.gpu_metrics_hz:
+            # No sampling frequency recorded: each series' mean sample spacing is its period.
+            con.execute(f"""
+                UPDATE counters SET start_ns = counters.end_ns - p.period FROM (
+                    SELECT device, metric, ((max(end_ns) - min(end_ns)) / greatest(count(*) - 1, 1))::BIGINT AS period
+                    FROM counters WHERE source_id = {sid} GROUP BY ALL) p
+                WHERE counters.source_id = {sid} AND counters.start_ns IS NULL
+                  AND counters.device IS NOT DISTINCT FROM p.device AND counters.metric = p.metric""")
+        con.execute("DROP TABLE IF EXISTS _ns_gpumetric_dev")
+        if n:
+            info.notes.append(f"GPU metrics: {n} samples of {len(self.metrics)} metrics")
+            if meta.gpu_metrics_hz:
+                info.sample_period_ns = round(1e9 / meta.gpu_metrics_hz)
+        return n
