@@ -10,7 +10,7 @@ from typing import Any
 from ...vocab import ANNOTATION_OP_RE, LAUNCH_API_RE
 from ..advice import warm_up_profile
 from ..base import Explanation, Finding, Thresholds, rule
-from ..context import IDLE_CATEGORIES, RuleContext
+from ..context import IDLE_CATEGORIES, RuleContext, range_joins, residual
 from ..text import fmt_ns, pct
 
 EXPLANATION = Explanation(
@@ -63,12 +63,16 @@ def gpu_idle_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         params,
     )
     cats: dict[int, dict[str, float]] = {}
-    for r in ctx.rows("""
+    # every gap against the losses it overlaps: a range join, the GPU a filter (both grow with the trace)
+    with range_joins(ctx.con):
+        overlaps = ctx.rows(f"""
             SELECT g.i, l.category, sum(l.lost_ns * (least(l.end_ns, g.end_ns) - greatest(l.start_ns, g.start_ns))
                                         / (l.end_ns - l.start_ns)) AS ns
-            FROM _gaps g JOIN rule_losses l ON l.rank IS NOT DISTINCT FROM g.rank AND l.device = g.device
-             AND l.start_ns < g.end_ns AND l.end_ns > g.start_ns AND l.end_ns > l.start_ns
-            GROUP BY g.i, l.category ORDER BY ns DESC"""):
+            FROM _gaps g JOIN (SELECT * FROM rule_losses WHERE end_ns > start_ns) l
+              ON l.start_ns < g.end_ns AND l.end_ns > g.start_ns
+             AND {residual("l.rank IS NOT DISTINCT FROM g.rank AND l.device = g.device")}
+            GROUP BY g.i, l.category ORDER BY ns DESC""")
+    for r in overlaps:
         cats.setdefault(r["i"], {})[r["category"]] = r["ns"]
 
     # A launch call far longer than a launch, while the GPU idles, is the driver loading the kernel's module (lazy

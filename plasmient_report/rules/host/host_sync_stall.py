@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..advice import sync_fix, warm_up_profile
 from ..base import Explanation, Finding, Thresholds, rule
-from ..context import RuleContext
+from ..context import RuleContext, range_joins, residual
 from ..text import fmt_ns, pct
 
 EXPLANATION = Explanation(
@@ -72,51 +72,79 @@ BARE = {
     "cudaStreamWaitEvent": "stream.wait_event()",
 }
 
-STALLS_SQL = f"""
+
+# The stall stretches, each with the sync the waterfall blames: the one whose return began the idle gap (the
+# measure stage's idle_gaps).
+SYNCS_SQL = """
 WITH st AS (
     SELECT rank, device, start_ns, end_ns, lost_ns FROM rule_losses WHERE category = 'sync_stall'
-), j AS (
-    -- the sync the waterfall blames: the one whose return began the idle gap (the measure stage's idle_gaps)
-    SELECT st.*, g.sync_name, g.sync_thread AS thread, g.sync_start_ns AS sync_start, g.sync_end_ns AS sync_end
-    FROM st ASOF LEFT JOIN (SELECT * FROM rule_idle_gaps WHERE after_sync) g
-      ON g.rank IS NOT DISTINCT FROM st.rank AND g.device = st.device AND g.start_ns <= st.start_ns
-), ctx_ops AS (
-    SELECT j.rank, j.sync_start, j.thread,
-           arg_max(o.name, o.depth) FILTER (WHERE NOT regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS inner_op,
-           arg_min(o.name, o.depth) FILTER (WHERE NOT regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS outer_op,
-           arg_max(o.name, o.depth) FILTER (WHERE regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS python_site,
-           arg_max(o.op_id, o.depth) FILTER (WHERE NOT regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS inner_op_id
-    FROM (SELECT DISTINCT rank, thread, sync_start, sync_end FROM j WHERE sync_start IS NOT NULL) j
-    JOIN rule_ops o ON o.rank IS NOT DISTINCT FROM j.rank AND o.thread = j.thread
-     AND o.start_ns <= j.sync_start AND o.end_ns >= j.sync_end
-    GROUP BY j.rank, j.sync_start, j.thread
-), annot AS (
-    SELECT j.rank, j.sync_start, arg_max(r.name, r.start_ns) AS range_name
-    FROM (SELECT DISTINCT rank, sync_start, sync_end FROM j WHERE sync_start IS NOT NULL) j
-    JOIN rule_ranges r ON r.rank IS NOT DISTINCT FROM j.rank AND NOT r.on_gpu AND r.name NOT LIKE 'ProfilerStep#%'
-     AND r.domain IS DISTINCT FROM 'python' AND r.start_ns <= j.sync_start AND r.end_ns >= j.sync_end
-    GROUP BY j.rank, j.sync_start
-), py AS (
-    -- with_stack=True: the innermost Python frame of the user's code open on the syncing thread
-    SELECT j.rank, j.sync_start, j.thread,
-           coalesce(arg_max(r.name, r.start_ns) FILTER (WHERE regexp_matches(r.name, '{PYTHON_FRAME_RE}')
-                                                          AND NOT regexp_matches(r.name, '{LIBRARY_FRAME_RE}')),
-                    arg_max(r.name, r.start_ns) FILTER (WHERE regexp_matches(r.name, '{PYTHON_FRAME_RE}')))
-               AS python_site
-    FROM (SELECT DISTINCT rank, thread, sync_start, sync_end FROM j WHERE sync_start IS NOT NULL) j
-    JOIN rule_ranges r ON r.rank IS NOT DISTINCT FROM j.rank AND r.domain = 'python' AND r.thread = j.thread
-     AND r.start_ns <= j.sync_start AND r.end_ns >= j.sync_end
-    GROUP BY j.rank, j.sync_start, j.thread
-), d2h AS (
+)
+SELECT st.*, g.sync_name, g.sync_thread AS thread, g.sync_start_ns AS sync_start, g.sync_end_ns AS sync_end
+FROM st ASOF LEFT JOIN (SELECT * FROM rule_idle_gaps WHERE after_sync) g
+  ON g.rank IS NOT DISTINCT FROM st.rank AND g.device = st.device AND g.start_ns <= st.start_ns"""
+
+
+# What was open around each sync (`_syncs`): the ops and Python frames of its thread, the ranges of its rank. Each
+# its own statement over the stored syncs, so that each is a range join on the times (`residual`: the rank and
+# thread a filter): with_stack traces hold hundreds of thousands of frames on the syncing thread, and as one query
+# with the syncs a CTE the planner chose a merge join on one time that tested half of them per sync.
+def around_sql(same: Callable[[str], str] = residual) -> dict[str, str]:
+    """The statements, with `same` making the rank / thread condition (`residual`; a plain condition in tests)."""
+    return {
+        "_sync_ops": f"""
+        SELECT j.rank, j.sync_start, j.thread,
+               arg_max(o.name, o.depth) FILTER (WHERE NOT regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS inner_op,
+               arg_min(o.name, o.depth) FILTER (WHERE NOT regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS outer_op,
+               arg_max(o.name, o.depth) FILTER (WHERE regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS python_site,
+               arg_max(o.op_id, o.depth) FILTER (WHERE NOT regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS inner_op_id
+        FROM (SELECT DISTINCT rank, thread, sync_start, sync_end FROM _syncs WHERE sync_start IS NOT NULL) j
+        JOIN rule_ops o ON o.start_ns <= j.sync_start AND o.end_ns >= j.sync_end
+         AND {same("o.rank IS NOT DISTINCT FROM j.rank AND o.thread = j.thread")}
+        GROUP BY j.rank, j.sync_start, j.thread""",
+        "_sync_ranges": f"""
+        SELECT j.rank, j.sync_start, arg_max(r.name, r.start_ns) AS range_name
+        FROM (SELECT DISTINCT rank, sync_start, sync_end FROM _syncs WHERE sync_start IS NOT NULL) j
+        JOIN (SELECT * FROM rule_ranges
+              WHERE NOT on_gpu AND name NOT LIKE 'ProfilerStep#%' AND domain IS DISTINCT FROM 'python') r
+          ON r.start_ns <= j.sync_start AND r.end_ns >= j.sync_end AND {same("r.rank IS NOT DISTINCT FROM j.rank")}
+        GROUP BY j.rank, j.sync_start""",
+        # with_stack=True: the innermost Python frame of the user's code open on the syncing thread
+        "_sync_frames": f"""
+        SELECT j.rank, j.sync_start, j.thread,
+               coalesce(arg_max(r.name, r.start_ns) FILTER (WHERE regexp_matches(r.name, '{PYTHON_FRAME_RE}')
+                                                              AND NOT regexp_matches(r.name, '{LIBRARY_FRAME_RE}')),
+                        arg_max(r.name, r.start_ns) FILTER (WHERE regexp_matches(r.name, '{PYTHON_FRAME_RE}')))
+                   AS python_site
+        FROM (SELECT DISTINCT rank, thread, sync_start, sync_end FROM _syncs WHERE sync_start IS NOT NULL) j
+        JOIN (SELECT * FROM rule_ranges WHERE domain = 'python') r
+          ON r.start_ns <= j.sync_start AND r.end_ns >= j.sync_end
+         AND {same("r.rank IS NOT DISTINCT FROM j.rank AND r.thread = j.thread")}
+        GROUP BY j.rank, j.sync_start, j.thread""",
+    }
+
+
+AROUND_SQL = around_sql()
+STALLS_SQL = """
+WITH d2h AS (
     SELECT op_id, count(*) AS copies, sum(bytes) AS bytes FROM rule_kernels
     WHERE kind = 'memcpy' AND copy_kind = 'DtoH' GROUP BY op_id
 )
 SELECT j.*, c.inner_op, c.outer_op, coalesce(p.python_site, c.python_site) AS python_site, a.range_name,
        d.copies AS d2h_copies, d.bytes AS d2h_bytes
-FROM j LEFT JOIN ctx_ops c ON c.rank IS NOT DISTINCT FROM j.rank AND c.sync_start = j.sync_start AND c.thread = j.thread
-LEFT JOIN py p ON p.rank IS NOT DISTINCT FROM j.rank AND p.sync_start = j.sync_start AND p.thread = j.thread
-LEFT JOIN annot a ON a.rank IS NOT DISTINCT FROM j.rank AND a.sync_start = j.sync_start
+FROM _syncs j LEFT JOIN _sync_ops c
+  ON c.rank IS NOT DISTINCT FROM j.rank AND c.sync_start = j.sync_start AND c.thread = j.thread
+LEFT JOIN _sync_frames p ON p.rank IS NOT DISTINCT FROM j.rank AND p.sync_start = j.sync_start AND p.thread = j.thread
+LEFT JOIN _sync_ranges a ON a.rank IS NOT DISTINCT FROM j.rank AND a.sync_start = j.sync_start
 LEFT JOIN d2h d ON d.op_id = c.inner_op_id"""
+
+
+def stalls(ctx: RuleContext) -> str:
+    """`STALLS_SQL` made ready: the syncs and what was open around them stored (in the rule's own database)."""
+    ctx.con.execute(f"CREATE OR REPLACE TABLE _syncs AS {SYNCS_SQL}")
+    with range_joins(ctx.con):
+        for name, sql in AROUND_SQL.items():
+            ctx.con.execute(f"CREATE OR REPLACE TABLE {name} AS {sql}")
+    return STALLS_SQL
 
 
 def friendly(sync: str | None, inner: str | None, outer: str | None, pytorch: bool = True) -> str:
@@ -138,7 +166,7 @@ def friendly(sync: str | None, inner: str | None, outer: str | None, pytorch: bo
 )
 def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     groups = ctx.rows(f"""
-        WITH s AS ({STALLS_SQL}),
+        WITH s AS ({stalls(ctx)}),
         per_sync AS (  -- one row per sync call: the idle stretches that followed it
             SELECT rank, sync_start, min(sync_name) AS sync_name, min(inner_op) AS inner_op,
                    min(outer_op) AS outer_op, min(python_site) AS python_site,

@@ -4,7 +4,7 @@ GPU never waits on a sync."""
 
 from __future__ import annotations
 
-from ...conftest import kernel, write_trace
+from ...conftest import cpu_op, kernel, write_trace
 from ..expect import Expect, Near, analyse, check, single_phase, truth
 from ..traces import runtime
 
@@ -103,3 +103,34 @@ def test_silent_without_sync_stalls(tmp_path):
         ev += [runtime("cudaLaunchKernel", t, 3.0, corr=10 + i), kernel("work_kernel", t + 5.0, 100.0, 0, 10 + i)]
         t += 101.0
     check(analyse([write_trace(tmp_path / "nosync.json", ev)]), [], silent=["PR502"])
+
+
+def test_the_sync_is_named_by_its_own_thread_not_a_busier_one(tmp_path):
+    """The ops around a sync are those of its thread (a range join on the times, the thread a filter: see
+    `context.residual`), never a deeper stack another thread has open meanwhile. Construction: thread 1 runs
+    aten::item → aten::_local_scalar_dense → cudaStreamSynchronize, then nothing is launched for 200 ms; thread 2
+    holds four nested ops open across the whole sync (deeper than thread 1's two)."""
+    ev = [
+        runtime("cudaLaunchKernel", 0.0, 3.0, corr=100),
+        kernel("work_kernel", 5.0, 1_000.0, 0, 100),
+        cpu_op("aten::item", 900.0, 200.0, 0, tid=1),
+        cpu_op("aten::_local_scalar_dense", 905.0, 190.0, 0, tid=1),
+        runtime("cudaStreamSynchronize", 910.0, 100.0, corr=101, tid=1),
+    ]
+    ev += [cpu_op(f"aten::other_thread_{d}", 800.0 + d, 400.0 - 2 * d, 0, tid=2) for d in range(4)]
+    t = 201_000.0
+    for i in range(20):
+        ev += [
+            runtime("cudaLaunchKernel", t + i * 500.0, 3.0, corr=102 + i),
+            kernel("work_kernel", t + 5.0 + i * 500.0, 495.0, 0, 102 + i),
+        ]
+    check(
+        analyse([write_trace(tmp_path / "threads.json", ev)]),
+        [
+            Expect(
+                "PR502",
+                evidence={"op": "aten::_local_scalar_dense", "outer_op": "aten::item", "as_written": ".item()"},
+                never_says=[r"other_thread"],
+            )
+        ],
+    )

@@ -76,3 +76,34 @@ def test_start_up_is_reported_apart(tmp_path):
 
 def test_silent_on_compute_bound():
     check(single_phase("compute_bound"), [], silent=["PR504"])
+
+
+def test_a_gap_is_classed_by_its_own_gpu_not_another_one_idle_meanwhile(tmp_path):
+    """A gap's categories are the losses of its own GPU (a range join on the times, the rank and device a filter:
+    see `context.residual`), never those of another GPU idle at the same time. Construction: two ranks with the
+    same clock, 1 ms of kernels each, then 50 ms without a kernel, then 2 ms of kernels — rank 0 waits in a
+    cudaStreamSynchronize that returns as its GPU drains (a sync stall), rank 1 has nothing traced on the host."""
+    paths = []
+    for rank in (0, 1):
+        ev = []
+        for i in range(4):
+            ev += [
+                runtime("cudaLaunchKernel", i * 250.0, 3.0, corr=10 + i),
+                kernel("work_kernel", 5.0 + i * 250.0, 240.0, 0, 10 + i),
+            ]
+        if rank == 0:
+            ev.append(runtime("cudaStreamSynchronize", 1_000.0, 250.0, corr=20))
+        for i in range(4):
+            t = 51_250.0 + i * 500.0
+            ev += [runtime("cudaLaunchKernel", t, 3.0, corr=30 + i), kernel("work_kernel", t + 5.0, 490.0, 0, 30 + i)]
+        paths.append(write_trace(tmp_path / f"rank{rank}.json", ev, rank=rank))
+    v = analyse(paths)
+    f = [x for x in v["findings"] if x["rule"] == "PR504" and x["key"] == "gaps"]
+    assert f, [x["rule"] for x in v["findings"]]
+    gaps = {g["rank"]: g for g in f[0]["evidence"]["gaps"]}
+    assert set(gaps) == {0, 1}, gaps
+    assert gaps[0]["main_category"] == "sync_stall", gaps[0]
+    assert "sync_stall" not in gaps[1]["categories"], gaps[1]
+    # each gap's categories add up to its own idle time, not to both GPUs' (50 ms, to 1%)
+    for g in gaps.values():
+        assert Near(g["duration_ns"], rel=0.01, truth="construction: one GPU's gap").holds(sum(g["categories"].values())), g
