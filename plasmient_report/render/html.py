@@ -6,6 +6,7 @@ themes both read); tables sort in the browser with a few lines of inline script.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import io
@@ -1195,10 +1196,8 @@ class _TemplateCache(FileSystemBytecodeCache):
             bucket.reset()
 
     def dump_bytecode(self, bucket: Bucket) -> None:
-        try:
+        with contextlib.suppress(OSError):  # unwritable (read-only home, full disk): compiled again next run
             super().dump_bytecode(bucket)
-        except OSError:
-            pass
 
 
 def _template_cache() -> _TemplateCache | None:
