@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -56,6 +58,59 @@ class Options:
         return parsers.ParseOptions(tz=self.tz, dcgm_period_s=self.dcgm_period_s)
 
 
+class TraceWriter:
+    """trace.pftrace written on a thread of its own, from a cursor of the store, while the rules and the verdict
+    run on the main one: the trace reads only what the measure stage wrote (and the peaks' GPU names), so it is
+    the same file either way (tests/test_pipeline_trace.py), and most of its time is DuckDB's and numpy's, which
+    run beside the rules' queries (measured: benchmarks/README.md, session 8). The file goes to the run's
+    scratch folder; `take` waits for it and moves it into the output's staging folder. A run that fails or is
+    interrupted `cancel`s it: its queries interrupted, the thread joined, the file removed."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, peaks: Sequence[metrics.GpuPeak], folder: Path) -> None:
+        from .render import perfetto
+
+        self.path = folder / f"trace-{uuid.uuid4().hex[:12]}.pftrace"
+        self.cursor = con.cursor()
+        interrupt.watch(self.cursor)
+        self.error: BaseException | None = None
+        facts = perfetto.RunFacts.of_peaks(peaks)
+
+        def body() -> None:
+            try:
+                perfetto.write(self.cursor, facts, self.path)
+            except BaseException as e:  # handed to the main thread by take()
+                self.error = e
+
+        self.thread = threading.Thread(target=body, name="plasmient-trace", daemon=True)
+        self.thread.start()
+
+    def take(self, dest: Path) -> None:
+        """Wait for the trace, then move it to `dest` (a rename on the same file system, else a copy); raises
+        what the writer raised."""
+        self.thread.join()
+        self._close_cursor()
+        if self.error is not None:
+            self.path.unlink(missing_ok=True)
+            raise self.error
+        try:
+            os.replace(self.path, dest)
+        except OSError:  # another file system (the scratch folder is in TMPDIR)
+            shutil.copyfile(self.path, dest)
+            self.path.unlink(missing_ok=True)
+
+    def cancel(self) -> None:
+        if self.thread.is_alive():
+            with contextlib.suppress(Exception):
+                self.cursor.interrupt()
+            self.thread.join()
+        self._close_cursor()
+        self.path.unlink(missing_ok=True)
+
+    def _close_cursor(self) -> None:
+        with contextlib.suppress(duckdb.Error):
+            self.cursor.close()
+
+
 @dataclass
 class Result:
     """One analysed run: its store and its typed verdict (`typed`; `verdict` is the same as the JSON document)."""
@@ -65,6 +120,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     spill_dir: Path | None = None
     scratch: scratch_mod.Scratch | None = None  # the scratch folder this result owns (analyse() outside a run)
+    trace: TraceWriter | None = None  # trace.pftrace being written (analyse(write_trace_early=True))
 
     @property
     def verdict(self) -> dict[str, Any]:
@@ -75,6 +131,9 @@ class Result:
 
     def close(self) -> None:
         """Close the store and remove its spill folder (the outputs are written by then)."""
+        if self.trace is not None:
+            self.trace.cancel()  # (a trace not taken: the run failed, or its outputs were not written)
+            self.trace = None
         with contextlib.suppress(duckdb.Error):
             self.con.close()
         if self.spill_dir is not None:
@@ -216,12 +275,13 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
     )
 
 
-def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = None) -> Result:
+def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = None, write_trace_early: bool = False) -> Result:
     """The pure per-run function: inputs in, store + verdict out (nothing written to disk but scratch files).
 
     Inside a run (`scratch.run()`, as the CLI and batch call it) the store spills into that run's scratch folder;
     outside one, the Result owns a scratch folder of its own, removed by `Result.close()` (or when it is
-    collected)."""
+    collected). With `write_trace_early` (callers that go on to `write_outputs`) and `opts.write_trace`,
+    trace.pftrace is written into the scratch folder while the rules run (TraceWriter)."""
     selection = rules.configure(opts.rule_select, opts.rule_ignore, opts.rules_config)  # bad codes: fail early
     judge.thresholds_from(opts.rules_config)  # and bad verdict thresholds
     running = scratch_mod.current()
@@ -229,6 +289,7 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
     where = running or own
     assert where is not None
     con, spill = open_store(opts, where)
+    trace: TraceWriter | None = None
     try:
         with scratch_mod.active(where) if own is not None else contextlib.nullcontext():
             ingest(con, inputs, progress, opts.cache_dir, opts.parse_options())
@@ -241,6 +302,8 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
             ctx.inputs = [path_text(p) for p in inputs]
             ctx.tokens_per_step, ctx.samples_per_step = opts.tokens_per_step, opts.samples_per_step
             ctx.model_flops = opts.model_flops
+            if write_trace_early and opts.write_trace:
+                trace = TraceWriter(con, ctx.peaks, where.path)
             if progress:
                 progress("rules", 0, 0)
             _, rule_notes = rules.run(con, selection, ctx.ranges, ctx.precision, ctx.peaks, opts.peaks_file)
@@ -249,9 +312,9 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
                 progress("verdict", 0, 0)
             verdict = judge.build(con, ctx, judge.thresholds_from(opts.rules_config))
     except BaseException:
-        Result(con=con, typed=None, spill_dir=spill, scratch=own).close()
+        Result(con=con, typed=None, spill_dir=spill, scratch=own, trace=trace).close()
         raise
-    result = Result(con=con, typed=verdict, notes=notes, spill_dir=spill, scratch=own)
+    result = Result(con=con, typed=verdict, notes=notes, spill_dir=spill, scratch=own, trace=trace)
     if own is not None:
         weakref.finalize(result, own.close)
     return result
@@ -326,9 +389,16 @@ def write_outputs(
                     else:
                         html.write(result.con, result.typed, tmp / name)
                 elif name == "trace.pftrace":
-                    from .render import perfetto
+                    if result.trace is not None:  # written while the rules ran
+                        trace, result.trace = result.trace, None
+                        try:
+                            trace.take(tmp / name)
+                        finally:
+                            trace.cancel()  # (a no-op once taken; after an error, the file removed)
+                    else:
+                        from .render import perfetto
 
-                    perfetto.write(result.con, result.verdict, tmp / name)  # (reads the document's GPU names)
+                        perfetto.write(result.con, result.verdict, tmp / name)  # (reads the document's GPU names)
                 else:
                     store.save(result.con, tmp / name)  # the store file, checkpointed and moved there: no copy
             if worker is not None:

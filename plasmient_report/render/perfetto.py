@@ -788,8 +788,33 @@ def _fid_sql(*parts: str) -> str:
     return f"(hash({', '.join(parts)}) | 1)"
 
 
-def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -> dict[str, int]:
-    """Write trace.pftrace; returns counts of what was written (for tests and the report)."""
+@dataclass(frozen=True)
+class RunFacts:
+    """What the trace shows beside the store's tables: each GPU's name (its rank's track label) and the HBM peak
+    (kernels' achieved bandwidth). Both come from the measure stage's peaks, which the verdict repeats: the trace
+    can be written from either, before or after the rules (pipeline.TraceWriter writes it while they run)."""
+
+    gpu_names: dict[tuple[int, int], str | None]
+    bandwidth_tbs: float | None
+
+    @classmethod
+    def of_verdict(cls, verdict: dict[str, Any]) -> RunFacts:
+        gpus = verdict.get("run", {}).get("gpus", [])
+        return cls({(g["rank"], g["device"]): g.get("name") for g in gpus}, verdict.get("peak", {}).get("memory_bandwidth_tbs"))
+
+    @classmethod
+    def of_peaks(cls, peaks: Sequence[Any]) -> RunFacts:
+        """From the measure stage's GpuPeak list, as judge.build puts them into the verdict (run.gpus: every
+        GPU's name; peak.memory_bandwidth_tbs: the first GPU's)."""
+        first = peaks[0].peak if peaks else None
+        bw = first.bandwidth_bytes_s / 1e12 if first is not None and first.bandwidth_bytes_s else None
+        return cls({(p.rank, p.device): p.device_name for p in peaks}, bw)
+
+
+def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any] | RunFacts, path: Path) -> dict[str, int]:
+    """Write trace.pftrace; returns counts of what was written (for tests and the report). `verdict`: the verdict
+    document, or the same facts taken from the peaks (RunFacts)."""
+    facts = verdict if isinstance(verdict, RunFacts) else RunFacts.of_verdict(verdict)
     stats = {"kernels": 0, "collective_flows": 0, "tracks": 0, "time_shift_ns": 0}
     ranks = [r for (r,) in con.execute("SELECT DISTINCT rank FROM kernels WHERE rank IS NOT NULL ORDER BY rank").fetchall()]
     peak = (
@@ -803,8 +828,7 @@ def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], path: Path) -
         if _exists(con, "metrics")
         else {}
     )
-    bw_all = verdict.get("peak", {}).get("memory_bandwidth_tbs")
-    gpu_names = {(g["rank"], g["device"]): g.get("name") for g in verdict.get("run", {}).get("gpus", [])}
+    bw_all, gpu_names = facts.bandwidth_tbs, facts.gpu_names
     hosts = dict(con.execute("SELECT rank, any_value(host) FROM sources GROUP BY rank").fetchall())
     shift = _time_shift(con)
     stats["time_shift_ns"] = shift
