@@ -202,6 +202,21 @@ def test_gpu_with_no_name_is_identified_from_its_properties(tmp_path):
     assert "identified as AMD Instinct MI300X from its properties" in con.execute("SELECT notes FROM sources").fetchone()[0]
 
 
+def test_gpus_under_the_first_name_of_the_properties_block(tmp_path):
+    # Kineto of early 2021 (torch 1.8) wrote the block as `computeProperties` (kineto's tb_plugin test trace
+    # gpu_metrics_input.json: four of these V100 entries): read as deviceProperties is.
+    entry = {"name": "Tesla V100-DGXS-32GB", "totalGlobalMem": 34087305216, "major": 7, "minor": 0, "multiProcessorCount": 80}
+    p = tmp_path / "t.json"
+    doc = {
+        "schemaVersion": 1,
+        "computeProperties": [{"id": i, **entry} for i in range(4)],
+        "traceEvents": [kernel("k", 10.0, 5.0, 1, 1, device=1)],
+    }
+    p.write_text(json.dumps(doc))
+    con = ingest(p)
+    assert con.execute("SELECT device, name, sm_count FROM devices").fetchall() == [(1, "Tesla V100-DGXS-32GB", 80)]
+
+
 @pytest.mark.parametrize(
     ("doc", "says"),
     [

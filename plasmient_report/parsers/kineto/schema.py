@@ -103,6 +103,18 @@ class DeviceProp(msgspec.Struct):
     computeMinor: int | None = None
     numSms: int | None = None
     warpSize: int | None = None
+    # cudaDeviceProp's own spellings, as the early block (`computeProperties`) has them
+    major: int | None = None
+    minor: int | None = None
+    multiProcessorCount: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.computeMajor is None:
+            self.computeMajor = self.major
+        if self.computeMinor is None:
+            self.computeMinor = self.minor
+        if self.numSms is None:
+            self.numSms = self.multiProcessorCount
 
 
 class PgConfig(msgspec.Struct):
@@ -126,6 +138,8 @@ class TraceHead(msgspec.Struct):
 
     traceEvents: msgspec.Raw = msgspec.Raw()
     deviceProperties: msgspec.Raw = msgspec.Raw()
+    # The same entries under their first name (Kineto of early 2021, torch 1.8: id, name, major, minor, …)
+    computeProperties: msgspec.Raw = msgspec.Raw()
     distributedInfo: msgspec.Raw = msgspec.Raw()
     baseTimeNanoseconds: msgspec.Raw = msgspec.Raw()
     schemaVersion: msgspec.Raw = msgspec.Raw()
@@ -167,15 +181,16 @@ def decode_head(buf: bytes) -> Head:
     """The small non-event part of a trace. Raises msgspec.DecodeError on JSON that is not an object."""
     th = msgspec.json.decode(buf, type=TraceHead)
     head = Head(has_events=bool(th.traceEvents))
-    entries = _lenient(th.deviceProperties, list[msgspec.Raw])
-    if th.deviceProperties and not isinstance(entries, list):
-        head.notes.append("deviceProperties is not a list: left out")
+    props, key = (th.deviceProperties, "deviceProperties") if th.deviceProperties else (th.computeProperties, "computeProperties")
+    entries = _lenient(props, list[msgspec.Raw])
+    if props and not isinstance(entries, list):
+        head.notes.append(f"{key} is not a list: left out")
     for raw in entries if isinstance(entries, list) else []:
         d = _lenient(raw, DeviceProp)
         if isinstance(d, DeviceProp):
             head.devices.append(d)
         else:
-            head.notes.append("a deviceProperties entry of unexpected types was left out")
+            head.notes.append(f"a {key} entry of unexpected types was left out")
     di = _lenient(th.distributedInfo, DistributedInfo)
     head.distributed = di if isinstance(di, DistributedInfo) else None
     base = _lenient(th.baseTimeNanoseconds, int)
