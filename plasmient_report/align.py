@@ -38,6 +38,10 @@ ZONE_MAX_NS = 14 * 3600 * 10**9  # … by at most 14 h
 # own spread of ends between ranks on one host: 1–16 µs on the H200 recordings); an applied shift is uncertain
 # by at least as much.
 MIN_RANK_SHIFT_NS = 50_000
+# Traces whose spans are further apart than this, with no overlap, were not recorded together: the ranks of one run
+# are profiled at the same time (their clocks agree to seconds, even across hosts), whatever the profiler schedule.
+RUN_GAP_NS = 3600 * 10**9
+EPOCH_2000_NS = 946_684_800 * 10**9  # earlier "times" are relative to a process start: no calendar to compare on
 UTIL_METRICS = ("gpu_util", "gr_engine_active", "sm_active")
 _UNITS_NS = {
     "ns": 1,
@@ -220,6 +224,38 @@ def apply_forced(con: duckdb.DuckDBPyConnection, forced: Sequence[ForcedOffset])
         _set_clock(con, sid, f.offset_ns, "forced", 0)
         done.add(sid)
     return done
+
+
+def one_recording(con: duckdb.DuckDBPyConnection) -> None:
+    """Refuse traces that were not recorded together (exit 2, naming two of them): spans on calendar clocks more
+    than RUN_GAP_NS apart with nothing between them are separate recordings, not ranks of one run — analysed as one,
+    their steps, stragglers and collectives would be compared across days (and the rank alignment would pair
+    their collectives' sequence numbers). Counter logs are matched to the traces later and are not checked here;
+    traces on a process-relative clock have no calendar to compare."""
+    rows = con.execute(f"""
+        SELECT s.path, s.first_ns + coalesce(c.offset_ns, 0) AS a, s.last_ns + coalesce(c.offset_ns, 0) AS b
+        FROM sources s LEFT JOIN clock c USING (source_id)
+        WHERE s.rank_method IS DISTINCT FROM 'counters' AND s.first_ns IS NOT NULL AND s.last_ns IS NOT NULL
+          AND s.clock_anchor IS DISTINCT FROM 'relative' AND s.first_ns >= {EPOCH_2000_NS}
+        ORDER BY a, b, s.path""").fetchall()
+    if len(rows) < 2:
+        return
+    end_path, end = rows[0][0], rows[0][2]
+    for path, a, b in rows[1:]:
+        if a - end > RUN_GAP_NS:
+            raise BadInput(
+                None,
+                f"{Path(end_path).name} and {Path(path).name} were not recorded together: the second starts "
+                f"{_long_duration(a - end)} after the first ends — not ranks of one run. Analyse each alone, or "
+                "all of them with `plasmient-report batch`",
+            )
+        if b > end:
+            end_path, end = path, b
+
+
+def _long_duration(ns: int) -> str:
+    h = ns / 3.6e12
+    return f"{h / 24:.1f} days" if h >= 48 else f"{h:.1f} hours"
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -798,6 +834,7 @@ def align(
     anchor_sources(con)
     try:
         fixed = apply_forced(con, forced)
+        one_recording(con)
         _, rank_notes = align_ranks(con, fixed)
         notes += rank_notes
         notes += match_counter_gpus(con)

@@ -435,3 +435,34 @@ def test_every_source_of_a_run_has_one_clock_record():
     res = run([corpus_file("h200-single-kineto")])  # run() holds the store to it (contract.check_store)
     assert res.con.execute("SELECT count(*) FROM clock").fetchone() == (len(res.verdict["clock"]["sources"]),)
     assert parsers.AUXILIARY >= {s["format"] for s in res.verdict["clock"]["sources"] if s["format"] != "kineto"}
+
+
+def _rank_trace(path: Path, rank: int, base: int) -> Path:
+    ev = [
+        cpu_op("aten::mm", 1.0, 5.0, ext=1, dims=[[64, 64], [64, 64]], types=["float"] * 2),
+        launch(2.0, ext=1, corr=11),
+        kernel("gemm_kernel", 10.0, 100.0, ext=1, corr=11),
+    ]
+    return write_trace(path, ev, rank=rank, base=base)
+
+
+def test_traces_recorded_days_apart_are_not_one_run(tmp_path):
+    # Construction: two one-kernel traces on calendar clocks, the second starting three days after the first (a real
+    # case: TraceLens's H100 and MI300X recordings of one model, 9.4 days apart, given together). Ranks of one run
+    # are profiled at the same time: refused, naming both, with the way out.
+    a = _rank_trace(tmp_path / "a.json", 0, BASE)
+    b = _rank_trace(tmp_path / "b.json", 1, BASE + 3 * 86_400 * 10**9)
+    with pytest.raises(BadInput, match=r"a\.json and b\.json were not recorded together: the second starts 3\.0 days"):
+        pipeline.analyse([a, b], pipeline.Options(write_html=False, write_trace=False))
+
+
+def test_ranks_minutes_apart_are_one_run(tmp_path):
+    # Two ranks whose profiles start ten minutes apart (a profiler schedule that started late on one rank, or a
+    # clock ten minutes off): still one run, analysed as two ranks.
+    a = _rank_trace(tmp_path / "a.json", 0, BASE)
+    b = _rank_trace(tmp_path / "b.json", 1, BASE + 600 * 10**9)
+    res = pipeline.analyse([a, b], pipeline.Options(write_html=False, write_trace=False))
+    try:
+        assert res.verdict["run"]["ranks"] == [0, 1]
+    finally:
+        res.close()
