@@ -125,12 +125,12 @@ def shown_pct(x: float) -> str:
 
 
 def shown_achieved(verdict: dict[str, Any]) -> str:
-    """The headline achieved fraction: 'unknown' when null, '≥ N%' when a lower bound ('≥ ?' below 0.5%)."""
+    """The headline achieved fraction: 'unknown' when null, '≥ N%' when a lower bound (two decimals below 1%)."""
     ach = verdict["achieved_fraction_of_peak"]
     if ach is None:
         return "unknown"
     if verdict["achieved_is_lower_bound"]:
-        return "≥ ?" if ach < 0.005 else "≥ " + shown_pct(ach)
+        return "≥ " + (f"{ach * 100:.2f}%" if 0 < ach < 0.01 else shown_pct(ach))
     return shown_pct(ach)
 
 

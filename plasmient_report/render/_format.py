@@ -46,16 +46,20 @@ def _verdict(v: Verdict | dict[str, Any]) -> Verdict:
 
 
 def achieved_text(verdict: Verdict | dict[str, Any]) -> str:
-    """The headline achieved fraction: 'unknown' when it is null, '≥ 12%' when it is a lower bound, '≥ ?' for a
-    lower bound near zero (it says nothing)."""
+    """The headline achieved fraction: 'unknown' when it is null, '≥ 12%' when it is a lower bound (two decimals
+    below 1%: '≥ 0.12%', what the estimated kernels alone achieved)."""
     v = _verdict(verdict)
     achieved = v.achieved_fraction_of_peak
     if achieved is None:
         return "unknown"
-    text = pct(achieved)
     if v.achieved_is_lower_bound:
-        text = "≥ " + text if achieved >= 0.005 else "≥ ?"
-    return text
+        return "≥ " + (f"{achieved:.2%}" if 0 < achieved < 0.01 else pct(achieved))
+    return pct(achieved)
+
+
+def bounded_pct(x: float | None, lower_bound: bool) -> str:
+    """A table's achieved fraction: '≥ 12%' when it is a lower bound, 'n/a' when unknown."""
+    return ("≥ " if lower_bound and x is not None else "") + pct(x)
 
 
 def achieved_why(verdict: Verdict | dict[str, Any]) -> str | None:
@@ -181,7 +185,8 @@ def step_outliers_text(s: StepSummary) -> str:
     """The slowest step, and how many are flagged slow: 'slowest ProfilerStep#3 (rank 1) +0.5%'."""
     parts = []
     w = s.slowest
-    if w is not None and s.steps > 1:
+    # (a slowest step within 0.5% of the median is no outlier: nothing to say)
+    if w is not None and s.steps > 1 and (w.excess_over_median is None or w.excess_over_median >= 0.005):
         where = f" on rank {w.rank}" if s.ranks > 1 else ""
         parts.append(
             f"slowest {range_name(w.name)}{where} {ms(w.gpu_ns)}"

@@ -13,6 +13,7 @@ from ..verdict_model import RankSummary, Verdict, from_dict
 from ._format import (
     achieved_text,
     achieved_why,
+    bounded_pct,
     category_label,
     hardware_label,
     pct,
@@ -173,7 +174,7 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
                 f"  {rk.rank}",
                 str(rk.device),
                 pct(rk.utilization.trace),
-                pct(rk.achieved_fraction_of_peak),
+                bounded_pct(rk.achieved_fraction_of_peak, rk.achieved_is_lower_bound),
                 f"{category_label(top.category)} {pct(top.fraction)}" if top else "",
             )
         lines.append(tbl)
@@ -200,7 +201,7 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
                 range_occurrences(r, v),
                 _ms(range_per_occurrence_ns(r)),
                 pct(r.utilization),
-                pct(r.achieved_fraction_of_peak),
+                bounded_pct(r.achieved_fraction_of_peak, r.achieved_is_lower_bound),
             )
         lines.append(tbl)
         if len(ranges) > MAX_RANGES:
