@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 import msgspec
 
-from . import __version__, measured, roofline, verdict_tables
+from . import __version__, measured, roofline, verdict_tables, vocab
 from .errors import BadInput
 from .metrics import STEP_LABEL, GpuPeak, loss_fractions, window_label
 from .store import one
@@ -686,6 +686,17 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     )
     word = verdict_word(util, achieved, comm_share, t, ach.lower_bound, ach.peak_known)
     notes = list(ctx.notes)
+    captured = graph_capture(con)
+    if captured is not None:
+        n_cap, n_in, n_all, api = captured
+        notes.append(
+            f"{n_in:,} of the trace's {n_all:,} kernel launches went into {n_cap} {api} graph capture"
+            f"{'s' if n_cap != 1 else ''} ({api.lower()}StreamBeginCapture … EndCapture): recorded into a graph, "
+            "not run while profiled — that host time is the graph's set-up, not the workload; profile the "
+            f"graph's replays ({api.lower()}GraphLaunch) to measure it"
+        )
+        if word == "idle" and n_in >= n_all / 2:
+            word = "idle (graph capture)"
     unknown_pct = f"{ach.unknown_fraction:.0%}" if ach.unknown_fraction is not None else "?"
     if achieved is None and ach.peak_known and ach.lower_bound:
         notes.append(
@@ -715,6 +726,8 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
             "peak: a FLOP estimate or the peak is wrong"
         )
     notes += _precision_notes(con, scope, head_range)
+    notes += _unlaunched_notes(con, scope, head_range, head.get("window_ns"))
+    notes += _wait_unknown_notes(con, losses)
     for rs in ranges:
         if rs.window == "cpu":
             notes.append(f"range {rs.name} launched no GPU work: its window is its CPU interval")
@@ -828,6 +841,103 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
         launch_stats=verdict_tables.launch_stats(con, scope, head_range),
         notes=notes,
     )
+
+
+def graph_capture(con: duckdb.DuckDBPyConnection) -> tuple[int, int, int, str] | None:
+    """Stream captures in the trace: (captures, launches made inside one — same thread, between its begin and end
+    calls —, all kernel launches, 'CUDA' or 'HIP'); None when nothing was captured."""
+    row = one(
+        con,
+        """
+        WITH b AS (SELECT source_id, thread, start_ns, name FROM api_calls WHERE regexp_matches(name, $begin)),
+        e AS (SELECT source_id, thread, end_ns FROM api_calls WHERE regexp_matches(name, $end)),
+        cap AS (
+            SELECT b.source_id, b.thread, b.start_ns, e.end_ns, b.name FROM b
+            ASOF JOIN e ON e.source_id = b.source_id AND e.thread IS NOT DISTINCT FROM b.thread AND e.end_ns >= b.start_ns
+        ), l AS (
+            SELECT source_id, thread, start_ns FROM api_calls
+            WHERE regexp_matches(name, $launch) AND NOT regexp_matches(name, $graph) AND kind IS DISTINCT FROM 'osrt'
+        ), inside AS (
+            SELECT count(*) AS n FROM l SEMI JOIN cap c
+              ON c.source_id = l.source_id AND c.thread IS NOT DISTINCT FROM l.thread
+             AND l.start_ns BETWEEN c.start_ns AND c.end_ns
+        )
+        SELECT (SELECT count(*) FROM cap), (SELECT n FROM inside), (SELECT count(*) FROM l),
+               (SELECT bool_or(starts_with(lower(name), 'hip')) FROM cap)""",
+        {
+            "begin": vocab.CAPTURE_BEGIN_API_RE,
+            "end": vocab.CAPTURE_END_API_RE,
+            "launch": vocab.LAUNCH_API_RE,
+            "graph": vocab.GRAPH_LAUNCH_API_RE,
+        },
+    )
+    if not row or not row[0] or not row[1]:
+        return None
+    return int(row[0]), int(row[1]), int(row[2]), "HIP" if row[3] else "CUDA"
+
+
+def _wait_unknown_notes(con: duckdb.DuckDBPyConnection, losses: list[Loss]) -> list[str]:
+    """A material `collective_transfer` loss whose collectives were seen on one rank only: their time includes any
+    wait for the peers (not separable without the peers' traces), so it is not all data moving."""
+    share = next((x.fraction for x in losses if x.category == "collective_transfer"), 0.0) or 0.0
+    if share < WAIT_UNKNOWN_NOTE_FRACTION:
+        return []
+    row = (
+        one(
+            con,
+            """SELECT sum(dur_ns) FILTER (WHERE NOT wait_known), sum(dur_ns), max(group_size) FILTER (WHERE NOT wait_known)
+           FROM collective_transfers WHERE kind IS DISTINCT FROM 'p2p'""",
+        )
+        if _table(con, "collective_transfers")
+        else None
+    )
+    if not row or not row[0] or not row[1] or row[0] < row[1] / 2:
+        return []
+    group = f" of {int(row[2])}" if row[2] else ""
+    return [
+        f"collective transfer ({share:.0%}) includes any waiting for the peers: its collectives were seen on one "
+        f"rank{group} only, so the time this rank waited cannot be told from data moving — give every rank's "
+        "trace to split it into collective wait and transfer"
+    ]
+
+
+def _table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return one(con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [name]) != (0,)
+
+
+WAIT_UNKNOWN_NOTE_FRACTION = 0.05
+
+
+# Kernels with no launch in a trace that records launches are said when they hold this much of the window.
+UNLAUNCHED_NOTE_FRACTION = 0.01
+
+
+def _unlaunched_notes(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None, window_ns: int | None) -> list[str]:
+    """GPU work in the window whose launch the trace does not hold, in traces that record launches: queued before
+    the profiler started (the previous step's kernels still running) or launch records lost. It is measured
+    (utilization, time-based losses) but no op launched it: no FLOP estimate, no step."""
+    if not window_ns:
+        return []
+    row = one(
+        con,
+        """
+        WITH launching AS (SELECT DISTINCT source_id FROM kernel_launch WHERE launch_start_ns IS NOT NULL)
+        SELECT count(DISTINCT wk.kernel_id), sum(wk.end_ns - wk.start_ns) FROM window_kernels wk
+        JOIN kernel_launch kl USING (kernel_id)
+        WHERE wk.scope = ? AND wk.range_name IS NOT DISTINCT FROM ? AND kl.launch_start_ns IS NULL
+          AND kl.source_id IN (SELECT source_id FROM launching)""",
+        [scope, range_name],
+    )
+    n, ns = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+    share = ns / window_ns  # (the run's window: its GPUs' windows summed)
+    if not n or share < UNLAUNCHED_NOTE_FRACTION:
+        return []
+    return [
+        f"{n:,} GPU {'activity' if n == 1 else 'activities'} ({ns / 1e6:,.2f} ms, {share:.0%} of the window's GPU "
+        f"time) {'has' if n == 1 else 'have'} no launch in the trace — queued before the profiler started (the "
+        "previous step's work still running), or launch records lost: counted in utilization and the time-based "
+        "losses, but no op launched them — no shapes to estimate their FLOPs from, no step that launched them"
+    ]
 
 
 def _precision_notes(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None) -> list[str]:

@@ -705,7 +705,11 @@ class Verdict(_Struct, kw_only=True):
     losses: Annotated[list[Loss], _d("the loss waterfall, largest first (fractions of the window's peak)")]
     headroom: Annotated[Headroom, _d("1 / achieved")]
     verdict: Annotated[
-        str, _d("verdict word: idle, communication-bound, healthy, busy, not useful, underused, busy (no peak known), no data")
+        str,
+        _d(
+            "verdict word: idle ('idle (graph capture)' when most launches went into a graph capture), "
+            "communication-bound, healthy, busy, not useful, underused, busy (no peak known), no data"
+        ),
     ]
     findings: Annotated[list[Finding], _d("the rules' findings, worst first")]
     ranks: Annotated[list[RankSummary], _d("one entry per (rank, device)")]

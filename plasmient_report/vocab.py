@@ -177,6 +177,9 @@ LAUNCH_API_RE = (
 )
 # Launches of a captured CUDA / HIP graph: one call starts all the graph's kernels.
 GRAPH_LAUNCH_API_RE = r"(?i)graphlaunch"
+# Stream capture: launches between these calls on one thread are recorded into a graph, not run.
+CAPTURE_BEGIN_API_RE = r"(?i)^(cuda|hip)StreamBeginCapture"
+CAPTURE_END_API_RE = r"(?i)^(cuda|hip)StreamEndCapture"
 # One-time set-up calls: context and module loading, library handles, device queries, stream / event creation,
 # allocations and frees (the caching allocator's growth is a one-time cost too).
 STARTUP_API_RE = (
@@ -304,6 +307,10 @@ PYTORCH_RANGE_RE = r"^(ProfilerStep#|enumerate\(DataLoader|Optimizer\.(step|zero
 TENSORRT_RE = r"(?i)(^TensorRT$|ExecutionContext::|_trt$|genericReformat|^trt_|tensorrt)"
 # Graph launches: the program already replays captured graphs (CUDA / HIP graphs).
 GRAPH_LAUNCH_API_RE = r"(?i)graphlaunch"
+# Inference servers that reserve most of the GPU for their KV cache by design (vLLM's gpu_memory_utilization,
+# SGLang's mem_fraction_static): their kernels (vllm::…), custom ops or Python frames (with_stack) name them.
+VLLM_RE = r"(^|[^a-z])vllm(::|/|\.|_C|[^a-z]|$)"
+SGLANG_RE = r"(^|[^a-z])sglang(::|/|\.|[^a-z]|$)"
 # HIP runtime calls: a ROCm program.
 HIP_API_RE = r"^hip"
 # CPU ops that are annotations or compiled regions, not framework ops: never a kernel's op to fuse.

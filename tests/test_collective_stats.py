@@ -154,3 +154,55 @@ def test_interconnect_in_the_peak_table_and_a_users_file(tmp_path):
     user.write_text('[[gpu]]\nkey = "X1"\nbf16 = 100\n[gpu.interconnect]\nlink_gbs = -1\n')
     with pytest.raises(Exception, match="link_gbs"):
         peaks.load_table(user)
+
+
+def test_one_ranks_collective_time_is_said_to_include_any_wait(tmp_path):
+    # Construction (tests/rules/traces.allreduce_traces): rank 1 reaches every all-reduce 300 µs late, so rank 0
+    # waits 300 µs of each 450 µs all-reduce. Given rank 0 alone, that wait cannot be told from the transfer: the
+    # collective-transfer loss says it includes any wait; given both ranks the wait is measured and nothing is said.
+    from .rules.traces import allreduce_traces
+
+    paths = allreduce_traces(tmp_path, skew_us=300.0)
+
+    def verdict(inputs):  # type: ignore[no-untyped-def]
+        res = pipeline.analyse(inputs, pipeline.Options(write_html=False, write_trace=False))
+        try:
+            return res.verdict
+        finally:
+            res.close()
+
+    alone = verdict(paths[:1])
+    transfer = next(x["fraction"] for x in alone["losses"] if x["category"] == "collective_transfer")
+    assert transfer > 0.25  # 450 of each 1300 µs step
+    said = [n for n in alone["notes"] if "includes any waiting for the peers" in n]
+    assert len(said) == 1 and "seen on one rank of 2 only" in said[0]
+    both = verdict(paths)
+    assert not [n for n in both["notes"] if "waiting for the peers" in n]
+
+
+def test_a_symmetric_memory_all_reduce_is_a_collective_sized_by_its_op(tmp_path):
+    # Construction: torch's symmetric-memory all-reduce (the tensor-parallel all-reduce of vLLM on a B200, TraceLens's
+    # b200 eager trace: symm_mem::multimem_all_reduce_ over a [2557440] bf16 buffer). No NCCL metadata: the op that
+    # launched the kernel gives the collective and its buffer, 1 Mi bf16 elements = 2 MiB, moved in 10 µs.
+    from .conftest import cpu_op, kernel, launch, write_trace
+
+    n = 1 << 20
+    ev = []
+    for i in range(3):
+        t0 = 100.0 * i
+        ev.append(
+            cpu_op("symm_mem::multimem_all_reduce_", t0, 5.0, ext=i + 1, dims=[[n], [], []], types=["c10::BFloat16", "", ""])
+        )
+        ev.append(launch(t0 + 1.0, ext=i + 1, corr=10 + i))
+        name = "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*, unsigned long)"
+        ev.append(kernel(name, t0 + 10.0, 10.0, ext=i + 1, corr=10 + i))
+    res = pipeline.analyse([write_trace(tmp_path / "symm.json", ev)], pipeline.Options(write_html=False, write_trace=False))
+    try:
+        rows = res.con.execute("SELECT collective, seq, in_nelems, dtype, bytes FROM collectives ORDER BY seq").fetchall()
+        assert rows == [("allreduce", i, n, "bfloat16", 2 * n) for i in range(3)]
+        (g,) = res.verdict["collective_stats"]["groups"]
+        assert g["collective"] == "allreduce" and g["ops"] == 3 and g["bytes"] == 2 * n
+        assert g["algbw_bytes_s"] == pytest.approx(2 * n / 10e-6, rel=1e-9)  # construction: 2 MiB in 10 µs
+        assert g["wait_known"] is False and g["busbw_bytes_s"] is None  # one rank, no group size: nothing invented
+    finally:
+        res.close()

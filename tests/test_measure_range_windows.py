@@ -69,6 +69,61 @@ def test_host_ahead_windows_follow_the_gpu(tmp_path):
     assert v["ranges"][0]["window"] == "gpu" and v["ranges"][0]["count"] == steps and v["ranges"][0]["ranks"] == 1
 
 
+def test_steps_tile_when_each_prefetches_on_a_side_stream_while_the_last_one_computes(tmp_path):
+    # The host runs ahead; at the start of every step it launches a short copy-like kernel on a side stream (a
+    # prefetch) that runs at once, while the previous step's mm still runs on the compute stream. Truth by
+    # construction: the steps' windows tile the GPU — each from the end of the previous step's mm to the end of its
+    # own — so their lengths add up to the profiled span and each step after the first lasts one mm (a real
+    # trace of this shape: HTA's negative_queue_length test trace, A100, steps 216 ms apart on the host).
+    steps, ahead_us, gpu_us, pre_us = 5, 1000.0, 10_000.0, 50.0
+    ev: list[dict[str, Any]] = []
+    t_gpu = 100.0
+    for k in range(steps):
+        t0 = k * ahead_us
+        ev.append(annotation(f"ProfilerStep#{k}", t0, ahead_us))
+        ev.append(launch(t0 + 1.0, ext=500 + k, corr=500 + k))
+        ev.append(kernel("prefetch_kernel", t0 + 10.0, pre_us, ext=500 + k, corr=500 + k, stream=25))
+        ev.append(cpu_op("aten::mm", t0 + 2.0, 6.0, ext=k + 1, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2))
+        ev.append(launch(t0 + 5.0, ext=k + 1, corr=100 + k))
+        ev.append(kernel("nvjet_sm90_tst_gemm", t_gpu, gpu_us, ext=k + 1, corr=100 + k))
+        t_gpu += gpu_us
+    res = analyse([write_trace(tmp_path / "prefetch.json", ev)], ranges=["ProfilerStep#*"])
+    occ = res.con.execute("SELECT start_ns, end_ns FROM range_occurrences ORDER BY occurrence").fetchall()
+    assert len(occ) == steps
+    assert all(occ[i][1] == occ[i + 1][0] for i in range(steps - 1))  # they tile
+    lengths = [(e - s) / 1e3 for s, e in occ]
+    assert lengths[0] == pytest.approx(100.0 + gpu_us)  # from its CPU start (t = 0) to the end of its mm
+    assert lengths[1:] == pytest.approx([gpu_us] * (steps - 1))
+    span_us = 100.0 + steps * gpu_us
+    assert sum(lengths) == pytest.approx(span_us)
+    v = res.verdict
+    assert v["run"]["window_ns"] == pytest.approx(span_us * 1e3)
+    rs = v["ranges"][0]
+    assert rs["count"] == steps
+    assert rs["window_ns"] / steps == pytest.approx(span_us * 1e3 / steps, rel=1e-9)
+
+
+def test_a_step_inside_work_launched_before_it_keeps_its_own_window(tmp_path):
+    # Step 0 launches a 50 ms side-stream copy that outlasts step 1's own work entirely: step 1 cannot start at the
+    # end of the work launched before it (it would have no window), so it starts at its own first activity.
+    ev: list[dict[str, Any]] = [
+        annotation("ProfilerStep#0", 0.0, 1000.0),
+        launch(1.0, ext=9, corr=9),
+        kernel("long_copy_kernel", 100.0, 50_000.0, ext=9, corr=9, stream=25),
+        cpu_op("aten::mm", 2.0, 6.0, ext=1, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2),
+        launch(5.0, ext=1, corr=101),
+        kernel("nvjet_sm90_tst_gemm", 100.0, 10_000.0, ext=1, corr=101),
+        annotation("ProfilerStep#1", 1000.0, 1000.0),
+        cpu_op("aten::mm", 1002.0, 6.0, ext=2, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2),
+        launch(1005.0, ext=2, corr=102),
+        kernel("nvjet_sm90_tst_gemm", 10_100.0, 10_000.0, ext=2, corr=102),
+    ]
+    res = analyse([write_trace(tmp_path / "long.json", ev)], ranges=["ProfilerStep#*"])
+    occ = res.con.execute("SELECT start_ns, end_ns FROM range_occurrences ORDER BY occurrence").fetchall()
+    t0 = occ[0][0]  # (write_trace puts the trace at a wall-clock base)
+    assert [(t - t0) / 1e3 for row in occ for t in row] == pytest.approx([0.0, 50_100.0, 10_100.0, 20_100.0])
+
+
 def test_work_launched_before_the_profile_counts_as_before(tmp_path):
     # 20 ms of GPU work with no launch record is running when step 0 begins: step 0's window starts at its end.
     prior = 20_000.0
@@ -76,6 +131,17 @@ def test_work_launched_before_the_profile_counts_as_before(tmp_path):
     ((s0, e0),) = res.con.execute("SELECT start_ns, end_ns FROM range_occurrences WHERE occurrence = 0").fetchall()
     assert (e0 - s0) / 1e3 == pytest.approx(10_000.0)
     assert res.verdict["run"]["window_ns"] == pytest.approx(3 * 10_000.0 * 1e3)
+
+
+def test_work_with_no_launch_is_said_in_the_whole_profile(tmp_path):
+    # The same construction, whole profile: the 20 ms prior kernel (no launch record) is 20 000 of the 50 100 µs
+    # window (t = 0 … 100 + 20 000 + 3 × 10 000): said, with its count and time, since no op's shapes give its FLOPs.
+    res = analyse([host_ahead_trace(tmp_path, steps=3, prior_us=20_000.0)])
+    notes = [n for n in res.verdict["notes"] if "no launch in the trace" in n]
+    assert len(notes) == 1
+    assert notes[0].startswith("1 GPU activity (20.00 ms, 40% of the window's GPU time) has no launch")
+    # every kernel launched in the trace: nothing to say
+    assert not [n for n in run([host_ahead_trace(tmp_path, steps=3)])["notes"] if "no launch" in n]
 
 
 def test_model_flops_go_to_the_kernels_each_occurrence_launched(tmp_path):

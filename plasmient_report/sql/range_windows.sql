@@ -6,7 +6,9 @@
 -- or its record lost) is never launched by a range and counts as launched before it — before each occurrence
 -- whose own first activity it precedes on that GPU. Consecutive steps thus tile
 -- the GPU timeline when the host runs ahead, and keep the GPU's waits on the host (data loading, a sync) in the
--- step that caused them. An occurrence that launched nothing on a GPU keeps its CPU interval there. A rank that
+-- step that caused them — also when a step's first activity (a prefetch on a side stream) starts while the work
+-- launched before it still runs: that activity's time is then measured in the previous step's window. Only
+-- when the work launched before it outlasts all of its own does an occurrence start at its own first activity. An occurrence that launched nothing on a GPU keeps its CPU interval there. A rank that
 -- has only Kineto's GPU-stream copies of the range (no CPU side) keeps those. An activity launched inside two
 -- occurrences of one label (a glob matching nested names) is counted for the later-starting one.
 -- Depends: range_labels, kernel_launch, intervals
@@ -74,9 +76,14 @@ WITH occ AS (SELECT * FROM _range_instances), acts AS (
       ON u.rank IS NOT DISTINCT FROM b0.rank AND u.device = b0.device AND u.start_ns < b0.first_start_ns
 )
 SELECT b.label, b.is_window, b.name, b.rank, b.device, b.occurrence, b.cpu_start_ns, b.cpu_end_ns,
-       CASE WHEN coalesce(b.n, 0) > 0
-            THEN least(greatest(b.cpu_start_ns, b.end_before_ns), b.first_start_ns)
-            ELSE b.cpu_start_ns END AS start_ns,
+       CASE WHEN coalesce(b.n, 0) = 0 THEN b.cpu_start_ns
+            -- the spec's start, also when some of its own work (a prefetch on a side stream) began earlier, while the
+            -- work launched before it still ran: consecutive steps then tile the GPU (their lengths add up to the span)
+            WHEN greatest(b.cpu_start_ns, b.end_before_ns) < greatest(b.cpu_end_ns, b.last_end_ns)
+            THEN greatest(b.cpu_start_ns, b.end_before_ns)
+            -- work launched before it outlasts all of its own (one long copy across several steps): its own first
+            -- activity, so that the occurrence keeps a window
+            ELSE least(greatest(b.cpu_start_ns, b.end_before_ns), b.first_start_ns) END AS start_ns,
        CASE WHEN coalesce(b.n, 0) > 0 THEN greatest(b.cpu_end_ns, b.last_end_ns) ELSE b.cpu_end_ns END AS end_ns,
        coalesce(b.n, 0) AS launched,
        CASE WHEN b.on_gpu THEN 'gpu_annotation' WHEN coalesce(b.n, 0) > 0 THEN 'gpu' ELSE 'cpu' END AS window_kind
@@ -90,7 +97,7 @@ COMMENT ON COLUMN range_occurrences.device IS 'the GPU';
 COMMENT ON COLUMN range_occurrences.occurrence IS 'occurrence number of the label on its rank (0…, by CPU start)';
 COMMENT ON COLUMN range_occurrences.cpu_start_ns IS 'the range''s CPU-side start (GPU-stream copy: its start)';
 COMMENT ON COLUMN range_occurrences.cpu_end_ns IS 'the range''s CPU-side end';
-COMMENT ON COLUMN range_occurrences.start_ns IS 'GPU window start: max(CPU start, end of the work launched before it), never after its own first activity';
+COMMENT ON COLUMN range_occurrences.start_ns IS 'GPU window start: max(CPU start, end of the work launched before it); its own first activity when the work launched before it outlasts all of its own';
 COMMENT ON COLUMN range_occurrences.end_ns IS 'GPU window end: max(CPU end, end of the last activity it launched)';
 COMMENT ON COLUMN range_occurrences.launched IS 'GPU activities on this GPU whose launching call starts inside the CPU range';
 COMMENT ON COLUMN range_occurrences.window_kind IS 'gpu (placed by the work it launched), cpu (launched nothing here: its CPU interval), gpu_annotation (only a GPU-stream copy exists)';

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import duckdb
 
+from ... import vocab
 from ...store import one
 from .schema import DeviceRow
 
@@ -121,15 +122,46 @@ def _emit_collectives(con: duckdb.DuckDBPyConnection, sid: int, rk: str, start: 
         )
         SELECT {sid}, {rk}, {dev}, coalesce(stream, tid), correlation, {start}, {end}, coll, pgn, pgd, pgr, gs,
                (row_number() OVER (PARTITION BY coalesce(pgn, pgr, ''), coll ORDER BY ts) - 1)::INTEGER,
-               inn, outn, dt,
-               CAST(greatest(coalesce(inn, 0), coalesce(outn, 0)) *
-                    CASE lower(coalesce(dt, ''))
+               inn, outn, dt, CAST(greatest(coalesce(inn, 0), coalesce(outn, 0)) * {_dtype_bytes("dt")} AS BIGINT)
+        FROM j""")
+    # Collectives of other communication kernels (symmetric memory, custom all-reduce, …): no NCCL metadata, but
+    # the op that launched them (External id) names the collective and its first input is the buffer reduced or
+    # gathered: `symm_mem::multimem_all_reduce_` [[2557440]] bf16. No process group: not paired across ranks.
+    con.execute(f"""
+        INSERT INTO collectives (source_id, rank, device, stream, kernel_correlation, start_ns, end_ns, collective, seq,
+                                 in_nelems, out_nelems, dtype, bytes)
+        WITH k AS (
+            SELECT * FROM _kin_gpu
+            WHERE cat = 'kernel' AND NOT regexp_matches(name, '(?i)^(void )?(nccl|rccl)')
+              AND regexp_matches(name, '{vocab.COMM_KERNEL_RE}') AND external_id IS NOT NULL
+        ), o AS (
+            SELECT external_id, arg_min(name, ts) AS op, arg_min(input_dims, ts) AS dims, arg_min(input_types, ts) AS types
+            FROM _kin_cpu WHERE external_id IS NOT NULL AND regexp_matches(name, '{OP_COLLECTIVE_RE}')
+            GROUP BY external_id
+        ), j AS (
+            SELECT k.*, replace(lower(regexp_extract(o.op, '{OP_COLLECTIVE_RE}', 1)), '_', '') AS coll,
+                   list_product(TRY_CAST(json_extract(o.dims, '$[0]') AS BIGINT[]))::BIGINT AS n,
+                   regexp_replace(lower(json_extract_string(o.types, '$[0]')), '^c10::', '') AS dt
+            FROM k JOIN o USING (external_id)
+        )
+        SELECT {sid}, {rk}, {dev}, coalesce(stream, tid), correlation, {start}, {end}, coll,
+               (row_number() OVER (PARTITION BY coll ORDER BY ts) - 1)::INTEGER, n, n, dt,
+               CAST(n * {_dtype_bytes("dt")} AS BIGINT)
+        FROM j""")
+
+
+# The collective an op performs, by its name (`symm_mem::one_shot_all_reduce`, `_C_custom_ar::all_reduce`, …).
+OP_COLLECTIVE_RE = "(?i)(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all)"
+
+
+def _dtype_bytes(dt: str) -> str:
+    """SQL: the size in bytes of one element of the dtype named by `dt` (NULL when not known)."""
+    return f"""CASE lower(coalesce({dt}, ''))
                         WHEN 'float' THEN 4 WHEN 'float32' THEN 4 WHEN 'int' THEN 4 WHEN 'int32' THEN 4
                         WHEN 'double' THEN 8 WHEN 'long' THEN 8 WHEN 'int64' THEN 8
                         WHEN 'bfloat16' THEN 2 WHEN 'half' THEN 2 WHEN 'float16' THEN 2
                         WHEN 'byte' THEN 1 WHEN 'char' THEN 1 WHEN 'bool' THEN 1 WHEN 'uint8' THEN 1
-                        WHEN 'float8_e4m3fn' THEN 1 WHEN 'float8_e5m2' THEN 1 ELSE NULL END AS BIGINT)
-        FROM j""")
+                        WHEN 'float8_e4m3fn' THEN 1 WHEN 'float8_e5m2' THEN 1 ELSE NULL END"""
 
 
 def _emit_memory(con: duckdb.DuckDBPyConnection, sid: int, rk: str, base: int) -> None:

@@ -92,8 +92,12 @@ def exposed_communication(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     per = f" ({fmt_ns(ctx.per_step(exposed / max(len(per_gpu), 1)))} per GPU {ctx.per_step_text()})" if ctx.step_unit else ""
     biggest = (
         (
-            f"; the largest is {top[0]['collective']} ({top[0]['count']}×, {fmt_bytes(top[0]['bytes'])} each, "
-            f"{top[0]['algbw_gbs'] or 0:.1f} GB/s)"
+            f"; the largest is {top[0]['collective']} ({top[0]['count']}×"
+            + (
+                f", {fmt_bytes(top[0]['bytes'])} each, {top[0]['algbw_gbs']:.1f} GB/s)"
+                if top[0]["bytes"] and top[0]["algbw_gbs"] is not None
+                else ", its size not in the trace)"
+            )
         )
         if top
         else ""

@@ -302,6 +302,20 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
             "Batch such GEMMs into one (bmm, grouped GEMM, fused QKV projections), make them larger, or capture "
             f"them in {graph} so their launch cost disappears."
         )
+    elif w.padding_efficiency is not None and w.padding_efficiency < w.wave_efficiency:
+        # the tiles overhanging the matrix edge lose more than the last wave: name that, not the waves
+        tile = f" ({w.tile[0]}×{w.tile[1]})" if w.tile else ""
+        title = (
+            f"GEMM tile padding: {what} uses {pct(w.padding_efficiency)} of its padded tile area{tile} "
+            f"({w.waves:.2f} waves, {pct(w.wave_efficiency)} wave efficiency; {pct(w.efficiency)} efficient)"
+        )
+        fix = f"GEMM shape: {pct(1 - w.padding_efficiency)} of its tile area is padding; pad dims to the tile"
+        tuner = "cuBLASLt / torch.compile(mode='max-autotune')" if ctx.program.pytorch else "cuBLASLt / hipBLASLt"
+        how = (
+            f"The tiles overhang the matrix edge (a dimension not a multiple of the tile{tile}, or smaller than "
+            f"it): shapes that are multiples of the tile, a kernel with a smaller tile for this shape ({tuner}), "
+            "or a layout that folds a small dimension into a large one (batch it into M)."
+        )
     else:
         title = (
             f"GEMM wave quantization: {what} makes {w.units} {unit} on {w.slots} SM slots = "

@@ -28,7 +28,9 @@ EXPLANATION = Explanation(
         and the finding says so; with neither the rule says nothing. It also counts `cudaMalloc` / `cudaFree` calls
         inside the steps after the first, when the steps are marked: a warm caching allocator makes none. The finding
         claims no lost time — it is a risk, not a loss — so it has no loss category and no lost fraction, and the
-        waterfall never counts it.""",
+        waterfall never counts it. In a trace of an inference server that fills the GPU on purpose (vLLM sizes its KV
+        cache by `gpu_memory_utilization`, SGLang by `mem_fraction_static`; recognised by their kernels, ops or
+        Python frames) the finding is `low` and says so.""",
     why_is_this_bad="""
         A rank with a few percent of its memory left fails with an out-of-memory error on the first longer
         sequence, bigger batch, extra bucket or fragmented block. Before it fails, the caching allocator works
@@ -166,7 +168,18 @@ def device_memory_pressure(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
     more = (
         f" {len(others)} more GPU{'s' if len(others) > 1 else ''} at or above {pct(t.warn_reserved_fraction)}." if others else ""
     )
-    if ctx.program.pytorch:
+    server = ctx.program.server
+    if server is not None:
+        # by design: the server sizes its KV cache to fill what it is allowed (vLLM gpu_memory_utilization,
+        # SGLang mem_fraction_static); only out-of-memory errors or preempted requests would make it a problem
+        knob = "gpu_memory_utilization" if server == "vLLM" else "mem_fraction_static"
+        advice = (
+            f"This is {server}, which reserves that memory on purpose: it sizes its KV cache to fill the share of "
+            f"the GPU that {knob} allows. It is a risk only if the run also hit out-of-memory errors or preempted "
+            f"requests; then lower {knob} or the batch / sequence limits."
+        )
+        fix = f"expected for {server}: its KV cache fills the share {knob} allows"
+    elif ctx.program.pytorch:
         advice = (
             "Make room before a longer sequence or a bigger batch meets an out-of-memory error: activation "
             "checkpointing, a smaller micro-batch with gradient accumulation, FSDP / ZeRO sharding of "
@@ -194,7 +207,7 @@ def device_memory_pressure(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
         f"{where} {what} {at_least}{fmt_bytes(worst['peak_bytes'])} of its {cap}{nominal} at peak "
         f"({pct(worst['fraction'])}{when}){alloc}.{driver}{frag_text}{churn_text}{more} {advice}"
     )
-    severity = "high" if worst["fraction"] >= t.high_reserved_fraction else "medium"
+    severity = "low" if server is not None else "high" if worst["fraction"] >= t.high_reserved_fraction else "medium"
     yield Finding(
         title=f"device memory {at_least}{pct(worst['fraction'])} {what} on {where}: "
         f"{fmt_bytes(worst['peak_bytes'])} of {cap}"

@@ -45,7 +45,9 @@ EXPLANATION = Explanation(
         `poor_bandwidth`): too little parallelism or uncoalesced / strided access — larger tensors, contiguous
         layouts, vectorised kernels. A kernel that is already a fusion (an Inductor `triton_*` kernel) is not fused
         further: shrink its bytes. A GEMM or attention kernel below the ridge (small M, decode) is limited by
-        reading its operands: batch more rows or queries, or store the weights / KV cache in fewer bits. Kernels
+        reading its operands: batch more rows or queries, or store the weights / KV cache in fewer bits — unless it
+        reaches under `poor_bandwidth` of HBM too: then it lacks parallel work or a kernel made for its shape, and
+        fewer bytes would not help. Kernels
         whose median is shorter than `min_median_kernel_us` are left to PR501: their cost is the launch.""",
 )
 
@@ -189,7 +191,22 @@ def _finding(
         kind = "attention" if re.search(ATTENTION_RE, name) else "matmul"
         ai, ridge = roof.get("arithmetic_intensity"), roof.get("ridge_flop_per_byte")
         why = f" (≈{ai:.0f} FLOP/B against a ridge of ≈{ridge:.0f})" if ai and ridge else ""
-        if kind == "attention":
+        if known is not None and known < t.poor_bandwidth:
+            # below the ridge, but far below the bandwidth roof too: reading its operands does not set its
+            # speed, so fewer bytes would not help — it has too little parallel work for the GPU, or a kernel
+            # that is not made for this shape
+            kind += "_underfed"
+            shape = "batch × heads × query blocks" if kind.startswith("attention") else "output tiles"
+            rec = head + (
+                f"Its arithmetic intensity is below the ridge point{why}, but it reaches only {pct(frac)} of the "
+                "HBM bandwidth: neither the tensor cores nor the memory set its speed. It is latency- or "
+                f"occupancy-bound — too few {shape} to fill the GPU, or a kernel not tuned for this shape. "
+                "Give each launch more work (larger batches, several heads or sequences in one call), use a "
+                "kernel specialised for the shape (split-KV / flash-decoding for long K/V, a grouped GEMM for "
+                "many small ones), or autotune it; fewer bytes alone would not make it faster."
+            )
+            fix = f"{what}: only {pct(frac)} of HBM bandwidth — more work per launch, or a kernel for this shape"
+        elif kind == "attention":
             rec = head + (
                 f"It is an attention kernel below the ridge point{why}: limited by reading K/V, as decode "
                 "or short-query attention is. Fusing does not apply: batch more queries per K/V read "

@@ -3,6 +3,8 @@ them."""
 
 from __future__ import annotations
 
+import json
+
 from ..expect import Expect, Near, analyse, check
 from ..traces import allreduce_traces
 
@@ -33,3 +35,19 @@ def test_fires_when_communication_runs_alone(tmp_path):
 def test_silent_when_overlapped(tmp_path):
     # Construction: a compute kernel on another stream spans every all-reduce: 100% overlap.
     check(analyse(allreduce_traces(tmp_path, overlap=True)), [], silent=["PR102"])
+
+
+def test_a_collective_of_unknown_size_gets_no_bandwidth(tmp_path):
+    # Construction: the same loop, the all-reduce kernels without NCCL's size metadata (older traces, or nsys
+    # without payloads): their size is unknown, so no bandwidth is stated — never "0.0 GB/s".
+    paths = allreduce_traces(tmp_path)
+    for p in paths:
+        doc = json.loads(p.read_text())
+        for e in doc["traceEvents"]:
+            for k in ("In msg nelems", "Out msg nelems", "dtype"):
+                e.get("args", {}).pop(k, None)
+        p.write_text(json.dumps(doc))
+    check(
+        analyse(paths),
+        [Expect("PR102", category="collective_transfer", says=[r"size not in the trace"], never_says=[r"GB/s"])],
+    )

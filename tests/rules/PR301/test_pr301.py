@@ -65,6 +65,37 @@ def test_a_gemm_below_the_ridge_is_not_told_to_fuse(tmp_path):
     )
 
 
+def test_attention_far_below_the_bandwidth_roof_is_not_told_to_read_fewer_bytes(tmp_path):
+    # Construction: SDPA flash attention, B = H = 16, L = S = 559, D = 64, bf16, not causal (a real shape:
+    # TraceLens's MI300X / H100 Qwen1.5-0.5B inference traces): 2·16·16·559²·128 = 10.2 GFLOP over Q, K, V and O
+    # (4 × 18.3 MB) ≈ 140 FLOP/B, below the H100's ridge of ~295 → memory class. Its kernel takes 1 ms: ≈73 MB/ms =
+    # 0.073 TB/s, ~2% of the 3.35 TB/s HBM peak. Neither roof sets its speed, so "fewer KV bytes" would not help.
+    b, h, n, d = 16, 16, 559, 64
+    qkv = [[b, h, n, d]] * 3
+    ev = [
+        annotation("work", 0.0, 2000.0),
+        cpu_op("aten::_scaled_dot_product_flash_attention", 5.0, 10.0, ext=1, dims=qkv, types=["c10::BFloat16"] * 3),
+        launch(6.0, ext=1, corr=11),
+        kernel("flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4>>", 100.0, 1000.0, ext=1, corr=11),
+    ]
+    v = analyse([write_trace(tmp_path / "attn.json", ev)], ranges=["work"])
+    io_bytes = 4 * b * h * n * d * 2
+    check(
+        v,
+        [
+            Expect(
+                "PR301",
+                evidence={
+                    "kernel_kind": "attention_underfed",
+                    "hbm_fraction": Near(io_bytes / 1e-3 / H100_HBM, rel=0.05, truth="construction: Q, K, V, O in 1 ms"),
+                },
+                says=[r"only \d+(\.\d)?% of (the )?HBM bandwidth", r"(?i)more work per launch|larger batch"],
+                never_says=[r"fewer KV bytes", r"(?i)batch queries", r"\bfuse"],
+            )
+        ],
+    )
+
+
 def test_a_compiled_kernel_is_not_fused_again_nor_its_region_named(tmp_path):
     # Construction: an Inductor pointwise kernel launched inside a "Torch-Compiled Region" annotation.
     ev = [

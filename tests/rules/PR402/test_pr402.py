@@ -40,6 +40,36 @@ def test_fires_one_tile_past_a_wave(tmp_path):
     )
 
 
+def test_a_narrow_gemm_is_named_by_its_tile_padding_not_its_waves(tmp_path):
+    # Construction: a 4224×400 output (compute-bound: K = 8192) in 128×128 tiles = 33 × 4 = 132 tiles, one block per
+    # SM on 132 SMs: one whole wave (100% wave efficiency), but the last tile of each row computes 16 of its 128
+    # columns → 400 / 512 of the padded area is used. What loses the time is the padding; a title blaming the waves
+    # would send the user to the wrong fix (a real case: an A100 DLRM trace's bmm with N = 30 on 64-wide tiles,
+    # HTA's trace_diff test trace).
+    m, k, n = 4224, 8192, 400
+    ev = [
+        annotation("step", 0.0, 130.0),
+        cpu_op("aten::mm", 1.0, 5.0, ext=1, dims=[[m, k], [k, n]], types=["c10::BFloat16"] * 2),
+        launch(2.0, ext=1, corr=11),
+        kernel(HOPPER_GEMM, 10.0, 100.0, ext=1, corr=11, grid=[132, 1, 1], block=[384, 1, 1], **ONE_PER_SM),
+    ]
+    check(
+        analyse([write_trace(tmp_path / "narrow.json", ev)]),
+        [
+            Expect(
+                "PR402",
+                category="compute_inefficiency",
+                evidence={
+                    "gemms.0.wave_efficiency": Near(1.0, rel=1e-9, truth="construction: 132 tiles on 132 slots"),
+                    "gemms.0.padding_efficiency": Near(400 / 512, rel=1e-9, truth="construction: 400 of 512 columns"),
+                },
+                says=[r"(?i)padding", r"(?i)tile"],
+                never_says=[r"(?i)wave quantization", r"whole waves"],
+            )
+        ],
+    )
+
+
 def test_a_convolution_is_its_implicit_gemm(tmp_path):
     # Construction: a 3×3 convolution, input [1, 1024, 143, 128], 128 filters, stride 1, padding 1 (compute-bound:
     # K = 1024·9): the implicit GEMM is M = 1·143·128 = 18304 output pixels by N = 128 channels = 143 × 1 tiles of

@@ -102,6 +102,30 @@ def test_high_from_high_reserved_fraction(tmp_path):
     assert found(v, "PR701")[0]["severity"] == "high"
 
 
+def test_an_inference_server_that_reserves_on_purpose_is_told_so(tmp_path):
+    # The same 97% reservation, in a trace of vLLM (one of its own kernels runs): vLLM sizes its KV cache to fill what
+    # gpu_memory_utilization allows (0.9 by default), so the reservation is by design — said, at low severity, with
+    # the knob to turn if it did run out of memory; no training advice (checkpointing, FSDP) for a server.
+    ev = events(reserved=97 * GiB, ballast=95 * GiB, churn=False)
+    ev += [
+        launch(3100.0, ext=9, corr=900),
+        kernel("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16>", 3110.0, 5.0, ext=9, corr=900),
+    ]
+    v = analyse([h200(tmp_path, "vllm.json", ev)])
+    check(
+        v,
+        [
+            Expect(
+                "PR701",
+                evidence={"gpus.0.reserved_fraction": Near(0.97, abs=1e-9, truth="construction")},
+                says=[r"vLLM", r"gpu_memory_utilization", r"on purpose"],
+                never_says=[r"checkpointing", r"FSDP"],
+            )
+        ],
+    )
+    assert found(v, "PR701")[0]["severity"] == "low"
+
+
 def test_capacity_from_the_peak_table_when_the_trace_has_none(tmp_path):
     # conftest's write_trace names an "NVIDIA H100 80GB HBM3" without totalGlobalMem: the peak table's nominal 80 GB
     # (read as 80 GiB, within ~1% above the real 79.2 GiB) is used, and the finding says so.
