@@ -728,6 +728,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     notes += _precision_notes(con, scope, head_range)
     notes += _unlaunched_notes(con, scope, head_range, head.get("window_ns"))
     notes += _wait_unknown_notes(con, losses)
+    notes += _gpu_identity_notes(con)
     for rs in ranges:
         if rs.window == "cpu":
             notes.append(f"range {rs.name} launched no GPU work: its window is its CPU interval")
@@ -874,6 +875,21 @@ def graph_capture(con: duckdb.DuckDBPyConnection) -> tuple[int, int, int, str] |
     if not row or not row[0] or not row[1]:
         return None
     return int(row[0]), int(row[1]), int(row[2]), "HIP" if row[3] else "CUDA"
+
+
+def _gpu_identity_notes(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """How a GPU the trace does not name (or names generically) was identified — its peak rests on it: the
+    source's note, said once per distinct text."""
+    out: list[str] = []
+    for (notes,) in con.execute("SELECT notes FROM sources WHERE notes IS NOT NULL ORDER BY source_id").fetchall():
+        parts: list[str] = []
+        for part in str(notes).split("; "):
+            if parts and part.startswith(("identified as", "no GPU in the peak table", "its properties")):
+                parts[-1] += "; " + part  # (the identification continues the sentence naming the device)
+            else:
+                parts.append(part)
+        out += [x for x in parts if ("from its properties" in x or "properties (" in x) and x not in out]
+    return out
 
 
 def _wait_unknown_notes(con: duckdb.DuckDBPyConnection, losses: list[Loss]) -> list[str]:

@@ -200,6 +200,16 @@ def test_gpu_with_no_name_is_identified_from_its_properties(tmp_path):
     con = ingest(p)
     assert con.execute("SELECT device, name FROM devices").fetchall() == [(2, "AMD Instinct MI300X")]
     assert "identified as AMD Instinct MI300X from its properties" in con.execute("SELECT notes FROM sources").fetchone()[0]
+    # the peak rests on that identification: the verdict says it too, with the device it is about
+    res = pipeline.analyse([p], pipeline.Options(write_html=False, write_trace=False))
+    try:
+        said = [n for n in res.verdict["notes"] if "from its properties" in n]
+        assert said == [
+            "device 2: GPU not named in the trace; identified as AMD Instinct MI300X from its properties "
+            "(compute capability 9.4, 304 CUs, 192 GiB)"
+        ]
+    finally:
+        res.close()
 
 
 def test_gpus_under_the_first_name_of_the_properties_block(tmp_path):
