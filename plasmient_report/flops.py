@@ -163,13 +163,19 @@ def conv(
     d: Dims, concrete: list[Any] | None = None, transposed: bool = False, args: tuple[int, int, int, int] = _CONV_ARGS["conv"]
 ) -> float | None:
     """Convolution: 2 · N · C_out · prod(out spatial) · C_in/groups · prod(kernel). `args`: the argument positions of
-    stride, padding, dilation and groups in the op's signature."""
+    stride, padding, dilation and groups in the op's signature. The output grid needs the stride and padding: a
+    trace that does not record them (no concrete inputs: torch <= 1.9, or record_shapes without them) has no
+    estimate — stride 1 / padding 0 would count a strided 7×7 stem 4× over (None: unknown, never invented)."""
     x, w = _shape(d[0]), _shape(d[1]) if len(d) > 1 else None
     if not x or not w or len(x) < 3 or len(w) != len(x):
         return None
     nsp = len(x) - 2
-    stride = _ints(concrete, args[0], nsp) or [1] * nsp
-    padding = _ints(concrete, args[1], nsp) or [0] * nsp
+    stride = _ints(concrete, args[0], nsp)
+    padding = _ints(concrete, args[1], nsp)
+    if not transposed and (stride is None or padding is None):
+        return None
+    stride = stride or [1] * nsp
+    padding = padding or [0] * nsp
     dilation = _ints(concrete, args[2], nsp) or [1] * nsp
     g = _ints(concrete, args[3], nsp)
     groups = max(g[0] if g else 1, 1)

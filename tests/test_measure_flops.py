@@ -63,6 +63,14 @@ def test_conv2d_with_stride_padding_groups():
     assert f("aten::conv2d", [[2, 64, 56, 56], [128, 32, 3, 3], [128], [], [], [], []], conc) == expected
 
 
+def test_a_convolution_without_its_stride_and_padding_has_no_estimate():
+    # torch <= 1.9 records no concrete inputs: ResNet-50's stem (x [32,3,224,224], w [64,3,7,7], truly stride 2,
+    # padding 3 → 112×112, 7.55 GFLOP) would count 218×218 outputs at stride 1 / padding 0 — 28.6 GFLOP, 3.8× over
+    # (kineto's resnet50 sample of 2021, V100: its kernels then "ran" at 47 TFLOP/s on a 15.7 TFLOP/s GPU). Unknown.
+    assert f("aten::cudnn_convolution", [[32, 3, 224, 224], [64, 3, 7, 7], [], [], [], [], [], [], []]) is None
+    assert f("aten::conv2d", [[32, 3, 224, 224], [64, 3, 7, 7], [64], [], [], [], []], ["", "", "", "", "", "", ""]) is None
+
+
 def test_cudnn_convolution_reads_its_own_argument_order():
     # aten::cudnn_convolution(input, weight, padding, stride, dilation, groups, …) has no bias: padding comes before
     # stride. ResNet-50's stem as Kineto recorded it (sample_traces/h200_hf/resnet50_amp): x [128,3,224,224],
