@@ -100,6 +100,18 @@ def assign_ranks(con: duckdb.DuckDBPyConnection) -> list[str]:
         "SELECT source_id, rank, rank_method, path FROM sources WHERE rank_method NOT IN ('multi', 'counters') ORDER BY source_id"
     ).fetchall()
     final: dict[int, tuple[int, str]] = {}
+    declared: dict[int, str] = {}
+    for sid, rank, method, path in rows:
+        if rank is not None and method == "distributedInfo":
+            if rank in declared:
+                # two traces that both say they are rank r are two recordings of that rank, not two ranks
+                raise BadInput(
+                    None,
+                    f"{Path(declared[rank]).name} and {Path(path).name} both say they are rank {rank} "
+                    "(distributedInfo): two recordings of one rank, not ranks of one run. Pass one, compare the "
+                    "two with `plasmient-report diff BASE CANDIDATE`, or analyse each with `plasmient-report batch`",
+                )
+            declared[rank] = path
     for sid, rank, method, _path in rows:
         if rank is not None and rank not in taken:
             taken.add(rank)

@@ -466,3 +466,13 @@ def test_ranks_minutes_apart_are_one_run(tmp_path):
         assert res.verdict["run"]["ranks"] == [0, 1]
     finally:
         res.close()
+
+
+def test_two_traces_that_both_declare_one_rank_are_refused(tmp_path):
+    # Construction: two traces whose distributedInfo both say rank 1 (a real case: HTA's trace_compare base and
+    # test traces, a recording and an edited copy of it): two recordings of that rank, not two ranks — refused
+    # with the ways out, as a folder holding them is.
+    a = _rank_trace(tmp_path / "base.json", 1, BASE)
+    b = _rank_trace(tmp_path / "test.json", 1, BASE + 10**9)
+    with pytest.raises(BadInput, match=r"base\.json and test\.json both say they are rank 1 \(distributedInfo\)"):
+        pipeline.analyse([a, b], pipeline.Options(write_html=False, write_trace=False))
