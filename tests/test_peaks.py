@@ -283,3 +283,18 @@ def test_user_peaks_file_overrides_and_adds(tmp_path):
     bad.write_text('[[gpu]]\nkey = "Y"\nmatch = "(("\n')
     with pytest.raises(BadInput, match="bad"):
         load_table(bad)
+
+
+def test_pascal_gp100_parts_match_their_own_entries():
+    # Names as the CUDA driver reports them (HTA's step_based test trace: "Quadro GP100", compute capability 6.0,
+    # 56 SMs); the Quadro must not take a Tesla P100's figures, nor a PCIe P100 the SXM2's.
+    from plasmient_report.peaks import load_table, match_gpu
+
+    table = load_table(None)
+    for name, key in (
+        ("Quadro GP100", "Quadro-GP100"),
+        ("Tesla P100-SXM2-16GB", "P100-SXM2"),
+        ("Tesla P100-PCIE-16GB", "P100-PCIe"),
+    ):
+        g = match_gpu(name, table)
+        assert g is not None and g.key == key, (name, g)
