@@ -736,6 +736,14 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     kgroups = roofline.kernel_groups(con, scope, head_range, by="kernel")
     ogroups = roofline.kernel_groups(con, scope, head_range, by="op")
     steps, step_summary = steps_of(con, ctx, t)
+    for ss in step_summary:
+        kinds = [x.window for x in steps if x.range == ss.range]
+        n_cpu = sum(1 for k in kinds if k == "cpu")
+        if 0 < n_cpu < len(kinds):
+            notes.append(
+                f"{n_cpu} of the {len(kinds)} steps of {ss.range} launched no GPU work and keep their CPU interval, "
+                "the rest their GPU window: the step times compare two kinds of window"
+            )
     shapes, n_shapes = shapes_of(con, scope, head_range)
     for ss in step_summary:
         if ss.slow_step_count:

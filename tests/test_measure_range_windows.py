@@ -345,3 +345,22 @@ def test_several_range_patterns_analyse_their_union():
     u = run([sample_file("h200_hf/llama_nsys.sqlite")], ranges=["ProfilerStep#*", "train_step"])
     assert u["run"]["window_ns"] / 1e6 == pytest.approx(n["gpu_ms_total"], rel=1e-3)
     assert u["utilization"]["trace"] > 0.9  # a GPU-bound training loop (was: a 0 ns window, "no data")
+
+
+def test_steps_that_mix_gpu_and_cpu_windows_are_said(tmp_path):
+    # Construction: step 0 launches one mm (its GPU window: 10 ms), step 1 launches nothing (its CPU interval,
+    # 1 ms): their step times are two kinds of window, said (a real case: HTA's trace_compare test trace).
+    ev = [
+        annotation("ProfilerStep#0", 0.0, 1000.0),
+        cpu_op("aten::mm", 2.0, 6.0, ext=1, dims=[[N, N], [N, N]], types=["c10::BFloat16"] * 2),
+        launch(5.0, ext=1, corr=101),
+        kernel("nvjet_sm90_tst_gemm", 100.0, 10_000.0, ext=1, corr=101),
+        annotation("ProfilerStep#1", 20_000.0, 1000.0),
+    ]
+    v = run([write_trace(tmp_path / "mixed.json", ev)])
+    assert sorted(s["window"] for s in v["steps"]) == ["cpu", "gpu"]
+    said = [n for n in v["notes"] if "two kinds of window" in n]
+    assert said == [
+        "1 of the 2 steps of ProfilerStep#* launched no GPU work and keep their CPU interval, the rest their GPU "
+        "window: the step times compare two kinds of window"
+    ]

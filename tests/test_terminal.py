@@ -102,6 +102,18 @@ def test_lower_bound_and_new_categories(single: dict) -> None:
     assert "bf16 2% · fp32 0.2%" in text
 
 
+def test_a_step_that_is_not_the_profilers_is_named(ddp: dict) -> None:
+    # The profiler's steps: "← N steps"; any other repeating range taken as the step (a benchmark's label, an nsys
+    # report's top-level range) is named, so it is not read as a training step.
+    flat = " ".join(box_text(ddp).replace("│", " ").split())
+    assert "step time (GPU) " in flat and "← 5 steps × 2 ranks " in flat
+    assert " steps × 2 ranks of " not in flat
+    v = json.loads(json.dumps(ddp))
+    v["step_summary"][0]["range"] = "BatchNorm affine=False"
+    flat = " ".join(box_text(v).replace("│", " ").split())
+    assert "5 steps × 2 ranks of BatchNorm affine=False" in flat
+
+
 def test_empty_range_name_is_named(single: dict) -> None:
     v = json.loads(json.dumps(single))
     v["ranges"][0]["name"] = ""

@@ -108,7 +108,9 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
         ss = v.step_summary[0]
         steps = _grid()
         lines.append(steps)
-        _row(steps, "step time (GPU)", step_time_text(ss), "← " + step_counts(ss))
+        # a step that is not the profiler's is a repeating range taken as the step: named, so it is not mistaken
+        label = "" if ss.range.startswith("ProfilerStep") else f" of {range_name(ss.range)}"
+        _row(steps, "step time (GPU)", step_time_text(ss), "← " + step_counts(ss) + label)
         if ss.tokens_per_s is not None:
             _row(
                 steps,
