@@ -101,7 +101,7 @@ def assign_ranks(con: duckdb.DuckDBPyConnection) -> list[str]:
     ).fetchall()
     final: dict[int, tuple[int, str]] = {}
     declared: dict[int, str] = {}
-    for sid, rank, method, path in rows:
+    for _sid, rank, method, path in rows:
         if rank is not None and method == "distributedInfo":
             if rank in declared:
                 # two traces that both say they are rank r are two recordings of that rank, not two ranks
