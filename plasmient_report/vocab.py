@@ -190,6 +190,9 @@ STARTUP_API_RE = (
 )
 # The first CUDA call of a process creates its context: it is start-up when it lasts at least this long.
 STARTUP_FIRST_CALL_MIN_NS = 1_000_000
+# A launch call this long while the GPU idles is a kernel's first launch loading its module (lazy loading, JIT):
+# start-up, not the per-launch cost (launches take µs; PR504's slow_launch_ms says the same of its gaps).
+SLOW_LAUNCH_NS = 1_000_000
 # Host ranges of data loading.
 DATALOADER_RE = r"(?i)(dataloader|data_loader|enumerate\(DataLoader)"
 # A sync that returned up to 20 µs before an idle stretch began caused it (the runtime's return trails the GPU).

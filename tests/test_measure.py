@@ -179,3 +179,38 @@ def test_verdict_thresholds_from_the_config(tmp_path, tiny_trace):
 
     with pytest.raises(BadInput, match="unknown threshold"):
         run([tiny_trace], rules_config=cfg)
+
+
+def test_a_first_launch_that_loads_its_module_is_startup_not_launch_bound(tmp_path):
+    # Construction: a 100 µs kernel, then the host sits 2 ms inside one launch call (a kernel's first launch loading
+    # its module, as TraceLens's MI300X normalization benchmark shows: 332 and 212 ms first launches), and its kernel
+    # runs 10 µs after that call returns. The idle 2,010 µs are one-time start-up; a short launch call's gap is
+    # still launch-bound (the same trace with a 20 µs call: 20 of its 30 idle µs are in the call).
+    def trace(name, call_us):  # type: ignore[no-untyped-def]
+        ev = [
+            cpu_op("aten::mm", 0.0, 5.0, ext=1, dims=[[64, 64], [64, 64]], types=["float"] * 2),
+            launch(1.0, ext=1, corr=1),
+            kernel("gemm_kernel", 0.0, 100.0, ext=1, corr=1),
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 100,
+                "tid": 1,
+                "ts": 100.0,
+                "dur": call_us,
+                "args": {"External id": 2, "correlation": 2, "cbid": 211},
+            },
+            kernel("first_kernel", 110.0 + call_us, 100.0, ext=2, corr=2),
+        ]
+        return write_trace(tmp_path / name, ev)
+
+    def losses(path):  # type: ignore[no-untyped-def]
+        return {x["category"]: x["fraction"] for x in run([path], write_html=False, write_trace=False)["losses"]}
+
+    slow = losses(trace("slow.json", 2000.0))
+    window = 110.0 + 2000.0 + 100.0
+    assert slow.get("startup") == pytest.approx(2000.0 / window, abs=1e-6)  # the call's time in the gap
+    assert "launch_bound" not in slow or slow["launch_bound"] < 1e-6
+    fast = losses(trace("fast.json", 20.0))
+    assert "startup" not in fast and fast.get("launch_bound", 0.0) > 0.0

@@ -2,8 +2,9 @@
 -- What each rank's host is doing, as intervals, for naming idle GPU time: `launch_call` (a kernel / graph launch or
 -- async memset call), `launch_op` (a top-level CPU op that launches GPU work: the framework's per-op overhead
 -- before its launch), `startup` (one-time set-up calls — context and module loading, library handles, device
--- queries, stream / event creation, allocations and frees — and the first CUDA call of a process when it is long:
--- it creates the context), `loader` (DataLoader ranges).
+-- queries, stream / event creation, allocations and frees — the first CUDA call of a process when it is long: it
+-- creates the context —, and a launch call of vocab.SLOW_LAUNCH_NS or more: a kernel's first launch loading its
+-- module), `loader` (DataLoader ranges).
 -- Depends: vocab
 
 CREATE OR REPLACE TABLE host_activity AS
@@ -20,7 +21,9 @@ WITH api AS (
       ON o.source_id = l.source_id AND o.thread = l.thread AND o.start_ns <= l.start_ns
     WHERE o.end_ns >= l.start_ns
 )
-SELECT rank, 'launch_call' AS kind, name, start_ns, end_ns FROM launch
+SELECT rank, CASE WHEN end_ns - start_ns >= {{SLOW_LAUNCH_NS}} THEN 'startup' ELSE 'launch_call' END AS kind, name,
+       start_ns, end_ns
+FROM launch
 UNION ALL
 SELECT rank, 'launch_op', name, start_ns, end_ns FROM launch_ops
 UNION ALL
