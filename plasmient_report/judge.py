@@ -729,6 +729,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     notes += _unlaunched_notes(con, scope, head_range, head.get("window_ns"))
     notes += _wait_unknown_notes(con, losses)
     notes += _gpu_identity_notes(con)
+    notes += _short_sync_notes(con, scope, head_range, losses)
     for rs in ranges:
         if rs.window == "cpu":
             notes.append(f"range {rs.name} launched no GPU work: its window is its CPU interval")
@@ -883,6 +884,36 @@ def graph_capture(con: duckdb.DuckDBPyConnection) -> tuple[int, int, int, str] |
     if not row or not row[0] or not row[1]:
         return None
     return int(row[0]), int(row[1]), int(row[2]), "HIP" if row[3] else "CUDA"
+
+
+def _short_sync_notes(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None, losses: list[Loss]) -> list[str]:
+    """sync_stall names the idle time after a host sync returned; when the syncs themselves hardly waited, what
+    kept the GPU idle was the host's work after them, not the wait: said, with both times."""
+    share = next((x.fraction for x in losses if x.category == "sync_stall"), 0.0) or 0.0
+    if share < SHORT_SYNC_NOTE_FRACTION:
+        return []
+    row = one(
+        con,
+        """
+        WITH s AS (SELECT sum(end_ns - start_ns) AS ns FROM stretches
+                   WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn AND category = 'sync_stall'),
+        g AS (SELECT sum(least(sync_end_ns - sync_start_ns, end_ns - start_ns)) AS waited FROM idle_gaps
+              WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn AND after_sync)
+        SELECT s.ns, g.waited FROM s, g""",
+        {"scope": scope, "rn": range_name},
+    )
+    if not row or not row[0] or row[1] is None or row[1] >= SHORT_SYNC_WAIT_SHARE * row[0]:
+        return []
+    return [
+        f"sync stall ({share:.0%}): the syncs before those gaps waited {row[1] / 1e6:,.2f} ms of the "
+        f"{row[0] / 1e6:,.2f} ms charged to them — for the rest the host did not launch after the sync returned "
+        "(its own work, a sleep, I/O): dropping the syncs would recover at most their wait; look at what runs "
+        "after each sync"
+    ]
+
+
+SHORT_SYNC_NOTE_FRACTION = 0.05
+SHORT_SYNC_WAIT_SHARE = 0.25
 
 
 def _gpu_identity_notes(con: duckdb.DuckDBPyConnection) -> list[str]:
