@@ -36,7 +36,11 @@ EXPLANATION = Explanation(
         back asynchronously (`.to('cpu', non_blocking=True)` into pinned memory plus a CUDA event). CUDA / HIP
         programs: order streams with events (`cudaEventRecord` + `cudaStreamWaitEvent`) instead of host syncs,
         queue the next iteration before waiting, copy back with `cudaMemcpyAsync`. Make sure the host has work
-        queued before any unavoidable sync. A one-time wait before the work is set-up: profile after it.""",
+        queued before any unavoidable sync. A one-time wait before the work is set-up: profile after it. When
+        the syncs hardly wait (under a quarter of the idle time after them: the GPU had almost nothing left to
+        do), the idle time is the host's own work after them — a sleep, preprocessing, I/O — and dropping the sync
+        would recover at most its wait: the finding then names that host work; run it while the GPU computes (a
+        background thread or process, prefetching) or take it off the loop.""",
 )
 
 PYTHON_FRAME_RE = r"\.py\([0-9]+\)"
@@ -147,6 +151,10 @@ def stalls(ctx: RuleContext) -> str:
     return STALLS_SQL
 
 
+# A sync whose wait is under this share of the idle time after it did not cause that idle time.
+SHORT_WAIT_SHARE = 0.25
+
+
 def friendly(sync: str | None, inner: str | None, outer: str | None, pytorch: bool = True) -> str:
     """What the user wrote: the PyTorch call for a PyTorch program, else the runtime call itself."""
     for op in (inner, outer):
@@ -171,13 +179,14 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
             SELECT rank, sync_start, min(sync_name) AS sync_name, min(inner_op) AS inner_op,
                    min(outer_op) AS outer_op, min(python_site) AS python_site,
                    min(range_name) AS range_name, sum(lost_ns) AS lost_ns, sum(end_ns - start_ns) AS idle_ns,
-                   min(d2h_copies) AS d2h_copies, min(d2h_bytes) AS d2h_bytes, max(end_ns) AS idle_end
+                   min(d2h_copies) AS d2h_copies, min(d2h_bytes) AS d2h_bytes, max(end_ns) AS idle_end,
+                   least(min(sync_end) - sync_start, sum(end_ns - start_ns)) AS waited_ns
             FROM s GROUP BY rank, sync_start
         )
         SELECT sync_name, inner_op, outer_op, python_site, min(range_name) AS range_name,
                count(*) AS syncs, sum(lost_ns) AS lost_ns, sum(idle_ns) AS idle_ns, max(idle_ns) AS max_idle_ns,
                sum(d2h_copies) AS d2h_copies, max(d2h_bytes) AS d2h_bytes, list(DISTINCT rank ORDER BY rank) AS ranks,
-               min(rank) AS first_rank, max(idle_end) AS idle_end
+               min(rank) AS first_rank, max(idle_end) AS idle_end, sum(waited_ns) AS waited_ns
         FROM per_sync GROUP BY sync_name, inner_op, outer_op, python_site ORDER BY lost_ns DESC""")
     p = ctx.program
     for g in groups[: int(t.max_findings)]:
@@ -201,7 +210,25 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                 [g["idle_end"], g["first_rank"]],
             )[0]["f"]
         before_work = after is not None and after >= t.before_work_share
-        if n > 1:
+        waited = g["waited_ns"]
+        # The sync returned almost at once: what kept the GPU idle was the host's own work after it (a sleep,
+        # preprocessing, I/O). Dropping the sync recovers at most its wait; overlapping that work is the fix.
+        short_wait = waited is not None and g["idle_ns"] and waited < SHORT_WAIT_SHARE * g["idle_ns"]
+        if n > 1 and short_wait:
+            w_each = waited / n
+            rec = (
+                f"{said}{where} synchronizes the host with the GPU{copy} {n}×, but each sync waited only "
+                f"{fmt_ns(w_each)} on average: the GPU then sat idle {fmt_ns(each)} (worst {fmt_ns(g['max_idle_ns'])}; "
+                f"{fmt_ns(g['idle_ns'])} in all{per}) while the host did its own work before launching again. "
+                "Dropping the sync recovers at most its wait; the idle time is that host work — run it while the GPU "
+                "computes (a background thread or process, prefetching, async I/O) or take it off the loop."
+            )
+            title = (
+                f"host work after {said}{f' at {site}' if site else ''} leaves the GPU idle {n}×, {fmt_ns(each)} each "
+                f"(the sync itself waits {fmt_ns(w_each)})"
+            )
+            fix = f"host work after {what}: {n}×, {fmt_ns(each)} idle each (the sync waits {fmt_ns(w_each)})"
+        elif n > 1:
             rec = (
                 f"{said}{where} synchronizes the host with the GPU{copy} {n}×; each time the GPU then "
                 f"sat idle {fmt_ns(each)} on average (worst {fmt_ns(g['max_idle_ns'])}; {fmt_ns(g['idle_ns'])} in "
@@ -249,6 +276,7 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                 "syncs": n,
                 "idle_ns": g["idle_ns"],
                 "mean_idle_ns": each,
+                "mean_wait_ns": waited / n if waited is not None and n else None,
                 "max_idle_ns": g["max_idle_ns"],
                 "d2h_copies": g["d2h_copies"],
                 "d2h_bytes": g["d2h_bytes"],
