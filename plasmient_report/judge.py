@@ -730,6 +730,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     notes += _wait_unknown_notes(con, losses)
     notes += _gpu_identity_notes(con)
     notes += _short_sync_notes(con, scope, head_range, losses)
+    notes += _pending_idle_notes(con, scope, head_range, head.get("window_ns"))
     for rs in ranges:
         if rs.window == "cpu":
             notes.append(f"range {rs.name} launched no GPU work: its window is its CPU interval")
@@ -884,6 +885,49 @@ def graph_capture(con: duckdb.DuckDBPyConnection) -> tuple[int, int, int, str] |
     if not row or not row[0] or not row[1]:
         return None
     return int(row[0]), int(row[1]), int(row[2]), "HIP" if row[3] else "CUDA"
+
+
+# Idle time of a GPU while a kernel it had been given waited (launched, not started): said when it is this share of
+# the window — nothing in the trace explains it.
+PENDING_IDLE_SHARE = 0.01
+PENDING_IDLE_MIN_NS = 1_000_000
+
+
+def _pending_idle_notes(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None, window_ns: int | None) -> list[str]:
+    """An idle gap whose next kernel had been launched more than a launch's latency before it ended: the GPU sat
+    idle with work queued,
+    which nothing in the trace explains — GPU work of another process or of streams not captured, or host and GPU
+    clocks that disagree. Then the idle time, and the host causes read from it ("sync stall"), are not what they
+    seem."""
+    if not window_ns:
+        return []
+    row = one(
+        con,
+        """
+        WITH g AS (SELECT DISTINCT rank, device, start_ns, end_ns FROM idle_gaps
+                   WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn),
+        nxt AS (  -- the kernel each gap ends with, and when its launch returned
+            SELECT g.rank, g.device, g.start_ns, g.end_ns, min(kl.launch_end_ns) AS launched
+            FROM g JOIN kernels k ON k.rank IS NOT DISTINCT FROM g.rank AND k.device = g.device AND k.start_ns = g.end_ns
+            JOIN kernel_launch kl USING (kernel_id)
+            GROUP BY ALL
+        )
+        -- a launch's own latency (up to vocab.LAUNCH_GAP_MAX_NS) is not waiting
+        SELECT count(*), sum(end_ns - greatest(start_ns, launched)) FROM nxt
+        WHERE end_ns - greatest(start_ns, launched) > $latency""",
+        {"scope": scope, "rn": range_name, "latency": vocab.LAUNCH_GAP_MAX_NS},
+    )
+    if not row or not row[0]:
+        return []
+    n, ns = int(row[0]), int(row[1] or 0)
+    if ns < PENDING_IDLE_MIN_NS or ns < PENDING_IDLE_SHARE * window_ns:
+        return []
+    return [
+        f"the GPU sat idle {ns / 1e6:,.2f} ms ({ns / window_ns:.0%} of the window, {n:,} gap{'s' if n != 1 else ''}) "
+        "with its next kernel already launched: it was busy with work the trace does not hold (another process, "
+        "or streams not captured), or the host and GPU clocks disagree — that idle time, and the host causes read "
+        "from it, are not what they seem"
+    ]
 
 
 def _short_sync_notes(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None, losses: list[Loss]) -> list[str]:

@@ -1,0 +1,34 @@
+"""An idle GPU whose next kernel was already launched waited on something the trace does not hold (another process's
+work, streams not captured, or clocks that disagree): said, with how long — a real case: TraceLens's vLLM piecewise
+MI300X trace, whose first kernel starts 146 ms after its launch on an idle GPU, read as "sync stall 49%"."""
+
+from __future__ import annotations
+
+from plasmient_report import pipeline
+
+from .conftest import kernel, launch, write_trace
+
+
+def _notes(tmp_path, start_us: float) -> list[str]:
+    # Construction: kernel 1 runs 0–100 µs; kernel 2's launch returns at 152 µs (launch at 150, 2 µs) and the kernel
+    # starts at `start_us`: the GPU idles from 100 µs with kernel 2 queued from 152 µs.
+    ev = [launch(1.0, ext=1, corr=1), kernel("k1", 0.0, 100.0, ext=1, corr=1)]
+    ev += [launch(150.0, ext=2, corr=2), kernel("k2", start_us, 100.0, ext=2, corr=2)]
+    res = pipeline.analyse(
+        [write_trace(tmp_path / f"t{start_us:.0f}.json", ev)], pipeline.Options(write_html=False, write_trace=False)
+    )
+    try:
+        return [n for n in res.verdict["notes"] if "already launched" in n]
+    finally:
+        res.close()
+
+
+def test_an_idle_gpu_with_its_next_kernel_queued_is_said(tmp_path):
+    # kernel 2 starts at 5,000 µs: 4,848 µs idle with it queued (5,000 − 152), of a 5,100 µs window (95%)
+    (said,) = _notes(tmp_path, 5000.0)
+    assert said.startswith("the GPU sat idle 4.85 ms (95% of the window, 1 gap) with its next kernel already launched")
+
+
+def test_a_launchs_own_latency_is_not_waiting(tmp_path):
+    # kernel 2 starts 8 µs after its launch returned (a launch's latency): nothing to say
+    assert _notes(tmp_path, 160.0) == []
