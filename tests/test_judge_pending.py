@@ -29,6 +29,31 @@ def test_an_idle_gpu_with_its_next_kernel_queued_is_said(tmp_path):
     assert said.startswith("the GPU sat idle 4.85 ms (95% of the window, 1 gap) with its next kernel already launched")
 
 
+def test_queued_work_is_said_instead_of_the_host_work_after_a_sync(tmp_path):
+    # The same gap after a sync that returned at once: the GPU idled with kernel 2 queued, so the host's work after
+    # the sync is not the story — only the queued-work note is said, not the short-sync one.
+    ev = [launch(1.0, ext=1, corr=1), kernel("k1", 0.0, 100.0, ext=1, corr=1)]
+    ev.append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaDeviceSynchronize",
+            "pid": 100,
+            "tid": 1,
+            "ts": 99.0,
+            "dur": 2.0,
+            "args": {},
+        }
+    )
+    ev += [launch(150.0, ext=2, corr=2), kernel("k2", 5000.0, 100.0, ext=2, corr=2)]
+    res = pipeline.analyse([write_trace(tmp_path / "sync.json", ev)], pipeline.Options(write_html=False, write_trace=False))
+    try:
+        notes = res.verdict["notes"]
+    finally:
+        res.close()
+    assert [n for n in notes if "already launched" in n] and not [n for n in notes if n.startswith("sync stall")]
+
+
 def test_a_launchs_own_latency_is_not_waiting(tmp_path):
     # kernel 2 starts 8 µs after its launch returned (a launch's latency): nothing to say
     assert _notes(tmp_path, 160.0) == []
