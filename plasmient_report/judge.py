@@ -17,10 +17,10 @@ from typing import Any
 import duckdb
 import msgspec
 
-from . import __version__, measured, roofline, verdict_tables, vocab
+from . import __version__, measured, peaks, roofline, verdict_tables, vocab
 from .errors import BadInput
 from .metrics import STEP_LABEL, GpuPeak, loss_fractions, window_label
-from .store import one
+from .store import has_table, one
 from .verdict_model import (
     Clock,
     ClockSource,
@@ -896,10 +896,9 @@ PENDING_IDLE_MIN_NS = 1_000_000
 
 def _pending_idle_notes(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None, window_ns: int | None) -> list[str]:
     """An idle gap whose next kernel had been launched more than a launch's latency before it ended: the GPU sat
-    idle with work queued,
-    which nothing in the trace explains — GPU work of another process or of streams not captured, or host and GPU
-    clocks that disagree. Then the idle time, and the host causes read from it ("sync stall"), are not what they
-    seem."""
+    idle with work queued, which nothing in the trace explains — GPU work of another process or of streams not
+    captured, or host and GPU clocks that disagree. Then the idle time, and the host causes read from it ("sync
+    stall"), are not what they seem."""
     if not window_ns:
         return []
     row = one(
@@ -963,16 +962,10 @@ SHORT_SYNC_WAIT_SHARE = 0.25
 
 def _gpu_identity_notes(con: duckdb.DuckDBPyConnection) -> list[str]:
     """How a GPU the trace does not name (or names generically) was identified — its peak rests on it: the
-    source's note, said once per distinct text."""
+    sources' notes of parsers/gpus.py (peaks.identify's sentences), each said once."""
     out: list[str] = []
     for (notes,) in con.execute("SELECT notes FROM sources WHERE notes IS NOT NULL ORDER BY source_id").fetchall():
-        parts: list[str] = []
-        for part in str(notes).split("; "):
-            if parts and part.startswith(("identified as", "no GPU in the peak table", "its properties")):
-                parts[-1] += "; " + part  # (the identification continues the sentence naming the device)
-            else:
-                parts.append(part)
-        out += [x for x in parts if ("from its properties" in x or "properties (" in x) and x not in out]
+        out += [x for x in str(notes).split("; ") if peaks.IDENTIFIED_MARK in x and x not in out]
     return out
 
 
@@ -988,7 +981,7 @@ def _wait_unknown_notes(con: duckdb.DuckDBPyConnection, losses: list[Loss]) -> l
             """SELECT sum(dur_ns) FILTER (WHERE NOT wait_known), sum(dur_ns), max(group_size) FILTER (WHERE NOT wait_known)
            FROM collective_transfers WHERE kind IS DISTINCT FROM 'p2p'""",
         )
-        if _table(con, "collective_transfers")
+        if has_table(con, "collective_transfers")
         else None
     )
     if not row or not row[0] or not row[1] or row[0] < row[1] / 2:
@@ -999,10 +992,6 @@ def _wait_unknown_notes(con: duckdb.DuckDBPyConnection, losses: list[Loss]) -> l
         f"rank{group} only, so the time this rank waited cannot be told from data moving — give every rank's "
         "trace to split it into collective wait and transfer"
     ]
-
-
-def _table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    return one(con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [name]) != (0,)
 
 
 WAIT_UNKNOWN_NOTE_FRACTION = 0.05

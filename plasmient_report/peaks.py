@@ -274,6 +274,10 @@ def _memory_fits(nominal_gb: float, memory_bytes: int) -> bool:
     return any(abs(memory_bytes / unit - nominal_gb) <= MEMORY_TOLERANCE * nominal_gb for unit in (1e9, 2**30))
 
 
+# What the sentence of a GPU identified from its properties says (the verdict's notes repeat those sentences).
+IDENTIFIED_MARK = "from its properties"
+
+
 def identify(
     vendor: str | None,
     compute_capability: str | None,
@@ -310,16 +314,18 @@ def identify(
     ]
     keys = tuple(dict.fromkeys(g.key for g in fit))
     if not fit:
-        return Identification(None, (), f"GPU not named in the trace; no GPU in the peak table has {what}: give --gpu")
+        return Identification(None, (), f"GPU not named in the trace, and no GPU in the peak table has {what}: give --gpu")
     first = fit[0]
     if all(_same_figures(first, g) for g in fit[1:]):
         others = [g.key for g in fit[1:] if g.key != first.key]
         also = f" (or {', '.join(others)}: the same peak figures)" if others else ""
         return Identification(
-            first, keys, f"GPU not named in the trace; identified as {first.name}{also} from its properties ({what})"
+            first, keys, f"GPU not named in the trace, identified as {first.name}{also} {IDENTIFIED_MARK} ({what})"
         )
     return Identification(
-        None, keys, f"GPU not named in the trace; its properties ({what}) fit {', '.join(keys)}, whose peaks differ: give --gpu"
+        None,
+        keys,
+        f"GPU not named in the trace, and its properties ({what}) fit {', '.join(keys)}, whose peaks differ: give --gpu",
     )
 
 

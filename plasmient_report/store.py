@@ -152,6 +152,13 @@ def open_readonly(path: str | Path) -> duckdb.DuckDBPyConnection:
     )
 
 
+def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether the store has this table or view (the measure stage creates some: a store it has not seen lacks
+    them)."""
+    row = one(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name])
+    return bool(row and row[0])
+
+
 def one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tuple | None:
     """First row of a query, with the result fully consumed (DuckDB ≥ 2 keeps an unfinished result open)."""
     rows = con.execute(sql, params).fetchall() if params is not None else con.execute(sql).fetchall()

@@ -9,6 +9,7 @@ from typing import Any
 
 import duckdb
 
+from .store import has_table
 from .verdict_model import (
     CollectiveGroup,
     CollectiveStats,
@@ -31,11 +32,6 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = N
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
-def _exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
-    row = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchone()
-    return bool(row and row[0])
-
-
 def _num(x: Any) -> float | None:
     if x is None:
         return None
@@ -53,7 +49,7 @@ def collective_stats(
     """The collectives of the analysed window by (collective, process group, group size, message size), largest
     time first, and the lateness of every rank to every step's collectives — the steps of `step_label` (the run's
     steps, judge.step_labels), else the whole profile per rank (null when the run has no collectives)."""
-    if not _exists(con, "collective_stats"):
+    if not has_table(con, "collective_stats"):
         return None
     rows = _rows(
         con,
@@ -124,7 +120,7 @@ def collective_stats(
 def memory(con: duckdb.DuckDBPyConnection) -> list[MemoryPeak]:
     """Per GPU with allocator events (or nsys CUDA allocation records): its peak allocated and reserved memory, when,
     and against the device."""
-    if not _exists(con, "memory_peaks"):
+    if not has_table(con, "memory_peaks"):
         return []
     return [
         MemoryPeak(
@@ -160,7 +156,7 @@ def bucket_edges(bucket: int) -> tuple[int, int | None]:
 def launch_stats(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None) -> list[StreamLaunchStats]:
     """Per stream of the analysed window, most kernels first: launch delay, launch cost, kernel durations and the
     kernel-duration histogram."""
-    if not _exists(con, "launch_stats"):
+    if not has_table(con, "launch_stats"):
         return []
     streams = _rows(
         con,

@@ -205,7 +205,7 @@ def test_gpu_with_no_name_is_identified_from_its_properties(tmp_path):
     try:
         said = [n for n in res.verdict["notes"] if "from its properties" in n]
         assert said == [
-            "device 2: GPU not named in the trace; identified as AMD Instinct MI300X from its properties "
+            "device 2: GPU not named in the trace, identified as AMD Instinct MI300X from its properties "
             "(compute capability 9.4, 304 CUs, 192 GiB)"
         ]
     finally:

@@ -4,23 +4,9 @@ workload (real cases: TraceLens's SGLang and vLLM capture traces on MI300X, 544 
 
 from __future__ import annotations
 
-from typing import Any
-
-from plasmient_report import pipeline
-
 from .conftest import kernel, launch, write_trace
-
-
-def _api(name: str, ts: float, dur: float) -> dict[str, Any]:
-    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 100, "tid": 1, "ts": ts, "dur": dur, "args": {}}
-
-
-def _verdict(tmp_path, events):  # type: ignore[no-untyped-def]
-    res = pipeline.analyse([write_trace(tmp_path / "t.json", events)], pipeline.Options(write_html=False, write_trace=False))
-    try:
-        return res.verdict
-    finally:
-        res.close()
+from .rules.expect import analyse
+from .rules.traces import runtime
 
 
 def test_a_capture_is_said_and_is_the_verdict(tmp_path):
@@ -29,11 +15,11 @@ def test_a_capture_is_said_and_is_the_verdict(tmp_path):
     ev = [
         launch(1.0, ext=1, corr=1),
         kernel("warmup_kernel", 5.0, 10.0, ext=1, corr=1),
-        _api("cudaStreamBeginCapture", 100.0, 2.0),
+        runtime("cudaStreamBeginCapture", 100.0, 2.0),
     ]
     ev += [launch(110.0 + 100 * i, ext=10 + i, corr=10 + i) for i in range(10)]
-    ev += [_api("cudaStreamEndCapture", 1090.0, 3.0), _api("cudaGraphInstantiate", 1095.0, 5.0)]
-    v = _verdict(tmp_path, ev)
+    ev += [runtime("cudaStreamEndCapture", 1090.0, 3.0), runtime("cudaGraphInstantiate", 1095.0, 5.0)]
+    v = analyse([write_trace(tmp_path / "t.json", ev)], write_html=False, write_trace=False)
     assert v["verdict"] == "idle (graph capture)"
     notes = [n for n in v["notes"] if "graph capture" in n]
     assert len(notes) == 1 and notes[0].startswith("10 of the trace's 11 kernel launches went into 1 CUDA graph capture")
@@ -44,9 +30,9 @@ def test_launches_outside_a_capture_are_not_counted_and_no_capture_says_nothing(
     ev = [
         launch(1.0, ext=1, corr=1),
         kernel("warmup_kernel", 5.0, 10.0, ext=1, corr=1),
-        _api("cudaStreamBeginCapture", 100.0, 2.0),
+        runtime("cudaStreamBeginCapture", 100.0, 2.0),
     ]
-    ev += [_api("cudaStreamEndCapture", 150.0, 3.0)]
+    ev += [runtime("cudaStreamEndCapture", 150.0, 3.0)]
     ev += [launch(1200.0 + 100 * i, ext=10 + i, corr=10 + i) for i in range(10)]
-    v = _verdict(tmp_path, ev)
+    v = analyse([write_trace(tmp_path / "t.json", ev)], write_html=False, write_trace=False)
     assert v["verdict"] == "idle" and not [n for n in v["notes"] if "graph capture" in n]

@@ -4,9 +4,8 @@ MI300X trace, whose first kernel starts 146 ms after its launch on an idle GPU, 
 
 from __future__ import annotations
 
-from plasmient_report import pipeline
-
 from .conftest import kernel, launch, write_trace
+from .rules.expect import analyse
 
 
 def _notes(tmp_path, start_us: float) -> list[str]:
@@ -14,13 +13,8 @@ def _notes(tmp_path, start_us: float) -> list[str]:
     # starts at `start_us`: the GPU idles from 100 µs with kernel 2 queued from 152 µs.
     ev = [launch(1.0, ext=1, corr=1), kernel("k1", 0.0, 100.0, ext=1, corr=1)]
     ev += [launch(150.0, ext=2, corr=2), kernel("k2", start_us, 100.0, ext=2, corr=2)]
-    res = pipeline.analyse(
-        [write_trace(tmp_path / f"t{start_us:.0f}.json", ev)], pipeline.Options(write_html=False, write_trace=False)
-    )
-    try:
-        return [n for n in res.verdict["notes"] if "already launched" in n]
-    finally:
-        res.close()
+    v = analyse([write_trace(tmp_path / f"t{start_us:.0f}.json", ev)], write_html=False, write_trace=False)
+    return [n for n in v["notes"] if "already launched" in n]
 
 
 def test_an_idle_gpu_with_its_next_kernel_queued_is_said(tmp_path):
@@ -46,11 +40,7 @@ def test_queued_work_is_said_instead_of_the_host_work_after_a_sync(tmp_path):
         }
     )
     ev += [launch(150.0, ext=2, corr=2), kernel("k2", 5000.0, 100.0, ext=2, corr=2)]
-    res = pipeline.analyse([write_trace(tmp_path / "sync.json", ev)], pipeline.Options(write_html=False, write_trace=False))
-    try:
-        notes = res.verdict["notes"]
-    finally:
-        res.close()
+    notes = analyse([write_trace(tmp_path / "sync.json", ev)], write_html=False, write_trace=False)["notes"]
     assert [n for n in notes if "already launched" in n] and not [n for n in notes if n.startswith("sync stall")]
 
 

@@ -6,33 +6,20 @@ charged with 223 ms; and our own h200_single recording, whose syncs wait ~5 ms b
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pytest
 
-from plasmient_report import pipeline
-
 from .conftest import kernel, launch, write_trace
-
-
-def _api(name: str, ts: float, dur: float) -> dict[str, Any]:
-    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 100, "tid": 1, "ts": ts, "dur": dur, "args": {}}
-
-
-def _verdict(tmp_path, events):  # type: ignore[no-untyped-def]
-    res = pipeline.analyse([write_trace(tmp_path / "t.json", events)], pipeline.Options(write_html=False, write_trace=False))
-    try:
-        return res.verdict
-    finally:
-        res.close()
+from .rules.expect import analyse
+from .rules.traces import runtime
 
 
 def test_a_sync_that_hardly_waited_is_said_to_recover_little(tmp_path):
     # Construction: a 100 µs kernel; the host syncs at 50 µs (waits 51 µs, returns at 101), then does 10 ms of its
     # own work before launching the next kernel at 10,101 µs. The gap (10,000 µs) is sync_stall; the sync waited 51.
-    ev = [launch(1.0, ext=1, corr=1), kernel("k1", 0.0, 100.0, ext=1, corr=1), _api("cudaDeviceSynchronize", 50.0, 51.0)]
+    ev = [launch(1.0, ext=1, corr=1), kernel("k1", 0.0, 100.0, ext=1, corr=1), runtime("cudaDeviceSynchronize", 50.0, 51.0)]
     ev += [launch(10_095.0, ext=2, corr=2), kernel("k2", 10_101.0, 100.0, ext=2, corr=2)]
-    v = _verdict(tmp_path, ev)
+    v = analyse([write_trace(tmp_path / "t.json", ev)], write_html=False, write_trace=False)
     assert next(x["fraction"] for x in v["losses"] if x["category"] == "sync_stall") > 0.9
     (said,) = [n for n in v["notes"] if n.startswith("sync stall")]
     waited, charged = (float(x) for x in re.findall(r"waited ([\d.,]+) ms of the ([\d.,]+) ms", said)[0])
@@ -43,7 +30,7 @@ def test_a_sync_that_hardly_waited_is_said_to_recover_little(tmp_path):
 def test_a_sync_that_waited_for_the_gpu_says_nothing_more(tmp_path):
     # The host syncs right after launching 10 ms of GPU work (it waits 9,990 µs), then launches the next kernel
     # 90 µs after the sync returns: the wait is the whole story, nothing to add.
-    ev = [launch(1.0, ext=1, corr=1), kernel("k1", 5.0, 10_000.0, ext=1, corr=1), _api("cudaDeviceSynchronize", 10.0, 9_996.0)]
+    ev = [launch(1.0, ext=1, corr=1), kernel("k1", 5.0, 10_000.0, ext=1, corr=1), runtime("cudaDeviceSynchronize", 10.0, 9_996.0)]
     ev += [launch(10_080.0, ext=2, corr=2), kernel("k2", 10_096.0, 100.0, ext=2, corr=2)]
-    v = _verdict(tmp_path, ev)
+    v = analyse([write_trace(tmp_path / "t.json", ev)], write_html=False, write_trace=False)
     assert not [n for n in v["notes"] if n.startswith("sync stall")]

@@ -19,7 +19,7 @@ def name_from_properties(
     if not (compute_capability or sm_count or memory_bytes):
         return name, None
     ident = peaks.identify(vendor=vendor, compute_capability=compute_capability, sm_count=sm_count, memory_bytes=memory_bytes)
-    said = f"named {name!r} in the trace, which is no GPU of the peak table" if name else "GPU not named in the trace"
+    said = f"named {name!r} in the trace (no GPU of the peak table)" if name else "GPU not named in the trace"
     sentence = ident.sentence.replace("GPU not named in the trace", said, 1)
     if ident.gpu is None:
         return name, sentence if not name else None  # a named GPU that is just not in the table: the peak says so

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from ..parsers import NSYS_EXPORTS
 from ..parsers._counters import FRACTION_METRICS
 from ..parsers.nsys.gpu_metrics import PERCENT_METRICS
+from ..store import has_table
 
 SEQ_ID = 0x504C  # one trusted packet sequence for the whole file
 LAYERS = ("cluster", "model", "op", "kernel", "device", "verdict")
@@ -825,7 +826,7 @@ def write(con: duckdb.DuckDBPyConnection, verdict: dict[str, Any] | RunFacts, pa
                 "GROUP BY rank, device"
             ).fetchall()
         }
-        if _exists(con, "metrics")
+        if has_table(con, "metrics")
         else {}
     )
     bw_all, gpu_names = facts.bandwidth_tbs, facts.gpu_names
@@ -937,15 +938,10 @@ _TIMES = (
 )
 
 
-def _exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
-    """Whether the store has this table (the measure stage creates some: a store it has not seen lacks them)."""
-    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchall()[0][0])
-
-
 def _time_shift(con: duckdb.DuckDBPyConnection) -> int:
     """0, or what lifts the earliest time written to 0: Perfetto timestamps are unsigned (times before 1970
     come from inputs with a bad time base; everything moves together, so the layers still line up)."""
-    sql = " UNION ALL ".join(f"SELECT min({c}) AS t FROM {t}" for t, c in _TIMES if _exists(con, t))
+    sql = " UNION ALL ".join(f"SELECT min({c}) AS t FROM {t}" for t, c in _TIMES if has_table(con, t))
     row = con.execute(f"SELECT min(t) FROM ({sql})").fetchall()
     lo = row[0][0] if row else None
     return int(-lo) if lo is not None and lo < 0 else 0
@@ -953,7 +949,7 @@ def _time_shift(con: duckdb.DuckDBPyConnection) -> int:
 
 def _intern_names(con: duckdb.DuckDBPyConnection) -> None:
     """Every slice name, numbered once (the events refer to them by iid)."""
-    losses = "UNION SELECT category FROM losses WHERE category IS NOT NULL" if _exists(con, "losses") else ""
+    losses = "UNION SELECT category FROM losses WHERE category IS NOT NULL" if has_table(con, "losses") else ""
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _pf_names AS
         SELECT name, row_number() OVER (ORDER BY name) AS iid FROM (
@@ -969,7 +965,7 @@ COLLECTIVE_ARGS = ("wait_ns", "transfer_ns", "algbw_gb_s", "busbw_gb_s", "latene
 def _cluster(ctx: _Ctx, rank: int, parent: int) -> None:
     """The rank's collectives; each slice carries its wait and transfer, NCCL's algorithm and bus bandwidth (GB/s),
     how late this rank arrived, and the link — the measure stage's `collective_transfers`, when the store has it."""
-    if _exists(ctx.con, "collective_transfers"):
+    if has_table(ctx.con, "collective_transfers"):
         cols = "t.wait_ns, t.transfer_ns, t.algbw, t.busbw, t.late, t.link"
         # one row per collectives row (source, correlation, rank)
         join = """LEFT JOIN (
@@ -1096,7 +1092,7 @@ def _kernels(ctx: _Ctx, rank: int, parent: int, peak: dict[tuple[int, int], floa
     peak and the run's bandwidth."""
     streams = ctx.con.execute("SELECT DISTINCT device, stream FROM kernels WHERE rank = ? ORDER BY 1, 2", [rank]).fetchall()
     term = _fid_sql("'launch'", "k.source_id", "k.correlation")
-    measured = _exists(ctx.con, "kernel_class")
+    measured = has_table(ctx.con, "kernel_class")
     for i, (dev, stream) in enumerate(streams):
         p = peak.get((rank, dev))
         ridge = p / (bw_tbs * 1e12) if p and bw_tbs else None
@@ -1342,7 +1338,7 @@ def _memory(ctx: _Ctx, rank: int, parent: int) -> None:
     """Device memory as counter tracks, per GPU: allocated and reserved bytes after every allocator event (the
     measure stage's memory_timeline: Kineto profile_memory=True; nsys --cuda-memory-usage gives reserved only). A
     GPU with more events than MAX_MEMORY_SAMPLES gets the most in each of that many bins instead (its name says so)."""
-    if not _exists(ctx.con, "memory_peaks"):
+    if not has_table(ctx.con, "memory_peaks"):
         return
     gpus = ctx.con.execute(
         "SELECT device, events, first_ns, last_ns, peak_allocated_bytes IS NOT NULL, peak_reserved_bytes IS NOT NULL "
@@ -1384,7 +1380,7 @@ def _memory(ctx: _Ctx, rank: int, parent: int) -> None:
 
 def _verdict(ctx: _Ctx, rank: int, parent: int) -> None:
     """An 'achieved % of peak' counter (100 where no loss was recorded) and the lost stretches by category."""
-    if not _exists(ctx.con, "losses"):
+    if not has_table(ctx.con, "losses"):
         return
     devices = [
         d
