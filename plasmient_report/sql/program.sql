@@ -7,21 +7,28 @@
 -- Depends: vocab
 
 CREATE OR REPLACE VIEW program AS
-WITH k AS (SELECT DISTINCT name FROM kernels)
+-- Each table's distinct names once (a with_stack trace repeats a few thousand names over 100 k's of rows): every
+-- test below is a regexp over these.
+WITH n AS (
+    SELECT 'kernel' AS src, name, NULL::VARCHAR AS domain FROM (SELECT DISTINCT name FROM kernels)
+    UNION ALL SELECT 'op', name, NULL FROM (SELECT DISTINCT name FROM ops)
+    UNION ALL SELECT 'range', name, domain FROM (SELECT DISTINCT name, domain FROM ranges)
+    UNION ALL SELECT 'api', name, NULL FROM (SELECT DISTINCT name FROM api_calls)
+)
 SELECT
-    EXISTS (SELECT 1 FROM ops WHERE regexp_matches(name, {{KNOWN_OP_RE}}))
-      OR EXISTS (SELECT 1 FROM k WHERE regexp_matches(name, {{PYTORCH_KERNEL_RE}}))
-      OR EXISTS (SELECT 1 FROM ranges WHERE regexp_matches(name, {{PYTORCH_RANGE_RE}})) AS pytorch,
-    EXISTS (SELECT 1 FROM ranges WHERE regexp_matches(coalesce(domain, ''), {{TENSORRT_RE}})
-                                    OR regexp_matches(name, {{TENSORRT_RE}}))
-      OR EXISTS (SELECT 1 FROM k WHERE regexp_matches(name, {{TENSORRT_RE}})) AS tensorrt,
+    coalesce(bool_or(src = 'op' AND regexp_matches(name, {{KNOWN_OP_RE}}))
+               OR bool_or(src = 'kernel' AND regexp_matches(name, {{PYTORCH_KERNEL_RE}}))
+               OR bool_or(src = 'range' AND regexp_matches(name, {{PYTORCH_RANGE_RE}})), false) AS pytorch,
+    coalesce(bool_or(src = 'range' AND (regexp_matches(coalesce(domain, ''), {{TENSORRT_RE}})
+                                        OR regexp_matches(name, {{TENSORRT_RE}})))
+               OR bool_or(src = 'kernel' AND regexp_matches(name, {{TENSORRT_RE}})), false) AS tensorrt,
     CASE WHEN EXISTS (SELECT 1 FROM devices WHERE vendor = 'AMD')
-           OR EXISTS (SELECT 1 FROM api_calls WHERE regexp_matches(name, {{HIP_API_RE}})) THEN 'hip'
+           OR bool_or(src = 'api' AND regexp_matches(name, {{HIP_API_RE}})) THEN 'hip'
          ELSE 'cuda' END AS runtime,
-    EXISTS (SELECT 1 FROM api_calls WHERE regexp_matches(name, {{GRAPH_LAUNCH_API_RE}})) AS graphs,
-    (WITH n AS (SELECT name FROM k UNION SELECT DISTINCT name FROM ops UNION SELECT DISTINCT name FROM ranges)
-     SELECT CASE WHEN bool_or(regexp_matches(lower(name), {{VLLM_RE}})) THEN 'vLLM'
-                 WHEN bool_or(regexp_matches(lower(name), {{SGLANG_RE}})) THEN 'SGLang' END FROM n) AS server;
+    coalesce(bool_or(src = 'api' AND regexp_matches(name, {{GRAPH_LAUNCH_API_RE}})), false) AS graphs,
+    CASE WHEN bool_or(src <> 'api' AND regexp_matches(lower(name), {{VLLM_RE}})) THEN 'vLLM'
+         WHEN bool_or(src <> 'api' AND regexp_matches(lower(name), {{SGLANG_RE}})) THEN 'SGLang' END AS server
+FROM n;
 COMMENT ON VIEW program IS 'One row: what program the trace comes from';
 COMMENT ON COLUMN program.pytorch IS 'true when PyTorch ran it: framework ops (aten::, autograd::, c10d:: …), PyTorch''s or Inductor''s kernels, or its profiler''s ranges';
 COMMENT ON COLUMN program.tensorrt IS 'true when TensorRT ran engines (its NVTX domain, ExecutionContext ranges, *_trt kernels)';
