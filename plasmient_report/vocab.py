@@ -53,9 +53,10 @@ BUSY_CATEGORIES = (
 # memset.
 KERNEL_CLASSES = ("compute", "memory", "unknown", "communication", "copy")
 
-# Communication kernels by what they are, not only NCCL: the parsers' kind 'nccl' plus these names.
+# Communication kernels by what they are, not only NCCL: the parsers' kind 'nccl' plus these names (DeepEP's
+# all-to-all kernels also as `dpsk::ep::`, the namespace of DeepSeek's own build in its published profiles).
 COMM_KERNEL_RE = (
-    r"(?i)(nccl|rccl|nvshmem|deep_?ep::|multimem_all_?reduce|one_?shot_all_?reduce|"
+    r"(?i)(nccl|rccl|nvshmem|deep_?ep::|dpsk::ep::|multimem_all_?reduce|one_?shot_all_?reduce|"
     r"two_?shot_all_?reduce|symmetric_?memory|cross_device_reduce|custom_?all_?reduce|quick_?all_?reduce|"
     r"mscclpp|msccl|lamport|allreduce_?fusion_?kernel)"
 )

@@ -306,3 +306,18 @@ def test_bandwidth_above_hbm_is_flagged_not_stated(tmp_path):
     assert any("imply more than the HBM peak" in n for n in v["notes"])
     pr301 = [f for f in v["findings"] if f["rule"] == "PR301"]
     assert pr301 and "L2" in pr301[0]["title"] and pr301[0]["evidence"]["bandwidth_above_hbm_peak"]
+
+
+def test_deepseeks_own_deepep_kernels_are_communication(tmp_path):
+    # DeepSeek's published DualPipe profile (deepseek-ai/profile-data) names DeepEP's kernels `dpsk::ep::`:
+    # the all-to-all dispatch and combine of expert parallelism, communication like `deep_ep::`.
+    ev = [
+        launch(1.0, 0, 1),
+        kernel("void dpsk::ep::internode::dispatch<false, 8, false, 8>(int4*, float*, long*)", 10.0, 300.0, ext=0, corr=1),
+        launch(2.0, 0, 2),
+        kernel(
+            "void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*, float*)", 400.0, 200.0, ext=0, corr=2
+        ),
+    ]
+    c = classes(analyse([write_trace(tmp_path / "dpsk.json", ev)]))
+    assert sorted(v[0] for v in c.values()) == ["communication", "communication"]
