@@ -104,8 +104,8 @@ def test_steps_tile_when_each_prefetches_on_a_side_stream_while_the_last_one_com
 
 
 def test_a_step_inside_work_launched_before_it_keeps_its_own_window(tmp_path):
-    # Step 0 launches a 50 ms side-stream copy that outlasts step 1's own work entirely: step 1 cannot start at the
-    # end of the work launched before it (it would have no window), so it starts at its own first activity.
+    # Step 0 launches a 50 ms side-stream copy that outlasts step 1's own work entirely: step 1 runs on the compute
+    # stream only, so it starts at the end of step 0's work there (its own first activity), not after the copy.
     ev: list[dict[str, Any]] = [
         annotation("ProfilerStep#0", 0.0, 1000.0),
         launch(1.0, ext=9, corr=9),
@@ -122,6 +122,31 @@ def test_a_step_inside_work_launched_before_it_keeps_its_own_window(tmp_path):
     occ = res.con.execute("SELECT start_ns, end_ns FROM range_occurrences ORDER BY occurrence").fetchall()
     t0 = occ[0][0]  # (write_trace puts the trace at a wall-clock base)
     assert [(t - t0) / 1e3 for row in occ for t in row] == pytest.approx([0.0, 50_100.0, 10_100.0, 20_100.0])
+
+
+def test_work_on_another_stream_does_not_cut_a_range_short_of_its_own_serial_work(tmp_path):
+    # The shape of DeepSeek's published DualPipe profile (H800): an all-to-all launched by `dispatch` runs on a
+    # communication stream while `mlp`'s own kernels run one after another on the compute stream. The all-to-all,
+    # launched before `mlp`, outlasts `mlp`'s first two kernels; it does not delay them (another stream), so it must
+    # not start `mlp`'s window. Truth by construction: each occurrence's window is its three 1 ms kernels, back to
+    # back from its first one: 3 ms, fully busy (counting the all-to-all gave 0.5 ms, shorter than its own work).
+    ev: list[dict[str, Any]] = []
+    occurrences, t_gpu = 3, 100.0
+    for k in range(occurrences):
+        t0 = k * 10_000.0
+        ev.append(annotation("dispatch", t0, 50.0))
+        ev.append(launch(t0 + 10.0, ext=900 + k, corr=900 + k))
+        ev.append(kernel("ncclDevKernel_SendRecv", t_gpu, 2_500.0, ext=900 + k, corr=900 + k, stream=27))
+        ev.append(annotation("mlp", t0 + 100.0, 300.0))
+        for j in range(3):
+            c = 100 * k + j + 1
+            ev.append(launch(t0 + 110.0 + 50.0 * j, ext=c, corr=c))
+            ev.append(kernel("nvjet_sm90_tst_gemm", t_gpu + 1_000.0 * j, 1_000.0, ext=c, corr=c))
+        t_gpu += 10_000.0
+    res = analyse([write_trace(tmp_path / "overlap.json", ev)], ranges=["mlp"])
+    occ = res.con.execute("SELECT start_ns, end_ns FROM range_occurrences ORDER BY occurrence").fetchall()
+    assert [(e - s) / 1e3 for s, e in occ] == pytest.approx([3_000.0] * occurrences)
+    assert res.verdict["utilization"]["trace"] == pytest.approx(1.0)
 
 
 def test_work_launched_before_the_profile_counts_as_before(tmp_path):

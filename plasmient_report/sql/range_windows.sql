@@ -1,16 +1,21 @@
 -- Module: range_windows
 -- A range's GPU window follows the work it launched (SPEC §1): an occurrence runs on each GPU of its rank from
 -- max(its CPU start, the end of the GPU work launched before it) to max(its CPU end, the end of the last GPU
--- activity it launched). "Launched by it": the launching runtime call (kernel_launch) starts inside the CPU range,
--- on any thread of the rank; an activity whose launch is not in the trace (launched before the profiler started,
--- or its record lost) is never launched by a range and counts as launched before it — before each occurrence
--- whose own first activity it precedes on that GPU. Consecutive steps thus tile
--- the GPU timeline when the host runs ahead, and keep the GPU's waits on the host (data loading, a sync) in the
--- step that caused them — also when a step's first activity (a prefetch on a side stream) starts while the work
--- launched before it still runs: that activity's time is then measured in the previous step's window. Only
--- when the work launched before it outlasts all of its own does an occurrence start at its own first activity. An occurrence that launched nothing on a GPU keeps its CPU interval there. A rank that
--- has only Kineto's GPU-stream copies of the range (no CPU side) keeps those. An activity launched inside two
--- occurrences of one label (a glob matching nested names) is counted for the later-starting one.
+-- activity it launched). "The work launched before it" is that on the streams the occurrence itself uses: a
+-- stream runs its work in order, so the occurrence's own work there waits for it, while work on another stream (an
+-- all-to-all on a communication stream beside the compute) may overlap the occurrence's and does not delay it;
+-- counting it would cut the window short of the occurrence's own serial work. "Launched by it": the launching
+-- runtime call (kernel_launch) starts inside the CPU range, on any thread of the rank; an activity whose launch is
+-- not in the trace (launched before the profiler started, or its record lost) is never launched by a range and
+-- counts as launched before it — before each occurrence whose own first activity on that GPU it precedes.
+-- Consecutive steps thus tile the GPU timeline when the host runs ahead, and keep the GPU's waits on the host
+-- (data loading, a sync) in the step that caused them — also when a step's first activity (a prefetch on a side
+-- stream) starts while the work launched before it on its compute stream still runs: that activity's time is then
+-- measured in the previous step's window. Only when the work launched before it outlasts all of its own does an
+-- occurrence start at its own first activity. An occurrence that launched nothing on a GPU keeps its CPU interval
+-- there. A rank that has only Kineto's GPU-stream copies of the range (no CPU side) keeps those. An activity
+-- launched inside two occurrences of one label (a glob matching nested names) is counted for the later-starting
+-- one.
 -- Depends: range_labels, kernel_launch, intervals
 
 CREATE OR REPLACE TEMP TABLE _range_instances AS
@@ -42,38 +47,54 @@ COMMENT ON COLUMN range_launches.kernel_id IS 'the activity (kernels.kernel_id)'
 
 CREATE OR REPLACE TABLE range_occurrences AS
 WITH occ AS (SELECT * FROM _range_instances), acts AS (
-    SELECT k.kernel_id, k.rank, k.device, k.start_ns, k.end_ns, kl.launch_start_ns
+    SELECT k.kernel_id, k.rank, k.device, k.stream, k.start_ns, k.end_ns, kl.launch_start_ns
     FROM kernels k LEFT JOIN kernel_launch kl USING (kernel_id)
-), launched AS (
-    SELECT r.label, r.rank, r.occurrence, a.device, count(*) AS n, min(a.start_ns) AS first_start_ns,
+), launched_s AS (
+    -- per occurrence, GPU and stream: its own activities there
+    SELECT r.label, r.rank, r.occurrence, a.device, a.stream, count(*) AS n, min(a.start_ns) AS first_start_ns,
            max(a.end_ns) AS last_end_ns
     FROM range_launches r JOIN acts a USING (kernel_id)
     GROUP BY ALL
 ), prior AS (
-    -- per GPU, in launch order: the latest end of everything launched so far
-    SELECT rank, device, launch_start_ns,
-           max(end_ns) OVER (PARTITION BY rank, device ORDER BY launch_start_ns, end_ns
+    -- per GPU stream, in launch order: the latest end of everything launched so far
+    SELECT rank, device, stream, launch_start_ns,
+           max(end_ns) OVER (PARTITION BY rank, device, stream ORDER BY launch_start_ns, end_ns
                              ROWS UNBOUNDED PRECEDING) AS end_before_ns
     FROM acts WHERE launch_start_ns IS NOT NULL
 ), prior_unlaunched AS (
-    -- activities with no launch record, in start order: the latest end of those started so far
-    SELECT rank, device, start_ns,
-           max(end_ns) OVER (PARTITION BY rank, device ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS end_before_ns
+    -- activities with no launch record, per GPU stream in start order: the latest end of those started so far
+    SELECT rank, device, stream, start_ns,
+           max(end_ns) OVER (PARTITION BY rank, device, stream ORDER BY start_ns, end_ns
+                             ROWS UNBOUNDED PRECEDING) AS end_before_ns
     FROM acts WHERE launch_start_ns IS NULL
+), ls0 AS (
+    SELECT l.*, o.cpu_start_ns,
+           min(l.first_start_ns) OVER (PARTITION BY l.label, l.rank, l.occurrence, l.device) AS occ_first_start_ns
+    FROM launched_s l
+    JOIN occ o ON o.label = l.label AND o.rank IS NOT DISTINCT FROM l.rank AND o.occurrence = l.occurrence
+    WHERE NOT o.on_gpu
+), ls1 AS (
+    SELECT ls0.*, p.end_before_ns AS launched_before_ns
+    FROM ls0 ASOF LEFT JOIN prior p
+      ON p.rank IS NOT DISTINCT FROM ls0.rank AND p.device = ls0.device
+     AND p.stream IS NOT DISTINCT FROM ls0.stream AND p.launch_start_ns < ls0.cpu_start_ns
+), ls AS (
+    SELECT ls1.*, greatest(coalesce(ls1.launched_before_ns, 0), coalesce(u.end_before_ns, 0)) AS end_before_ns
+    FROM ls1 ASOF LEFT JOIN prior_unlaunched u
+      ON u.rank IS NOT DISTINCT FROM ls1.rank AND u.device = ls1.device
+     AND u.stream IS NOT DISTINCT FROM ls1.stream AND u.start_ns < ls1.occ_first_start_ns
+), launched AS (
+    SELECT label, rank, occurrence, device, sum(n) AS n, min(first_start_ns) AS first_start_ns,
+           max(last_end_ns) AS last_end_ns, max(end_before_ns) AS end_before_ns
+    FROM ls GROUP BY ALL
 ), og AS (
     SELECT o.*, g.device FROM occ o
     JOIN (SELECT DISTINCT rank, device FROM kernels) g
       ON g.rank IS NOT DISTINCT FROM o.rank AND (NOT o.on_gpu OR o.gpu_device IS NULL OR g.device = o.gpu_device)
-), b0 AS (
-    SELECT og.*, p.end_before_ns AS launched_before_ns, l.n, l.first_start_ns, l.last_end_ns
-    FROM og ASOF LEFT JOIN prior p
-      ON p.rank IS NOT DISTINCT FROM og.rank AND p.device = og.device AND p.launch_start_ns < og.cpu_start_ns
-    LEFT JOIN launched l
-      ON l.label = og.label AND l.rank IS NOT DISTINCT FROM og.rank AND l.occurrence = og.occurrence AND l.device = og.device
 ), b AS (
-    SELECT b0.*, greatest(coalesce(b0.launched_before_ns, 0), coalesce(u.end_before_ns, 0)) AS end_before_ns
-    FROM b0 ASOF LEFT JOIN prior_unlaunched u
-      ON u.rank IS NOT DISTINCT FROM b0.rank AND u.device = b0.device AND u.start_ns < b0.first_start_ns
+    SELECT og.*, l.n, l.first_start_ns, l.last_end_ns, coalesce(l.end_before_ns, 0) AS end_before_ns
+    FROM og LEFT JOIN launched l
+      ON l.label = og.label AND l.rank IS NOT DISTINCT FROM og.rank AND l.occurrence = og.occurrence AND l.device = og.device
 )
 SELECT b.label, b.is_window, b.name, b.rank, b.device, b.occurrence, b.cpu_start_ns, b.cpu_end_ns,
        CASE WHEN coalesce(b.n, 0) = 0 THEN b.cpu_start_ns
@@ -97,7 +118,7 @@ COMMENT ON COLUMN range_occurrences.device IS 'the GPU';
 COMMENT ON COLUMN range_occurrences.occurrence IS 'occurrence number of the label on its rank (0…, by CPU start)';
 COMMENT ON COLUMN range_occurrences.cpu_start_ns IS 'the range''s CPU-side start (GPU-stream copy: its start)';
 COMMENT ON COLUMN range_occurrences.cpu_end_ns IS 'the range''s CPU-side end';
-COMMENT ON COLUMN range_occurrences.start_ns IS 'GPU window start: max(CPU start, end of the work launched before it); its own first activity when the work launched before it outlasts all of its own';
+COMMENT ON COLUMN range_occurrences.start_ns IS 'GPU window start: max(CPU start, end of the work launched before it on the streams it uses); its own first activity when that work outlasts all of its own';
 COMMENT ON COLUMN range_occurrences.end_ns IS 'GPU window end: max(CPU end, end of the last activity it launched)';
 COMMENT ON COLUMN range_occurrences.launched IS 'GPU activities on this GPU whose launching call starts inside the CPU range';
 COMMENT ON COLUMN range_occurrences.window_kind IS 'gpu (placed by the work it launched), cpu (launched nothing here: its CPU interval), gpu_annotation (only a GPU-stream copy exists)';
