@@ -18,7 +18,8 @@ EXPLANATION = Explanation(
         twins), the PyTorch op that made it (`aten::item` → `aten::_local_scalar_dense` is `.item()`; `aten::to` /
         `_to_copy` with a device→host copy is `.cpu()`; `aten::nonzero` has a data-dependent size), the
         device→host copy it waited for, the enclosing range, and the Python line when the trace was recorded with
-        stacks (`with_stack=True`). Grouped by call site, largest idle time first. A sync seen once in the window is
+        stacks (`with_stack=True`). Grouped by call site, largest idle time first; a site whose syncs lie in several
+        ranges says how many, naming the one with the most idle time after them. A sync seen once in the window is
         said to be once — not "in the loop" — and one that comes before almost all of the window's GPU work
         (`before_work_share`) is named as the set-up wait it likely is.""",
     why_is_this_bad="""
@@ -183,7 +184,9 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                    least(min(sync_end) - sync_start, sum(end_ns - start_ns)) AS waited_ns
             FROM s GROUP BY rank, sync_start
         )
-        SELECT sync_name, inner_op, outer_op, python_site, min(range_name) AS range_name,
+        SELECT sync_name, inner_op, outer_op, python_site,
+               arg_max(range_name, lost_ns) FILTER (WHERE range_name IS NOT NULL) AS range_name,
+               list(DISTINCT range_name ORDER BY range_name) FILTER (WHERE range_name IS NOT NULL) AS range_names,
                count(*) AS syncs, sum(lost_ns) AS lost_ns, sum(idle_ns) AS idle_ns, max(idle_ns) AS max_idle_ns,
                sum(d2h_copies) AS d2h_copies, max(d2h_bytes) AS d2h_bytes, list(DISTINCT rank ORDER BY rank) AS ranks,
                min(rank) AS first_rank, max(idle_end) AS idle_end, sum(waited_ns) AS waited_ns
@@ -196,7 +199,16 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         n = g["syncs"]
         each = g["idle_ns"] / max(n, 1)
         site = g["python_site"]
-        where = (f" at {site}" if site else "") + (f" inside {g['range_name']}" if g["range_name"] else "")
+        # the range it was called in; one site called in several ranges is said to be, with the costliest named
+        ranges = g["range_names"] or []
+        inside = (
+            f" inside {len(ranges)} ranges (most idle time after it in {g['range_name']})"
+            if len(ranges) > 1
+            else f" inside {g['range_name']}"
+            if g["range_name"]
+            else ""
+        )
+        where = (f" at {site}" if site else "") + inside
         copy = " after a device→host copy" if g["d2h_copies"] else ""
         per = f", {fmt_ns(ctx.per_step(g['idle_ns']))} {ctx.per_step_text()}" if ctx.step_unit and n > 1 else ""
         # A sync seen once: the share of its rank's GPU work in the window that comes after the idle it caused
@@ -273,6 +285,7 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                 "as_written": what,
                 "python_site": site,
                 "range": g["range_name"],
+                "ranges": ranges,
                 "syncs": n,
                 "idle_ns": g["idle_ns"],
                 "mean_idle_ns": each,

@@ -4,7 +4,7 @@ GPU never waits on a sync."""
 
 from __future__ import annotations
 
-from ...conftest import cpu_op, kernel, write_trace
+from ...conftest import annotation, cpu_op, kernel, write_trace
 from ..expect import Expect, Near, analyse, check, single_phase, truth
 from ..traces import runtime
 
@@ -136,6 +136,29 @@ def test_the_sync_is_named_by_its_own_thread_not_a_busier_one(tmp_path):
                 "PR502",
                 evidence={"op": "aten::_local_scalar_dense", "outer_op": "aten::item", "as_written": ".item()"},
                 never_says=[r"other_thread"],
+            )
+        ],
+    )
+
+
+def test_one_site_synced_in_several_ranges_says_so(tmp_path):
+    # Construction: the same cudaStreamSynchronize, called inside range `fwd` three times and inside `bwd` once;
+    # each returns as the GPU drains and the host then launches nothing for 10 ms (`fwd`) or 5 ms (`bwd`). One
+    # finding (one call site) whose syncs lie in two ranges: both said, the costlier (`fwd`, 30 of 35 ms) named.
+    ev, corr, t = [], 100, 0.0
+    for name, idle_us in (("fwd", 10_000.0), ("fwd", 10_000.0), ("bwd", 5_000.0), ("fwd", 10_000.0)):
+        ev += [runtime("cudaLaunchKernel", t, 3.0, corr=corr), kernel("work_kernel", t + 5.0, 500.0, 0, corr)]
+        ev += [annotation(name, t + 10.0, 500.0), runtime("cudaStreamSynchronize", t + 20.0, 486.0, corr=corr + 1)]
+        t += 505.0 + idle_us
+        corr += 2
+    ev += [runtime("cudaLaunchKernel", t, 3.0, corr=corr), kernel("work_kernel", t + 5.0, 500.0, 0, corr)]
+    check(
+        analyse([write_trace(tmp_path / "ranges.json", ev)]),
+        [
+            Expect(
+                "PR502",
+                evidence={"syncs": 4, "range": "fwd", "ranges": ["bwd", "fwd"]},
+                says=[r"2 ranges", r"fwd"],
             )
         ],
     )
