@@ -251,7 +251,11 @@ def _steady_finding(
     if main in SEE:
         fix = f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}), mostly {SEE[main]}"
     elif named:
-        fix = f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}): {named[0]['host']}"
+        # what the host did is known for the listed gaps only: said of the largest named one, not of them all
+        first = (
+            ": " if len(gaps) == 1 else "; the largest: " if named[0] is big else f"; a {fmt_ns(named[0]['duration_ns'])} one: "
+        )
+        fix = f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}){first}{named[0]['host']}"
     else:
         fix = (
             f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}) with nothing traced on the "

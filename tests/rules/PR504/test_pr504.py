@@ -4,7 +4,7 @@ compute-bound work."""
 
 from __future__ import annotations
 
-from ...conftest import kernel, write_trace
+from ...conftest import cpu_op, kernel, write_trace
 from ..expect import Expect, Near, analyse, check, ddp_sample, single_phase, truth
 from ..traces import runtime
 
@@ -107,3 +107,27 @@ def test_a_gap_is_classed_by_its_own_gpu_not_another_one_idle_meanwhile(tmp_path
     # each gap's categories add up to its own idle time, not to both GPUs' (50 ms, to 1%)
     for g in gaps.values():
         assert Near(g["duration_ns"], rel=0.01, truth="construction: one GPU's gap").holds(sum(g["categories"].values())), g
+
+
+def test_the_host_work_of_the_largest_gap_is_not_said_of_them_all(tmp_path):
+    # Construction: three 5 ms idle gaps with nothing traced on the host, and one 8 ms gap during which the host
+    # runs `my_preprocess`: what the host did is known for that gap only, so the fix names it as the largest's.
+    ev, corr, t = [], 10, 0.0
+    for idle_us, op in ((5_000.0, None), (8_000.0, "my_preprocess"), (5_000.0, None), (5_000.0, None)):
+        ev += [runtime("cudaLaunchKernel", t, 3.0, corr=corr), kernel("work_kernel", t + 5.0, 500.0, 0, corr)]
+        if op:
+            ev.append(cpu_op(op, t + 600.0, idle_us - 200.0, 0))
+        t += 505.0 + idle_us
+        corr += 1
+    ev += [runtime("cudaLaunchKernel", t, 3.0, corr=corr), kernel("work_kernel", t + 5.0, 500.0, 0, corr)]
+    check(
+        analyse([write_trace(tmp_path / "gaps.json", ev)]),
+        [
+            Expect(
+                "PR504",
+                key="gaps",
+                evidence={"gap_count": 4, "gaps.0.host": "host in my_preprocess"},
+                says=[r"the largest: host in my_preprocess"],
+            )
+        ],
+    )
