@@ -53,8 +53,20 @@ def fuse_memory(p: Program) -> str:
     )
 
 
-def half_precision(p: Program) -> str:
-    return "keep the tensor in bf16 (half the bytes)" if p.pytorch else "store the data in 16 bits (half the bytes)"
+def half_precision(p: Program, precision: str | None = None) -> str | None:
+    """Fewer bits per element for a memory-bound kernel whose data is in `precision` (from its name or its op's
+    dtype; None: not known): None where it is already 8 bits or fewer (an fp8 cast) — there is nothing to halve."""
+    if precision in ("fp8", "int8", "fp4", "int4"):
+        return None
+    if precision in ("bf16", "fp16"):
+        return "keep it in fp8 where accuracy allows (half the bytes)"
+    if precision in ("fp32", "tf32", "fp64"):
+        return "keep the tensor in bf16 (half the bytes)" if p.pytorch else "store the data in 16 bits (half the bytes)"
+    return (
+        "keep the tensor in bf16 if it is fp32 (half the bytes)"
+        if p.pytorch
+        else "store the data in 16 bits if it is 32-bit (half the bytes)"
+    )
 
 
 def sync_fix(p: Program) -> str:

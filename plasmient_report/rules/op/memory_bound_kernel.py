@@ -57,7 +57,8 @@ ATTENTION_RE = r"(?i)(flash|fmha|attn|attention|sdpa)"
 # The memory-class kernels of the window, with the op that launched them (kernel_launch's checked link).
 MEMORY_KERNELS_SQL = """
 SELECT k.kernel_id, k.rank, k.device, k.name, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS dur,
-       o.name AS op_name, k.grid_x * coalesce(k.grid_y, 1) * coalesce(k.grid_z, 1) AS blocks
+       o.name AS op_name, k.grid_x * coalesce(k.grid_y, 1) * coalesce(k.grid_z, 1) AS blocks,
+       coalesce(kernel_name_precision(k.name), dtype_precision(json_extract_string(o.input_types, '$[0]'))) AS data_precision
 FROM rule_kernels k LEFT JOIN rule_ops o ON o.op_id = k.op_id
 WHERE k.class = 'memory' AND k.end_ns > k.start_ns"""
 
@@ -84,7 +85,8 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         for r in ctx.rows(
             f"""
         SELECT name, count(*) AS count, sum(dur) AS time_ns, median(dur) AS median_ns,
-               list(DISTINCT rank ORDER BY rank) AS ranks, min(blocks) AS blocks
+               list(DISTINCT rank ORDER BY rank) AS ranks, min(blocks) AS blocks,
+               mode(data_precision) AS data_precision
         FROM ({MEMORY_KERNELS_SQL}) WHERE name IN (SELECT unnest(?::VARCHAR[])) GROUP BY name
         HAVING median(dur) >= ?""",
             [names, t.min_median_kernel_us * 1e3],
@@ -172,6 +174,8 @@ def _finding(
         f"tensor-core work{stream}. "
     )
     p = ctx.program
+    # fewer bytes: fused, and in fewer bits unless its data is already 8-bit (an fp8 cast)
+    fewer = [x for x in (fuse_memory(p), half_precision(p, s["data_precision"])) if x]
     # matmul-class work: by the kernel's name, or an unnamed kernel of a matmul op (a layout transform or a
     # reduction launched by a convolution is not a GEMM)
     matmul = bool(
@@ -235,7 +239,7 @@ def _finding(
         kind = "at_roofline"
         rec = head + (
             f"It already runs at the bandwidth roofline: it cannot get faster, only move fewer bytes — "
-            f"{fuse_memory(p)}, {half_precision(p)}, or fold it into the producing GEMM's epilogue."
+            f"{', '.join(fewer)}, or fold it into the producing GEMM's epilogue."
         )
         fix = f"fuse {what}: already at {pct(frac)} of HBM bandwidth"
     elif known is not None and known < t.poor_bandwidth:
@@ -249,8 +253,8 @@ def _finding(
     elif known is None:
         kind = "bandwidth_unknown"
         rec = head + (
-            f"If it streams near the roofline only fewer bytes help ({fuse_memory(p)}, "
-            f"{half_precision(p)}); record shapes (or an Nsight Compute CSV) to know which it is."
+            f"If it streams near the roofline only fewer bytes help ({', '.join(fewer)}); record shapes (or an "
+            "Nsight Compute CSV) to know which it is."
         )
         fix = f"{what}: memory-bound, bandwidth unknown — fuse or shrink its bytes"
     else:
@@ -282,6 +286,7 @@ def _finding(
             "hbm_peak_bytes_s": hbm,
             "ranks": s["ranks"],
             "blocks": s["blocks"],
+            "data_precision": s["data_precision"],
             "bandwidth_above_hbm_peak": above,
             "kernel_kind": kind,
         },

@@ -182,3 +182,44 @@ def test_silent_on_compute_communication_unknown_and_tiny_kernels(tmp_path):
         kernel("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", 230.0, 100.0, ext=3, corr=13),
     ]
     check(analyse([write_trace(tmp_path / "ep.json", ev)], ranges=["work"]), [], silent=["PR301", "PR302"])
+
+
+CAST = "void quant::per_channel_cast_and_transpose<__nv_bfloat16, __nv_fp8_e4m3>(__nv_bfloat16 const*, unsigned char*)"
+
+
+def test_data_already_in_fp8_is_not_told_to_use_16_bits(tmp_path):
+    # Construction: a CUDA program's cast of bf16 activations to fp8 (the kernel name says so, as DeepSeek's
+    # `per_channel_cast_and_transpose` in its published profile does), memory-bound, no shapes: fewer bytes can only
+    # come from fusing it — its output is already 8-bit, so "keep it in bf16 / 16 bits" would double its bytes. An
+    # fp32 elementwise kernel beside it is still told to use 16 bits.
+    ev = [
+        runtime("cudaLaunchKernel", 5.0, 3.0, corr=11),
+        kernel(
+            "void quant::per_channel_cast_and_transpose<__nv_bfloat16, __nv_fp8_e4m3>(__nv_bfloat16 const*, unsigned char*)",
+            50.0,
+            100.0,
+            0,
+            11,
+        ),
+        runtime("cudaLaunchKernel", 10.0, 3.0, corr=12),
+        kernel("void elementwise_scale_kernel<float, 4>(float*, float)", 150.0, 90.0, 0, 12),
+        runtime("cudaStreamSynchronize", 15.0, 230.0, corr=13),
+    ]
+    v = analyse([write_trace(tmp_path / "fp8cast.json", ev)])
+    check(
+        v,
+        [
+            Expect(
+                "PR301",
+                key=CAST,
+                evidence={"kernel_kind": "bandwidth_unknown", "data_precision": "fp8"},
+                never_says=[r"16 bits", r"bf16", r"fp8 where"],
+            ),
+            Expect(
+                "PR301",
+                key="void elementwise_scale_kernel<float, 4>(float*, float)",
+                evidence={"data_precision": "fp32"},
+                says=[r"16 bits"],
+            ),
+        ],
+    )
