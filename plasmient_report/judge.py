@@ -20,6 +20,7 @@ import msgspec
 from . import __version__, measured, peaks, roofline, verdict_tables, vocab
 from .errors import BadInput
 from .metrics import STEP_LABEL, GpuPeak, loss_fractions, window_label
+from .rules.base import COMMON_THRESHOLDS
 from .store import has_table, one
 from .verdict_model import (
     Clock,
@@ -685,6 +686,11 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
         else None
     )
     word = verdict_word(util, achieved, comm_share, t, ach.lower_bound, ach.peak_known)
+    # A window shorter than the rules' minimum per GPU is measured (the numbers above hold for it) but not judged:
+    # no rule ran on it, and a word for ~100 ns of work would be a verdict on noise.
+    window_per_gpu = (head.get("window_ns") or 0) / max(len(ctx.peaks), 1)
+    if word != "no data" and 0 < window_per_gpu < COMMON_THRESHOLDS["min_window_us"] * 1e3:
+        word = "too short to judge"
     notes = list(ctx.notes)
     captured = graph_capture(con)
     if captured is not None:
@@ -965,7 +971,9 @@ def _gpu_identity_notes(con: duckdb.DuckDBPyConnection) -> list[str]:
     sources' notes of parsers/gpus.py (peaks.identify's sentences), each said once."""
     out: list[str] = []
     for (notes,) in con.execute("SELECT notes FROM sources WHERE notes IS NOT NULL ORDER BY source_id").fetchall():
-        out += [x for x in str(notes).split("; ") if peaks.IDENTIFIED_MARK in x and x not in out]
+        out += [
+            x for x in str(notes).split("; ") if (peaks.IDENTIFIED_MARK in x or peaks.CONTRADICTED_MARK in x) and x not in out
+        ]
     return out
 
 

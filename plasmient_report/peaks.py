@@ -4,6 +4,7 @@
 - `lookup(query)`: the entry a user means (`--gpu`, `plasmient-report peaks NAME`): a key, alias or name, or a
   prefix of one that only one entry has; an ambiguous one is refused with the candidates;
 - `identify(...)`: the entry a trace's device properties describe when it gives no usable name;
+- `contradiction(...)`: what to say when a device's memory or SM count contradicts the entry its name matches;
 - `choose_peak(...)` → `Peak`: the peak one analysis uses, with every precision's figure, so each kernel can be
   measured against its own precision (`Peak.flop_s_for(precision)`).
 """
@@ -221,10 +222,14 @@ def match_gpu(name: str | None, table: list[GpuPeaks]) -> GpuPeaks | None:
     return None
 
 
-def _norm(s: str) -> str:
+def _strip_vendor(s: str) -> str:
+    """A device name without its vendor and brand words ('NVIDIA Tesla V100-SXM2' → 'V100-SXM2')."""
     s = re.sub(r"(?i)^(nvidia|amd|tesla|geforce|instinct|quadro)\b\s*", "", s.strip())
-    s = re.sub(r"(?i)^(nvidia|amd|tesla|geforce|instinct|quadro)\b\s*", "", s)
-    return re.sub(r"[^0-9a-z]", "", s.lower())
+    return re.sub(r"(?i)^(nvidia|amd|tesla|geforce|instinct|quadro)\b\s*", "", s)
+
+
+def _norm(s: str) -> str:
+    return re.sub(r"[^0-9a-z]", "", _strip_vendor(s).lower())
 
 
 def lookup(query: str, table: list[GpuPeaks]) -> GpuPeaks:
@@ -326,6 +331,59 @@ def identify(
         None,
         keys,
         f"GPU not named in the trace, and its properties ({what}) fit {', '.join(keys)}, whose peaks differ: give --gpu",
+    )
+
+
+# What the sentence of a named GPU whose properties contradict the entry its name matches says.
+CONTRADICTED_MARK = "does not fit the entry its name matches"
+
+
+def contradiction(
+    name: str,
+    vendor: str | None,
+    compute_capability: str | None,
+    sm_count: int | None,
+    memory_bytes: int | None,
+    table: list[GpuPeaks] | None = None,
+) -> str | None:
+    """A sentence when the device's reported SM / CU count, or a memory size larger than its model's, contradicts
+    the entry its name matches (a generic "NVIDIA H100" with 95 GiB is no 80 GB H100 SXM; a MIG slice has a
+    fraction of the SMs), else None.
+    The name's entry still gives the peaks — the sentence says they are assumed, and which entries of the same
+    model the properties fit instead."""
+    rows = list(table if table is not None else _builtin())
+    g = match_gpu(name, rows)
+    if g is None:
+        return None
+    # more memory than the entry's model has is another model; less may be a smaller-memory variant of the same
+    # figures (a 16 GB V100 SXM2 beside the 32 GB entry) or a MIG slice, which its SM count tells
+    memory_off = bool(
+        memory_bytes
+        and g.memory_gb
+        and not _memory_fits(g.memory_gb, memory_bytes)
+        and memory_bytes / 2**30 > g.memory_gb * (1 + MEMORY_TOLERANCE)
+    )
+    sms_off = bool(sm_count and g.sm_count and sm_count != g.sm_count)
+    if not (memory_off or sms_off):
+        return None
+    units = "CUs" if vendor == "AMD" else "SMs"
+    what = ", ".join(
+        x
+        for x in (
+            f"{memory_bytes / 2**30:.0f} GiB" if memory_off and memory_bytes else None,
+            f"{sm_count} {units}" if sms_off else None,
+        )
+        if x
+    )
+    has = ", ".join(x for x in (f"{g.memory_gb:g} GB" if memory_off else None, f"{g.sm_count} {units}" if sms_off else None) if x)
+    # entries of the same model (the name's first model token is one of the key's) that the properties fit
+    model = next((t.upper() for t in re.findall(r"[A-Za-z]*\d+[A-Za-z]*", _strip_vendor(name))), None)
+    ident = identify(vendor, compute_capability, sm_count, memory_bytes, rows)
+    alt = [x.name for x in rows if x.key in ident.candidates and x.key != g.key and model and model in x.key.upper().split("-")]
+    maybe = f", and by its properties it may be {' or '.join(alt)}" if alt else ""
+    return (
+        f"named {name!r} in the trace with {what}, which {CONTRADICTED_MARK} ({g.name}: {has}){maybe}: its peaks "
+        f"are assumed to be {g.name}'s — give --gpu if it is another model"
     )
 
 

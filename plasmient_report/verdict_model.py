@@ -708,7 +708,8 @@ class Verdict(_Struct, kw_only=True):
         str,
         _d(
             "verdict word: idle ('idle (graph capture)' when most launches went into a graph capture), "
-            "communication-bound, healthy, busy, not useful, underused, busy (no peak known), no data"
+            "communication-bound, healthy, busy, not useful, underused, busy (no peak known), too short to judge "
+            "(a window under the rules' min_window_us per GPU: measured, not judged), no data"
         ),
     ]
     findings: Annotated[list[Finding], _d("the rules' findings, worst first")]

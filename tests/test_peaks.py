@@ -298,3 +298,44 @@ def test_pascal_gp100_parts_match_their_own_entries():
     ):
         g = match_gpu(name, table)
         assert g is not None and g.key == key, (name, g)
+
+
+def test_a_name_whose_properties_contradict_its_entry_is_said(tmp_path):
+    # PyTorch's inductor profiler tests record a device named just "NVIDIA H100" with 101,997,215,744 bytes (95 GiB)
+    # and 132 SMs: no 80 GB H100 SXM, which the generic name matches. The peaks stay the name's (said so), and the
+    # H100 entry its properties fit is named; a MIG slice (42 SMs, 40 GB of an 80 GB A100) is said likewise. Names
+    # whose properties fit their entry (real traces: H200 143,771 MiB; H800 84,943,110,144 B) say nothing.
+    from plasmient_report.peaks import CONTRADICTED_MARK, contradiction
+
+    said = contradiction("NVIDIA H100", "NVIDIA", "9.0", 132, 101997215744)
+    assert said and CONTRADICTED_MARK in said and "95 GiB" in said and "H100 NVL" in said and "--gpu" in said
+    assert "; " not in said  # one note (the sources' notes are joined by "; ")
+    mig = contradiction("NVIDIA A100-SXM4-80GB", "NVIDIA", "8.0", 42, 40 * 10**9)
+    assert mig and "42 SMs" in mig and "108 SMs" in mig
+    assert contradiction("NVIDIA H200", "NVIDIA", "9.0", 132, 143771 * 2**20) is None
+    assert contradiction("NVIDIA H800", "NVIDIA", "9.0", 132, 84943110144) is None
+    assert contradiction("NVIDIA H100 80GB HBM3", "NVIDIA", "9.0", 132, 85 * 10**9) is None
+    # less memory than the entry: a smaller variant of the same figures (PARAM's ResNet trace: a 16 GB V100 SXM2)
+    assert contradiction("Tesla V100-SXM2-16GB", "NVIDIA", "7.0", 80, 16945512448) is None
+
+    # through the pipeline: the verdict's notes say it
+    import json
+
+    from plasmient_report import pipeline
+
+    from .conftest import kernel, launch
+
+    doc = {
+        "schemaVersion": 1,
+        "deviceProperties": [
+            {"id": 0, "name": "NVIDIA H100", "totalGlobalMem": 101997215744, "computeMajor": 9, "computeMinor": 0, "numSms": 132}
+        ],
+        "traceEvents": [launch(1.0, ext=1, corr=1), kernel("work_kernel", 5.0, 100.0, ext=1, corr=1)],
+    }
+    p = tmp_path / "h100.json"
+    p.write_text(json.dumps(doc))
+    res = pipeline.analyse([p], pipeline.Options(write_html=False, write_trace=False))
+    try:
+        assert [n for n in res.verdict["notes"] if CONTRADICTED_MARK in n]
+    finally:
+        res.close()

@@ -13,9 +13,11 @@ from .. import peaks
 def name_from_properties(
     name: str | None, vendor: str | None, compute_capability: str | None, sm_count: int | None, memory_bytes: int | None
 ) -> tuple[str | None, str | None]:
-    """(the name to store, a note) for one device. A name the peak table knows is kept as it is (no note)."""
+    """(the name to store, a note) for one device. A name the peak table knows is kept as it is (a note only when
+    the device's memory size or SM count contradicts the entry it matches: peaks.contradiction)."""
     if name and peaks.match_gpu(name, peaks.load_table()) is not None:
-        return name, None
+        # a name the table knows, kept — said when the device's memory or SM count contradicts its entry
+        return name, peaks.contradiction(name, vendor, compute_capability, sm_count, memory_bytes, peaks.load_table())
     if not (compute_capability or sm_count or memory_bytes):
         return name, None
     ident = peaks.identify(vendor=vendor, compute_capability=compute_capability, sm_count=sm_count, memory_bytes=memory_bytes)

@@ -271,6 +271,11 @@ def test_a_window_too_short_to_judge_gets_no_findings(tmp_path):
     v = analyse([write_trace(tmp_path / "short.json", ev)])
     assert v["findings"] == []
     assert any("too short to judge" in n for n in v["notes"]), v["notes"]
+    # measured (0.3 µs, the kernel resident 0.02 of it), but given no verdict word of its own: a word for 0.3 µs of
+    # work would be a verdict on noise
+    assert v["run"]["window_ns"] == pytest.approx(300, abs=2)
+    assert v["utilization"]["trace"] == pytest.approx(0.02 / 0.3, rel=0.05)
+    assert v["verdict"] == "too short to judge"
 
 
 def test_the_program_is_read_not_assumed(tmp_path, tiny_trace):
