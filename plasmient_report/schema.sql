@@ -402,7 +402,7 @@ CREATE TABLE IF NOT EXISTS windows (
     end_ns     BIGINT,
     occurrences INTEGER
 );
-COMMENT ON TABLE windows IS 'The analysed windows. A range''s window on a GPU is the union of the GPU windows of that rank''s occurrences (`range_occurrences`): each runs from max(its CPU start, the end of the GPU work launched before it on the streams it uses) to max(its CPU end, the end of the last activity it launched), so that consecutive steps tile the GPU timeline when the host runs ahead; an occurrence that launched nothing keeps its CPU interval (SPEC §1, measurements.md#range_windows)';
+COMMENT ON TABLE windows IS 'The analysed windows. A range''s window on a GPU is the union of the GPU windows of that rank''s occurrences (`range_occurrences`): each runs from max(its CPU start, the end of the GPU work launched before it on the streams it uses and, on its other streams, until its own first activity began) to max(its CPU end, the end of the last activity it launched), so that consecutive steps tile the GPU timeline when the host runs ahead; an occurrence that launched nothing keeps its CPU interval (SPEC §1, measurements.md#range_windows)';
 COMMENT ON COLUMN windows.scope IS '`window`: each GPU''s profiled window, its rank''s span (`rank_span`: from the first to the last event of the rank); `range`: a `--range` or a top-level range';
 COMMENT ON COLUMN windows.range_name IS 'the pattern, or the top-level name with `#N` → `#*` (NULL for `window`)';
 COMMENT ON COLUMN windows.rank IS 'the rank';

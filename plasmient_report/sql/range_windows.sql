@@ -1,21 +1,22 @@
 -- Module: range_windows
 -- A range's GPU window follows the work it launched (SPEC §1): an occurrence runs on each GPU of its rank from
 -- max(its CPU start, the end of the GPU work launched before it) to max(its CPU end, the end of the last GPU
--- activity it launched). "The work launched before it" is that on the streams the occurrence itself uses: a
--- stream runs its work in order, so the occurrence's own work there waits for it, while work on another stream (an
--- all-to-all on a communication stream beside the compute) may overlap the occurrence's and does not delay it;
--- counting it would cut the window short of the occurrence's own serial work. "Launched by it": the launching
--- runtime call (kernel_launch) starts inside the CPU range, on any thread of the rank; an activity whose launch is
--- not in the trace (launched before the profiler started, or its record lost) is never launched by a range and
--- counts as launched before it — before each occurrence whose own first activity on that GPU it precedes.
--- Consecutive steps thus tile the GPU timeline when the host runs ahead, and keep the GPU's waits on the host
--- (data loading, a sync) in the step that caused them — also when a step's first activity (a prefetch on a side
--- stream) starts while the work launched before it on its compute stream still runs: that activity's time is then
--- measured in the previous step's window. Only when the work launched before it outlasts all of its own does an
--- occurrence start at its own first activity. An occurrence that launched nothing on a GPU keeps its CPU interval
--- there. A rank that has only Kineto's GPU-stream copies of the range (no CPU side) keeps those. An activity
--- launched inside two occurrences of one label (a glob matching nested names) is counted for the later-starting
--- one.
+-- activity it launched). "The work launched before it" is that on the streams the occurrence itself uses — a
+-- stream runs its work in order, so the occurrence's own work there waits for it — and, on the GPU's other
+-- streams, only until the occurrence's own first activity starts: work on another stream (an all-to-all on a
+-- communication stream beside the compute) may overlap the occurrence's without delaying it, and counting it whole
+-- would cut the window short of the occurrence's own serial work; while nothing of its own has started, the GPU is
+-- still busy with earlier work (an occurrence whose stream waits on another's event starts when that work ends).
+-- "Launched by it": the launching runtime call (kernel_launch) starts inside the CPU range, on any thread of the
+-- rank; an activity whose launch is not in the trace (launched before the profiler started, or its record lost) is
+-- never launched by a range and counts as launched before it — before each occurrence whose own first activity on
+-- that GPU it precedes. Consecutive steps thus tile the GPU timeline when the host runs ahead, and keep the GPU's
+-- waits on the host (data loading, a sync) in the step that caused them — also when a step's first activity (a
+-- prefetch on a side stream) starts while the work launched before it on its compute stream still runs: that
+-- activity's time is then measured in the previous step's window. An occurrence that launched nothing on a GPU
+-- keeps its CPU interval there. A rank that has only Kineto's GPU-stream copies of the range (no CPU side) keeps
+-- those. An activity launched inside two occurrences of one label (a glob matching nested names) is counted for
+-- the later-starting one.
 -- Depends: range_labels, kernel_launch, intervals
 
 CREATE OR REPLACE TEMP TABLE _range_instances AS
@@ -87,24 +88,45 @@ WITH occ AS (SELECT * FROM _range_instances), acts AS (
     SELECT label, rank, occurrence, device, sum(n) AS n, min(first_start_ns) AS first_start_ns,
            max(last_end_ns) AS last_end_ns, max(end_before_ns) AS end_before_ns
     FROM ls GROUP BY ALL
+), prior_all AS (
+    -- per GPU, all its streams, in launch order: the latest end of everything launched so far
+    SELECT rank, device, launch_start_ns,
+           max(end_ns) OVER (PARTITION BY rank, device ORDER BY launch_start_ns, end_ns
+                             ROWS UNBOUNDED PRECEDING) AS end_before_ns
+    FROM acts WHERE launch_start_ns IS NOT NULL
+), prior_unlaunched_all AS (
+    SELECT rank, device, start_ns,
+           max(end_ns) OVER (PARTITION BY rank, device ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS end_before_ns
+    FROM acts WHERE launch_start_ns IS NULL
 ), og AS (
     SELECT o.*, g.device FROM occ o
     JOIN (SELECT DISTINCT rank, device FROM kernels) g
       ON g.rank IS NOT DISTINCT FROM o.rank AND (NOT o.on_gpu OR o.gpu_device IS NULL OR g.device = o.gpu_device)
-), b AS (
-    SELECT og.*, l.n, l.first_start_ns, l.last_end_ns, coalesce(l.end_before_ns, 0) AS end_before_ns
+), b0 AS (
+    SELECT og.*, l.n, l.first_start_ns, l.last_end_ns, coalesce(l.end_before_ns, 0) AS end_before_ns,
+           p.end_before_ns AS all_launched_before_ns
     FROM og LEFT JOIN launched l
       ON l.label = og.label AND l.rank IS NOT DISTINCT FROM og.rank AND l.occurrence = og.occurrence AND l.device = og.device
+    ASOF LEFT JOIN prior_all p
+      ON p.rank IS NOT DISTINCT FROM og.rank AND p.device = og.device AND p.launch_start_ns < og.cpu_start_ns
+), b1 AS (
+    SELECT b0.*, greatest(coalesce(b0.all_launched_before_ns, 0), coalesce(u.end_before_ns, 0)) AS end_before_all_ns
+    FROM b0 ASOF LEFT JOIN prior_unlaunched_all u
+      ON u.rank IS NOT DISTINCT FROM b0.rank AND u.device = b0.device AND u.start_ns < b0.first_start_ns
+), b AS (
+    -- the start: after the work launched before it on its own streams, and after the work on any stream until
+    -- its own first activity began (the GPU was busy with earlier work then, on whichever stream: a wait on
+    -- another stream's event shows as its first activity starting when that work ends)
+    SELECT b1.*, greatest(b1.cpu_start_ns, b1.end_before_ns, least(b1.end_before_all_ns, b1.first_start_ns)) AS gpu_start_ns
+    FROM b1
 )
 SELECT b.label, b.is_window, b.name, b.rank, b.device, b.occurrence, b.cpu_start_ns, b.cpu_end_ns,
        CASE WHEN coalesce(b.n, 0) = 0 THEN b.cpu_start_ns
             -- the spec's start, also when some of its own work (a prefetch on a side stream) began earlier, while the
             -- work launched before it still ran: consecutive steps then tile the GPU (their lengths add up to the span)
-            WHEN greatest(b.cpu_start_ns, b.end_before_ns) < greatest(b.cpu_end_ns, b.last_end_ns)
-            THEN greatest(b.cpu_start_ns, b.end_before_ns)
-            -- work launched before it outlasts all of its own (one long copy across several steps): its own first
-            -- activity, so that the occurrence keeps a window
-            ELSE least(greatest(b.cpu_start_ns, b.end_before_ns), b.first_start_ns) END AS start_ns,
+            WHEN b.gpu_start_ns < greatest(b.cpu_end_ns, b.last_end_ns) THEN b.gpu_start_ns
+            -- (a guard: an occurrence whose start would be its end begins at its own first activity)
+            ELSE least(b.gpu_start_ns, b.first_start_ns) END AS start_ns,
        CASE WHEN coalesce(b.n, 0) > 0 THEN greatest(b.cpu_end_ns, b.last_end_ns) ELSE b.cpu_end_ns END AS end_ns,
        coalesce(b.n, 0) AS launched,
        CASE WHEN b.on_gpu THEN 'gpu_annotation' WHEN coalesce(b.n, 0) > 0 THEN 'gpu' ELSE 'cpu' END AS window_kind
@@ -118,7 +140,7 @@ COMMENT ON COLUMN range_occurrences.device IS 'the GPU';
 COMMENT ON COLUMN range_occurrences.occurrence IS 'occurrence number of the label on its rank (0…, by CPU start)';
 COMMENT ON COLUMN range_occurrences.cpu_start_ns IS 'the range''s CPU-side start (GPU-stream copy: its start)';
 COMMENT ON COLUMN range_occurrences.cpu_end_ns IS 'the range''s CPU-side end';
-COMMENT ON COLUMN range_occurrences.start_ns IS 'GPU window start: max(CPU start, end of the work launched before it on the streams it uses); its own first activity when that work outlasts all of its own';
+COMMENT ON COLUMN range_occurrences.start_ns IS 'GPU window start: max(CPU start, end of the work launched before it on the streams it uses, and on the other streams until its own first activity began)';
 COMMENT ON COLUMN range_occurrences.end_ns IS 'GPU window end: max(CPU end, end of the last activity it launched)';
 COMMENT ON COLUMN range_occurrences.launched IS 'GPU activities on this GPU whose launching call starts inside the CPU range';
 COMMENT ON COLUMN range_occurrences.window_kind IS 'gpu (placed by the work it launched), cpu (launched nothing here: its CPU interval), gpu_annotation (only a GPU-stream copy exists)';
