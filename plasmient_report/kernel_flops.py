@@ -419,15 +419,23 @@ def user_candidates(con: duckdb.DuckDBPyConnection, flops_per_occurrence: float,
         raise BadInput(None, "--model-flops must be a non-negative number")
     sql.install(con, "vocab")
     have = label is not None and (one(con, "SELECT count(*) FROM range_occurrences WHERE label = ?", [label]) or (0,))[0]
-    compute = "k.kind = 'compute' AND NOT is_communication_kernel(k.kind, k.name) AND k.end_ns > k.start_ns"
+    # the kernels that may do the model's matmul-class work: not communication, not known to do none (an
+    # elementwise, norm or routing kernel takes no share); all compute kernels when none is left
+    base = "k.kind = 'compute' AND NOT is_communication_kernel(k.kind, k.name) AND k.end_ns > k.start_ns"
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _kf_cand AS
+        SELECT k.* FROM kernels k LEFT JOIN ops o ON o.op_id = k.op_id
+        WHERE {base} AND NOT known_no_matmul_kernel(k.name, o.name)""")
+    if not (one(con, "SELECT count(*) FROM _kf_cand") or (0,))[0]:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _kf_cand AS SELECT k.* FROM kernels k WHERE {base}")
     if have:
         what = f"each occurrence of {label}"
         con.execute(
-            f"""
+            """
             CREATE OR REPLACE TEMP TABLE _kf_user AS
             WITH own AS (
                 SELECT l.rank, l.occurrence, k.kernel_id, (k.end_ns - k.start_ns)::DOUBLE AS t
-                FROM range_launches l JOIN kernels k USING (kernel_id) WHERE l.label = $label AND {compute}
+                FROM range_launches l JOIN _kf_cand k USING (kernel_id) WHERE l.label = $label
             ), occ AS (
                 SELECT DISTINCT rank, occurrence FROM range_occurrences WHERE label = $label
             ), none AS (
@@ -438,9 +446,9 @@ def user_candidates(con: duckdb.DuckDBPyConnection, flops_per_occurrence: float,
                        (least(k.end_ns, r.end_ns) - greatest(k.start_ns, r.start_ns))::DOUBLE AS t
                 FROM range_occurrences r SEMI JOIN none n ON n.rank IS NOT DISTINCT FROM r.rank
                                                          AND n.occurrence = r.occurrence
-                JOIN kernels k ON k.rank IS NOT DISTINCT FROM r.rank AND k.device = r.device
+                JOIN _kf_cand k ON k.rank IS NOT DISTINCT FROM r.rank AND k.device = r.device
                  AND k.start_ns < r.end_ns AND k.end_ns > r.start_ns
-                WHERE r.label = $label AND {compute}
+                WHERE r.label = $label
             ), parts AS (SELECT * FROM own UNION ALL SELECT * FROM inside WHERE t > 0)
             SELECT kernel_id, sum(t / tot * $f) AS flops
             FROM (SELECT *, sum(t) OVER (PARTITION BY rank, occurrence) AS tot FROM parts) GROUP BY kernel_id""",
@@ -449,14 +457,18 @@ def user_candidates(con: duckdb.DuckDBPyConnection, flops_per_occurrence: float,
     else:
         what = "each rank's profiled window (no steps or ranges to divide it by)"
         con.execute(
-            f"""
+            """
             CREATE OR REPLACE TEMP TABLE _kf_user AS
             SELECT kernel_id, (k.end_ns - k.start_ns) / sum(k.end_ns - k.start_ns) OVER (PARTITION BY k.rank) * $f
                    AS flops
-            FROM kernels k WHERE {compute}""",
+            FROM _kf_cand k""",
             {"f": flops_per_occurrence},
         )
-    return f"--model-flops: {flops_per_occurrence:.4g} FLOP per {what}, spread over its compute kernels by time"
+    con.execute("DROP TABLE _kf_cand")
+    return (
+        f"--model-flops: {flops_per_occurrence:.4g} FLOP per {what}, spread by time over its compute kernels that "
+        "may do matmul-class work"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the write

@@ -31,12 +31,10 @@ WITH hp AS (
     LEFT JOIN (SELECT kernel_id, max(wait_ns) AS wait_ns FROM collective_members GROUP BY kernel_id) cw USING (kernel_id)
 ), p AS (
     SELECT k.*,
-           CASE WHEN k.flops_source = 'user' THEN k.headline_precision
-                WHEN k.op_precision = 'fp32' AND k.name_precision = 'tf32' THEN 'tf32'
+           CASE WHEN k.op_precision = 'fp32' AND k.name_precision = 'tf32' THEN 'tf32'
                 WHEN k.op_precision IS NOT NULL THEN k.op_precision
                 ELSE coalesce(k.name_precision, k.headline_precision) END AS precision,
-           CASE WHEN k.flops_source = 'user' THEN 'user'
-                WHEN k.op_precision = 'fp32' AND k.name_precision = 'tf32' THEN 'op+name'
+           CASE WHEN k.op_precision = 'fp32' AND k.name_precision = 'tf32' THEN 'op+name'
                 WHEN k.op_precision IS NOT NULL THEN 'op'
                 WHEN k.name_precision IS NOT NULL THEN 'name'
                 ELSE 'headline' END AS precision_source
@@ -115,7 +113,7 @@ COMMENT ON COLUMN kernel_class.device IS 'the GPU';
 COMMENT ON COLUMN kernel_class.class IS 'compute, memory, unknown, communication or copy';
 COMMENT ON COLUMN kernel_class.reason IS 'why it has that class, in words';
 COMMENT ON COLUMN kernel_class.precision IS 'its precision: the op''s dtype (fp32 on a TF32 kernel: tf32), else the kernel name''s hint, else the run''s headline precision';
-COMMENT ON COLUMN kernel_class.precision_source IS 'op, op+name, name, headline or user (--model-flops: the headline precision)';
+COMMENT ON COLUMN kernel_class.precision_source IS 'op, op+name, name or headline (also for --model-flops: each kernel at its own precision)';
 COMMENT ON COLUMN kernel_class.peak_precision IS 'the precision whose peak it is measured against (device_peaks.peak_precision)';
 COMMENT ON COLUMN kernel_class.peak_flop_s IS 'P(precision) of its GPU, FLOP/s (NULL: no figure)';
 COMMENT ON COLUMN kernel_class.bandwidth_bytes_s IS 'HBM bandwidth of its GPU, bytes/s';

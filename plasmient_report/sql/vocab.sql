@@ -12,3 +12,11 @@ CREATE OR REPLACE MACRO category_layer(c) AS CASE c {{CATEGORY_LAYER_CASES}} END
 COMMENT ON MACRO category_layer IS 'category_layer(category): the layer of a loss category (vocab.CATEGORIES)';
 CREATE OR REPLACE MACRO is_communication_kernel(kind, n) AS kind = 'nccl' OR regexp_matches(coalesce(n, ''), {{COMM_KERNEL_RE}});
 COMMENT ON MACRO is_communication_kernel IS 'is_communication_kernel(kind, name): NCCL / RCCL kernels (kind nccl) and, by name, NVSHMEM, DeepEP, symmetric-memory, custom all-reduce and MSCCL++ kernels';
+CREATE OR REPLACE MACRO known_no_matmul_kernel(n, op) AS
+    regexp_matches(coalesce(n, ''), {{COMPILED_NO_MATMUL_KERNEL_RE}})
+    OR regexp_matches(coalesce(n, ''), {{AUX_ATTENTION_KERNEL_RE}})
+    OR (NOT regexp_matches(coalesce(n, ''), {{MATMUL_CLASS_KERNEL_RE}})
+        AND (regexp_matches(coalesce(n, ''), {{KNOWN_NO_MATMUL_KERNEL_RE}})
+             OR (NOT coalesce(regexp_matches(op, {{MATMUL_CLASS_OP_RE}}), false)
+                 AND coalesce(regexp_matches(op, {{KNOWN_OP_RE}}), false))));
+COMMENT ON MACRO known_no_matmul_kernel IS 'known_no_matmul_kernel(name, op name): a kernel known to do no matmul-class work, by the names kernel_class reads (compiled pointwise / reduction, attention helpers, elementwise / norm / reduction / copy / optimizer library kernels, kernels of known non-matmul ops); such a kernel takes no share of --model-flops';
