@@ -738,6 +738,8 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     # (idle time with work queued explains the gaps better than the host's work after a sync: one or the other)
     pending = _pending_idle_notes(con, scope, head_range, head.get("window_ns"))
     notes += pending or _short_sync_notes(con, scope, head_range, losses)
+    if pending:
+        _say_pending_in_waterfall(con, scope, head_range, losses, head.get("window_ns") or 0)
     for rs in ranges:
         if rs.window == "cpu":
             notes.append(f"range {rs.name} launched no GPU work: its window is its CPU interval")
@@ -900,6 +902,50 @@ PENDING_IDLE_SHARE = 0.01
 PENDING_IDLE_MIN_NS = 1_000_000
 
 
+# The idle gaps whose next kernel had been launched (its launch returned) more than a launch's latency before the
+# gap ended: from then on the GPU sat idle with work queued.
+PENDING_GAPS_SQL = """
+    WITH g AS (SELECT DISTINCT rank, device, start_ns, end_ns FROM idle_gaps
+               WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn),
+    nxt AS (  -- the kernel each gap ends with, and when its launch returned
+        SELECT g.rank, g.device, g.start_ns, g.end_ns, min(kl.launch_end_ns) AS launched
+        FROM g JOIN kernels k ON k.rank IS NOT DISTINCT FROM g.rank AND k.device = g.device AND k.start_ns = g.end_ns
+        JOIN kernel_launch kl USING (kernel_id)
+        GROUP BY ALL
+    )
+    -- a launch's own latency (up to vocab.LAUNCH_GAP_MAX_NS) is not waiting
+    SELECT rank, device, greatest(start_ns, launched) AS start_ns, end_ns FROM nxt
+    WHERE end_ns - greatest(start_ns, launched) > $latency"""
+# A waterfall line whose idle time is at least this share GPU idle with work queued says so, not its host cause.
+PENDING_CATEGORY_SHARE = 0.5
+
+
+def _say_pending_in_waterfall(
+    con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None, losses: list[Loss], window_ns: int
+) -> None:
+    """An idle category whose time is mostly the GPU idle with its next kernel already queued was not caused by
+    the host as its name says: its line says what is known instead."""
+    if not window_ns:
+        return
+    rows = con.execute(
+        f"""
+        WITH p AS ({PENDING_GAPS_SQL})
+        SELECT s.category, sum(least(s.end_ns, p.end_ns) - greatest(s.start_ns, p.start_ns)) AS ns
+        FROM stretches s JOIN p ON p.rank IS NOT DISTINCT FROM s.rank AND p.device = s.device
+         AND s.start_ns < p.end_ns AND s.end_ns > p.start_ns
+        WHERE s.scope = $scope AND s.range_name IS NOT DISTINCT FROM $rn AND NOT s.busy
+        GROUP BY s.category""",
+        {"scope": scope, "rn": range_name, "latency": vocab.LAUNCH_GAP_MAX_NS},
+    ).fetchall()
+    queued = {c: float(ns or 0) for c, ns in rows}
+    for x in losses:
+        if x.fraction and queued.get(x.category, 0.0) >= PENDING_CATEGORY_SHARE * x.fraction * window_ns:
+            x.recommendation = (
+                "mostly GPU idle with its next kernel already queued: it waited on work the trace does not hold "
+                "(another process, an uncaptured stream or event), not on the host — see the note"
+            )
+
+
 def _pending_idle_notes(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None, window_ns: int | None) -> list[str]:
     """An idle gap whose next kernel had been launched more than a launch's latency before it ended: the GPU sat
     idle with work queued, which nothing in the trace explains — GPU work of another process or of streams not
@@ -909,18 +955,7 @@ def _pending_idle_notes(con: duckdb.DuckDBPyConnection, scope: str, range_name: 
         return []
     row = one(
         con,
-        """
-        WITH g AS (SELECT DISTINCT rank, device, start_ns, end_ns FROM idle_gaps
-                   WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn),
-        nxt AS (  -- the kernel each gap ends with, and when its launch returned
-            SELECT g.rank, g.device, g.start_ns, g.end_ns, min(kl.launch_end_ns) AS launched
-            FROM g JOIN kernels k ON k.rank IS NOT DISTINCT FROM g.rank AND k.device = g.device AND k.start_ns = g.end_ns
-            JOIN kernel_launch kl USING (kernel_id)
-            GROUP BY ALL
-        )
-        -- a launch's own latency (up to vocab.LAUNCH_GAP_MAX_NS) is not waiting
-        SELECT count(*), sum(end_ns - greatest(start_ns, launched)) FROM nxt
-        WHERE end_ns - greatest(start_ns, launched) > $latency""",
+        f"WITH p AS ({PENDING_GAPS_SQL}) SELECT count(*), sum(end_ns - start_ns) FROM p",
         {"scope": scope, "rn": range_name, "latency": vocab.LAUNCH_GAP_MAX_NS},
     )
     if not row or not row[0]:

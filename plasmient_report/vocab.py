@@ -168,7 +168,7 @@ KERNEL_ELEMENT_BYTES_RE = r"OpaqueType<([0-9]+)"
 # Calls that block the host until the GPU is done (a sync stall follows when the host is slow to launch again).
 SYNC_API_RE = (
     r"(?i)(synchronize|^cudaMemcpy(2D|3D|ToSymbol|FromSymbol)?(_v[0-9]+)?$|^cuMemcpy[DH]to[DH](_v[0-9]+)?$|"
-    r"^hipMemcpy$)"
+    r"^hipMemcpy(2D|3D|ToSymbol|FromSymbol|WithStream|HtoD|DtoH|DtoD)?$)"
 )
 # Calls that put work on the GPU (kernel and graph launches, async memsets). Async copies are copies, not launches:
 # a pageable cudaMemcpyAsync blocks the host for the copy.

@@ -4,6 +4,8 @@ MI300X trace, whose first kernel starts 146 ms after its launch on an idle GPU, 
 
 from __future__ import annotations
 
+import pytest
+
 from .conftest import kernel, launch, write_trace
 from .rules.expect import analyse
 
@@ -47,3 +49,32 @@ def test_queued_work_is_said_instead_of_the_host_work_after_a_sync(tmp_path):
 def test_a_launchs_own_latency_is_not_waiting(tmp_path):
     # kernel 2 starts 8 µs after its launch returned (a launch's latency): nothing to say
     assert _notes(tmp_path, 160.0) == []
+
+
+def test_the_waterfall_and_the_rules_say_the_gpu_waited_with_work_queued(tmp_path):
+    # The sync construction above (TraceLens's SGLang and vLLM MI300X traces have this shape: a 463 ms and a 151 ms
+    # gap with the next kernel launched at its start). Kernel 2 starts at 10,000 µs: of the 9,899 µs gap, 9,848 µs
+    # had it queued. The waterfall's line for it says the GPU waited on work the trace does not hold, not the host
+    # cause its category names; PR504 says so and gives no host advice; PR502 claims only the 51 µs before kernel 2
+    # was queued, under its 1% threshold of the 10,100 µs window, so it is silent.
+    ev = [launch(1.0, ext=1, corr=1), kernel("k1", 0.0, 100.0, ext=1, corr=1)]
+    ev.append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaDeviceSynchronize",
+            "pid": 100,
+            "tid": 1,
+            "ts": 99.0,
+            "dur": 2.0,
+            "args": {},
+        }
+    )
+    ev += [launch(150.0, ext=2, corr=2), kernel("k2", 10_000.0, 100.0, ext=2, corr=2)]
+    v = analyse([write_trace(tmp_path / "sync.json", ev)], write_html=False, write_trace=False)
+    top = v["losses"][0]
+    assert top["fraction"] > 0.9 and "already queued" in top["recommendation"] and "not on the host" in top["recommendation"]
+    (gaps,) = [f for f in v["findings"] if f["rule"] == "PR504"]
+    assert "queued" in gaps["fix"] and "Keep work queued while the host is busy" not in gaps["recommendation"]
+    assert gaps["evidence"]["gaps"][0]["queued_ns"] == pytest.approx(9_848e3, rel=0.01)
+    assert not [f for f in v["findings"] if f["rule"] == "PR502"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ...vocab import ANNOTATION_OP_RE, LAUNCH_API_RE
+from ...vocab import ANNOTATION_OP_RE, LAUNCH_API_RE, LAUNCH_GAP_MAX_NS
 from ..advice import warm_up_profile
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import IDLE_CATEGORIES, RuleContext, range_joins, residual
@@ -169,6 +169,21 @@ def _describe(
             [ids],
         )
     }
+    # a gap whose next kernel had been launched long before it ended: the GPU idled with work queued (waiting on
+    # another process, an uncaptured stream or event) — what the host did meanwhile is not the cause
+    queued = {
+        r["i"]: r["ns"]
+        for r in ctx.rows(
+            """
+            SELECT g.i, g.end_ns - greatest(g.start_ns, min(kl.launch_end_ns)) AS ns
+            FROM (SELECT * FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[]))) g
+            JOIN rule_kernels k ON k.rank IS NOT DISTINCT FROM g.rank AND k.device = g.device AND k.start_ns = g.end_ns
+            JOIN kernel_launch kl USING (kernel_id)
+            GROUP BY g.i, g.start_ns, g.end_ns""",
+            [ids],
+        )
+        if r["ns"] is not None and r["ns"] > LAUNCH_GAP_MAX_NS
+    }
     setup: dict[int, list[str]] = {}
     for r in ctx.rows(
         """
@@ -188,6 +203,11 @@ def _describe(
         cov = covering.get(i, {})
         rng = cov.get("tight")
         host = f"host in {', '.join(busy_ops)}" if busy_ops else f"host in range {rng}" if rng else "nothing traced on the host"
+        if queued.get(i, 0.0) >= 0.5 * dur:
+            host = (
+                f"its next kernel queued {fmt_ns(queued[i])} before it ran: the GPU waited on work the trace does "
+                f"not hold ({host})"
+            )
         c = cats.get(i, {})
         out.append(
             {
@@ -206,6 +226,7 @@ def _describe(
                 "slow_launch_ns": slow.get(i, 0.0),
                 "startup": i in startup,
                 "host": host,
+                "queued_ns": queued.get(i),
             }
         )
     return out
@@ -248,7 +269,14 @@ def _steady_finding(
         s_ns = sum(g["end_ns"] - g["start_ns"] for g in startup)
         apart = f" (Besides these, {fmt_ns(s_ns)} of one-time start-up: reported apart.)"
     named = [x for x in listed if x["host"] != "nothing traced on the host"]
-    if main in SEE:
+    listed_ns = sum(x["duration_ns"] for x in listed)
+    waiting = sum(min(x["queued_ns"] or 0, x["duration_ns"]) for x in listed) >= 0.5 * listed_ns
+    if waiting:
+        fix = (
+            f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}) with the next kernel queued: "
+            "find what the GPU waited on"
+        )
+    elif main in SEE:
         fix = f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}), mostly {SEE[main]}"
     elif named:
         # what the host did is known for the listed gaps only: said of the largest named one, not of them all
@@ -261,11 +289,18 @@ def _steady_finding(
             f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}) with nothing traced on the "
             "host: profile the host side"
         )
+    advice = (
+        "In most of them the next kernel was already queued: the GPU waited on something the trace does not "
+        "hold — an event of another stream or process (cudaStreamWaitEvent / hipStreamWaitEvent), another process "
+        "on the GPU, or streams not captured. Profile the whole system (all processes and streams) to see it; the "
+        "host's work meanwhile is not the cause."
+        if waiting
+        else "Keep work queued while the host is busy: move logging / checkpointing / evaluation off the step or to "
+        "another thread, prefetch inputs, and avoid host syncs right before long host work (PR502)."
+    )
     rec = (
         f"{len(gaps)} gap{'s' if len(gaps) != 1 else ''} of at least {t.min_gap_ms:g} ms leave the GPU idle "
-        f"{fmt_ns(total)} ({pct(ctx.fraction(total))} of the window). Largest: {lines}. Keep work queued while the "
-        "host is busy: move logging / checkpointing / evaluation off the step or to another thread, prefetch "
-        "inputs, and avoid host syncs right before long host work (PR502)." + apart
+        f"{fmt_ns(total)} ({pct(ctx.fraction(total))} of the window). Largest: {lines}. {advice}" + apart
     )
     return Finding(
         title=f"GPU idle {fmt_ns(total)} in {len(gaps)} gap{'s' if len(gaps) != 1 else ''} ≥ {t.min_gap_ms:g} ms "

@@ -80,13 +80,23 @@ BARE = {
 
 # The stall stretches, each with the sync the waterfall blames: the one whose return began the idle gap (the
 # measure stage's idle_gaps).
+# A stall stretch is cut where the gap's next kernel was queued (its launch had returned): from then on the GPU had
+# work and did not run it — it waited on something the trace does not hold, not on the host after the sync.
 SYNCS_SQL = """
 WITH st AS (
     SELECT rank, device, start_ns, end_ns, lost_ns FROM rule_losses WHERE category = 'sync_stall'
+), g AS (
+    SELECT g.*, (SELECT min(kl.launch_end_ns) FROM rule_kernels k JOIN kernel_launch kl USING (kernel_id)
+                 WHERE k.rank IS NOT DISTINCT FROM g.rank AND k.device = g.device AND k.start_ns = g.end_ns) AS queued_at
+    FROM rule_idle_gaps g WHERE after_sync
 )
-SELECT st.*, g.sync_name, g.sync_thread AS thread, g.sync_start_ns AS sync_start, g.sync_end_ns AS sync_end
-FROM st ASOF LEFT JOIN (SELECT * FROM rule_idle_gaps WHERE after_sync) g
-  ON g.rank IS NOT DISTINCT FROM st.rank AND g.device = st.device AND g.start_ns <= st.start_ns"""
+SELECT st.rank, st.device, st.start_ns, least(st.end_ns, coalesce(g.queued_at, st.end_ns)) AS end_ns,
+       st.lost_ns * (least(st.end_ns, coalesce(g.queued_at, st.end_ns)) - st.start_ns) / (st.end_ns - st.start_ns)
+           AS lost_ns,
+       g.sync_name, g.sync_thread AS thread, g.sync_start_ns AS sync_start, g.sync_end_ns AS sync_end
+FROM st ASOF LEFT JOIN g
+  ON g.rank IS NOT DISTINCT FROM st.rank AND g.device = st.device AND g.start_ns <= st.start_ns
+WHERE st.end_ns > st.start_ns AND (g.queued_at IS NULL OR g.queued_at > st.start_ns)"""
 
 
 # What was open around each sync (`_syncs`): the ops and Python frames of its thread, the ranges of its rank. Each

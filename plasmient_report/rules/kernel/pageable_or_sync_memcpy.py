@@ -34,7 +34,8 @@ EXPLANATION = Explanation(
 
 SYNC_MEMCPY_RE = (
     r"^(cudaMemcpy|cudaMemcpy2D|cudaMemcpy3D|cudaMemcpyToSymbol|cudaMemcpyFromSymbol|cuMemcpy|"
-    r"cuMemcpyHtoD|cuMemcpyDtoH|cuMemcpyDtoD|hipMemcpy)(_v[0-9]+)?$"
+    r"cuMemcpyHtoD|cuMemcpyDtoH|cuMemcpyDtoD|hipMemcpy|hipMemcpy2D|hipMemcpy3D|hipMemcpyToSymbol|"
+    r"hipMemcpyFromSymbol|hipMemcpyWithStream|hipMemcpyHtoD|hipMemcpyDtoH|hipMemcpyDtoD)(_v[0-9]+)?$"
 )
 PAGEABLE_SQL = "SELECT * FROM rule_kernels WHERE kind = 'memcpy' AND name ILIKE '%pageable%'"
 SYNC_SQL = f"SELECT * FROM rule_api_calls WHERE regexp_matches(name, '{SYNC_MEMCPY_RE}')"

@@ -162,3 +162,20 @@ def test_one_site_synced_in_several_ranges_says_so(tmp_path):
             )
         ],
     )
+
+
+def test_a_blocking_hip_copy_is_a_sync(tmp_path):
+    # Construction (PyTorch on ROCm: `.item()` / `.cpu()` copy through hipMemcpyWithStream, which blocks the host):
+    # 1 ms of kernels, the blocking copy returns as the GPU drains, then 20 ms with nothing launched, then 1 ms of
+    # kernels. The 20 ms gap began as a sync returned: sync_stall, PR502 naming the call.
+    ev, corr, t = [], 100, 0.0
+    for _ in range(2):
+        ev += [runtime("hipLaunchKernel", t, 3.0, corr=corr), kernel("work_kernel", t + 5.0, 995.0, 0, corr)]
+        corr += 1
+        t += 1_000.0
+    ev.append(runtime("hipMemcpyWithStream", 1_010.0, 1_000.0, corr=corr))
+    t = 22_000.0
+    ev += [runtime("hipLaunchKernel", t, 3.0, corr=corr + 1), kernel("work_kernel", t + 5.0, 995.0, 0, corr + 1)]
+    v = analyse([write_trace(tmp_path / "hip.json", ev, gpu="AMD Instinct MI300X")])
+    assert v["losses"][0]["category"] == "sync_stall"
+    check(v, [Expect("PR502", evidence={"sync_call": "hipMemcpyWithStream", "syncs": 1})])
