@@ -24,7 +24,9 @@ EXPLANATION = Explanation(
         outside any traced op, call or range — a `sleep`, I/O, logging, a Python-side pipeline. Gaps the waterfall
         calls `startup` (context creation, module loading, `cudaFree`, first allocations), and gaps spent in launch
         calls longer than `slow_launch_ms` (a kernel's first launch loads its module: lazy loading, JIT), are
-        reported apart, as the one-time cost they are — never as launch overhead or gaps to fill.""",
+        reported apart, as the one-time cost they are — never as launch overhead or gaps to fill. A gap whose next
+        kernel was already queued (its launch had returned more than a launch's latency before it ran) is said to be
+        a wait on work the trace does not hold — another process, an uncaptured stream or event — not host time.""",
     why_is_this_bad="""
         An idle GPU achieves nothing; long gaps add directly to the step time. Utilization shows them, but not
         their cause. One-time start-up is not a steady-state cost: it only says the profiled region began too

@@ -21,7 +21,8 @@ EXPLANATION = Explanation(
         stacks (`with_stack=True`). Grouped by call site, largest idle time first; a site whose syncs lie in several
         ranges says how many, naming the one with the most idle time after them. A sync seen once in the window is
         said to be once — not "in the loop" — and one that comes before almost all of the window's GPU work
-        (`before_work_share`) is named as the set-up wait it likely is.""",
+        (`before_work_share`) is named as the set-up wait it likely is. Stall time after the gap's next kernel was
+        already queued is not counted: the GPU then had work and waited on something else (PR504 says so).""",
     why_is_this_bad="""
         A sync makes the host wait until the GPU has drained its queue; when the host resumes, the GPU has nothing
         queued and idles until the host launches again — the whole host-side time after the sync (Python, data
