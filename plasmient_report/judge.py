@@ -556,6 +556,25 @@ GIVE_FLOPS = (
 )
 
 
+def give_flops(con: duckdb.DuckDBPyConnection) -> str:
+    """What to give for unknown work: shapes only where the trace has none to offer (a trace recorded with shapes
+    whose unknown kernels are custom or compiled gains nothing from recording them again), and PyTorch's switches
+    only for a PyTorch program."""
+    has_shapes = bool(
+        (one(con, "SELECT count(*) FROM ops WHERE input_dims IS NOT NULL AND input_dims NOT IN ('', '[]')") or (0,))[0]
+    )
+    pytorch = bool((one(con, "SELECT pytorch FROM program") or (False,))[0])
+    flops = "give --model-flops N (the model's FLOPs per step or per --range occurrence)"
+    if has_shapes:
+        return (
+            f"the trace has shapes, but these kernels (custom, compiled or library kernels) have no FLOP model: "
+            f"{flops} or an Nsight Compute CSV"
+        )
+    if not pytorch:
+        return f"{flops} or an Nsight Compute CSV"
+    return GIVE_FLOPS
+
+
 def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None = None) -> Verdict:
     """The verdict of one run, typed (`verdict_model.Verdict`), from the window-scoped views of the store: the
     headline window (the first --range, else each GPU's profiled window), per rank, per range."""
@@ -707,12 +726,12 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     if achieved is None and ach.peak_known and ach.lower_bound:
         notes.append(
             f"achieved: unknown — no compute kernel in the window has a FLOP estimate ({unknown_pct} of "
-            f"compute-kernel time may do matmul-class work that nothing estimates); {GIVE_FLOPS}"
+            f"compute-kernel time may do matmul-class work that nothing estimates); {give_flops(con)}"
         )
     elif ach.lower_bound:
         notes.append(
             f"{unknown_pct} of compute-kernel time is unknown work (GEMM / attention / custom or compiled "
-            f"kernels without a FLOP estimate): the achieved fraction is a lower bound; {GIVE_FLOPS}"
+            f"kernels without a FLOP estimate): the achieved fraction is a lower bound; {give_flops(con)}"
         )
     if first is not None and not first.known:
         notes.append(first.source + ("; utilization and the time-based losses are still measured" if util is not None else ""))

@@ -127,6 +127,38 @@ def test_zero_coverage_says_achieved_unknown(tmp_path):
     assert v["headroom"]["factor"] is None and "not useful" not in v["verdict"]
 
 
+def test_what_to_give_for_unknown_work_fits_the_trace(tmp_path):
+    # Construction: the same unknown GEMM, (a) under an op recorded with shapes whose kernel nothing models (a
+    # custom kernel: TraceLens's B200 vLLM trace has record_shapes on and MXFP4 MoE kernels no model knows), and
+    # (b) in a CUDA program with no PyTorch at all: neither is told to record shapes with torch.profiler.
+    shaped = [
+        annotation("work", 0.0, 1000.0),
+        cpu_op("vllm::moe_forward", 10.0, 5.0, ext=1, dims=[[4096, 4096], [4096, 4096]], types=["c10::BFloat16"] * 2),
+        launch(11.0, 1, 10),
+        kernel("bmm_MxE4m3_MxE2m1_custom_kernel", 100.0, 800.0, ext=1, corr=10),
+    ]
+    bare = [
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 100,
+            "tid": 1,
+            "ts": 11.0,
+            "dur": 2.0,
+            "args": {"correlation": 10},
+        },
+        kernel("my_gemm_kernel", 100.0, 800.0, ext=0, corr=10),
+    ]
+    for name, ev in (("shaped", shaped), ("bare", bare)):
+        v = analyse([write_trace(tmp_path / f"{name}.json", ev)]).verdict
+        note = next(n for n in v["notes"] if "achieved: unknown" in n)
+        assert "--model-flops" in note and "Nsight Compute" in note, note
+        assert "record_shapes=True" not in note and "torch.profiler" not in note, note
+        if name == "shaped":
+            assert "has shapes" in note
+
+
 def test_fp8_gemms_against_the_fp8_peak():
     # sample_traces/h200_hf/fp8_gemm: 20 torch._scaled_mm e4m3 8192³ in 15.51 ms of CUDA-event time → 0.716 of the
     # H200's 1978.9 TFLOP/s dense FP8 peak; 20 bf16 torch.mm in 28.02 ms → 0.793 of 989.4.
