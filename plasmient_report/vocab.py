@@ -189,6 +189,10 @@ STARTUP_API_RE = (
     r"streamcreate|eventcreate|getdeviceproperties|getdevicecount|^cudaSetDevice|cudnncreate|cublascreate|"
     r"cublasltcreate|devicegetstreampriorityrange|cudaDeviceReset|^hipInit|^hipFree$)"
 )
+# A set-up call (STARTUP_API_RE) is steady-state host work, not start-up, when calls of its name keep coming in the
+# second half of the rank's runtime calls: at least this many, holding at least this share of that name's time.
+STARTUP_RECURRING_MIN_CALLS = 3
+STARTUP_RECURRING_SHARE = 0.25
 # The first CUDA call of a process creates its context: it is start-up when it lasts at least this long.
 STARTUP_FIRST_CALL_MIN_NS = 1_000_000
 # A launch call this long while the GPU idles is a kernel's first launch loading its module (lazy loading, JIT):

@@ -2,7 +2,8 @@
 -- What each rank's host is doing, as intervals, for naming idle GPU time: `launch_call` (a kernel / graph launch or
 -- async memset call), `launch_op` (a top-level CPU op that launches GPU work: the framework's per-op overhead
 -- before its launch), `startup` (one-time set-up calls — context and module loading, library handles, device
--- queries, stream / event creation, allocations and frees — the first CUDA call of a process when it is long: it
+-- queries, stream / event creation, allocations and frees, unless calls of that name keep coming in the second
+-- half of the rank's calls: vocab.STARTUP_RECURRING_* — the first CUDA call of a process when it is long: it
 -- creates the context —, and a launch call of vocab.SLOW_LAUNCH_NS or more: a kernel's first launch loading its
 -- module), `loader` (DataLoader ranges).
 -- Depends: vocab
@@ -15,6 +16,17 @@ WITH api AS (
 ), first_call AS (
     SELECT rank, arg_min(name, start_ns) AS name, min(start_ns) AS start_ns, arg_min(end_ns, start_ns) AS end_ns
     FROM api GROUP BY rank
+), span AS (
+    SELECT rank, min(start_ns) AS s, max(end_ns) AS e FROM api GROUP BY rank
+), setup AS (
+    SELECT a.rank, a.name, a.start_ns, a.end_ns, a.start_ns >= sp.s + (sp.e - sp.s) / 2 AS late
+    FROM api a JOIN span sp ON sp.rank IS NOT DISTINCT FROM a.rank WHERE regexp_matches(a.name, {{STARTUP_API_RE}})
+), recurring AS (
+    -- a set-up call that keeps coming in the second half of the rank's calls (an allocator freeing and allocating
+    -- every step, device queries per op) is steady-state host work, not one-time start-up
+    SELECT rank, name FROM setup GROUP BY rank, name
+    HAVING count(*) FILTER (WHERE late) >= {{STARTUP_RECURRING_MIN_CALLS}}
+       AND sum(end_ns - start_ns) FILTER (WHERE late) >= {{STARTUP_RECURRING_SHARE}} * sum(end_ns - start_ns)
 ), launch_ops AS (
     SELECT DISTINCT o.op_id, o.rank, o.start_ns, o.end_ns, o.name
     FROM launch l ASOF JOIN (SELECT * FROM ops WHERE depth = 0) o
@@ -27,7 +39,8 @@ FROM launch
 UNION ALL
 SELECT rank, 'launch_op', name, start_ns, end_ns FROM launch_ops
 UNION ALL
-SELECT rank, 'startup', name, start_ns, end_ns FROM api WHERE regexp_matches(name, {{STARTUP_API_RE}})
+SELECT rank, 'startup', name, start_ns, end_ns FROM setup
+ANTI JOIN recurring r ON r.rank IS NOT DISTINCT FROM setup.rank AND r.name = setup.name
 UNION ALL
 SELECT rank, 'startup', name, start_ns, end_ns FROM first_call
 WHERE end_ns - start_ns >= {{STARTUP_FIRST_CALL_MIN_NS}} AND NOT regexp_matches(name, {{STARTUP_API_RE}})

@@ -4,6 +4,7 @@ classed it. One-time start-up gaps are named as such, apart from the gaps a stea
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +20,9 @@ EXPLANATION = Explanation(
         measurement library's `idle_gaps`, the same gaps the waterfall names), the largest `max_gaps` listed with
         what the host was doing: the top-level op running on the host during the gap, else the range that covers
         most of it (at least `range_cover` of the gap) and is not much longer than it (a `late_rank_sleep`, a
-        DataLoader step), the op it had just finished, and how the waterfall classed the idle time (start-up, sync
+        DataLoader step), a runtime call that takes most of it (a blocking free: `in cudaFree for 100% of it`, with
+        the caching allocator's advice when most gaps are in the allocator), the op it had just finished, and how
+        the waterfall classed the idle time (start-up, sync
         stall, input-bound, launch-bound, host other). "Nothing traced on the host" means the host ran code
         outside any traced op, call or range — a `sleep`, I/O, logging, a Python-side pipeline. Gaps the waterfall
         calls `startup` (context creation, module loading, `cudaFree`, first allocations), and gaps spent in launch
@@ -44,6 +47,10 @@ EXPLANATION = Explanation(
 # that are long enough; a gap that opens the window (before its first kernel) counts too.
 GAPS_SQL = """
 SELECT rank, device, start_ns, end_ns FROM rule_idle_gaps WHERE end_ns - start_ns >= $min_gap"""
+# Device-allocator calls (a free synchronizes the device; an allocation may too).
+ALLOCATOR_CALL_RE = r"(?i)(free|malloc|memalloc|memcreate)"
+# A runtime call covering at least this share of a gap is named as what the host was in.
+CALL_SHARE = 0.3
 # Where a gap's idle time is start-up for at least this share, the gap is a start-up gap.
 STARTUP_SHARE = 0.5
 
@@ -186,6 +193,17 @@ def _describe(
         )
         if r["ns"] is not None and r["ns"] > LAUNCH_GAP_MAX_NS
     }
+    # a runtime call that takes most of the gap (a blocking free, a device query) is what the host was in
+    calls: dict[int, tuple[str, float]] = {}
+    for r in ctx.rows(
+        """
+            SELECT g.i, a.name, sum(least(a.end_ns, g.end_ns) - greatest(a.start_ns, g.start_ns)) AS ns
+            FROM (SELECT * FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[]))) g
+            JOIN rule_api_calls a ON a.rank IS NOT DISTINCT FROM g.rank AND a.start_ns < g.end_ns AND a.end_ns > g.start_ns
+            GROUP BY g.i, a.name ORDER BY ns DESC""",
+        [ids],
+    ):
+        calls.setdefault(r["i"], (r["name"], r["ns"]))
     setup: dict[int, list[str]] = {}
     for r in ctx.rows(
         """
@@ -205,6 +223,9 @@ def _describe(
         cov = covering.get(i, {})
         rng = cov.get("tight")
         host = f"host in {', '.join(busy_ops)}" if busy_ops else f"host in range {rng}" if rng else "nothing traced on the host"
+        call, call_ns = calls.get(i, (None, 0.0))
+        if call and call_ns >= CALL_SHARE * dur:
+            host = (f"{host}, " if busy_ops or rng else "host ") + f"in {call} for {pct(call_ns / dur)} of it"
         if queued.get(i, 0.0) >= 0.5 * dur:
             host = (
                 f"its next kernel queued {fmt_ns(queued[i])} before it ran: the GPU waited on work the trace does "
@@ -229,6 +250,7 @@ def _describe(
                 "startup": i in startup,
                 "host": host,
                 "queued_ns": queued.get(i),
+                "host_call": call if call and call_ns >= CALL_SHARE * dur else None,
             }
         )
     return out
@@ -300,6 +322,14 @@ def _steady_finding(
         else "Keep work queued while the host is busy: move logging / checkpointing / evaluation off the step or to "
         "another thread, prefetch inputs, and avoid host syncs right before long host work (PR502)."
     )
+    in_alloc = sum(x["duration_ns"] for x in listed if re.search(ALLOCATOR_CALL_RE, x["host_call"] or ""))
+    if not waiting and in_alloc >= 0.5 * listed_ns:
+        advice = (
+            "The host is in the device allocator in most of them (frees and allocations inside the loop, each "
+            "synchronizing the device): keep the framework's caching allocator on (PyTorch: "
+            "PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING unset), or allocate once, outside the "
+            "loop. " + advice
+        )
     rec = (
         f"{len(gaps)} gap{'s' if len(gaps) != 1 else ''} of at least {t.min_gap_ms:g} ms leave the GPU idle "
         f"{fmt_ns(total)} ({pct(ctx.fraction(total))} of the window). Largest: {lines}. {advice}" + apart
