@@ -22,7 +22,6 @@ from .vocab import (
     CATEGORIES,
     DATALOADER_RE,
     DEFAULT_PRECISION,
-    MATMUL_CLASS_KERNEL_RE,
     MAX_PLAUSIBLE_BANDWIDTH_BYTES_S,
     NS_FIXED_SCALE,
     STEP_LABEL,
@@ -75,14 +74,14 @@ def dominant_precision(con: duckdb.DuckDBPyConnection) -> str | None:
     sql.install(con, "vocab")
     row = one(
         con,
-        f"""
+        """
         WITH k AS (
             SELECT (k.end_ns - k.start_ns)::DOUBLE AS dur,
                    CASE WHEN coalesce(lo.precision, fo.precision) = 'fp32' AND kernel_name_precision(k.name) = 'tf32'
                         THEN 'tf32' ELSE coalesce(lo.precision, fo.precision, kernel_name_precision(k.name)) END AS p
             FROM kernels k LEFT JOIN ops lo ON lo.op_id = k.op_id LEFT JOIN ops fo ON fo.op_id = k.flops_op_id
             WHERE k.kind = 'compute' AND k.end_ns > k.start_ns
-              AND (regexp_matches(k.name, '{MATMUL_CLASS_KERNEL_RE}') OR lo.precision IS NOT NULL)
+              AND (is_matmul_class_kernel(k.name) OR lo.precision IS NOT NULL)
         ), tot AS (SELECT sum(dur) AS all_ns, sum(dur) FILTER (WHERE p IS NOT NULL) AS voted_ns FROM k)
         SELECT p FROM k, tot WHERE p IS NOT NULL AND tot.voted_ns >= 0.5 * tot.all_ns
         GROUP BY p ORDER BY sum(dur) DESC, p LIMIT 1""",

@@ -84,6 +84,25 @@ MATMUL_CLASS_KERNEL_RE = (
     r"wgrad|implicit_?gemm|cudnn|sm[0-9]{2,3}_|ampere_|volta_|turing_|hopper_|blackwell_|Cijk_|"
     r"fused_moe|moe_gemm|grouped_?gemm|group_gemm|deep_?gemm|triton_tem_|_scaled_mm|marlin|machete)"
 )
+# The matmul pattern is read on a kernel's own name, its template arguments and parameters left out
+# (`kernel_base_name`): `finalizeKernel<KernelParams<cutlass::bfloat16_t>>` is not a CUTLASS GEMM.
+BASE_NAME_CUT_RE = r"[<(].*$"
+# Inference servers' kernels known to do no matmul work although their names hold a matmul word (vLLM's
+# `reshape_and_cache_flash_kernel`, TensorRT-LLM's MoE routing / finalize and block-scale quantization, fp8
+# quantization, fused activations and rotary embeddings): read before the matmul pattern.
+NO_MATMUL_KERNEL_RE = (
+    r"(?i)(reshape_and_cache|routingIndices|moe::dev::routing|moe_align_block|finalizeKernel|"
+    r"quantize_with_block_size|scaled_fp8_quant|per_token_group_quant|per_token_quant|dynamic_per_token|"
+    r"silu_and_mul|gelu_and_mul|act_and_mul|rotary_embedding|fused_add_rms_norm|rms_norm_kernel)"
+)
+
+
+def kernel_base_name(name: str) -> str:
+    """A kernel's own name: `(anonymous namespace)` dropped, then everything from its template arguments or
+    parameter list on."""
+    return re.sub(BASE_NAME_CUT_RE, "", name.replace("(anonymous namespace)", ""))
+
+
 # Attention's helper kernels (FlashAttention's and cuDNN's backward: rowsum(dO·O) before, the fp32 dQ accumulator
 # cast after) run no tensor-core work (ncu: 0 tensor ops, sample_traces/h200_attention): no FLOPs of the op's.
 AUX_ATTENTION_KERNEL_RE = r"(?i)(dot_do_o|convert_dq|convert_dkv)"
@@ -189,10 +208,18 @@ STARTUP_API_RE = (
     r"streamcreate|eventcreate|getdeviceproperties|getdevicecount|^cudaSetDevice|cudnncreate|cublascreate|"
     r"cublasltcreate|devicegetstreampriorityrange|cudaDeviceReset|^hipInit|^hipFree$)"
 )
-# A set-up call (STARTUP_API_RE) is steady-state host work, not start-up, when calls of its name keep coming in the
-# second half of the rank's runtime calls: at least this many, holding at least this share of that name's time.
-STARTUP_RECURRING_MIN_CALLS = 3
-STARTUP_RECURRING_SHARE = 0.25
+# A set-up call (STARTUP_API_RE) is steady-state host work, not start-up, when calls of its name keep coming all
+# through the rank's GPU work: at least this many inside its span (first kernel to last), in at least this many of
+# its tenths (a burst of frees in the first iterations is set-up; one free per step is not).
+STARTUP_RECURRING_MIN_CALLS = 10
+STARTUP_RECURRING_BINS = 10
+STARTUP_RECURRING_MIN_BINS = 6
+# The set-up calls that can recur so (allocations, frees, device queries, stream / event creation); module and
+# library loading stays start-up wherever it comes: a kernel's first use loads its module once (lazy loading).
+STARTUP_RECURRABLE_API_RE = (
+    r"(?i)(free|malloc|memalloc|memcreate|memmap|memsetaccess|addressreserve|hostalloc|hostregister|"
+    r"getdeviceproperties|getdevicecount|streamcreate|eventcreate|setdevice)"
+)
 # The first CUDA call of a process creates its context: it is start-up when it lasts at least this long.
 STARTUP_FIRST_CALL_MIN_NS = 1_000_000
 # A launch call this long while the GPU idles is a kernel's first launch loading its module (lazy loading, JIT):

@@ -2,8 +2,8 @@
 -- What each rank's host is doing, as intervals, for naming idle GPU time: `launch_call` (a kernel / graph launch or
 -- async memset call), `launch_op` (a top-level CPU op that launches GPU work: the framework's per-op overhead
 -- before its launch), `startup` (one-time set-up calls — context and module loading, library handles, device
--- queries, stream / event creation, allocations and frees, unless calls of that name keep coming in the second
--- half of the rank's calls: vocab.STARTUP_RECURRING_* — the first CUDA call of a process when it is long: it
+-- queries, stream / event creation, allocations and frees, unless calls of that name keep coming all through the
+-- rank's GPU work: vocab.STARTUP_RECURRING_* — the first CUDA call of a process when it is long: it
 -- creates the context —, and a launch call of vocab.SLOW_LAUNCH_NS or more: a kernel's first launch loading its
 -- module), `loader` (DataLoader ranges).
 -- Depends: vocab
@@ -16,17 +16,21 @@ WITH api AS (
 ), first_call AS (
     SELECT rank, arg_min(name, start_ns) AS name, min(start_ns) AS start_ns, arg_min(end_ns, start_ns) AS end_ns
     FROM api GROUP BY rank
-), span AS (
-    SELECT rank, min(start_ns) AS s, max(end_ns) AS e FROM api GROUP BY rank
+), kspan AS (
+    SELECT rank, min(start_ns) AS s, max(end_ns) AS e FROM kernels GROUP BY rank
 ), setup AS (
-    SELECT a.rank, a.name, a.start_ns, a.end_ns, a.start_ns >= sp.s + (sp.e - sp.s) / 2 AS late
-    FROM api a JOIN span sp ON sp.rank IS NOT DISTINCT FROM a.rank WHERE regexp_matches(a.name, {{STARTUP_API_RE}})
+    -- each set-up call with the tenth of its rank's GPU span (first kernel to last) it falls in
+    SELECT a.rank, a.name, a.start_ns, a.end_ns,
+           CASE WHEN a.start_ns >= k.s AND a.start_ns < k.e
+                THEN floor((a.start_ns - k.s) * {{STARTUP_RECURRING_BINS}} / (k.e - k.s))::INTEGER END AS bin
+    FROM api a LEFT JOIN kspan k ON k.rank IS NOT DISTINCT FROM a.rank AND k.e > k.s
+    WHERE regexp_matches(a.name, {{STARTUP_API_RE}})
 ), recurring AS (
-    -- a set-up call that keeps coming in the second half of the rank's calls (an allocator freeing and allocating
-    -- every step, device queries per op) is steady-state host work, not one-time start-up
-    SELECT rank, name FROM setup GROUP BY rank, name
-    HAVING count(*) FILTER (WHERE late) >= {{STARTUP_RECURRING_MIN_CALLS}}
-       AND sum(end_ns - start_ns) FILTER (WHERE late) >= {{STARTUP_RECURRING_SHARE}} * sum(end_ns - start_ns)
+    -- a set-up call that keeps coming all through the GPU work (an allocator freeing and allocating every step,
+    -- device queries per op) is steady-state host work, not one-time start-up
+    SELECT rank, name FROM setup WHERE regexp_matches(name, {{STARTUP_RECURRABLE_API_RE}}) GROUP BY rank, name
+    HAVING count(*) FILTER (WHERE bin IS NOT NULL) >= {{STARTUP_RECURRING_MIN_CALLS}}
+       AND count(DISTINCT bin) >= {{STARTUP_RECURRING_MIN_BINS}}
 ), launch_ops AS (
     SELECT DISTINCT o.op_id, o.rank, o.start_ns, o.end_ns, o.name
     FROM launch l ASOF JOIN (SELECT * FROM ops WHERE depth = 0) o

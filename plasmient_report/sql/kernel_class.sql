@@ -44,8 +44,9 @@ WITH hp AS (
     SELECT kind, name, op_name, kind IN ('memcpy', 'memset') AS is_copy, is_communication_kernel(kind, name) AS is_comm,
            regexp_matches(name, {{COMPILED_NO_MATMUL_KERNEL_RE}}) AS is_compiled_known,
            regexp_matches(name, {{AUX_ATTENTION_KERNEL_RE}}) AS is_aux,
-           regexp_matches(name, {{MATMUL_CLASS_KERNEL_RE}}) AS is_matmul_name,
-           regexp_matches(name, {{KNOWN_NO_MATMUL_KERNEL_RE}}) AS is_known_name,
+           is_matmul_class_kernel(name) AS is_matmul_name,
+           regexp_matches(name, {{KNOWN_NO_MATMUL_KERNEL_RE}}) OR regexp_matches(name, {{NO_MATMUL_KERNEL_RE}})
+               AS is_known_name,
            coalesce(regexp_matches(op_name, {{MATMUL_CLASS_OP_RE}}), false) AS is_matmul_op,
            coalesce(regexp_matches(op_name, {{KNOWN_OP_RE}}), false) AS is_known_op
     FROM (SELECT DISTINCT kind, name, op_name FROM p)

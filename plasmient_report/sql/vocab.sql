@@ -12,10 +12,18 @@ CREATE OR REPLACE MACRO category_layer(c) AS CASE c {{CATEGORY_LAYER_CASES}} END
 COMMENT ON MACRO category_layer IS 'category_layer(category): the layer of a loss category (vocab.CATEGORIES)';
 CREATE OR REPLACE MACRO is_communication_kernel(kind, n) AS kind = 'nccl' OR regexp_matches(coalesce(n, ''), {{COMM_KERNEL_RE}});
 COMMENT ON MACRO is_communication_kernel IS 'is_communication_kernel(kind, name): NCCL / RCCL kernels (kind nccl) and, by name, NVSHMEM, DeepEP, symmetric-memory, custom all-reduce and MSCCL++ kernels';
+CREATE OR REPLACE MACRO kernel_base_name(n) AS
+    regexp_replace(replace(coalesce(n, ''), '(anonymous namespace)', ''), {{BASE_NAME_CUT_RE}}, '');
+COMMENT ON MACRO kernel_base_name IS 'kernel_base_name(name): a kernel''s own name, `(anonymous namespace)` dropped, then everything from its template arguments or parameter list on (vocab.kernel_base_name): the matmul pattern is read on it';
+CREATE OR REPLACE MACRO is_matmul_class_kernel(n) AS
+    NOT regexp_matches(coalesce(n, ''), {{NO_MATMUL_KERNEL_RE}})
+    AND regexp_matches(kernel_base_name(n), {{MATMUL_CLASS_KERNEL_RE}});
+COMMENT ON MACRO is_matmul_class_kernel IS 'is_matmul_class_kernel(name): a kernel that may do matmul-class work by its name (vocab.MATMUL_CLASS_KERNEL_RE on its base name), inference servers'' known no-matmul kernels (vocab.NO_MATMUL_KERNEL_RE) left out';
 CREATE OR REPLACE MACRO known_no_matmul_kernel(n, op) AS
     regexp_matches(coalesce(n, ''), {{COMPILED_NO_MATMUL_KERNEL_RE}})
     OR regexp_matches(coalesce(n, ''), {{AUX_ATTENTION_KERNEL_RE}})
-    OR (NOT regexp_matches(coalesce(n, ''), {{MATMUL_CLASS_KERNEL_RE}})
+    OR regexp_matches(coalesce(n, ''), {{NO_MATMUL_KERNEL_RE}})
+    OR (NOT is_matmul_class_kernel(n)
         AND (regexp_matches(coalesce(n, ''), {{KNOWN_NO_MATMUL_KERNEL_RE}})
              OR (NOT coalesce(regexp_matches(op, {{MATMUL_CLASS_OP_RE}}), false)
                  AND coalesce(regexp_matches(op, {{KNOWN_OP_RE}}), false))));

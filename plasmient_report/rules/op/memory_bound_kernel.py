@@ -14,6 +14,8 @@ from ...vocab import (
     KNOWN_NO_MATMUL_KERNEL_RE,
     MATMUL_CLASS_KERNEL_RE,
     MATMUL_CLASS_OP_RE,
+    NO_MATMUL_KERNEL_RE,
+    kernel_base_name,
 )
 from ..advice import fuse_memory, half_precision
 from ..base import Explanation, Finding, Thresholds, rule
@@ -179,7 +181,7 @@ def _finding(
     # matmul-class work: by the kernel's name, or an unnamed kernel of a matmul op (a layout transform or a
     # reduction launched by a convolution is not a GEMM)
     matmul = bool(
-        re.search(MATMUL_CLASS_KERNEL_RE, name)
+        (not re.search(NO_MATMUL_KERNEL_RE, name) and re.search(MATMUL_CLASS_KERNEL_RE, kernel_base_name(name)))
         or (not re.search(KNOWN_NO_MATMUL_KERNEL_RE, name) and any(re.search(MATMUL_CLASS_OP_RE, o) for o in op_names))
     )
     if any(re.search(OPTIMIZER_RE, x) for x in [short, *op_names]):
