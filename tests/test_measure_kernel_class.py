@@ -353,3 +353,24 @@ def test_deepseeks_own_deepep_kernels_are_communication(tmp_path):
     ]
     c = classes(analyse([write_trace(tmp_path / "dpsk.json", ev)]))
     assert sorted(v[0] for v in c.values()) == ["communication", "communication"]
+
+
+def test_a_matmul_word_in_template_arguments_does_not_make_a_gemm(tmp_path):
+    # Kernel names of TraceLens's B200 vLLM trace: TensorRT-LLM's MoE finalize (a CUTLASS type in its template
+    # arguments), vLLM's KV-cache write (`flash` in its name) and fp8 quantization do no matmul work; a CUTLASS
+    # device kernel running FlashAttention and a bare GEMM may. Truth: what each kernel is, by its source.
+    names = {
+        "void moe::dev::finalize::finalizeKernelVecLoad<moe::dev::finalize::KernelParams<cutlass::bfloat16_t, float>>"
+        "(moe::dev::finalize::KernelParams<cutlass::bfloat16_t, float>)": "memory",
+        "void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, unsigned char, (vllm::Fp8KVCacheDataType)1>"
+        "(__nv_bfloat16 const*)": "memory",
+        "void vllm::scaled_fp8_quant_kernel_strided<c10::BFloat16, c10::Float8_e4m3fn>(c10::Float8_e4m3fn*)": "memory",
+        "void cutlass::device_kernel<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwd<128>>>(flash::Params)": "unknown",
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1": "unknown",
+    }
+    ev = []
+    for i, name in enumerate(names):
+        ev += [launch(1.0 + i, i + 1, 10 + i), kernel(name, 100.0 + 100.0 * i, 50.0, ext=i + 1, corr=10 + i)]
+    res = analyse([write_trace(tmp_path / "names.json", ev)])
+    got = dict(res.con.execute("SELECT k.name, c.class FROM kernels k JOIN kernel_class c USING (kernel_id)").fetchall())
+    assert got == names
