@@ -2,8 +2,8 @@
 -- What each rank's host is doing, as intervals, for naming idle GPU time: `launch_call` (a kernel / graph launch or
 -- async memset call), `launch_op` (a top-level CPU op that launches GPU work: the framework's per-op overhead
 -- before its launch), `startup` (one-time set-up calls — context and module loading, library handles, device
--- queries, stream / event creation, allocations and frees, unless calls of that name keep coming all through the
--- rank's GPU work: vocab.STARTUP_RECURRING_* — the first CUDA call of a process when it is long: it
+-- queries, stream / event creation, allocations and frees, but not those inside the rank's GPU span when calls of
+-- that name keep coming all through its GPU work: vocab.STARTUP_RECURRING_* — the first CUDA call of a process when it is long: it
 -- creates the context —, and a launch call of vocab.SLOW_LAUNCH_NS or more: a kernel's first launch loading its
 -- module), `loader` (DataLoader ranges).
 -- Depends: vocab
@@ -44,7 +44,8 @@ UNION ALL
 SELECT rank, 'launch_op', name, start_ns, end_ns FROM launch_ops
 UNION ALL
 SELECT rank, 'startup', name, start_ns, end_ns FROM setup
-ANTI JOIN recurring r ON r.rank IS NOT DISTINCT FROM setup.rank AND r.name = setup.name
+WHERE bin IS NULL OR NOT EXISTS (
+    SELECT 1 FROM recurring r WHERE r.rank IS NOT DISTINCT FROM setup.rank AND r.name = setup.name)
 UNION ALL
 SELECT rank, 'startup', name, start_ns, end_ns FROM first_call
 WHERE end_ns - start_ns >= {{STARTUP_FIRST_CALL_MIN_NS}} AND NOT regexp_matches(name, {{STARTUP_API_RE}})
