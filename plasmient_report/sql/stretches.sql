@@ -5,7 +5,7 @@
 -- useful class resident: compute_inefficiency (a compute-bound kernel), unknown_flops (an unknown one), memory_bound,
 -- then collective_wait (a communication kernel's wait for its peers), pipeline_bubble (pipeline P2P),
 -- collective_transfer, memcpy. An idle stretch (nothing resident) is lost to what the host is doing: startup (a
--- set-up call), input_bound (inside a DataLoader range), sync_stall (the idle gap began as a host sync returned —
+-- set-up call; or, in the whole profile, before the GPU's first activity), input_bound (inside a DataLoader range), sync_stall (the idle gap began as a host sync returned —
 -- the queue ran dry behind it), launch_bound (inside a launch call; or anywhere in a gap about one launch long —
 -- vocab.LAUNCH_GAP_MAX_NS — in which the host launches: the per-op path of Python, dispatcher and launch), else
 -- host_other. On a GPU with no peak, a stretch where a kernel with a FLOP
@@ -183,13 +183,16 @@ SELECT wid, t, t_next, true AS busy, r,
             ELSE 'memcpy' END AS category
 FROM _sw_seg
 UNION ALL
-SELECT wid, t, t_next, false, 0.0,
-       CASE WHEN h_startup > 0 THEN 'startup'
-            WHEN h_loader > 0 THEN 'input_bound'
-            WHEN after_sync THEN 'sync_stall'
-            WHEN h_call > 0 OR (gap_launching AND gap_ns <= {{LAUNCH_GAP_MAX_NS}}) THEN 'launch_bound'
+SELECT i.wid, i.t, i.t_next, false, 0.0,
+       CASE WHEN i.h_startup > 0 THEN 'startup'
+            WHEN i.h_loader > 0 THEN 'input_bound'
+            WHEN i.after_sync THEN 'sync_stall'
+            WHEN i.h_call > 0 OR (i.gap_launching AND i.gap_ns <= {{LAUNCH_GAP_MAX_NS}}) THEN 'launch_bound'
+            -- the whole profile's time before its GPU's first activity: the program setting up (imports, model
+            -- building, compilation), not a loss a steady state repeats
+            WHEN w.scope = 'window' AND i.gap_start = w.start_ns AND i.gap_ns > {{LAUNCH_GAP_MAX_NS}} THEN 'startup'
             ELSE 'host_other' END
-FROM _sw_idle;
+FROM _sw_idle i JOIN _sw_w w USING (wid);
 
 -- The islands: consecutive stretches of one category (also computed in numpy: sql/native.py stretch_islands).
 -- native: stretch_islands {
