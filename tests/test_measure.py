@@ -254,20 +254,28 @@ def test_model_flops_skip_kernels_known_to_do_no_matmul_and_keep_each_kernels_pr
     assert v["achieved_fraction_of_peak"] == pytest.approx((f / 2 / 989.4e12 + f / 2 / 1978.9e12) / window_s, rel=1e-6)
 
 
-def test_the_whole_profiles_time_before_its_first_gpu_work_is_start_up(tmp_path):
-    # Construction (NVIDIA/Fuser's nsys report: 4.1 s of a 7.3 s window pass before the first kernel): the host's
-    # first op at t = 0, then nothing traced for 50 ms, then 10 × 1 ms kernels with one 20 ms host gap between
-    # the 5th and 6th. Truth: the 50 ms before the GPU's first activity is the program setting up — start-up —
-    # and the 20 ms mid-run gap stays host time (host_other). Window: 50 + 10 + 20 = 80 ms.
-    from .conftest import cpu_op, kernel, launch, write_trace
+def test_the_whole_profiles_time_before_its_first_gpu_work_is_start_up_when_it_holds_the_set_up(tmp_path):
+    # Construction (NVIDIA/Fuser's nsys report: 4.1 s of a 7.3 s window pass before the first kernel, the process's
+    # CUDA set-up in it): a 1 ms cudaFree(0) (context creation) at t = 0, then nothing traced until the first of
+    # 10 × 1 ms kernels at 50 ms, with one 20 ms host gap between the 5th and 6th. Truth: the 50 ms before the GPU's
+    # first activity is the program setting up — start-up — and the 20 ms mid-run gap stays host time
+    # (host_other); window 50 + 10 + 20 = 80 ms. The same trace without the set-up call (a profile begun mid-run,
+    # after the process's start) keeps those 50 ms host time: nothing says they are set-up.
+    from .conftest import kernel, launch, write_trace
+    from .rules.traces import runtime
 
-    ev = [cpu_op("aten::empty", 0.0, 10.0, ext=0)]
-    t = 50_000.0
-    for i in range(10):
-        ev += [launch(t - 6.0, ext=i + 1, corr=i + 1), kernel("work_kernel", t, 1_000.0, ext=i + 1, corr=i + 1)]
-        t += 1_000.0 + (20_000.0 if i == 4 else 0.0)
-    v = run([write_trace(tmp_path / "lead.json", ev)])
-    lost = {x["category"]: x["fraction"] * v["run"]["window_ns"] / 1e6 for x in v["losses"]}  # ms
-    assert v["run"]["window_ns"] == pytest.approx(80e6, rel=1e-3)
-    assert lost["startup"] == pytest.approx(50.0, abs=0.1)
-    assert lost["host_other"] == pytest.approx(20.0, abs=0.1)
+    for setup in (True, False):
+        ev = [runtime("cudaFree", 0.0, 1_000.0)] if setup else [runtime("cudaStreamIsCapturing", 0.0, 1.0)]
+        t = 50_000.0
+        for i in range(10):
+            ev += [launch(t - 6.0, ext=i + 1, corr=i + 1), kernel("work_kernel", t, 1_000.0, ext=i + 1, corr=i + 1)]
+            t += 1_000.0 + (20_000.0 if i == 4 else 0.0)
+        v = run([write_trace(tmp_path / f"lead{setup}.json", ev)])
+        lost = {x["category"]: x["fraction"] * v["run"]["window_ns"] / 1e6 for x in v["losses"]}  # ms
+        assert v["run"]["window_ns"] == pytest.approx(80e6, rel=1e-3)
+        if setup:
+            assert lost["startup"] == pytest.approx(50.0, abs=0.1)
+            assert lost["host_other"] == pytest.approx(20.0, abs=0.1)
+        else:
+            assert "startup" not in lost
+            assert lost["host_other"] == pytest.approx(70.0, abs=0.1)

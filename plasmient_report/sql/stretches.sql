@@ -5,7 +5,8 @@
 -- useful class resident: compute_inefficiency (a compute-bound kernel), unknown_flops (an unknown one), memory_bound,
 -- then collective_wait (a communication kernel's wait for its peers), pipeline_bubble (pipeline P2P),
 -- collective_transfer, memcpy. An idle stretch (nothing resident) is lost to what the host is doing: startup (a
--- set-up call; or, in the whole profile, before the GPU's first activity), input_bound (inside a DataLoader range), sync_stall (the idle gap began as a host sync returned —
+-- set-up call; or, in the whole profile, before the GPU's first activity when set-up calls fall there),
+-- input_bound (inside a DataLoader range), sync_stall (the idle gap began as a host sync returned —
 -- the queue ran dry behind it), launch_bound (inside a launch call; or anywhere in a gap about one launch long —
 -- vocab.LAUNCH_GAP_MAX_NS — in which the host launches: the per-op path of Python, dispatcher and launch), else
 -- host_other. On a GPU with no peak, a stretch where a kernel with a FLOP
@@ -163,11 +164,13 @@ WITH long AS (
     SELECT seg.*, g.gap_no, g.start_ns AS gap_start, g.end_ns - g.start_ns AS gap_ns, g.after_sync
     FROM seg ASOF JOIN long g ON g.wid = seg.wid AND g.start_ns <= seg.t
 )
-SELECT wid, gap_no, t, t_next, h_call, h_op, h_startup, h_loader, gap_start, gap_ns, after_sync, gap_launching
+SELECT wid, gap_no, t, t_next, h_call, h_op, h_startup, h_loader, gap_start, gap_ns, after_sync, gap_launching,
+       h_startup > 0 AS gap_setup
 FROM _sw_short
 UNION ALL
 SELECT wid, gap_no, t, t_next, h_call, h_op, h_startup, h_loader, gap_start, gap_ns, after_sync,
-       bool_or(h_call > 0 OR h_op > 0) OVER (PARTITION BY wid, gap_no) AS gap_launching
+       bool_or(h_call > 0 OR h_op > 0) OVER (PARTITION BY wid, gap_no) AS gap_launching,
+       bool_or(h_startup > 0) OVER (PARTITION BY wid, gap_no) AS gap_setup
 FROM long_seg;
 
 -- Every stretch, busy and idle, with its category.
@@ -188,9 +191,11 @@ SELECT i.wid, i.t, i.t_next, false, 0.0,
             WHEN i.h_loader > 0 THEN 'input_bound'
             WHEN i.after_sync THEN 'sync_stall'
             WHEN i.h_call > 0 OR (i.gap_launching AND i.gap_ns <= {{LAUNCH_GAP_MAX_NS}}) THEN 'launch_bound'
-            -- the whole profile's time before its GPU's first activity: the program setting up (imports, model
-            -- building, compilation), not a loss a steady state repeats
-            WHEN w.scope = 'window' AND i.gap_start = w.start_ns AND i.gap_ns > {{LAUNCH_GAP_MAX_NS}} THEN 'startup'
+            -- the whole profile's time before its GPU's first activity, when the program's CUDA set-up falls in it
+            -- (the trace holds the process's start): the program setting up (imports, model building,
+            -- compilation), not a loss a steady state repeats; a profile begun mid-run keeps its host causes
+            WHEN w.scope = 'window' AND i.gap_start = w.start_ns AND i.gap_setup AND i.gap_ns > {{LAUNCH_GAP_MAX_NS}}
+            THEN 'startup'
             ELSE 'host_other' END
 FROM _sw_idle i JOIN _sw_w w USING (wid);
 
