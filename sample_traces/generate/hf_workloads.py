@@ -714,9 +714,7 @@ def run_overlap(a):
         # each side GEMM runs inside its iteration's mlp window: the GPU's FLOPs there are both ranges'
         info["mlp_gpu_ms_total"] = sum(o["mlp_gpu_ms"] for o in occ)
         info["dispatch_gpu_ms_total"] = sum(o["dispatch_gpu_ms"] for o in occ)
-        info["mlp_window_achieved_truth"] = (
-            iters * (mlp_mms + 2) * mm / (info["mlp_gpu_ms_total"] / 1e3) / PEAK["bf16"]
-        )
+        info["mlp_window_achieved_truth"] = iters * (mlp_mms + 2) * mm / (info["mlp_gpu_ms_total"] / 1e3) / PEAK["bf16"]
     return info
 
 
