@@ -59,8 +59,7 @@ ATTENTION_RE = r"(?i)(flash|fmha|attn|attention|sdpa)"
 # The memory-class kernels of the window, with the op that launched them (kernel_launch's checked link).
 MEMORY_KERNELS_SQL = """
 SELECT k.kernel_id, k.rank, k.device, k.name, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS dur,
-       o.name AS op_name, k.grid_x * coalesce(k.grid_y, 1) * coalesce(k.grid_z, 1) AS blocks,
-       coalesce(kernel_name_precision(k.name), dtype_precision(json_extract_string(o.input_types, '$[0]'))) AS data_precision
+       o.name AS op_name, k.grid_x * coalesce(k.grid_y, 1) * coalesce(k.grid_z, 1) AS blocks, o.input_types
 FROM rule_kernels k LEFT JOIN rule_ops o ON o.op_id = k.op_id
 WHERE k.class = 'memory' AND k.end_ns > k.start_ns"""
 
@@ -87,8 +86,7 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         for r in ctx.rows(
             f"""
         SELECT name, count(*) AS count, sum(dur) AS time_ns, median(dur) AS median_ns,
-               list(DISTINCT rank ORDER BY rank) AS ranks, min(blocks) AS blocks,
-               mode(data_precision) AS data_precision
+               list(DISTINCT rank ORDER BY rank) AS ranks, min(blocks) AS blocks
         FROM ({MEMORY_KERNELS_SQL}) WHERE name IN (SELECT unnest(?::VARCHAR[])) GROUP BY name
         HAVING median(dur) >= ?""",
             [names, t.min_median_kernel_us * 1e3],
@@ -98,6 +96,21 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     names = [k for k, _ in top]
     if not names:
         return
+    # the precision of each one's data: its name's hint, else the dtype its ops were called with (the top names only)
+    for r in ctx.rows(
+        f"""
+        WITH t AS (
+            SELECT name, input_types, count(*) AS n FROM ({MEMORY_KERNELS_SQL})
+            WHERE name IN (SELECT unnest(?::VARCHAR[])) GROUP BY name, input_types
+        )
+        SELECT name, coalesce(kernel_name_precision(name),
+                              arg_max(dtype_precision(json_extract_string(input_types, '$[0]')), n)
+                                  FILTER (WHERE dtype_precision(json_extract_string(input_types, '$[0]')) IS NOT NULL))
+                   AS data_precision
+        FROM t GROUP BY name""",
+        [names],
+    ):
+        stats[r["name"]]["data_precision"] = r["data_precision"]
     # bytes, bandwidth and its fraction of HBM: the library's roofline of this window, not a copy of it
     roof = {
         r["name"]: r
