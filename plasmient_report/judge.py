@@ -921,20 +921,12 @@ PENDING_IDLE_SHARE = 0.01
 PENDING_IDLE_MIN_NS = 1_000_000
 
 
-# The idle gaps whose next kernel had been launched (its launch returned) more than a launch's latency before the
-# gap ended: from then on the GPU sat idle with work queued.
+# The idle gaps whose next kernel had been launched (its launch returned, idle_gaps.queued_ns) more than a launch's
+# latency (vocab.LAUNCH_GAP_MAX_NS) before the gap ended: from then on the GPU sat idle with work queued.
 PENDING_GAPS_SQL = """
-    WITH g AS (SELECT DISTINCT rank, device, start_ns, end_ns FROM idle_gaps
-               WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn),
-    nxt AS (  -- the kernel each gap ends with, and when its launch returned
-        SELECT g.rank, g.device, g.start_ns, g.end_ns, min(kl.launch_end_ns) AS launched
-        FROM g JOIN kernels k ON k.rank IS NOT DISTINCT FROM g.rank AND k.device = g.device AND k.start_ns = g.end_ns
-        JOIN kernel_launch kl USING (kernel_id)
-        GROUP BY ALL
-    )
-    -- a launch's own latency (up to vocab.LAUNCH_GAP_MAX_NS) is not waiting
-    SELECT rank, device, greatest(start_ns, launched) AS start_ns, end_ns FROM nxt
-    WHERE end_ns - greatest(start_ns, launched) > $latency"""
+    SELECT DISTINCT rank, device, greatest(start_ns, queued_ns) AS start_ns, end_ns FROM idle_gaps
+    WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn
+      AND end_ns - greatest(start_ns, queued_ns) > $latency"""
 # A waterfall line whose idle time is at least this share GPU idle with work queued says so, not its host cause.
 PENDING_CATEGORY_SHARE = 0.5
 

@@ -8,6 +8,7 @@ import pytest
 
 from .conftest import kernel, launch, write_trace
 from .rules.expect import analyse
+from .rules.traces import runtime
 
 
 def _notes(tmp_path, start_us: float) -> list[str]:
@@ -19,6 +20,13 @@ def _notes(tmp_path, start_us: float) -> list[str]:
     return [n for n in v["notes"] if "already launched" in n]
 
 
+def _after_sync(tmp_path, start_us: float) -> dict:
+    # The construction of `_notes`, with a cudaDeviceSynchronize that returns at 101 µs, as kernel 1 ends.
+    ev = [launch(1.0, ext=1, corr=1), kernel("k1", 0.0, 100.0, ext=1, corr=1), runtime("cudaDeviceSynchronize", 99.0, 2.0)]
+    ev += [launch(150.0, ext=2, corr=2), kernel("k2", start_us, 100.0, ext=2, corr=2)]
+    return analyse([write_trace(tmp_path / f"sync{start_us:.0f}.json", ev)], write_html=False, write_trace=False)
+
+
 def test_an_idle_gpu_with_its_next_kernel_queued_is_said(tmp_path):
     # kernel 2 starts at 5,000 µs: 4,848 µs idle with it queued (5,000 − 152), of a 5,100 µs window (95%)
     (said,) = _notes(tmp_path, 5000.0)
@@ -28,21 +36,7 @@ def test_an_idle_gpu_with_its_next_kernel_queued_is_said(tmp_path):
 def test_queued_work_is_said_instead_of_the_host_work_after_a_sync(tmp_path):
     # The same gap after a sync that returned at once: the GPU idled with kernel 2 queued, so the host's work after
     # the sync is not the story — only the queued-work note is said, not the short-sync one.
-    ev = [launch(1.0, ext=1, corr=1), kernel("k1", 0.0, 100.0, ext=1, corr=1)]
-    ev.append(
-        {
-            "ph": "X",
-            "cat": "cuda_runtime",
-            "name": "cudaDeviceSynchronize",
-            "pid": 100,
-            "tid": 1,
-            "ts": 99.0,
-            "dur": 2.0,
-            "args": {},
-        }
-    )
-    ev += [launch(150.0, ext=2, corr=2), kernel("k2", 5000.0, 100.0, ext=2, corr=2)]
-    notes = analyse([write_trace(tmp_path / "sync.json", ev)], write_html=False, write_trace=False)["notes"]
+    notes = _after_sync(tmp_path, 5000.0)["notes"]
     assert [n for n in notes if "already launched" in n] and not [n for n in notes if n.startswith("sync stall")]
 
 
@@ -57,21 +51,7 @@ def test_the_waterfall_and_the_rules_say_the_gpu_waited_with_work_queued(tmp_pat
     # had it queued. The waterfall's line for it says the GPU waited on work the trace does not hold, not the host
     # cause its category names; PR504 says so and gives no host advice; PR502 claims only the 51 µs before kernel 2
     # was queued, under its 1% threshold of the 10,100 µs window, so it is silent.
-    ev = [launch(1.0, ext=1, corr=1), kernel("k1", 0.0, 100.0, ext=1, corr=1)]
-    ev.append(
-        {
-            "ph": "X",
-            "cat": "cuda_runtime",
-            "name": "cudaDeviceSynchronize",
-            "pid": 100,
-            "tid": 1,
-            "ts": 99.0,
-            "dur": 2.0,
-            "args": {},
-        }
-    )
-    ev += [launch(150.0, ext=2, corr=2), kernel("k2", 10_000.0, 100.0, ext=2, corr=2)]
-    v = analyse([write_trace(tmp_path / "sync.json", ev)], write_html=False, write_trace=False)
+    v = _after_sync(tmp_path, 10_000.0)
     top = v["losses"][0]
     assert top["fraction"] > 0.9 and "already queued" in top["recommendation"] and "not on the host" in top["recommendation"]
     (gaps,) = [f for f in v["findings"] if f["rule"] == "PR504"]

@@ -12,7 +12,7 @@
 -- host_other. On a GPU with no peak, a stretch where a kernel with a FLOP
 -- estimate runs has no category (nothing can be said of it); the others are time-based and keep theirs.
 -- Consecutive stretches of one category are merged; `losses` and `idle_gaps` are read from here.
--- Depends: vocab, window_kernels, kernel_class, host_activity, device_peaks
+-- Depends: vocab, window_kernels, kernel_class, host_activity, device_peaks, kernel_launch
 
 CREATE OR REPLACE TEMP TABLE _sw_w AS
 SELECT row_number() OVER (ORDER BY w.scope, w.range_name, w.rank, w.device, w.start_ns) AS wid, w.*,
@@ -223,9 +223,17 @@ SELECT w.scope, w.range_name, w.rank, w.device, m.start_ns, m.end_ns, m.category
 FROM _sw_m m JOIN _sw_w w USING (wid);
 
 CREATE OR REPLACE TABLE idle_gaps AS
-SELECT g.* EXCLUDE (wid, gap_no), coalesce(i.launching, false) AS launching FROM _sw_gaps g
+WITH nxt AS (
+    -- when the activity that ends each gap had been launched (its launch call returned)
+    SELECT g.wid, g.gap_no, min(kl.launch_end_ns) AS queued_ns
+    FROM _sw_gaps g JOIN kernels k ON k.rank IS NOT DISTINCT FROM g.rank AND k.device = g.device AND k.start_ns = g.end_ns
+    JOIN kernel_launch kl USING (kernel_id)
+    GROUP BY g.wid, g.gap_no
+)
+SELECT g.* EXCLUDE (wid, gap_no), coalesce(i.launching, false) AS launching, n.queued_ns FROM _sw_gaps g
 LEFT JOIN (SELECT wid, gap_start, bool_or(gap_launching) AS launching FROM _sw_idle GROUP BY ALL) i
-  ON i.wid = g.wid AND i.gap_start = g.start_ns;
+  ON i.wid = g.wid AND i.gap_start = g.start_ns
+LEFT JOIN nxt n ON n.wid = g.wid AND n.gap_no = g.gap_no;
 
 DROP VIEW _sw_parts_v;
 DROP VIEW _sw_host_v;
@@ -267,3 +275,4 @@ COMMENT ON COLUMN idle_gaps.sync_name IS 'that sync call';
 COMMENT ON COLUMN idle_gaps.sync_thread IS 'its host thread';
 COMMENT ON COLUMN idle_gaps.sync_start_ns IS 'its start';
 COMMENT ON COLUMN idle_gaps.sync_end_ns IS 'its return';
+COMMENT ON COLUMN idle_gaps.queued_ns IS 'when the activity that ends the gap had been launched (its launch call returned; NULL when its launch is not in the trace): from then on, beyond a launch''s latency, the GPU idled with work queued';

@@ -46,7 +46,7 @@ EXPLANATION = Explanation(
 # The measurement library's idle gaps (the sweep's maximal stretches with nothing resident, sql/stretches.sql)
 # that are long enough; a gap that opens the window (before its first kernel) counts too.
 GAPS_SQL = """
-SELECT rank, device, start_ns, end_ns FROM rule_idle_gaps WHERE end_ns - start_ns >= $min_gap"""
+SELECT rank, device, start_ns, end_ns, queued_ns FROM rule_idle_gaps WHERE end_ns - start_ns >= $min_gap"""
 # Device-allocator calls (a free synchronizes the device; an allocation may too).
 ALLOCATOR_CALL_RE = r"(?i)(free|malloc|memalloc|memcreate)"
 # A runtime call covering at least this share of a gap is named as what the host was in.
@@ -181,17 +181,9 @@ def _describe(
     # a gap whose next kernel had been launched long before it ended: the GPU idled with work queued (waiting on
     # another process, an uncaptured stream or event) — what the host did meanwhile is not the cause
     queued = {
-        r["i"]: r["ns"]
-        for r in ctx.rows(
-            """
-            SELECT g.i, g.end_ns - greatest(g.start_ns, min(kl.launch_end_ns)) AS ns
-            FROM (SELECT * FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[]))) g
-            JOIN rule_kernels k ON k.rank IS NOT DISTINCT FROM g.rank AND k.device = g.device AND k.start_ns = g.end_ns
-            JOIN kernel_launch kl USING (kernel_id)
-            GROUP BY g.i, g.start_ns, g.end_ns""",
-            [ids],
-        )
-        if r["ns"] is not None and r["ns"] > LAUNCH_GAP_MAX_NS
+        g["i"]: g["end_ns"] - max(g["start_ns"], g["queued_ns"])
+        for g in top
+        if g["queued_ns"] is not None and g["end_ns"] - max(g["start_ns"], g["queued_ns"]) > LAUNCH_GAP_MAX_NS
     }
     # a runtime call that takes most of the gap (a blocking free, a device query) is what the host was in
     calls: dict[int, tuple[str, float]] = {}

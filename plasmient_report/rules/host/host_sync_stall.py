@@ -87,9 +87,7 @@ SYNCS_SQL = """
 WITH st AS (
     SELECT rank, device, start_ns, end_ns, lost_ns FROM rule_losses WHERE category = 'sync_stall'
 ), g AS (
-    SELECT g.*, (SELECT min(kl.launch_end_ns) FROM rule_kernels k JOIN kernel_launch kl USING (kernel_id)
-                 WHERE k.rank IS NOT DISTINCT FROM g.rank AND k.device = g.device AND k.start_ns = g.end_ns) AS queued_at
-    FROM rule_idle_gaps g WHERE after_sync
+    SELECT *, queued_ns AS queued_at FROM rule_idle_gaps WHERE after_sync
 )
 SELECT st.rank, st.device, st.start_ns, least(st.end_ns, coalesce(g.queued_at, st.end_ns)) AS end_ns,
        st.lost_ns * (least(st.end_ns, coalesce(g.queued_at, st.end_ns)) - st.start_ns) / (st.end_ns - st.start_ns)
