@@ -2,7 +2,9 @@
 
 The splitter (`_jsonsplit`) cuts `traceEvents` into runs of whole events of a few MiB, which msgspec decodes at
 once into Structs of the fields this tool reads, typed strictly (`int | str`, `float | str`, `str | int`, raw JSON
-for arrays). Each run becomes columns — one Arrow array per field and event family (GPU, CPU, runtime, metadata,
+for arrays). Where it is built, the native scan (`_scan.c`) reads a run first, straight into one column per field
+without a Python object per event; it takes only the runs whose values it can hold exactly as the Structs would
+and leaves every other run to them (tests/test_ingest_kineto_native.py compares the two ways). Each run becomes columns — one Arrow array per field and event family (GPU, CPU, runtime, metadata,
 allocator), built only for the events of that family — which DuckDB inserts into the staging tables on a second
 thread while the next run is decoded. A field whose values all have the expected JSON type is a typed column; one
 that mixes types (a `tid` that is a number on some events and a name on others) is a column of JSON text, typed
@@ -46,6 +48,12 @@ from ...store import one
 from .._io import GuardedReader
 from .._jsonsplit import SplitError, split_events
 from . import schema
+
+_native: Any
+try:  # the compiled scan (setup.py; optional): the columns the Structs below give, without a Python object per event
+    from . import _scan as _native
+except ImportError:  # pragma: no cover - built without a C compiler
+    _native = None
 
 # Runs of events decoded at once (the splitter's chunk): Python objects of one run are a few times this. 1 MiB
 # rather than 4: ~60 MiB less peak RSS on a 100 MB trace (measured), no slower.
@@ -207,15 +215,36 @@ class Decoded:
 
 @dataclass
 class _Run:
-    """A run of whole events: decoded (`events`), or its JSON bytes for the lenient way (`events` None)."""
+    """A run of whole events: decoded (`events`: Structs, or `columns`: the native scan's), or its JSON bytes for
+    the lenient way (neither)."""
 
     data: bytes | bytearray
     events: list[Any] | None = None
+    columns: tuple[int, list[tuple[bytes, ...]]] | None = None
+
+    @property
+    def decoded(self) -> bool:
+        return self.events is not None or self.columns is not None
+
+    @property
+    def count(self) -> int:
+        if self.columns is not None:
+            return self.columns[0]
+        return len(self.events or ())
+
+
+# Whether runs go through the native scan first (when it is built): tests turn it off to compare the two ways.
+NATIVE = _native is not None
 
 
 def _strict(data: bytes | bytearray) -> _Run | None:
     """The splitter's guess at a run of events: decoded strictly, or kept for the lenient way when it is whole
-    JSON of other types; None when it is no run of whole events (the splitter then scans it exactly)."""
+    JSON of other types; None when it is no run of whole events (the splitter then scans it exactly). The native
+    scan reads the runs it can hold exactly as the Structs do (most); msgspec reads the others."""
+    if NATIVE and _native is not None:
+        cols = _native.scan(data, _NATIVE_SPEC)
+        if cols is not None:
+            return _Run(data, columns=cols)
     try:
         return _Run(data, _STRICT_DECODER.decode(data))
     except (msgspec.DecodeError, RecursionError) as e:
@@ -350,11 +379,16 @@ def _tables(run: _Run, cats: _Categories, counts: dict[str | None, list[int]]) -
     """The run's events as one Arrow table per staging table (only that table's events and fields), with the
     fields that are JSON text. `counts` (the rows of `_kin_cats`: events per category, complete events without
     a name) is added to."""
-    evs = run.events
-    assert evs is not None
-    ph = pa.array([e.ph for e in evs], pa.string())
-    name = pa.array([e.name for e in evs], pa.string())
-    raw_cat = pa.array([e.cat for e in evs], pa.string()).dictionary_encode()
+    native = _NativeColumns(*run.columns) if run.columns is not None else None
+    if native is not None:
+        ph, name, raw_cat = native.text("ph"), native.text("name"), native.text("cat")
+    else:
+        evs = run.events
+        assert evs is not None
+        ph = pa.array([e.ph for e in evs], pa.string())
+        name = pa.array([e.name for e in evs], pa.string())
+        raw_cat = pa.array([e.cat for e in evs], pa.string())
+    raw_cat = raw_cat.dictionary_encode()
     spellings = raw_cat.dictionary.to_pylist()
     names = cats.map(spellings) + [None]
     canon = pa.array(names, pa.string())
@@ -365,28 +399,41 @@ def _tables(run: _Run, cats: _Categories, counts: dict[str | None, list[int]]) -
     is_x = _mask(pc.equal(ph, "X"))
     per_cat = np.bincount(codes, minlength=len(names)).tolist()
     nameless = np.bincount(codes[is_x & name.is_null().to_numpy(zero_copy_only=False)], minlength=len(names)).tolist()
-    for c, n, k in zip(names, per_cat, nameless, strict=True):
-        if n:
-            total = counts.setdefault(c, [0, 0])
-            total[0] += n
-            total[1] += k
     select = {
         "_kin_meta": _mask(pc.equal(ph, "M")) & _mask(pc.is_in(name, pa.array(META_NAMES))),
         "_kin_mem": _mask(pc.equal(ph, "i")) & _mask(pc.equal(name, "[memory]")),
     }
     for k, stage in enumerate(_FAMILIES):
         select[stage] = is_x & (family == k)
+    if native is not None and not all(native.typed(stage, mask) for stage, mask in select.items()):
+        # a table reads a value of its field's other JSON type (a string pid, an int64-overflowing id): its
+        # column is JSON text, which the Structs' way builds
+        try:
+            run.events, run.columns = _STRICT_DECODER.decode(run.data), None
+        except (msgspec.DecodeError, RecursionError):
+            raise _NotStrict from None
+        return _tables(run, cats, counts)
+    for c, n, k in zip(names, per_cat, nameless, strict=True):
+        if n:
+            total = counts.setdefault(c, [0, 0])
+            total[0] += n
+            total[1] += k
     taken = {"ph": ph, "cat": cat, "name": name}
     out: dict[str, tuple[pa.Table, frozenset[str]]] = {}
     for stage, mask in select.items():
         ix = np.flatnonzero(mask)
         if not ix.size:
             continue
-        rows = [evs[i] for i in ix.tolist()]
+        cols = {f: taken[f].take(ix) for f in STAGE_FIELDS[stage] if f in taken}
+        if native is not None:
+            cols.update(native.fields(stage, ix))
+            out[stage] = (pa.table(cols), frozenset())
+            continue
+        assert run.events is not None
+        rows = [run.events[i] for i in ix.tolist()]
         fields, transpose = _TRANSPOSE[stage]
         lists = transpose(rows, [e.args for e in rows])
         olds = iter(lists[len(fields) :])
-        cols = {f: taken[f].take(ix) for f in STAGE_FIELDS[stage] if f in taken}
         text: set[str] = set()
         for f, values in zip(fields, lists, strict=False):
             kind = _kind(f)
@@ -400,6 +447,123 @@ def _tables(run: _Run, cats: _Categories, counts: dict[str | None, list[int]]) -
                 text.add(f)
         out[stage] = (pa.table(cols), frozenset(text))
     return out
+
+
+# The native scan's fields: every field a staging table reads (top-level and args keys), then the older
+# spellings of argument keys, each with its kind (the C enum: text, int, float, raw).
+_NATIVE_KIND = {TEXT: 0, INT: 1, FLOAT: 2, RAW: 3}
+_NATIVE_STRICT_TEXT = 4  # ph / cat / name: `str | None` (args' text fields also take an int, as JSON text)
+_NATIVE_FIELDS = tuple(TOP_FIELDS) + tuple("args." + k for k in ARG_KEYS) + tuple("old:" + k for k in _OLD)
+_NATIVE_SPEC = tuple(
+    (
+        (_OLD[f[4:]] if f.startswith("old:") else f[5:] if f.startswith("args.") else f).encode(),
+        _NATIVE_STRICT_TEXT if f in _TAKEN else _NATIVE_KIND[ARG_FIELDS[f[4:]] if f.startswith("old:") else _kind(f)],
+        f not in TOP_FIELDS,
+    )
+    for f in _NATIVE_FIELDS
+)
+_NATIVE_INDEX = {f: i for i, f in enumerate(_NATIVE_FIELDS)}
+# The scan's type codes (_scan.c) → `_JSON_TYPES` (1-based; 0: no value) for raw fields.
+_T_ABSENT, _T_NULL, _T_INT, _T_NUMBER, _T_STRING = 0, 1, 2, 3, 4
+_RAW_JSON_TYPE = np.array([0, 0, 5, 5, 3, 4, 1, 2, 5], np.uint8)
+# The type codes a typed column of each kind holds (others: the column would be JSON text, the Structs' way).
+_TYPED = {
+    INT: np.isin(np.arange(256), [_T_ABSENT, _T_NULL, _T_INT]),
+    FLOAT: np.isin(np.arange(256), [_T_ABSENT, _T_NULL, _T_INT, _T_NUMBER]),
+    TEXT: np.isin(np.arange(256), [_T_ABSENT, _T_NULL, _T_STRING]),
+}
+
+
+class _NativeColumns:
+    """The native scan's columns of one run, as the Arrow arrays `_tables` builds from the Structs: the same
+    types, values and nulls (the scan takes only runs whose values all have their field's JSON type)."""
+
+    def __init__(self, n: int, columns: list[tuple[bytes, ...]]) -> None:
+        self.n = n
+        self.columns = columns
+
+    def typed(self, stage: str, mask: np.ndarray) -> bool:
+        """Whether every field `stage` reads has, in the events of `mask`, only values of its JSON type."""
+        if not mask.any():
+            return True
+        for f in _TRANSPOSE[stage][0]:
+            kind = _kind(f)
+            if kind == RAW:
+                continue
+            sources = [f, "old:" + f[5:]] if f.startswith("args.") and f[5:] in _OLD else [f]
+            if any(not _TYPED[kind][self._types(src)[mask]].all() for src in sources):
+                return False
+        return True
+
+    def _types(self, f: str) -> np.ndarray:
+        return np.frombuffer(self.columns[_NATIVE_INDEX[f]][0], np.uint8)
+
+    def _strings(self, f: str, valid: np.ndarray) -> pa.Array:
+        _, offsets, data = self.columns[_NATIVE_INDEX[f]]
+        offs = np.frombuffer(offsets, np.int64)
+        small = offs[-1] < 2**31
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        offsets_buf = pa.py_buffer(offs.astype(np.int32) if small else offs)
+        return pa.Array.from_buffers(
+            pa.string() if small else pa.large_string(),
+            self.n,
+            [bitmap, offsets_buf, pa.py_buffer(data)],
+            null_count=int(self.n - np.count_nonzero(valid)),
+        )
+
+    def text(self, f: str) -> pa.Array:
+        """A text field of every event (a string, else null)."""
+        arr = self._strings(f, self._types(f) == _T_STRING)
+        return arr if arr.type == pa.string() else arr.cast(pa.string())
+
+    def _older(self, f: str, kind: str) -> np.ndarray | None:
+        """Where the event's value of `f` is its older spelling's: today's key has no value (raw fields: is not
+        there, JSON null counting as a value, as `_merge_old` takes it) and the older key is there."""
+        if not f.startswith("args.") or f[5:] not in _OLD:
+            return None
+        new, old = self._types(f), self._types("old:" + f[5:])
+        has_new = new != _T_ABSENT if kind == RAW else new > _T_NULL
+        use_old = ~has_new & (old != _T_ABSENT)
+        return use_old if use_old.any() else None
+
+    def _field(self, f: str, ix: np.ndarray) -> dict[str, pa.Array]:
+        kind = _kind(f)
+        new = self._one(f, f, kind, ix)
+        use_old = self._older(f, kind)
+        if use_old is None:
+            return new
+        old = self._one("old:" + f[5:], f, kind, ix)
+        pick = pa.array(use_old[ix])
+        return {name: pc.if_else(pick, old[name], new[name]) for name in new}
+
+    def _one(self, src: str, f: str, kind: str, ix: np.ndarray) -> dict[str, pa.Array]:
+        col = self.columns[_NATIVE_INDEX[src]]
+        types = np.frombuffer(col[0], np.uint8)[ix]
+        if kind == INT:
+            return {f: pa.array(np.frombuffer(col[1], np.int64)[ix], pa.int64(), mask=types != _T_INT)}
+        if kind == FLOAT:
+            ok = (types == _T_INT) | (types == _T_NUMBER)
+            return {f: pa.array(np.frombuffer(col[1], np.float64)[ix], pa.float64(), mask=~ok)}
+        all_types = np.frombuffer(col[0], np.uint8)
+        if kind == TEXT:
+            return {f: self._take_strings(src, all_types == _T_STRING, ix)}
+        json_type = _RAW_JSON_TYPE[types]
+        valid = json_type > 0
+        return {
+            f: self._take_strings(src, _RAW_JSON_TYPE[all_types] > 0, ix),
+            f + ":type": pa.array(json_type, mask=~valid),
+        }
+
+    def _take_strings(self, src: str, valid: np.ndarray, ix: np.ndarray) -> pa.Array:
+        arr = self._strings(src, valid).take(pa.array(ix))
+        return arr if arr.type == pa.string() else arr.cast(pa.string())
+
+    def fields(self, stage: str, ix: np.ndarray) -> dict[str, pa.Array]:
+        """The columns of `stage`'s fields but ph / cat / name, for the events `ix`."""
+        out: dict[str, pa.Array] = {}
+        for f in _TRANSPOSE[stage][0]:
+            out.update(self._field(f, ix))
+        return out
 
 
 def _mask(a: pa.Array) -> np.ndarray:
@@ -662,7 +826,7 @@ def _decode(path: Path, con: duckdb.DuckDBPyConnection, strict: bool) -> Decoded
                     continue
                 run = item if isinstance(item, _Run) else _exact(item) if strict else _Run(item)
                 tables = None
-                if run.events is not None:
+                if run.decoded:
                     with contextlib.suppress(_NotStrict):
                         tables = _tables(run, cats, cat_counts)
                 n_run += 1
@@ -671,7 +835,7 @@ def _decode(path: Path, con: duckdb.DuckDBPyConnection, strict: bool) -> Decoded
                     n_lenient += 1
                     submit(lambda r=run, f=tmp / f"events-{n_run}.ndjson": load_lenient(r, f))  # type: ignore[misc]
                     continue
-                n_events += len(run.events or ())
+                n_events += run.count
                 if any(stage in buffered and buffered[stage][0] != text for stage, (_, text) in tables.items()):
                     flush()
                 for stage, (tbl, text) in tables.items():

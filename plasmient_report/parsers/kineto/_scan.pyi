@@ -1,0 +1,3 @@
+from collections.abc import Sequence
+
+def scan(data: bytes | bytearray, fields: Sequence[tuple[bytes, int, bool]]) -> tuple[int, list[tuple[bytes, ...]]] | None: ...
