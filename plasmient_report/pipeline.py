@@ -70,7 +70,7 @@ class TraceWriter:
         from .render import perfetto
 
         self.path = folder / f"trace-{uuid.uuid4().hex[:12]}.pftrace"
-        self.cursor = con.cursor()
+        self.cursor = store.cursor(con)
         interrupt.watch(self.cursor)
         self.error: BaseException | None = None
         facts = perfetto.RunFacts.of_peaks(peaks)

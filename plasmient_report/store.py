@@ -55,13 +55,25 @@ def threads(n: int | None) -> Iterator[None]:
         _threads.reset(token)
 
 
+# A file store is attached under this name (and made the default database of its connection and cursors).
+STORE_DB = "store"
+# Rows per row group in a file store (DuckDB's default: 122,880). DuckDB gives a scan one task per row group, and
+# a run's tables are ~10-500 k rows: with the default most statements ran on one core of two. 16 Ki rows: the
+# 100 MiB trace's run 4.6 -> 4.1 s (measured, benchmarks/README.md, session 11).
+STORE_ROW_GROUP_ROWS = 16384
+
+
 def connect(
     path: str | Path | None = None, memory_limit_bytes: int | None = None, temp_dir: Path | None = None
 ) -> duckdb.DuckDBPyConnection:
     """Open (or create) a store. Extensions are never auto-installed: everything ships with the wheel.
 
     With `memory_limit_bytes`, DuckDB keeps its buffers (tables included, in-memory stores too) under that
-    size and spills the rest to `temp_dir` — the bounded-memory mode for traces of many GB."""
+    size and spills the rest to `temp_dir` — the bounded-memory mode for traces of many GB.
+
+    A file store is attached (`STORE_DB`) with small row groups and without a write-ahead log: it is the run's
+    scratch copy until `save` checkpoints it into run.duckdb, so a crash loses nothing a WAL would have kept (the
+    run's scratch folder goes with it). Cursors of it come from `cursor`, which selects it."""
     config: dict[str, str | bool | int | float | list[str]] = {
         "autoinstall_known_extensions": False,
         "autoload_known_extensions": False,
@@ -73,7 +85,12 @@ def connect(
         config["memory_limit"] = f"{max(1 << 20, int(memory_limit_bytes)) >> 20}MiB"
     if temp_dir is not None:
         config["temp_directory"] = str(temp_dir)
-    con = duckdb.connect(str(path) if path else ":memory:", config=config)
+    con = duckdb.connect(":memory:", config=config)
+    if path:
+        con.execute(
+            f"ATTACH '{_sql_str(path)}' AS {STORE_DB} (ROW_GROUP_SIZE {STORE_ROW_GROUP_ROWS}, RECOVERY_MODE no_wal_writes)"
+        )
+        con.execute(f"USE {STORE_DB}")
     # No progress bar: DuckDB prints it on stdout for long queries, into `--json` output (and cursors of this
     # connection inherit the setting).
     con.execute("SET enable_progress_bar = false")
@@ -88,6 +105,16 @@ def connect(
         raise
     con.execute("COMMIT")
     return con
+
+
+def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """A cursor of the store (another connection to its database, for another thread or an unfinished result),
+    with the store as its default database as on `con`."""
+    row = one(con, "SELECT current_database()")
+    cur = con.cursor()
+    if row and row[0] != "memory":
+        cur.execute('USE "' + str(row[0]).replace('"', '""') + '"')
+    return cur
 
 
 STORE_FILE = "run.duckdb"
@@ -116,7 +143,7 @@ def save(con: duckdb.DuckDBPyConnection, dest: Path) -> None:
     if src is None:
         copy_store(con, dest)
         return
-    con.execute("CHECKPOINT")
+    con.execute("CHECKPOINT")  # (the current database: the store)
     dest = Path(dest)
     if dest.exists():
         dest.unlink()

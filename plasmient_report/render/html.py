@@ -26,6 +26,7 @@ from jinja2 import Environment, FileSystemBytecodeCache, PackageLoader
 from jinja2.bccache import Bucket
 from markupsafe import Markup
 
+from .. import store
 from ..verdict_model import KernelGroup, Loss, RankSummary, Step, StepSummary, Verdict, from_dict
 from ..vocab import CATEGORIES
 from ._format import (
@@ -1408,7 +1409,7 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
 def page_context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -> dict[str, Any]:
     """What `page` renders: everything read from the store, the charts still to draw (no store needed after)."""
     # A cursor of our own: the caller's connection may hold an unfinished result, and ours registers views.
-    cur = con.cursor()
+    cur = store.cursor(con)
     try:
         return context(cur, verdict)
     finally:

@@ -416,8 +416,8 @@ def own_schema(ctx: RuleContext, rule_id: str) -> Iterator[str]:
         yield schema
     finally:
         ctx.schema = None
+        con.execute("RESET search_path")  # (back to the connection's default database: USE the store after it)
         con.execute(f"USE {store_db}")
-        con.execute("RESET search_path")
         con.execute(f"DETACH DATABASE IF EXISTS {schema}")
 
 

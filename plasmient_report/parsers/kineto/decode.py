@@ -3,15 +3,16 @@
 The splitter (`_jsonsplit`) cuts `traceEvents` into runs of whole events of a few MiB, which msgspec decodes at
 once into Structs of the fields this tool reads, typed strictly (`int | str`, `float | str`, `str | int`, raw JSON
 for arrays). Where it is built, the native scan (`_scan.c`) reads a run first, straight into one column per field
-without a Python object per event; it takes only the runs whose values it can hold exactly as the Structs would
-and leaves every other run to them (tests/test_ingest_kineto_native.py compares the two ways). Each run becomes columns — one Arrow array per field and event family (GPU, CPU, runtime, metadata,
-allocator), built only for the events of that family — which DuckDB inserts into the staging tables on a second
-thread while the next run is decoded. A field whose values all have the expected JSON type is a typed column; one
-that mixes types (a `tid` that is a number on some events and a name on others) is a column of JSON text, typed
-in SQL exactly as before. A run the strict Structs refuse (a float where a count belongs, `args` that is no
-object, invalid JSON) goes the lenient way instead: written as NDJSON and read by DuckDB's JSON reader into JSON
-columns, typed with TRY_CAST — the same SQL (`stage_selects`) over the other kind of columns, so both ways give
-the same rows. The categories and argument spellings of every torch generation come from `schema`.
+without a Python object per event; it takes only the runs whose values it can hold exactly as the Structs would and
+leaves every other run to them (tests/test_ingest_kineto_native.py compares the two ways). Each run becomes columns
+— one Arrow array per field and event family (GPU, CPU, runtime, metadata, allocator), built only for the events of
+that family — which DuckDB inserts into the staging tables on a second thread while the next run is decoded. A
+field whose values all have the expected JSON type is a typed column; one that mixes types (a `tid` that is a
+number on some events and a name on others) is a column of JSON text, typed in SQL exactly as before. A run the
+strict Structs refuse (a float where a count belongs, `args` that is no object, invalid JSON) goes the lenient way
+instead: written as NDJSON and read by DuckDB's JSON reader into JSON columns, typed with TRY_CAST — the same SQL
+(`stage_selects`) over the other kind of columns, so both ways give the same rows. The categories and argument
+spellings of every torch generation come from `schema`.
 
 The staging tables:
 

@@ -26,6 +26,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute
 
+from ... import store
 from ...errors import BadInput
 from ...store import one
 from .metadata import Meta, NsysSource
@@ -247,7 +248,7 @@ class _Inserters:
         cursors = []
         try:
             for _ in range(n):
-                cur = con.cursor()
+                cur = store.cursor(con)
                 cursors.append(cur)
                 for t, rows in tables.items():
                     cur.register("_nsys_lookup", rows)
