@@ -230,3 +230,33 @@ def test_native_and_structs_stage_the_same_rows(ref, monkeypatch):
     path = sample_file(rel) if where == "sample" else corpus_file(rel)
     monkeypatch.setattr(decode, "BATCH_BYTES", 256 << 10)
     assert _staged(path, True, monkeypatch) == _staged(path, False, monkeypatch)
+
+
+def test_native_scan_reads_decimal_numbers_as_python_does():
+    """Times and durations are read by a fast path (an exact mantissa and power of ten, one rounding), else by
+    strtod: either way the double Python's float() gives (correctly rounded), for numbers as Kineto writes them
+    (µs with 3 decimals, epoch µs), reprs of doubles, long mantissas and exponents."""
+    import random
+
+    import numpy as np
+
+    rnd = random.Random(7)
+    texts = []
+    for _ in range(50_000):
+        k = rnd.randrange(5)
+        if k == 0:
+            texts.append(f"{rnd.uniform(0, 1e16):.3f}")
+        elif k == 1:
+            texts.append(repr(rnd.uniform(-1e5, 1e5)))
+        elif k == 2:
+            texts.append(f"{rnd.randrange(10**19)}.{rnd.randrange(10**6)}")
+        elif k == 3:
+            texts.append(f"{rnd.randrange(1, 10**5)}e{rnd.randrange(-30, 31)}")
+        else:
+            texts.append(f"-0.{rnd.randrange(10**18):018d}E+{rnd.randrange(6)}")
+    texts += ["0.1", "-0.0", "9007199254740993.0", "4.35e-10", "1.7976931348623157e308", "2.2250738585072014e-308"]
+    got = decode._native.scan(("[" + ",".join('{"ts": ' + t + "}" for t in texts) + "]").encode(), [(b"ts", 2, False)])
+    assert got is not None
+    values = np.frombuffer(got[1][0][1], np.float64)
+    wrong = [(t, v) for t, v in zip(texts, values.tolist(), strict=True) if repr(float(t)) != repr(v)]
+    assert wrong == []

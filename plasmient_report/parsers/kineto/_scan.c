@@ -12,8 +12,8 @@
    fields: a sequence of (key: bytes, kind: int, in_args: bool); kind 0 text (a JSON string; an integer is
    msgspec's other type there, `str | int`), 1 int (`int | str`), 2 float (a number, `float | str`), 3 raw (any
    JSON value, kept as its bytes), 4 strict text (`str`). Result: (n_events, [column, ...]) where a column is
-   (types: bytes[n], values: bytes[8n]) for int / float fields and (types, offsets: bytes[8(n+1)], data: bytes)
-   for text / raw fields. Types: 0 absent, 1 null, 2 integer, 3 other number, 4 string, 5 true / false, 6 array,
+   (types: bytes[n], values: bytes[8n], kinds) for int / float fields and (types, offsets: bytes[8(n+1)],
+   data: bytes, kinds) for text / raw fields, `kinds` the type codes present (bit t set for type t). Types: 0 absent, 1 null, 2 integer, 3 other number, 4 string, 5 true / false, 6 array,
    7 object, 8 an integer beyond int64. A value of its field's other type (a string in an int field, an integer
    in a text field, any big integer) is typed but not kept: the caller decodes the run with msgspec when a
    table it builds reads one (its column is then JSON text). */
@@ -32,6 +32,8 @@ enum { K_TEXT = 0, K_INT = 1, K_FLOAT = 2, K_RAW = 3, K_STRICT_TEXT = 4 };
 enum { T_ABSENT = 0, T_NULL = 1, T_INT = 2, T_NUMBER = 3, T_STRING = 4, T_BOOL = 5, T_ARRAY = 6, T_OBJECT = 7, T_BIG = 8 };
 #define MAX_FIELDS 96
 #define MAX_DEPTH 512
+#define MAX_KEY 64
+#define SET_TYPE(f, i, t) ((f)->kinds |= 1u << (t), (f)->types[i] = (uint8_t)(t))
 
 typedef struct {
     char *data;
@@ -48,6 +50,7 @@ typedef struct {
     int64_t *offs; /* n + 1 */
     Buf data;
     Py_ssize_t seen; /* the last event that had it (a key given twice fails) */
+    unsigned kinds;  /* the type codes seen (bit t) */
 } Field;
 
 typedef struct {
@@ -55,8 +58,9 @@ typedef struct {
     int fail;
     Field *fields;
     int nfields;
-    int top[MAX_FIELDS], ntop; /* indexes of event-level fields */
-    int arg[MAX_FIELDS], narg; /* indexes of args fields */
+    int top[MAX_FIELDS], ntop; /* indexes of event-level fields, by key length (top_at[len] .. top_at[len + 1]) */
+    int arg[MAX_FIELDS], narg; /* indexes of args fields, likewise */
+    int top_at[MAX_KEY + 2], arg_at[MAX_KEY + 2];
     Py_ssize_t n, cap;         /* events read, rows allocated */
 } Scan;
 
@@ -295,6 +299,40 @@ static int number(Scan *s, int want_double, int *is_int, int *big, int64_t *ival
         return 0;
     }
     if (want_double) {
+        /* Clinger's fast path: a mantissa of at most 2^53 and a power of ten of at most 22 are exact doubles, so
+           one multiplication or division of them is the correctly rounded value (what strtod gives, faster). */
+        uint64_t m = 0;
+        int nd = 0, e10 = 0, ok = 1;
+        const unsigned char *q = digits;
+        for (; q < p && *q >= '0' && *q <= '9'; q++) {
+            if (nd || *q != '0') nd++;
+            m = m * 10 + (uint64_t)(*q - '0');
+        }
+        if (q < p && *q == '.') {
+            for (q++; q < p && *q >= '0' && *q <= '9'; q++) {
+                if (nd || *q != '0') nd++;
+                m = m * 10 + (uint64_t)(*q - '0');
+                e10--;
+            }
+        }
+        if (q < p) { /* an exponent */
+            int eneg = 0, ev = 0;
+            q++;
+            if (*q == '+' || *q == '-') eneg = *q++ == '-';
+            for (; q < p; q++) {
+                if (ev > 10000) { ok = 0; break; }
+                ev = ev * 10 + (*q - '0');
+            }
+            e10 += eneg ? -ev : ev;
+        }
+        static const double pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                       1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+        if (ok && nd <= 19 && m <= (1ULL << 53) && e10 >= -22 && e10 <= 22) {
+            double d = (double)m;
+            d = e10 < 0 ? d / pow10[-e10] : d * pow10[e10];
+            *dval = neg ? -d : d;
+            return 0;
+        }
         char tmp[72];
         size_t len = (size_t)(p - start);
         if (len >= sizeof tmp) goto fail;
@@ -407,7 +445,7 @@ static int field_value(Scan *s, Field *f, Py_ssize_t i) {
     if (c == 'n') {
         if (s->end - s->p < 4 || memcmp(s->p, "null", 4) != 0) goto fail;
         s->p += 4;
-        f->types[i] = T_NULL;
+        SET_TYPE(f, i, T_NULL);
         return 0;
     }
     switch (f->kind) {
@@ -415,7 +453,7 @@ static int field_value(Scan *s, Field *f, Py_ssize_t i) {
     case K_STRICT_TEXT:
         if (c == '"') {
             if (string(s, &f->data, NULL)) return -1;
-            f->types[i] = T_STRING;
+            SET_TYPE(f, i, T_STRING);
             return 0;
         }
         if (f->kind == K_TEXT && (c == '-' || (c >= '0' && c <= '9'))) { /* msgspec's other type: not kept */
@@ -424,7 +462,7 @@ static int field_value(Scan *s, Field *f, Py_ssize_t i) {
             double dv;
             if (number(s, 0, &is_int, &big, &iv, &dv)) return -1;
             if (!is_int) goto fail;
-            f->types[i] = big ? T_BIG : T_INT;
+            SET_TYPE(f, i, big ? T_BIG : T_INT);
             return 0;
         }
         goto fail;
@@ -432,7 +470,7 @@ static int field_value(Scan *s, Field *f, Py_ssize_t i) {
     case K_FLOAT: {
         if (c == '"') { /* msgspec's other type: not kept */
             if (string(s, NULL, NULL)) return -1;
-            f->types[i] = T_STRING;
+            SET_TYPE(f, i, T_STRING);
             return 0;
         }
         if (!(c == '-' || (c >= '0' && c <= '9'))) goto fail;
@@ -442,15 +480,15 @@ static int field_value(Scan *s, Field *f, Py_ssize_t i) {
         if (number(s, f->kind == K_FLOAT, &is_int, &big, &iv, &dv)) return -1;
         if (f->kind == K_INT && !is_int) goto fail; /* a float where a count belongs: msgspec refuses it */
         if (big) {
-            f->types[i] = T_BIG;
+            SET_TYPE(f, i, T_BIG);
             return 0;
         }
         if (f->kind == K_INT) {
             f->nums[i] = iv;
-            f->types[i] = T_INT;
+            SET_TYPE(f, i, T_INT);
         } else {
             memcpy(&f->nums[i], &dv, sizeof dv);
-            f->types[i] = is_int ? T_INT : T_NUMBER;
+            SET_TYPE(f, i, is_int ? T_INT : T_NUMBER);
         }
         return 0;
     }
@@ -462,7 +500,7 @@ static int field_value(Scan *s, Field *f, Py_ssize_t i) {
         if (buf_reserve(&f->data, len)) goto fail;
         memcpy(f->data.data + f->data.len, start, len);
         f->data.len += len;
-        f->types[i] = (uint8_t)t;
+        SET_TYPE(f, i, t);
         return 0;
     }
     }
@@ -496,12 +534,27 @@ static int key(Scan *s, const unsigned char **k, Py_ssize_t *klen) {
     return 0;
 }
 
-static int lookup(Scan *s, const int *idx, int n, const unsigned char *k, Py_ssize_t klen) {
-    for (int j = 0; j < n; j++) {
+static int lookup(Scan *s, const int *idx, const int *at, const unsigned char *k, Py_ssize_t klen) {
+    if (klen > MAX_KEY) return -1;
+    for (int j = at[klen]; j < at[klen + 1]; j++) {
         Field *f = &s->fields[idx[j]];
-        if (f->klen == klen && memcmp(f->key, k, (size_t)klen) == 0) return idx[j];
+        if (memcmp(f->key, k, (size_t)klen) == 0) return idx[j];
     }
     return -1;
+}
+
+/* idx (n field indexes) ordered by key length, at[len] the first of that length (keys longer than MAX_KEY left
+   out: no key they could match is looked up). */
+static void by_length(Field *fields, int *idx, int *n, int *at) {
+    int out[MAX_FIELDS], m = 0;
+    for (int len = 0; len <= MAX_KEY; len++) {
+        at[len] = m;
+        for (int j = 0; j < *n; j++)
+            if (fields[idx[j]].klen == len) out[m++] = idx[j];
+    }
+    at[MAX_KEY + 1] = m;
+    memcpy(idx, out, sizeof(int) * (size_t)m);
+    *n = m;
 }
 
 static int args_object(Scan *s, Py_ssize_t i) {
@@ -518,7 +571,7 @@ static int args_object(Scan *s, Py_ssize_t i) {
         const unsigned char *k;
         Py_ssize_t klen;
         if (key(s, &k, &klen)) return -1;
-        int j = lookup(s, s->arg, s->narg, k, klen);
+        int j = lookup(s, s->arg, s->arg_at, k, klen);
         if (j >= 0) {
             if (field_value(s, &s->fields[j], i)) return -1;
         } else if (value_skip(s, 3) < 0) {
@@ -560,7 +613,7 @@ static int event(Scan *s, Py_ssize_t i) {
             if (had_args++) goto fail; /* args given twice */
             if (args_object(s, i)) return -1;
         } else {
-            int j = lookup(s, s->top, s->ntop, k, klen);
+            int j = lookup(s, s->top, s->top_at, k, klen);
             if (j >= 0) {
                 if (field_value(s, &s->fields[j], i)) return -1;
             } else if (value_skip(s, 2) < 0) {
@@ -668,6 +721,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         if (in_args) s.arg[s.narg++] = (int)i;
         else s.top[s.ntop++] = (int)i;
     }
+    by_length(fields, s.top, &s.ntop, s.top_at);
+    by_length(fields, s.arg, &s.narg, s.arg_at);
     Py_buffer view;
     if (PyObject_GetBuffer(data_obj, &view, PyBUF_SIMPLE) < 0) {
         Py_DECREF(seq);
@@ -693,11 +748,12 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         Field *f = &fields[i];
         PyObject *col;
         if (f->kind == K_INT || f->kind == K_FLOAT) {
-            col = Py_BuildValue("(y#y#)", (const char *)f->types, s.n, (const char *)f->nums, s.n * (Py_ssize_t)sizeof(int64_t));
+            col = Py_BuildValue("(y#y#I)", (const char *)f->types, s.n, (const char *)f->nums, s.n * (Py_ssize_t)sizeof(int64_t),
+                                f->kinds);
         } else {
-            col = Py_BuildValue("(y#y#y#)", (const char *)f->types, s.n, (const char *)f->offs,
+            col = Py_BuildValue("(y#y#y#I)", (const char *)f->types, s.n, (const char *)f->offs,
                                 (s.n + 1) * (Py_ssize_t)sizeof(int64_t), f->data.data ? f->data.data : "",
-                                (Py_ssize_t)f->data.len);
+                                (Py_ssize_t)f->data.len, f->kinds);
         }
         if (!col) {
             Py_DECREF(cols);

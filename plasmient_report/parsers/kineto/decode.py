@@ -473,15 +473,25 @@ _TYPED = {
     FLOAT: np.isin(np.arange(256), [_T_ABSENT, _T_NULL, _T_INT, _T_NUMBER]),
     TEXT: np.isin(np.arange(256), [_T_ABSENT, _T_NULL, _T_STRING]),
 }
+_TYPED_BITS = {kind: sum(1 << int(t) for t in np.flatnonzero(ok[:32])) for kind, ok in _TYPED.items()}
 
 
 class _NativeColumns:
     """The native scan's columns of one run, as the Arrow arrays `_tables` builds from the Structs: the same
-    types, values and nulls (the scan takes only runs whose values all have their field's JSON type)."""
+    types, values and nulls (the scan takes only runs whose values all have their field's JSON type). Each field
+    becomes one array over the run's events, once; a table takes its events' rows from it."""
 
     def __init__(self, n: int, columns: list[tuple[bytes, ...]]) -> None:
         self.n = n
         self.columns = columns
+        self._full: dict[tuple[str, str], dict[str, pa.Array]] = {}
+
+    def _types(self, f: str) -> np.ndarray:
+        return np.frombuffer(self.columns[_NATIVE_INDEX[f]][0], np.uint8)
+
+    def _kinds(self, f: str) -> int:
+        """The type codes present in the field (bit t for type t; absent is never set)."""
+        return int(self.columns[_NATIVE_INDEX[f]][-1])
 
     def typed(self, stage: str, mask: np.ndarray) -> bool:
         """Whether every field `stage` reads has, in the events of `mask`, only values of its JSON type."""
@@ -491,31 +501,30 @@ class _NativeColumns:
             kind = _kind(f)
             if kind == RAW:
                 continue
-            sources = [f, "old:" + f[5:]] if f.startswith("args.") and f[5:] in _OLD else [f]
-            if any(not _TYPED[kind][self._types(src)[mask]].all() for src in sources):
-                return False
+            for src in [f, "old:" + f[5:]] if f.startswith("args.") and f[5:] in _OLD else [f]:
+                if not self._kinds(src) & ~_TYPED_BITS[kind]:  # (the common case: no event of the run has another type)
+                    continue
+                if not _TYPED[kind][self._types(src)[mask]].all():
+                    return False
         return True
 
-    def _types(self, f: str) -> np.ndarray:
-        return np.frombuffer(self.columns[_NATIVE_INDEX[f]][0], np.uint8)
-
     def _strings(self, f: str, valid: np.ndarray) -> pa.Array:
-        _, offsets, data = self.columns[_NATIVE_INDEX[f]]
-        offs = np.frombuffer(offsets, np.int64)
+        col = self.columns[_NATIVE_INDEX[f]]
+        offs, data = np.frombuffer(col[1], np.int64), col[2]
         small = offs[-1] < 2**31
         bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
         offsets_buf = pa.py_buffer(offs.astype(np.int32) if small else offs)
-        return pa.Array.from_buffers(
+        arr = pa.Array.from_buffers(
             pa.string() if small else pa.large_string(),
             self.n,
             [bitmap, offsets_buf, pa.py_buffer(data)],
             null_count=int(self.n - np.count_nonzero(valid)),
         )
+        return arr if small else arr.cast(pa.string())
 
     def text(self, f: str) -> pa.Array:
         """A text field of every event (a string, else null)."""
-        arr = self._strings(f, self._types(f) == _T_STRING)
-        return arr if arr.type == pa.string() else arr.cast(pa.string())
+        return self._strings(f, self._types(f) == _T_STRING)
 
     def _older(self, f: str, kind: str) -> np.ndarray | None:
         """Where the event's value of `f` is its older spelling's: today's key has no value (raw fields: is not
@@ -527,43 +536,47 @@ class _NativeColumns:
         use_old = ~has_new & (old != _T_ABSENT)
         return use_old if use_old.any() else None
 
-    def _field(self, f: str, ix: np.ndarray) -> dict[str, pa.Array]:
-        kind = _kind(f)
-        new = self._one(f, f, kind, ix)
-        use_old = self._older(f, kind)
-        if use_old is None:
-            return new
-        old = self._one("old:" + f[5:], f, kind, ix)
-        pick = pa.array(use_old[ix])
-        return {name: pc.if_else(pick, old[name], new[name]) for name in new}
+    def _column(self, f: str) -> dict[str, pa.Array]:
+        """The field over all the run's events (its older spelling merged in), once."""
+        key = (f, "")
+        if key not in self._full:
+            kind = _kind(f)
+            col = self._one(f, f, kind)
+            use_old = self._older(f, kind)
+            if use_old is not None:
+                old = self._one("old:" + f[5:], f, kind)
+                pick = pa.array(use_old)
+                col = {name: pc.if_else(pick, old[name], col[name]) for name in col}
+            self._full[key] = col
+        return self._full[key]
 
-    def _one(self, src: str, f: str, kind: str, ix: np.ndarray) -> dict[str, pa.Array]:
+    def _one(self, src: str, f: str, kind: str) -> dict[str, pa.Array]:
         col = self.columns[_NATIVE_INDEX[src]]
-        types = np.frombuffer(col[0], np.uint8)[ix]
+        types = np.frombuffer(col[0], np.uint8)
         if kind == INT:
-            return {f: pa.array(np.frombuffer(col[1], np.int64)[ix], pa.int64(), mask=types != _T_INT)}
+            return {f: pa.array(np.frombuffer(col[1], np.int64), pa.int64(), mask=types != _T_INT)}
         if kind == FLOAT:
             ok = (types == _T_INT) | (types == _T_NUMBER)
-            return {f: pa.array(np.frombuffer(col[1], np.float64)[ix], pa.float64(), mask=~ok)}
-        all_types = np.frombuffer(col[0], np.uint8)
+            return {f: pa.array(np.frombuffer(col[1], np.float64), pa.float64(), mask=~ok)}
         if kind == TEXT:
-            return {f: self._take_strings(src, all_types == _T_STRING, ix)}
+            return {f: self._strings(src, types == _T_STRING)}
         json_type = _RAW_JSON_TYPE[types]
         valid = json_type > 0
-        return {
-            f: self._take_strings(src, _RAW_JSON_TYPE[all_types] > 0, ix),
-            f + ":type": pa.array(json_type, mask=~valid),
-        }
-
-    def _take_strings(self, src: str, valid: np.ndarray, ix: np.ndarray) -> pa.Array:
-        arr = self._strings(src, valid).take(pa.array(ix))
-        return arr if arr.type == pa.string() else arr.cast(pa.string())
+        return {f: self._strings(src, valid), f + ":type": pa.array(json_type, mask=~valid)}
 
     def fields(self, stage: str, ix: np.ndarray) -> dict[str, pa.Array]:
         """The columns of `stage`'s fields but ph / cat / name, for the events `ix`."""
         out: dict[str, pa.Array] = {}
+        take = pa.array(ix)
         for f in _TRANSPOSE[stage][0]:
-            out.update(self._field(f, ix))
+            if not self._kinds(f) & ~(1 << _T_NULL) and self._older(f, _kind(f)) is None:
+                # no event of the run has it: a column of nulls of its type
+                out[f] = pa.nulls(ix.size, _ARROW.get(_kind(f), pa.string()))
+                if _kind(f) == RAW:
+                    out[f + ":type"] = pa.nulls(ix.size, pa.uint8())
+                continue
+            for name, arr in self._column(f).items():
+                out[name] = arr.take(take)
         return out
 
 
