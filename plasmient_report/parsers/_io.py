@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import os
 import struct
+import threading
 import zlib
 from pathlib import Path
 
@@ -17,9 +18,9 @@ MAX_DECOMPRESSED_BYTES = int(os.environ.get("PLASMIENT_MAX_DECOMPRESSED_BYTES", 
 MAX_RATIO = 200
 
 
-def sha256_of(path: Path, limit: int | None = None) -> str:
+def sha256_of(path: Path, limit: int | None = None, stop: threading.Event | None = None) -> str:
     """The file's sha256; for a folder input (an nsys parquetdir / arrowdir export), that of its files' names
-    and contents in name order."""
+    and contents in name order. `stop` set: it gives up (returns "")."""
     h = hashlib.sha256()
     files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
     for p in files:
@@ -27,6 +28,8 @@ def sha256_of(path: Path, limit: int | None = None) -> str:
             h.update(p.name.encode() + b"\x00")
         with open(p, "rb") as f:
             while chunk := f.read(1 << 20):
+                if stop is not None and stop.is_set():
+                    return ""
                 h.update(chunk)
     return h.hexdigest()
 
