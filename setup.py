@@ -1,5 +1,6 @@
-"""The one compiled part: the Kineto decode's inner loop (plasmient_report/parsers/kineto/_scan.c). Optional: where it
-cannot be built (no C compiler) the package installs without it and decodes with msgspec alone, the same rows."""
+"""The compiled parts, both optional: the Kineto decode's inner loop (plasmient_report/parsers/kineto/_scan.c) and the
+Perfetto writer's protobuf encoder (plasmient_report/render/_pbenc.c). Where they cannot be built (no C compiler) the
+package installs without them and does the same work in Python and numpy: the same rows, the same bytes."""
 
 from setuptools import Extension, setup
 
@@ -10,6 +11,12 @@ setup(
             ["plasmient_report/parsers/kineto/_scan.c"],
             extra_compile_args=["-O2"],
             optional=True,
-        )
+        ),
+        Extension(
+            "plasmient_report.render._pbenc",
+            ["plasmient_report/render/_pbenc.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ]
 )

@@ -28,6 +28,13 @@ from ..parsers._counters import FRACTION_METRICS
 from ..parsers.nsys.gpu_metrics import PERCENT_METRICS
 from ..store import has_table
 
+_pbenc: Any
+try:  # the compiled encoder (setup.py; optional): the same bytes as Messages' numpy path, without the GIL
+    from . import _pbenc
+except ImportError:  # pragma: no cover - built without a C compiler
+    _pbenc = None
+NATIVE = _pbenc is not None  # tests turn it off to compare the two ways
+
 SEQ_ID = 0x504C  # one trusted packet sequence for the whole file
 LAYERS = ("cluster", "model", "op", "kernel", "device", "verdict")
 # TrackEvent.Type values; TracePacket.SequenceFlags; TrackDescriptor.ChildTracksOrdering.EXPLICIT
@@ -195,11 +202,40 @@ class Messages:
         return self._sizes
 
     def encode(self) -> Blobs:
+        if NATIVE and _pbenc is not None:
+            nodes: list[list[tuple[Any, ...]]] = []
+            self._flatten(nodes, {})
+            data, offs = _pbenc.encode(self.n, nodes)
+            return Blobs(np.frombuffer(data, np.uint8), np.frombuffer(offs, np.int64))
         offsets = np.zeros(self.n + 1, dtype=np.int64)
         np.cumsum(self.sizes(), out=offsets[1:])
         buf = np.empty(int(offsets[-1]), dtype=np.uint8)
         self._write(buf, offsets[:-1].copy(), np.arange(self.n))
         return Blobs(buf, offsets)
+
+    def _flatten(self, nodes: list[list[tuple[Any, ...]]], seen: dict[int, int]) -> int:
+        """This column and the message columns inside it as the native encoder's nodes (children first); its
+        index there."""
+        if id(self) in seen:
+            return seen[id(self)]
+        parts: list[tuple[Any, ...]] = []
+        for tag, kind, val, mask, take in self.parts:
+            m = None if mask is None else np.ascontiguousarray(mask, dtype=bool)
+            t = None if take is None else np.ascontiguousarray(take, dtype=np.int64)
+            if kind == "const":
+                parts.append((tag, 0, None, None, None, None, -1))
+            elif kind == "varint":
+                parts.append((tag, 1, np.ascontiguousarray(val, dtype=np.uint64), None, m, None, -1))
+            elif kind == "fixed64":
+                parts.append((tag, 2, np.ascontiguousarray(val), None, m, None, -1))
+            elif kind == "bytes":
+                offs = np.ascontiguousarray(val.offsets, dtype=np.int64)
+                parts.append((tag, 3, np.ascontiguousarray(val.data), offs, m, t, -1))
+            else:
+                parts.append((tag, 4, None, None, m, None, val._flatten(nodes, seen)))
+        nodes.append(parts)
+        seen[id(self)] = len(nodes) - 1
+        return len(nodes) - 1
 
     def _write(self, buf: np.ndarray, cur: np.ndarray, rows: np.ndarray) -> None:
         """Write rows `rows` of this column, row r starting at cur[r] (cur is advanced)."""
