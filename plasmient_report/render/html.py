@@ -48,7 +48,17 @@ from ._format import (
 from ._format import (
     range_name as range_label,
 )
-from ._mpl import Figure, FuncFormatter, MaxNLocator, Patch, PolyCollection, matplotlib, to_rgba
+from ._mpl import (
+    Figure,
+    FuncFormatter,
+    MaxNLocator,
+    MixedModeRenderer,
+    Patch,
+    PolyCollection,
+    RendererSVG,
+    matplotlib,
+    to_rgba,
+)
 from .verdict import document
 
 if TYPE_CHECKING:  # the page worker draws pages without the store's libraries
@@ -476,21 +486,13 @@ def svg(fig: Figure, label: str) -> Markup:
     _figure_counter += 1
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"plasmient-{label}-{_figure_counter}"}):
-        # Constrained layout already fits the figure; a tight bounding box would cost another full draw.
-        tight = fig.get_layout_engine() is None
-        fig.savefig(
-            buf,
-            format="svg",
-            transparent=True,
-            bbox_inches="tight" if tight else None,
-            pad_inches=0.05,
-            metadata={"Date": None, "Creator": None, "Format": None, "Type": None},
-        )
+        view_box = _draw_svg(fig, buf)
     text = buf.getvalue()
     text = text[text.index("<svg") :]
     text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
     text = re.sub(r'(<svg[^>]*?)\s(width|height)="[^"]*"', r"\1", text, count=1)
     text = re.sub(r'(<svg[^>]*?)\s(width|height)="[^"]*"', r"\1", text, count=1)
+    text = re.sub(r'(<svg[^>]*?\sviewBox=)"[^"]*"', rf'\1"{view_box}"', text, count=1)
     text = text.replace("<svg ", f'<svg role="img" aria-label="{label}" class="chart-svg" ', 1)
     for placeholder, css in _CSS_COLOURS.items():
         text = text.replace(placeholder, css)
@@ -499,8 +501,53 @@ def svg(fig: Figure, label: str) -> Markup:
     return Markup(text)
 
 
+# Each figure is drawn once: `savefig` with constrained layout or a tight bounding box draws it twice.
+CROP_PAD_IN = 0.05  # around a cropped figure's content (savefig's pad_inches)
+
+
+def _draw_svg(fig: Figure, out: io.StringIO) -> str:
+    """Draw `fig` as SVG (what savefig(format="svg", transparent=True) writes) into `out`; returns the viewBox
+    to show, in points.
+
+    A figure with a layout engine keeps its size (the engine places its axes as the draw starts); any other keeps
+    its axes where they are and is cropped to its content plus CROP_PAD_IN, as bbox_inches="tight" would, from one
+    measurement taken with the renderer that then draws it (the viewBox shows that part)."""
+    fig.patch.set(facecolor="none", edgecolor="none")
+    axes: list[Any] = list(fig.axes)
+    while axes:  # (and any inset axes: all see-through, as savefig's transparent=True has them)
+        ax = axes.pop()
+        ax.patch.set(facecolor="none", edgecolor="none")
+        axes.extend(ax.child_axes)
+    image_dpi = fig.dpi
+    width, height = fig.get_size_inches()
+    fig.dpi = 72  # one display unit is one point, as savefig's SVG output has it; images keep their dpi
+    try:
+        renderer: Any = MixedModeRenderer(  # what print_svg draws with (it delegates to the SVG renderer)
+            fig,
+            width,
+            height,
+            image_dpi,
+            RendererSVG(
+                width * 72,
+                height * 72,
+                out,
+                image_dpi=image_dpi,
+                metadata={"Date": None, "Creator": None, "Format": None, "Type": None},
+            ),
+        )
+        if fig.get_layout_engine() is not None:
+            x0, y0, x1, y1 = 0.0, 0.0, width, height
+        else:
+            x0, y0, x1, y1 = fig.get_tightbbox(renderer).padded(CROP_PAD_IN).extents
+        fig.draw(renderer)
+        renderer.finalize()
+    finally:
+        fig.dpi = image_dpi
+    return " ".join(f"{v * 72:.6g}" for v in (x0, height - y1, x1 - x0, y1 - y0))  # SVG's y runs downwards
+
+
 def _figure(width_in: float, height_in: float, legend_below: bool = False) -> Figure:
-    # Constrained layout only where a figure legend goes below the axes (it doubles the drawing time).
+    # Constrained layout only where a figure legend goes below the axes.
     return Figure(figsize=(width_in, height_in), facecolor="none", layout="constrained" if legend_below else None)
 
 
@@ -1431,7 +1478,7 @@ def warm_up() -> None:
     ax = fig.add_subplot()
     ax.set_xlabel("warm-up", fontsize=8)
     _style(ax)
-    fig.savefig(io.StringIO(), format="svg")
+    _draw_svg(fig, io.StringIO())
 
 
 def render(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -> str:
