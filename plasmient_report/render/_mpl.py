@@ -33,10 +33,22 @@ def _without_set_docstrings() -> Iterator[None]:
 
 with _without_set_docstrings():
     import matplotlib.backends.backend_svg
+    from matplotlib.backends.backend_mixed import MixedModeRenderer
+    from matplotlib.backends.backend_svg import RendererSVG
     from matplotlib.collections import PolyCollection
     from matplotlib.colors import to_rgba
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-__all__ = ["Figure", "FuncFormatter", "MaxNLocator", "Patch", "PolyCollection", "matplotlib", "to_rgba"]
+__all__ = [
+    "Figure",
+    "FuncFormatter",
+    "MaxNLocator",
+    "MixedModeRenderer",
+    "Patch",
+    "PolyCollection",
+    "RendererSVG",
+    "matplotlib",
+    "to_rgba",
+]

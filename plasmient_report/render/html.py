@@ -48,7 +48,17 @@ from ._format import (
 from ._format import (
     range_name as range_label,
 )
-from ._mpl import Figure, FuncFormatter, MaxNLocator, Patch, PolyCollection, matplotlib, to_rgba
+from ._mpl import (
+    Figure,
+    FuncFormatter,
+    MaxNLocator,
+    MixedModeRenderer,
+    Patch,
+    PolyCollection,
+    RendererSVG,
+    matplotlib,
+    to_rgba,
+)
 from .verdict import document
 
 if TYPE_CHECKING:  # the page worker draws pages without the store's libraries
@@ -476,21 +486,13 @@ def svg(fig: Figure, label: str) -> Markup:
     _figure_counter += 1
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"plasmient-{label}-{_figure_counter}"}):
-        # Constrained layout already fits the figure; a tight bounding box would cost another full draw.
-        tight = fig.get_layout_engine() is None
-        fig.savefig(
-            buf,
-            format="svg",
-            transparent=True,
-            bbox_inches="tight" if tight else None,
-            pad_inches=0.05,
-            metadata={"Date": None, "Creator": None, "Format": None, "Type": None},
-        )
+        view_box = _draw_svg(fig, buf)
     text = buf.getvalue()
     text = text[text.index("<svg") :]
     text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
     text = re.sub(r'(<svg[^>]*?)\s(width|height)="[^"]*"', r"\1", text, count=1)
     text = re.sub(r'(<svg[^>]*?)\s(width|height)="[^"]*"', r"\1", text, count=1)
+    text = re.sub(r'(<svg[^>]*?\sviewBox=)"[^"]*"', rf'\1"{view_box}"', text, count=1)
     text = text.replace("<svg ", f'<svg role="img" aria-label="{label}" class="chart-svg" ', 1)
     for placeholder, css in _CSS_COLOURS.items():
         text = text.replace(placeholder, css)
@@ -499,9 +501,121 @@ def svg(fig: Figure, label: str) -> Markup:
     return Markup(text)
 
 
-def _figure(width_in: float, height_in: float, legend_below: bool = False) -> Figure:
-    # Constrained layout only where a figure legend goes below the axes (it doubles the drawing time).
-    return Figure(figsize=(width_in, height_in), facecolor="none", layout="constrained" if legend_below else None)
+# Each figure is laid out from one measurement of its text, taken with the renderer that then draws it (so every
+# label is measured once), and drawn once: `savefig` with constrained layout or a tight bounding box draws it twice.
+PAD_IN = 3 / 72  # around each axes' decorations and a legend below (constrained layout's w_pad / h_pad)
+CROP_PAD_IN = 0.05  # around a cropped figure's content (savefig's pad_inches)
+
+
+def _draw_svg(fig: Figure, out: io.StringIO) -> str:
+    """Draw `fig` as SVG (what savefig(format="svg", transparent=True) writes) into `out`; returns the viewBox
+    to show, in points.
+
+    A figure with a legend below its axes (`_legend(fig, ...)`) keeps its size and its axes fill it, as
+    constrained layout would place them (`_fill`); any other keeps its axes where they are and is cropped to its
+    content plus CROP_PAD_IN, as bbox_inches="tight" would (the viewBox shows that part)."""
+    fig.patch.set(facecolor="none", edgecolor="none")
+    axes: list[Any] = list(fig.axes)
+    while axes:  # (and any inset axes: all see-through, as savefig's transparent=True has them)
+        ax = axes.pop()
+        ax.patch.set(facecolor="none", edgecolor="none")
+        axes.extend(ax.child_axes)
+    image_dpi = fig.dpi
+    width, height = fig.get_size_inches()
+    fig.dpi = 72  # one display unit is one point, as savefig's SVG output has it; images keep their dpi
+    try:
+        renderer: Any = MixedModeRenderer(  # what print_svg draws with (it delegates to the SVG renderer)
+            fig,
+            width,
+            height,
+            image_dpi,
+            RendererSVG(
+                width * 72,
+                height * 72,
+                out,
+                image_dpi=image_dpi,
+                metadata={"Date": None, "Creator": None, "Format": None, "Type": None},
+            ),
+        )
+        if fig.legends:
+            _fill(fig, renderer)
+            x0, y0, x1, y1 = 0.0, 0.0, width, height
+        else:
+            x0, y0, x1, y1 = fig.get_tightbbox(renderer).padded(CROP_PAD_IN).extents
+        fig.draw(renderer)
+        renderer.finalize()
+    finally:
+        fig.dpi = image_dpi
+    return " ".join(f"{v * 72:.6g}" for v in (x0, height - y1, x1 - x0, y1 - y0))  # SVG's y runs downwards
+
+
+def _fill(fig: Figure, renderer: Any) -> None:
+    """Place the figure's axes (subplots of one grid) as constrained layout would, without its engine: each side
+    of an axes leaves PAD_IN beyond its decorations (tick labels, axis labels, title), axes of a column share their
+    left and right edges and axes of a row their top and bottom, the figure's legends (below) keep their height
+    plus twice PAD_IN at the bottom, and the grid's width and height ratios hold between the axes themselves.
+
+    The decorations are measured once, at the axes' first positions; they are measured again only if the axes'
+    new sizes changed their ticks (a taller axis may have more), as constrained layout's second pass would."""
+    specs = [(ax, spec) for ax in fig.axes if (spec := ax.get_subplotspec()) is not None]
+    if not specs:
+        return
+    grid = specs[0][1].get_gridspec()
+    spans = {ax: _span(spec) for ax, spec in specs if spec.get_gridspec() is grid}  # any other axes stays put
+    axes = list(spans)
+    nrows, ncols = grid.get_geometry()
+    width, height = fig.get_size_inches()
+    pad_x, pad_y = PAD_IN / width, PAD_IN / height
+    to_fig = fig.transFigure.inverted()
+    below = sum(to_fig.transform_bbox(leg.get_window_extent(renderer)).height + 2 * pad_y for leg in fig.legends)
+    wr = np.asarray(grid.get_width_ratios() or [1] * ncols, dtype=float)
+    hr = np.asarray(grid.get_height_ratios() or [1] * nrows, dtype=float)
+    decorations: dict[Any, tuple[float, float, float, float]] = {}  # per axes: beyond its left, right, bottom, top
+    measure = axes
+    for _ in range(2):
+        for ax in measure:
+            pos = ax.get_position(original=True)
+            box = ax.get_tightbbox(renderer, for_layout_only=True)
+            box = to_fig.transform_bbox(box) if box is not None else pos
+            decorations[ax] = (pos.x0 - box.x0, box.x1 - pos.x1, pos.y0 - box.y0, box.y1 - pos.y1)
+        left, right, top, bottom = np.zeros(ncols), np.zeros(ncols), np.zeros(nrows), np.zeros(nrows)
+        for ax, (c0, c1, r0, r1) in spans.items():
+            d_left, d_right, d_bottom, d_top = decorations[ax]
+            left[c0] = max(left[c0], d_left + pad_x)
+            right[c1] = max(right[c1], d_right + pad_x)
+            bottom[r1] = max(bottom[r1], d_bottom + pad_y)
+            top[r0] = max(top[r0], d_top + pad_y)
+        inner_w = (1 - left.sum() - right.sum()) * wr / wr.sum()
+        inner_h = (1 - below - top.sum() - bottom.sum()) * hr / hr.sum()
+        if inner_w.min() <= 0 or inner_h.min() <= 0:
+            return  # the decorations leave no room (constrained layout gives up too): the axes stay where they are
+        x = np.cumsum(left) + np.concatenate([[0], np.cumsum(inner_w + right)[:-1]])  # each column's left edge
+        y = 1 - np.cumsum(top) - np.concatenate([[0], np.cumsum(inner_h + bottom)[:-1]])  # each row's top edge
+        ticks = {ax: _ticks(ax) for ax in axes}
+        for ax, (c0, c1, r0, r1) in spans.items():
+            x0, x1, y0, y1 = x[c0], x[c1] + inner_w[c1], y[r1] - inner_h[r1], y[r0]
+            ax.set_position((x0, y0, x1 - x0, y1 - y0))
+            ax.set_in_layout(True)  # (set_position takes an axes out of layouts; here it is the layout)
+        measure = [ax for ax in axes if not _same_ticks(ticks[ax], _ticks(ax))]
+        if not measure:
+            return
+
+
+def _span(spec: Any) -> tuple[int, int, int, int]:
+    """The first and last column and row of its grid that a subplot takes."""
+    return spec.colspan.start, spec.colspan.stop - 1, spec.rowspan.start, spec.rowspan.stop - 1
+
+
+def _ticks(ax: Any) -> list[np.ndarray]:
+    return [np.asarray(t) for axis in (ax.xaxis, ax.yaxis) for t in (axis.get_majorticklocs(), axis.get_minorticklocs())]
+
+
+def _same_ticks(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return all(x.shape == y.shape and bool(np.all(x == y)) for x, y in zip(a, b, strict=True))
+
+
+def _figure(width_in: float, height_in: float) -> Figure:
+    return Figure(figsize=(width_in, height_in), facecolor="none")
 
 
 def _style(ax: Any, grid_axis: str | None = "x") -> None:
@@ -520,7 +634,8 @@ def _style(ax: Any, grid_axis: str | None = "x") -> None:
 
 
 def _legend(where: Any, handles: list[Any], **kw: Any) -> None:
-    """A legend on an axes, or (given the figure) below all its axes."""
+    """A legend on an axes, or (given the figure) below all its axes: the figure then keeps its size, its axes
+    filling the rest (`_fill`)."""
     if isinstance(where, Figure):
         kw = {"loc": "outside lower center", "ncol": max(1, min(len(handles), 5)), **kw}
     leg = where.legend(handles=handles, fontsize=7, frameon=False, **kw)
@@ -572,7 +687,7 @@ def stacked_share_chart(
     shares: list[dict[str, float]], labels: list[str], xlabel: str, alt: str, max_height: float = 9
 ) -> Markup:
     """One 100% stacked bar per row: achieved, then each loss category (`shares[i][category]`, fractions)."""
-    fig = _figure(7.5, min(0.25 * len(shares) + 1.1, max_height), legend_below=True)
+    fig = _figure(7.5, min(0.25 * len(shares) + 1.1, max_height))
     ax = fig.add_subplot()
     y = np.arange(len(shares))
     left = np.zeros(len(shares))
@@ -622,7 +737,7 @@ def timeline_chart(spans: list[Span], labels: list[str], choice: np.ndarray, com
     inside = choice >= 0
     rgba[inside] = palette[choice[inside]]
     n = len(spans)
-    fig = _figure(7.5, min(0.22 * n + 1.0, 10), legend_below=True)
+    fig = _figure(7.5, min(0.22 * n + 1.0, 10))
     ax = fig.add_subplot()
     if common:
         scale, unit = _time_unit(spans[0].bin_ns * spans[0].nbins)
@@ -718,7 +833,7 @@ def step_time_chart(steps: Sequence[Step], summary: StepSummary) -> Markup | Non
     by_gpu: dict[tuple[Any, Any], list[Step]] = {}
     for st in steps:
         by_gpu.setdefault((st.rank, st.device), []).append(st)
-    fig = _figure(7.5, 2.0, legend_below=len(by_gpu) > 1)
+    fig = _figure(7.5, 2.0)
     ax = fig.add_subplot()
     palette = ["#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#e377c2", "#7f7f7f", "#bcbd22"]
     for i, (key, xs) in enumerate(list(by_gpu.items())[:MAX_STEP_SERIES]):
@@ -895,7 +1010,7 @@ def counters_view(con: duckdb.DuckDBPyConnection, windows: list[tuple[int | None
 def counters_chart(panels: list[tuple[Span, np.ndarray, list[tuple[int, str, np.ndarray]]]]) -> Markup:
     """One panel per GPU: the trace's busy fraction and each plotted counter `(colour index, label, per-bin
     values)` over that GPU's window."""
-    fig = _figure(7.5, 1.6 * len(panels) + 0.7, legend_below=True)
+    fig = _figure(7.5, 1.6 * len(panels) + 0.7)
     axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
     palette = ["#1f77b4", "#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
     handles: dict[str, Any] = {}
@@ -1070,7 +1185,7 @@ def memory_chart(
     solid where the records know no allocated bytes (driver-level records of nsys --cuda-memory-usage)."""
     bw = span / MEMORY_BINS
     scale, unit = _time_unit(span)
-    fig = _figure(7.5, 3.2, legend_below=True)
+    fig = _figure(7.5, 3.2)
     ax = fig.add_subplot()
     top = 0.0
     for k, (rank, dev) in enumerate(gpus):
@@ -1134,7 +1249,7 @@ def histogram_chart(streams: list[dict[str, Any]]) -> Markup | None:
     labels = [(a, b) for a, b in zip(edges, edges[1:], strict=False) if lo <= a <= hi]
     x = np.arange(len(labels))
     width = 0.8 / len(shown)
-    fig = _figure(7.5, 2.8, legend_below=True)
+    fig = _figure(7.5, 2.8)
     ax = fig.add_subplot()
     for k, s in enumerate(shown):
         counts = {h["lower_ns"]: h["kernels"] for h in s["histogram"]}
@@ -1431,7 +1546,7 @@ def warm_up() -> None:
     ax = fig.add_subplot()
     ax.set_xlabel("warm-up", fontsize=8)
     _style(ax)
-    fig.savefig(io.StringIO(), format="svg")
+    _draw_svg(fig, io.StringIO())
 
 
 def render(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -> str:

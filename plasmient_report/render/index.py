@@ -64,7 +64,7 @@ def context(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
 
 def scatter_chart(ok: list[dict[str, Any]]) -> Markup:
     """Utilization (what the dashboard shows) against achieved fraction of peak, one point per run."""
-    fig = _figure(7.5, 4.2, legend_below=True)
+    fig = _figure(7.5, 4.2)
     ax = fig.add_subplot()
     present: list[str] = []
     for i, r in enumerate(ok, start=1):
