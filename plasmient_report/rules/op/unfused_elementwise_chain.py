@@ -32,14 +32,19 @@ EXPLANATION = Explanation(
 )
 
 
-# Every elementwise kernel with its chain number on its stream.
+# Every elementwise kernel with its chain number on its stream. The patterns are tested once per kernel name (a
+# trace has tens of names for tens of thousands of kernels), and only elementwise kernels look up their op (the
+# others only break chains: their op's name and shape are never read).
 EW_SQL = f"""
-WITH k AS (
+WITH n AS (
+    SELECT name, regexp_matches(name, '{ELEMENTWISE_KERNEL_RE}') AND NOT regexp_matches(name, '{NOT_ELEMENTWISE_RE}') AS ew
+    FROM (SELECT DISTINCT name FROM rule_kernels)
+), k AS (
     SELECT k.rank, k.device, k.stream, k.start_ns, k.end_ns, k.op_id, o.name AS op_name,
-           CAST(json_extract(o.input_dims, '$[0]') AS VARCHAR) AS dims0,
-           k.kind = 'compute' AND regexp_matches(k.name, '{ELEMENTWISE_KERNEL_RE}')
-               AND NOT regexp_matches(k.name, '{NOT_ELEMENTWISE_RE}') AS ew
-    FROM rule_kernels k LEFT JOIN rule_ops o ON o.op_id = k.op_id
+           CAST(json_extract(o.input_dims, '$[0]') AS VARCHAR) AS dims0, k.ew
+    FROM (SELECT k.rank, k.device, k.stream, k.start_ns, k.end_ns, k.op_id, k.kind = 'compute' AND n.ew AS ew
+          FROM rule_kernels k LEFT JOIN n ON n.name = k.name) k
+    LEFT JOIN (SELECT op_id, name, input_dims FROM rule_ops) o ON k.ew AND o.op_id = k.op_id
 ), s AS (
     SELECT *, lag(ew) OVER w AS prev_ew, lag(op_id) OVER w AS prev_op, lag(dims0) OVER w AS prev_dims,
               lag(end_ns) OVER w AS prev_end
