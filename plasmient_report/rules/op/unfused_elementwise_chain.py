@@ -79,19 +79,22 @@ def unfused_elementwise_chain(ctx: RuleContext, t: Thresholds) -> Iterator[Findi
     # The elementwise kernels and their chains once into temp tables (keyed by a hash of the op sequence), then
     # named and charged.
     con.execute(f"CREATE OR REPLACE TABLE _rule_chain_ew AS {EW_SQL}", {"max_gap": params["max_gap"]})
-    con.execute(f"CREATE OR REPLACE TABLE _rule_chains AS {CHAINS_SQL}", {k: params[k] for k in ("min_chain", "min_kernel")})
+    # (each chain's key hashed once, not once per kernel)
     con.execute(
-        """CREATE OR REPLACE TABLE _rule_chain_kernels AS
-           SELECT c.rank, c.device, c.stream, c.chain, c.start_ns, c.end_ns, md5(ch.ops) AS key
-           FROM _rule_chain_ew c JOIN _rule_chains ch USING (rank, device, stream, chain)"""
+        f"CREATE OR REPLACE TABLE _rule_chains AS SELECT *, md5(ops) AS key FROM ({CHAINS_SQL})",
+        {k: params[k] for k in ("min_chain", "min_kernel")},
     )
     chains = ctx.rows(
         """
-        SELECT md5(ops) AS key, min(ops) AS ops, count(*) AS occurrences, sum(n) AS kernels,
+        SELECT key, min(ops) AS ops, count(*) AS occurrences, sum(n) AS kernels,
                sum(busy_ns) AS busy_ns, max(n) AS longest, min(dims0) AS dims0, list(DISTINCT rank ORDER BY rank) AS ranks
-        FROM _rule_chains GROUP BY md5(ops) ORDER BY busy_ns DESC"""
+        FROM _rule_chains GROUP BY key ORDER BY busy_ns DESC"""
     )
-    lost = ctx.lost_ns("SELECT key, rank, device, start_ns, end_ns FROM _rule_chain_kernels", ["memory_bound"])
+    lost = ctx.lost_ns(
+        """SELECT ch.key, c.rank, c.device, c.start_ns, c.end_ns
+           FROM _rule_chain_ew c JOIN _rule_chains ch USING (rank, device, stream, chain)""",
+        ["memory_bound"],
+    )
     chains.sort(key=lambda c: -lost.get(c["key"], 0.0))
     for c in chains[: int(t.max_findings)]:
         lost_ns = lost.get(c["key"], 0.0)
