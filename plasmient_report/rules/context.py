@@ -20,6 +20,10 @@ from ..metrics import window_label
 from ..peaks import GpuPeaks, load_table, match_gpu
 from ..vocab import BUSY_CATEGORIES, CATEGORIES, IDLE_CATEGORIES, MATERIAL_UNKNOWN_FLOPS
 
+# lost_ns: from this many intervals on, the merge and lookups of `RuleContext._lost_ns_sorted` (below it, DuckDB
+# may plan the general query's lookups as a nested loop join, whose order of sums that merge would not keep)
+LOST_SORTED_MIN_INTERVALS = 2000
+
 # Temp tables every rule may read (the analysed window only; same columns as the store's tables).
 # rule_kernels carries each kernel's class from the measure stage (kernel_class: class, bound, comm_kind, …);
 # rule_collective_members and rule_idle_gaps are the measure stage's collective instances and idle gaps.
@@ -160,7 +164,7 @@ class RuleContext:
         wcol = "least(greatest(coalesce(weight, 0), 0), 1)" if weighted else "1.0"
         # The intervals first, as a table: planned inline under the window functions below, some rules'
         # interval queries ran 100x slower.
-        self.con.execute(
+        (n_raw,) = self.con.execute(
             f"""
             CREATE OR REPLACE TABLE _rule_lost_raw AS
             SELECT i.key, i.rank, coalesce(i.device, g.device) AS device, i.start_ns, i.end_ns, {wcol} AS w
@@ -169,7 +173,12 @@ class RuleContext:
               ON g.rank IS NOT DISTINCT FROM i.rank AND (i.device IS NULL OR i.device = g.device)
             WHERE i.end_ns > i.start_ns""",
             params,
-        )
+        ).fetchone() or (0,)
+        if not weighted and int(n_raw or 0) >= LOST_SORTED_MIN_INTERVALS:
+            try:
+                return self._lost_ns_sorted(cats)
+            finally:
+                self.con.execute("DROP TABLE IF EXISTS _rule_lost_raw")
         cats_param = "?"
         # the intervals of each key merged (the measurement library's interval_union, sql/intervals.sql)
         self.con.execute("""CREATE OR REPLACE VIEW _rule_lost_v AS
@@ -219,6 +228,56 @@ class RuleContext:
             self.con.execute("DROP VIEW IF EXISTS _rule_lost_v")
             self.con.execute("DROP TABLE IF EXISTS _rule_lost_raw")
 
+    def _lost_ns_sorted(self, cats: list[str]) -> dict[Any, float]:
+        """`lost_ns` of many unweighted intervals (`_rule_lost_raw`), the same numbers in fewer sorts: each key's
+        intervals merged in one pass over them sorted by a number given to the key (not by the key: a kernel name
+        can be hundreds of characters long) — an island starts where an interval starts after all before it ended
+        and ends at the running maximum of the ends before the next island's start, the last at the key's maximum
+        end — and the losses looked up with an ASOF join.
+
+        Bit for bit `lost_ns`'s general query: the same island ends with the same signs, each key's looked up and
+        summed in the order of the ASOF join, which sorts them by GPU and time (no two of a key's island ends share
+        a GPU and a time). That query takes the ASOF join too at this size; below it DuckDB may turn that join
+        into a nested loop join whose order of sums follows the merge's output, which this merge does not keep —
+        hence `LOST_SORTED_MIN_INTERVALS` (the general query takes the loop join up to ~270 intervals of one key).
+        """
+        sql = """
+            WITH raw AS (SELECT * FROM _rule_lost_raw),
+            k AS MATERIALIZED (SELECT key, row_number() OVER () AS kid FROM (SELECT DISTINCT key FROM raw)),
+            s AS MATERIALIZED (
+                SELECT k.kid, r.rank, r.device, r.start_ns,
+                       max(r.end_ns) OVER (PARTITION BY k.kid, r.rank, r.device ORDER BY r.start_ns, r.end_ns
+                                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end,
+                       max(r.end_ns) OVER (PARTITION BY k.kid, r.rank, r.device ORDER BY r.start_ns, r.end_ns
+                                           ROWS UNBOUNDED PRECEDING) AS run_end,
+                       lead(r.start_ns) OVER (PARTITION BY k.kid, r.rank, r.device ORDER BY r.start_ns, r.end_ns)
+                           IS NULL AS last
+                FROM raw r JOIN k ON k.key IS NOT DISTINCT FROM r.key
+                WHERE r.end_ns >= r.start_ns
+            ), l AS (
+                SELECT rank, device, start_ns, end_ns, lost_ns,
+                       coalesce(sum(lost_ns) OVER (PARTITION BY rank, device ORDER BY start_ns
+                                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+                FROM rule_losses WHERE category IN (SELECT unnest(?::VARCHAR[])) AND end_ns > start_ns
+            ), ends AS (
+                SELECT kid, 1.0 AS w, rank, device, start_ns AS t, -1.0 AS sign FROM s
+                WHERE prev_end IS NULL OR start_ns > prev_end
+                UNION ALL SELECT kid, 1.0, rank, device, prev_end, 1.0 FROM s WHERE start_ns > prev_end
+                UNION ALL SELECT kid, 1.0, rank, device, run_end, 1.0 FROM s WHERE last
+            ), c AS (
+                SELECT p.kid, p.w * p.sign * coalesce(l.before + l.lost_ns * least(greatest(
+                           (p.t - l.start_ns)::DOUBLE / (l.end_ns - l.start_ns), 0), 1), 0) AS ns
+                FROM ends p ASOF LEFT JOIN l
+                  ON l.rank IS NOT DISTINCT FROM p.rank AND l.device = p.device AND l.start_ns <= p.t
+            ), whole AS (
+                SELECT kid, sum(ns) AS ns, min(pos) AS pos FROM (SELECT *, row_number() OVER () AS pos FROM c) GROUP BY kid
+            )
+            -- (the keys in the order in which the ASOF join first gave them: the general query's GROUP BY key gives
+            -- that order too, up to hundreds of keys)
+            SELECT k.key, greatest(whole.ns, 0) FROM whole JOIN k USING (kid) WHERE whole.ns > 0.5 ORDER BY whole.pos"""
+        with _asof_joins(self.con):
+            return {plain(k): float(v or 0) for k, v in self.con.execute(sql, [cats]).fetchall()}
+
     def lost_fraction(self, intervals_sql: str, categories: Iterable[str], weighted: bool = False, params: Any = None) -> float:
         """`lost_ns` over all keys together, as a fraction of the window."""
         extra = ", weight" if weighted else ""
@@ -236,6 +295,19 @@ def residual(condition: str) -> str:
     PR502 0.2 → 1.4 s, PR504 0.05 → 0.5 s). The same rows either way; use it only where both sides grow with the
     trace (the output, pairs of all ranks that meet in time, stays small)."""
     return f"(CASE WHEN {condition} THEN true ELSE false END)"
+
+
+@contextlib.contextmanager
+def _asof_joins(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """ASOF joins as ASOF joins whatever the left side's estimated size (DuckDB makes one whose left side it
+    expects to hold at most `asof_loop_join_threshold` rows a nested loop join and an aggregate)."""
+    (old,) = con.execute("SELECT current_setting('asof_loop_join_threshold')").fetchone() or (None,)
+    con.execute("SET asof_loop_join_threshold = 0")
+    try:
+        yield
+    finally:
+        if old is not None:
+            con.execute(f"SET asof_loop_join_threshold = {int(old)}")
 
 
 @contextlib.contextmanager
@@ -279,11 +351,17 @@ def prepare(
                    WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND end_ns > start_ns""",
         p,
     )
-    con.execute(
-        """CREATE OR REPLACE TEMP TABLE rule_losses AS
-                   SELECT * FROM losses WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?""",
-        p,
-    )
+    if scope == "window":
+        # the profiled window's losses as they are stored (a view: copied, 50 k rows of a 100 MiB trace took 12 ms)
+        con.execute(
+            "CREATE OR REPLACE TEMP VIEW rule_losses AS SELECT * FROM losses WHERE scope = 'window' AND range_name IS NULL"
+        )
+    else:
+        con.execute(
+            """CREATE OR REPLACE TEMP TABLE rule_losses AS
+                       SELECT * FROM losses WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?""",
+            p,
+        )
     # kernels with the measure stage's class (kernel_class): class, bound, comm_kind, pipeline, precision, …
     classed = """SELECT k.*, kc.class, kc.reason AS class_reason, kc.bound, kc.comm_kind, kc.pipeline,
                          kc.precision, kc.peak_precision, kc.fraction_of_peak, kc.arithmetic_intensity,
@@ -315,11 +393,16 @@ def prepare(
                        SELECT c.* FROM collectives c SEMI JOIN rule_collective_members m
                          ON m.source_id = c.source_id AND m.kernel_correlation IS NOT DISTINCT FROM c.kernel_correlation
                         AND m.start_ns = c.start_ns""")
-    con.execute(
-        """CREATE OR REPLACE TEMP TABLE rule_idle_gaps AS
-                   SELECT * FROM idle_gaps WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?""",
-        p,
-    )
+    if scope == "window":
+        con.execute(
+            "CREATE OR REPLACE TEMP VIEW rule_idle_gaps AS SELECT * FROM idle_gaps WHERE scope = 'window' AND range_name IS NULL"
+        )
+    else:
+        con.execute(
+            """CREATE OR REPLACE TEMP TABLE rule_idle_gaps AS
+                       SELECT * FROM idle_gaps WHERE scope = ? AND range_name IS NOT DISTINCT FROM ?""",
+            p,
+        )
     # Steps: ProfilerStep#N ranges (CPU side) that lie inside the window, per rank.
     con.execute("""CREATE OR REPLACE TEMP TABLE rule_steps AS
                    SELECT DISTINCT r.rank, r.name, r.start_ns, r.end_ns FROM ranges r JOIN rule_windows w

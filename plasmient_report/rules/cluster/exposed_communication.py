@@ -61,6 +61,9 @@ FROM run WHERE t_next IS NOT NULL GROUP BY rank, device ORDER BY rank, device"""
     explanation=EXPLANATION,
 )
 def exposed_communication(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
+    # No communication kernel: no communication time (the sweep below would find none, over every kernel).
+    if not ctx.rows("SELECT 1 AS x FROM rule_kernels WHERE class = 'communication' LIMIT 1"):
+        return
     per_gpu = ctx.rows(OVERLAP_SQL)
     nccl = sum(r["nccl_ns"] for r in per_gpu)
     if not nccl:

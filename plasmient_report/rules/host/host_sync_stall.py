@@ -98,6 +98,11 @@ FROM st ASOF LEFT JOIN g
 WHERE st.end_ns > st.start_ns AND (g.queued_at IS NULL OR g.queued_at > st.start_ns)"""
 
 
+# An op or frame open around a sync lasts at least as long as the sync: those shorter than every sync (most of a
+# with_stack trace's hundreds of thousands of frames and ops) are left out before the join, which sorts what it gets.
+LONG_ENOUGH = "end_ns - start_ns >= (SELECT min(sync_end - sync_start) FROM _syncs WHERE sync_start IS NOT NULL)"
+
+
 # What was open around each sync (`_syncs`): the ops and Python frames of its thread, the ranges of its rank. Each
 # its own statement over the stored syncs, so that each is a range join on the times (`residual`: the rank and
 # thread a filter): with_stack traces hold hundreds of thousands of frames on the syncing thread, and as one query
@@ -112,7 +117,7 @@ def around_sql(same: Callable[[str], str] = residual) -> dict[str, str]:
                arg_max(o.name, o.depth) FILTER (WHERE regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS python_site,
                arg_max(o.op_id, o.depth) FILTER (WHERE NOT regexp_matches(o.name, '{PYTHON_FRAME_RE}')) AS inner_op_id
         FROM (SELECT DISTINCT rank, thread, sync_start, sync_end FROM _syncs WHERE sync_start IS NOT NULL) j
-        JOIN rule_ops o ON o.start_ns <= j.sync_start AND o.end_ns >= j.sync_end
+        JOIN (SELECT * FROM rule_ops WHERE {LONG_ENOUGH}) o ON o.start_ns <= j.sync_start AND o.end_ns >= j.sync_end
          AND {same("o.rank IS NOT DISTINCT FROM j.rank AND o.thread = j.thread")}
         GROUP BY j.rank, j.sync_start, j.thread""",
         "_sync_ranges": f"""
@@ -130,7 +135,7 @@ def around_sql(same: Callable[[str], str] = residual) -> dict[str, str]:
                         arg_max(r.name, r.start_ns) FILTER (WHERE regexp_matches(r.name, '{PYTHON_FRAME_RE}')))
                    AS python_site
         FROM (SELECT DISTINCT rank, thread, sync_start, sync_end FROM _syncs WHERE sync_start IS NOT NULL) j
-        JOIN (SELECT * FROM rule_ranges WHERE domain = 'python') r
+        JOIN (SELECT * FROM rule_ranges WHERE domain = 'python' AND {LONG_ENOUGH}) r
           ON r.start_ns <= j.sync_start AND r.end_ns >= j.sync_end
          AND {same("r.rank IS NOT DISTINCT FROM j.rank AND r.thread = j.thread")}
         GROUP BY j.rank, j.sync_start, j.thread""",

@@ -34,14 +34,21 @@ EXPLANATION = Explanation(
         fp32 only where accuracy needs it (reductions, the loss, optimizer state).""",
 )
 
-FLAGGED_SQL = f"""
+# The patterns tested once per kernel name (a trace has tens of names for tens of thousands of kernels), in a table
+# of their own: in the query below DuckDB would push them down to every kernel again.
+NAMES_SQL = f"""
+CREATE OR REPLACE TABLE _kernel_names AS
+SELECT name, regexp_matches(name, '{NON_TENSOR_CORE_RE}') AS cuda_core, regexp_matches(name, '{TENSOR_CORE_RE}') AS tensor_core
+FROM (SELECT DISTINCT name FROM rule_kernels WHERE kind = 'compute')"""
+FLAGGED_SQL = """
 SELECT k.*, k.end_ns - k.start_ns AS dur, o.name AS op_name, o.input_dims
-FROM rule_kernels k LEFT JOIN rule_ops o ON o.op_id = coalesce(k.flops_op_id, k.op_id)
+FROM rule_kernels k LEFT JOIN _kernel_names n ON n.name = k.name
+LEFT JOIN rule_ops o ON o.op_id = coalesce(k.flops_op_id, k.op_id)
 WHERE k.kind = 'compute' AND k.end_ns > k.start_ns
-  AND (regexp_matches(k.name, '{NON_TENSOR_CORE_RE}')
+  AND (n.cuda_core
        -- the kernel's precision as the measure stage decided it (kernel_class: the launching op's dtype first)
        -- (with a FLOP estimate: a precision guessed from a name alone does not make a kernel fp32)
-       OR (k.precision = 'fp32' AND coalesce(k.flops, 0) > 0 AND NOT regexp_matches(k.name, '{TENSOR_CORE_RE}')))"""
+       OR (k.precision = 'fp32' AND coalesce(k.flops, 0) > 0 AND NOT n.tensor_core))"""
 
 
 @rule(
@@ -51,6 +58,7 @@ WHERE k.kind = 'compute' AND k.end_ns > k.start_ns
     explanation=EXPLANATION,
 )
 def matmul_without_tensor_cores(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
+    ctx.con.execute(NAMES_SQL)
     rows = ctx.rows(f"""
         SELECT name, min(op_name) AS op_name, min(input_dims) AS dims, min(precision) AS precision,
                count(*) AS count, sum(dur) AS time_ns, sum(flops) AS flops, list(DISTINCT rank ORDER BY rank) AS ranks

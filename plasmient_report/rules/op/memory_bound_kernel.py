@@ -62,6 +62,12 @@ SELECT k.kernel_id, k.rank, k.device, k.name, k.start_ns, k.end_ns, k.end_ns - k
        o.name AS op_name, k.grid_x * coalesce(k.grid_y, 1) * coalesce(k.grid_z, 1) AS blocks, o.input_types
 FROM rule_kernels k LEFT JOIN rule_ops o ON o.op_id = k.op_id
 WHERE k.class = 'memory' AND k.end_ns > k.start_ns"""
+# The same kernels without their ops, for what reads none of the op's columns (op_id is unique: the join above adds
+# no rows, but DuckDB cannot know that and joins anyway).
+MEMORY_KERNELS_ONLY_SQL = """
+SELECT k.kernel_id, k.rank, k.device, k.name, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS dur,
+       k.grid_x * coalesce(k.grid_y, 1) * coalesce(k.grid_z, 1) AS blocks
+FROM rule_kernels k WHERE k.class = 'memory' AND k.end_ns > k.start_ns"""
 
 
 def _framework_op(name: str | None) -> bool:
@@ -77,7 +83,7 @@ def _framework_op(name: str | None) -> bool:
     explanation=EXPLANATION,
 )
 def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
-    lost = ctx.lost_ns(f"SELECT name AS key, rank, device, start_ns, end_ns FROM ({MEMORY_KERNELS_SQL})", ["memory_bound"])
+    lost = ctx.lost_ns(f"SELECT name AS key, rank, device, start_ns, end_ns FROM ({MEMORY_KERNELS_ONLY_SQL})", ["memory_bound"])
     if not lost:
         return
     names = list(lost)
@@ -87,7 +93,7 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
             f"""
         SELECT name, count(*) AS count, sum(dur) AS time_ns, median(dur) AS median_ns,
                list(DISTINCT rank ORDER BY rank) AS ranks, min(blocks) AS blocks
-        FROM ({MEMORY_KERNELS_SQL}) WHERE name IN (SELECT unnest(?::VARCHAR[])) GROUP BY name
+        FROM ({MEMORY_KERNELS_ONLY_SQL}) WHERE name IN (SELECT unnest(?::VARCHAR[])) GROUP BY name
         HAVING median(dur) >= ?""",
             [names, t.min_median_kernel_us * 1e3],
         )
@@ -127,7 +133,7 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         for r in ctx.rows(
             f"""
         WITH g AS {ctx.gpus_sql()}
-        SELECT k.name, max(g.bw) AS bw FROM ({MEMORY_KERNELS_SQL}) k
+        SELECT k.name, max(g.bw) AS bw FROM ({MEMORY_KERNELS_ONLY_SQL}) k
         JOIN g ON g.rank IS NOT DISTINCT FROM k.rank AND g.device = k.device
         WHERE k.name IN (SELECT unnest(?::VARCHAR[])) GROUP BY k.name""",
             [names],

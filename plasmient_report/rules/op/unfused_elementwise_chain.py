@@ -32,14 +32,19 @@ EXPLANATION = Explanation(
 )
 
 
-# Every elementwise kernel with its chain number on its stream.
+# Every elementwise kernel with its chain number on its stream. The patterns are tested once per kernel name (a
+# trace has tens of names for tens of thousands of kernels), and only elementwise kernels look up their op (the
+# others only break chains: their op's name and shape are never read).
 EW_SQL = f"""
-WITH k AS (
+WITH n AS (
+    SELECT name, regexp_matches(name, '{ELEMENTWISE_KERNEL_RE}') AND NOT regexp_matches(name, '{NOT_ELEMENTWISE_RE}') AS ew
+    FROM (SELECT DISTINCT name FROM rule_kernels)
+), k AS (
     SELECT k.rank, k.device, k.stream, k.start_ns, k.end_ns, k.op_id, o.name AS op_name,
-           CAST(json_extract(o.input_dims, '$[0]') AS VARCHAR) AS dims0,
-           k.kind = 'compute' AND regexp_matches(k.name, '{ELEMENTWISE_KERNEL_RE}')
-               AND NOT regexp_matches(k.name, '{NOT_ELEMENTWISE_RE}') AS ew
-    FROM rule_kernels k LEFT JOIN rule_ops o ON o.op_id = k.op_id
+           CAST(json_extract(o.input_dims, '$[0]') AS VARCHAR) AS dims0, k.ew
+    FROM (SELECT k.rank, k.device, k.stream, k.start_ns, k.end_ns, k.op_id, k.kind = 'compute' AND n.ew AS ew
+          FROM rule_kernels k LEFT JOIN n ON n.name = k.name) k
+    LEFT JOIN (SELECT op_id, name, input_dims FROM rule_ops) o ON k.ew AND o.op_id = k.op_id
 ), s AS (
     SELECT *, lag(ew) OVER w AS prev_ew, lag(op_id) OVER w AS prev_op, lag(dims0) OVER w AS prev_dims,
               lag(end_ns) OVER w AS prev_end
@@ -74,19 +79,22 @@ def unfused_elementwise_chain(ctx: RuleContext, t: Thresholds) -> Iterator[Findi
     # The elementwise kernels and their chains once into temp tables (keyed by a hash of the op sequence), then
     # named and charged.
     con.execute(f"CREATE OR REPLACE TABLE _rule_chain_ew AS {EW_SQL}", {"max_gap": params["max_gap"]})
-    con.execute(f"CREATE OR REPLACE TABLE _rule_chains AS {CHAINS_SQL}", {k: params[k] for k in ("min_chain", "min_kernel")})
+    # (each chain's key hashed once, not once per kernel)
     con.execute(
-        """CREATE OR REPLACE TABLE _rule_chain_kernels AS
-           SELECT c.rank, c.device, c.stream, c.chain, c.start_ns, c.end_ns, md5(ch.ops) AS key
-           FROM _rule_chain_ew c JOIN _rule_chains ch USING (rank, device, stream, chain)"""
+        f"CREATE OR REPLACE TABLE _rule_chains AS SELECT *, md5(ops) AS key FROM ({CHAINS_SQL})",
+        {k: params[k] for k in ("min_chain", "min_kernel")},
     )
     chains = ctx.rows(
         """
-        SELECT md5(ops) AS key, min(ops) AS ops, count(*) AS occurrences, sum(n) AS kernels,
+        SELECT key, min(ops) AS ops, count(*) AS occurrences, sum(n) AS kernels,
                sum(busy_ns) AS busy_ns, max(n) AS longest, min(dims0) AS dims0, list(DISTINCT rank ORDER BY rank) AS ranks
-        FROM _rule_chains GROUP BY md5(ops) ORDER BY busy_ns DESC"""
+        FROM _rule_chains GROUP BY key ORDER BY busy_ns DESC"""
     )
-    lost = ctx.lost_ns("SELECT key, rank, device, start_ns, end_ns FROM _rule_chain_kernels", ["memory_bound"])
+    lost = ctx.lost_ns(
+        """SELECT ch.key, c.rank, c.device, c.start_ns, c.end_ns
+           FROM _rule_chain_ew c JOIN _rule_chains ch USING (rank, device, stream, chain)""",
+        ["memory_bound"],
+    )
     chains.sort(key=lambda c: -lost.get(c["key"], 0.0))
     for c in chains[: int(t.max_findings)]:
         lost_ns = lost.get(c["key"], 0.0)
