@@ -296,7 +296,7 @@ def report(
         # Refused before the analysis, not after minutes of it (and checked again when the outputs are swapped in).
         out = outdir.check_run_out(out_dir or pipeline.default_out_dir(inputs), inputs)
         opts.cache_dir = out.parent / ".plasmient-cache"
-        with scratch.run(), _page_worker(opts) as worker:
+        with scratch.run(), _page_worker(opts) as worker, pipeline.few_collections():
             try:
                 result = pipeline.analyse(list(inputs), opts, progress=progress, write_trace_early=True)
                 try:

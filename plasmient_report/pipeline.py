@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import shutil
 import threading
@@ -341,6 +342,21 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
     if own is not None:
         weakref.finalize(result, own.close)
     return result
+
+
+@contextlib.contextmanager
+def few_collections(young: int = 50_000) -> Iterator[None]:
+    """Python's cycle collector less often while a run works: it holds few objects at once (the data is in DuckDB
+    and Arrow), but makes and drops many (drawing the charts, rendering the page), and collected every 700 new
+    objects: ~300 collections, 0.08 s of a 100 MiB trace's run. What is loaded before is frozen out of them."""
+    previous = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(young, previous[1], previous[2])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*previous)
+        gc.unfreeze()
 
 
 def default_out_dir(inputs: Sequence[Path]) -> Path:
