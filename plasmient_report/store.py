@@ -182,8 +182,24 @@ def open_readonly(path: str | Path) -> duckdb.DuckDBPyConnection:
 def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     """Whether the store has this table or view (the measure stage creates some: a store it has not seen lacks
     them)."""
-    row = one(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name])
-    return bool(row and row[0])
+    # A probe, not a catalog query: information_schema.tables costs ~1.7 ms a call, this ~0.3 ms (the trace
+    # writer asks 14 times).
+    try:
+        con.execute(f'SELECT 1 FROM "{name.replace(chr(34), chr(34) * 2)}" LIMIT 0').fetchall()
+    except duckdb.CatalogException:
+        return False
+    return True
+
+
+def has_macro(con: duckdb.DuckDBPyConnection, name: str, *args: str) -> bool:
+    """Whether the store has this scalar macro, taking arguments of the given SQL types (a probe: listing
+    duckdb_functions() costs ~10 ms)."""
+    call = ", ".join(f"NULL::{t}" for t in args)
+    try:
+        con.execute(f'SELECT "{name.replace(chr(34), chr(34) * 2)}"({call})').fetchall()
+    except duckdb.CatalogException:
+        return False
+    return True
 
 
 def one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tuple | None:

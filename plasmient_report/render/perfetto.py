@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from ..parsers import NSYS_EXPORTS
 from ..parsers._counters import FRACTION_METRICS
 from ..parsers.nsys.gpu_metrics import PERCENT_METRICS
-from ..store import has_table
+from ..store import has_macro, has_table
 
 _pbenc: Any
 try:  # the compiled encoder (setup.py; optional): the same bytes as Messages' numpy path, without the GIL
@@ -1019,7 +1019,7 @@ def _cluster(ctx: _Ctx, rank: int, parent: int) -> None:
     # one collective operation across ranks: the library's collective_key (sql/collective_key.sql)
     key = (
         "collective_key(process_group, group_ranks)"
-        if ctx.con.execute("SELECT count(*) FROM duckdb_functions() WHERE function_name = 'collective_key'").fetchall()[0][0]
+        if has_macro(ctx.con, "collective_key", "VARCHAR", "VARCHAR")
         else "coalesce(process_group, group_ranks, '')"
     )  # a store the measure stage has not seen
     sql = f"""
