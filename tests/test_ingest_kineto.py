@@ -466,3 +466,57 @@ def test_an_event_that_is_no_object_is_refused_either_way(tmp_path):
     for strict in (True, False):
         with pytest.raises(BadInput, match="bad event in traceEvents"):
             _staged(path, strict)
+
+
+# ------------------------------------------------------------------ the splitter's thread (decode._Ahead)
+
+
+def test_ahead_yields_in_order_and_raises_in_place() -> None:
+    """The splitter's items come in their order; what it raises comes after the items before it, in the consuming
+    thread; leaving early stops the thread and closes the iterator there."""
+    import threading
+
+    from plasmient_report.parsers.kineto.decode import _Ahead
+
+    with _Ahead(iter(range(50)), depth=2) as items:
+        assert list(items) == list(range(50))
+
+    def failing():
+        yield 1
+        yield 2
+        raise BadInput(None, "corrupt or truncated gzip")
+
+    seen = []
+    with pytest.raises(BadInput, match="truncated"), _Ahead(failing()) as items:
+        for x in items:
+            seen.append(x)
+    assert seen == [1, 2]
+
+    closed = threading.Event()
+
+    def endless():
+        try:
+            n = 0
+            while True:
+                yield n
+                n += 1
+        finally:
+            closed.set()
+
+    ahead = _Ahead(endless(), depth=2)
+    with ahead as items:
+        assert next(items) == 0
+    assert closed.is_set() and not ahead._thread.is_alive()
+
+
+def test_a_truncated_gzip_trace_is_one_clear_error(tmp_path: Path) -> None:
+    """A gzip cut short fails while the splitter's thread reads it: the error reaches the run as BadInput, not as a
+    thread's traceback (the reader's errors cross the thread)."""
+    src = sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz")
+    if not src.exists():
+        pytest.skip(f"{src}: the bundled sample is missing")
+    data = src.read_bytes()
+    bad = tmp_path / "cut.pt.trace.json.gz"
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(BadInput, match="gzip"):
+        ingest(bad)
