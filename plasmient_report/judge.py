@@ -19,7 +19,7 @@ import msgspec
 
 from . import __version__, measured, peaks, roofline, verdict_tables, vocab
 from .errors import BadInput
-from .metrics import STEP_LABEL, GpuPeak, beside, loss_fractions, window_label
+from .metrics import STEP_LABEL, GpuPeak, loss_fractions, window_label
 from .rules.base import COMMON_THRESHOLDS
 from .store import has_table, one
 from .verdict_model import (
@@ -762,22 +762,10 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     for rs in ranges:
         if rs.window == "cpu":
             notes.append(f"range {rs.name} launched no GPU work: its window is its CPU interval")
-    # The roofline, built once here (the library's kernel_roofline): report.html reads these rows. Per op and the
-    # shapes on a second cursor while per kernel and the steps run here (read-only queries of 10-30 ms each on a
-    # 100 MiB trace, their results the same either way).
-    side: dict[str, Any] = {}
-
-    def other(cur: duckdb.DuckDBPyConnection) -> None:
-        side["ogroups"] = roofline.kernel_groups(cur, scope, head_range, by="op")
-        side["shapes"] = shapes_of(cur, scope, head_range)
-
-    def here() -> None:
-        side["kgroups"] = roofline.kernel_groups(con, scope, head_range, by="kernel")
-        side["steps"] = steps_of(con, ctx, t)
-
-    beside(con, other, here)
-    kgroups, ogroups = side["kgroups"], side["ogroups"]
-    steps, step_summary = side["steps"]
+    # The roofline, built once here (the library's kernel_roofline): report.html reads these rows.
+    kgroups = roofline.kernel_groups(con, scope, head_range, by="kernel")
+    ogroups = roofline.kernel_groups(con, scope, head_range, by="op")
+    steps, step_summary = steps_of(con, ctx, t)
     for ss in step_summary:
         kinds = [x.window for x in steps if x.range == ss.range]
         n_cpu = sum(1 for k in kinds if k == "cpu")
@@ -786,7 +774,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
                 f"{n_cpu} of the {len(kinds)} steps of {ss.range} launched no GPU work and keep their CPU interval, "
                 "the rest their GPU window: the step times compare two kinds of window"
             )
-    shapes, n_shapes = side["shapes"]
+    shapes, n_shapes = shapes_of(con, scope, head_range)
     for ss in step_summary:
         if ss.slow_step_count:
             worst = ss.slow_steps[0]
