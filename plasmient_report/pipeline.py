@@ -382,6 +382,26 @@ def _writing(out: Path) -> Iterator[None]:
         raise BadInput(out, f"cannot write the outputs ({e.strerror})") from None
 
 
+@contextlib.contextmanager
+def _finishing(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """`store.finish` on a cursor of the store, on a thread, while the body runs. If it fails, `store.save` does
+    the same work again and says why."""
+    cur = store.cursor(con)
+
+    def body() -> None:
+        with contextlib.suppress(duckdb.Error):
+            store.finish(cur)
+
+    t = threading.Thread(target=body, name="plasmient-finish", daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        t.join()
+        with contextlib.suppress(duckdb.Error):
+            cur.close()
+
+
 def write_outputs(
     result: Result,
     out_dir: Path,
@@ -426,7 +446,11 @@ def write_outputs(
                     if worker is not None:
                         worker.send(tmp / name, html.page_context(result.con, result.typed))
                     else:
-                        html.write(result.con, result.typed, tmp / name)
+                        ctx = html.page_context(result.con, result.typed)
+                        # The page is drawn in Python while the store is finished (its comments, a checkpoint: ~70
+                        # ms of DuckDB) on a cursor: nothing else reads the store by now (the trace is taken).
+                        with _finishing(result.con) if "run.duckdb" in todo else contextlib.nullcontext():
+                            (tmp / name).write_text(html.page(ctx), encoding="utf-8")
                 elif name == "trace.pftrace":
                     if result.trace is not None:  # written while the rules ran
                         trace, result.trace = result.trace, None

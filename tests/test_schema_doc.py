@@ -111,3 +111,37 @@ def test_every_documented_column_is_written(tmp_path):
     assert not stale, f"now filled by a recording: drop them from FILLED_ONLY_BY: {stale}"
     reserved = sorted(k for k in filled if NOT_WRITTEN in (comments.get(k) or "") and filled[k])
     assert not reserved, f"written now, but documented as reserved: {reserved}"
+
+
+def _schema_comments(con) -> set[tuple[str, str | None, str | None]]:
+    """schema.sql's comments in a store: its tables' and their columns' (the library's objects, which the measure
+    stage replaces with its own, left out)."""
+    names = ", ".join(repr(t) for t in sorted(set(store.TABLES) - set(schema_doc.LIBRARY_OBJECTS)))
+    tables = con.execute(
+        f"SELECT table_name, NULL, comment FROM duckdb_tables() WHERE schema_name = 'main' AND table_name IN ({names})"
+    ).fetchall()
+    columns = con.execute(
+        f"SELECT table_name, column_name, comment FROM duckdb_columns() WHERE schema_name = 'main' AND table_name IN ({names})"
+    ).fetchall()
+    return set(tables) | set(columns)
+
+
+def test_run_duckdb_gets_the_schema_comments_its_store_was_opened_without(tmp_path: Path) -> None:
+    """The run's store is opened without schema.sql's comments (store.connect_run: ~40 ms of catalog changes moved
+    off the run's start); the run.duckdb it becomes carries every one of them, as a store opened with them does —
+    by `store.save`, and by the main job, which adds them beside report.html's drawing."""
+    reference = _schema_comments(store.connect())
+    assert all(c for _, _, c in reference)
+
+    con = store.connect_run(tmp_path / "scratch")
+    assert not any(c for _, _, c in _schema_comments(con)), "connect_run's store has no comments until it is finished"
+    store.save(con, tmp_path / "run.duckdb")
+    con.close()
+    assert _schema_comments(store.open_readonly(tmp_path / "run.duckdb")) == reference
+
+    from plasmient_report import cli
+
+    out = tmp_path / "out"
+    trace = sample_file("h200_single/kineto_single.pt.trace.json.gz")
+    cli.main([str(trace), "--out", str(out), "--quiet"], standalone_mode=False)
+    assert _schema_comments(store.open_readonly(out / "run.duckdb")) == reference

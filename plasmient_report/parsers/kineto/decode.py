@@ -64,10 +64,10 @@ BATCH_BYTES = 1 << 20
 # Columns of decoded runs are inserted this many bytes of JSON at a time: each INSERT costs ~5 ms to plan (the op
 # and GPU ones ~7 ms), and two loads' columns are held at once (one inserting, the next being decoded): ~2 MiB of
 # RSS per MiB here. 16 rather than 8: ~0.2-0.3 CPU s less on a 100 MB trace, +25 MiB of ingest peak (measured).
-# 64 rather than 16 (session 12, the scan on a thread of its own, `_Ahead`): the 100 MiB trace's decode 0.52 ->
-# 0.44 s (medians of 5, twice), its peak 254 -> 280 MiB, under the run's later peak (~340 MiB); 128: no faster;
-# starting at 8 and doubling: as slow as 16.
-LOAD_BYTES = 64 << 20
+# 32 rather than 16 (session 12, the scan on a thread of its own, `_Ahead`): the 100 MiB trace's decode alone
+# 16: 0.50 s, 32: 0.47, 64: 0.44, 128: 0.44 (medians of 5); the whole run, 4 interleaved rounds: 16: 3.64 s and
+# 356 MiB peak, 32: 3.61 s and 346 MiB, 64: 3.58 s and 360 MiB. 64 buys ~1% of time for ~4% of peak RSS.
+LOAD_BYTES = 32 << 20
 STAGES = ("_kin_gpu", "_kin_cpu", "_kin_py", "_kin_api", "_kin_meta", "_kin_cats", "_kin_mem")
 
 # How each field read is typed in SQL: INT → TRY_CAST(… AS BIGINT), FLOAT → DOUBLE, TEXT → the string (numbers as
