@@ -512,10 +512,7 @@ def test_ahead_yields_in_order_and_raises_in_place() -> None:
 def test_a_truncated_gzip_trace_is_one_clear_error(tmp_path: Path) -> None:
     """A gzip cut short fails while the splitter's thread reads it: the error reaches the run as BadInput, not as a
     thread's traceback (the reader's errors cross the thread)."""
-    src = sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz")
-    if not src.exists():
-        pytest.skip(f"{src}: the bundled sample is missing")
-    data = src.read_bytes()
+    data = sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz").read_bytes()  # committed: never skipped
     bad = tmp_path / "cut.pt.trace.json.gz"
     bad.write_bytes(data[: len(data) // 2])
     with pytest.raises(BadInput, match="gzip"):
