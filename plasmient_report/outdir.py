@@ -218,15 +218,24 @@ def _check_replaceable(out: Path, shown: Path, kind: str) -> None:
 
 
 def _made_dirs(parent: Path) -> list[Path]:
-    """Create `parent` (and its missing parents, following the umask); return what was created, deepest first."""
-    made: list[Path] = []
+    """Create `parent` (and its missing parents, following the umask); return what this call created, deepest
+    first. Another process may create the same folders at the same moment (batch workers staging into `runs/`):
+    one that appeared meanwhile is theirs, not an error and not ours to remove."""
+    missing: list[Path] = []
     p = parent
     while not p.exists():
-        made.append(p)
+        missing.append(p)
         p = p.parent
-    for d in reversed(made):
-        os.mkdir(d)
-    return made
+    made: list[Path] = []
+    for d in reversed(missing):
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            if not d.is_dir():
+                raise
+            continue
+        made.append(d)
+    return made[::-1]
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -284,7 +293,11 @@ def staged(out: Path, kind: str = "run") -> Iterator[Path]:
         owner.register(staging)  # before it exists: a kill at any moment leaves nothing unswept
     try:
         try:
-            os.mkdir(staging)
+            try:
+                os.mkdir(staging)
+            except FileNotFoundError:  # a sibling run that failed removed the parent it had made, empty then: again
+                made += _made_dirs(out.parent)
+                os.mkdir(staging)
         except OSError as e:
             raise BadInput(out, f"cannot create folders in {out.parent} ({e.strerror})") from None
         (staging / "staging.json").write_text(json.dumps({"target": str(out), "pid": os.getpid()}) + "\n", encoding="utf-8")

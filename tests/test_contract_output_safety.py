@@ -359,6 +359,14 @@ def _dead(pid: int) -> bool:
         return True
 
 
+def _errors(out: Path) -> list[object]:
+    """The failed runs' one-line errors from the batch's summary.parquet (for an assertion's message)."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(out / "summary.parquet", columns=["run_id", "error"]).to_pylist()
+    return [r for r in t if r["error"]]
+
+
 def _batch_tree(tmp: Path) -> Path:
     fleet = tmp / "fleet"
     for name in ("a", "b"):
@@ -398,7 +406,7 @@ def test_the_batch_workers_die_with_the_batch(tmp_path: Path, sig: int) -> None:
         timeout=600,
     )
     assert r.returncode == 0, r.stderr
-    assert sorted(x.name for x in (out / "runs").iterdir()) == ["fleet__a", "fleet__b"]
+    assert sorted(x.name for x in (out / "runs").iterdir()) == ["fleet__a", "fleet__b"], (r.stdout, r.stderr, _errors(out))
     left = leftovers(tmp_path, env)
     assert left == [], (left, {p: Path(p).read_text() for p in left if p.endswith(".lock")}, workers, p.pid)
 
@@ -450,3 +458,33 @@ def test_a_file_name_that_is_not_utf8(tmp_path: Path) -> None:
     rows = pq.read_table(tmp_path / "b" / "summary.parquet").to_pylist()
     assert [x["run_id"] for x in rows if x["level"] == "run"] == ["fleet/j\\xffb"]
     assert rows[0]["status"] == "ok"
+
+
+def test_runs_staged_at_once_into_a_new_folder_all_land(tmp_path: Path) -> None:
+    """Batch workers stage their runs into `runs/` at the same moment; whoever creates the shared parent first, every
+    run lands (a CI run lost one: both saw `runs/` missing and the second mkdir failed)."""
+    import threading
+
+    from plasmient_report import outdir
+
+    n, rounds = 8, 40
+    for k in range(rounds):
+        parent = tmp_path / f"b{k}" / "runs"
+        gate = threading.Barrier(n)
+        errors: list[BaseException] = []
+
+        def one(i: int, parent: Path = parent, gate: threading.Barrier = gate) -> None:
+            gate.wait()
+            try:
+                with outdir.staged(parent / f"run{i}") as new:
+                    (new / "verdict.json").write_text("{}")
+            except BaseException as e:  # noqa: BLE001 — collected and asserted below
+                errors.append(e)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [], (k, errors)
+        assert sorted(x.name for x in parent.iterdir()) == sorted(f"run{i}" for i in range(n))
