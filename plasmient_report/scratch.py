@@ -243,7 +243,11 @@ def sweep(base: Path | None = None) -> list[Path]:
                 os.unlink(e.path)
             removed.append(run_dir)
         elif e.name.startswith("run-") and e.is_dir(follow_symlinks=False) and f"{e.name}.lock" not in names:
-            shutil.rmtree(e.path, ignore_errors=True)  # its lock is gone: created first, removed last
+            # Its lock is gone (created first, removed last) — unless the listing missed a lock made while it was
+            # read (a directory read is no snapshot): asked again now, a run being created keeps its folder.
+            if os.path.lexists(base / f"{e.name}.lock"):
+                continue
+            shutil.rmtree(e.path, ignore_errors=True)
             removed.append(Path(e.path))
     removed += _sweep_legacy()
     return removed

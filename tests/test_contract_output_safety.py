@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -473,7 +474,7 @@ def test_runs_staged_at_once_into_a_new_folder_all_land(tmp_path: Path) -> None:
         gate = threading.Barrier(n)
         errors: list[BaseException] = []
 
-        def one(i: int, parent: Path = parent, gate: threading.Barrier = gate) -> None:
+        def one(i: int, parent: Path = parent, gate: threading.Barrier = gate, errors: list[BaseException] = errors) -> None:
             gate.wait()
             try:
                 with outdir.staged(parent / f"run{i}") as new:
@@ -488,3 +489,27 @@ def test_runs_staged_at_once_into_a_new_folder_all_land(tmp_path: Path) -> None:
             t.join()
         assert errors == [], (k, errors)
         assert sorted(x.name for x in parent.iterdir()) == sorted(f"run{i}" for i in range(n))
+
+
+def test_a_sweep_keeps_a_run_folder_whose_lock_its_listing_missed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A directory read is no snapshot: a run created while another run sweeps may show its folder but not its lock
+    (made just before). The sweep asks for the lock again before it removes a folder as a leftover."""
+    from plasmient_report import scratch
+
+    live = scratch.Scratch.create(tmp_path)
+    orphan = tmp_path / "run-1-orphan"
+    orphan.mkdir()  # a real leftover: no lock at all
+    real_scandir = os.scandir
+
+    def listing_without_locks(path: Any = ".") -> Any:
+        if not isinstance(path, str | os.PathLike) or Path(path) != tmp_path:  # shutil.rmtree reads folders too
+            return real_scandir(path)
+        return [e for e in real_scandir(str(path)) if not e.name.endswith(".lock")]
+
+    monkeypatch.setattr(scratch.os, "scandir", listing_without_locks)
+    try:
+        removed = scratch.sweep(tmp_path)
+        assert live.path.is_dir() and live.lock_path.exists()
+        assert removed == [orphan] and not orphan.exists()
+    finally:
+        live.close()
