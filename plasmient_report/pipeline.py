@@ -382,24 +382,11 @@ def _writing(out: Path) -> Iterator[None]:
         raise BadInput(out, f"cannot write the outputs ({e.strerror})") from None
 
 
-@contextlib.contextmanager
-def _finishing(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """`store.finish` on a cursor of the store, on a thread, while the body runs. If it fails, `store.save` does
-    the same work again and says why."""
-    cur = store.cursor(con)
-
-    def body() -> None:
-        with contextlib.suppress(duckdb.Error):
-            store.finish(cur)
-
-    t = threading.Thread(target=body, name="plasmient-finish", daemon=True)
-    t.start()
-    try:
-        yield
-    finally:
-        t.join()
-        with contextlib.suppress(duckdb.Error):
-            cur.close()
+def _finish_quietly(cur: duckdb.DuckDBPyConnection) -> None:
+    """`store.finish` on a cursor beside report.html's drawing; if it fails, `store.save` does the same work again
+    and says why."""
+    with contextlib.suppress(duckdb.Error):
+        store.finish(cur)
 
 
 def write_outputs(
@@ -447,10 +434,16 @@ def write_outputs(
                         worker.send(tmp / name, html.page_context(result.con, result.typed))
                     else:
                         ctx = html.page_context(result.con, result.typed)
+
                         # The page is drawn in Python while the store is finished (its comments, a checkpoint: ~70
                         # ms of DuckDB) on a cursor: nothing else reads the store by now (the trace is taken).
-                        with _finishing(result.con) if "run.duckdb" in todo else contextlib.nullcontext():
-                            (tmp / name).write_text(html.page(ctx), encoding="utf-8")
+                        def draw(ctx: dict[str, Any] = ctx, to: Path = tmp / name) -> None:
+                            to.write_text(html.page(ctx), encoding="utf-8")
+
+                        if "run.duckdb" in todo:
+                            metrics.beside(result.con, _finish_quietly, draw)
+                        else:
+                            draw()
                 elif name == "trace.pftrace":
                     if result.trace is not None:  # written while the rules ran
                         trace, result.trace = result.trace, None
