@@ -1014,11 +1014,14 @@ SHORT_SYNC_WAIT_SHARE = 0.25
 
 def _gpu_identity_notes(con: duckdb.DuckDBPyConnection) -> list[str]:
     """How a GPU the trace does not name (or names generically) was identified — its peak rests on it: the
-    sources' notes of parsers/gpus.py (peaks.identify's sentences), each said once."""
+    sources' notes of parsers/gpus.py (peaks.identify's sentences); and ranges cut to the profiler's recording
+    (parsers/kineto) — a step's time rests on it. Each said once."""
     out: list[str] = []
     for (notes,) in con.execute("SELECT notes FROM sources WHERE notes IS NOT NULL ORDER BY source_id").fetchall():
         out += [
-            x for x in str(notes).split("; ") if (peaks.IDENTIFIED_MARK in x or peaks.CONTRADICTED_MARK in x) and x not in out
+            x
+            for x in str(notes).split("; ")
+            if (peaks.IDENTIFIED_MARK in x or peaks.CONTRADICTED_MARK in x or vocab.CUT_RANGES_MARK in x) and x not in out
         ]
     return out
 

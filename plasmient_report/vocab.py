@@ -350,3 +350,9 @@ SGLANG_RE = r"(^|[^a-z])sglang(::|/|\.|[^a-z]|$)"
 HIP_API_RE = r"^hip"
 # CPU ops that are annotations or compiled regions, not framework ops: never a kernel's op to fuse.
 ANNOTATION_OP_RE = r"(?i)(^Torch-Compiled Region|^CompiledFunction|^## |^ProfilerStep#|^enumerate\(|Optimizer\.|\.py\(|^<)"
+
+
+# Said in a Kineto source's note when host events reached outside the profiler's recording and were cut to it;
+# the note of cut ranges also says CUT_RANGES_MARK, and the verdict repeats it (a step's time changes with it).
+OUTSIDE_RECORDING_MARK = "outside the profiler's recording"
+CUT_RANGES_MARK = "a range's time is its recorded part"

@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 import msgspec
 
+from ... import vocab
 from ...errors import BadInput
 from ...store import one
 from .. import gpus, ranks
@@ -56,6 +57,7 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> Kineto
         }
         info = _describe(path, head, dec, cats)
         _clean(con, path, info)
+        _clip_to_recording(con, info)
         rows = _devices(con, head, info)
         info.gpu_events = emit.emit(con, source_id, info.rank, int(info.base_time_ns or 0), rows)
         if info.gpu_events == 0 and (what := schema.non_gpu_accelerator(cats)):
@@ -224,6 +226,85 @@ def _clean(con: duckdb.DuckDBPyConnection, path: Path, info: KinetoSource) -> No
         if total and n_left >= total:
             raise BadInput(path, "no event has a usable time (" + ", ".join(f"{n} with {r}" for r, n in left.items()) + ")")
         info.notes.append("events left out: " + ", ".join(f"{n} with {r}" for r, n in left.items()))
+
+
+# The host-side staging tables whose events are cut to the recording (GPU activities are what was recorded).
+_HOST_STAGES = ("_kin_cpu", "_kin_api", "_kin_py")
+# How far past the recording's edges an event may reach and still be inside it (µs): the Python frames that close
+# with the profiler end on its span's end, but `ts + dur` of µs floats at epoch magnitude is off by ~1 ns, and
+# older torch writes whole µs.
+_EDGE_US = 1.0
+
+
+def _clip_to_recording(con: duckdb.DuckDBPyConnection, info: KinetoSource) -> None:
+    """Cut the host events to when the profiler recorded: its `PyTorch Profiler (N)` spans (`_kin_span`), widened
+    to the first and last GPU activity. A range can close long after the profiler stopped (the last
+    `ProfilerStep#N` of a torch.compile run, seconds later at exit): its time past the recording holds no recorded
+    GPU work or host call, and measured as a step it read as seconds of idle GPU waiting on a sync. Events wholly
+    outside are left out; every one cut or left out is said in a note. Without a span nothing is cut."""
+    row = one(
+        con,
+        "SELECT min(ts), max(ts + dur) FROM _kin_span WHERE name LIKE 'PyTorch Profiler%' AND isfinite(ts) AND dur > 0",
+    )
+    if not row or row[0] is None:
+        return
+    gpu = one(
+        con,
+        "SELECT min(ts), max(ts + coalesce(dur, 0)) FROM _kin_gpu WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')",
+    )
+    lo, hi = float(row[0]), float(row[1])
+    if gpu and gpu[0] is not None:
+        lo, hi = min(lo, float(gpu[0])), max(hi, float(gpu[1]))
+    lo, hi = lo - _EDGE_US, hi + _EDGE_US
+    outside = f"(ts + coalesce(dur, 0) > {hi!r} OR ts < {lo!r})"
+    is_range = {"_kin_cpu": "cat = 'user_annotation' OR name LIKE 'ProfilerStep#%'", "_kin_api": "false", "_kin_py": "false"}
+    events = " UNION ALL ".join(
+        f"SELECT coalesce(name, '(unnamed)') AS name, {is_range[t]} AS is_range, ts + coalesce(dur, 0) > {hi!r} AS past, "
+        f"greatest({lo!r} - ts, ts + coalesce(dur, 0) - {hi!r}) AS us, ts >= {hi!r} OR ts + coalesce(dur, 0) <= {lo!r} AS gone "
+        f"FROM {t} WHERE {outside}"
+        for t in _HOST_STAGES
+    )
+    # per kind (ranges, the rest): how many reached outside and were left out, and its three names that reached
+    # farthest (per name and side: how many, how far)
+    found = con.execute(f"""
+        SELECT is_range, name, past, n, us, sum(n) OVER k AS total, sum(gone) OVER k AS total_gone FROM (
+            SELECT is_range, name, past, count(*) AS n, max(us) AS us, count(*) FILTER (WHERE gone) AS gone
+            FROM ({events}) GROUP BY ALL)
+        WINDOW k AS (PARTITION BY is_range)
+        QUALIFY row_number() OVER (PARTITION BY is_range ORDER BY us DESC, name) <= 3
+        ORDER BY is_range DESC, us DESC, name""").fetchall()
+    if not found:
+        return
+    for t in _HOST_STAGES:
+        con.execute(f"DELETE FROM {t} WHERE ts >= {hi!r} OR ts + coalesce(dur, 0) <= {lo!r}")
+        con.execute(
+            f"UPDATE {t} SET ts = greatest(ts, {lo!r}), dur = least(ts + coalesce(dur, 0), {hi!r}) - greatest(ts, {lo!r}) "
+            f"WHERE {outside}"
+        )
+    for ranges in (True, False):
+        these = [f for f in found if bool(f[0]) == ranges]
+        if not these:
+            continue
+        total, gone = int(these[0][5]), int(these[0][6])
+        said = ", ".join(
+            f"{name}{f' ×{n}' if n > 1 else ''} {'ended' if past else 'began'} {'up to ' if n > 1 else ''}{_us(us)} "
+            f"{'after' if past else 'before'} it"
+            for _, name, past, n, us, _, _ in these
+        )
+        what = (
+            f"{total} range{'s' if total > 1 else ''}"
+            if ranges
+            else f"{total} host op{'s' if total > 1 else ''} / call{'s' if total > 1 else ''}"
+        )
+        info.notes.append(
+            f"{what} reached {vocab.OUTSIDE_RECORDING_MARK} (its PyTorch Profiler span, widened to the GPU activities): "
+            f"{said}. Cut to the recording{f', {gone} wholly outside left out' if gone else ''}: nothing was "
+            "recorded outside it" + (f", so {vocab.CUT_RANGES_MARK}" if ranges else "")
+        )
+
+
+def _us(us: float) -> str:
+    return f"{us / 1e6:.2f} s" if us >= 1e6 else f"{us / 1e3:.1f} ms" if us >= 1e3 else f"{us:.0f} µs"
 
 
 def _devices(con: duckdb.DuckDBPyConnection, head: schema.Head, info: KinetoSource) -> list[DeviceRow]:

@@ -21,6 +21,7 @@ The staging tables:
 - `_kin_meta`: process / thread names; `_kin_cats`: events per category (what a trace without GPU work is) and
   complete events without a name (left out);
 - `_kin_mem`: allocator events (`[memory]` instants of `profile_memory=True`).
+- `_kin_span`: the profiler's own spans (category `Trace`, e.g. `PyTorch Profiler (0)`): when it recorded.
 
 This module is the decode internals only: detection, schema variants and device mapping live beside it.
 """
@@ -68,7 +69,7 @@ BATCH_BYTES = 1 << 20
 # 16: 0.50 s, 32: 0.47, 64: 0.44, 128: 0.44 (medians of 5); the whole run, 4 interleaved rounds: 16: 3.64 s and
 # 356 MiB peak, 32: 3.61 s and 346 MiB, 64: 3.58 s and 360 MiB. 64 buys ~1% of time for ~4% of peak RSS.
 LOAD_BYTES = 32 << 20
-STAGES = ("_kin_gpu", "_kin_cpu", "_kin_py", "_kin_api", "_kin_meta", "_kin_cats", "_kin_mem")
+STAGES = ("_kin_gpu", "_kin_cpu", "_kin_py", "_kin_api", "_kin_span", "_kin_meta", "_kin_cats", "_kin_mem")
 
 # How each field read is typed in SQL: INT → TRY_CAST(… AS BIGINT), FLOAT → DOUBLE, TEXT → the string (numbers as
 # their text where the SQL says so), RAW → a JSON value (arrays: shapes, dtypes, grid, process-group ranks).
@@ -158,6 +159,7 @@ STAGE_FIELDS: dict[str, tuple[str, ...]] = {
         "args." + k for k in ("External id", "Sequence number", "flops", "Input Dims", "Input type", "Concrete Inputs", *_COMMS)
     ),
     "_kin_py": ("ph", "cat", "name", "pid", "tid", "ts", "dur"),
+    "_kin_span": ("ph", "cat", "name", "ts", "dur"),  # (its pid / tid are text: "Spans", "PyTorch Profiler")
     "_kin_api": _EVENT + ("args.External id", "args.correlation", "args.cbid"),
     "_kin_meta": ("ph", "pid", "tid", "name", "args.name", "args.labels"),
     "_kin_cats": ("cat", "ph", "name"),
@@ -367,12 +369,13 @@ class _Categories:
             self.con.close()
 
 
-_FAMILIES = ("_kin_gpu", "_kin_cpu", "_kin_api", "_kin_py")
+_FAMILIES = ("_kin_gpu", "_kin_cpu", "_kin_api", "_kin_py", "_kin_span")
 _FAMILY = {
     **{c: 0 for c in schema.GPU_CATS},
     **{c: 1 for c in _OP_CATS},
     **{c: 2 for c in schema.API_CATS},
     **{c: 3 for c in _PY_CATS},
+    **{c: 4 for c in schema.SPAN_CATS},
 }
 _TAKEN = ("ph", "cat", "name")  # read for every event (to sort the events into families), then taken per family
 _TRANSPOSE = {
@@ -705,6 +708,9 @@ def stage_selects(c: Columns, map_categories: bool = True) -> dict[str, str]:
         "_kin_py": f"""
         SELECT {name} AS name, {c.i("pid")} AS pid, {c.i("tid")} AS tid, {c.d("ts")} AS ts, {c.d("dur")} AS dur
         FROM {src} WHERE {x} AND {cats(_PY_CATS)}""",
+        "_kin_span": f"""
+        SELECT {name} AS name, {c.d("ts")} AS ts, {c.d("dur")} AS dur
+        FROM {src} WHERE {x} AND {cats(schema.SPAN_CATS)}""",
         "_kin_api": f"""
         SELECT {common}, {c.i("args.correlation")} AS correlation, TRY_CAST({c.i("args.cbid")} AS INTEGER) AS cbid
         FROM {src} WHERE {x} AND {cats(schema.API_CATS)}""",

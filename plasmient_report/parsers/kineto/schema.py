@@ -31,6 +31,9 @@ CATEGORY_ALIASES: dict[str, str] = {
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation")
 CPU_CATS = ("cpu_op", "user_annotation", "python_function")
 API_CATS = ("cuda_runtime", "cuda_driver")
+# The profiler's own spans: Kineto writes one complete event of category `Trace` per recording, named
+# `PyTorch Profiler (N)`, from when it started collecting to when it stopped.
+SPAN_CATS = ("trace",)
 # Categories of accelerators that are not GPUs (no kernels this tool can measure): prefix → what the trace is.
 NON_GPU_ACCELERATORS = {"mtia": "a Meta MTIA accelerator trace (mtia_* events)"}
 

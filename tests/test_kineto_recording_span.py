@@ -1,0 +1,97 @@
+"""Host events that reach outside the profiler's recording (its `PyTorch Profiler (N)` span) are cut to it: a
+range that closed after the profiler stopped (the last ProfilerStep of a torch.compile run, seconds later at exit)
+holds no recorded work past the recording, and measured whole it read as seconds of idle GPU."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from plasmient_report import pipeline, vocab
+
+from .conftest import corpus_file, sample_file
+
+LATE_S = 10.0  # how far past the recording the edited step closes
+
+
+def _events(path: Path) -> tuple[dict, list[dict]]:
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    return doc, doc["traceEvents"]
+
+
+def _span_end(ev: list[dict]) -> float:
+    """The recording's end (µs, the trace's clock): the profiler's span, widened to the last GPU activity."""
+    span = max(e["ts"] + e["dur"] for e in ev if e.get("cat") == "Trace" and e.get("ph") == "X")
+    gpu = max(e["ts"] + e.get("dur", 0) for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    return max(span, gpu)
+
+
+def _steps(path: Path) -> tuple[list[tuple[int, int, int]], list[str]]:
+    """(occurrence, start_ns, end_ns) of each ProfilerStep's GPU window, and the verdict's notes."""
+    res = pipeline.analyse([path], pipeline.Options())
+    try:
+        rows = res.con.execute(
+            "SELECT occurrence, start_ns, end_ns FROM steps WHERE label = 'ProfilerStep#*' ORDER BY occurrence"
+        ).fetchall()
+        assert res.typed is not None
+        return rows, list(res.typed.notes)
+    finally:
+        res.close()
+
+
+def test_a_step_closed_after_the_profiler_stopped_is_measured_to_the_recording(tmp_path: Path) -> None:
+    # Truth: the same recording (h200_sync_stack, 6 ProfilerSteps) as recorded, where every step closed inside the
+    # profiler's span. The edit closes the last CPU-side ProfilerStep LATE_S after it, as a step left open at exit
+    # is: the recorded work did not change, so neither may the steps' windows, but for the step's CPU end now
+    # reaching the recording's end (at most that much later than it closed).
+    path = sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz")
+    doc, ev = _events(path)
+    end = _span_end(ev)
+    cpu_steps = [e for e in ev if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    last = max(cpu_steps, key=lambda e: e["ts"])
+    slack_ns = (end - (last["ts"] + last["dur"])) * 1e3  # how much later the cut end may be than the recorded one
+    assert slack_ns >= 0
+    last["dur"] = end - last["ts"] + LATE_S * 1e6
+    edited = tmp_path / "late_step.pt.trace.json.gz"
+    edited.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+    want, _ = _steps(path)
+    got, notes = _steps(edited)
+    assert len(got) == len(want) == 6
+    assert got[:-1] == want[:-1]
+    (_, s0, e0), (_, s1, e1) = want[-1], got[-1]
+    assert s1 == s0
+    assert e0 <= e1 <= e0 + slack_ns + 1000, (e0, e1, slack_ns)  # (+ the cut's 1 µs edge)  # not LATE_S later
+    said = [n for n in notes if vocab.CUT_RANGES_MARK in n]
+    assert len(said) == 1 and "ProfilerStep#" in said[0] and "10.0" in said[0], notes
+
+
+def test_the_torch_compile_example_s_step_ends_with_its_recording() -> None:
+    # HTA's triton_example (A100, torch.compile): ProfilerStep#1 closes 13.3 s after the profiler's span ends,
+    # 1.7 ms after the step began. Truth: the span in the file, read here with json.
+    path = corpus_file("public-kineto-hta/triton_example__triton_example.json.gz")
+    _, ev = _events(path)
+    end = _span_end(ev)
+    step = next(e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#"))
+    assert step["ts"] + step["dur"] > end + 1e6  # (what makes this trace the case)
+    rows, notes = _steps(path)
+    assert len(rows) == 1
+    _, s, e = rows[0]
+    assert (e - s) / 1e3 <= end - step["ts"] + 2, ((e - s) / 1e3, end - step["ts"])
+    assert any(vocab.CUT_RANGES_MARK in n and "ProfilerStep#1" in n for n in notes), notes
+
+
+def test_nothing_is_cut_from_a_trace_recorded_whole() -> None:
+    # Every event of this recording lies inside the profiler's span: no note, the ranges as recorded.
+    path = sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz")
+    _, ev = _events(path)
+    end = _span_end(ev)
+    # (to the ns: the frames that close with the profiler end on its span's end, `ts + dur` of floats ~1 ns off)
+    assert all(e["ts"] + e.get("dur", 0) <= end + 0.002 for e in ev if e.get("ph") == "X" and e.get("cat") != "Trace")
+    res = pipeline.analyse([path], pipeline.Options())
+    try:
+        notes = res.con.execute("SELECT notes FROM sources").fetchone()[0] or ""
+        assert vocab.OUTSIDE_RECORDING_MARK not in notes
+    finally:
+        res.close()
