@@ -27,6 +27,12 @@ def _span_end(ev: list[dict]) -> float:
     return max(span, gpu)
 
 
+def _span_start(ev: list[dict]) -> float:
+    """The recording's start: the profiler's span, widened to the first GPU activity."""
+    span = min(e["ts"] for e in ev if e.get("cat") == "Trace" and e.get("ph") == "X")
+    return min(span, min(e["ts"] for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")))
+
+
 def _steps(path: Path) -> tuple[list[tuple[int, int, int]], list[str]]:
     """(occurrence, start_ns, end_ns) of each ProfilerStep's GPU window, and the verdict's notes."""
     res = pipeline.analyse([path], pipeline.Options())
@@ -50,7 +56,7 @@ def test_a_step_closed_after_the_profiler_stopped_is_measured_to_the_recording(t
     end = _span_end(ev)
     cpu_steps = [e for e in ev if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")]
     last = max(cpu_steps, key=lambda e: e["ts"])
-    slack_ns = (end - (last["ts"] + last["dur"])) * 1e3  # how much later the cut end may be than the recorded one
+    slack_ns = round((end - (last["ts"] + last["dur"])) * 1e3)  # how much later the cut end may be than the recorded one
     assert slack_ns >= 0
     last["dur"] = end - last["ts"] + LATE_S * 1e6
     edited = tmp_path / "late_step.pt.trace.json.gz"
@@ -62,9 +68,38 @@ def test_a_step_closed_after_the_profiler_stopped_is_measured_to_the_recording(t
     assert got[:-1] == want[:-1]
     (_, s0, e0), (_, s1, e1) = want[-1], got[-1]
     assert s1 == s0
-    assert e0 <= e1 <= e0 + slack_ns + 1000, (e0, e1, slack_ns)  # (+ the cut's 1 µs edge)  # not LATE_S later
+    assert e0 <= e1 <= e0 + slack_ns + 1002, (e0, e1, slack_ns)  # not LATE_S later (+ the 1 µs edge, ns rounding)
     said = [n for n in notes if vocab.CUT_RANGES_MARK in n]
-    assert len(said) == 1 and "ProfilerStep#" in said[0] and "10.0" in said[0], notes
+    assert len(said) == 1 and "ProfilerStep#" in said[0] and "ended 10.00 s after" in said[0], notes
+
+
+def test_a_step_opened_before_the_profiler_started_is_measured_from_the_recording(tmp_path: Path) -> None:
+    # The other edge, the same truth: the first CPU-side ProfilerStep of h200_sync_stack opened LATE_S before the
+    # profiler's span. Its window may start no earlier than the recording (the slack: how much earlier the span
+    # starts than the step did), not LATE_S earlier.
+    path = sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz")
+    doc, ev = _events(path)
+    start = _span_start(ev)
+    cpu_steps = [e for e in ev if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    first = min(cpu_steps, key=lambda e: e["ts"])
+    slack_ns = round((first["ts"] - start) * 1e3)  # (an int: the ns times are beyond float precision)
+    assert slack_ns >= 0
+    end = first["ts"] + first["dur"]
+    first["ts"] = start - LATE_S * 1e6
+    first["dur"] = end - first["ts"]
+    edited = tmp_path / "early_step.pt.trace.json.gz"
+    edited.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+    want, _ = _steps(path)
+    got, notes = _steps(edited)
+    assert len(got) == len(want) == 6
+    assert got[1:] == want[1:]
+    (_, s0, e0), (_, s1, e1) = want[0], got[0]
+    assert e1 == e0
+    # not LATE_S earlier (+ the cut's 1 µs edge, and 1 ns of rounding of each of the two µs-to-ns conversions)
+    assert s0 - slack_ns - 1002 <= s1 <= s0, (s0, s1, slack_ns)
+    said = [n for n in notes if vocab.CUT_RANGES_MARK in n]
+    assert len(said) == 1 and "ProfilerStep#" in said[0] and "began 10.00 s before" in said[0], notes
 
 
 def test_the_torch_compile_example_s_step_ends_with_its_recording() -> None:
