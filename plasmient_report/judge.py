@@ -753,7 +753,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     notes += _precision_notes(con, scope, head_range)
     notes += _unlaunched_notes(con, scope, head_range, head.get("window_ns"))
     notes += _wait_unknown_notes(con, losses)
-    notes += _gpu_identity_notes(con)
+    notes += _source_notes(con)
     # (idle time with work queued explains the gaps better than the host's work after a sync: one or the other)
     pending = _pending_idle_notes(con, scope, head_range, head.get("window_ns"))
     notes += pending or _short_sync_notes(con, scope, head_range, losses)
@@ -1012,7 +1012,7 @@ SHORT_SYNC_NOTE_FRACTION = 0.05
 SHORT_SYNC_WAIT_SHARE = 0.25
 
 
-def _gpu_identity_notes(con: duckdb.DuckDBPyConnection) -> list[str]:
+def _source_notes(con: duckdb.DuckDBPyConnection) -> list[str]:
     """How a GPU the trace does not name (or names generically) was identified — its peak rests on it: the
     sources' notes of parsers/gpus.py (peaks.identify's sentences); and ranges cut to the profiler's recording
     (parsers/kineto) — a step's time rests on it. Each said once."""

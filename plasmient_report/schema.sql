@@ -256,7 +256,7 @@ COMMENT ON COLUMN ranges.device IS 'GPU for `on_gpu` copies';
 COMMENT ON COLUMN ranges.domain IS '`user_annotation` (CPU side), `gpu_user_annotation` (Kineto''s GPU-stream copy), `python` (Kineto `python_function` events of a `with_stack=True` trace: one range per Python frame, named `file.py(LINE): function` with the line of its `def`; used to name the Python site of host syncs, never as analysis windows or in the per-range breakdown), NVTX domain name (nsys: `default` for domain 0, else the name its DomainCreate event registered, e.g. `NCCL`, `MPI`, `CCCL`). nsys push/pop and start/end ranges that ended; `emit_nvtx` op ranges go to `ops`, not here';
 COMMENT ON COLUMN ranges.name IS '`phase:train_step`, `ProfilerStep#3`, `nccl:all_reduce`, …';
 COMMENT ON COLUMN ranges.start_ns IS 'start';
-COMMENT ON COLUMN ranges.end_ns IS 'end (Kineto: host-side ranges, ops and calls are cut to the profiler''s recording — its `PyTorch Profiler (N)` span widened to the GPU activities — and the source''s notes say which: a `ProfilerStep#N` left open at exit closes seconds after the profiler stopped)';
+COMMENT ON COLUMN ranges.end_ns IS 'end (Kineto: ranges, ops and Python frames are cut to the profiler''s recording — its `PyTorch Profiler (N)` span widened to the GPU activities and runtime calls — and the source''s notes say which: a `ProfilerStep#N` left open at exit closes seconds after the profiler stopped; `start_ns` likewise)';
 COMMENT ON COLUMN ranges.depth IS 'reserved for the nesting depth: no parser computes it yet (always NULL)';
 COMMENT ON COLUMN ranges.on_gpu IS 'true for the GPU-timeline copy (which can end early; `--range` uses the CPU side when present)';
 COMMENT ON COLUMN ranges.external_id IS 'Kineto External id';

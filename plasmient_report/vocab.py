@@ -354,5 +354,5 @@ ANNOTATION_OP_RE = r"(?i)(^Torch-Compiled Region|^CompiledFunction|^## |^Profile
 
 # Said in a Kineto source's note when host events reached outside the profiler's recording and were cut to it;
 # the note of cut ranges also says CUT_RANGES_MARK, and the verdict repeats it (a step's time changes with it).
-OUTSIDE_RECORDING_MARK = "outside the profiler's recording"
-CUT_RANGES_MARK = "a range's time is its recorded part"
+OUTSIDE_RECORDING_MARK = "outside the recording"  # (of the profiler)
+CUT_RANGES_MARK = "a cut range is measured over its recorded part"

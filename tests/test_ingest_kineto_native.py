@@ -96,7 +96,7 @@ OP = {
         [{**KERNEL, "tid": "stream 7"}, OP],
         [{**OP, "args": {"External id": 2**63}}],
         [{**KERNEL, "args": {**KERNEL["args"], "dtype": 5}}],
-        # the same on events no table reads
+        # the same on the profiler's span (its pid and tid are text; its table reads neither)
         [{"ph": "X", "cat": "Trace", "pid": "Spans", "tid": "PyTorch Profiler", "ts": 1, "dur": 2, "name": "x"}, KERNEL],
         # what the Structs refuse (the run goes the lenient way): a float id, a bool, args that is no object
         [{**OP, "args": {"External id": 1.5}}],

@@ -130,3 +130,21 @@ def test_nothing_is_cut_from_a_trace_recorded_whole() -> None:
         assert vocab.OUTSIDE_RECORDING_MARK not in notes
     finally:
         res.close()
+
+
+def test_runtime_calls_after_the_span_widen_the_recording() -> None:
+    # HTA's nccl_parser_config: four cudaEventQuery calls were recorded 17 ms after the profiler's span ended (the
+    # GPU tracer records runtime calls with the GPU activities): they are kept, and bound the recording (truth: the
+    # file's own runtime events, counted with json).
+    path = corpus_file("public-kineto-hta/nccl_parser_config__nccl_data.json.gz")
+    _, ev = _events(path)
+    span_end = max(e["ts"] + e["dur"] for e in ev if e.get("cat") == "Trace" and e.get("ph") == "X")
+    api = [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    assert sum(e["ts"] > span_end for e in api) == 4  # (what makes this trace the case)
+    res = pipeline.analyse([path], pipeline.Options())
+    try:
+        assert res.con.execute("SELECT count(*) FROM api_calls").fetchone()[0] == len(api)
+        notes = res.con.execute("SELECT notes FROM sources").fetchone()[0] or ""
+        assert vocab.OUTSIDE_RECORDING_MARK not in notes
+    finally:
+        res.close()

@@ -228,8 +228,10 @@ def _clean(con: duckdb.DuckDBPyConnection, path: Path, info: KinetoSource) -> No
         info.notes.append("events left out: " + ", ".join(f"{n} with {r}" for r, n in left.items()))
 
 
-# The host-side staging tables whose events are cut to the recording (GPU activities are what was recorded).
-_HOST_STAGES = ("_kin_cpu", "_kin_api", "_kin_py")
+# The host-side staging tables whose events are cut to the recording: ops and annotations, Python frames. (Runtime
+# calls are recorded by the GPU tracer with the GPU activities: they bound the recording, as those do.)
+_HOST_STAGES = ("_kin_cpu", "_kin_py")
+_IS_RANGE = {"_kin_cpu": "cat = 'user_annotation' OR name LIKE 'ProfilerStep#%'", "_kin_py": "false"}
 # How far past the recording's edges an event may reach and still be inside it (µs): the Python frames that close
 # with the profiler end on its span's end, but `ts + dur` of µs floats at epoch magnitude is off by ~1 ns, and
 # older torch writes whole µs.
@@ -237,46 +239,51 @@ _EDGE_US = 1.0
 
 
 def _clip_to_recording(con: duckdb.DuckDBPyConnection, info: KinetoSource) -> None:
-    """Cut the host events to when the profiler recorded: its `PyTorch Profiler (N)` spans (`_kin_span`), widened
-    to the first and last GPU activity. A range can close long after the profiler stopped (the last
-    `ProfilerStep#N` of a torch.compile run, seconds later at exit): its time past the recording holds no recorded
-    GPU work or host call, and measured as a step it read as seconds of idle GPU waiting on a sync. Events wholly
-    outside are left out; every one cut or left out is said in a note. Without a span nothing is cut."""
+    """Cut the host events to when the profiler recorded. A range can close long after the profiler stopped (the
+    last `ProfilerStep#N` of a torch.compile run, seconds later at exit): its time past the recording holds no
+    recorded GPU work or runtime call, and measured whole it read as seconds of idle GPU waiting on a sync.
+
+    The recording: the profiler's `PyTorch Profiler (N)` spans (`_kin_span`; several in one file: their hull),
+    widened to every GPU activity and runtime call. Ops, annotations and Python frames reaching outside are cut to
+    it, those wholly outside left out; each kind is said once in the source's notes (cut ranges also in the
+    verdict's: a step's time changes). A trace without a span is left as it is: traces that lack one are often cut
+    out of longer ones by a splitter (an iteration kept whole: its annotation and first Python frames begin before
+    its first op or launch), where the recorded events bound nothing."""
     row = one(
         con,
-        "SELECT min(ts), max(ts + dur) FROM _kin_span WHERE name LIKE 'PyTorch Profiler%' AND isfinite(ts) AND dur > 0",
+        """SELECT min(s), max(e) FROM (
+               SELECT ts AS s, ts + dur AS e, true AS span FROM _kin_span
+               WHERE name LIKE 'PyTorch Profiler%' AND isfinite(ts) AND dur > 0
+               UNION ALL SELECT ts, ts + coalesce(dur, 0), false FROM _kin_gpu
+               WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')
+               UNION ALL SELECT ts, ts + coalesce(dur, 0), false FROM _kin_api)
+           HAVING bool_or(span)""",
     )
     if not row or row[0] is None:
         return
-    gpu = one(
-        con,
-        "SELECT min(ts), max(ts + coalesce(dur, 0)) FROM _kin_gpu WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')",
-    )
-    lo, hi = float(row[0]), float(row[1])
-    if gpu and gpu[0] is not None:
-        lo, hi = min(lo, float(gpu[0])), max(hi, float(gpu[1]))
-    lo, hi = lo - _EDGE_US, hi + _EDGE_US
+    lo, hi = float(row[0]) - _EDGE_US, float(row[1]) + _EDGE_US
     outside = f"(ts + coalesce(dur, 0) > {hi!r} OR ts < {lo!r})"
-    is_range = {"_kin_cpu": "cat = 'user_annotation' OR name LIKE 'ProfilerStep#%'", "_kin_api": "false", "_kin_py": "false"}
+    gone_if = f"{outside} AND (ts >= {hi!r} OR ts + coalesce(dur, 0) <= {lo!r})"
     events = " UNION ALL ".join(
-        f"SELECT coalesce(name, '(unnamed)') AS name, {is_range[t]} AS is_range, ts + coalesce(dur, 0) > {hi!r} AS past, "
-        f"greatest({lo!r} - ts, ts + coalesce(dur, 0) - {hi!r}) AS us, ts >= {hi!r} OR ts + coalesce(dur, 0) <= {lo!r} AS gone "
+        f"SELECT replace(coalesce(name, '(unnamed)'), '; ', ', ') AS name, {_IS_RANGE[t]} AS is_range, "
+        f"greatest({lo!r} - ts, 0) AS before, greatest(ts + coalesce(dur, 0) - {hi!r}, 0) AS after, {gone_if} AS gone "
         f"FROM {t} WHERE {outside}"
         for t in _HOST_STAGES
     )
-    # per kind (ranges, the rest): how many reached outside and were left out, and its three names that reached
-    # farthest (per name and side: how many, how far)
+    # per kind (ranges, the rest): how many reached outside and how many were wholly outside, and the three names
+    # that reached farthest (per name: how many, how far before the start and past the end)
     found = con.execute(f"""
-        SELECT is_range, name, past, n, us, sum(n) OVER k AS total, sum(gone) OVER k AS total_gone FROM (
-            SELECT is_range, name, past, count(*) AS n, max(us) AS us, count(*) FILTER (WHERE gone) AS gone
+        SELECT is_range, name, n, before, after, sum(n) OVER k AS total, sum(gone) OVER k AS total_gone FROM (
+            SELECT is_range, name, count(*) AS n, max(before) AS before, max(after) AS after,
+                   count(*) FILTER (WHERE gone) AS gone
             FROM ({events}) GROUP BY ALL)
         WINDOW k AS (PARTITION BY is_range)
-        QUALIFY row_number() OVER (PARTITION BY is_range ORDER BY us DESC, name) <= 3
-        ORDER BY is_range DESC, us DESC, name""").fetchall()
+        QUALIFY row_number() OVER (PARTITION BY is_range ORDER BY greatest(before, after) DESC, name) <= 3
+        ORDER BY is_range DESC, greatest(before, after) DESC, name""").fetchall()
     if not found:
         return
     for t in _HOST_STAGES:
-        con.execute(f"DELETE FROM {t} WHERE ts >= {hi!r} OR ts + coalesce(dur, 0) <= {lo!r}")
+        con.execute(f"DELETE FROM {t} WHERE {gone_if}")
         con.execute(
             f"UPDATE {t} SET ts = greatest(ts, {lo!r}), dur = least(ts + coalesce(dur, 0), {hi!r}) - greatest(ts, {lo!r}) "
             f"WHERE {outside}"
@@ -287,19 +294,21 @@ def _clip_to_recording(con: duckdb.DuckDBPyConnection, info: KinetoSource) -> No
             continue
         total, gone = int(these[0][5]), int(these[0][6])
         said = ", ".join(
-            f"{name}{f' ×{n}' if n > 1 else ''} {'ended' if past else 'began'} {'up to ' if n > 1 else ''}{_us(us)} "
-            f"{'after' if past else 'before'} it"
-            for _, name, past, n, us, _, _ in these
+            f"{name}{f' ×{n}' if n > 1 else ''} "
+            + " and ".join(
+                ([f"began {'up to ' if n > 1 else ''}{_us(before)} before it"] if before > 0 else [])
+                + ([f"ended {'up to ' if n > 1 else ''}{_us(after)} after it"] if after > 0 else [])
+            )
+            for _, name, n, before, after, _, _ in these
         )
-        what = (
-            f"{total} range{'s' if total > 1 else ''}"
-            if ranges
-            else f"{total} host op{'s' if total > 1 else ''} / call{'s' if total > 1 else ''}"
-        )
+        plural = "s" if total > 1 else ""
+        what = f"{total} range{plural}" if ranges else f"{total} host event{plural} (ops, Python frames)"
+        left_out = f", {gone} wholly outside left out" if gone else ""
         info.notes.append(
-            f"{what} reached {vocab.OUTSIDE_RECORDING_MARK} (its PyTorch Profiler span, widened to the GPU activities): "
-            f"{said}. Cut to the recording{f', {gone} wholly outside left out' if gone else ''}: nothing was "
-            "recorded outside it" + (f", so {vocab.CUT_RANGES_MARK}" if ranges else "")
+            f"{what} reached {vocab.OUTSIDE_RECORDING_MARK} of the profiler (its PyTorch Profiler span, widened to "
+            f"the GPU activities and runtime calls): {said}. Cut to it{left_out}: no GPU "
+            "activity or runtime call was recorded outside it"
+            + (f", so {vocab.CUT_RANGES_MARK} (a lower bound on its whole time)" if ranges else "")
         )
 
 
