@@ -8,6 +8,8 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
+
 from plasmient_report import pipeline, vocab
 
 from .conftest import corpus_file, sample_file
@@ -46,60 +48,44 @@ def _steps(path: Path) -> tuple[list[tuple[int, int, int]], list[str]]:
         res.close()
 
 
-def test_a_step_closed_after_the_profiler_stopped_is_measured_to_the_recording(tmp_path: Path) -> None:
-    # Truth: the same recording (h200_sync_stack, 6 ProfilerSteps) as recorded, where every step closed inside the
-    # profiler's span. The edit closes the last CPU-side ProfilerStep LATE_S after it, as a step left open at exit
-    # is: the recorded work did not change, so neither may the steps' windows, but for the step's CPU end now
-    # reaching the recording's end (at most that much later than it closed).
+@pytest.mark.parametrize("edge", ["end", "start"])
+def test_a_step_reaching_past_the_recording_is_measured_over_it(edge: str, tmp_path: Path) -> None:
+    # Truth: the same recording (h200_sync_stack, 6 ProfilerSteps) as recorded, where every step lies inside the
+    # profiler's span. The edit makes the last CPU-side ProfilerStep close LATE_S after the recording (as a step left
+    # open at exit does), or the first open LATE_S before it. The recorded work did not change, so neither may the
+    # steps' windows, but for the edited step's CPU edge now reaching the recording's edge: at most `slack_ns` (how
+    # far the recording's edge lies beyond the step's recorded one) farther, not LATE_S.
     path = sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz")
     doc, ev = _events(path)
-    end = _span_end(ev)
     cpu_steps = [e for e in ev if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")]
-    last = max(cpu_steps, key=lambda e: e["ts"])
-    slack_ns = round((end - (last["ts"] + last["dur"])) * 1e3)  # how much later the cut end may be than the recorded one
+    late = edge == "end"
+    step = (max if late else min)(cpu_steps, key=lambda e: e["ts"])
+    step_end = step["ts"] + step["dur"]
+    # (ints: the ns times are beyond float precision)
+    slack_ns = round((_span_end(ev) - step_end) * 1e3) if late else round((step["ts"] - _span_start(ev)) * 1e3)
     assert slack_ns >= 0
-    last["dur"] = end - last["ts"] + LATE_S * 1e6
-    edited = tmp_path / "late_step.pt.trace.json.gz"
+    if late:
+        step["dur"] = _span_end(ev) - step["ts"] + LATE_S * 1e6
+    else:
+        step["ts"] = _span_start(ev) - LATE_S * 1e6
+        step["dur"] = step_end - step["ts"]
+    edited = tmp_path / f"step_past_{edge}.pt.trace.json.gz"
     edited.write_bytes(gzip.compress(json.dumps(doc).encode()))
 
     want, _ = _steps(path)
     got, notes = _steps(edited)
     assert len(got) == len(want) == 6
-    assert got[:-1] == want[:-1]
-    (_, s0, e0), (_, s1, e1) = want[-1], got[-1]
-    assert s1 == s0
-    assert e0 <= e1 <= e0 + slack_ns + 1002, (e0, e1, slack_ns)  # not LATE_S later (+ the 1 µs edge, ns rounding)
+    i = -1 if late else 0
+    assert [r for k, r in enumerate(got) if k != i % 6] == [r for k, r in enumerate(want) if k != i % 6]
+    (_, s0, e0), (_, s1, e1) = want[i], got[i]
+    # + the cut's 1 µs edge, and 1 ns of rounding of each of the two µs-to-ns conversions
+    if late:
+        assert s1 == s0 and e0 <= e1 <= e0 + slack_ns + 1002, (e0, e1, slack_ns)
+    else:
+        assert e1 == e0 and s0 - slack_ns - 1002 <= s1 <= s0, (s0, s1, slack_ns)
     said = [n for n in notes if vocab.CUT_RANGES_MARK in n]
-    assert len(said) == 1 and "ProfilerStep#" in said[0] and "ended 10.00 s after" in said[0], notes
-
-
-def test_a_step_opened_before_the_profiler_started_is_measured_from_the_recording(tmp_path: Path) -> None:
-    # The other edge, the same truth: the first CPU-side ProfilerStep of h200_sync_stack opened LATE_S before the
-    # profiler's span. Its window may start no earlier than the recording (the slack: how much earlier the span
-    # starts than the step did), not LATE_S earlier.
-    path = sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz")
-    doc, ev = _events(path)
-    start = _span_start(ev)
-    cpu_steps = [e for e in ev if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")]
-    first = min(cpu_steps, key=lambda e: e["ts"])
-    slack_ns = round((first["ts"] - start) * 1e3)  # (an int: the ns times are beyond float precision)
-    assert slack_ns >= 0
-    end = first["ts"] + first["dur"]
-    first["ts"] = start - LATE_S * 1e6
-    first["dur"] = end - first["ts"]
-    edited = tmp_path / "early_step.pt.trace.json.gz"
-    edited.write_bytes(gzip.compress(json.dumps(doc).encode()))
-
-    want, _ = _steps(path)
-    got, notes = _steps(edited)
-    assert len(got) == len(want) == 6
-    assert got[1:] == want[1:]
-    (_, s0, e0), (_, s1, e1) = want[0], got[0]
-    assert e1 == e0
-    # not LATE_S earlier (+ the cut's 1 µs edge, and 1 ns of rounding of each of the two µs-to-ns conversions)
-    assert s0 - slack_ns - 1002 <= s1 <= s0, (s0, s1, slack_ns)
-    said = [n for n in notes if vocab.CUT_RANGES_MARK in n]
-    assert len(said) == 1 and "ProfilerStep#" in said[0] and "began 10.00 s before" in said[0], notes
+    words = "ended 10.00 s after" if late else "began 10.00 s before"
+    assert len(said) == 1 and "ProfilerStep#" in said[0] and words in said[0], notes
 
 
 def test_the_torch_compile_example_s_step_ends_with_its_recording() -> None:
