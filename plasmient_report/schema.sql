@@ -245,7 +245,8 @@ CREATE TABLE IF NOT EXISTS ranges (
     end_ns      BIGINT,
     depth       INTEGER,
     on_gpu      BOOLEAN,
-    external_id BIGINT
+    external_id BIGINT,
+    cut         BOOLEAN
 );
 COMMENT ON TABLE ranges IS 'One row per annotation (record_function, NVTX, ProfilerStep#N)';
 COMMENT ON COLUMN ranges.source_id IS 'the input (sources.source_id)';
@@ -260,6 +261,7 @@ COMMENT ON COLUMN ranges.end_ns IS 'end (Kineto: ranges, ops and Python frames a
 COMMENT ON COLUMN ranges.depth IS 'reserved for the nesting depth: no parser computes it yet (always NULL)';
 COMMENT ON COLUMN ranges.on_gpu IS 'true for the GPU-timeline copy (which can end early; `--range` uses the CPU side when present)';
 COMMENT ON COLUMN ranges.external_id IS 'Kineto External id';
+COMMENT ON COLUMN ranges.cut IS 'true when the profiler''s recording cut it (Kineto: it began before or ended after the recording, see `end_ns`): its `start_ns` / `end_ns` are the recording''s edge and its time a lower bound; false when whole; NULL where the input has no recording span (nsys)';
 
 CREATE TABLE IF NOT EXISTS collectives (
     source_id          INTEGER,

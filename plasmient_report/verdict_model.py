@@ -544,6 +544,13 @@ class Step(_Struct, kw_only=True):
             "true when it is slower than the median step by more than the threshold (`step_summary[].slow_threshold`): an outlier"
         ),
     ] = False
+    cut: Annotated[
+        bool,
+        _d(
+            "true when the profiler's recording cut it (its range began before the recording or ended after it): "
+            "measured over the recorded part, so gpu_ns and cpu_ns are lower bounds"
+        ),
+    ] = False
     tokens_per_s: Annotated[float | None, _d("tokens/s: --tokens-per-step over gpu_ns (null without it)")] = None
     samples_per_s: Annotated[float | None, _d("samples/s: --samples-per-step over gpu_ns (null without it)")] = None
     mfu: Annotated[
@@ -600,6 +607,9 @@ class StepSummary(_Struct, kw_only=True):
     ]
     slow_steps: Annotated[list[StepRef], _d("the steps flagged slow, slowest first (first 20)")] = []
     slow_step_count: Annotated[int, _d("how many steps are flagged slow")] = 0
+    cut_step_count: Annotated[
+        int, _d("how many steps the profiler's recording cut (`steps[].cut`): their times are lower bounds")
+    ] = 0
     by_rank: Annotated[list[RankSteps], _d("per rank (and GPU): mean step time, slowest first (first 64)")] = []
     slowest_rank: Annotated[
         RankSteps | None,

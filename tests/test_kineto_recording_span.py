@@ -35,15 +35,18 @@ def _span_start(ev: list[dict]) -> float:
     return min(span, min(e["ts"] for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")))
 
 
-def _steps(path: Path) -> tuple[list[tuple[int, int, int]], list[str]]:
-    """(occurrence, start_ns, end_ns) of each ProfilerStep's GPU window, and the verdict's notes."""
+def _steps(path: Path) -> tuple[list[tuple[int, int, int]], list[str], list[bool]]:
+    """(occurrence, start_ns, end_ns) of each ProfilerStep's GPU window, the verdict's notes, and which of its steps
+    the verdict says were cut (`steps[].cut`, in occurrence order; checked against `step_summary`'s count)."""
     res = pipeline.analyse([path], pipeline.Options())
     try:
         rows = res.con.execute(
             "SELECT occurrence, start_ns, end_ns FROM steps WHERE label = 'ProfilerStep#*' ORDER BY occurrence"
         ).fetchall()
         assert res.typed is not None
-        return rows, list(res.typed.notes)
+        cut = [x.cut for x in sorted(res.typed.steps, key=lambda x: x.occurrence)]
+        assert res.typed.step_summary[0].cut_step_count == sum(cut)
+        return rows, list(res.typed.notes), cut
     finally:
         res.close()
 
@@ -72,10 +75,12 @@ def test_a_step_reaching_past_the_recording_is_measured_over_it(edge: str, tmp_p
     edited = tmp_path / f"step_past_{edge}.pt.trace.json.gz"
     edited.write_bytes(gzip.compress(json.dumps(doc).encode()))
 
-    want, _ = _steps(path)
-    got, notes = _steps(edited)
+    want, _, whole = _steps(path)
+    got, notes, cut = _steps(edited)
     assert len(got) == len(want) == 6
     i = -1 if late else 0
+    # the edited step, and only it, is flagged cut (the verdict's step table marks it, its time a lower bound)
+    assert not any(whole) and cut == [k == i % 6 for k in range(6)], (whole, cut)
     assert [r for k, r in enumerate(got) if k != i % 6] == [r for k, r in enumerate(want) if k != i % 6]
     (_, s0, e0), (_, s1, e1) = want[i], got[i]
     # + the cut's 1 µs edge, and 1 ns of rounding of each of the two µs-to-ns conversions
@@ -96,8 +101,8 @@ def test_the_torch_compile_example_s_step_ends_with_its_recording() -> None:
     end = _span_end(ev)
     step = next(e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#"))
     assert step["ts"] + step["dur"] > end + 1e6  # (what makes this trace the case)
-    rows, notes = _steps(path)
-    assert len(rows) == 1
+    rows, notes, cut = _steps(path)
+    assert len(rows) == 1 and cut == [True]
     _, s, e = rows[0]
     assert (e - s) / 1e3 <= end - step["ts"] + 2, ((e - s) / 1e3, end - step["ts"])
     assert any(vocab.CUT_RANGES_MARK in n and "ProfilerStep#1" in n for n in notes), notes
@@ -114,6 +119,8 @@ def test_nothing_is_cut_from_a_trace_recorded_whole() -> None:
     try:
         notes = res.con.execute("SELECT notes FROM sources").fetchone()[0] or ""
         assert vocab.OUTSIDE_RECORDING_MARK not in notes
+        assert res.con.execute("SELECT count(*) FROM ranges WHERE cut").fetchone()[0] == 0
+        assert res.typed is not None and not any(x.cut for x in res.typed.steps)
     finally:
         res.close()
 

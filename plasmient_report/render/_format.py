@@ -182,7 +182,8 @@ def step_time_text(s: StepSummary) -> str:
 
 
 def step_outliers_text(s: StepSummary) -> str:
-    """The slowest step, and how many are flagged slow: 'slowest ProfilerStep#3 (rank 1) +0.5%'."""
+    """The slowest step, how many are flagged slow, and how many the recording cut: 'slowest ProfilerStep#3 (rank
+    1) +0.5%'."""
     parts = []
     w = s.slowest
     # (a slowest step within 0.5% of the median is no outlier: nothing to say)
@@ -196,4 +197,7 @@ def step_outliers_text(s: StepSummary) -> str:
         parts.append(f"{s.slow_step_count} more than {s.slow_threshold:.0%} over the median")
     if s.slowest_rank is not None:
         parts.append(f"rank {s.slowest_rank.rank} {signed_pct(s.slowest_rank.excess_over_fastest)} per step")
+    if s.cut_step_count:
+        n = s.cut_step_count
+        parts.append(f"{n} step{'s' if n != 1 else ''} cut by the profiler's recording (a lower bound)")
     return "; ".join(parts)

@@ -22,11 +22,11 @@
 CREATE OR REPLACE TEMP TABLE _range_instances AS
 WITH x AS (
     SELECT l.label, l.is_window, r.name, r.rank, r.device AS gpu_device, r.on_gpu, r.start_ns, r.end_ns,
-           bool_or(NOT r.on_gpu) OVER (PARTITION BY l.label, r.rank) AS has_cpu
+           coalesce(r.cut, false) AS cut, bool_or(NOT r.on_gpu) OVER (PARTITION BY l.label, r.rank) AS has_cpu
     FROM ranges r JOIN range_labels l ON l.name = r.name
     WHERE r.end_ns > r.start_ns AND r.domain IS DISTINCT FROM 'python'
 )
-SELECT label, is_window, name, rank, gpu_device, on_gpu, start_ns AS cpu_start_ns, end_ns AS cpu_end_ns,
+SELECT label, is_window, name, rank, gpu_device, on_gpu, start_ns AS cpu_start_ns, end_ns AS cpu_end_ns, cut,
        (row_number() OVER (PARTITION BY label, rank ORDER BY start_ns, end_ns, name) - 1)::INTEGER AS occurrence
 FROM x WHERE NOT on_gpu OR NOT has_cpu;
 
@@ -129,7 +129,8 @@ SELECT b.label, b.is_window, b.name, b.rank, b.device, b.occurrence, b.cpu_start
             ELSE least(b.gpu_start_ns, b.first_start_ns) END AS start_ns,
        CASE WHEN coalesce(b.n, 0) > 0 THEN greatest(b.cpu_end_ns, b.last_end_ns) ELSE b.cpu_end_ns END AS end_ns,
        coalesce(b.n, 0) AS launched,
-       CASE WHEN b.on_gpu THEN 'gpu_annotation' WHEN coalesce(b.n, 0) > 0 THEN 'gpu' ELSE 'cpu' END AS window_kind
+       CASE WHEN b.on_gpu THEN 'gpu_annotation' WHEN coalesce(b.n, 0) > 0 THEN 'gpu' ELSE 'cpu' END AS window_kind,
+       b.cut
 FROM b;
 COMMENT ON TABLE range_occurrences IS 'One row per range occurrence and GPU of its rank: its CPU interval and its GPU window';
 COMMENT ON COLUMN range_occurrences.label IS 'range_labels.label';
@@ -144,4 +145,5 @@ COMMENT ON COLUMN range_occurrences.start_ns IS 'GPU window start: max(CPU start
 COMMENT ON COLUMN range_occurrences.end_ns IS 'GPU window end: max(CPU end, end of the last activity it launched)';
 COMMENT ON COLUMN range_occurrences.launched IS 'GPU activities on this GPU whose launching call starts inside the CPU range';
 COMMENT ON COLUMN range_occurrences.window_kind IS 'gpu (placed by the work it launched), cpu (launched nothing here: its CPU interval), gpu_annotation (only a GPU-stream copy exists)';
+COMMENT ON COLUMN range_occurrences.cut IS 'ranges.cut: the profiler''s recording cut its range, so its CPU interval and window end at the recording''s edge and its time is a lower bound';
 DROP TABLE _range_instances;

@@ -12,7 +12,7 @@
 -- Depends: vocab, range_windows, stretches, window_kernels, kernel_class, device_peaks
 
 CREATE OR REPLACE TEMP TABLE _st_occ AS
-SELECT label, name, rank, device, occurrence, cpu_start_ns, cpu_end_ns, start_ns, end_ns, launched, window_kind
+SELECT label, name, rank, device, occurrence, cpu_start_ns, cpu_end_ns, start_ns, end_ns, launched, window_kind, cut
 FROM range_occurrences WHERE is_window AND end_ns > start_ns;
 
 CREATE OR REPLACE TEMP TABLE _st_str AS
@@ -103,7 +103,7 @@ SELECT o.label, o.name, o.rank, o.device, o.occurrence, o.cpu_start_ns, o.cpu_en
            AS achieved_fraction_of_peak,
        k.flops, coalesce(k.kernel_ns, 0) AS kernel_ns, coalesce(k.kernel_ns_with_flops, 0) AS kernel_ns_with_flops,
        coalesce(k.unknown_ns, 0) AS unknown_ns, t.largest_loss, t.largest_loss_ns, hp.peak_flop_s,
-       (o.end_ns - o.start_ns) / m.median_ns - 1.0 AS excess_over_median
+       (o.end_ns - o.start_ns) / m.median_ns - 1.0 AS excess_over_median, o.cut
 FROM _st_occ o
 LEFT JOIN agg a ON a.label = o.label AND a.rank IS NOT DISTINCT FROM o.rank AND a.device = o.device
                AND a.occurrence = o.occurrence
@@ -141,6 +141,7 @@ COMMENT ON COLUMN steps.largest_loss IS 'the category that lost the most peak-ti
 COMMENT ON COLUMN steps.largest_loss_ns IS 'peak-time it lost';
 COMMENT ON COLUMN steps.peak_flop_s IS 'the GPU''s headline peak FLOP/s (device_peaks.headline)';
 COMMENT ON COLUMN steps.excess_over_median IS 'gpu_ns over the median step of the label (all ranks), minus 1: 0.2 is 20% slower than the median step';
+COMMENT ON COLUMN steps.cut IS 'range_occurrences.cut: the profiler''s recording cut the step (it began before or ended after it), so `gpu_ns` is a lower bound';
 
 CREATE OR REPLACE VIEW step_stats AS
 SELECT label, count(*) AS steps, count(DISTINCT rank) AS ranks, count(DISTINCT (rank, device)) AS gpus,

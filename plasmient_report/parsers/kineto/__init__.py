@@ -57,9 +57,9 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> Kineto
         }
         info = _describe(path, head, dec, cats)
         _clean(con, path, info)
-        _clip_to_recording(con, info)
+        cut = _clip_to_recording(con, info)
         rows = _devices(con, head, info)
-        info.gpu_events = emit.emit(con, source_id, info.rank, int(info.base_time_ns or 0), rows)
+        info.gpu_events = emit.emit(con, source_id, info.rank, int(info.base_time_ns or 0), rows, cut)
         if info.gpu_events == 0 and (what := schema.non_gpu_accelerator(cats)):
             raise BadInput(path, f"{what}: this tool measures NVIDIA / AMD GPU work")
         if info.gpu_events == 0 and cats.get("cuda_profiler_range"):
@@ -231,6 +231,7 @@ def _clean(con: duckdb.DuckDBPyConnection, path: Path, info: KinetoSource) -> No
 # The host-side staging tables whose events are cut to the recording: ops and annotations, Python frames. (Runtime
 # calls are recorded by the GPU tracer with the GPU activities: they bound the recording, as those do.)
 _HOST_STAGES = ("_kin_cpu", "_kin_py")
+_RANGE_STAGE = "_kin_cpu"  # (the staging table of ranges: it gets a `cut` column when one is cut)
 _IS_RANGE = {"_kin_cpu": "cat = 'user_annotation' OR name LIKE 'ProfilerStep#%'", "_kin_py": "false"}
 # How far past the recording's edges an event may reach and still be inside it (µs): the Python frames that close
 # with the profiler end on its span's end, but `ts + dur` of µs floats at epoch magnitude is off by ~1 ns, and
@@ -238,7 +239,7 @@ _IS_RANGE = {"_kin_cpu": "cat = 'user_annotation' OR name LIKE 'ProfilerStep#%'"
 _EDGE_US = 1.0
 
 
-def _clip_to_recording(con: duckdb.DuckDBPyConnection, info: KinetoSource) -> None:
+def _clip_to_recording(con: duckdb.DuckDBPyConnection, info: KinetoSource) -> bool:
     """Cut the host events to when the profiler recorded. A range can close long after the profiler stopped (the
     last `ProfilerStep#N` of a torch.compile run, seconds later at exit): its time past the recording holds no
     recorded GPU work or runtime call, and measured whole it read as seconds of idle GPU waiting on a sync.
@@ -248,7 +249,8 @@ def _clip_to_recording(con: duckdb.DuckDBPyConnection, info: KinetoSource) -> No
     it, those wholly outside left out; each kind is said once in the source's notes (cut ranges also in the
     verdict's: a step's time changes). A trace without a span is left as it is: traces that lack one are often cut
     out of longer ones by a splitter (an iteration kept whole: its annotation and first Python frames begin before
-    its first op or launch), where the recorded events bound nothing."""
+    its first op or launch), where the recorded events bound nothing. True when `_kin_cpu` got the `cut` column
+    (some event of it was cut)."""
     row = one(
         con,
         """SELECT min(s), max(e) FROM (
@@ -260,7 +262,7 @@ def _clip_to_recording(con: duckdb.DuckDBPyConnection, info: KinetoSource) -> No
            HAVING bool_or(span)""",
     )
     if not row or row[0] is None:
-        return
+        return False
     lo, hi = float(row[0]) - _EDGE_US, float(row[1]) + _EDGE_US
     outside = f"(ts + coalesce(dur, 0) > {hi!r} OR ts < {lo!r})"
     gone_if = f"{outside} AND (ts >= {hi!r} OR ts + coalesce(dur, 0) <= {lo!r})"
@@ -281,12 +283,17 @@ def _clip_to_recording(con: duckdb.DuckDBPyConnection, info: KinetoSource) -> No
         QUALIFY row_number() OVER (PARTITION BY is_range ORDER BY greatest(before, after) DESC, name) <= 3
         ORDER BY is_range DESC, greatest(before, after) DESC, name""").fetchall()
     if not found:
-        return
+        return False
     for t in _HOST_STAGES:
         con.execute(f"DELETE FROM {t} WHERE {gone_if}")
+        # (the ranges among them say so: `ranges.cut`, and the steps they are)
+        flag = ""
+        if t == _RANGE_STAGE:
+            con.execute(f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS cut BOOLEAN")
+            flag = ", cut = true"
         con.execute(
-            f"UPDATE {t} SET ts = greatest(ts, {lo!r}), dur = least(ts + coalesce(dur, 0), {hi!r}) - greatest(ts, {lo!r}) "
-            f"WHERE {outside}"
+            f"UPDATE {t} SET ts = greatest(ts, {lo!r}), dur = least(ts + coalesce(dur, 0), {hi!r}) - greatest(ts, {lo!r})"
+            f"{flag} WHERE {outside}"
         )
     for ranges in (True, False):
         these = [f for f in found if bool(f[0]) == ranges]
@@ -310,6 +317,7 @@ def _clip_to_recording(con: duckdb.DuckDBPyConnection, info: KinetoSource) -> No
             "activity or runtime call was recorded outside it"
             + (f", so {vocab.CUT_RANGES_MARK} (a lower bound on its whole time)" if ranges else "")
         )
+    return True
 
 
 def _us(us: float) -> str:

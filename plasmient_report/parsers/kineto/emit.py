@@ -27,8 +27,12 @@ def device_sql() -> str:
     return "TRY_CAST(coalesce(device, pid) AS INTEGER)"
 
 
-def emit(con: duckdb.DuckDBPyConnection, sid: int, rank: int | None, base: int, devices: list[DeviceRow]) -> int:
-    """Write the store rows of one trace; returns the number of GPU kernels and copies."""
+def emit(
+    con: duckdb.DuckDBPyConnection, sid: int, rank: int | None, base: int, devices: list[DeviceRow], cut: bool = False
+) -> int:
+    """Write the store rows of one trace; returns the number of GPU kernels and copies. With `cut`, `_kin_cpu` has
+    the `cut` column of the ranges cut to the profiler's recording (kineto._clip_to_recording)."""
+    cut_col = "coalesce(cut, false)" if cut else "false"
     start = ns_expr("ts", base)
     end = ns_expr("ts + coalesce(dur, 0)", base)
     rk = "NULL::INTEGER" if rank is None else str(int(rank))
@@ -55,8 +59,9 @@ def emit(con: duckdb.DuckDBPyConnection, sid: int, rank: int | None, base: int, 
         SELECT {sid}, {rk}, pid, tid, {dev}, 'gpu_user_annotation', name, {start}, {end}, true, external_id
         FROM _kin_gpu WHERE cat = 'gpu_user_annotation' AND name IS NOT NULL""")
     con.execute(f"""
-        INSERT INTO ranges (source_id, rank, pid, thread, device, domain, name, start_ns, end_ns, on_gpu, external_id)
-        SELECT {sid}, {rk}, pid, tid, NULL, 'user_annotation', name, {start}, {end}, false, external_id
+        INSERT INTO ranges (source_id, rank, pid, thread, device, domain, name, start_ns, end_ns, on_gpu, external_id,
+                            cut)
+        SELECT {sid}, {rk}, pid, tid, NULL, 'user_annotation', name, {start}, {end}, false, external_id, {cut_col}
         FROM _kin_cpu WHERE cat = 'user_annotation' AND name IS NOT NULL""")
     # Python frames (with_stack=True): ranges of domain 'python' on their thread, for the Python site of a
     # host sync; never analysis windows (metrics.build_windows leaves them out).
@@ -67,8 +72,9 @@ def emit(con: duckdb.DuckDBPyConnection, sid: int, rank: int | None, base: int, 
     con.execute("DROP TABLE _kin_py")  # each staging table goes after its last use: less held at once
     # ProfilerStep#N is a cpu_op in some torch versions and a user_annotation in others: keep it a range.
     con.execute(f"""
-        INSERT INTO ranges (source_id, rank, pid, thread, device, domain, name, start_ns, end_ns, on_gpu, external_id)
-        SELECT {sid}, {rk}, pid, tid, NULL, 'user_annotation', name, {start}, {end}, false, external_id
+        INSERT INTO ranges (source_id, rank, pid, thread, device, domain, name, start_ns, end_ns, on_gpu, external_id,
+                            cut)
+        SELECT {sid}, {rk}, pid, tid, NULL, 'user_annotation', name, {start}, {end}, false, external_id, {cut_col}
         FROM _kin_cpu WHERE cat = 'cpu_op' AND name LIKE 'ProfilerStep#%'""")
     con.execute(f"""
         INSERT INTO ops (source_id, rank, pid, thread, start_ns, end_ns, raw_start, name, op_id, external_id, seq,
