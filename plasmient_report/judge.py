@@ -924,10 +924,12 @@ PENDING_IDLE_MIN_NS = 1_000_000
 
 
 # The idle gaps whose next kernel had been launched (its launch returned, idle_gaps.queued_ns) more than a launch's
-# latency (vocab.LAUNCH_GAP_MAX_NS) before the gap ended: from then on the GPU sat idle with work queued.
+# latency (vocab.LAUNCH_GAP_MAX_NS) before the gap ended: from then on the GPU sat idle with work queued. A gap
+# whose next activity's launch is not in the trace (or that no activity ends: the window's idle tail) has no
+# queued_ns, and says nothing of queued work (DuckDB's greatest() skips a NULL: it must be left out by name).
 PENDING_GAPS_SQL = """
     SELECT DISTINCT rank, device, greatest(start_ns, queued_ns) AS start_ns, end_ns FROM idle_gaps
-    WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn
+    WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn AND queued_ns IS NOT NULL
       AND end_ns - greatest(start_ns, queued_ns) > $latency"""
 # A waterfall line whose idle time is at least this share GPU idle with work queued says so, not its host cause.
 PENDING_CATEGORY_SHARE = 0.5

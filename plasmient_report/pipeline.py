@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 
 from . import align as align_stage
-from . import interrupt, judge, kernel_flops, metrics, outdir, parsers, rules, store
+from . import interrupt, judge, kernel_flops, metrics, outdir, parsers, rules, store, vocab
 from . import scratch as scratch_mod
 from .errors import BadInput, path_text
 from .parsers import _io
@@ -253,12 +253,25 @@ def _ingest_found(
         )
         if info.gpu_events == 0 and d.format not in parsers.AUXILIARY:
             if len(found) == 1:
-                calls = one(con, "SELECT count(*) FROM api_calls WHERE source_id = ?", [i]) or (0,)
+                calls, work = one(
+                    con,
+                    "SELECT count(*), count(*) FILTER (WHERE regexp_matches(name, ?) OR regexp_matches(name, "
+                    "'(?i)memcpy|memset')) FROM api_calls WHERE source_id = ?",
+                    [vocab.LAUNCH_API_RE, i],
+                ) or (0, 0)
+                how = (
+                    "the profiler's CUPTI records lost"
+                    if d.format in parsers.NSYS_EXPORTS
+                    else "torch.profiler without ProfilerActivity.CUDA, or CUPTI's records lost"
+                )
                 raise BadInput(
                     d.path,
-                    f"trace has {calls[0]} GPU runtime calls but no GPU kernels or copies: the GPU activities were not "
-                    "recorded (torch.profiler without ProfilerActivity.CUDA, or CUPTI's records lost)"
-                    if calls[0]
+                    f"trace has {calls} GPU runtime calls, {work} of them launches or copies, but no GPU kernels or "
+                    f"copies: the GPU activities were not recorded ({how})"
+                    if work
+                    else f"trace has {calls} GPU runtime calls but no launch or copy among them, and no GPU kernels or "
+                    "copies: the program gave the GPU no work while it was recorded"
+                    if calls
                     else "trace has no GPU kernels or copies (a CPU-only profile?)",
                 )
 

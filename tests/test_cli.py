@@ -174,7 +174,17 @@ def test_runtime_calls_without_gpu_activity_say_what_was_not_recorded(tmp_path):
     write_trace(p, [cpu_op("aten::mm", 1.0, 9.0, 1), {**launch, "args": {"correlation": 1, "External id": 1}}])
     r = cli(str(p), "--out", str(tmp_path / "out"))
     assert contract.refused(contract.Run(r.returncode, r.stdout, r.stderr))
-    assert "1 GPU runtime calls but no GPU kernels" in r.stderr and "ProfilerActivity.CUDA" in r.stderr
+    assert "1 GPU runtime calls, 1 of them launches or copies, but no GPU kernels" in r.stderr
+    assert "ProfilerActivity.CUDA" in r.stderr
+    # Runtime calls that give the GPU no work (device queries: a public nsys export of CO18326/uvmTorch has only
+    # cuModuleGetLoadingMode and cudaGetDeviceProperties) say so, not that the GPU's records were lost.
+    query = {**launch, "name": "cudaGetDeviceProperties"}
+    p2 = tmp_path / "query.json"
+    write_trace(p2, [cpu_op("aten::mm", 1.0, 9.0, 1), {**query, "args": {"correlation": 1, "External id": 1}}])
+    r = cli(str(p2), "--out", str(tmp_path / "out3"))
+    assert contract.refused(contract.Run(r.returncode, r.stdout, r.stderr))
+    assert "no launch or copy among them" in r.stderr and "gave the GPU no work" in r.stderr
+    assert "ProfilerActivity.CUDA" not in r.stderr
     q = tmp_path / "cpu.json"
     write_trace(q, [cpu_op("aten::mm", 1.0, 9.0, 1)])
     r = cli(str(q), "--out", str(tmp_path / "out2"))

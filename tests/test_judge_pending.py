@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import kernel, launch, write_trace
+from .conftest import annotation, kernel, launch, write_trace
 from .rules.expect import analyse
 from .rules.traces import runtime
 
@@ -58,3 +58,16 @@ def test_the_waterfall_and_the_rules_say_the_gpu_waited_with_work_queued(tmp_pat
     assert "queued" in gaps["fix"] and "Keep work queued while the host is busy" not in gaps["recommendation"]
     assert gaps["evidence"]["gaps"][0]["queued_ns"] == pytest.approx(9_848e3, rel=0.01)
     assert not [f for f in v["findings"] if f["rule"] == "PR502"]
+
+
+def test_an_idle_tail_with_no_next_kernel_is_not_queued_work(tmp_path):
+    # Construction (the shape of the kineto repo's ResNet50 tb_plugin sample, V100: its last step's CPU range runs
+    # 80 ms past its last kernel, the host waiting on data it did not trace): kernel 1 runs 0–100 µs inside a
+    # ProfilerStep whose CPU range lasts to 5,000 µs, and no kernel follows. The step's window idles 4.9 ms with
+    # nothing launched: no gap has queued work, so neither the note nor the waterfall may say the GPU waited on
+    # work it had been given (before the fix a gap with no next kernel read as "next kernel already launched").
+    ev = [annotation("ProfilerStep#1", 0.0, 5000.0), launch(1.0, ext=1, corr=1), kernel("k1", 2.0, 100.0, ext=1, corr=1)]
+    v = analyse([write_trace(tmp_path / "tail.json", ev)], write_html=False, write_trace=False)
+    assert v["steps"] and v["steps"][0]["gpu_ns"] == pytest.approx(5000e3, rel=1e-3)  # (the idle tail is in it)
+    assert not [n for n in v["notes"] if "already launched" in n], v["notes"]
+    assert not [x for x in v["losses"] if "already queued" in (x["recommendation"] or "")], v["losses"]
