@@ -233,6 +233,20 @@ COMMENT ON COLUMN syncs.end_ns IS 'end';
 COMMENT ON COLUMN syncs.kind IS '`Stream Sync`, `Event Sync`, `Context Sync`, … (nsys `syncType` 1–4 → `Event Sync`, `Stream Wait Event`, `Stream Sync`, `Context Sync`)';
 COMMENT ON COLUMN syncs.correlation IS 'correlation id of the synchronizing call';
 
+CREATE TABLE IF NOT EXISTS profiler_overhead (
+    source_id   INTEGER,
+    rank        INTEGER,
+    name        VARCHAR,
+    start_ns    BIGINT,
+    end_ns      BIGINT
+);
+COMMENT ON TABLE profiler_overhead IS 'One row per record of the profiler''s own overhead on the host (Kineto `overhead` events: CUPTI''s overhead records, on no thread of the program; nsys''s PROFILER_OVERHEAD is not read). The GPU idle under a set-up one (vocab.PROFILER_SETUP_RE: buffer requests, lazy function loading) is start-up: the profiler''s, or the module loads of first launches';
+COMMENT ON COLUMN profiler_overhead.source_id IS 'the input (sources.source_id)';
+COMMENT ON COLUMN profiler_overhead.rank IS 'the rank';
+COMMENT ON COLUMN profiler_overhead.name IS '`Activity Buffer Request`, `Buffer Flush`, `Lazy Function Loading`, `Instrumentation`, `Resource`, …';
+COMMENT ON COLUMN profiler_overhead.start_ns IS 'start';
+COMMENT ON COLUMN profiler_overhead.end_ns IS 'end';
+
 CREATE TABLE IF NOT EXISTS ranges (
     source_id   INTEGER,
     rank        INTEGER,

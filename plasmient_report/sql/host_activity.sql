@@ -5,7 +5,9 @@
 -- queries, stream / event creation, allocations and frees, but not those inside the rank's GPU span when calls of
 -- that name keep coming all through its GPU work: vocab.STARTUP_RECURRING_* — the first CUDA call of a process when it is long: it
 -- creates the context —, and a launch call of vocab.SLOW_LAUNCH_NS or more: a kernel's first launch loading its
--- module), `loader` (DataLoader ranges).
+-- module; and the profiler's own set-up overhead, vocab.PROFILER_SETUP_RE: its buffer requests, lazy function loading,
+-- named `profiler: NAME`),
+-- `loader` (DataLoader ranges).
 -- Depends: vocab
 
 CREATE OR REPLACE TABLE host_activity AS
@@ -49,6 +51,9 @@ WHERE bin IS NULL OR NOT EXISTS (
 UNION ALL
 SELECT rank, 'startup', name, start_ns, end_ns FROM first_call
 WHERE end_ns - start_ns >= {{STARTUP_FIRST_CALL_MIN_NS}} AND NOT regexp_matches(name, {{STARTUP_API_RE}})
+UNION ALL
+SELECT rank, 'startup', {{PROFILER_PREFIX}} || name, start_ns, end_ns FROM profiler_overhead
+WHERE end_ns > start_ns AND regexp_matches(name, {{PROFILER_SETUP_RE}})
 UNION ALL
 SELECT rank, 'loader', name, start_ns, end_ns FROM ranges
 WHERE NOT on_gpu AND domain IS DISTINCT FROM 'python' AND regexp_matches(name, {{DATALOADER_RE}});

@@ -255,7 +255,7 @@ def _clip_to_recording(con: duckdb.DuckDBPyConnection, info: KinetoSource) -> bo
         con,
         """SELECT min(s), max(e) FROM (
                SELECT ts AS s, ts + dur AS e, true AS span FROM _kin_span
-               WHERE name LIKE 'PyTorch Profiler%' AND isfinite(ts) AND dur > 0
+               WHERE cat = 'trace' AND name LIKE 'PyTorch Profiler%' AND isfinite(ts) AND dur > 0
                UNION ALL SELECT ts, ts + coalesce(dur, 0), false FROM _kin_gpu
                WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')
                UNION ALL SELECT ts, ts + coalesce(dur, 0), false FROM _kin_api)

@@ -21,7 +21,8 @@ The staging tables:
 - `_kin_meta`: process / thread names; `_kin_cats`: events per category (what a trace without GPU work is) and
   complete events without a name (left out);
 - `_kin_mem`: allocator events (`[memory]` instants of `profile_memory=True`).
-- `_kin_span`: the profiler's own spans (category `Trace`, e.g. `PyTorch Profiler (0)`): when it recorded.
+- `_kin_span`: the profiler's own events: its spans (category `trace`, e.g. `PyTorch Profiler (0)`: when it
+  recorded) and its overhead (category `overhead`: CUPTI's buffer requests and flushes, lazy function loading).
 
 This module is the decode internals only: detection, schema variants and device mapping live beside it.
 """
@@ -375,7 +376,7 @@ _FAMILY = {
     **{c: 1 for c in _OP_CATS},
     **{c: 2 for c in schema.API_CATS},
     **{c: 3 for c in _PY_CATS},
-    **{c: 4 for c in schema.SPAN_CATS},
+    **{c: 4 for c in schema.SPAN_CATS + schema.OVERHEAD_CATS},
 }
 _TAKEN = ("ph", "cat", "name")  # read for every event (to sort the events into families), then taken per family
 _TRANSPOSE = {
@@ -709,8 +710,8 @@ def stage_selects(c: Columns, map_categories: bool = True) -> dict[str, str]:
         SELECT {name} AS name, {c.i("pid")} AS pid, {c.i("tid")} AS tid, {c.d("ts")} AS ts, {c.d("dur")} AS dur
         FROM {src} WHERE {x} AND {cats(_PY_CATS)}""",
         "_kin_span": f"""
-        SELECT {name} AS name, {c.d("ts")} AS ts, {c.d("dur")} AS dur
-        FROM {src} WHERE {x} AND {cats(schema.SPAN_CATS)}""",
+        SELECT {cat} AS cat, {name} AS name, {c.d("ts")} AS ts, {c.d("dur")} AS dur
+        FROM {src} WHERE {x} AND {cats(schema.SPAN_CATS + schema.OVERHEAD_CATS)}""",
         "_kin_api": f"""
         SELECT {common}, {c.i("args.correlation")} AS correlation, TRY_CAST({c.i("args.cbid")} AS INTEGER) AS cbid
         FROM {src} WHERE {x} AND {cats(schema.API_CATS)}""",

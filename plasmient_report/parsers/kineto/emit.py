@@ -89,6 +89,9 @@ def emit(
                CASE cat WHEN 'cuda_driver' THEN 'driver' ELSE 'runtime' END, correlation, external_id, cbid
         FROM _kin_api WHERE name IS NOT NULL""")
     con.execute("DROP TABLE _kin_api")
+    con.execute(f"""
+        INSERT INTO profiler_overhead (source_id, rank, name, start_ns, end_ns)
+        SELECT {sid}, {rk}, name, {start}, {end} FROM _kin_span WHERE cat = 'overhead' AND name IS NOT NULL AND dur > 0""")
     _emit_collectives(con, sid, rk, start, end, dev)
     con.execute("DROP TABLE _kin_cpu")
     _emit_memory(con, sid, rk, base)

@@ -34,6 +34,11 @@ API_CATS = ("cuda_runtime", "cuda_driver")
 # The profiler's own spans: Kineto writes one complete event of category `Trace` per recording, named
 # `PyTorch Profiler (N)`, from when it started collecting to when it stopped.
 SPAN_CATS = ("trace",)
+# The profiler's own overhead: CUPTI's overhead records, which Kineto writes as complete events of category
+# `overhead` on no thread of the program (pid -1): `Activity Buffer Request` (CUPTI asking for a buffer, at the
+# first activities), `Buffer Flush`, `Lazy Function Loading` (a kernel's module loaded at its first launch),
+# `Instrumentation`, `Resource`.
+OVERHEAD_CATS = ("overhead",)
 # Categories of accelerators that are not GPUs (no kernels this tool can measure): prefix → what the trace is.
 NON_GPU_ACCELERATORS = {"mtia": "a Meta MTIA accelerator trace (mtia_* events)"}
 

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ...vocab import ANNOTATION_OP_RE, LAUNCH_API_RE, LAUNCH_GAP_MAX_NS
+from ...vocab import ANNOTATION_OP_RE, LAUNCH_API_RE, LAUNCH_GAP_MAX_NS, PROFILER_PREFIX
 from ..advice import warm_up_profile
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import IDLE_CATEGORIES, RuleContext, range_joins, residual
@@ -25,7 +25,8 @@ EXPLANATION = Explanation(
         the waterfall classed the idle time (start-up, sync
         stall, input-bound, launch-bound, host other). "Nothing traced on the host" means the host ran code
         outside any traced op, call or range — a `sleep`, I/O, logging, a Python-side pipeline. Gaps the waterfall
-        calls `startup` (context creation, module loading, `cudaFree`, first allocations), and gaps spent in launch
+        calls `startup` (context creation, module loading, `cudaFree`, first allocations, the profiler's own set-up:
+        CUPTI's activity buffer requests, named `profiler: …`), and gaps spent in launch
         calls longer than `slow_launch_ms` (a kernel's first launch loads its module: lazy loading, JIT), are
         reported apart, as the one-time cost they are — never as launch overhead or gaps to fill. A gap whose next
         kernel was already queued (its launch had returned more than a launch's latency before it ran) is said to be
@@ -366,6 +367,11 @@ def _startup_finding(ctx: RuleContext, t: Thresholds, gaps: list[dict[str, Any]]
         "creation, module loading, library handles, first allocations. A one-time cost, not a steady-state loss "
         f"and not launch overhead: {warm_up_profile(ctx.program)}."
     )
+    if any(c.startswith(PROFILER_PREFIX) for c in calls):
+        rec += (
+            " Some of it is the profiler's own set-up (CUPTI asking for its activity buffers, loading modules at first "
+            "launch), which the program does not pay when it is not profiled."
+        )
     return Finding(
         title=f"one-time start-up: the GPU idles {fmt_ns(total)} in {len(gaps)} gap{'s' if len(gaps) != 1 else ''} "
         f"while the host sets up{what}",
