@@ -558,6 +558,10 @@ GIVE_FLOPS = (
 )
 
 
+# Convolutions without stride / padding said as the reason for unknown work when they are this share of its time.
+UNKNOWN_CONV_SHARE = 0.5
+
+
 def give_flops(con: duckdb.DuckDBPyConnection) -> str:
     """What to give for unknown work: shapes only where the trace has none to offer (a trace recorded with shapes
     whose unknown kernels are custom or compiled gains nothing from recording them again), and PyTorch's switches
@@ -568,6 +572,23 @@ def give_flops(con: duckdb.DuckDBPyConnection) -> str:
     pytorch = bool((one(con, "SELECT pytorch FROM program") or (False,))[0])
     flops = "give --model-flops N (the model's FLOPs per step or per --range occurrence)"
     if has_shapes:
+        # convolutions with shapes but no stride / padding (no Concrete Inputs: torch <= 1.9) have no estimate
+        # (flops.conv): said as such when they are most of the unknown time, not as custom kernels
+        conv = one(
+            con,
+            """WITH u AS (
+                   SELECT k.end_ns - k.start_ns AS ns, o.name AS op, o.input_dims, o.concrete_inputs
+                   FROM kernel_class kc JOIN kernels k USING (kernel_id) LEFT JOIN ops o ON o.op_id = k.op_id
+                   WHERE kc.class = 'unknown')
+               SELECT sum(ns), sum(ns) FILTER (WHERE regexp_matches(op, '(?i)conv') AND input_dims NOT IN ('', '[]')
+                                                 AND coalesce(concrete_inputs, '') IN ('', '[]')) FROM u""",
+        )
+        if conv and conv[0] and conv[1] and conv[1] >= UNKNOWN_CONV_SHARE * conv[0]:
+            return (
+                f"{conv[1] / conv[0]:.0%} of that time is convolutions: the trace has their shapes but not their "
+                "stride and padding (the trace records no Concrete Inputs), which a convolution's FLOPs need: "
+                f"{flops}, record with a newer torch, or give an Nsight Compute CSV"
+            )
         return (
             f"the trace has shapes, but these kernels (custom, compiled or library kernels) have no FLOP model: "
             f"{flops} or an Nsight Compute CSV"

@@ -87,11 +87,14 @@ MATMUL_CLASS_KERNEL_RE = (
 # The matmul pattern is read on a kernel's own name, its template arguments and parameters left out
 # (`kernel_base_name`): `finalizeKernel<KernelParams<cutlass::bfloat16_t>>` is not a CUTLASS GEMM.
 BASE_NAME_CUT_RE = r"[<(].*$"
-# Inference servers' kernels known to do no matmul work although their names hold a matmul word (vLLM's
+# Kernels known to do no matmul work although their names hold a matmul word: inference servers' (vLLM's
 # `reshape_and_cache_flash_kernel`, TensorRT-LLM's MoE routing / finalize and block-scale quantization, fp8
-# quantization, fused activations and rotary embeddings): read before the matmul pattern.
+# quantization, fused activations and rotary embeddings) and cuDNN's batch norm (`cudnn::bn_fw_tr_1C11_kernel_NCHW`,
+# `cudnn::bn_bw_…`, `cudnn::batchnorm_…`: a ResNet's norms, read as matmul-class work by `cudnn`): read before the
+# matmul pattern.
 NO_MATMUL_KERNEL_RE = (
-    r"(?i)(reshape_and_cache|routingIndices|moe::dev::routing|moe_align_block|finalizeKernel|"
+    r"(?i)(reshape_and_cache|routingIndices|moe::dev::routing|moe_align_block|finalizeKernel|cudnn::bn_|"
+    r"cudnn::batch_?norm|"
     r"quantize_with_block_size|scaled_fp8_quant|per_token_group_quant|per_token_quant|dynamic_per_token|"
     r"silu_and_mul|gelu_and_mul|act_and_mul|rotary_embedding|fused_add_rms_norm|rms_norm_kernel)"
 )

@@ -18,7 +18,7 @@ COMMENT ON MACRO kernel_base_name IS 'kernel_base_name(name): a kernel''s own na
 CREATE OR REPLACE MACRO is_matmul_class_kernel(n) AS
     NOT regexp_matches(coalesce(n, ''), {{NO_MATMUL_KERNEL_RE}})
     AND regexp_matches(kernel_base_name(n), {{MATMUL_CLASS_KERNEL_RE}});
-COMMENT ON MACRO is_matmul_class_kernel IS 'is_matmul_class_kernel(name): a kernel that may do matmul-class work by its name (vocab.MATMUL_CLASS_KERNEL_RE on its base name), inference servers'' known no-matmul kernels (vocab.NO_MATMUL_KERNEL_RE) left out';
+COMMENT ON MACRO is_matmul_class_kernel IS 'is_matmul_class_kernel(name): a kernel that may do matmul-class work by its name (vocab.MATMUL_CLASS_KERNEL_RE on its base name), kernels known to do no matmul work although their names hold a matmul word (vocab.NO_MATMUL_KERNEL_RE: inference servers'' helpers, cuDNN''s batch norm) left out';
 CREATE OR REPLACE MACRO known_no_matmul_kernel(n, op) AS
     regexp_matches(coalesce(n, ''), {{COMPILED_NO_MATMUL_KERNEL_RE}})
     OR regexp_matches(coalesce(n, ''), {{AUX_ATTENTION_KERNEL_RE}})

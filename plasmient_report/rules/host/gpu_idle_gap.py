@@ -299,12 +299,19 @@ def _steady_finding(
         )
     elif main in SEE:
         fix = f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}), mostly {SEE[main]}"
-    elif named:
-        # what the host did is known for the listed gaps only: said of the largest named one, not of them all
+    elif named and (named[0] is big or sum(x["duration_ns"] for x in named) >= 0.5 * listed_ns):
+        # what the host did is known for the listed gaps only: said of the largest named one, not of them all (and
+        # only when it is the largest or the named ones hold most of the listed time: a 1 ms gap named beside an 80 ms
+        # untraced one would read as the cause)
         first = (
             ": " if len(gaps) == 1 else "; the largest: " if named[0] is big else f"; a {fmt_ns(named[0]['duration_ns'])} one: "
         )
         fix = f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}){first}{named[0]['host']}"
+    elif named:
+        fix = (
+            f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}), most with nothing traced on the "
+            "host: profile the host side"
+        )
     else:
         fix = (
             f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}) with nothing traced on the "

@@ -161,3 +161,17 @@ def test_frees_in_every_step_are_the_allocator_not_start_up(tmp_path):
             )
         ],
     )
+
+
+def test_a_small_named_gap_is_not_said_beside_a_large_untraced_one(tmp_path):
+    # The shape of the kineto repo's ResNet50 sample (V100): an 80 ms idle tail with nothing traced on the host, and
+    # a 1.1 ms gap in aten::batch_norm. The fix said "a 1.12 ms one: host in aten::batch_norm", reading as the cause
+    # of the 82 ms; most of the idle time has no traced host work, and the fix says so.
+    ev = [runtime("cudaLaunchKernel", 0.0, 3.0, corr=10), kernel("work_kernel", 5.0, 500.0, 0, 10)]
+    ev += [cpu_op("aten::batch_norm", 600.0, 1_000.0, 0), runtime("cudaLaunchKernel", 1_600.0, 3.0, corr=11)]
+    ev += [kernel("work_kernel", 1_605.0, 500.0, 0, 11), runtime("cudaLaunchKernel", 82_100.0, 3.0, corr=12)]
+    ev += [kernel("work_kernel", 82_105.0, 500.0, 0, 12)]
+    v = analyse([write_trace(tmp_path / "tail.json", ev)])
+    (f,) = [x for x in v["findings"] if x["rule"] == "PR504"]
+    assert f["evidence"]["gap_count"] == 2 and f["evidence"]["gaps"][0]["host"] == "nothing traced on the host"
+    assert "most with nothing traced on the host" in f["fix"] and "batch_norm" not in f["fix"], f["fix"]

@@ -1,0 +1,29 @@
+"""What the verdict says to give for unknown work names its reason: convolutions whose stride and padding the trace
+does not record (a torch 1.9 ResNet50 trace of the kineto repo: all its unknown time was cuDNN convolutions with
+shapes but no Concrete Inputs) are said as such, not as "custom, compiled or library kernels"."""
+
+from __future__ import annotations
+
+from .conftest import cpu_op, kernel, launch, write_trace
+from .rules.expect import analyse
+
+
+def _note(tmp_path, op: str, kname: str, concrete: list | None) -> str:
+    # Construction: one op with shapes launching one 500 µs kernel nothing estimates (truth: the op is a convolution
+    # with shapes and, or not, its stride / padding; or a custom op).
+    extra = {"Concrete Inputs": concrete} if concrete is not None else {}
+    ev = [cpu_op(op, 0.0, 20.0, 1, dims=[[32, 64, 56, 56], [64, 64, 3, 3]], types=["float", "float"], **extra)]
+    ev += [launch(5.0, ext=1, corr=1), kernel(kname, 10.0, 500.0, ext=1, corr=1)]
+    v = analyse([write_trace(tmp_path / f"{op.replace(':', '_')}.json", ev)], write_html=False, write_trace=False)
+    (said,) = [n for n in v["notes"] if "FLOP estimate" in n]
+    return said
+
+
+def test_convolutions_without_stride_and_padding_are_named(tmp_path):
+    said = _note(tmp_path, "aten::cudnn_convolution", "void implicit_convolve_sgemm<float, float>(int)", None)
+    assert "100% of that time is convolutions" in said and "stride and padding" in said, said
+
+
+def test_other_unknown_work_keeps_its_reason(tmp_path):
+    said = _note(tmp_path, "my::custom_op", "my_fused_kernel", None)
+    assert "stride and padding" not in said and "custom, compiled or library kernels" in said, said
