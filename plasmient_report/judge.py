@@ -558,6 +558,8 @@ GIVE_FLOPS = (
 )
 
 
+# A loss line's recommendation in a window too short to judge (its share is measured; nothing is advised).
+NOT_JUDGED = "not judged: the window is too short"
 # Convolutions without stride / padding said as the reason for unknown work when they are this share of its time.
 UNKNOWN_CONV_SHARE = 0.5
 
@@ -733,6 +735,9 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     window_per_gpu = (head.get("window_ns") or 0) / max(len(ctx.peaks), 1)
     if word != "no data" and 0 < window_per_gpu < COMMON_THRESHOLDS["min_window_us"] * 1e3:
         word = "too short to judge"
+        # its waterfall keeps its shares (measured) but gives no advice: no rule ran on it
+        for x in losses:
+            x.recommendation = NOT_JUDGED
     notes = list(ctx.notes)
     captured = graph_capture(con)
     if captured is not None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from plasmient_report import pipeline, rules
+from plasmient_report import judge, pipeline, rules
 from plasmient_report.rules import DOC_SECTIONS, LAYERS, STATUSES, Explanation, Finding, rule
 from plasmient_report.rules.codes import CODES
 from plasmient_report.rules.docs import pages
@@ -276,6 +276,9 @@ def test_a_window_too_short_to_judge_gets_no_findings(tmp_path):
     assert v["run"]["window_ns"] == pytest.approx(300, abs=2)
     assert v["utilization"]["trace"] == pytest.approx(0.02 / 0.3, rel=0.05)
     assert v["verdict"] == "too short to judge"
+    # its waterfall keeps the measured shares, with no advice: no line may say "CUDA graphs" of 0.3 µs
+    assert v["losses"] and sum(x["fraction"] for x in v["losses"]) == pytest.approx(1.0, abs=1e-6)
+    assert {x["recommendation"] for x in v["losses"]} == {judge.NOT_JUDGED}, v["losses"]
 
 
 def test_the_program_is_read_not_assumed(tmp_path, tiny_trace):
