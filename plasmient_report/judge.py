@@ -483,9 +483,12 @@ def steps_of(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds) -> 
                     excess_over_median=_f(row["excess_over_median"]),
                     slow=row["slow"],
                     cut=bool(row["cut"]),
-                    tokens_per_s=_per_s(ctx.tokens_per_step, gpu),
-                    samples_per_s=_per_s(ctx.samples_per_step, gpu),
-                    mfu=_f(ctx.model_flops / (gpu / 1e9 * peak)) if ctx.model_flops is not None and peak and gpu else None,
+                    # a cut step's time is a lower bound: no rate from it (it would be an upper bound)
+                    tokens_per_s=None if row["cut"] else _per_s(ctx.tokens_per_step, gpu),
+                    samples_per_s=None if row["cut"] else _per_s(ctx.samples_per_step, gpu),
+                    mfu=_f(ctx.model_flops / (gpu / 1e9 * peak))
+                    if ctx.model_flops is not None and peak and gpu and not row["cut"]
+                    else None,
                 )
             )
         stats = con.execute("SELECT * FROM step_stats WHERE label = ?", [label]).fetchall()
@@ -493,8 +496,10 @@ def steps_of(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds) -> 
             continue
         st = dict(zip([d[0] for d in con.description], stats[0], strict=True))
         slow = sorted((r for r in rows if r["slow"]), key=lambda r: -r["gpu_ns"])
+        # a step the recording cut is a lower bound: the step times are over the whole steps (all when none is)
+        timed = [r for r in rows if not r["cut"]] or rows
         by_gpu: dict[tuple[Any, Any], list[int]] = {}
-        for r in rows:
+        for r in timed:
             by_gpu.setdefault((r["rank"], r["device"]), []).append(r["gpu_ns"])
         means = {k: sum(v) / len(v) for k, v in by_gpu.items()}
         fastest = min(means.values())
@@ -512,7 +517,7 @@ def steps_of(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds) -> 
         slowest_rank = by_rank[0] if len(by_rank) > 1 and by_rank[0].excess_over_fastest > t.slow_rank else None
         n_ranks = int(st["ranks"])
         mean = float(st["mean_ns"])
-        peaks = [(r["gpu_ns"], r["peak_flop_s"]) for r in rows]
+        peaks = [(r["gpu_ns"], r["peak_flop_s"]) for r in timed]
         mfu = None
         if ctx.model_flops is not None and all(p for _, p in peaks):
             mfu = _f(ctx.model_flops * len(peaks) / sum(g / 1e9 * p for g, p in peaks))
@@ -532,7 +537,7 @@ def steps_of(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds) -> 
                 spread=_f(st["cv"]),
                 utilization=_f(st["utilization"]),
                 achieved_fraction_of_peak=_f(st["achieved_fraction_of_peak"]),
-                slowest=_ref(max(rows, key=lambda r: (r["gpu_ns"], -r["occurrence"]))),
+                slowest=_ref(max(timed, key=lambda r: (r["gpu_ns"], -r["occurrence"]))),
                 slow_threshold=t.slow_step,
                 slow_steps=[_ref(r) for r in slow[:MAX_STEP_REFS]],
                 slow_step_count=len(slow),

@@ -591,24 +591,28 @@ class StepSummary(_Struct, kw_only=True):
     steps: Annotated[int, _d("step rows (occurrences × GPUs)")]
     per_rank: Annotated[int, _d("occurrences on the rank with the most")]
     ranks: Annotated[int, _d("ranks with steps")]
-    mean_ns: Annotated[float, _d("ns: mean GPU step time")]
-    median_ns: Annotated[float, _d("ns: median GPU step time")]
-    min_ns: Annotated[int, _d("ns: the fastest step")]
-    max_ns: Annotated[int, _d("ns: the slowest step")]
-    stddev_ns: Annotated[float, _d("ns: sample standard deviation of the step times (0 for one step)")]
+    mean_ns: Annotated[float, _d("ns: mean GPU step time of the whole steps (of all when every step was cut)")]
+    median_ns: Annotated[float, _d("ns: median GPU step time of the whole steps (of all when every step was cut)")]
+    min_ns: Annotated[int, _d("ns: the fastest whole step")]
+    max_ns: Annotated[int, _d("ns: the slowest whole step")]
+    stddev_ns: Annotated[float, _d("ns: sample standard deviation of the whole steps' times (0 for one step)")]
     spread: Annotated[float | None, _d("fraction: stddev_ns / mean_ns (coefficient of variation)")]
     utilization: Annotated[float | None, _d("fraction 0–1: the steps' busy time over their windows")]
     achieved_fraction_of_peak: Annotated[
         float | None, _d("fraction: the steps' achieved peak-time over their windows (null: unknown)")
     ]
-    slowest: Annotated[StepRef | None, _d("the slowest step")]
+    slowest: Annotated[StepRef | None, _d("the slowest whole step")]
     slow_threshold: Annotated[
         float, _d("fraction: a step slower than the median by more than this is flagged `slow` ([verdict] slow_step)")
     ]
     slow_steps: Annotated[list[StepRef], _d("the steps flagged slow, slowest first (first 20)")] = []
     slow_step_count: Annotated[int, _d("how many steps are flagged slow")] = 0
     cut_step_count: Annotated[
-        int, _d("how many steps the profiler's recording cut (`steps[].cut`): their times are lower bounds")
+        int,
+        _d(
+            "how many steps the profiler's recording cut (`steps[].cut`): their times are lower bounds, left out of the "
+            "step-time statistics unless every step was cut"
+        ),
     ] = 0
     by_rank: Annotated[list[RankSteps], _d("per rank (and GPU): mean step time, slowest first (first 64)")] = []
     slowest_rank: Annotated[

@@ -141,3 +141,59 @@ def test_runtime_calls_after_the_span_widen_the_recording() -> None:
         assert vocab.OUTSIDE_RECORDING_MARK not in notes
     finally:
         res.close()
+
+
+def _two_steps_one_cut(tmp_path: Path) -> Path:
+    """A construction: the profiler's span is 0–1400 µs; ProfilerStep#1 (0–1000 µs) launches one 950 µs kernel and
+    lies inside it; ProfilerStep#2 opens at 1000 µs, launches a 300 µs kernel and closes 60 ms later, long after the
+    recording ended: its recorded part (1000–1400 µs) is a lower bound on its time."""
+
+    def kernel(corr: int, ts: float, dur: float) -> list[dict]:
+        return [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100, "tid": 1, "ts": ts - 10.0,
+             "dur": 2.0, "args": {"External id": corr, "correlation": corr, "cbid": 211}},
+            {"ph": "X", "cat": "kernel", "name": "k_elem", "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+             "args": {"External id": corr, "device": 0, "stream": 7, "correlation": corr}},
+        ]  # fmt: skip
+
+    def step(n: int, ts: float, dur: float) -> dict:
+        return {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 100, "tid": 1, "ts": ts,
+                "dur": dur, "args": {"External id": 0}}  # fmt: skip
+
+    ev = [
+        {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": "PyTorch Profiler",
+         "ts": 0.0, "dur": 1400.0},
+        step(1, 0.0, 1000.0), *kernel(1, 20.0, 950.0),
+        step(2, 1000.0, 60000.0), *kernel(2, 1020.0, 300.0),
+    ]  # fmt: skip
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}],
+           "traceEvents": ev, "baseTimeNanoseconds": 1790000000000000000}  # fmt: skip
+    path = tmp_path / "two_steps.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_cut_step_is_left_out_of_the_step_statistics(tmp_path: Path) -> None:
+    # Truth: the construction above. The one whole step is the only step time known; the cut one's is a lower bound,
+    # so it neither sets the median (which flagged the whole step 43% slow than a median of 1000 µs and ~400 µs)
+    # nor is it compared with it, nor gives a throughput.
+    res = pipeline.analyse([_two_steps_one_cut(tmp_path)], pipeline.Options(tokens_per_step=1000))
+    try:
+        v = res.typed
+        assert v is not None
+        steps = sorted(v.steps, key=lambda x: x.occurrence)
+        assert [x.cut for x in steps] == [False, True]
+        whole, cut = steps
+        assert whole.excess_over_median == 0.0 and not whole.slow
+        assert cut.excess_over_median is None and not cut.slow and cut.tokens_per_s is None
+        assert whole.tokens_per_s == pytest.approx(1000 / (whole.gpu_ns / 1e9))
+        assert cut.gpu_ns < whole.gpu_ns / 2  # (what makes this the case: the cut step looks fast)
+        (s,) = v.step_summary
+        assert s.steps == 2 and s.cut_step_count == 1 and s.slow_step_count == 0
+        assert s.mean_ns == s.median_ns == s.min_ns == s.max_ns == whole.gpu_ns and s.stddev_ns == 0
+        assert s.slowest is not None and s.slowest.occurrence == 0
+        assert [(r.steps, r.mean_ns) for r in s.by_rank] == [(1, whole.gpu_ns)]
+        stats = res.con.execute("SELECT steps, cut_steps, timed_steps, median_ns FROM step_stats").fetchall()
+        assert stats == [(2, 1, 1, whole.gpu_ns)]
+    finally:
+        res.close()

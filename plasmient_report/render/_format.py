@@ -175,9 +175,14 @@ def step_counts(s: StepSummary) -> str:
     return text + (f" × {s.ranks} ranks" if s.ranks > 1 else "")
 
 
+def timed_steps(s: StepSummary) -> int:
+    """How many steps the step-time statistics are over: the whole ones (all when the recording cut every one)."""
+    return s.steps - s.cut_step_count or s.steps
+
+
 def step_time_text(s: StepSummary) -> str:
     """The mean GPU step time and its spread (the standard deviation): '134.9 ms ± 0.795 ms'."""
-    spread = f" ± {ms(s.stddev_ns)}" if s.stddev_ns and s.steps > 1 else ""
+    spread = f" ± {ms(s.stddev_ns)}" if s.stddev_ns and timed_steps(s) > 1 else ""
     return ms(s.mean_ns) + spread
 
 
@@ -187,7 +192,7 @@ def step_outliers_text(s: StepSummary) -> str:
     parts = []
     w = s.slowest
     # (a slowest step within 0.5% of the median is no outlier: nothing to say)
-    if w is not None and s.steps > 1 and (w.excess_over_median is None or w.excess_over_median >= 0.005):
+    if w is not None and timed_steps(s) > 1 and (w.excess_over_median is None or w.excess_over_median >= 0.005):
         where = f" on rank {w.rank}" if s.ranks > 1 else ""
         parts.append(
             f"slowest {range_name(w.name)}{where} {ms(w.gpu_ns)}"
@@ -199,5 +204,6 @@ def step_outliers_text(s: StepSummary) -> str:
         parts.append(f"rank {s.slowest_rank.rank} {signed_pct(s.slowest_rank.excess_over_fastest)} per step")
     if s.cut_step_count:
         n = s.cut_step_count
-        parts.append(f"{n} step{'s' if n != 1 else ''} cut by the profiler's recording (a lower bound)")
+        whole = "" if n == s.steps else ", left out of the step time"
+        parts.append(f"{n} step{'s' if n != 1 else ''} cut by the profiler's recording (a lower bound{whole})")
     return "; ".join(parts)

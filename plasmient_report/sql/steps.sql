@@ -92,7 +92,9 @@ WITH agg AS (
     WHERE w.start_ns < o.end_ns
     GROUP BY ALL
 ), med AS (
-    SELECT label, median(end_ns - start_ns) AS median_ns FROM _st_occ GROUP BY label
+    -- over the whole steps: a step the recording cut is a lower bound, not a step time
+    SELECT label, median(end_ns - start_ns) FILTER (WHERE NOT coalesce(cut, false)) AS median_ns
+    FROM _st_occ GROUP BY label
 )
 SELECT o.label, o.name, o.rank, o.device, o.occurrence, o.cpu_start_ns, o.cpu_end_ns, o.start_ns, o.end_ns,
        o.end_ns - o.start_ns AS gpu_ns, o.cpu_end_ns - o.cpu_start_ns AS cpu_ns, o.window_kind, o.launched,
@@ -103,7 +105,8 @@ SELECT o.label, o.name, o.rank, o.device, o.occurrence, o.cpu_start_ns, o.cpu_en
            AS achieved_fraction_of_peak,
        k.flops, coalesce(k.kernel_ns, 0) AS kernel_ns, coalesce(k.kernel_ns_with_flops, 0) AS kernel_ns_with_flops,
        coalesce(k.unknown_ns, 0) AS unknown_ns, t.largest_loss, t.largest_loss_ns, hp.peak_flop_s,
-       (o.end_ns - o.start_ns) / m.median_ns - 1.0 AS excess_over_median, o.cut
+       CASE WHEN NOT coalesce(o.cut, false) THEN (o.end_ns - o.start_ns) / m.median_ns - 1.0 END
+           AS excess_over_median, o.cut
 FROM _st_occ o
 LEFT JOIN agg a ON a.label = o.label AND a.rank IS NOT DISTINCT FROM o.rank AND a.device = o.device
                AND a.occurrence = o.occurrence
@@ -140,27 +143,38 @@ COMMENT ON COLUMN steps.unknown_ns IS 'the part of kernel_ns in kernels of class
 COMMENT ON COLUMN steps.largest_loss IS 'the category that lost the most peak-time in the step';
 COMMENT ON COLUMN steps.largest_loss_ns IS 'peak-time it lost';
 COMMENT ON COLUMN steps.peak_flop_s IS 'the GPU''s headline peak FLOP/s (device_peaks.headline)';
-COMMENT ON COLUMN steps.excess_over_median IS 'gpu_ns over the median step of the label (all ranks), minus 1: 0.2 is 20% slower than the median step';
+COMMENT ON COLUMN steps.excess_over_median IS 'gpu_ns over the median whole step of the label (all ranks), minus 1: 0.2 is 20% slower than the median step; NULL for a cut step (its time is a lower bound)';
 COMMENT ON COLUMN steps.cut IS 'range_occurrences.cut: the profiler''s recording cut the step (it began before or ended after it), so `gpu_ns` is a lower bound';
 
 CREATE OR REPLACE VIEW step_stats AS
-SELECT label, count(*) AS steps, count(DISTINCT rank) AS ranks, count(DISTINCT (rank, device)) AS gpus,
-       max(occurrence) + 1 AS per_rank, avg(gpu_ns) AS mean_ns, median(gpu_ns) AS median_ns, min(gpu_ns) AS min_ns,
-       max(gpu_ns) AS max_ns, coalesce(stddev_samp(gpu_ns), 0) AS stddev_ns,
-       coalesce(stddev_samp(gpu_ns), 0) / avg(gpu_ns) AS cv,
+-- the step times over the whole steps (those the recording did not cut), over all when every step was cut; the
+-- utilization and achieved fraction over every measured window (a cut step's recorded part is measured too)
+WITH s AS (
+    SELECT *, NOT coalesce(cut, false) OR NOT bool_or(NOT coalesce(cut, false)) OVER (PARTITION BY label) AS timed
+    FROM steps
+)
+SELECT label, count(*) AS steps, count(*) FILTER (WHERE coalesce(cut, false)) AS cut_steps,
+       count(*) FILTER (WHERE timed) AS timed_steps, count(DISTINCT rank) AS ranks,
+       count(DISTINCT (rank, device)) AS gpus, max(occurrence) + 1 AS per_rank,
+       avg(gpu_ns) FILTER (WHERE timed) AS mean_ns, median(gpu_ns) FILTER (WHERE timed) AS median_ns,
+       min(gpu_ns) FILTER (WHERE timed) AS min_ns, max(gpu_ns) FILTER (WHERE timed) AS max_ns,
+       coalesce(stddev_samp(gpu_ns) FILTER (WHERE timed), 0) AS stddev_ns,
+       coalesce(stddev_samp(gpu_ns) FILTER (WHERE timed), 0) / avg(gpu_ns) FILTER (WHERE timed) AS cv,
        sum(achieved_ns) / sum(gpu_ns) AS achieved_fraction_of_peak, sum(busy_ns) / sum(gpu_ns) AS utilization
-FROM steps GROUP BY label;
+FROM s GROUP BY label;
 COMMENT ON VIEW step_stats IS 'Per analysed range: its steps'' GPU step times (all ranks and GPUs together)';
 COMMENT ON COLUMN step_stats.label IS 'steps.label';
 COMMENT ON COLUMN step_stats.steps IS 'step rows (occurrences × GPUs)';
+COMMENT ON COLUMN step_stats.cut_steps IS 'steps the profiler''s recording cut (steps.cut)';
+COMMENT ON COLUMN step_stats.timed_steps IS 'steps the step-time columns are over: the whole ones, or every step when all were cut';
 COMMENT ON COLUMN step_stats.ranks IS 'ranks with steps';
 COMMENT ON COLUMN step_stats.gpus IS 'GPUs with steps';
 COMMENT ON COLUMN step_stats.per_rank IS 'occurrences on the rank with the most';
-COMMENT ON COLUMN step_stats.mean_ns IS 'mean GPU step time';
-COMMENT ON COLUMN step_stats.median_ns IS 'median GPU step time';
-COMMENT ON COLUMN step_stats.min_ns IS 'fastest step';
-COMMENT ON COLUMN step_stats.max_ns IS 'slowest step';
-COMMENT ON COLUMN step_stats.stddev_ns IS 'sample standard deviation of the step times (0 for one step)';
+COMMENT ON COLUMN step_stats.mean_ns IS 'mean GPU step time (of the timed steps)';
+COMMENT ON COLUMN step_stats.median_ns IS 'median GPU step time (of the timed steps)';
+COMMENT ON COLUMN step_stats.min_ns IS 'fastest timed step';
+COMMENT ON COLUMN step_stats.max_ns IS 'slowest timed step';
+COMMENT ON COLUMN step_stats.stddev_ns IS 'sample standard deviation of the timed step times (0 for one step)';
 COMMENT ON COLUMN step_stats.cv IS 'stddev_ns / mean_ns: the spread of the step times';
 COMMENT ON COLUMN step_stats.achieved_fraction_of_peak IS 'the steps'' achieved peak-time over their windows (NULL when a GPU has no peak)';
 COMMENT ON COLUMN step_stats.utilization IS 'the steps'' busy time over their windows';
