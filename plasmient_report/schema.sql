@@ -240,7 +240,7 @@ CREATE TABLE IF NOT EXISTS profiler_overhead (
     start_ns    BIGINT,
     end_ns      BIGINT
 );
-COMMENT ON TABLE profiler_overhead IS 'One row per record of the profiler''s own overhead on the host (Kineto `overhead` events: CUPTI''s overhead records, on no thread of the program; nsys''s PROFILER_OVERHEAD is not read). The GPU idle under a set-up one (vocab.PROFILER_SETUP_RE: buffer requests, lazy function loading) is start-up: the profiler''s, or the module loads of first launches';
+COMMENT ON TABLE profiler_overhead IS 'One row per record of the profiler''s own overhead on the host (Kineto `overhead` events: CUPTI''s overhead records, on no thread of the program; nsys''s PROFILER_OVERHEAD is not read). The GPU idle under a set-up one is start-up: the profiler''s own (vocab.PROFILER_SETUP_RE: buffer requests), or the driver''s that CUPTI reports (vocab.DRIVER_SETUP_RE: lazy function loading, the module loads of first launches, which the program pays unprofiled too)';
 COMMENT ON COLUMN profiler_overhead.source_id IS 'the input (sources.source_id)';
 COMMENT ON COLUMN profiler_overhead.rank IS 'the rank';
 COMMENT ON COLUMN profiler_overhead.name IS '`Activity Buffer Request`, `Buffer Flush`, `Lazy Function Loading`, `Instrumentation`, `Resource`, …';

@@ -192,10 +192,13 @@ SYNC_API_RE = (
     r"(?i)(synchronize|^cudaMemcpy(2D|3D|ToSymbol|FromSymbol)?(_v[0-9]+)?$|^cuMemcpy[DH]to[DH](_v[0-9]+)?$|"
     r"^hipMemcpy(2D|3D|ToSymbol|FromSymbol|WithStream|HtoD|DtoH|DtoD)?$)"
 )
-# The profiler's own overhead records (profiler_overhead) that are one-time set-up: CUPTI asking for its activity
-# buffers (at the first activities), loading a kernel's module at its first launch (lazy loading), instrumenting a
-# module, creating its resources. The GPU idle under them is start-up; a buffer flush or a full command buffer is not.
-PROFILER_SETUP_RE = r"(?i)(buffer request|lazy function loading|module loading|instrumentation|resource)"
+# The overhead records (profiler_overhead) that are one-time set-up, and the GPU idle under them start-up (a buffer
+# flush or a full command buffer is not). The profiler's own: CUPTI asking for its activity buffers (at the first
+# activities), instrumenting a module, creating its resources — named `profiler: NAME`, not paid unprofiled.
+PROFILER_SETUP_RE = r"(?i)(buffer request|instrumentation|resource)"
+# CUPTI reports the driver's too: loading a kernel's module at its first launch (lazy loading, CUDA 11.7+), the
+# driver's JIT compiling PTX. The program pays those unprofiled: start-up by their own names.
+DRIVER_SETUP_RE = r"(?i)(lazy function loading|module loading|driver compiler)"
 PROFILER_PREFIX = "profiler: "  # (host_activity names them so: `profiler: Activity Buffer Request`)
 # Calls that put work on the GPU (kernel and graph launches, async memsets). Async copies are copies, not launches:
 # a pageable cudaMemcpyAsync blocks the host for the copy.

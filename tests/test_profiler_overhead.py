@@ -1,8 +1,8 @@
 """The profiler's own overhead (Kineto `overhead` events: CUPTI's overhead records) is read into `profiler_overhead`;
-the GPU idle under a set-up one (CUPTI asking for its activity buffers, lazy function loading) is start-up, said as
-the profiler's, not the host op that happened to be running. Found on a public A100 trace (JeremyMorlier/GPUModel,
-five fp16 GEMMs): 1.83 ms of its 2.14 ms idle gap was an `Activity Buffer Request`, read as "host other 90%: host in
-aten::matmul"."""
+the GPU idle under a set-up one is start-up, not the host op that happened to be running: the profiler's own when
+CUPTI asks for its activity buffers, the program's when the driver loads a module lazily at a kernel's first launch.
+Found on a public A100 trace (JeremyMorlier/GPUModel, five fp16 GEMMs): 1.83 ms of its 2.14 ms idle gap was an
+`Activity Buffer Request`, read as "host other 90%: host in aten::matmul"."""
 
 from __future__ import annotations
 
@@ -72,12 +72,22 @@ def test_the_gpu_idle_under_a_buffer_request_is_the_profilers_start_up() -> None
         res.close()
 
 
-@pytest.mark.parametrize(("name", "startup"), [("Activity Buffer Request", True), ("Buffer Flush", False)])
-def test_only_the_profilers_set_up_is_start_up(tmp_path: Path, name: str, startup: bool) -> None:
-    # The public A100 trace's shape: aten::mm on the host 0–2,200 µs, the profiler's overhead record 300–2,100 µs
-    # inside it, the launch at 2,150 µs and its GEMM at 2,200–2,220 µs; then a second GEMM after a 5 µs launch gap.
-    # A buffer request is the profiler setting up: its 1,800 µs are start-up. A buffer flush recurs while it
-    # records: not start-up (the host op's time stays the host's, as before).
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("Activity Buffer Request", "profiler: Activity Buffer Request"),
+        ("Lazy Function Loading", "Lazy Function Loading"),
+        ("Buffer Flush", None),
+    ],
+)
+def test_only_set_up_is_start_up(tmp_path: Path, name: str, said: str | None) -> None:
+    # The public A100 trace's shape: aten::mm on the host 0–2,200 µs, the overhead record 300–2,100 µs inside it,
+    # the launch at 2,150 µs and its GEMM at 2,200–2,220 µs; then a second GEMM after a 5 µs launch gap.
+    # A buffer request is the profiler setting up: its 1,800 µs are start-up, the profiler's (not paid unprofiled).
+    # Lazy function loading is the driver loading the kernel's module at its first launch (CUDA's lazy loading):
+    # start-up the program pays unprofiled too, so not called the profiler's. A buffer flush recurs while the
+    # profiler records: not start-up (the host op's time stays the host's, as before).
+    startup = said is not None
     ev = [cpu_op("aten::mm", 0.0, 2200.0, 1), _overhead(name, 300.0, 1800.0), launch(2150.0, ext=1, corr=1)]
     ev += [kernel("sm80_xmma_gemm_f16f16", 2200.0, 20.0, ext=1, corr=1)]
     ev += [
@@ -97,5 +107,13 @@ def test_only_the_profilers_set_up_is_start_up(tmp_path: Path, name: str, startu
             [hi, lo, hi, lo],
         ).fetchone()
         assert ns == (1_800_000 if startup else 0), ns
+        assert res.typed is not None
+        found = [f for f in res.typed.findings if f.rule == "PR504" and f.category == "startup"]
+        if said is None:
+            assert not found
+        else:
+            (gap,) = found
+            assert said in gap.title and ("profiler: " in gap.title) == said.startswith("profiler: "), gap.title
+            assert ("the profiler's own set-up" in gap.recommendation) == said.startswith("profiler: ")
     finally:
         res.close()

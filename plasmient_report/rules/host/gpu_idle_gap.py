@@ -376,8 +376,8 @@ def _startup_finding(ctx: RuleContext, t: Thresholds, gaps: list[dict[str, Any]]
     )
     if any(c.startswith(PROFILER_PREFIX) for c in calls):
         rec += (
-            " Some of it is the profiler's own set-up (CUPTI asking for its activity buffers, loading modules at first "
-            "launch), which the program does not pay when it is not profiled."
+            " Some of it is the profiler's own set-up (CUPTI asking for its activity buffers), which the program does "
+            "not pay when it is not profiled."
         )
     return Finding(
         title=f"one-time start-up: the GPU idles {fmt_ns(total)} in {len(gaps)} gap{'s' if len(gaps) != 1 else ''} "
