@@ -579,22 +579,31 @@ def give_flops(con: duckdb.DuckDBPyConnection) -> str:
     pytorch = bool((one(con, "SELECT pytorch FROM program") or (False,))[0])
     flops = "give --model-flops N (the model's FLOPs per step or per --range occurrence)"
     if has_shapes:
-        # convolutions with shapes but no stride / padding (no Concrete Inputs: torch <= 1.9) have no estimate
-        # (flops.conv): said as such when they are most of the unknown time, not as custom kernels
+        # convolutions with shapes but no stride / padding have no estimate (flops.conv): said as such when they are
+        # most of the unknown time, not as custom kernels. A Kineto trace without Concrete Inputs (torch <= 1.9)
+        # gains them from a newer torch; nsys's NVTX shape ranges never carry them.
         conv = one(
             con,
             """WITH u AS (
-                   SELECT k.end_ns - k.start_ns AS ns, o.name AS op, o.input_dims, o.concrete_inputs
+                   SELECT k.end_ns - k.start_ns AS ns, o.name AS op, o.input_dims, o.concrete_inputs, s.format
                    FROM kernel_class kc JOIN kernels k USING (kernel_id) LEFT JOIN ops o ON o.op_id = k.op_id
+                   LEFT JOIN sources s ON s.source_id = o.source_id
                    WHERE kc.class = 'unknown')
-               SELECT sum(ns), sum(ns) FILTER (WHERE regexp_matches(op, '(?i)conv') AND input_dims NOT IN ('', '[]')
-                                                 AND coalesce(concrete_inputs, '') IN ('', '[]')) FROM u""",
+               SELECT sum(ns), sum(ns) FILTER (WHERE regexp_matches(op, ?) AND input_dims NOT IN ('', '[]')
+                                                 AND coalesce(concrete_inputs, '') IN ('', '[]')),
+                      bool_and(format = 'kineto') FILTER (WHERE regexp_matches(op, ?)) FROM u""",
+            [vocab.CONV_OP_RE, vocab.CONV_OP_RE],
         )
         if conv and conv[0] and conv[1] and conv[1] >= UNKNOWN_CONV_SHARE * conv[0]:
+            newer, why = (
+                (", record with a newer torch,", "the trace records no Concrete Inputs")
+                if conv[2]
+                else (",", "the profiler records no argument values")
+            )
             return (
                 f"{conv[1] / conv[0]:.0%} of that time is convolutions: the trace has their shapes but not their "
-                "stride and padding (the trace records no Concrete Inputs), which a convolution's FLOPs need: "
-                f"{flops}, record with a newer torch, or give an Nsight Compute CSV"
+                f"stride and padding ({why}), which a convolution's FLOPs need: {flops}{newer} or give an Nsight "
+                "Compute CSV"
             )
         return (
             f"the trace has shapes, but these kernels (custom, compiled or library kernels) have no FLOP model: "

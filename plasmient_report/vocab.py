@@ -108,6 +108,9 @@ def kernel_base_name(name: str) -> str:
 
 # Attention's helper kernels (FlashAttention's and cuDNN's backward: rowsum(dO·O) before, the fp32 dQ accumulator
 # cast after) run no tensor-core work (ncu: 0 tensor ops, sample_traces/h200_attention): no FLOPs of the op's.
+# Convolution ops (aten::convolution, conv2d, _convolution, cudnn_convolution, conv_transpose2d, their backward);
+# not aten::convert_*.
+CONV_OP_RE = r"(?i)conv(olution|[0-9]d|_|$)"
 AUX_ATTENTION_KERNEL_RE = r"(?i)(dot_do_o|convert_dq|convert_dkv)"
 # Library / framework kernels known to do ~0 useful FLOPs: elementwise, reductions, norms, softmax, copies, indexing,
 # sorting, random numbers, optimizers (PyTorch's `at::native` and `at_cuda_detail`, cub, thrust).

@@ -4,6 +4,8 @@ shapes but no Concrete Inputs) are said as such, not as "custom, compiled or lib
 
 from __future__ import annotations
 
+from plasmient_report import judge, pipeline
+
 from .conftest import cpu_op, kernel, launch, write_trace
 from .rules.expect import analyse
 
@@ -27,3 +29,27 @@ def test_convolutions_without_stride_and_padding_are_named(tmp_path):
 def test_other_unknown_work_keeps_its_reason(tmp_path):
     said = _note(tmp_path, "my::custom_op", "my_fused_kernel", None)
     assert "stride and padding" not in said and "custom, compiled or library kernels" in said, said
+
+
+def test_an_op_named_convert_is_no_convolution(tmp_path):
+    # aten::_convert_weight... / a custom `convert` op has "conv" in its name but is no convolution
+    said = _note(tmp_path, "my::convert_layout", "my_fused_kernel", None)
+    assert "stride and padding" not in said and "custom, compiled or library kernels" in said, said
+
+
+def test_an_nsys_trace_is_not_told_to_record_with_a_newer_torch(tmp_path):
+    # The same construction, its source said to be an nsys export (nsys's NVTX shape ranges never carry argument
+    # values: no torch records a convolution's stride / padding there): the reason stands, the advice of a newer
+    # torch does not.
+    op, kname = "aten::cudnn_convolution", "void implicit_convolve_sgemm<float, float>(int)"
+    ev = [cpu_op(op, 0.0, 20.0, 1, dims=[[32, 64, 56, 56], [64, 64, 3, 3]], types=["float", "float"])]
+    ev += [launch(5.0, ext=1, corr=1), kernel(kname, 10.0, 500.0, ext=1, corr=1)]
+    res = pipeline.analyse([write_trace(tmp_path / "conv.json", ev)], pipeline.Options(write_html=False, write_trace=False))
+    try:
+        kineto = judge.give_flops(res.con)
+        res.con.execute("UPDATE sources SET format = 'nsys-sqlite'")
+        nsys = judge.give_flops(res.con)
+    finally:
+        res.close()
+    assert "newer torch" in kineto and "Concrete Inputs" in kineto, kineto
+    assert "100% of that time is convolutions" in nsys and "newer torch" not in nsys and "Concrete" not in nsys, nsys
