@@ -275,7 +275,7 @@ COMMENT ON COLUMN ranges.end_ns IS 'end (Kineto: ranges, ops and Python frames a
 COMMENT ON COLUMN ranges.depth IS 'reserved for the nesting depth: no parser computes it yet (always NULL)';
 COMMENT ON COLUMN ranges.on_gpu IS 'true for the GPU-timeline copy (which can end early; `--range` uses the CPU side when present)';
 COMMENT ON COLUMN ranges.external_id IS 'Kineto External id';
-COMMENT ON COLUMN ranges.cut IS 'true when the profiler''s recording cut it (Kineto: it began before or ended after the recording, see `end_ns`): its `start_ns` / `end_ns` are the recording''s edge and its time a lower bound; false when whole; NULL where the input has no recording span (nsys)';
+COMMENT ON COLUMN ranges.cut IS 'true when the profiler''s recording cut it (Kineto: it began before or ended after the recording, see `end_ns`): its `start_ns` / `end_ns` are the recording''s edge and its time a lower bound; false when whole; NULL where that is unknown: a Kineto trace without the profiler''s span (often an iteration cut out of a longer trace), nsys, GPU-side annotations and Python frames';
 
 CREATE TABLE IF NOT EXISTS collectives (
     source_id          INTEGER,

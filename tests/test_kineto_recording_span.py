@@ -120,6 +120,8 @@ def test_nothing_is_cut_from_a_trace_recorded_whole() -> None:
         notes = res.con.execute("SELECT notes FROM sources").fetchone()[0] or ""
         assert vocab.OUTSIDE_RECORDING_MARK not in notes
         assert res.con.execute("SELECT count(*) FROM ranges WHERE cut").fetchone()[0] == 0
+        # (known whole: false, not unknown)
+        assert res.con.execute("SELECT count(*) FROM ranges WHERE domain = 'user_annotation' AND cut IS NULL").fetchone()[0] == 0
         assert res.typed is not None and not any(x.cut for x in res.typed.steps)
     finally:
         res.close()
@@ -195,5 +197,23 @@ def test_a_cut_step_is_left_out_of_the_step_statistics(tmp_path: Path) -> None:
         assert [(r.steps, r.mean_ns) for r in s.by_rank] == [(1, whole.gpu_ns)]
         stats = res.con.execute("SELECT steps, cut_steps, timed_steps, median_ns FROM step_stats").fetchall()
         assert stats == [(2, 1, 1, whole.gpu_ns)]
+    finally:
+        res.close()
+
+
+def test_without_the_profilers_span_whether_a_range_was_cut_is_unknown(tmp_path: Path) -> None:
+    # The construction without its `PyTorch Profiler (0)` span (as a splitter's cut-out iteration has none): nothing
+    # bounds the recording, so no range is said cut or whole (`ranges.cut` NULL), and the step statistics take
+    # every step.
+    path = _two_steps_one_cut(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "Trace"]
+    path.write_text(json.dumps(doc))
+    res = pipeline.analyse([path], pipeline.Options(write_html=False, write_trace=False))
+    try:
+        cut = res.con.execute("SELECT DISTINCT cut FROM ranges WHERE domain = 'user_annotation'").fetchall()
+        assert cut == [(None,)]
+        assert res.con.execute("SELECT steps, cut_steps, timed_steps FROM step_stats").fetchall() == [(2, 0, 2)]
+        assert res.typed is not None and not any(x.cut for x in res.typed.steps)
     finally:
         res.close()

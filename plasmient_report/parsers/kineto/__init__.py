@@ -239,7 +239,7 @@ _IS_RANGE = {"_kin_cpu": "cat = 'user_annotation' OR name LIKE 'ProfilerStep#%'"
 _EDGE_US = 1.0
 
 
-def _clip_to_recording(con: duckdb.DuckDBPyConnection, info: KinetoSource) -> bool:
+def _clip_to_recording(con: duckdb.DuckDBPyConnection, info: KinetoSource) -> bool | None:
     """Cut the host events to when the profiler recorded. A range can close long after the profiler stopped (the
     last `ProfilerStep#N` of a torch.compile run, seconds later at exit): its time past the recording holds no
     recorded GPU work or runtime call, and measured whole it read as seconds of idle GPU waiting on a sync.
@@ -250,7 +250,8 @@ def _clip_to_recording(con: duckdb.DuckDBPyConnection, info: KinetoSource) -> bo
     verdict's: a step's time changes). A trace without a span is left as it is: traces that lack one are often cut
     out of longer ones by a splitter (an iteration kept whole: its annotation and first Python frames begin before
     its first op or launch), where the recorded events bound nothing. True when `_kin_cpu` got the `cut` column
-    (some event of it was cut)."""
+    (some event of it was cut), False when nothing reached outside the recording, None without a span (whether a
+    range was cut is unknown)."""
     row = one(
         con,
         """SELECT min(s), max(e) FROM (
@@ -262,7 +263,7 @@ def _clip_to_recording(con: duckdb.DuckDBPyConnection, info: KinetoSource) -> bo
            HAVING bool_or(span)""",
     )
     if not row or row[0] is None:
-        return False
+        return None
     lo, hi = float(row[0]) - _EDGE_US, float(row[1]) + _EDGE_US
     outside = f"(ts + coalesce(dur, 0) > {hi!r} OR ts < {lo!r})"
     gone_if = f"{outside} AND (ts >= {hi!r} OR ts + coalesce(dur, 0) <= {lo!r})"

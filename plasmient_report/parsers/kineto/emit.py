@@ -28,11 +28,17 @@ def device_sql() -> str:
 
 
 def emit(
-    con: duckdb.DuckDBPyConnection, sid: int, rank: int | None, base: int, devices: list[DeviceRow], cut: bool = False
+    con: duckdb.DuckDBPyConnection,
+    sid: int,
+    rank: int | None,
+    base: int,
+    devices: list[DeviceRow],
+    cut: bool | None = None,
 ) -> int:
-    """Write the store rows of one trace; returns the number of GPU kernels and copies. With `cut`, `_kin_cpu` has
-    the `cut` column of the ranges cut to the profiler's recording (kineto._clip_to_recording)."""
-    cut_col = "coalesce(cut, false)" if cut else "false"
+    """Write the store rows of one trace; returns the number of GPU kernels and copies. `cut` as
+    kineto._clip_to_recording returned it: True, `_kin_cpu` has the `cut` column of the ranges cut to the profiler's
+    recording; False, the recording cut none; None, the trace has no recording to cut to (`ranges.cut` unknown)."""
+    cut_col = "coalesce(cut, false)" if cut else ("NULL::BOOLEAN" if cut is None else "false")
     start = ns_expr("ts", base)
     end = ns_expr("ts + coalesce(dur, 0)", base)
     rk = "NULL::INTEGER" if rank is None else str(int(rank))
