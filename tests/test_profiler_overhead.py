@@ -117,3 +117,33 @@ def test_only_set_up_is_start_up(tmp_path: Path, name: str, said: str | None) ->
             assert ("the profiler's own set-up" in gap.recommendation) == said.startswith("profiler: ")
     finally:
         res.close()
+
+
+def test_a_buffer_requested_mid_run_is_the_profilers_overhead_not_start_up(tmp_path: Path) -> None:
+    # A construction: a GEMM at 0–20 µs, then aten::mm on the host 30–2,230 µs with CUPTI requesting another
+    # activity buffer 300–2,100 µs inside it (as it does when one fills: 1.9 ms mid-run in our kineto_single
+    # recording), the launch at 2,180 µs and its GEMM at 2,230 µs. The 2.2 ms idle gap is past the first GPU
+    # activity: not start-up ("profile after warm-up" would not remove it), but the profiler's overhead, named so.
+    ev = [cpu_op("aten::mm", 0.0, 15.0, 1), launch(5.0, ext=1, corr=1)]
+    ev += [kernel("sm80_xmma_gemm_f16f16", 10.0, 10.0, ext=1, corr=1)]
+    ev += [cpu_op("aten::mm", 30.0, 2200.0, 2), _overhead("Activity Buffer Request", 300.0, 1800.0)]
+    ev += [launch(2180.0, ext=2, corr=2), kernel("sm80_xmma_gemm_f16f16", 2230.0, 20.0, ext=2, corr=2)]
+    path = write_trace(tmp_path / "t.json", ev, gpu="NVIDIA A100-SXM4-80GB")
+    res = pipeline.analyse([path], pipeline.Options(write_html=False, write_trace=False))
+    try:
+        lo, hi = BASE + 300_000, BASE + 2_100_000
+        (ns,) = res.con.execute(
+            """SELECT coalesce(sum(least(end_ns, ?) - greatest(start_ns, ?)), 0) FROM stretches
+               WHERE scope = 'window' AND category = 'startup' AND start_ns < ? AND end_ns > ?""",
+            [hi, lo, hi, lo],
+        ).fetchone()
+        assert ns == 0
+        assert res.typed is not None
+        found = [f for f in res.typed.findings if f.rule == "PR504"]
+        assert [f.category for f in found if f.category == "startup"] == []
+        (gap,) = found
+        (line,) = gap.evidence["gaps"]
+        assert line["host_call"] == "profiler: Activity Buffer Request", line
+        assert "profiler's own overhead" in gap.fix and "not paid unprofiled" in gap.fix, gap.fix
+    finally:
+        res.close()

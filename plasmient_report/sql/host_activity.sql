@@ -5,8 +5,9 @@
 -- queries, stream / event creation, allocations and frees, but not those inside the rank's GPU span when calls of
 -- that name keep coming all through its GPU work: vocab.STARTUP_RECURRING_* — the first CUDA call of a process when it is long: it
 -- creates the context —, and a launch call of vocab.SLOW_LAUNCH_NS or more: a kernel's first launch loading its
--- module; and the set-up overhead records: the profiler's own, vocab.PROFILER_SETUP_RE (its buffer requests), named
--- `profiler: NAME`, and the driver's that CUPTI reports, vocab.DRIVER_SETUP_RE (lazy function loading), by their names),
+-- module; and the set-up overhead records: the profiler's own before the rank's first GPU activity,
+-- vocab.PROFILER_SETUP_RE (its buffer requests), named `profiler: NAME`, and the driver's that CUPTI reports,
+-- vocab.DRIVER_SETUP_RE (lazy function loading), by their names),
 -- `loader` (DataLoader ranges).
 -- Depends: vocab
 
@@ -52,10 +53,13 @@ UNION ALL
 SELECT rank, 'startup', name, start_ns, end_ns FROM first_call
 WHERE end_ns - start_ns >= {{STARTUP_FIRST_CALL_MIN_NS}} AND NOT regexp_matches(name, {{STARTUP_API_RE}})
 UNION ALL
-SELECT rank, 'startup', CASE WHEN regexp_matches(name, {{PROFILER_SETUP_RE}}) THEN {{PROFILER_PREFIX}} || name ELSE name END,
-       start_ns, end_ns
-FROM profiler_overhead
-WHERE end_ns > start_ns AND (regexp_matches(name, {{PROFILER_SETUP_RE}}) OR regexp_matches(name, {{DRIVER_SETUP_RE}}))
+SELECT p.rank, 'startup', CASE WHEN regexp_matches(p.name, {{PROFILER_SETUP_RE}}) THEN {{PROFILER_PREFIX}} || p.name
+                               ELSE p.name END, p.start_ns, p.end_ns
+FROM profiler_overhead p LEFT JOIN kspan k ON k.rank IS NOT DISTINCT FROM p.rank
+WHERE p.end_ns > p.start_ns AND (regexp_matches(p.name, {{DRIVER_SETUP_RE}})
+      -- the profiler's set-up before the rank's first GPU activity; later (a buffer requested mid-run) it is the
+      -- profiler's overhead while it records, not start-up (PR504 names it in the gap it falls in)
+      OR regexp_matches(p.name, {{PROFILER_SETUP_RE}}) AND (k.s IS NULL OR p.start_ns < k.s))
 UNION ALL
 SELECT rank, 'loader', name, start_ns, end_ns FROM ranges
 WHERE NOT on_gpu AND domain IS DISTINCT FROM 'python' AND regexp_matches(name, {{DATALOADER_RE}});

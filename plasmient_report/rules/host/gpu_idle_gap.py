@@ -190,15 +190,18 @@ def _describe(
         for g in top
         if g["queued_ns"] is not None and g["end_ns"] - max(g["start_ns"], g["queued_ns"]) > LAUNCH_GAP_MAX_NS
     }
-    # a runtime call that takes most of the gap (a blocking free, a device query) is what the host was in
+    # a runtime call that takes most of the gap (a blocking free, a device query) is what the host was in; or the
+    # profiler's own overhead record (CUPTI requesting an activity buffer mid-run), named `profiler: NAME`
     calls: dict[int, tuple[str, float]] = {}
     for r in ctx.rows(
         """
             SELECT g.i, a.name, sum(least(a.end_ns, g.end_ns) - greatest(a.start_ns, g.start_ns)) AS ns
             FROM (SELECT * FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[]))) g
-            JOIN rule_api_calls a ON a.rank IS NOT DISTINCT FROM g.rank AND a.start_ns < g.end_ns AND a.end_ns > g.start_ns
+            JOIN (SELECT rank, name, start_ns, end_ns FROM rule_api_calls
+                  UNION ALL SELECT rank, ? || name, start_ns, end_ns FROM profiler_overhead) a
+              ON a.rank IS NOT DISTINCT FROM g.rank AND a.start_ns < g.end_ns AND a.end_ns > g.start_ns
             GROUP BY g.i, a.name ORDER BY ns DESC""",
-        [ids],
+        [ids, PROFILER_PREFIX],
     ):
         calls.setdefault(r["i"], (r["name"], r["ns"]))
     setup: dict[int, list[str]] = {}
@@ -292,7 +295,14 @@ def _steady_finding(
     named = [x for x in listed if x["host"] != "nothing traced on the host"]
     listed_ns = sum(x["duration_ns"] for x in listed)
     waiting = sum(min(x["queued_ns"] or 0, x["duration_ns"]) for x in listed) >= 0.5 * listed_ns
-    if waiting:
+    profiled = sum(x["duration_ns"] for x in listed if (x["host_call"] or "").startswith(PROFILER_PREFIX))
+    by_profiler = not waiting and profiled >= 0.5 * listed_ns
+    if by_profiler:
+        fix = (
+            f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}), most in the profiler's own "
+            "overhead: not paid unprofiled"
+        )
+    elif waiting:
         fix = (
             f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}) with the next kernel queued: "
             "find what the GPU waited on"
@@ -327,7 +337,13 @@ def _steady_finding(
         "another thread, prefetch inputs, and avoid host syncs right before long host work (PR502)."
     )
     in_alloc = sum(x["duration_ns"] for x in listed if re.search(ALLOCATOR_CALL_RE, x["host_call"] or ""))
-    if not waiting and in_alloc >= 0.5 * listed_ns:
+    if by_profiler:
+        advice = (
+            "In most of them the host was in the profiler's own overhead (CUPTI's records: requesting activity "
+            "buffers while it records), which the program does not pay when it is not profiled: not a loss of the "
+            "program. Record fewer activities or a shorter schedule to shrink it."
+        )
+    elif not waiting and in_alloc >= 0.5 * listed_ns:
         advice = (
             "The host is in the device allocator in most of them (frees and allocations inside the loop, each "
             "synchronizing the device): keep the framework's caching allocator on (PyTorch: "
