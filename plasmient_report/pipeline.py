@@ -255,14 +255,14 @@ def _ingest_found(
             if len(found) == 1:
                 calls, work = one(
                     con,
-                    "SELECT count(*), count(*) FILTER (WHERE regexp_matches(name, ?) OR regexp_matches(name, "
-                    "'(?i)memcpy|memset')) FROM api_calls WHERE source_id = ?",
-                    [vocab.LAUNCH_API_RE, i],
+                    "SELECT count(*), count(*) FILTER (WHERE regexp_matches(name, ?) OR regexp_matches(name, ?)) "
+                    "FROM api_calls WHERE source_id = ?",
+                    [vocab.LAUNCH_API_RE, vocab.COPY_API_RE, i],
                 ) or (0, 0)
                 how = (
-                    "the profiler's CUPTI records lost"
+                    "the profiler's GPU tracer (CUPTI) lost its records"
                     if d.format in parsers.NSYS_EXPORTS
-                    else "torch.profiler without ProfilerActivity.CUDA, or CUPTI's records lost"
+                    else "torch.profiler without ProfilerActivity.CUDA, or its GPU tracer (CUPTI / roctracer) lost its records"
                 )
                 raise BadInput(
                     d.path,

@@ -211,6 +211,8 @@ LAUNCH_API_RE = (
 )
 # Launches of a captured CUDA / HIP graph: one call starts all the graph's kernels.
 GRAPH_LAUNCH_API_RE = r"(?i)graphlaunch"
+# Calls that copy or set device memory (sync or async: cudaMemcpy*, cuMemcpy*, hipMemcpy*, memsets).
+COPY_API_RE = r"(?i)(memcpy|memset)"
 # Stream capture: launches between these calls on one thread are recorded into a graph, not run.
 CAPTURE_BEGIN_API_RE = r"(?i)^(cuda|hip)StreamBeginCapture"
 CAPTURE_END_API_RE = r"(?i)^(cuda|hip)StreamEndCapture"
@@ -354,8 +356,6 @@ PYTORCH_KERNEL_RE = r"(at::native::|at_cuda_detail|c10::|^triton_(poi|red|per|te
 PYTORCH_RANGE_RE = r"^(ProfilerStep#|enumerate\(DataLoader|Optimizer\.(step|zero_grad)|Torch-Compiled Region|## )"
 # TensorRT: its NVTX domain, its engine ranges and its kernels' suffixes / names.
 TENSORRT_RE = r"(?i)(^TensorRT$|ExecutionContext::|_trt$|genericReformat|^trt_|tensorrt)"
-# Graph launches: the program already replays captured graphs (CUDA / HIP graphs).
-GRAPH_LAUNCH_API_RE = r"(?i)graphlaunch"
 # Inference servers that reserve most of the GPU for their KV cache by design (vLLM's gpu_memory_utilization,
 # SGLang's mem_fraction_static): their kernels (vllm::…), custom ops or Python frames (with_stack) name them.
 VLLM_RE = r"(^|[^a-z])vllm(::|/|\.|_C|[^a-z]|$)"

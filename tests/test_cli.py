@@ -185,6 +185,13 @@ def test_runtime_calls_without_gpu_activity_say_what_was_not_recorded(tmp_path):
     assert contract.refused(contract.Run(r.returncode, r.stdout, r.stderr))
     assert "no launch or copy among them" in r.stderr and "gave the GPU no work" in r.stderr
     assert "ProfilerActivity.CUDA" not in r.stderr
+    # A copy call is work given to the GPU too; a ROCm program's tracer is roctracer, not CUPTI alone.
+    copy = {**launch, "name": "hipMemcpyAsync"}
+    p3 = tmp_path / "copy.json"
+    write_trace(p3, [cpu_op("aten::copy_", 1.0, 9.0, 1), {**copy, "args": {"correlation": 1, "External id": 1}}])
+    r = cli(str(p3), "--out", str(tmp_path / "out4"))
+    assert contract.refused(contract.Run(r.returncode, r.stdout, r.stderr))
+    assert "1 of them launches or copies" in r.stderr and "roctracer" in r.stderr, r.stderr
     q = tmp_path / "cpu.json"
     write_trace(q, [cpu_op("aten::mm", 1.0, 9.0, 1)])
     r = cli(str(q), "--out", str(tmp_path / "out2"))

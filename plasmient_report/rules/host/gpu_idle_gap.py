@@ -295,20 +295,15 @@ def _steady_finding(
     named = [x for x in listed if x["host"] != "nothing traced on the host"]
     listed_ns = sum(x["duration_ns"] for x in listed)
     waiting = sum(min(x["queued_ns"] or 0, x["duration_ns"]) for x in listed) >= 0.5 * listed_ns
+    n_gaps = f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)})"
     profiled = sum(x["duration_ns"] for x in listed if (x["host_call"] or "").startswith(PROFILER_PREFIX))
     by_profiler = not waiting and profiled >= 0.5 * listed_ns
     if by_profiler:
-        fix = (
-            f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}), most in the profiler's own "
-            "overhead: not paid unprofiled"
-        )
+        fix = f"{n_gaps}, most in the profiler's own overhead: not paid unprofiled"
     elif waiting:
-        fix = (
-            f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}) with the next kernel queued: "
-            "find what the GPU waited on"
-        )
+        fix = f"{n_gaps} with the next kernel queued: find what the GPU waited on"
     elif main in SEE:
-        fix = f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}), mostly {SEE[main]}"
+        fix = f"{n_gaps}, mostly {SEE[main]}"
     elif named and (named[0] is big or sum(x["duration_ns"] for x in named) >= 0.5 * listed_ns):
         # what the host did is known for the listed gaps only: said of the largest named one, not of them all (and
         # only when it is the largest or the named ones hold most of the listed time: a 1 ms gap named beside an 80 ms
@@ -316,17 +311,11 @@ def _steady_finding(
         first = (
             ": " if len(gaps) == 1 else "; the largest: " if named[0] is big else f"; a {fmt_ns(named[0]['duration_ns'])} one: "
         )
-        fix = f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}){first}{named[0]['host']}"
+        fix = f"{n_gaps}{first}{named[0]['host']}"
     elif named:
-        fix = (
-            f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}), most with nothing traced on the "
-            "host: profile the host side"
-        )
+        fix = f"{n_gaps}, most with nothing traced on the host: profile the host side"
     else:
-        fix = (
-            f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)}) with nothing traced on the "
-            "host: profile the host side"
-        )
+        fix = f"{n_gaps} with nothing traced on the host: profile the host side"
     advice = (
         "In most of them the next kernel was already queued: the GPU waited on something the trace does not "
         "hold — an event of another stream or process (cudaStreamWaitEvent / hipStreamWaitEvent), another process "
