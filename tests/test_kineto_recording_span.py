@@ -217,3 +217,20 @@ def test_without_the_profilers_span_whether_a_range_was_cut_is_unknown(tmp_path:
         assert res.typed is not None and not any(x.cut for x in res.typed.steps)
     finally:
         res.close()
+
+
+def test_the_step_chart_draws_a_cut_step_apart(tmp_path: Path) -> None:
+    # The step chart's line joins the whole steps; the cut one (its time a lower bound) is a marker of its own, in
+    # the legend, so a step that looks fast only because it was cut does not read as a fast step.
+    from plasmient_report.render import html
+
+    res = pipeline.analyse([_two_steps_one_cut(tmp_path)], pipeline.Options(write_html=False, write_trace=False))
+    try:
+        v = res.typed
+        assert v is not None
+        chart = str(html.step_time_chart(v.steps, v.step_summary[0]))
+        whole = [x for x in v.steps if not x.cut]
+        assert "cut by the recording" in chart
+        assert str(html.step_time_chart(whole * 2, v.step_summary[0])).count("cut by the recording") == 0
+    finally:
+        res.close()

@@ -827,7 +827,7 @@ MAX_STEP_SERIES = 16  # ranks drawn in the step-time chart
 
 def step_time_chart(steps: Sequence[Step], summary: StepSummary) -> Markup | None:
     """GPU step time per occurrence, one line per rank (GPU), the median dashed and the slow steps marked: the
-    outlier step shows itself."""
+    outlier step shows itself. A step the recording cut is a lower bound: an open triangle off the line."""
     if len(steps) < 2:
         return None
     by_gpu: dict[tuple[Any, Any], list[Step]] = {}
@@ -836,7 +836,23 @@ def step_time_chart(steps: Sequence[Step], summary: StepSummary) -> Markup | Non
     fig = _figure(7.5, 2.0)
     ax = fig.add_subplot()
     palette = ["#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#e377c2", "#7f7f7f", "#bcbd22"]
-    for i, (key, xs) in enumerate(list(by_gpu.items())[:MAX_STEP_SERIES]):
+    cut_said = False
+    for i, (key, all_xs) in enumerate(list(by_gpu.items())[:MAX_STEP_SERIES]):
+        xs = [x for x in all_xs if not x.cut]
+        cut = [x for x in all_xs if x.cut]
+        if cut:
+            ax.scatter(
+                [x.occurrence for x in cut],
+                [x.gpu_ns / 1e6 for x in cut],
+                s=22,
+                marker="^",
+                facecolors="none",
+                edgecolors=_FG,
+                linewidths=0.9,
+                zorder=3,
+                label=None if cut_said else "cut by the recording (≥)",
+            )
+            cut_said = True
         occ = [x.occurrence for x in xs]
         ms_ = [x.gpu_ns / 1e6 for x in xs]
         ax.plot(
@@ -846,7 +862,7 @@ def step_time_chart(steps: Sequence[Step], summary: StepSummary) -> Markup | Non
             markersize=3,
             linewidth=1,
             color=palette[i % len(palette)],
-            label=f"rank {key[0]}" + (f" · gpu {key[1]}" if key[1] is not None else ""),
+            label=f"rank {key[0]}" + (f" · gpu {key[1]}" if key[1] is not None else "") if len(by_gpu) > 1 else "step",
         )
         slow = [x for x in xs if x.slow]
         if slow:
@@ -875,7 +891,7 @@ def step_time_chart(steps: Sequence[Step], summary: StepSummary) -> Markup | Non
     ax.set_ylabel("GPU step time (ms)", fontsize=8)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     _style(ax, grid_axis="y")
-    if len(by_gpu) > 1:
+    if len(by_gpu) > 1 or cut_said:
         _legend(fig, ax.get_legend_handles_labels()[0])
     return svg(fig, "GPU step time per step")
 
