@@ -6,8 +6,8 @@
 -- then collective_wait (a communication kernel's wait for its peers), pipeline_bubble (pipeline P2P),
 -- collective_transfer, memcpy. An idle stretch (nothing resident) is lost to what the host is doing: startup (a
 -- set-up call; or, in the whole profile, before the GPU's first activity when set-up calls fall there),
--- input_bound (inside a DataLoader range), sync_stall (the idle gap began as a host sync returned —
--- the queue ran dry behind it), launch_bound (inside a launch call; or anywhere in a gap about one launch long —
+-- input_bound (inside a DataLoader range), sync_stall (the idle gap began as a host sync blocking on the GPU
+-- returned — the queue ran dry behind it), launch_bound (inside a launch call; or anywhere in a gap about one launch long —
 -- vocab.LAUNCH_GAP_MAX_NS — in which the host launches: the per-op path of Python, dispatcher and launch), else
 -- host_other. On a GPU with no peak, a stretch where a kernel with a FLOP
 -- estimate runs has no category (nothing can be said of it); the others are time-based and keep theirs.
@@ -90,17 +90,19 @@ WITH b AS (
     SELECT rank, thread, name, start_ns, end_ns FROM api_calls
     WHERE regexp_matches(name, {{SYNC_API_RE}}) AND kind IS DISTINCT FROM 'osrt'
 ), j AS (
-    -- the first sync to return once the GPU went idle (or just before): if it returned inside the gap, the host
-    -- had blocked on the GPU and the queue ran dry behind it
-    SELECT gw.*, y.name AS y_name, y.thread AS y_thread, y.start_ns AS y_start, y.end_ns AS y_end
+    -- the first sync to return once the GPU went idle (or just before): if it was blocking when the GPU went idle
+    -- (it began before) and returned inside the gap, the host had blocked on the GPU and the queue ran dry behind
+    -- it. One called after the GPU went idle waited for nothing: the gap is what the host did before it.
+    SELECT gw.*, y.name AS y_name, y.thread AS y_thread, y.start_ns AS y_start, y.end_ns AS y_end,
+           y.end_ns < gw.end_ns AND y.start_ns <= gw.start_ns + {{SYNC_TOLERANCE_NS}} AS blocked
     FROM gw ASOF LEFT JOIN syncs y ON y.rank IS NOT DISTINCT FROM gw.rank AND y.end_ns >= gw.start_ns - {{SYNC_TOLERANCE_NS}}
 )
 SELECT wid, row_number() OVER (PARTITION BY wid ORDER BY start_ns) AS gap_no, scope, range_name, rank, device,
-       start_ns, end_ns, coalesce(y_end < end_ns, false) AS after_sync,
-       CASE WHEN y_end < end_ns THEN y_name END AS sync_name,
-       CASE WHEN y_end < end_ns THEN y_thread END AS sync_thread,
-       CASE WHEN y_end < end_ns THEN y_start END AS sync_start_ns,
-       CASE WHEN y_end < end_ns THEN y_end END AS sync_end_ns
+       start_ns, end_ns, coalesce(blocked, false) AS after_sync,
+       CASE WHEN blocked THEN y_name END AS sync_name,
+       CASE WHEN blocked THEN y_thread END AS sync_thread,
+       CASE WHEN blocked THEN y_start END AS sync_start_ns,
+       CASE WHEN blocked THEN y_end END AS sync_end_ns
 FROM j;
 
 -- What the host does inside the gaps. A gap about one launch long (≤ vocab.LAUNCH_GAP_MAX_NS) is named whole, by
@@ -270,7 +272,7 @@ COMMENT ON COLUMN idle_gaps.device IS 'the GPU';
 COMMENT ON COLUMN idle_gaps.start_ns IS 'gap start (the window''s start when it begins idle)';
 COMMENT ON COLUMN idle_gaps.end_ns IS 'gap end';
 COMMENT ON COLUMN idle_gaps.launching IS 'true when the host is inside a launch call or an op that launches at some time in the gap';
-COMMENT ON COLUMN idle_gaps.after_sync IS 'true when a host sync returned within vocab.SYNC_TOLERANCE_NS of the gap''s start or inside it: its idle time not claimed by start-up or data loading is sync_stall';
+COMMENT ON COLUMN idle_gaps.after_sync IS 'true when the first host sync to return from vocab.SYNC_TOLERANCE_NS before the gap''s start on returned inside it and had begun by its start (within the tolerance: it was blocking when the GPU went idle): its idle time not claimed by start-up or data loading is sync_stall';
 COMMENT ON COLUMN idle_gaps.sync_name IS 'that sync call';
 COMMENT ON COLUMN idle_gaps.sync_thread IS 'its host thread';
 COMMENT ON COLUMN idle_gaps.sync_start_ns IS 'its start';
