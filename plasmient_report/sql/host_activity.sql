@@ -8,7 +8,7 @@
 -- module; and the set-up overhead records: the profiler's own before the rank's first GPU activity,
 -- vocab.PROFILER_SETUP_RE (its buffer requests), named `profiler: NAME`, and the driver's that CUPTI reports,
 -- vocab.DRIVER_SETUP_RE (lazy function loading), by their names),
--- `loader` (DataLoader ranges).
+-- `loader` (DataLoader ranges, or ops in old traces).
 -- Depends: vocab
 
 CREATE OR REPLACE TABLE host_activity AS
@@ -52,6 +52,8 @@ WHERE bin IS NULL OR NOT EXISTS (
 UNION ALL
 SELECT rank, 'startup', name, start_ns, end_ns FROM first_call
 WHERE end_ns - start_ns >= {{STARTUP_FIRST_CALL_MIN_NS}} AND NOT regexp_matches(name, {{STARTUP_API_RE}})
+  -- (a copy or a sync is long for its copy or its wait: a profile begun mid-run starts on one)
+  AND NOT regexp_matches(name, {{COPY_API_RE}}) AND NOT regexp_matches(name, {{SYNC_API_RE}})
 UNION ALL
 SELECT p.rank, 'startup', CASE WHEN regexp_matches(p.name, {{PROFILER_SETUP_RE}}) THEN {{PROFILER_PREFIX}} || p.name
                                ELSE p.name END, p.start_ns, p.end_ns
@@ -62,7 +64,10 @@ WHERE p.end_ns > p.start_ns AND (regexp_matches(p.name, {{DRIVER_SETUP_RE}})
       OR regexp_matches(p.name, {{PROFILER_SETUP_RE}}) AND (k.s IS NULL OR p.start_ns < k.s))
 UNION ALL
 SELECT rank, 'loader', name, start_ns, end_ns FROM ranges
-WHERE NOT on_gpu AND domain IS DISTINCT FROM 'python' AND regexp_matches(name, {{DATALOADER_RE}});
+WHERE NOT on_gpu AND domain IS DISTINCT FROM 'python' AND regexp_matches(name, {{DATALOADER_RE}})
+UNION ALL
+-- (torch <= 1.9 records the DataLoader's __next__ as an op, category Operator)
+SELECT rank, 'loader', name, start_ns, end_ns FROM ops WHERE regexp_matches(name, {{DATALOADER_RE}});
 COMMENT ON TABLE host_activity IS 'One row per host interval that names idle GPU time';
 COMMENT ON COLUMN host_activity.rank IS 'the rank';
 COMMENT ON COLUMN host_activity.kind IS 'launch_call, launch_op, startup or loader';
