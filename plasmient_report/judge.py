@@ -412,18 +412,20 @@ MAX_RANK_STEPS = 64
 def step_labels(con: duckdb.DuckDBPyConnection, ranges: list[str]) -> list[str]:
     """The ranges whose occurrences are the run's steps: the --range patterns; without --range, ProfilerStep#* when
     the trace has it, else the top-level range that repeats on a rank (two or more occurrences) and covers the most
-    GPU time; none when nothing repeats."""
+    GPU time; none when nothing repeats. A range most of whose occurrences launched no GPU work (a DataLoader's
+    `__next__`, a host-side phase) is no step: its "GPU time" is its CPU interval."""
     have = {
-        lab: (per_rank, total)
-        for lab, per_rank, total in con.execute(
-            "SELECT label, max(occurrence) + 1, sum(gpu_ns) FROM steps GROUP BY label"
+        lab: (per_rank, total, gpu)
+        for lab, per_rank, total, gpu in con.execute(
+            "SELECT label, max(occurrence) + 1, sum(gpu_ns), 2 * count(*) FILTER (WHERE launched > 0) >= count(*) "
+            "FROM steps GROUP BY label"
         ).fetchall()
     }
     if ranges:
         return [r for r in dict.fromkeys(ranges) if r in have]
     if STEP_LABEL in have:
         return [STEP_LABEL]
-    repeating = sorted(((-total, lab) for lab, (per_rank, total) in have.items() if per_rank >= 2))
+    repeating = sorted(((-total, lab) for lab, (per_rank, total, gpu) in have.items() if per_rank >= 2 and gpu))
     return [repeating[0][1]] if repeating else []
 
 

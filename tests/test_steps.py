@@ -218,3 +218,20 @@ def test_the_box_shows_step_time_and_spread(tmp_path: Path) -> None:
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     assert r.returncode == 2 and "--tokens-per-step must be a positive number" in r.stderr
+
+
+def test_a_repeating_range_that_launches_nothing_is_no_step(tmp_path: Path) -> None:
+    """Without ProfilerStep, the repeating range with the most GPU time is the step, but one that launched no GPU
+    work (a DataLoader's __next__: a public RTX 2080 Ti trace of PARAM read "step time (GPU) 273.5 ms ← 30 steps of
+    enumerate(DataLoader)…", the loader's CPU time) is none: its window is its CPU interval. Construction: three
+    3,000 µs DataLoader annotations launching nothing, each followed by a 200 µs `train` annotation launching one
+    150 µs kernel."""
+    ev = []
+    for i in range(3):
+        t0 = i * 4000.0
+        ev += [annotation("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", t0, 3000.0)]
+        ev += [annotation("train", t0 + 3000.0, 200.0), launch(t0 + 3010.0, ext=i + 1, corr=i + 1)]
+        ev += [kernel("k", t0 + 3020.0, 150.0, ext=i + 1, corr=i + 1)]
+    v, _ = _analyse([write_trace(tmp_path / "t.json", ev)], write_html=False, write_trace=False)
+    assert [s["range"] for s in v["step_summary"]] == ["train"]
+    assert all(s["range"] == "train" for s in v["steps"]) and len(v["steps"]) == 3
