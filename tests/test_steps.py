@@ -235,3 +235,20 @@ def test_a_repeating_range_that_launches_nothing_is_no_step(tmp_path: Path) -> N
     v, _ = _analyse([write_trace(tmp_path / "t.json", ev)], write_html=False, write_trace=False)
     assert [s["range"] for s in v["step_summary"]] == ["train"]
     assert all(s["range"] == "train" for s in v["steps"]) and len(v["steps"]) == 3
+
+
+def test_the_outlier_line_counts_the_slow_steps_once(tmp_path: Path) -> None:
+    """Steps of 1, 1, 1, 3 and 2.5 ms (by construction): two are slow; the line names the slowest and counts the
+    other one ("1 more"), not both again (8×V100 DLRM: "slowest … ; 4 more than 10% over the median" of 4 slow)."""
+    from plasmient_report.render._format import step_outliers_text
+
+    path = _steps_trace(tmp_path / "steps.pt.trace.json", [1000.0, 1000.0, 1000.0, 3000.0, 2500.0])
+    res = pipeline.analyse([path], pipeline.Options(write_html=False, write_trace=False))
+    try:
+        assert res.typed is not None
+        (s,) = res.typed.step_summary
+        assert s.slow_step_count == 2
+        text = step_outliers_text(s)
+    finally:
+        res.close()
+    assert "slowest ProfilerStep#4" in text and "1 more 10%+ over the median" in text, text

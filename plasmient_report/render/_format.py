@@ -198,10 +198,16 @@ def step_outliers_text(s: StepSummary) -> str:
             f"slowest {range_name(w.name)}{where} {ms(w.gpu_ns)}"
             + (f" ({signed_pct(w.excess_over_median)} over the median)" if w.excess_over_median is not None else "")
         )
-    if s.slow_step_count:
-        parts.append(f"{s.slow_step_count} more than {s.slow_threshold:.0%} over the median")
+    # (the slowest step, said above, is among the slow ones when it is slow)
+    said = w is not None and timed_steps(s) > 1 and w.excess_over_median is not None and w.excess_over_median > s.slow_threshold
+    more = s.slow_step_count - (1 if said else 0)
+    if more > 0:
+        what = "more" if said else f"step{'s' if more != 1 else ''}"
+        parts.append(f"{more} {what} {s.slow_threshold:.0%}+ over the median")
     if s.slowest_rank is not None:
-        parts.append(f"rank {s.slowest_rank.rank} {signed_pct(s.slowest_rank.excess_over_fastest)} per step")
+        parts.append(
+            f"rank {s.slowest_rank.rank} {signed_pct(s.slowest_rank.excess_over_fastest)} per step over the fastest rank"
+        )
     if s.cut_step_count:
         n = s.cut_step_count
         whole = "" if n == s.steps else ", left out of the step time"
