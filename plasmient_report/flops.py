@@ -828,8 +828,8 @@ def op_traffic_bytes(
 ) -> float | None:
     """Minimum DRAM bytes of a memory-bound op from its `Input Dims`, `Input type` and `Concrete Inputs`: the op's own
     model in BYTE_MODELS (norms, softmax, reductions, embedding, copies, gathers / scatters, cat), else the
-    elementwise one: every tensor input read once, one output the size of the first input written (in-place ops:
-    the first input read and written). `elem_hint`: bytes per element where the trace gives no dtype (TensorList)."""
+    elementwise one: every tensor input read once, one output of their broadcast shape written (in-place ops: the
+    first input read and written). `elem_hint`: bytes per element where the trace gives no dtype (TensorList)."""
     if not input_dims:
         return None
     try:
@@ -849,18 +849,37 @@ def op_traffic_bytes(
         except (TypeError, ValueError, IndexError, ZeroDivisionError):
             b = None
         return b if b is not None and math.isfinite(b) and b >= 0 else None
-    sizes = []
+    sizes, shapes, elems = [], [], []
     for i, d in enumerate(dims):
         if isinstance(d, list) and d and all(isinstance(v, int) and v >= 0 for v in d):
             elem = element_bytes(types[i] if isinstance(types, list) and i < len(types) else None) or 4
             sizes.append(math.prod(d) * elem)
+            shapes.append(tuple(d))
+            elems.append(elem)
     if not sizes:
         return None
-    out = sizes[0]
+    # the output has the inputs' broadcast shape (RMSNorm's weight [1024] × x [16, 559, 1024] writes x's size), in
+    # the first input's element size; the first input's size where the shapes do not broadcast
+    try:
+        n_out = math.prod(_broadcast(shapes))
+    except ValueError:
+        n_out = math.prod(shapes[0])
+    out = n_out * elems[0]
     if (name or "") in BOOL_OUTPUT_OPS:  # comparisons write one byte per element, whatever they read
-        first = next(d for d in dims if isinstance(d, list) and d and all(isinstance(v, int) and v >= 0 for v in d))
-        out = math.prod(first)
+        out = n_out
     return float(sum(sizes) + out)
+
+
+def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The broadcast shape of tensor shapes (NumPy's and PyTorch's rule); ValueError where they do not broadcast."""
+    rank = max(len(x) for x in shapes)
+    out = [1] * rank
+    for x in shapes:
+        for i, v in enumerate(x, start=rank - len(x)):
+            if v != out[i] and v != 1 and out[i] != 1:
+                raise ValueError(shapes)
+            out[i] = v if out[i] == 1 else out[i]
+    return tuple(out)
 
 
 # Out-of-place ops whose output is a bool tensor.

@@ -241,3 +241,18 @@ def test_comparisons_write_one_byte_per_element() -> None:
     assert op_traffic_bytes("aten::isnan", "[[4096, 4096]]", '["c10::BFloat16"]') == n * (2 + 1)
     # out-of-place arithmetic keeps the input's dtype
     assert op_traffic_bytes("aten::add", "[[4096, 4096], [4096, 4096]]", '["float", "float"]') == n * 12
+
+
+def test_a_broadcast_output_has_the_broadcast_shape() -> None:
+    # RMSNorm's weight times x (TraceLens's H100 Qwen1.5 trace: aten::mul [[1024], [16, 559, 1024]] in bf16): the
+    # output is x's size, whichever input comes first — 2 KiB + 2 x 18.3 MB, not the first input's size as output.
+    x = 16 * 559 * 1024
+    bf16 = '["c10::BFloat16", "c10::BFloat16"]'
+    want = 2 * (1024 + x + x)
+    assert op_traffic_bytes("aten::mul", "[[1024], [16, 559, 1024]]", bf16) == want
+    assert op_traffic_bytes("aten::mul", "[[16, 559, 1024], [1024]]", bf16) == want
+    # an outer product by broadcasting writes the full grid; shapes that do not broadcast keep the first input's
+    assert op_traffic_bytes("aten::add", "[[4096, 1], [1, 4096]]", '["float", "float"]') == 4 * (4096 * 2 + 4096 * 4096)
+    assert op_traffic_bytes("aten::add", "[[3, 4], [5]]", '["float", "float"]') == 4 * (12 + 5 + 12)
+    # a comparison under broadcasting writes one byte per output element
+    assert op_traffic_bytes("aten::eq", "[[4096, 1], [1, 4096]]", '["float", "float"]') == 4 * 4096 * 2 + 4096 * 4096
