@@ -224,7 +224,13 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         )
         where = (f" at {site}" if site else "") + inside
         copy = " after a device→host copy" if g["d2h_copies"] else ""
-        per = f", {fmt_ns(ctx.per_step(g['idle_ns']))} {ctx.per_step_text()}" if ctx.step_unit and n > 1 else ""
+        # (summed over its ranks: per step on each of them)
+        n_ranks = max(len(g["ranks"] or []), 1)
+        per = (
+            f", {fmt_ns(ctx.per_step(g['idle_ns'] / n_ranks))}{' per rank' if n_ranks > 1 else ''} {ctx.per_step_text()}"
+            if ctx.step_unit and n > 1
+            else ""
+        )
         # A sync seen once: the share of its rank's GPU work in the window that comes after the idle it caused
         # (nearly all of it: the wait came before the work — set-up, not the loop)
         after = None

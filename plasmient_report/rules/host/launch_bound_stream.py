@@ -87,8 +87,10 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     )
     med_k = sorted(s["median_kernel_ns"] for s in streams)[len(streams) // 2]
     med_g = sorted(s["median_gap_ns"] for s in streams)[len(streams) // 2]
-    per = ctx.per_step(kernels)
-    unit = ctx.per_step_text()
+    # (the streams' kernels over their GPUs: launches per step on each GPU)
+    n_gpus = len({(s["rank"], s["device"]) for s in streams})
+    per = ctx.per_step(kernels / n_gpus)
+    unit = ("per GPU " if n_gpus > 1 else "") + ctx.per_step_text()
     where = ", ".join(
         f"stream {s['stream']}" + (f" (rank {s['rank']})" if len(ctx.rank_window_ns) > 1 else "") for s in streams[:4]
     )

@@ -53,3 +53,24 @@ def test_graph_advice_in_cuda_words_without_pytorch(tmp_path):
 
 def test_silent_on_compute_bound():
     check(single_phase("compute_bound"), [], silent=["PR501"])
+
+
+def test_launches_per_step_are_per_gpu_on_several_ranks():
+    # PARAM's DLRM on 8 V100s (public, corpus public-real/param-dlrm-v100x8: one ProfilerStep per rank): the fix
+    # said "2,180 launches per step" — the eight ranks' sum. Truth, read with json: each rank's GPU activities
+    # launched in its step; launches per GPU per step are at most the most of any rank.
+    import gzip
+    import json
+
+    from ...conftest import corpus_file
+
+    folder = corpus_file("public-real/param-dlrm-v100x8")
+    per_rank = []
+    for f in sorted(folder.glob("*.json.gz")):
+        ev = json.loads(gzip.decompress(f.read_bytes()))["traceEvents"]
+        per_rank.append(sum(1 for e in ev if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")))
+    assert len(per_rank) == 8
+    v = analyse([folder], write_html=False, write_trace=False)
+    (f,) = [x for x in v["findings"] if x["rule"] == "PR501"]
+    assert f["evidence"]["launches_per_step"] <= max(per_rank), (f["evidence"]["launches_per_step"], per_rank)
+    assert "per GPU per step" in f["fix"], f["fix"]
