@@ -766,6 +766,10 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
         )
         if word == "idle" and n_in >= n_all / 2:
             word = "idle (graph capture)"
+            # the host's time is the capture's: no host advice on its idle lines ("profile the Python side")
+            for x in losses:
+                if x.category in vocab.IDLE_CATEGORIES and x.category != "startup" and x.recommendation != NOT_JUDGED:
+                    x.recommendation = f"graph capture: the host recording {api} graphs, not the workload — profile their replays"
     unknown_pct = f"{ach.unknown_fraction:.0%}" if ach.unknown_fraction is not None else "?"
     if achieved is None and ach.peak_known and ach.lower_bound:
         notes.append(

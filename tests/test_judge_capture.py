@@ -23,6 +23,9 @@ def test_a_capture_is_said_and_is_the_verdict(tmp_path):
     assert v["verdict"] == "idle (graph capture)"
     notes = [n for n in v["notes"] if "graph capture" in n]
     assert len(notes) == 1 and notes[0].startswith("10 of the trace's 11 kernel launches went into 1 CUDA graph capture")
+    # the idle lines give no host advice ("profile the Python side"): their host time is the capture's
+    idle = [x for x in v["losses"] if x["category"] in ("host_other", "launch_bound", "sync_stall", "input_bound")]
+    assert idle and all(x["recommendation"].startswith("graph capture:") for x in idle), v["losses"]
 
 
 def test_launches_outside_a_capture_are_not_counted_and_no_capture_says_nothing(tmp_path):
