@@ -137,7 +137,9 @@ def unfused_elementwise_chain(ctx: RuleContext, t: Thresholds) -> Iterator[Findi
         fix = (
             f"fuse {' → '.join(unit)} ({how_fix}): −{pct(unit_save)} bytes"
             if len(unit) > 1
-            else f"{what} ×{per_chain:.0f} in a row: one kernel if on one tensor (−{pct(run_save)} bytes)"
+            # (whether the run updates one tensor or many — a loop over parameters — the trace does not say: the
+            # launches are saved either way, the bytes only on one tensor)
+            else f"{what} ×{per_chain:.0f} in a row: one multi-tensor (foreach) kernel; fewer bytes only if on one tensor"
         )
         yield Finding(
             title=f"unfused elementwise chain {name}: {c['kernels']} kernels, {fmt_ns(c['busy_ns'])}",

@@ -67,3 +67,20 @@ def test_fires_on_a_synthetic_chain(tmp_path):
 
 def test_silent_on_compute_bound():
     check(single_phase("compute_bound"), [], silent=["PR302"])
+
+
+def test_a_run_of_one_op_claims_no_bytes_it_cannot_know(tmp_path):
+    # Construction: 12 aten::add_ in a row, each a 20 µs elementwise kernel, no shapes recorded (an SGD step's
+    # per-parameter updates look like this: the public V100 trace of HTA's df_index_resolver, 404 add_ per step).
+    # Whether they update one tensor or twelve the trace does not say: the launches can go, the bytes maybe not.
+    ev, corr, t = [annotation("work", 0.0, 400.0)], 10, 5.0
+    for _ in range(12):
+        ev += [cpu_op("aten::add_", t, 2.0, ext=corr), launch(t + 0.5, ext=corr, corr=corr)]
+        ev += [
+            kernel("void at::native::vectorized_elementwise_kernel<4, AddFunctor<float> >", t + 5.0, 20.0, ext=corr, corr=corr)
+        ]
+        corr += 1
+        t += 25.0
+    v = analyse([write_trace(tmp_path / "run.json", ev)], ranges=["work"])
+    (f,) = [x for x in v["findings"] if x["rule"] == "PR302"]
+    assert "foreach" in f["fix"] and "bytes)" not in f["fix"] and "−" not in f["fix"], f["fix"]
