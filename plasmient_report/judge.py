@@ -125,12 +125,17 @@ RECOMMENDATIONS = {
 }
 
 
-def loss_list(fractions: dict[str, float], fixes: dict[str, str] | None = None) -> list[Loss]:
+def loss_list(fractions: dict[str, float], fixes: dict[str, str] | None = None, api: str = "CUDA") -> list[Loss]:
     """The waterfall's lines, largest first; a category's recommendation is its best finding's one-line fix when a
-    rule explained it, else the generic text."""
+    rule explained it, else the generic text (in the program's runtime's words: `api` CUDA or HIP)."""
     fixes = fixes or {}
     out = [
-        Loss(category=c, layer=CATEGORIES[c], fraction=f, recommendation=fixes.get(c) or RECOMMENDATIONS[c])
+        Loss(
+            category=c,
+            layer=CATEGORIES[c],
+            fraction=f,
+            recommendation=fixes.get(c) or RECOMMENDATIONS[c].replace("CUDA graphs", f"{api} graphs"),
+        )
         for c, f in fractions.items()
         if c in CATEGORIES and f > 0
     ]
@@ -652,7 +657,8 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     means = measured.window_means(con)
     findings = findings_list(con)
     # Losses whenever the window was swept: time-based categories need no peak.
-    losses = loss_list(loss_fractions(con, scope, head_range, None), best_fixes(findings))
+    api = "HIP" if (one(con, "SELECT runtime FROM program") or ("cuda",))[0] == "hip" else "CUDA"
+    losses = loss_list(loss_fractions(con, scope, head_range, None), best_fixes(findings), api)
     hosts = {
         r: h for r, h in con.execute("SELECT rank, any_value(host) FROM sources WHERE rank IS NOT NULL GROUP BY rank").fetchall()
     }
@@ -675,7 +681,9 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
                 achieved_is_lower_bound=a.lower_bound,
                 window_ns=r["window_ns"],
                 flops=_f(r["flops"]),
-                losses=loss_list(loss_fractions(con, scope, head_range, r["rank"], r["device"]), best_fixes(findings, r["rank"])),
+                losses=loss_list(
+                    loss_fractions(con, scope, head_range, r["rank"], r["device"]), best_fixes(findings, r["rank"]), api
+                ),
             )
         )
     info = _range_info(con)
@@ -705,7 +713,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
                 ),
                 flops=_f(r["flops"]),
                 missing_ranks=ctx.missing_ranges.get(r["range_name"], []),
-                losses=loss_list(loss_fractions(con, "range", r["range_name"], None)),
+                losses=loss_list(loss_fractions(con, "range", r["range_name"], None), api=api),
             )
         )
     for name, miss in ctx.missing_ranges.items():

@@ -109,7 +109,7 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         f"{graph_capture(p)[0].upper() + graph_capture(p)[1:]}, so one graph launch replaces them; and "
         f"{fuse_small(p)}."
     )
-    how = "CUDA graphs / torch.compile" if p.pytorch else f"{p.api} graph (stream capture)"
+    how = f"{p.api} graphs / torch.compile" if p.pytorch else f"{p.api} graph (stream capture)"
     yield Finding(
         title=f"launch-bound: {kernels} kernels of {fmt_ns(med_k)} (median) with {fmt_ns(med_g)} gaps",
         recommendation=rec,
