@@ -71,3 +71,18 @@ def test_an_idle_tail_with_no_next_kernel_is_not_queued_work(tmp_path):
     assert v["steps"] and v["steps"][0]["gpu_ns"] == pytest.approx(5000e3, rel=1e-3)  # (the idle tail is in it)
     assert not [n for n in v["notes"] if "already launched" in n], v["notes"]
     assert not [x for x in v["losses"] if "already queued" in (x["recommendation"] or "")], v["losses"]
+
+
+def test_a_kernel_queued_at_the_profiles_start_is_not_start_up_advice(tmp_path):
+    # Construction (TraceLens's vLLM MI300X graph-execution trace has this shape: its first kernel runs 8.4 ms after
+    # its launch, set-up calls before it): a cudaMalloc at 0–20 µs, a launch at 30 µs, its kernel at 8,000 µs, then
+    # a second kernel right after. The GPU idled with the kernel queued: PR504 says so, not "one-time start-up:
+    # profile after warm-up" (which would not remove it), and claims the gap's share of the window.
+    ev = [runtime("cudaMalloc", 0.0, 20.0), launch(30.0, ext=1, corr=1), kernel("k1", 8000.0, 100.0, ext=1, corr=1)]
+    ev += [launch(8050.0, ext=2, corr=2), kernel("k2", 8110.0, 100.0, ext=2, corr=2)]
+    v = analyse([write_trace(tmp_path / "q.json", ev)], write_html=False, write_trace=False)
+    found = [f for f in v["findings"] if f["rule"] == "PR504"]
+    assert not [f for f in found if f["category"] == "startup"], [f["title"] for f in found]
+    (gap,) = found
+    assert "queued" in gap["fix"]
+    assert gap["lost_fraction"] == pytest.approx(8000 / 8210, abs=0.02)

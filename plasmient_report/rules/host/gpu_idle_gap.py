@@ -103,6 +103,13 @@ def gpu_idle_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     def is_startup(i: int) -> bool:
         c = cats.get(i, {})
         total = sum(c.values())
+        g = gaps[i]
+        # a gap whose next kernel was queued for most of it waited on work the trace does not hold, whatever the
+        # host was setting up meanwhile: the steady finding says so ("profile after warm-up" would not remove it)
+        if g["queued_ns"] is not None:
+            q = g["end_ns"] - max(g["start_ns"], g["queued_ns"])
+            if q > LAUNCH_GAP_MAX_NS and q >= 0.5 * (g["end_ns"] - g["start_ns"]):
+                return False
         return total > 0 and c.get("startup", 0.0) + min(slow.get(i, 0.0), c.get("launch_bound", 0.0)) >= STARTUP_SHARE * total
 
     startup = [dict(g, i=i) for i, g in enumerate(gaps) if is_startup(i)]
@@ -274,10 +281,11 @@ def _steady_finding(
 ) -> Finding:
     total = sum(g["end_ns"] - g["start_ns"] for g in gaps)
     ids = [g["i"] for g in gaps]
-    # their idle time in the waterfall, start-up left out (it is the other finding's)
+    # their idle time in the waterfall (the start-up gaps are the other finding's; start-up stretches within these,
+    # as before a queued kernel at the profile's start, are theirs)
     lost = ctx.lost_fraction(
         "SELECT rank, device, start_ns, end_ns FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[]))",
-        [c for c in IDLE_CATEGORIES if c != "startup"],
+        list(IDLE_CATEGORIES),
         params=[ids],
     )
     big = listed[0]
