@@ -29,3 +29,6 @@ def test_an_old_traces_dataloader_op_is_input_bound(tmp_path):
     # the gap 2,110–9,020 µs (6,910 µs) of the 0–9,120 µs window is inside the DataLoader op
     assert cats.get("input_bound", 0) == pytest.approx(6910 / 9120, abs=0.01), cats
     assert "startup" not in cats, cats
+    # and PR504 names the DataLoader as what the host was in, not "nothing traced on the host"
+    (gap,) = [f for f in v["findings"] if f["rule"] == "PR504"]
+    assert gap["evidence"]["gaps"][0]["host"] == f"host in range {LOADER}", gap["evidence"]["gaps"][0]

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ...vocab import ANNOTATION_OP_RE, LAUNCH_API_RE, LAUNCH_GAP_MAX_NS, PROFILER_PREFIX
+from ...vocab import ANNOTATION_OP_RE, DATALOADER_RE, LAUNCH_API_RE, LAUNCH_GAP_MAX_NS, PROFILER_PREFIX
 from ..advice import warm_up_profile
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import IDLE_CATEGORIES, RuleContext, range_joins, residual
@@ -168,7 +168,11 @@ def _describe(
                 SELECT g.i, x.name, x.start_ns AS xs, x.end_ns - x.start_ns AS x_ns, g.end_ns - g.start_ns AS g_ns,
                        least(x.end_ns, g.end_ns) - greatest(x.start_ns, g.start_ns) AS ov,
                        x.start_ns <= g.start_ns AND x.end_ns >= g.end_ns AS encloses
-                FROM _gaps g JOIN rule_ranges x
+                FROM _gaps g JOIN (
+                    SELECT rank, name, start_ns, end_ns, on_gpu, domain FROM rule_ranges
+                    -- (torch <= 1.9 records the DataLoader's __next__ as an op)
+                    UNION ALL SELECT rank, name, start_ns, end_ns, false, NULL FROM rule_ops
+                    WHERE regexp_matches(name, ?)) x
                   ON x.rank IS NOT DISTINCT FROM g.rank AND NOT x.on_gpu AND x.name NOT LIKE 'ProfilerStep#%'
                  AND x.domain IS DISTINCT FROM 'python' AND x.start_ns < g.end_ns AND x.end_ns > g.start_ns
                 WHERE g.i IN (SELECT unnest(?::BIGINT[]))
@@ -178,7 +182,7 @@ def _describe(
                        FILTER (WHERE ov >= ? * g_ns AND x_ns <= 2 * g_ns) AS tight,
                    max(ov / g_ns) FILTER (WHERE ov >= ? * g_ns AND x_ns <= 2 * g_ns) AS tight_cover
             FROM x GROUP BY i""",
-            [ids, t.range_cover, t.range_cover],
+            [DATALOADER_RE, ids, t.range_cover, t.range_cover],
         )
     }
     before = {
