@@ -293,11 +293,13 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
     small = w.waves < 1
     what = f"{short_kernel(g['name'], 48)} ({g['op_name']} {g['input_dims']})"
     unit = "tiles" if w.persistent or w.tile else "blocks"
-    graph = "a graph" if not ctx.program.pytorch else "a CUDA graph"
-    occ = "" if w.occupancy_known else " (blocks per SM not in the trace: the best case taken)"
+    graph = "a graph" if not ctx.program.pytorch else f"a {ctx.program.api} graph"
+    blas = "hipBLASLt" if ctx.program.runtime == "hip" else "cuBLASLt"
+    sm = "CU" if ctx.program.runtime == "hip" else "SM"  # (AMD's compute units)
+    occ = "" if w.occupancy_known else f" (blocks per {sm} not in the trace: the best case taken)"
     if small:
-        title = f"small GEMM: {what} makes {w.units} {unit} for {w.slots} SM slots ({pct(1 - w.waves)} of the GPU idle)"
-        fix = f"batch / enlarge small GEMMs: {pct(1 - w.waves)} of SMs idle"
+        title = f"small GEMM: {what} makes {w.units} {unit} for {w.slots} {sm} slots ({pct(1 - w.waves)} of the GPU idle)"
+        fix = f"batch / enlarge small GEMMs: {pct(1 - w.waves)} of {sm}s idle"
         how = (
             "Batch such GEMMs into one (bmm, grouped GEMM, fused QKV projections), make them larger, or capture "
             f"them in {graph} so their launch cost disappears."
@@ -310,7 +312,7 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
             f"({w.waves:.2f} waves, {pct(w.wave_efficiency)} wave efficiency; {pct(w.efficiency)} efficient)"
         )
         fix = f"GEMM shape: {pct(1 - w.padding_efficiency)} of its tile area is padding; pad dims to the tile"
-        tuner = "cuBLASLt / torch.compile(mode='max-autotune')" if ctx.program.pytorch else "cuBLASLt / hipBLASLt"
+        tuner = f"{blas} / torch.compile(mode='max-autotune')" if ctx.program.pytorch else blas
         how = (
             f"The tiles overhang the matrix edge (a dimension not a multiple of the tile{tile}, or smaller than "
             f"it): shapes that are multiples of the tile, a kernel with a smaller tile for this shape ({tuner}), "
@@ -318,12 +320,12 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
         )
     else:
         title = (
-            f"GEMM wave quantization: {what} makes {w.units} {unit} on {w.slots} SM slots = "
+            f"GEMM wave quantization: {what} makes {w.units} {unit} on {w.slots} {sm} slots = "
             f"{w.waves:.2f} waves ({pct(w.efficiency)} efficient)"
         )
         full = math.floor(w.waves) * w.slots
-        fix = f"GEMM shape: {w.waves:.2f} waves on {gpu.sm_count} SMs, pad/trim to whole waves"
-        tuner = "cuBLASLt / torch.compile(mode='max-autotune')" if ctx.program.pytorch else "cuBLASLt / hipBLASLt"
+        fix = f"GEMM shape: {w.waves:.2f} waves on {gpu.sm_count} {sm}s, pad/trim to whole waves"
+        tuner = f"{blas} / torch.compile(mode='max-autotune')" if ctx.program.pytorch else blas
         how = (
             f"The last wave runs {w.units - full} of {w.slots} slots. Make the work fill whole waves: shapes that "
             f"are multiples of the tile{f' ({w.tile[0]}×{w.tile[1]})' if w.tile else ''} and give "
@@ -338,8 +340,8 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
         )
     )
     rec = (
-        f"{what}{conv} ran {g['count']}× for {fmt_ns(g['time_ns'])}: {w.units} {unit} on {gpu.sm_count} SMs × "
-        f"{w.slots // (gpu.sm_count or 1)} block(s) per SM{occ} = {w.waves:.2f} waves, "
+        f"{what}{conv} ran {g['count']}× for {fmt_ns(g['time_ns'])}: {w.units} {unit} on {gpu.sm_count} {sm}s × "
+        f"{w.slots // (gpu.sm_count or 1)} block(s) per {sm}{occ} = {w.waves:.2f} waves, "
         f"{pct(w.wave_efficiency)} wave efficiency"
         + (f", {pct(pad)} of the padded tile area used" if pad is not None and pad < 0.999 else "")
         + f". About {pct(1 - w.efficiency)} of its time is wasted. "

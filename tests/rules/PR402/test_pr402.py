@@ -154,6 +154,9 @@ def test_a_rocm_grid_counts_work_items(tmp_path):
                     "gemms.0.occupancy_known": False,
                     "gemms.0.efficiency": Near(320 / 608, rel=1e-6, truth="construction: 320 of 2 × 304 slots"),
                 },
+                # AMD's words: compute units, hipBLASLt (not SMs, cuBLASLt)
+                says=[r"304 CUs", r"hipBLASLt"],
+                never_says=[r"\bSMs?\b", r"cuBLAS"],
             )
         ],
     )
