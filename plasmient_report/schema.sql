@@ -240,10 +240,10 @@ CREATE TABLE IF NOT EXISTS profiler_overhead (
     start_ns    BIGINT,
     end_ns      BIGINT
 );
-COMMENT ON TABLE profiler_overhead IS 'One row per record of the profiler''s own overhead on the host (Kineto `overhead` events: CUPTI''s overhead records, on no thread of the program; nsys''s PROFILER_OVERHEAD is not read). The GPU idle under a set-up one is start-up: the profiler''s own (vocab.PROFILER_SETUP_RE: buffer requests), or the driver''s that CUPTI reports (vocab.DRIVER_SETUP_RE: lazy function loading, the module loads of first launches, which the program pays unprofiled too)';
+COMMENT ON TABLE profiler_overhead IS 'One row per overhead record on the host (Kineto `overhead` events: CUPTI''s overhead records, on no thread of the program; nsys: CUPTI_ACTIVITY_KIND_OVERHEAD and nsys''s own PROFILER_OVERHEAD). The GPU idle under a set-up one before the rank''s first GPU activity is start-up: the profiler''s own (vocab.PROFILER_SETUP_RE: buffer requests, nsys''s profiling initialization), or the driver''s that CUPTI reports (vocab.DRIVER_SETUP_RE: lazy function loading, the module loads of first launches, which the program pays unprofiled too)';
 COMMENT ON COLUMN profiler_overhead.source_id IS 'the input (sources.source_id)';
 COMMENT ON COLUMN profiler_overhead.rank IS 'the rank';
-COMMENT ON COLUMN profiler_overhead.name IS '`Activity Buffer Request`, `Buffer Flush`, `Lazy Function Loading`, `Instrumentation`, `Resource`, …';
+COMMENT ON COLUMN profiler_overhead.name IS '`Activity Buffer Request`, `Buffer Flush`, `Lazy Function Loading`, `Instrumentation`, `Resource`; nsys: `CUDA profiling initialization`, `CUPTI Buffer flush`, `Command Buffer Full`, …';
 COMMENT ON COLUMN profiler_overhead.start_ns IS 'start';
 COMMENT ON COLUMN profiler_overhead.end_ns IS 'end';
 

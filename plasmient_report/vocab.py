@@ -197,8 +197,9 @@ SYNC_API_RE = (
 )
 # The overhead records (profiler_overhead) that are one-time set-up, and the GPU idle under them start-up (a buffer
 # flush or a full command buffer is not). The profiler's own: CUPTI asking for its activity buffers (at the first
-# activities), instrumenting a module, creating its resources — named `profiler: NAME`, not paid unprofiled.
-PROFILER_SETUP_RE = r"(?i)(buffer request|instrumentation|resource)"
+# activities), instrumenting a module, creating its resources; nsys's CUDA / NVTX profiling initialization — named
+# `profiler: NAME`, not paid unprofiled.
+PROFILER_SETUP_RE = r"(?i)(buffer request|instrumentation|resource|profiling initialization)"
 # CUPTI reports the driver's too: loading a kernel's module at its first launch (lazy loading, CUDA 11.7+), the
 # driver's JIT compiling PTX. The program pays those unprofiled: start-up by their own names.
 DRIVER_SETUP_RE = r"(?i)(lazy function loading|module loading|driver compiler)"

@@ -147,3 +147,37 @@ def test_a_buffer_requested_mid_run_is_the_profilers_overhead_not_start_up(tmp_p
         assert "profiler's own overhead" in gap.fix and "not paid unprofiled" in gap.fix, gap.fix
     finally:
         res.close()
+
+
+@pytest.mark.parametrize("rel", ["sample:h200_hf/llama_nsys.sqlite", "corpus:h200-single-nsys/nsys_small.sqlite"])
+def test_an_nsys_exports_overhead_records_are_read(rel: str) -> None:
+    # nsys writes CUPTI's overhead records (CUPTI_ACTIVITY_KIND_OVERHEAD) and its own (PROFILER_OVERHEAD: its CUDA
+    # profiling initialization, buffer flushes, instrumentation). Truth: the export's rows, read with sqlite3,
+    # named through StringIds; their durations to the ns.
+    import sqlite3
+
+    from .conftest import corpus_file
+
+    kind, name = rel.split(":")
+    path = sample_file(name) if kind == "sample" else corpus_file(name)
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    want: list[tuple[str, int]] = []
+    for t in ("CUPTI_ACTIVITY_KIND_OVERHEAD", "PROFILER_OVERHEAD"):
+        if t in tables:
+            want += db.execute(
+                f"SELECT coalesce(s.value, 'unknown'), o.\"end\" - o.start FROM {t} o "
+                'LEFT JOIN StringIds s ON s.id = o.nameId WHERE o."end" > o.start'
+            ).fetchall()
+    db.close()
+    assert want  # (what makes the export the case)
+    res = pipeline.analyse([path], pipeline.Options(write_html=False, write_trace=False))
+    try:
+        got = res.con.execute("SELECT name, end_ns - start_ns FROM profiler_overhead").fetchall()
+        assert sorted(got) == sorted(want)
+        # nsys's own initialization, where recorded, is the profiler's set-up (named so where the GPU idles under it)
+        inits = [n for n, _ in want if "profiling initialization" in n]
+        named = {r[0] for r in res.con.execute("SELECT name FROM host_activity WHERE kind = 'startup'").fetchall()}
+        assert all(f"profiler: {n}" in named for n in inits), (inits, named)
+    finally:
+        res.close()

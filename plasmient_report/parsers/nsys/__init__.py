@@ -92,6 +92,8 @@ _TEMP = (
     "_ns_memcpy",
     "_ns_memset",
     "_ns_runtime",
+    "_ns_overhead",
+    "_ns_profoverhead",
     "_ns_sync",
     "_ns_nvtx",
     "_ns_rank",

@@ -129,6 +129,11 @@ def stage_all(con: duckdb.DuckDBPyConnection, ex: Export) -> int:
         ],
         where=f"eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}, {NVTX_DOMAIN_CREATE})" if ex.has(nvtx, "eventType") else None,
     )
+    # The overhead records: CUPTI's (lazy function loading, module loading, a full command buffer) and nsys's own
+    # (its CUDA profiling initialization, buffer flushes, instrumentation): profiler_overhead, as Kineto's.
+    ov = [c("start"), c("end"), c("globalTid"), c("nameId")]
+    n += stage(con, ex, "_ns_overhead", ex.table("CUPTI_ACTIVITY_KIND_OVERHEAD"), ov)
+    n += stage(con, ex, "_ns_profoverhead", ex.table("PROFILER_OVERHEAD"), ov)
     # globalPid absent (very old exports): the process is then unknown, one process assumed.
     return n
 
@@ -291,6 +296,12 @@ def emit_rest(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSo
                CASE x.eventClass WHEN 1 THEN 'driver' ELSE 'runtime' END, x.correlationId
         FROM _ns_runtime x LEFT JOIN _ns_str s ON s.id = x.nameId LEFT JOIN _ns_rank r ON r.pid = {tpid}
         WHERE x.start IS NOT NULL""")
+    con.execute(f"""
+        INSERT INTO profiler_overhead (source_id, rank, name, start_ns, end_ns)
+        SELECT {sid}, r.rank, coalesce(s.value, 'unknown'), {base}::BIGINT + x.start, {base}::BIGINT + x."end"
+        FROM (SELECT * FROM _ns_overhead UNION ALL SELECT * FROM _ns_profoverhead) x
+        LEFT JOIN _ns_str s ON s.id = x.nameId LEFT JOIN _ns_rank r ON r.pid = {tpid}
+        WHERE x.start IS NOT NULL AND x."end" > x.start""")
     # OS runtime calls of the GPU processes (the ranks): api_calls of kind 'osrt', no correlation. Only those
     # inside the span of the process's CUDA calls and GPU work: start-up and shutdown hold no GPU gap to explain,
     # and would stretch the profiled window (taken from all api_calls) over time the CUDA trace never saw.
