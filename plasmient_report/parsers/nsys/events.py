@@ -295,7 +295,14 @@ def emit_rest(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSo
                regexp_replace(coalesce(s.value, 'unknown'), '_v[0-9]+$', ''),
                CASE x.eventClass WHEN 1 THEN 'driver' ELSE 'runtime' END, x.correlationId
         FROM _ns_runtime x LEFT JOIN _ns_str s ON s.id = x.nameId LEFT JOIN _ns_rank r ON r.pid = {tpid}
-        WHERE x.start IS NOT NULL""")
+        WHERE x.start IS NOT NULL
+        -- one call recorded twice (some exports write each runtime call under two event classes, 0 and 67: the
+        -- same thread and correlation, one name with its `_v3020` suffix and one without, one interval around the
+        -- other): one row, the lowest class's (a driver call inside a runtime call has another name: kept)
+        QUALIFY x.correlationId IS NULL
+             OR row_number() OVER (PARTITION BY x.globalTid, x.correlationId,
+                                   regexp_replace(coalesce(s.value, 'unknown'), '_v[0-9]+$', '')
+                                   ORDER BY x.eventClass, x.start) = 1""")
     con.execute(f"""
         INSERT INTO profiler_overhead (source_id, rank, name, start_ns, end_ns)
         SELECT {sid}, r.rank, coalesce(s.value, 'unknown'), {base}::BIGINT + x.start, {base}::BIGINT + x."end"
