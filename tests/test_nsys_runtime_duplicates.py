@@ -49,3 +49,28 @@ def test_each_runtime_call_is_one_row(where: str) -> None:
     assert got == want
     if kind == "corpus":
         assert want["cudaMemcpy"] == 15  # (what makes this export the case: 30 rows in the file)
+
+
+def test_a_driver_helper_threads_os_calls_do_not_name_a_gap() -> None:
+    # pipit's public cloverleaf export (A100, --trace=osrt): CUDA's event-handler thread (`cuda-EvtHandlr`) sits in
+    # poll() through every gap, while the program's thread does the work; PR504 said "host in poll for 100% of it".
+    # Truth, read with sqlite3: the thread of the long polls makes no CUDA runtime call.
+    path = corpus_file("public-nsys-pipit-cloverleaf/perlmutter-cloverleaf-cuda.sqlite")
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    cuda_threads = {r[0] for r in db.execute("SELECT DISTINCT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME")}
+    poll_threads = {
+        r[0]
+        for r in db.execute(
+            "SELECT DISTINCT o.globalTid FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId "
+            "WHERE s.value = 'poll' AND o.\"end\" - o.start > 1000000"
+        )
+    }
+    db.close()
+    assert poll_threads and not poll_threads & cuda_threads  # (what makes this export the case)
+    res = pipeline.analyse([path], pipeline.Options(write_html=False, write_trace=False))
+    try:
+        assert res.typed is not None
+        gaps = [g for f in res.typed.findings if f.rule == "PR504" for g in f.evidence["gaps"]]
+    finally:
+        res.close()
+    assert gaps and not [g for g in gaps if g["host_call"] == "poll"], [g["host"] for g in gaps]

@@ -208,7 +208,12 @@ def _describe(
         """
             SELECT g.i, a.name, sum(least(a.end_ns, g.end_ns) - greatest(a.start_ns, g.start_ns)) AS ns
             FROM (SELECT * FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[]))) g
-            JOIN (SELECT rank, name, start_ns, end_ns FROM rule_api_calls
+            JOIN (SELECT rank, name, start_ns, end_ns FROM rule_api_calls a
+                  -- OS calls only of the threads that call CUDA / HIP (a driver helper thread's poll is not what
+                  -- the program was doing)
+                  WHERE kind IS DISTINCT FROM 'osrt' OR EXISTS (
+                      SELECT 1 FROM rule_api_calls c WHERE c.kind IS DISTINCT FROM 'osrt'
+                      AND c.rank IS NOT DISTINCT FROM a.rank AND c.pid IS NOT DISTINCT FROM a.pid AND c.thread = a.thread)
                   UNION ALL SELECT rank, ? || name, start_ns, end_ns FROM profiler_overhead) a
               ON a.rank IS NOT DISTINCT FROM g.rank AND a.start_ns < g.end_ns AND a.end_ns > g.start_ns
             GROUP BY g.i, a.name ORDER BY ns DESC""",
