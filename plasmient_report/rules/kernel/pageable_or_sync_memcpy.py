@@ -90,7 +90,10 @@ def pageable_or_sync_memcpy(ctx: RuleContext, t: Thresholds) -> Iterator[Finding
         "the loop."
     )
     n_pageable = sum(c["count"] for c in copies)
-    worst_bw = min((c["gb_s"] for c in copies if c.get("gb_s")), default=None)
+    # the pageable copies' bandwidth together (bytes over time): a few small, latency-bound copies in one direction
+    # do not stand for the bulk of the bytes in another
+    timed = [c for c in copies if c["bytes"] and c["time_ns"]]
+    worst_bw = sum(c["bytes"] for c in timed) / (sum(c["time_ns"] for c in timed) / 1e9) / 1e9 if timed else None
     if copies:
         title = (
             f"{n_pageable} cop{'ies' if n_pageable != 1 else 'y'} use pageable host memory"

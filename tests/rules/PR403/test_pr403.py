@@ -50,3 +50,20 @@ def test_cuda_advice_without_pytorch(tmp_path):
 def test_silent_on_pinned_async_copies():
     # the host-stall phase's .item() copies are 'Memcpy DtoH (Device -> Pinned)' via cudaMemcpyAsync
     check(single_phase("host_stall"), [], silent=["PR403"])
+
+
+def test_the_headline_bandwidth_is_the_bytes_over_the_time(tmp_path):
+    # Construction (pipit's cloverleaf export has this shape: 254 HtoD copies of 225 MB at 24 GB/s beside 25 DtoH
+    # copies of 2 KB, latency-bound at 1.1 GB/s, which the headline said): 4 HtoD copies of 64 MB, 10 ms each, and
+    # 4 DtoH copies of 2 KB, 2 µs each. Together 256.008 MB in 40.008 ms: 6.4 GB/s, not the small copies' 1.0.
+    ev = [annotation("step", 0.0, 60_000.0)]
+    for i in range(4):
+        t0 = 1000.0 + i * 12_000.0
+        ev.append(runtime("cudaMemcpyAsync", t0, 10_005.0, corr=100 + i, ext=10 + i))
+        ev.append(memcpy("Memcpy HtoD (Pageable -> Device)", t0 + 2.0, 10_000.0, 64_000_000, corr=100 + i, ext=10 + i))
+        t1 = t0 + 10_100.0
+        ev.append(runtime("cudaMemcpyAsync", t1, 5.0, corr=200 + i, ext=20 + i))
+        ev.append(memcpy("Memcpy DtoH (Device -> Pageable)", t1 + 1.0, 2.0, 2_000, corr=200 + i, ext=20 + i))
+    v = analyse([write_trace(tmp_path / "mixed.json", ev)])
+    (f,) = [x for x in v["findings"] if x["rule"] == "PR403"]
+    assert "(8 pageable, 6.4 GB/s)" in f["fix"], f["fix"]
