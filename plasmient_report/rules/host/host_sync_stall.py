@@ -246,6 +246,10 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         # The sync returned almost at once: what kept the GPU idle was the host's own work after it (a sleep,
         # preprocessing, I/O). Dropping the sync recovers at most its wait; overlapping that work is the fix.
         short_wait = waited is not None and g["idle_ns"] and waited < SHORT_WAIT_SHARE * g["idle_ns"]
+        # "each" only when the gaps are alike: one long outlier makes the mean no gap's length
+        spread = g["max_idle_ns"] > 2 * each
+        per_gap = f"{fmt_ns(each)} on average, worst {fmt_ns(g['max_idle_ns'])}" if spread else f"{fmt_ns(each)} each"
+        idle_each = f"{fmt_ns(each)} idle on average, worst {fmt_ns(g['max_idle_ns'])}" if spread else f"{fmt_ns(each)} idle each"
         if n > 1 and short_wait:
             w_each = waited / n
             rec = (
@@ -256,18 +260,18 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                 "computes (a background thread or process, prefetching, async I/O) or take it off the loop."
             )
             title = (
-                f"host work after {said}{f' at {site}' if site else ''} leaves the GPU idle {n}×, {fmt_ns(each)} each "
+                f"host work after {said}{f' at {site}' if site else ''} leaves the GPU idle {n}×, {per_gap} "
                 f"(the sync itself waits {fmt_ns(w_each)})"
             )
-            fix = f"host work after {what}: {n}×, {fmt_ns(each)} idle each (the sync waits {fmt_ns(w_each)})"
+            fix = f"host work after {what}: {n}×, {idle_each} (the sync waits {fmt_ns(w_each)})"
         elif n > 1:
             rec = (
                 f"{said}{where} synchronizes the host with the GPU{copy} {n}×; each time the GPU then "
                 f"sat idle {fmt_ns(each)} on average (worst {fmt_ns(g['max_idle_ns'])}; {fmt_ns(g['idle_ns'])} in "
                 f"all{per}) until the host launched again. Take it out of the hot loop: {sync_fix(p)}."
             )
-            title = f"host sync {said}{f' at {site}' if site else ''} leaves the GPU idle {n}×, {fmt_ns(each)} each"
-            fix = f"drop {what}{f' ({site})' if site else ''} from the loop: {n} syncs, {fmt_ns(each)} idle each"
+            title = f"host sync {said}{f' at {site}' if site else ''} leaves the GPU idle {n}×, {per_gap}"
+            fix = f"drop {what}{f' ({site})' if site else ''} from the loop: {n} syncs, {idle_each}"
         elif before_work:
             # One window cannot tell set-up from a per-iteration wait when it holds one iteration: both are said.
             rec = (

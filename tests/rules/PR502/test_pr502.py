@@ -179,3 +179,20 @@ def test_a_blocking_hip_copy_is_a_sync(tmp_path):
     v = analyse([write_trace(tmp_path / "hip.json", ev, gpu="AMD Instinct MI300X")])
     assert v["losses"][0]["category"] == "sync_stall"
     check(v, [Expect("PR502", evidence={"sync_call": "hipMemcpyWithStream", "syncs": 1})])
+
+
+def test_one_long_gap_among_alike_ones_is_said_as_the_worst(tmp_path):
+    # Construction: a CUDA program, 4 × (a 100 µs kernel, a cudaStreamSynchronize blocking on it, then the host
+    # idles the GPU 1, 1, 1 and 20 ms before the next kernel). Mean 5.75 ms is no gap's length: the fix says the
+    # worst (20 ms) rather than "5.75 ms idle each" (the corpus H200 nsys export: "10×, 50.5 ms idle each" of nine
+    # 20 ms gaps and one of 321 ms).
+    ev, t, corr = [], 0.0, 100
+    for idle_us in (1000.0, 1000.0, 1000.0, 20_000.0):
+        ev += [runtime("cudaLaunchKernel", t, 3.0, corr=corr), kernel("work_kernel", t + 5.0, 100.0, 0, corr)]
+        ev.append(runtime("cudaStreamSynchronize", t + 4.0, 102.0, corr=corr + 1))
+        t += 105.0 + idle_us
+        corr += 2
+    ev += [runtime("cudaLaunchKernel", t, 3.0, corr=corr), kernel("work_kernel", t + 5.0, 100.0, 0, corr)]
+    v = analyse([write_trace(tmp_path / "spread.json", ev)])
+    (f,) = [x for x in v["findings"] if x["rule"] == "PR502"]
+    assert "worst 20.0 ms" in f["fix"] and " each" not in f["fix"], f["fix"]
