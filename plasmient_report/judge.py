@@ -125,21 +125,46 @@ RECOMMENDATIONS = {
 }
 
 
-def loss_list(fractions: dict[str, float], fixes: dict[str, str] | None = None, api: str = "CUDA") -> list[Loss]:
+def loss_list(
+    fractions: dict[str, float], fixes: dict[str, str] | None = None, generic: dict[str, str] | None = None
+) -> list[Loss]:
     """The waterfall's lines, largest first; a category's recommendation is its best finding's one-line fix when a
-    rule explained it, else the generic text (in the program's runtime's words: `api` CUDA or HIP)."""
+    rule explained it, else the generic text (`generic_advice`: in the program's words)."""
     fixes = fixes or {}
+    generic = generic or RECOMMENDATIONS
     out = [
-        Loss(
-            category=c,
-            layer=CATEGORIES[c],
-            fraction=f,
-            recommendation=fixes.get(c) or RECOMMENDATIONS[c].replace("CUDA graphs", f"{api} graphs"),
-        )
+        Loss(category=c, layer=CATEGORIES[c], fraction=f, recommendation=fixes.get(c) or generic[c])
         for c, f in fractions.items()
         if c in CATEGORIES and f > 0
     ]
     return sorted(out, key=lambda x: -x.fraction)
+
+
+def generic_advice(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """RECOMMENDATIONS in the program's words: HIP graphs for a HIP program; for copies that are all from pinned
+    memory already, not "pinned memory" again."""
+    out = dict(RECOMMENDATIONS)
+    if (one(con, "SELECT runtime FROM program") or ("cuda",))[0] == "hip":
+        out["launch_bound"] = out["launch_bound"].replace("CUDA graphs", "HIP graphs")
+    # the copies' time by kind: host copies (Kineto names them `Memcpy HtoD (Pageable -> Device)`, nsys `HtoD
+    # (Pageable)`), how much of it pageable, and device-to-device copies
+    total, host, pageable, device = (
+        float(x or 0)
+        for x in one(
+            con,
+            """WITH c AS (SELECT end_ns - start_ns AS ns, coalesce(copy_kind, '') AS kind, name FROM kernels
+                          WHERE kind = 'memcpy')
+               SELECT sum(ns), sum(ns) FILTER (WHERE regexp_matches(kind, '^(HtoD|DtoH)')),
+                      sum(ns) FILTER (WHERE regexp_matches(name || ' ' || kind, '(?i)pageable')),
+                      sum(ns) FILTER (WHERE regexp_matches(kind, '^(DtoD|PtoP)')) FROM c""",
+        )
+        or (0, 0, 0, 0)
+    )
+    if total and device > total / 2:
+        out["memcpy"] = "device-to-device copies: fewer clones, .contiguous() and cat; copy fewer bytes"
+    elif host > total / 2 and pageable < 0.1 * host:
+        out["memcpy"] = "host copies already pinned: overlap them with compute (another stream), or move fewer bytes"
+    return out
 
 
 def findings_list(con: duckdb.DuckDBPyConnection) -> list[Finding]:
@@ -657,8 +682,8 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     means = measured.window_means(con)
     findings = findings_list(con)
     # Losses whenever the window was swept: time-based categories need no peak.
-    api = "HIP" if (one(con, "SELECT runtime FROM program") or ("cuda",))[0] == "hip" else "CUDA"
-    losses = loss_list(loss_fractions(con, scope, head_range, None), best_fixes(findings), api)
+    generic = generic_advice(con)
+    losses = loss_list(loss_fractions(con, scope, head_range, None), best_fixes(findings), generic)
     hosts = {
         r: h for r, h in con.execute("SELECT rank, any_value(host) FROM sources WHERE rank IS NOT NULL GROUP BY rank").fetchall()
     }
@@ -682,7 +707,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
                 window_ns=r["window_ns"],
                 flops=_f(r["flops"]),
                 losses=loss_list(
-                    loss_fractions(con, scope, head_range, r["rank"], r["device"]), best_fixes(findings, r["rank"]), api
+                    loss_fractions(con, scope, head_range, r["rank"], r["device"]), best_fixes(findings, r["rank"]), generic
                 ),
             )
         )
@@ -713,7 +738,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
                 ),
                 flops=_f(r["flops"]),
                 missing_ranks=ctx.missing_ranges.get(r["range_name"], []),
-                losses=loss_list(loss_fractions(con, "range", r["range_name"], None), api=api),
+                losses=loss_list(loss_fractions(con, "range", r["range_name"], None), generic=generic),
             )
         )
     for name, miss in ctx.missing_ranges.items():
