@@ -401,6 +401,18 @@ def _startup_finding(ctx: RuleContext, t: Thresholds, gaps: list[dict[str, Any]]
             " Some of it is the profiler's own set-up (CUPTI asking for its activity buffers), which the program does "
             "not pay when it is not profiled."
         )
+    # a gap after its GPU's last activity is the program tearing down (frees, shutdown): one-time too, said so
+    last = {
+        (r["rank"], r["device"]): r["e"]
+        for r in ctx.rows("SELECT rank, device, max(end_ns) AS e FROM rule_kernels GROUP BY ALL")
+    }
+    tail = [g for g in gaps if g["start_ns"] >= last.get((g["rank"], g["device"]), g["end_ns"])]
+    if tail:
+        tail_ns = sum(g["end_ns"] - g["start_ns"] for g in tail)
+        rec += (
+            f" {fmt_ns(tail_ns)} of it ({len(tail)} gap{'s' if len(tail) != 1 else ''}) comes after the GPU's last "
+            "activity: the program tearing down (frees, shutdown), not setting up — nothing to gain in the loop."
+        )
     return Finding(
         title=f"one-time start-up: the GPU idles {fmt_ns(total)} in {len(gaps)} gap{'s' if len(gaps) != 1 else ''} "
         f"while the host sets up{what}",

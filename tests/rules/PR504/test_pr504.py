@@ -175,3 +175,14 @@ def test_a_small_named_gap_is_not_said_beside_a_large_untraced_one(tmp_path):
     (f,) = [x for x in v["findings"] if x["rule"] == "PR504"]
     assert f["evidence"]["gap_count"] == 2 and f["evidence"]["gaps"][0]["host"] == "nothing traced on the host"
     assert "most with nothing traced on the host" in f["fix"] and "batch_norm" not in f["fix"], f["fix"]
+
+
+def test_frees_after_the_last_kernel_are_teardown(tmp_path):
+    # Construction (pipit's cloverleaf export ends so: 7 ms in cudaFree after its last kernel, said as "the host sets
+    # up"): a cudaMalloc 0–3,000 µs, a launch and its 100 µs kernel at 3,010 µs, then cudaFree 3,200–8,200 µs. Both
+    # gaps are one-time; the one after the last kernel (3,110–8,200 µs) is said to be the program tearing down.
+    ev = [runtime("cudaMalloc", 0.0, 3000.0), runtime("cudaLaunchKernel", 3002.0, 3.0, corr=1)]
+    ev += [kernel("work_kernel", 3010.0, 100.0, 0, 1), runtime("cudaFree", 3200.0, 5000.0)]
+    v = analyse([write_trace(tmp_path / "teardown.json", ev)])
+    (f,) = [x for x in v["findings"] if x["rule"] == "PR504" and x["category"] == "startup"]
+    assert "5.09 ms of it (1 gap) comes after the GPU's last activity" in f["recommendation"], f["recommendation"]
