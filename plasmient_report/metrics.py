@@ -89,6 +89,23 @@ def dominant_precision(con: duckdb.DuckDBPyConnection) -> str | None:
         SELECT p FROM k, tot WHERE p IS NOT NULL AND tot.voted_ns >= 0.5 * tot.all_ns
         GROUP BY p ORDER BY sum(dur) DESC, p LIMIT 1""",
     )
+    if row:
+        return row[0]
+    # no matmul-class kernel at all (an HPC code on doubles: `saxpy(double *, …)` runs at fp64, not at the bf16 a
+    # tensor core would): the compute kernels' names, when those naming one hold most of their time. (Not where
+    # matmuls run unnamed: a bf16 model's fp32 elementwise kernels would then pick the wrong peak.)
+    row = one(
+        con,
+        """
+        WITH n AS (SELECT name, kernel_name_precision(name) AS p, is_matmul_class_kernel(name) AS mm
+                   FROM (SELECT DISTINCT name FROM kernels WHERE kind = 'compute')),
+        k AS (SELECT (k.end_ns - k.start_ns)::DOUBLE AS dur, n.p FROM kernels k JOIN n USING (name)
+              WHERE k.kind = 'compute' AND k.end_ns > k.start_ns),
+        tot AS (SELECT sum(dur) AS all_ns, sum(dur) FILTER (WHERE p IS NOT NULL) AS voted_ns FROM k)
+        SELECT p FROM k, tot WHERE p IS NOT NULL AND tot.voted_ns >= 0.5 * tot.all_ns
+          AND NOT EXISTS (SELECT 1 FROM n WHERE n.mm)
+        GROUP BY p ORDER BY sum(dur) DESC, p LIMIT 1""",
+    )
     return row[0] if row else None
 
 

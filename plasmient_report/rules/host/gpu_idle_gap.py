@@ -403,8 +403,7 @@ def _startup_finding(ctx: RuleContext, t: Thresholds, gaps: list[dict[str, Any]]
         )
     # a gap after its GPU's last activity is the program tearing down (frees, shutdown): one-time too, said so
     last = {
-        (r["rank"], r["device"]): r["e"]
-        for r in ctx.rows("SELECT rank, device, max(end_ns) AS e FROM rule_kernels GROUP BY ALL")
+        (r["rank"], r["device"]): r["e"] for r in ctx.rows("SELECT rank, device, max(end_ns) AS e FROM rule_kernels GROUP BY ALL")
     }
     tail = [g for g in gaps if g["start_ns"] >= last.get((g["rank"], g["device"]), g["end_ns"])]
     if tail:
