@@ -36,7 +36,7 @@ EXPLANATION = Explanation(
 )
 
 KERNELS_SQL = """
-SELECT rank, device, stream, name, op_id, start_ns, end_ns, end_ns - start_ns AS dur,
+SELECT rank, device, stream, name, kind, op_id, start_ns, end_ns, end_ns - start_ns AS dur,
        start_ns - lag(end_ns) OVER (PARTITION BY rank, device, stream ORDER BY start_ns, end_ns) AS gap,
        lag(end_ns) OVER (PARTITION BY rank, device, stream ORDER BY start_ns, end_ns) AS prev_end
 FROM rule_kernels WHERE end_ns > start_ns"""
@@ -80,7 +80,9 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         WHERE regexp_matches(name, '{LAUNCH_API_RE}')""")[0]
     top = ctx.rows(
         f"""
-        SELECT o.name AS op, count(*) AS kernels, median(o.end_ns - o.start_ns) AS median_op_ns, min(k.name) AS kernel
+        SELECT o.name AS op, count(*) AS kernels, median(o.end_ns - o.start_ns) AS median_op_ns,
+               -- (the op's own kernel, not the workspace memset launched beside it)
+               coalesce(mode(k.name) FILTER (WHERE k.kind <> 'memset'), mode(k.name)) AS kernel
         FROM (SELECT * FROM ({KERNELS_SQL}) WHERE {sel}) k JOIN rule_ops o ON o.op_id = k.op_id
         GROUP BY o.name ORDER BY kernels DESC LIMIT 3""",
         flat,

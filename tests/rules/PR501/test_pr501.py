@@ -74,3 +74,23 @@ def test_launches_per_step_are_per_gpu_on_several_ranks():
     (f,) = [x for x in v["findings"] if x["rule"] == "PR501"]
     assert f["evidence"]["launches_per_step"] <= max(per_rank), (f["evidence"]["launches_per_step"], per_rank)
     assert "per GPU per step" in f["fix"], f["fix"]
+
+
+def test_an_op_is_named_by_its_own_kernel_not_its_workspace_memset(tmp_path):
+    # Construction: 200 aten::mm ops, each launching a 1 µs memset (cuBLAS's workspace) then its 2 µs GEMM kernel,
+    # launch-bound by design. The corpus H200 nsys export said "aten::mm 640× (…, kernel Memset)".
+    from ...conftest import cpu_op
+
+    ev = []
+    for i in range(200):
+        t = 20.0 * i
+        ev += [cpu_op("aten::mm", t, 15.0, 2 * i + 1), runtime("cudaMemsetAsync", t + 1.0, 3.0, corr=2 * i + 1, ext=2 * i + 1)]
+        args = {"device": 0, "stream": 7, "correlation": 2 * i + 1, "External id": 2 * i + 1}
+        ev.append({"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": 0, "tid": 7, "ts": t + 5.0,
+                   "dur": 1.0, "args": args})  # fmt: skip
+        ev += [runtime("cudaLaunchKernel", t + 6.0, 7.0, corr=2 * i + 2, ext=2 * i + 1)]
+        ev += [kernel("nvjet_tst_64x8_64x16_1x1_v_bz_TNN", t + 14.0, 2.0, ext=2 * i + 1, corr=2 * i + 2)]
+    v = analyse([write_trace(tmp_path / "mm.json", ev)], write_html=False, write_trace=False)
+    (f,) = [x for x in v["findings"] if x["rule"] == "PR501"]
+    (mm,) = [o for o in f["evidence"]["top_ops"] if o["op"] == "aten::mm"]
+    assert mm["kernel"].startswith("nvjet"), f["evidence"]["top_ops"]
