@@ -492,6 +492,7 @@ def steps_of(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds) -> 
             lower = achieved is not None and unknown > t.material_unknown_flops
             if achieved is not None and kns and row["unknown_ns"] and not row["kernel_ns_with_flops"]:
                 achieved, lower = None, True
+            row["achieved_known"] = achieved is not None
             peak = row["peak_flop_s"]
             row["slow"] = row["excess_over_median"] is not None and row["excess_over_median"] > t.slow_step
             top = row["largest_loss"]
@@ -568,7 +569,8 @@ def steps_of(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds) -> 
                 stddev_ns=float(st["stddev_ns"]),
                 spread=_f(st["cv"]),
                 utilization=_f(st["utilization"]),
-                achieved_fraction_of_peak=_f(st["achieved_fraction_of_peak"]),
+                # (unknown when no step's is known: a sum of unknowns is no 0%)
+                achieved_fraction_of_peak=_f(st["achieved_fraction_of_peak"]) if any(r["achieved_known"] for r in rows) else None,
                 slowest=_ref(max(timed, key=lambda r: (r["gpu_ns"], -r["occurrence"]))),
                 slow_threshold=t.slow_step,
                 slow_steps=[_ref(r) for r in slow[:MAX_STEP_REFS]],

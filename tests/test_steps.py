@@ -252,3 +252,17 @@ def test_the_outlier_line_counts_the_slow_steps_once(tmp_path: Path) -> None:
     finally:
         res.close()
     assert "slowest ProfilerStep#4" in text and "1 more 10%+ over the median" in text, text
+
+
+def test_the_summary_is_unknown_when_every_steps_achieved_is(tmp_path: Path) -> None:
+    """Steps whose GEMMs have no FLOP estimate (no shapes: `my_op` launches them) have an unknown achieved fraction;
+    their summary is unknown too, not 0% (pipit's saxpy-mpi export: each step null, the summary 0.0)."""
+    ev, t = [], 0.0
+    for i in range(3):
+        ext = 100 + i
+        ev += [annotation(f"ProfilerStep#{i + 1}", t, 1000.0), cpu_op("my_op", t + 5, 20.0, ext=ext)]
+        ev += [launch(t + 8, ext=ext, corr=ext), kernel("nvjet_sm90_tst_gemm", t + 30, 200.0, ext=ext, corr=ext)]
+        t += 1000.0
+    v, _ = _analyse([write_trace(tmp_path / "unknown.json", ev)], write_html=False, write_trace=False)
+    assert [s["achieved_fraction_of_peak"] for s in v["steps"]] == [None] * 3
+    assert v["step_summary"][0]["achieved_fraction_of_peak"] is None
