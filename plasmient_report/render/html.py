@@ -825,6 +825,11 @@ MAX_STEP_BARS = 64  # the per-step stacked bars
 MAX_STEP_SERIES = 16  # ranks drawn in the step-time chart
 
 
+def _mark_steps(ax: Any, steps: Sequence[Step], **style: Any) -> None:
+    """Open markers over the step-time line at the given steps (the slow ones, the cut ones)."""
+    ax.scatter([x.occurrence for x in steps], [x.gpu_ns / 1e6 for x in steps], facecolors="none", zorder=3, **style)
+
+
 def step_time_chart(steps: Sequence[Step], summary: StepSummary) -> Markup | None:
     """GPU step time per occurrence, one line per rank (GPU), the median dashed and the slow steps marked: the
     outlier step shows itself. A step the recording cut is a lower bound: an open triangle off the line."""
@@ -841,17 +846,8 @@ def step_time_chart(steps: Sequence[Step], summary: StepSummary) -> Markup | Non
         xs = [x for x in all_xs if not x.cut]
         cut = [x for x in all_xs if x.cut]
         if cut:
-            ax.scatter(
-                [x.occurrence for x in cut],
-                [x.gpu_ns / 1e6 for x in cut],
-                s=22,
-                marker="^",
-                facecolors="none",
-                edgecolors=_FG,
-                linewidths=0.9,
-                zorder=3,
-                label=None if cut_said else "cut by the recording (≥)",
-            )
+            label = None if cut_said else "cut by the recording (≥)"
+            _mark_steps(ax, cut, s=22, marker="^", edgecolors=_FG, linewidths=0.9, label=label)
             cut_said = True
         occ = [x.occurrence for x in xs]
         ms_ = [x.gpu_ns / 1e6 for x in xs]
@@ -866,15 +862,7 @@ def step_time_chart(steps: Sequence[Step], summary: StepSummary) -> Markup | Non
         )
         slow = [x for x in xs if x.slow]
         if slow:
-            ax.scatter(
-                [x.occurrence for x in slow],
-                [x.gpu_ns / 1e6 for x in slow],
-                s=40,
-                facecolors="none",
-                edgecolors=COLOURS["collective_wait"],
-                linewidths=1.2,
-                zorder=3,
-            )
+            _mark_steps(ax, slow, s=40, edgecolors=COLOURS["collective_wait"], linewidths=1.2)
     ax.axhline(summary.median_ns / 1e6, color=_FG, linestyle="--", linewidth=0.8)
     ax.text(
         0.0,

@@ -8,6 +8,12 @@ from ..expect import Expect, Near, analyse, check, single_phase
 from ..traces import memcpy, runtime
 
 
+def _copy(name: str, t0: float, call_us: float, lag_us: float, dur_us: float, nbytes: int, corr: int, ext: int):
+    """A cudaMemcpyAsync call of `call_us` at t0 and its copy `lag_us` later on the GPU."""
+    call = runtime("cudaMemcpyAsync", t0, call_us, corr=corr, ext=ext)
+    return [call, memcpy(name, t0 + lag_us, dur_us, nbytes, corr=corr, ext=ext)]
+
+
 def _pageable(tmp_path, ops: bool):
     # Construction: 4 HtoD copies of 64 MB from pageable memory, 10 ms each (6.4 GB/s), in a 50 ms window.
     ev = [annotation("step", 0.0, 50_000.0)]
@@ -59,11 +65,8 @@ def test_the_headline_bandwidth_is_the_bytes_over_the_time(tmp_path):
     ev = [annotation("step", 0.0, 60_000.0)]
     for i in range(4):
         t0 = 1000.0 + i * 12_000.0
-        ev.append(runtime("cudaMemcpyAsync", t0, 10_005.0, corr=100 + i, ext=10 + i))
-        ev.append(memcpy("Memcpy HtoD (Pageable -> Device)", t0 + 2.0, 10_000.0, 64_000_000, corr=100 + i, ext=10 + i))
-        t1 = t0 + 10_100.0
-        ev.append(runtime("cudaMemcpyAsync", t1, 5.0, corr=200 + i, ext=20 + i))
-        ev.append(memcpy("Memcpy DtoH (Device -> Pageable)", t1 + 1.0, 2.0, 2_000, corr=200 + i, ext=20 + i))
+        ev += _copy("Memcpy HtoD (Pageable -> Device)", t0, 10_005.0, 2.0, 10_000.0, 64_000_000, 100 + i, 10 + i)
+        ev += _copy("Memcpy DtoH (Device -> Pageable)", t0 + 10_100.0, 5.0, 1.0, 2.0, 2_000, 200 + i, 20 + i)
     v = analyse([write_trace(tmp_path / "mixed.json", ev)])
     (f,) = [x for x in v["findings"] if x["rule"] == "PR403"]
     assert "(8 pageable, 6.4 GB/s)" in f["fix"], f["fix"]
@@ -75,9 +78,7 @@ def test_pinned_copies_are_not_told_to_pin(tmp_path):
     # silent; the waterfall's copy line does not advise what is done already.
     ev = [annotation("step", 0.0, 50_000.0)]
     for i in range(4):
-        t0 = 1000.0 + i * 12_000.0
-        ev.append(runtime("cudaMemcpyAsync", t0, 5.0, corr=100 + i, ext=10 + i))
-        ev.append(memcpy("Memcpy HtoD (Pinned -> Device)", t0 + 6.0, 10_000.0, 64_000_000, corr=100 + i, ext=10 + i))
+        ev += _copy("Memcpy HtoD (Pinned -> Device)", 1000.0 + i * 12_000.0, 5.0, 6.0, 10_000.0, 64_000_000, 100 + i, 10 + i)
     v = analyse([write_trace(tmp_path / "pinned.json", ev)])
     assert not [x for x in v["findings"] if x["rule"] == "PR403"]
     (line,) = [x for x in v["losses"] if x["category"] == "memcpy"]
