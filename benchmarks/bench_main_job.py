@@ -26,6 +26,7 @@ hits both; ratios are the median of the per-repeat ratios, with their range. Not
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -161,6 +162,34 @@ def ratio(num: list[dict], den: list[dict], key_n: str, key_d: str) -> str:
     return f"{statistics.median(rs):.2f}x (range {min(rs):.2f}–{max(rs):.2f})"
 
 
+OURS_PACKAGES = ("duckdb", "pyarrow", "msgspec", "numpy", "matplotlib", "jinja2")
+PEER_PACKAGES = ("HolisticTraceAnalysis", "pandas", "numpy")
+
+
+def versions(python: str, packages: tuple[str, ...]) -> str:
+    """The installed versions of `packages` in the interpreter `python` ("?" where one is missing)."""
+    code = (
+        "import importlib.metadata as m, sys\n"
+        "for p in sys.argv[1:]:\n"
+        "    try: print(p, m.version(p))\n"
+        "    except m.PackageNotFoundError: print(p, '?')"
+    )
+    try:
+        out = subprocess.run([python, "-c", code, *packages], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "(versions unknown)"
+    return ", ".join(out.splitlines())
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, or the platform's processor string."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "CPU unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kineto", type=Path, help="a ~100 MiB Kineto trace (.json)")
@@ -237,9 +266,13 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     load1 = os.getloadavg()[0]
     print(
-        f"machine {platform.node()} · {os.cpu_count()} CPUs · Python {platform.python_version()} · "
+        f"machine {platform.node()} · {cpu_model()} · {os.cpu_count()} CPUs · Python {platform.python_version()} · "
         f"{time.strftime('%Y-%m-%d %H:%M')} · repeat {a.repeat}, medians · 1-min load {load0:.1f} → {load1:.1f}"
     )
+    # The ratio moves with the machine and with both sides' libraries (HTA's load is pandas work): say which.
+    print(f"  ours: {versions(a.python, OURS_PACKAGES)}")
+    if a.hta_python:
+        print(f"  peer: {versions(a.hta_python, PEER_PACKAGES)}")
     if "kineto" in results:
         size = a.kineto.stat().st_size
         rows = results["kineto"]
