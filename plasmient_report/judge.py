@@ -1004,14 +1004,12 @@ PENDING_IDLE_SHARE = 0.01
 PENDING_IDLE_MIN_NS = 1_000_000
 
 
-# The idle gaps whose next kernel had been launched (its launch returned, idle_gaps.queued_ns) more than a launch's
-# latency (vocab.LAUNCH_GAP_MAX_NS) before the gap ended: from then on the GPU sat idle with work queued. A gap
-# whose next activity's launch is not in the trace (or that no activity ends: the window's idle tail) has no
-# queued_ns, and says nothing of queued work (DuckDB's greatest() skips a NULL: it must be left out by name).
+# The idle gaps whose next kernel had been launched more than a launch's latency before the gap ended
+# (idle_gaps.pending_ns), cut to that part: from then on the GPU sat idle with work queued. A gap whose next
+# activity's launch is not in the trace (or that no activity ends: the window's idle tail) has no pending_ns.
 PENDING_GAPS_SQL = """
-    SELECT DISTINCT rank, device, greatest(start_ns, queued_ns) AS start_ns, end_ns FROM idle_gaps
-    WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn AND queued_ns IS NOT NULL
-      AND end_ns - greatest(start_ns, queued_ns) > $latency"""
+    SELECT DISTINCT rank, device, end_ns - pending_ns AS start_ns, end_ns FROM idle_gaps
+    WHERE scope = $scope AND range_name IS NOT DISTINCT FROM $rn AND pending_ns > 0"""
 # A waterfall line whose idle time is at least this share GPU idle with work queued says so, not its host cause.
 PENDING_CATEGORY_SHARE = 0.5
 
@@ -1031,7 +1029,7 @@ def _say_pending_in_waterfall(
          AND s.start_ns < p.end_ns AND s.end_ns > p.start_ns
         WHERE s.scope = $scope AND s.range_name IS NOT DISTINCT FROM $rn AND NOT s.busy
         GROUP BY s.category""",
-        {"scope": scope, "rn": range_name, "latency": vocab.LAUNCH_GAP_MAX_NS},
+        {"scope": scope, "rn": range_name},
     ).fetchall()
     queued = {c: float(ns or 0) for c, ns in rows}
     for x in losses:
@@ -1052,7 +1050,7 @@ def _pending_idle_notes(con: duckdb.DuckDBPyConnection, scope: str, range_name: 
     row = one(
         con,
         f"WITH p AS ({PENDING_GAPS_SQL}) SELECT count(*), sum(end_ns - start_ns) FROM p",
-        {"scope": scope, "rn": range_name, "latency": vocab.LAUNCH_GAP_MAX_NS},
+        {"scope": scope, "rn": range_name},
     )
     if not row or not row[0]:
         return []

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from plasmient_report import pipeline
+
 from .conftest import annotation, kernel, launch, write_trace
 from .rules.expect import analyse
 from .rules.traces import runtime
@@ -86,3 +88,36 @@ def test_a_kernel_queued_at_the_profiles_start_is_not_start_up_advice(tmp_path):
     (gap,) = found
     assert "queued" in gap["fix"]
     assert gap["lost_fraction"] == pytest.approx(8000 / 8210, abs=0.02)
+
+
+@pytest.mark.parametrize(
+    ("start_us", "pending_us"),
+    [
+        (5000.0, 4848.0),  # queued from 152 µs, ran at 5,000 µs: 4,848 µs idle with it queued
+        (160.0, 0.0),  # ran 8 µs after its launch returned: within a launch's latency (vocab.LAUNCH_GAP_MAX_NS)
+    ],
+)
+def test_idle_gaps_pending_ns_is_the_time_idle_with_the_next_kernel_queued(tmp_path, start_us, pending_us):
+    # The construction of `_notes`: the store's idle_gaps row of the 100 µs → start_us gap, the one column the judge,
+    # PR502 and PR504 all read (the queued times are the construction's own: launch returns at 152 µs).
+    ev = [launch(1.0, ext=1, corr=1), kernel("k1", 0.0, 100.0, ext=1, corr=1)]
+    ev += [launch(150.0, ext=2, corr=2), kernel("k2", start_us, 100.0, ext=2, corr=2)]
+    res = pipeline.analyse([write_trace(tmp_path / "t.json", ev)], pipeline.Options(write_html=False, write_trace=False))
+    try:
+        rows = res.con.execute(
+            "SELECT end_ns - start_ns, pending_ns FROM idle_gaps WHERE scope = 'window' AND start_ns > 0"
+        ).fetchall()
+    finally:
+        res.close()
+    assert len(rows) == 1 and rows[0][1] == pytest.approx(pending_us * 1e3, abs=1e3), rows
+
+
+def test_an_idle_tail_has_no_pending_time(tmp_path):
+    # A gap no kernel ends (a step's CPU range 4.9 ms past its only kernel): nothing was queued, pending_ns unknown.
+    ev = [annotation("ProfilerStep#1", 0.0, 5000.0), launch(1.0, ext=1, corr=1), kernel("k1", 2.0, 100.0, ext=1, corr=1)]
+    res = pipeline.analyse([write_trace(tmp_path / "tail.json", ev)], pipeline.Options(write_html=False, write_trace=False))
+    try:
+        rows = res.con.execute("SELECT queued_ns, pending_ns FROM idle_gaps WHERE end_ns - start_ns > 1e6").fetchall()
+    finally:
+        res.close()
+    assert rows and all(r == (None, None) for r in rows), rows

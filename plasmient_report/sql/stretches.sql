@@ -232,7 +232,11 @@ WITH nxt AS (
     JOIN kernel_launch kl USING (kernel_id)
     GROUP BY g.wid, g.gap_no
 )
-SELECT g.* EXCLUDE (wid, gap_no), coalesce(i.launching, false) AS launching, n.queued_ns FROM _sw_gaps g
+SELECT g.* EXCLUDE (wid, gap_no), coalesce(i.launching, false) AS launching, n.queued_ns,
+       CASE WHEN n.queued_ns IS NULL THEN NULL
+            WHEN g.end_ns - greatest(g.start_ns, n.queued_ns) > {{LAUNCH_GAP_MAX_NS}}
+            THEN g.end_ns - greatest(g.start_ns, n.queued_ns) ELSE 0 END AS pending_ns
+FROM _sw_gaps g
 LEFT JOIN (SELECT wid, gap_start, bool_or(gap_launching) AS launching FROM _sw_idle GROUP BY ALL) i
   ON i.wid = g.wid AND i.gap_start = g.start_ns
 LEFT JOIN nxt n ON n.wid = g.wid AND n.gap_no = g.gap_no;
@@ -278,3 +282,4 @@ COMMENT ON COLUMN idle_gaps.sync_thread IS 'its host thread';
 COMMENT ON COLUMN idle_gaps.sync_start_ns IS 'its start';
 COMMENT ON COLUMN idle_gaps.sync_end_ns IS 'its return';
 COMMENT ON COLUMN idle_gaps.queued_ns IS 'when the activity that ends the gap had been launched (its launch call returned; NULL when its launch is not in the trace): from then on, beyond a launch''s latency, the GPU idled with work queued';
+COMMENT ON COLUMN idle_gaps.pending_ns IS 'how long the GPU idled with the gap''s next activity queued (end_ns - greatest(start_ns, queued_ns)) when that is more than a launch''s latency (vocab.LAUNCH_GAP_MAX_NS), else 0; NULL without queued_ns. That idle time waited on work the trace does not hold, not on the host';

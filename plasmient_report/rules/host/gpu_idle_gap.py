@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ...vocab import ANNOTATION_OP_RE, DATALOADER_RE, LAUNCH_API_RE, LAUNCH_GAP_MAX_NS, PROFILER_PREFIX
+from ...vocab import ANNOTATION_OP_RE, DATALOADER_RE, LAUNCH_API_RE, PROFILER_PREFIX
 from ..advice import warm_up_profile
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import IDLE_CATEGORIES, RuleContext, range_joins, residual
@@ -47,7 +47,7 @@ EXPLANATION = Explanation(
 # The measurement library's idle gaps (the sweep's maximal stretches with nothing resident, sql/stretches.sql)
 # that are long enough; a gap that opens the window (before its first kernel) counts too.
 GAPS_SQL = """
-SELECT rank, device, start_ns, end_ns, queued_ns FROM rule_idle_gaps WHERE end_ns - start_ns >= $min_gap"""
+SELECT rank, device, start_ns, end_ns, pending_ns FROM rule_idle_gaps WHERE end_ns - start_ns >= $min_gap"""
 # Device-allocator calls (a free synchronizes the device; an allocation may too).
 ALLOCATOR_CALL_RE = r"(?i)(free|malloc|memalloc|memcreate)"
 # A runtime call covering at least this share of a gap is named as what the host was in.
@@ -106,10 +106,8 @@ def gpu_idle_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         g = gaps[i]
         # a gap whose next kernel was queued for most of it waited on work the trace does not hold, whatever the
         # host was setting up meanwhile: the steady finding says so ("profile after warm-up" would not remove it)
-        if g["queued_ns"] is not None:
-            q = g["end_ns"] - max(g["start_ns"], g["queued_ns"])
-            if q > LAUNCH_GAP_MAX_NS and q >= 0.5 * (g["end_ns"] - g["start_ns"]):
-                return False
+        if g["pending_ns"] and g["pending_ns"] >= 0.5 * (g["end_ns"] - g["start_ns"]):
+            return False
         return total > 0 and c.get("startup", 0.0) + min(slow.get(i, 0.0), c.get("launch_bound", 0.0)) >= STARTUP_SHARE * total
 
     startup = [dict(g, i=i) for i, g in enumerate(gaps) if is_startup(i)]
@@ -196,11 +194,7 @@ def _describe(
     }
     # a gap whose next kernel had been launched long before it ended: the GPU idled with work queued (waiting on
     # another process, an uncaptured stream or event) — what the host did meanwhile is not the cause
-    queued = {
-        g["i"]: g["end_ns"] - max(g["start_ns"], g["queued_ns"])
-        for g in top
-        if g["queued_ns"] is not None and g["end_ns"] - max(g["start_ns"], g["queued_ns"]) > LAUNCH_GAP_MAX_NS
-    }
+    queued = {g["i"]: g["pending_ns"] for g in top if g["pending_ns"]}
     # a runtime call that takes most of the gap (a blocking free, a device query) is what the host was in; or the
     # profiler's own overhead record (CUPTI requesting an activity buffer mid-run), named `profiler: NAME`
     calls: dict[int, tuple[str, float]] = {}

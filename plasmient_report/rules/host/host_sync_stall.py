@@ -81,13 +81,14 @@ BARE = {
 
 # The stall stretches, each with the sync the waterfall blames: the one whose return began the idle gap (the
 # measure stage's idle_gaps).
-# A stall stretch is cut where the gap's next kernel was queued (its launch had returned): from then on the GPU had
-# work and did not run it — it waited on something the trace does not hold, not on the host after the sync.
+# A stall stretch is cut where the gap's next kernel was queued (its launch had returned) more than a launch's latency
+# before it ran (idle_gaps.pending_ns): from then on the GPU had work and did not run it — it waited on something
+# the trace does not hold, not on the host after the sync.
 SYNCS_SQL = """
 WITH st AS (
     SELECT rank, device, start_ns, end_ns, lost_ns FROM rule_losses WHERE category = 'sync_stall'
 ), g AS (
-    SELECT *, queued_ns AS queued_at FROM rule_idle_gaps WHERE after_sync
+    SELECT *, CASE WHEN pending_ns > 0 THEN end_ns - pending_ns END AS queued_at FROM rule_idle_gaps WHERE after_sync
 )
 SELECT st.rank, st.device, st.start_ns, least(st.end_ns, coalesce(g.queued_at, st.end_ns)) AS end_ns,
        st.lost_ns * (least(st.end_ns, coalesce(g.queued_at, st.end_ns)) - st.start_ns) / (st.end_ns - st.start_ns)
