@@ -245,18 +245,25 @@ def _check(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         )
     gpu = f"GPU {worst['device']}" + (f" (rank {worst['rank']})" if len(ctx.rank_window_ns) > 1 else "")
     why = f" ({'; '.join(reasons)})" if reasons else ""
+    amd = ctx.program.runtime == "hip"
+    clock, units = ("GFX clock", "compute units") if amd else ("SM clock", "SMs")
+    check = (
+        "`amd-smi metric --violation` (the time held back by power and thermal limits; the throttle status of "
+        "`amd-smi metric --power` on MI200 and older), the power cap, cooling, and a fixed performance level"
+        if amd
+        else "`nvidia-smi -q -d PERFORMANCE` (clocks event reasons), the power limit (`nvidia-smi -pl`), cooling, "
+        "and locked / application clocks (`nvidia-smi -rgc` resets them)"
+    )
     rec = (
-        f"{gpu} ran its SMs at {worst['busy_mhz']:,.0f} MHz on average while busy, {drop:.0%} below its "
+        f"{gpu} ran its {units} at {worst['busy_mhz']:,.0f} MHz on average while busy, {drop:.0%} below its "
         f"{worst['ref_mhz']:,.0f} MHz maximum (lowest {worst['min_mhz']:,.0f} MHz), for {share:.0%} of the busy "
-        f"time{why}. Compute-bound kernels slow down in proportion. Check the reason with "
-        "`nvidia-smi -q -d PERFORMANCE` (clocks event reasons), the power limit (`nvidia-smi -pl`), cooling, and "
-        "locked / application clocks (`nvidia-smi -rgc` resets them)."
+        f"time{why}. Compute-bound kernels slow down in proportion. Check the reason with {check}."
     )
     yield Finding(
-        title=f"SM clock {worst['busy_mhz']:,.0f} MHz while busy, {drop:.0%} below its {worst['ref_mhz']:,.0f} MHz "
+        title=f"{clock} {worst['busy_mhz']:,.0f} MHz while busy, {drop:.0%} below its {worst['ref_mhz']:,.0f} MHz "
         f"maximum, for {share:.0%} of the busy time",
         recommendation=rec,
-        fix=f"SM clock −{drop:.0%} while busy: check power / thermal limits",
+        fix=f"{clock} −{drop:.0%} while busy: check power / thermal limits",
         lost_fraction=ctx.fraction(explained),
         rank=worst["rank"] if len(ctx.rank_window_ns) > 1 else None,
         key="clock",

@@ -18,13 +18,17 @@ from ..expect import Between, Expect, Near, analyse, check, truth
 MAX_MHZ = 1980.0  # sample_traces/README.md: the H200's max SM clock
 
 
-def _throttle_run(tmp_path: Path, busy_mhz: float, with_counters: bool = True) -> list[rules.Finding]:
-    """An 8192³ bf16 mm kernel for 2 ms, with NVML-like counters (every 100 µs) inserted into the store."""
+def _throttle_run(tmp_path: Path, busy_mhz: float, with_counters: bool = True, hip: bool = False) -> list[rules.Finding]:
+    """An 8192³ bf16 mm kernel for 2 ms, with NVML-like counters (every 100 µs) inserted into the store; with `hip`
+    the kernel is launched by hipLaunchKernel (a ROCm program)."""
     n = 8192
+    go = launch(2.0, ext=1, corr=11)
+    if hip:
+        go["name"] = "hipLaunchKernel"
     ev = [
         annotation("step", 0.0, 2400.0),
         cpu_op("aten::mm", 1.0, 5.0, ext=1, dims=[[n, n], [n, n]], types=["c10::BFloat16"] * 2),
-        launch(2.0, ext=1, corr=11),
+        go,
         kernel("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", 200.0, 2000.0, ext=1, corr=11),
     ]
     path = write_trace(tmp_path / "clk.json", ev)
@@ -49,6 +53,15 @@ def _throttle_run(tmp_path: Path, busy_mhz: float, with_counters: bool = True) -
     found, notes = rules.run(con, rules.configure(["PR601"]), ctx.ranges, ctx.precision, ctx.peaks, strict=True)
     assert notes == []
     return found
+
+
+def test_a_rocm_program_gets_amds_words(tmp_path):
+    # The construction of test_fires_on_a_clock_drop, launched through HIP: AMD GPUs have compute units and a GFX
+    # clock, and amd-smi, not nvidia-smi, reads their throttling (before: "ran its SMs", `nvidia-smi -q`).
+    (f,) = _throttle_run(tmp_path, busy_mhz=1500.0, hip=True)
+    text = f.title + f.recommendation + (f.fix or "")
+    assert "GFX clock" in f.title and "compute units" in f.recommendation and "amd-smi" in f.recommendation
+    assert "SM" not in text.replace("amd-smi", "") and "nvidia-smi" not in text
 
 
 def test_fires_on_a_clock_drop(tmp_path):
