@@ -30,7 +30,11 @@ EXPLANATION = Explanation(
         calls longer than `slow_launch_ms` (a kernel's first launch loads its module: lazy loading, JIT), are
         reported apart, as the one-time cost they are — never as launch overhead or gaps to fill. A gap whose next
         kernel was already queued (its launch had returned more than a launch's latency before it ran) is said to be
-        a wait on work the trace does not hold — another process, an uncaptured stream or event — not host time.""",
+        a wait on work the trace does not hold — another process, an uncaptured stream or event — not host time.
+        The innermost op under most of a gap is named after the top-level one (`aten::linear → aten::addmm`); when
+        it is that op's first call with its input shapes and took many times its later calls' median, the gap is
+        its first-call cost (a library choosing and loading a kernel for a new shape: one-time, profile after
+        warm-up).""",
     why_is_this_bad="""
         An idle GPU achieves nothing; long gaps add directly to the step time. Utilization shows them, but not
         their cause. One-time start-up is not a steady-state cost: it only says the profiled region began too
@@ -41,7 +45,8 @@ EXPLANATION = Explanation(
         Keep work queued on the GPU while the host is busy: move host work (logging, checkpointing, metrics,
         evaluation) off the training step or into another thread/process, prefetch the next batch, avoid syncs
         before long host work (see PR502), and overlap I/O with compute. Start-up gaps: profile after warm-up, or
-        analyse a `--range` that excludes set-up.""",
+        analyse a `--range` that excludes set-up. First calls with new shapes: warm up every shape before the
+        profiled (or served) region.""",
 )
 
 # The measurement library's idle gaps (the sweep's maximal stretches with nothing resident, sql/stretches.sql)
@@ -54,6 +59,30 @@ ALLOCATOR_CALL_RE = r"(?i)(free|malloc|memalloc|memcreate)"
 CALL_SHARE = 0.3
 # Where a gap's idle time is start-up for at least this share, the gap is a start-up gap.
 STARTUP_SHARE = 0.5
+# The innermost op that covers at least this share of a gap is named with the top-level one ("aten::linear →
+# aten::addmm"). It is its first call, a one-time cost (a library's heuristics, workspace and kernel loading for a
+# new shape), when it is the first of its name and input shapes (recorded) on its rank, at least FIRST_CALL_LATER later calls
+# exist, and it took at least FIRST_CALL_RATIO times their median.
+INNER_OP_SHARE = 0.5
+FIRST_CALL_LATER = 2
+FIRST_CALL_RATIO = 5.0
+# The innermost op under at least INNER_OP_SHARE of each gap, with how its call compares with the later calls of
+# the same name and shapes on its rank (the whole trace's ops: a --range's first call may not be the trace's).
+INNER_OPS_SQL = """
+WITH c AS (
+    SELECT g.i, arg_max(o.op_id, o.depth) AS op_id
+    FROM (SELECT * FROM _gaps WHERE i IN (SELECT unnest($ids::BIGINT[]))) g
+    JOIN rule_ops o ON o.rank IS NOT DISTINCT FROM g.rank AND o.start_ns < g.end_ns AND o.end_ns > g.start_ns
+    WHERE least(o.end_ns, g.end_ns) - greatest(o.start_ns, g.start_ns) >= $share * (g.end_ns - g.start_ns)
+    GROUP BY g.i
+), me AS (SELECT c.i, o.* FROM c JOIN ops o USING (op_id))
+SELECT me.i, me.name, me.end_ns - me.start_ns AS ns, me.input_dims IS NOT NULL AS shaped,
+       count(p.op_id) FILTER (WHERE p.start_ns < me.start_ns) AS earlier,
+       count(p.op_id) FILTER (WHERE p.start_ns > me.start_ns) AS later,
+       median(p.end_ns - p.start_ns) FILTER (WHERE p.start_ns > me.start_ns) AS later_ns
+FROM me LEFT JOIN ops p ON p.rank IS NOT DISTINCT FROM me.rank AND p.name = me.name
+ AND p.input_dims IS NOT DISTINCT FROM me.input_dims AND p.op_id <> me.op_id
+GROUP BY me.i, me.name, me.start_ns, me.end_ns, me.input_dims"""
 
 
 @rule(
@@ -214,6 +243,7 @@ def _describe(
         [ids, PROFILER_PREFIX],
     ):
         calls.setdefault(r["i"], (r["name"], r["ns"]))
+    inner = {r["i"]: r for r in ctx.rows(INNER_OPS_SQL, {"ids": ids, "share": INNER_OP_SHARE})}
     setup: dict[int, list[str]] = {}
     for r in ctx.rows(
         """
@@ -232,7 +262,22 @@ def _describe(
         busy_ops = [d["name"] for d in during.get(i, []) if d["ns"] >= 0.1 * dur][:2]
         cov = covering.get(i, {})
         rng = cov.get("tight")
+        op = inner.get(i)
+        first = bool(
+            op
+            and op["shaped"]  # (without shapes the later calls may be other, cheaper work)
+            and op["earlier"] == 0
+            and op["later"] >= FIRST_CALL_LATER
+            and op["later_ns"]
+            and op["ns"] >= FIRST_CALL_RATIO * op["later_ns"]
+        )
+        if op and busy_ops and op["name"] not in busy_ops:
+            busy_ops = [f"{busy_ops[0]} → {op['name']}", *busy_ops[1:]]
         host = f"host in {', '.join(busy_ops)}" if busy_ops else f"host in range {rng}" if rng else "nothing traced on the host"
+        if first and op:
+            host += (
+                f", its first call with these shapes ({fmt_ns(op['ns'])}; {op['later']:,} later: {fmt_ns(op['later_ns'])} median)"
+            )
         call, call_ns = calls.get(i, (None, 0.0))
         if call and call_ns >= CALL_SHARE * dur:
             host = (f"{host}, " if busy_ops or rng else "host ") + f"in {call} for {pct(call_ns / dur)} of it"
@@ -261,6 +306,7 @@ def _describe(
                 "host": host,
                 "queued_ns": queued.get(i),
                 "host_call": call if call and call_ns >= CALL_SHARE * dur else None,
+                "first_call": op["name"] if first and op else None,
             }
         )
     return out
@@ -309,10 +355,13 @@ def _steady_finding(
     n_gaps = f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)})"
     profiled = sum(x["duration_ns"] for x in listed if (x["host_call"] or "").startswith(PROFILER_PREFIX))
     by_profiler = not waiting and profiled >= 0.5 * listed_ns
+    first_calls = not waiting and not by_profiler and sum(x["duration_ns"] for x in listed if x["first_call"]) >= 0.5 * listed_ns
     if by_profiler:
         fix = f"{n_gaps}, most in the profiler's own overhead: not paid unprofiled"
     elif waiting:
         fix = f"{n_gaps} with the next kernel queued: find what the GPU waited on"
+    elif first_calls:
+        fix = f"{n_gaps}, mostly ops' first calls with new shapes: one-time, profile after warm-up"
     elif main in SEE:
         fix = f"{n_gaps}, mostly {SEE[main]}"
     elif named and (named[0] is big or sum(x["duration_ns"] for x in named) >= 0.5 * listed_ns):
@@ -337,7 +386,14 @@ def _steady_finding(
         "another thread, prefetch inputs, and avoid host syncs right before long host work (PR502)."
     )
     in_alloc = sum(x["duration_ns"] for x in listed if re.search(ALLOCATOR_CALL_RE, x["host_call"] or ""))
-    if by_profiler:
+    if first_calls:
+        advice = (
+            "In most of them the host is in an op's first call with new input shapes, many times slower than its "
+            "later calls: a library choosing and loading its kernel for the shape (GEMM heuristics, workspaces, "
+            f"module loading) — a one-time cost, not the loop's: {warm_up_profile(ctx.program)}. In serving, warm up "
+            "every batch / sequence shape before taking traffic."
+        )
+    elif by_profiler:
         advice = (
             "In most of them the host was in the profiler's own overhead (CUPTI's records: requesting activity "
             "buffers while it records), which the program does not pay when it is not profiled: not a loss of the "

@@ -186,3 +186,46 @@ def test_frees_after_the_last_kernel_are_teardown(tmp_path):
     v = analyse([write_trace(tmp_path / "teardown.json", ev)])
     (f,) = [x for x in v["findings"] if x["rule"] == "PR504" and x["category"] == "startup"]
     assert "5.09 ms of it (1 gap) comes after the GPU's last activity" in f["recommendation"], f["recommendation"]
+
+
+def _linear_calls(tmp_path, first_us: float, later_us: float) -> dict:
+    # Construction (the shape of TraceLens's B200 vLLM eager trace: each linear's first aten::addmm with a new shape
+    # spends 1.5-2.5 ms on the host before it launches, its 35 later calls 41-80 µs): a 100 µs kernel, then four
+    # aten::linear → aten::addmm calls of the same shapes, back to back from 200 µs. Each addmm spends its time on
+    # the host and launches its 100 µs GEMM at its end; the first takes `first_us`, the others `later_us`.
+    dims = [[512], [64, 256], [256, 512], [], []]
+    ev = [runtime("cudaLaunchKernel", 1.0, 2.0, corr=1), kernel("warm_kernel", 5.0, 100.0, 0, 1)]
+    t0 = 200.0
+    for k in range(4):
+        host = first_us if k == 0 else later_us
+        if k:
+            t0 += (first_us if k == 1 else later_us) + 20.0
+        ev += [
+            cpu_op("aten::linear", t0, host + 10.0, ext=10 + k, dims=dims),
+            cpu_op("aten::addmm", t0 + 2.0, host + 6.0, ext=20 + k, dims=dims),
+            runtime("cudaLaunchKernel", t0 + 2.0 + host, 3.0, corr=30 + k),
+            kernel("gemm_kernel", t0 + 10.0 + host, 100.0, 0, 30 + k),
+        ]
+    v = analyse([write_trace(tmp_path / f"first{first_us:.0f}_{later_us:.0f}.json", ev)], write_html=False, write_trace=False)
+    (f,) = [x for x in v["findings"] if x["rule"] == "PR504" and x["key"] == "gaps"]
+    return f
+
+
+def test_an_ops_first_call_with_new_shapes_is_named_as_one(tmp_path):
+    # The first addmm takes 2,500 µs, the three later ones 50 µs (median 50 µs: 50× faster). The first gap (100 →
+    # ~2,710 µs) is under aten::linear → aten::addmm, its first call: said so with both times, and the advice is to
+    # warm up, not to move host work off the step.
+    f = _linear_calls(tmp_path, 2500.0, 50.0)
+    big = f["evidence"]["gaps"][0]
+    assert big["first_call"] == "aten::addmm" and big["host_ops"] == ["aten::linear → aten::addmm"], big
+    # (each addmm lasts its host time + 6 µs: 2,506 µs first, 56 µs the later three)
+    assert "its first call with these shapes (2.51 ms; 3 later: 56.0 µs median)" in big["host"], big["host"]
+    assert "first calls with new shapes" in f["fix"] and "warm up every batch" in f["recommendation"]
+    assert "Keep work queued while the host is busy" not in f["recommendation"]
+
+
+def test_a_slow_op_every_time_is_not_a_first_call(tmp_path):
+    # The same ops, every call 2,500 µs on the host: a steady host cost, not a first call's.
+    f = _linear_calls(tmp_path, 2500.0, 2500.0)
+    assert f["evidence"]["gaps"] and not [g for g in f["evidence"]["gaps"] if g["first_call"]], f["evidence"]["gaps"]
+    assert "first call" not in f["recommendation"] and "Keep work queued while the host is busy" in f["recommendation"]
