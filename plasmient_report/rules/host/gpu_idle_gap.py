@@ -20,7 +20,8 @@ EXPLANATION = Explanation(
         measurement library's `idle_gaps`, the same gaps the waterfall names), the largest `max_gaps` listed with
         what the host was doing: the top-level op running on the host during the gap, else the range that covers
         most of it (at least `range_cover` of the gap) and is not much longer than it (a `late_rank_sleep`, a
-        DataLoader step), a runtime call that takes most of it (a blocking free: `in cudaFree for 100% of it`, with
+        DataLoader step), else the ranges inside it that cover at least a tenth of it (`host in range MPI_Recv, MPI_Send
+        for 30% of it, the rest not traced`), a runtime call that takes most of it (a blocking free: `in cudaFree for 100% of it`, with
         the caching allocator's advice when most gaps are in the allocator), the op it had just finished, and how
         the waterfall classed the idle time (start-up, sync
         stall, input-bound, launch-bound, host other). "Nothing traced on the host" means the host ran code
@@ -57,6 +58,9 @@ SELECT rank, device, start_ns, end_ns, pending_ns FROM rule_idle_gaps WHERE end_
 ALLOCATOR_CALL_RE = r"(?i)(free|malloc|memalloc|memcreate)"
 # A runtime call covering at least this share of a gap is named as what the host was in.
 CALL_SHARE = 0.3
+# Ranges inside a gap that cover at least this share of it, though none covers `range_cover`, are named for that
+# share ("host in range MPI_Recv, MPI_Send for 30% of it, the rest not traced"), not "nothing traced".
+PARTIAL_SHARE = 0.1
 # Where a gap's idle time is start-up for at least this share, the gap is a start-up gap.
 STARTUP_SHARE = 0.5
 # The innermost op that covers at least this share of a gap is named with the top-level one ("aten::linear →
@@ -212,6 +216,20 @@ def _describe(
             [DATALOADER_RE, ids, t.range_cover, t.range_cover],
         )
     }
+    # Ranges inside a gap that cover only part of it (an MPI_Recv, an MPI_Send: each shorter than the gap) name what
+    # the host did for that part; ranges that enclose the gap (a phase) say nothing of it.
+    partial: dict[int, list[dict[str, Any]]] = {}
+    for r in ctx.rows(
+        """
+            SELECT g.i, x.name, sum(least(x.end_ns, g.end_ns) - greatest(x.start_ns, g.start_ns)) AS ns
+            FROM (SELECT * FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[]))) g
+            JOIN rule_ranges x ON x.rank IS NOT DISTINCT FROM g.rank AND NOT x.on_gpu
+             AND x.name NOT LIKE 'ProfilerStep#%' AND x.domain IS DISTINCT FROM 'python'
+             AND x.start_ns < g.end_ns AND x.end_ns > g.start_ns AND NOT (x.start_ns <= g.start_ns AND x.end_ns >= g.end_ns)
+            GROUP BY g.i, x.name ORDER BY ns DESC""",
+        [ids],
+    ):
+        partial.setdefault(r["i"], []).append(r)
     before = {
         r["i"]: r["name"]
         for r in ctx.rows(
@@ -274,6 +292,11 @@ def _describe(
         if op and busy_ops and op["name"] not in busy_ops:
             busy_ops = [f"{busy_ops[0]} → {op['name']}", *busy_ops[1:]]
         host = f"host in {', '.join(busy_ops)}" if busy_ops else f"host in range {rng}" if rng else "nothing traced on the host"
+        part = partial.get(i, [])
+        part_ns = min(float(sum(p["ns"] for p in part)), float(dur))  # (ranges of one thread may nest: at most all)
+        if not busy_ops and not rng and part_ns >= PARTIAL_SHARE * dur:
+            names = ", ".join(dict.fromkeys(p["name"] for p in part[:3]))
+            host = f"host in range {names} for {pct(part_ns / dur)} of it, the rest not traced"
         if first and op:
             host += (
                 f", its first call with these shapes ({fmt_ns(op['ns'])}; {op['later']:,} later: {fmt_ns(op['later_ns'])} median)"

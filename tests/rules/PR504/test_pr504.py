@@ -4,7 +4,7 @@ compute-bound work."""
 
 from __future__ import annotations
 
-from ...conftest import cpu_op, kernel, write_trace
+from ...conftest import annotation, cpu_op, kernel, write_trace
 from ..expect import Expect, Near, analyse, check, ddp_sample, single_phase, truth
 from ..traces import runtime
 
@@ -229,3 +229,22 @@ def test_a_slow_op_every_time_is_not_a_first_call(tmp_path):
     f = _linear_calls(tmp_path, 2500.0, 2500.0)
     assert f["evidence"]["gaps"] and not [g for g in f["evidence"]["gaps"] if g["first_call"]], f["evidence"]["gaps"]
     assert "first call" not in f["recommendation"] and "Keep work queued while the host is busy" in f["recommendation"]
+
+
+def _partly_traced(tmp_path, recv_us: float) -> str:
+    # Construction (the shape of pipit's saxpy-mpi nsys export on Perlmutter: 172-196 ms gaps of which MPI_Recv and
+    # MPI_Send ranges cover 20-30%, read as "nothing traced on the host"): a 100 µs kernel, then a `recv` range of
+    # `recv_us` from 1,000 µs, then the next kernel launched at 4,990 µs and run at 5,000 µs: a 4,900 µs gap.
+    ev = [runtime("cudaLaunchKernel", 1.0, 2.0, corr=1), kernel("work_kernel", 0.0, 100.0, 0, 1)]
+    ev += [annotation("recv", 1000.0, recv_us)]
+    ev += [runtime("cudaLaunchKernel", 4990.0, 3.0, corr=2), kernel("work_kernel", 5000.0, 100.0, 0, 2)]
+    v = analyse([write_trace(tmp_path / f"mpi{recv_us:.0f}.json", ev)], write_html=False, write_trace=False)
+    (f,) = [x for x in v["findings"] if x["rule"] == "PR504" and x["key"] == "gaps"]
+    return f["evidence"]["gaps"][0]["host"]
+
+
+def test_a_range_over_part_of_a_gap_is_named_for_that_part(tmp_path):
+    # 1,470 µs of the 4,900 µs gap (30%) in `recv`: named, with its share, and the rest said to be untraced
+    assert _partly_traced(tmp_path, 1470.0) == "host in range recv for 30% of it, the rest not traced"
+    # 245 µs (5%, under PARTIAL_SHARE): nothing worth naming
+    assert _partly_traced(tmp_path, 245.0) == "nothing traced on the host"
