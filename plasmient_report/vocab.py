@@ -210,6 +210,9 @@ LAUNCH_API_RE = (
     r"(?i)(launchkernel|cuLaunch|graphlaunch|cudaLaunch|hipLaunch|hipModuleLaunch|hipExtLaunch|"
     r"memsetasync)"
 )
+# Calls that make a stream wait for an event (or a memory value) another stream or process sets: work launched after
+# them waits on the GPU, not on the host.
+STREAM_WAIT_API_RE = r"(?i)(streamwaitevent|streamwaitvalue)"
 # Launches of a captured CUDA / HIP graph: one call starts all the graph's kernels.
 GRAPH_LAUNCH_API_RE = r"(?i)graphlaunch"
 # Calls that copy or set device memory (sync or async: cudaMemcpy*, cuMemcpy*, hipMemcpy*, memsets).

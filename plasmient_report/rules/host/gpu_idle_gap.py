@@ -8,7 +8,15 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ...vocab import ANNOTATION_OP_RE, DATALOADER_RE, LAUNCH_API_RE, PROFILER_PREFIX
+from ...vocab import (
+    ANNOTATION_OP_RE,
+    DATALOADER_RE,
+    LAUNCH_API_RE,
+    PROFILER_PREFIX,
+    STREAM_WAIT_API_RE,
+    SYNC_API_RE,
+    SYNC_TOLERANCE_NS,
+)
 from ..advice import warm_up_profile
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import IDLE_CATEGORIES, RuleContext, range_joins, residual
@@ -20,11 +28,11 @@ EXPLANATION = Explanation(
         measurement library's `idle_gaps`, the same gaps the waterfall names), the largest `max_gaps` listed with
         what the host was doing: the top-level op running on the host during the gap, else the range that covers
         most of it (at least `range_cover` of the gap) and is not much longer than it (a `late_rank_sleep`, a
-        DataLoader step), else the ranges inside it that cover at least a tenth of it (`host in range MPI_Recv, MPI_Send
-        for 30% of it, the rest not traced`), a runtime call that takes most of it (a blocking free: `in cudaFree for 100% of it`, with
-        the caching allocator's advice when most gaps are in the allocator), the op it had just finished, and how
-        the waterfall classed the idle time (start-up, sync
-        stall, input-bound, launch-bound, host other). "Nothing traced on the host" means the host ran code
+        DataLoader step), else the ranges inside it that cover at least a tenth of it (`host in range MPI_Recv,
+        MPI_Send for 30% of it, the rest not traced`), a runtime call that takes most of it (a blocking free: `in
+        cudaFree for 100% of it`, with the caching allocator's advice when most gaps are in the allocator), the op it
+        had just finished, and how the waterfall classed the idle time (start-up, sync stall, input-bound,
+        launch-bound, host other). "Nothing traced on the host" means the host ran code
         outside any traced op, call or range — a `sleep`, I/O, logging, a Python-side pipeline. Gaps the waterfall
         calls `startup` (context creation, module loading, `cudaFree`, first allocations, the profiler's own set-up:
         CUPTI's activity buffer requests, named `profiler: …`), and gaps spent in launch
@@ -242,6 +250,19 @@ def _describe(
     # a gap whose next kernel had been launched long before it ended: the GPU idled with work queued (waiting on
     # another process, an uncaptured stream or event) — what the host did meanwhile is not the cause
     queued = {g["i"]: g["pending_ns"] for g in top if g["pending_ns"]}
+    # ... and a stream-wait call made in the gap before that kernel was queued names what it waited behind
+    waits = {
+        r["i"]: r["name"]
+        for r in ctx.rows(
+            """
+            SELECT g.i, arg_max(a.name, a.end_ns) AS name
+            FROM (SELECT * FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[])) AND pending_ns > 0) g
+            JOIN rule_api_calls a ON a.rank IS NOT DISTINCT FROM g.rank AND regexp_matches(a.name, ?)
+             AND a.end_ns >= g.start_ns - ? AND a.end_ns <= g.end_ns - g.pending_ns
+            GROUP BY g.i""",
+            [ids, STREAM_WAIT_API_RE, SYNC_TOLERANCE_NS],
+        )
+    }
     # a runtime call that takes most of the gap (a blocking free, a device query) is what the host was in; or the
     # profiler's own overhead record (CUPTI requesting an activity buffer mid-run), named `profiler: NAME`
     calls: dict[int, tuple[str, float]] = {}
@@ -280,6 +301,8 @@ def _describe(
         busy_ops = [d["name"] for d in during.get(i, []) if d["ns"] >= 0.1 * dur][:2]
         cov = covering.get(i, {})
         rng = cov.get("tight")
+        call, call_ns = calls.get(i, (None, 0.0))
+        blocked = bool(call and call_ns >= CALL_SHARE * dur and re.search(SYNC_API_RE, call))
         op = inner.get(i)
         first = bool(
             op
@@ -288,6 +311,9 @@ def _describe(
             and op["later"] >= FIRST_CALL_LATER
             and op["later_ns"]
             and op["ns"] >= FIRST_CALL_RATIO * op["later_ns"]
+            # (an op slow because it waited on the GPU — a blocking copy, the next kernel queued — is not set-up)
+            and not blocked
+            and queued.get(i, 0.0) < 0.5 * dur
         )
         if op and busy_ops and op["name"] not in busy_ops:
             busy_ops = [f"{busy_ops[0]} → {op['name']}", *busy_ops[1:]]
@@ -301,13 +327,13 @@ def _describe(
             host += (
                 f", its first call with these shapes ({fmt_ns(op['ns'])}; {op['later']:,} later: {fmt_ns(op['later_ns'])} median)"
             )
-        call, call_ns = calls.get(i, (None, 0.0))
         if call and call_ns >= CALL_SHARE * dur:
             host = (f"{host}, " if busy_ops or rng else "host ") + f"in {call} for {pct(call_ns / dur)} of it"
         if queued.get(i, 0.0) >= 0.5 * dur:
+            behind = f", behind a {waits[i]}" if i in waits else ""
             host = (
-                f"its next kernel queued {fmt_ns(queued[i])} before it ran: the GPU waited on work the trace does "
-                f"not hold ({host})"
+                f"its next kernel queued {fmt_ns(queued[i])} before it ran{behind}: the GPU waited on work the trace "
+                f"does not hold ({host})"
             )
         c = cats.get(i, {})
         out.append(
@@ -430,7 +456,8 @@ def _steady_finding(
             "loop. " + advice
         )
     rec = (
-        f"{len(gaps)} gap{'s' if len(gaps) != 1 else ''} of at least {t.min_gap_ms:g} ms leave the GPU idle "
+        f"{len(gaps)} gap{'s' if len(gaps) != 1 else ''} of at least {t.min_gap_ms:g} ms "
+        f"{'leave' if len(gaps) != 1 else 'leaves'} the GPU idle "
         f"{fmt_ns(total)} ({pct(ctx.fraction(total))} of the window). Largest: {lines}. {advice}" + apart
     )
     return Finding(

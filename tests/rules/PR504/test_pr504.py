@@ -248,3 +248,22 @@ def test_a_range_over_part_of_a_gap_is_named_for_that_part(tmp_path):
     assert _partly_traced(tmp_path, 1470.0) == "host in range recv for 30% of it, the rest not traced"
     # 245 µs (5%, under PARTIAL_SHARE): nothing worth naming
     assert _partly_traced(tmp_path, 245.0) == "nothing traced on the host"
+
+
+def test_a_kernel_queued_behind_a_stream_wait_names_it_and_is_no_first_call(tmp_path):
+    # Construction (the shape of TraceLens's SGLang prefill+decode MI300X trace: hipStreamWaitEvent 18 µs into a
+    # 493 ms gap, a kernel launched, then aten::to → aten::copy_ blocked in hipMemcpyWithStream until the queued kernel
+    # ran; copy_'s 6 later calls took 8 µs): a 100 µs kernel; cudaStreamWaitEvent at 110 µs; kernel 2 launched at
+    # 150 µs, run at 5,000 µs; meanwhile aten::copy_ (shapes [[8]]) on the host from 160 to 5,000 µs in a
+    # cudaMemcpy; three later copy_ calls of 10 µs. The gap is a wait behind the event, not copy_'s first call.
+    ev = [runtime("cudaLaunchKernel", 1.0, 2.0, corr=1), kernel("work_kernel", 0.0, 100.0, 0, 1)]
+    ev += [runtime("cudaStreamWaitEvent", 110.0, 5.0, corr=90), runtime("cudaLaunchKernel", 150.0, 3.0, corr=2)]
+    ev += [cpu_op("aten::copy_", 160.0, 4845.0, ext=5, dims=[[8]]), runtime("cudaMemcpy", 165.0, 4835.0, corr=91)]
+    ev += [kernel("work_kernel", 5000.0, 100.0, 0, 2)]
+    for k in range(3):
+        ev += [cpu_op("aten::copy_", 5200.0 + 100.0 * k, 10.0, ext=6 + k, dims=[[8]])]
+    v = analyse([write_trace(tmp_path / "wait.json", ev)], write_html=False, write_trace=False)
+    (f,) = [x for x in v["findings"] if x["rule"] == "PR504" and x["key"] == "gaps"]
+    (g,) = f["evidence"]["gaps"]
+    assert "behind a cudaStreamWaitEvent: the GPU waited on work the trace does not hold" in g["host"], g["host"]
+    assert g["first_call"] is None and "first call" not in g["host"]
