@@ -115,7 +115,10 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     yield Finding(
         title=f"launch-bound: {kernels} kernels of {fmt_ns(med_k)} (median) with {fmt_ns(med_g)} gaps",
         recommendation=rec,
-        fix=f"{how}: {per:,.0f} launches {unit} → 1 graph",
+        # (per step: the step's launches are one graph; without steps the window may hold many iterations)
+        fix=f"{how}: {per:,.0f} launches {unit} → 1 graph"
+        if ctx.step_unit
+        else f"{how}: {per:,.0f} launches in the window; capture the repeated part as one graph",
         lost_fraction=lost,
         key="launch",
         rank=streams[0]["rank"] if len({s["rank"] for s in streams}) == 1 and len(ctx.rank_window_ns) > 1 else None,

@@ -94,3 +94,17 @@ def test_an_op_is_named_by_its_own_kernel_not_its_workspace_memset(tmp_path):
     (f,) = [x for x in v["findings"] if x["rule"] == "PR501"]
     (mm,) = [o for o in f["evidence"]["top_ops"] if o["op"] == "aten::mm"]
     assert mm["kernel"].startswith("nvjet"), f["evidence"]["top_ops"]
+
+
+def test_one_graph_is_promised_per_step_not_per_window(tmp_path):
+    # The CUDA construction above has no steps: its window may hold many iterations, so the fix does not promise that
+    # its 300 launches become one graph (TraceLens's B200 vLLM trace said "929 launches in the window → 1 graph").
+    # The launch-bound phase is measured per occurrence of its range: one graph per occurrence is what capture gives.
+    ev = []
+    for i in range(300):
+        ev += [runtime("cudaLaunchKernel", i * 17.0 - 2.0, 10.0, corr=100 + i), kernel("k", 10.0 + i * 17.0, 2.0, 0, 100 + i)]
+    v = analyse([write_trace(tmp_path / "window.json", ev)], write_html=False, write_trace=False)
+    (f,) = [x for x in v["findings"] if x["rule"] == "PR501"]
+    assert "in the window; capture the repeated part as one graph" in f["fix"] and "→ 1 graph" not in f["fix"], f["fix"]
+    (g,) = [x for x in single_phase("launch_bound")["findings"] if x["rule"] == "PR501"]
+    assert g["fix"].endswith("→ 1 graph"), g["fix"]
