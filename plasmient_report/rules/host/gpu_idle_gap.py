@@ -224,8 +224,8 @@ def _describe(
             [DATALOADER_RE, ids, t.range_cover, t.range_cover],
         )
     }
-    # Ranges inside a gap that cover only part of it (an MPI_Recv, an MPI_Send: each shorter than the gap) name what
-    # the host did for that part; ranges that enclose the gap (a phase) say nothing of it.
+    # Ranges no longer than a gap that cover part of it (an MPI_Recv, an MPI_Send) name what the host did for that
+    # part; longer ones (a phase, a step, an optimizer range that began in the gap) say nothing of it.
     partial: dict[int, list[dict[str, Any]]] = {}
     for r in ctx.rows(
         """
@@ -233,7 +233,7 @@ def _describe(
             FROM (SELECT * FROM _gaps WHERE i IN (SELECT unnest(?::BIGINT[]))) g
             JOIN rule_ranges x ON x.rank IS NOT DISTINCT FROM g.rank AND NOT x.on_gpu
              AND x.name NOT LIKE 'ProfilerStep#%' AND x.domain IS DISTINCT FROM 'python'
-             AND x.start_ns < g.end_ns AND x.end_ns > g.start_ns AND NOT (x.start_ns <= g.start_ns AND x.end_ns >= g.end_ns)
+             AND x.start_ns < g.end_ns AND x.end_ns > g.start_ns AND x.end_ns - x.start_ns <= g.end_ns - g.start_ns
             GROUP BY g.i, x.name ORDER BY ns DESC""",
         [ids],
     ):

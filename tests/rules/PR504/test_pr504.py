@@ -231,13 +231,16 @@ def test_a_slow_op_every_time_is_not_a_first_call(tmp_path):
     assert "first call" not in f["recommendation"] and "Keep work queued while the host is busy" in f["recommendation"]
 
 
-def _partly_traced(tmp_path, recv_us: float) -> str:
+def _partly_traced(tmp_path, recv_us: float, phase_us: float = 0.0) -> str:
     # Construction (the shape of pipit's saxpy-mpi nsys export on Perlmutter: 172-196 ms gaps of which MPI_Recv and
     # MPI_Send ranges cover 20-30%, read as "nothing traced on the host"): a 100 µs kernel, then a `recv` range of
     # `recv_us` from 1,000 µs, then the next kernel launched at 4,990 µs and run at 5,000 µs: a 4,900 µs gap.
     ev = [runtime("cudaLaunchKernel", 1.0, 2.0, corr=1), kernel("work_kernel", 0.0, 100.0, 0, 1)]
     ev += [annotation("recv", 1000.0, recv_us)]
-    ev += [runtime("cudaLaunchKernel", 4990.0, 3.0, corr=2), kernel("work_kernel", 5000.0, 100.0, 0, 2)]
+    if phase_us:  # a range longer than the gap that begins in it (an optimizer step, a phase)
+        ev += [annotation("phase", 200.0, phase_us)]
+    # (the second kernel runs to the phase's end: no idle tail)
+    ev += [runtime("cudaLaunchKernel", 4990.0, 3.0, corr=2), kernel("work_kernel", 5000.0, max(100.0, phase_us - 4700.0), 0, 2)]
     v = analyse([write_trace(tmp_path / f"mpi{recv_us:.0f}.json", ev)], write_html=False, write_trace=False)
     (f,) = [x for x in v["findings"] if x["rule"] == "PR504" and x["key"] == "gaps"]
     return f["evidence"]["gaps"][0]["host"]
@@ -248,6 +251,9 @@ def test_a_range_over_part_of_a_gap_is_named_for_that_part(tmp_path):
     assert _partly_traced(tmp_path, 1470.0) == "host in range recv for 30% of it, the rest not traced"
     # 245 µs (5%, under PARTIAL_SHARE): nothing worth naming
     assert _partly_traced(tmp_path, 245.0) == "nothing traced on the host"
+    # a 12 ms `phase` from 200 µs covers 98% of the gap but is 2.4× longer: where it happened, not what the host did
+    # (TraceLens's xDiT traces: "host in range execute_diffusion_1_256x256 for 97% of it")
+    assert _partly_traced(tmp_path, 245.0, phase_us=12_000.0) == "nothing traced on the host"
 
 
 def test_a_kernel_queued_behind_a_stream_wait_names_it_and_is_no_first_call(tmp_path):
