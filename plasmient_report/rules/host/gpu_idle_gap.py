@@ -425,8 +425,10 @@ def _steady_finding(
         fix = f"{n_gaps}, most with nothing traced on the host: profile the host side"
     else:
         fix = f"{n_gaps} with nothing traced on the host: profile the host side"
+    in_them = "in most of them" if len(listed) > 1 else "in it"
+    most = in_them[0].upper() + in_them[1:]
     advice = (
-        "In most of them the next kernel was already queued: the GPU waited on something the trace does not "
+        f"{most} the next kernel was already queued: the GPU waited on something the trace does not "
         "hold — an event of another stream or process (cudaStreamWaitEvent / hipStreamWaitEvent), another process "
         "on the GPU, or streams not captured. Profile the whole system (all processes and streams) to see it; the "
         "host's work meanwhile is not the cause."
@@ -437,20 +439,20 @@ def _steady_finding(
     in_alloc = sum(x["duration_ns"] for x in listed if re.search(ALLOCATOR_CALL_RE, x["host_call"] or ""))
     if first_calls:
         advice = (
-            "In most of them the host is in an op's first call with new input shapes, many times slower than its "
+            f"{most} the host is in an op's first call with new input shapes, many times slower than its "
             "later calls: a library choosing and loading its kernel for the shape (GEMM heuristics, workspaces, "
             f"module loading) — a one-time cost, not the loop's: {warm_up_profile(ctx.program)}. In serving, warm up "
             "every batch / sequence shape before taking traffic."
         )
     elif by_profiler:
         advice = (
-            "In most of them the host was in the profiler's own overhead (CUPTI's records: requesting activity "
+            f"{most} the host was in the profiler's own overhead (CUPTI's records: requesting activity "
             "buffers while it records), which the program does not pay when it is not profiled: not a loss of the "
             "program. Record fewer activities or a shorter schedule to shrink it."
         )
     elif not waiting and in_alloc >= 0.5 * listed_ns:
         advice = (
-            "The host is in the device allocator in most of them (frees and allocations inside the loop, each "
+            f"The host is in the device allocator {in_them} (frees and allocations inside the loop, each "
             "synchronizing the device): keep the framework's caching allocator on (PyTorch: "
             "PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING unset), or allocate once, outside the "
             "loop. " + advice
