@@ -861,12 +861,19 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     for ss in step_summary:
         if ss.slow_step_count:
             worst = ss.slow_steps[0]
+            # (slow steps that are all their rank's first are warm-up: first calls, allocations, autotuning)
+            warm_up = ss.slow_step_count == len(ss.slow_steps) and all(x.occurrence == 0 for x in ss.slow_steps)
             notes.append(
                 f"{ss.slow_step_count} of {ss.steps} steps of {ss.range} are more than {ss.slow_threshold:.0%} "
                 f"slower than the median step ({ss.median_ns / 1e6:,.1f} ms); the slowest, {worst.name} on "
                 f"rank {worst.rank}, took {worst.gpu_ns / 1e6:,.1f} ms "
-                f"({1 + (worst.excess_over_median or 0):,.1f}× the median): an outlier step is often the "
-                "finding"
+                f"({1 + (worst.excess_over_median or 0):,.1f}× the median)"
+                + (
+                    f"{', its rank' if ss.slow_step_count == 1 else ': each is its rank'}'s first: warm-up (first "
+                    "calls, allocations, autotuning), not the steady state — profile after a warm-up step"
+                    if warm_up
+                    else ": an outlier step is often the finding"
+                )
             )
     above = [g for g in kgroups[:TOP_GROUPS] if g.bandwidth_above_hbm_peak]
     if above:

@@ -175,10 +175,18 @@ def test_the_slow_step_is_flagged(tmp_path: Path) -> None:
     summary = v["step_summary"][0]
     assert summary["slowest"]["name"] == "ProfilerStep#4" and summary["slow_step_count"] == 1
     assert summary["median_ns"] == pytest.approx(1e6, abs=1e3) and summary["spread"] > 0.5
-    assert any("ProfilerStep#4" in n and "slower than the median" in n for n in v["notes"])
+    assert any("ProfilerStep#4" in n and "slower than the median" in n and "outlier step" in n for n in v["notes"])
     # The idle rest of each step is lost to the host: 200 µs of kernel in a 1 ms step is 20% utilization.
     assert steps[0]["utilization"] == pytest.approx(0.2, abs=1e-6)
     assert steps[3]["utilization"] == pytest.approx(200 / 3000, abs=1e-6)
+
+
+def test_a_slow_first_step_is_said_to_be_warm_up(tmp_path: Path) -> None:
+    """The construction above with the first of five steps 3 ms (TraceLens's normalization-layer test trace: each
+    layer's first of 3 runs took up to 1,842× the others'): its rank's first step, warm-up, not an outlier."""
+    v, _ = _analyse([_steps_trace(tmp_path / "first.pt.trace.json", [3000.0, 1000.0, 1000.0, 1000.0, 1000.0])])
+    (note,) = [n for n in v["notes"] if "slower than the median" in n]
+    assert "ProfilerStep#1" in note and "its rank's first: warm-up" in note and "outlier" not in note, note
 
 
 def test_a_trace_without_steps_has_none(tiny_trace: Path) -> None:
