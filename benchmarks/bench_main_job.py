@@ -162,6 +162,18 @@ def ratio(num: list[dict], den: list[dict], key_n: str, key_d: str) -> str:
     return f"{statistics.median(rs):.2f}x (range {min(rs):.2f}–{max(rs):.2f})"
 
 
+LOOP_N = 10_000_000
+
+
+def loop_seconds() -> float:
+    """Seconds a fixed pure-Python loop takes on one core (the interpreter's speed on this machine now)."""
+    t0 = time.perf_counter()
+    s = 0
+    for i in range(LOOP_N):
+        s += i
+    return time.perf_counter() - t0
+
+
 OURS_PACKAGES = ("duckdb", "pyarrow", "msgspec", "numpy", "matplotlib", "jinja2")
 PEER_PACKAGES = ("HolisticTraceAnalysis", "pandas", "numpy")
 
@@ -222,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-main-"))
     results: dict[str, dict[str, list[dict]]] = {}
     load0 = os.getloadavg()[0]
+    speed0 = loop_seconds()
     try:
         if a.kineto:
             k = a.kineto.resolve()
@@ -269,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
         f"machine {platform.node()} · {cpu_model()} · {os.cpu_count()} CPUs · Python {platform.python_version()} · "
         f"{time.strftime('%Y-%m-%d %H:%M')} · repeat {a.repeat}, medians · 1-min load {load0:.1f} → {load1:.1f}"
     )
+    # A fixed pure-Python loop before and after the runs: how fast this machine's core was (one VM ran it in 0.5 s
+    # and, on another day, in 2.4 s: seconds compare only beside it, ratios across machines).
+    print(f"  core speed: a {LOOP_N:,}-iteration Python loop took {speed0:.2f} s before the runs, {loop_seconds():.2f} s after")
     # The ratio moves with the machine and with both sides' libraries (HTA's load is pandas work): say which.
     print(f"  ours: {versions(a.python, OURS_PACKAGES)}")
     if a.hta_python:
