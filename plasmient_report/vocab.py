@@ -362,6 +362,9 @@ PYTORCH_RANGE_RE = r"^(ProfilerStep#|enumerate\(DataLoader|Optimizer\.(step|zero
 TENSORRT_RE = r"(?i)(^TensorRT$|ExecutionContext::|_trt$|genericReformat|^trt_|tensorrt)"
 # Inference servers that reserve most of the GPU for their KV cache by design (vLLM's gpu_memory_utilization,
 # SGLang's mem_fraction_static): their kernels (vllm::…), custom ops or Python frames (with_stack) name them.
+# A training step's work: autograd's backward ops and nodes, a backward range, an optimizer step. A trace with framework
+# ops and none of these is inference (its collectives are tensor / expert parallelism, not gradient traffic).
+BACKWARD_RE = r"(?i)(^autograd::engine::evaluate_function|backward|optimizer\.(step|zero_grad))"
 VLLM_RE = r"(^|[^a-z])vllm(::|/|\.|_C|[^a-z]|$)"
 SGLANG_RE = r"(^|[^a-z])sglang(::|/|\.|[^a-z]|$)"
 # HIP runtime calls: a ROCm program.

@@ -148,6 +148,13 @@ def warm_up_profile(p: Program) -> str:
 
 
 def overlap_communication(p: Program) -> str:
+    if p.pytorch and p.training is False:
+        # inference: no backward to hide gradient traffic in — the forward's tensor / expert-parallel collectives
+        return (
+            "These are the forward pass's collectives (tensor or expert parallelism; no gradients to bucket): "
+            "overlap them with the next GEMM (async tensor parallelism / fused GEMM + all-reduce or reduce-scatter "
+            "kernels, sequence parallelism), or shard over fewer GPUs if the model fits, or on a faster link."
+        )
     if p.pytorch:
         return (
             "Overlap it with compute: DDP — smaller bucket_cap_mb so all-reduces start during the backward, "

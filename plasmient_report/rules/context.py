@@ -61,6 +61,7 @@ class Program:
     runtime: str = "cuda"  # cuda or hip
     graphs: bool = False  # it already launches captured graphs
     server: str | None = None  # an inference server that reserves most of the GPU on purpose: 'vLLM', 'SGLang'
+    training: bool | None = None  # a training step is traced (backward, optimizer); False: inference; None: unknown
 
     @property
     def api(self) -> str:
@@ -456,9 +457,9 @@ def prepare(
             table_entry=entry,
         )
     sql.install(con, "program")
-    pyt, trt, runtime, graphs, server = con.execute(
-        "SELECT pytorch, tensorrt, runtime, graphs, server FROM program"
-    ).fetchone() or (True, False, "cuda", False, None)
+    pyt, trt, runtime, graphs, server, training = con.execute(
+        "SELECT pytorch, tensorrt, runtime, graphs, server, training FROM program"
+    ).fetchone() or (True, False, "cuda", False, None, None)
     n_gpus, n_kernels = con.execute("""SELECT (SELECT count(*) FROM (SELECT DISTINCT rank, device FROM rule_windows)),
                                               (SELECT count(*) FROM rule_kernels)""").fetchone() or (0, 0)
     return RuleContext(
@@ -475,7 +476,9 @@ def prepare(
         gpus=gpus,
         category_ns=cat_ns,
         achieved_is_lower_bound=unknown is not None and unknown > MATERIAL_UNKNOWN_FLOPS,
-        program=Program(pytorch=bool(pyt), tensorrt=bool(trt), runtime=str(runtime), graphs=bool(graphs), server=server),
+        program=Program(
+            pytorch=bool(pyt), tensorrt=bool(trt), runtime=str(runtime), graphs=bool(graphs), server=server, training=training
+        ),
         gpu_count=int(n_gpus or 0),
         kernel_count=int(n_kernels or 0),
     )

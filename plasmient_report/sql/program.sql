@@ -26,6 +26,8 @@ SELECT
            OR bool_or(src = 'api' AND regexp_matches(name, {{HIP_API_RE}})) THEN 'hip'
          ELSE 'cuda' END AS runtime,
     coalesce(bool_or(src = 'api' AND regexp_matches(name, {{GRAPH_LAUNCH_API_RE}})), false) AS graphs,
+    CASE WHEN bool_or(src IN ('op', 'range') AND regexp_matches(name, {{BACKWARD_RE}})) THEN true
+         WHEN bool_or(src = 'op') THEN false END AS training,
     CASE WHEN bool_or(src <> 'api' AND regexp_matches(lower(name), {{VLLM_RE}})) THEN 'vLLM'
          WHEN bool_or(src <> 'api' AND regexp_matches(lower(name), {{SGLANG_RE}})) THEN 'SGLang' END AS server
 FROM n;
@@ -34,4 +36,5 @@ COMMENT ON COLUMN program.pytorch IS 'true when PyTorch ran it: framework ops (a
 COMMENT ON COLUMN program.tensorrt IS 'true when TensorRT ran engines (its NVTX domain, ExecutionContext ranges, *_trt kernels)';
 COMMENT ON COLUMN program.runtime IS 'hip (an AMD GPU or HIP runtime calls) or cuda';
 COMMENT ON COLUMN program.graphs IS 'true when the program launches captured graphs (cudaGraphLaunch / hipGraphLaunch)';
+COMMENT ON COLUMN program.training IS 'true when a training step is traced (backward ops or ranges, an optimizer step); false when framework ops are traced and none is (inference); NULL without ops (cannot tell)';
 COMMENT ON COLUMN program.server IS 'vLLM or SGLang when the trace is of that inference server (its kernels, ops or Python frames name it), else NULL';

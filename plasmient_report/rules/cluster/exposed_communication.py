@@ -30,7 +30,10 @@ EXPLANATION = Explanation(
         `forward_prefetch` / `backward_prefetch`, `limit_all_gathers`. Megatron / DeepSpeed: overlap options for
         grad-reduce and param-gather. Outside a framework: issue communication on its own stream and give the GPU
         independent work meanwhile. Compress or shrink what is sent (16-bit gradients, fewer, larger buckets), or
-        use a faster interconnect path (NVLink, `NCCL_ALGO` / `NCCL_PROTO` checks).""",
+        use a faster interconnect path (NVLink, `NCCL_ALGO` / `NCCL_PROTO` checks). Inference (framework ops and
+        no backward in the trace): the forward's tensor- or expert-parallel collectives have no gradients to bucket —
+        overlap them with the GEMMs (async tensor parallelism, fused GEMM + collective kernels, sequence
+        parallelism), or shard over fewer GPUs.""",
 )
 
 # Per GPU: time with an NCCL kernel resident, and the part of it with a compute kernel or copy resident too.

@@ -51,3 +51,30 @@ def test_a_collective_of_unknown_size_gets_no_bandwidth(tmp_path):
         analyse(paths),
         [Expect("PR102", category="collective_transfer", says=[r"size not in the trace"], never_says=[r"GB/s"])],
     )
+
+
+def test_the_advice_fits_training_or_inference(tmp_path):
+    # The construction above has framework ops (aten::mm) and no backward: the forward's collectives (TraceLens's B200
+    # vLLM trace, tensor-parallel all-reduces, was told "DDP — smaller bucket_cap_mb … bf16 gradients"). With an
+    # autograd backward op added on each rank it is a training step, and the gradient advice fits.
+    (tmp_path / "inference").mkdir()
+    (tmp_path / "training").mkdir()
+    inference = analyse(allreduce_traces(tmp_path / "inference"))
+    check(inference, [Expect("PR102", says=[r"forward pass's collectives"], never_says=[r"bucket_cap_mb", r"gradients\)"])])
+    paths = allreduce_traces(tmp_path / "training")
+    for p in paths:
+        doc = json.loads(p.read_text())
+        doc["traceEvents"].append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "autograd::engine::evaluate_function: MmBackward0",
+                "pid": 100,
+                "tid": 1,
+                "ts": 900.0,
+                "dur": 5.0,
+                "args": {"External id": 99},
+            }
+        )
+        p.write_text(json.dumps(doc))
+    check(analyse(paths), [Expect("PR102", says=[r"bucket_cap_mb"], never_says=[r"forward pass's collectives"])])
