@@ -144,8 +144,11 @@ def generic_advice(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     """RECOMMENDATIONS in the program's words: HIP graphs for a HIP program; for copies that are all from pinned
     memory already, not "pinned memory" again."""
     out = dict(RECOMMENDATIONS)
-    if (one(con, "SELECT runtime FROM program") or ("cuda",))[0] == "hip":
+    runtime, training = one(con, "SELECT runtime, training FROM program") or ("cuda", None)
+    if runtime == "hip":
         out["launch_bound"] = out["launch_bound"].replace("CUDA graphs", "HIP graphs")
+    if training is False:  # inference: no gradients — the forward's tensor / expert-parallel collectives
+        out["collective_transfer"] = "overlap the forward's collectives with GEMMs, or shard over fewer GPUs"
     # the copies' time by kind: host copies (Kineto names them `Memcpy HtoD (Pageable -> Device)`, nsys `HtoD
     # (Pageable)`), how much of it pageable, and device-to-device copies
     total, host, pageable, device = (

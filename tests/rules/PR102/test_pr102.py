@@ -78,3 +78,16 @@ def test_the_advice_fits_training_or_inference(tmp_path):
         )
         p.write_text(json.dumps(doc))
     check(analyse(paths), [Expect("PR102", says=[r"bucket_cap_mb"], never_says=[r"forward pass's collectives"])])
+
+
+def test_the_waterfalls_generic_line_fits_inference(tmp_path):
+    # The generic collective_transfer line (said when no rule names the cause) of the inference construction above:
+    # no "bucket / compress gradients" for a program with no backward.
+    from plasmient_report import judge, pipeline
+
+    res = pipeline.analyse(allreduce_traces(tmp_path), pipeline.Options(write_html=False, write_trace=False))
+    try:
+        line = judge.generic_advice(res.con)["collective_transfer"]
+    finally:
+        res.close()
+    assert "gradients" not in line and "forward's collectives" in line, line
