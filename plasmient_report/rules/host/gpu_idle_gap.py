@@ -5,7 +5,7 @@ classed it. One-time start-up gaps are named as such, apart from the gaps a stea
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...vocab import (
@@ -398,13 +398,21 @@ def _steady_finding(
     if startup:
         s_ns = sum(g["end_ns"] - g["start_ns"] for g in startup)
         apart = f" (Besides these, {fmt_ns(s_ns)} of one-time start-up: reported apart.)"
-    named = [x for x in listed if x["host"] != "nothing traced on the host"]
-    listed_ns = sum(x["duration_ns"] for x in listed)
-    waiting = sum(min(x["queued_ns"] or 0, x["duration_ns"]) for x in listed) >= 0.5 * listed_ns
+
+    def is_named(x: dict[str, Any]) -> bool:
+        return bool(x["host"] != "nothing traced on the host")
+
+    named = [x for x in listed if is_named(x)]
+    half = 0.5 * sum(x["duration_ns"] for x in listed)
+
+    def mostly(keep: Callable[[dict[str, Any]], Any]) -> bool:
+        """Whether the listed gaps that `keep` holds are at least half of the listed time."""
+        return sum(x["duration_ns"] for x in listed if keep(x)) >= half
+
+    waiting = sum(min(x["queued_ns"] or 0, x["duration_ns"]) for x in listed) >= half
     n_gaps = f"{len(gaps)} idle gap{'s' if len(gaps) != 1 else ''} ({fmt_ns(total)})"
-    profiled = sum(x["duration_ns"] for x in listed if (x["host_call"] or "").startswith(PROFILER_PREFIX))
-    by_profiler = not waiting and profiled >= 0.5 * listed_ns
-    first_calls = not waiting and not by_profiler and sum(x["duration_ns"] for x in listed if x["first_call"]) >= 0.5 * listed_ns
+    by_profiler = not waiting and mostly(lambda x: (x["host_call"] or "").startswith(PROFILER_PREFIX))
+    first_calls = not waiting and not by_profiler and mostly(lambda x: x["first_call"])
     if by_profiler:
         fix = f"{n_gaps}, most in the profiler's own overhead: not paid unprofiled"
     elif waiting:
@@ -413,7 +421,7 @@ def _steady_finding(
         fix = f"{n_gaps}, mostly ops' first calls with new shapes: one-time, profile after warm-up"
     elif main in SEE:
         fix = f"{n_gaps}, mostly {SEE[main]}"
-    elif named and (named[0] is big or sum(x["duration_ns"] for x in named) >= 0.5 * listed_ns):
+    elif named and (named[0] is big or mostly(is_named)):
         # what the host did is known for the listed gaps only: said of the largest named one, not of them all (and
         # only when it is the largest or the named ones hold most of the listed time: a 1 ms gap named beside an 80 ms
         # untraced one would read as the cause)
@@ -429,14 +437,13 @@ def _steady_finding(
     most = in_them[0].upper() + in_them[1:]
     advice = (
         f"{most} the next kernel was already queued: the GPU waited on something the trace does not "
-        "hold — an event of another stream or process (cudaStreamWaitEvent / hipStreamWaitEvent), another process "
+        f"hold — an event of another stream or process ({ctx.program.prefix}StreamWaitEvent), another process "
         "on the GPU, or streams not captured. Profile the whole system (all processes and streams) to see it; the "
         "host's work meanwhile is not the cause."
         if waiting
         else "Keep work queued while the host is busy: move logging / checkpointing / evaluation off the step or to "
         "another thread, prefetch inputs, and avoid host syncs right before long host work (PR502)."
     )
-    in_alloc = sum(x["duration_ns"] for x in listed if re.search(ALLOCATOR_CALL_RE, x["host_call"] or ""))
     if first_calls:
         advice = (
             f"{most} the host is in an op's first call with new input shapes, many times slower than its "
@@ -450,7 +457,7 @@ def _steady_finding(
             "buffers while it records), which the program does not pay when it is not profiled: not a loss of the "
             "program. Record fewer activities or a shorter schedule to shrink it."
         )
-    elif not waiting and in_alloc >= 0.5 * listed_ns:
+    elif not waiting and mostly(lambda x: re.search(ALLOCATOR_CALL_RE, x["host_call"] or "")):
         advice = (
             f"The host is in the device allocator {in_them} (frees and allocations inside the loop, each "
             "synchronizing the device): keep the framework's caching allocator on (PyTorch: "

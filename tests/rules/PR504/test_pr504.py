@@ -275,3 +275,5 @@ def test_a_kernel_queued_behind_a_stream_wait_names_it_and_is_no_first_call(tmp_
     assert g["first_call"] is None and "first call" not in g["host"]
     # (one gap: "1 gap … leaves", "In it", not "In most of them")
     assert "1 gap of at least 1 ms leaves" in f["recommendation"] and "In it the next kernel" in f["recommendation"]
+    # (a CUDA trace's advice names CUDA's call, not HIP's)
+    assert "(cudaStreamWaitEvent)" in f["recommendation"] and "hip" not in f["recommendation"]
