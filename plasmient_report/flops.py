@@ -94,6 +94,35 @@ def matmul(d: Dims) -> float | None:
     return 2.0 * _prod(batch) * m * k * n
 
 
+def _grouped_mnk(a: list[int], b: list[int]) -> tuple[int, int, int, int] | None:
+    """(batch, M, N, K) of torch._grouped_mm(a, b, offs) over its whole split dimension, None when the operands
+    fit none of its four forms (K must agree)."""
+    if len(a) == 2 and len(b) == 3 and a[1] == b[1]:  # rows split by offs, each group's rows times its matrix
+        return 1, a[0], b[2], a[1]
+    if len(a) == 2 and len(b) == 2 and a[1] == b[0]:  # K split by offs (a weight gradient per group)
+        return 1, a[0], b[1], a[1]
+    if len(a) == 3 and len(b) == 2 and a[2] == b[0]:  # columns split by offs, each group's own matrix
+        return 1, a[1], b[1], a[2]
+    if len(a) == 3 and len(b) == 3 and a[0] == b[0] and a[2] == b[1]:  # a batch of equal matmuls
+        return a[0], a[1], b[2], a[2]
+    return None
+
+
+def grouped_mm(d: Dims) -> float | None:
+    """torch._grouped_mm(mat_a, mat_b, offs, …) (and the scaled FP8 forms, whose first two inputs are the same):
+    the matmuls of G groups (MoE experts) in one call, one dimension split into the groups by `offs` — the rows
+    (2-D × 3-D: each expert's tokens times its weight), K (2-D × 2-D: each expert's weight gradient) or the columns
+    (3-D × 2-D) — or a batch (3-D × 3-D). Each row, K slice or column is multiplied once whatever the split, so the
+    FLOPs need only the shapes: 2 · M · N · K over the whole split dimension (rows past offs' last value, which the
+    op leaves out, counted: an upper bound, exact when offs covers them all, as MoE layers' do)."""
+    a, b = _shape(d[0]), _shape(d[1])
+    got = _grouped_mnk(a, b) if a and b else None
+    if got is None:
+        return None
+    batch, m, n, k = got
+    return 2.0 * batch * m * n * k
+
+
 def linear(d: Dims) -> float | None:
     x, w = _shape(d[0]), _shape(d[1])
     if not x or not w or len(w) != 2:
@@ -238,6 +267,8 @@ GEMM_OPS: dict[str, tuple[int, str]] = {
     "aten::matmul": (0, "matmul"),
     "aten::linear": (0, "linear"),
 }
+# Grouped matmuls (MoE experts): mat_a and mat_b are the first two inputs.
+GROUPED_MM_OPS = ("aten::_grouped_mm", "aten::_scaled_grouped_mm", "aten::_scaled_grouped_mm_v2")
 # Convolution ops: whether the op is a transposed convolution (None: its concrete input 6 says), and which of
 # _CONV_ARGS's argument orders its signature has.
 CONV_OPS: dict[str, tuple[bool | None, str]] = {
@@ -269,6 +300,7 @@ MODELS: dict[str, Callable[..., float | None]] = {
     "aten::matmul": _plain(matmul),
     "aten::linear": _plain(linear),
     "aten::_scaled_mm": _plain(mm),
+    **{name: _plain(grouped_mm) for name in GROUPED_MM_OPS},
     **{
         name: _sdpa(q_at, causal_at, layout=layout, backward=bwd)
         for name, (q_at, causal_at, layout, bwd) in ATTENTION_OPS.items()
@@ -465,6 +497,18 @@ def op_bytes(name: str, input_dims: str | None, input_types: str | None) -> floa
             return None
         batch = max(_prod(a[:-2]), _prod(b[:-2]))
         return float(elem * (_prod(a) + _prod(b) + batch * a[-2] * b[-1]))
+    if name in GROUPED_MM_OPS:
+        a, b = _shape(dims[0]), _shape(dims[1])
+        got = _grouped_mnk(a, b) if a and b else None
+        if got is None or not a or not b:
+            return None
+        batch, m, n, _ = got
+        if len(a) == 2 and len(b) == 2:  # one M × N output per group: offs (_grouped_mm's third input) counts them
+            offs = _shape(dims[2]) if name == "aten::_grouped_mm" and len(dims) > 2 else None
+            if not offs or len(offs) != 1:
+                return None
+            batch = offs[0]
+        return float(elem * (_prod(a) + _prod(b) + batch * m * n))
     if name == "aten::linear":
         x, w = shapes[0], shapes[1]
         return float(elem * (_prod(x) + _prod(w) + _prod(x[:-1]) * w[0]))

@@ -68,7 +68,7 @@ class Thresholds:
     busy_utilization: float = 0.70  # busy and achieved < useful_achieved: "busy, not useful"
     useful_achieved: float = 0.30
     comm_share: float = 0.50  # communication share of busy time above which: "communication-bound"
-    material_unknown_flops: float = MATERIAL_UNKNOWN_FLOPS  # unknown share of compute time above: a lower bound
+    material_unknown_flops: float = MATERIAL_UNKNOWN_FLOPS  # vocab.unknown_is_material: above it, a lower bound
     slow_step: float = 0.10  # a step this much slower than the median step is flagged (an outlier)
     slow_rank: float = 0.05  # a rank whose mean step is this much above the fastest rank's is named
 
@@ -322,7 +322,9 @@ def achieved_of(row: dict[str, Any], t: Thresholds) -> Achieved:
     with_flops = (row.get("kernel_ns_with_flops") or 0) / kns if kns else None
     value = _f(row.get("achieved_fraction_of_peak"))
     peak_known = row.get("peak_flop_s") is not None
-    lower = value is not None and unknown is not None and unknown > t.material_unknown_flops
+    lower = value is not None and vocab.unknown_is_material(
+        row.get("unknown_ns"), row.get("kernel_ns_with_flops"), t.material_unknown_flops
+    )
     if value is not None and kns and unknown and not row.get("kernel_ns_with_flops"):
         value, lower = None, True  # nothing in the window has a FLOP estimate: a number would be a guess
     return Achieved(value, lower, unknown, with_flops, peak_known)
@@ -490,9 +492,10 @@ def steps_of(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds) -> 
         for row in rows:
             gpu = row["gpu_ns"]
             kns = row["kernel_ns"] or 0
-            unknown = (row["unknown_ns"] or 0) / kns if kns else 0.0
             achieved = _f(row["achieved_fraction_of_peak"])
-            lower = achieved is not None and unknown > t.material_unknown_flops
+            lower = achieved is not None and vocab.unknown_is_material(
+                row["unknown_ns"], row["kernel_ns_with_flops"], t.material_unknown_flops
+            )
             if achieved is not None and kns and row["unknown_ns"] and not row["kernel_ns_with_flops"]:
                 achieved, lower = None, True
             row["achieved_known"] = achieved is not None

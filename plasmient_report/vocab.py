@@ -260,9 +260,20 @@ STEP_LABEL = "ProfilerStep#*"
 HISTOGRAM_BASE_NS = 1_000
 HISTOGRAM_BUCKETS = 24
 
-# The unknown-FLOP share of compute-kernel time above which the achieved fraction is a lower bound (the verdict's
-# default; `[verdict] material_unknown_flops` overrides it there).
+# The share of unknown work above which the achieved fraction is a lower bound (`unknown_is_material`; the verdict's
+# default, `[verdict] material_unknown_flops` overrides it there).
 MATERIAL_UNKNOWN_FLOPS = 0.10
+
+
+def unknown_is_material(unknown_ns: float | None, with_flops_ns: float | None, threshold: float = MATERIAL_UNKNOWN_FLOPS) -> bool:
+    """Whether kernels without a FLOP estimate make the achieved fraction a lower bound: their time is more than
+    `threshold` of theirs and the estimated kernels' together. At the rate the estimated kernels achieved, the
+    unknown ones would add unknown / estimated of the FLOPs; kernels known to do no useful FLOPs (elementwise,
+    copies) say nothing of that rate, so their time does not dilute the share (MoE experts' unknown GEMMs beside
+    weight gathers that take 88% of the kernel time are 10% of it, and would add 28% to the FLOPs)."""
+    unknown = float(unknown_ns or 0)
+    return unknown > 0 and unknown > threshold * (unknown + float(with_flops_ns or 0))
+
 
 # --------------------------------------------------------------------------------------------------- plausibility
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from plasmient_report.flops import op_flops, op_precision
+from plasmient_report.flops import op_bytes, op_flops, op_precision
 
 
 def f(name: str, dims: list, concrete: list | None = None) -> float | None:
@@ -18,6 +18,33 @@ def test_mm_family():
     assert f("aten::addmm", [[32], [64, 128], [128, 32], [], []]) == 2 * 64 * 128 * 32
     assert f("aten::bmm", [[8, 64, 128], [8, 128, 32]]) == 2 * 8 * 64 * 128 * 32
     assert f("aten::baddbmm", [[8, 64, 32], [8, 64, 128], [8, 128, 32], [], []]) == 2 * 8 * 64 * 128 * 32
+
+
+@pytest.mark.parametrize(
+    ("dims", "expected"),
+    [
+        # torch._grouped_mm's four forms (torch.nn.functional.grouped_mm's documentation): 8 experts, 4096 routed rows
+        ([[4096, 1024], [8, 1024, 2816], [8]], 2 * 4096 * 1024 * 2816),  # rows split by offs: experts' forward
+        ([[2816, 4096], [4096, 1024], [8]], 2 * 2816 * 4096 * 1024),  # K split by offs: the experts' weight gradient
+        ([[8, 64, 1024], [1024, 512], [8]], 2 * 64 * 1024 * 512),  # columns split: each group's own 64 columns
+        ([[8, 64, 1024], [8, 1024, 32]], 2 * 8 * 64 * 1024 * 32),  # a batch
+        ([[4096, 1024], [8, 2816, 1024], [8]], None),  # K disagrees: no estimate
+        ([[4096], [8, 1024, 2816], [8]], None),
+    ],
+)
+def test_grouped_mm_counts_the_whole_split_dimension(dims, expected):
+    assert f("aten::_grouped_mm", dims) == expected
+    # the scaled (FP8) forms take the same two operands first; their dtype says the precision
+    assert f("aten::_scaled_grouped_mm", [*dims[:2], [4096], [8, 2816]]) == expected
+    assert op_precision(json.dumps(["c10::Float8_e4m3fn", "c10::Float8_e4m3fn", "float"])) == "fp8"
+
+
+def test_grouped_mm_bytes_read_the_operands_and_write_the_output_once():
+    bf16 = json.dumps(["c10::BFloat16", "c10::BFloat16", "int"])
+    rows = json.dumps([[4096, 1024], [8, 1024, 2816], [8]])
+    assert op_bytes("aten::_grouped_mm", rows, bf16) == 2 * (4096 * 1024 + 8 * 1024 * 2816 + 4096 * 2816)
+    wgrad = json.dumps([[2816, 4096], [4096, 1024], [8]])  # one 2816 × 1024 gradient per expert
+    assert op_bytes("aten::_grouped_mm", wgrad, bf16) == 2 * (2816 * 4096 + 4096 * 1024 + 8 * 2816 * 1024)
 
 
 @pytest.mark.parametrize(

@@ -354,6 +354,38 @@ def test_decode_matches_its_truth():
     )
 
 
+@pytest.mark.parametrize("name", ["moe_grouped", "moe_batched", "moe_eager"])
+def test_mixture_of_experts_backends_against_flop_counter(name):
+    # sample_traces/h200_hf/moe_*: HF Mixtral (8 experts, top-2), one training loop per experts backend of
+    # transformers — torch._grouped_mm, batched torch.bmm over gathered weights, an eager loop of aten::linear per
+    # expert. Truth: in-stream CUDA events per step; FLOPs from FlopCounterMode, causal attention halved. torch
+    # 2.11's FlopCounterMode has no formula for aten._grouped_mm (its by-op table of moe_grouped has none): there
+    # the experts' FLOPs are the analytic count the recording wrote beside it (tokens × top-k × 3 projections × 2 ·
+    # hidden · expert width, the backward twice the forward), which is what FlopCounterMode counted for the same
+    # model in moe_eager (6.3195e12 − 2.9179e12).
+    t = truth(name)
+    flops = t["flops_per_step_causal"]
+    if t["experts_implementation"][""] == "grouped_mm" and not any("grouped_mm" in op for op in t["flops_by_op"]):
+        flops += t["expert_flops_per_step_analytic"]
+        assert flops == truth("moe_eager")["flops_per_step_causal"]  # the same model's work, whatever the backend
+    achieved = flops * t["profiled_steps"] / (t["gpu_ms_total"] / 1e3) / H200_BF16
+    v = run([sample_file(f"h200_hf/{name}.pt.trace.json.gz")], ranges=["ProfilerStep#*"])
+    assert v["run"]["window_ns"] / 1e6 == pytest.approx(t["gpu_ms_total"], rel=1e-3)
+    assert v["achieved_fraction_of_peak"] == pytest.approx(achieved, rel=0.02)
+    assert not v["achieved_is_lower_bound"] and v["coverage"]["unknown_flops_time_fraction"] < 0.01
+
+
+def test_unknown_gemms_beside_heavy_gathers_make_a_lower_bound():
+    # sample_traces/h200_hf/moe_batched, the whole profile: the warm-up step's kernels still ran when the profiler
+    # began (163 ms, no launch in the trace), among them 76 ms of GEMMs without shapes, while the gathers of the
+    # experts' weights (memory-bound, no FLOPs) take most of the kernel time. The unknown GEMMs are 10% of the
+    # kernel time but 22% of the time of the kernels the FLOPs come from: at their rate they would add 28% to the
+    # FLOPs, so the achieved fraction is a lower bound.
+    v = run([sample_file("h200_hf/moe_batched.pt.trace.json.gz")])
+    assert v["coverage"]["unknown_flops_time_fraction"] == pytest.approx(0.10, abs=0.01)
+    assert v["achieved_is_lower_bound"]
+
+
 def test_several_range_patterns_analyse_their_union():
     # SPEC §1: `--range` is repeatable and the analysed window is the union of the ranges asked for. Truth: the
     # CUDA events recorded in-stream around each profiled step (sample_traces/h200_hf/llama_eager.truth.json).

@@ -18,7 +18,7 @@ import duckdb
 from .. import sql
 from ..metrics import window_label
 from ..peaks import GpuPeaks, load_table, match_gpu
-from ..vocab import BUSY_CATEGORIES, CATEGORIES, IDLE_CATEGORIES, MATERIAL_UNKNOWN_FLOPS
+from ..vocab import BUSY_CATEGORIES, CATEGORIES, IDLE_CATEGORIES, unknown_is_material
 
 # lost_ns: from this many intervals on, the merge and lookups of `RuleContext._lost_ns_sorted` (below it, DuckDB
 # may plan the general query's lookups as a nested loop join, whose order of sums that merge would not keep)
@@ -426,11 +426,11 @@ def prepare(
     else:
         steps, unit = 1, None
     head = con.execute(
-        """SELECT utilization, achieved_fraction_of_peak, unknown_ns / nullif(kernel_ns, 0) FROM metrics
+        """SELECT utilization, achieved_fraction_of_peak, unknown_ns, kernel_ns_with_flops FROM metrics
                           WHERE scope = ? AND range_name IS NOT DISTINCT FROM ? AND rank IS NULL""",
         p,
     ).fetchall()
-    util, achieved, unknown = head[0] if head else (None, None, None)
+    util, achieved, unknown_ns, with_flops_ns = head[0] if head else (None, None, None, None)
     cat_ns = {
         c: float(n or 0) for c, n in con.execute("SELECT category, sum(lost_ns) FROM rule_losses GROUP BY category").fetchall()
     }
@@ -475,7 +475,7 @@ def prepare(
         achieved=float(achieved) if achieved is not None else None,
         gpus=gpus,
         category_ns=cat_ns,
-        achieved_is_lower_bound=unknown is not None and unknown > MATERIAL_UNKNOWN_FLOPS,
+        achieved_is_lower_bound=unknown_is_material(unknown_ns, with_flops_ns),
         program=Program(
             pytorch=bool(pyt), tensorrt=bool(trt), runtime=str(runtime), graphs=bool(graphs), server=server, training=training
         ),

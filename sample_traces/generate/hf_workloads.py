@@ -24,6 +24,9 @@ Workloads (--workload):
   resnet50_amp    torchvision ResNet-50, channels_last, bf16 autocast, SGD (cuDNN convolutions)
   bert_amp        HF BertForMaskedLM (bert-base), seq 512, bf16 autocast, fp32 weights, fused AdamW
   vit_compile     timm ViT-B/16 under torch.compile, bf16 autocast
+  moe_grouped     HF MixtralForCausalLM (8 experts, top-2), bf16, fused AdamW, experts through torch._grouped_mm
+  moe_batched     the same with transformers' "batched_mm" experts backend (gathered weights, torch.bmm)
+  moe_eager       the same with transformers' "eager" experts backend (a loop over the routed experts)
   llama_nsys      llama_eager under nsys: NVTX "train_step" ranges (torch.cuda.nvtx), no shapes recorded,
                   capture range = cudaProfilerStart/Stop (run it under `nsys profile --capture-range=...`)
   nsys_memory     memory_pressure's program for `nsys profile --cuda-memory-usage=true` over the whole process
@@ -241,6 +244,51 @@ def other_setup(a):
                 return model(input_ids=ids, labels=ids).loss
 
         info = {"model": "HF BertForMaskedLM (bert-base config)", "batch": b, "seq": t}
+    elif w in ("moe_grouped", "moe_batched", "moe_eager"):
+        # Mixture of experts (HF Mixtral, random init): the experts run through transformers' experts backend —
+        # "grouped_mm" (torch._grouped_mm: one grouped GEMM per projection), "batched_mm" (each token's experts'
+        # weights gathered, one torch.bmm) or "eager" (a loop over the experts that were routed tokens, each an
+        # aten::linear on its tokens; finding them syncs the host)
+        from transformers import MixtralConfig, MixtralForCausalLM
+
+        H, inter, layers, heads = (a.moe_hidden, a.moe_inter, a.moe_layers, 16) if CUDA else (64, 128, 2, 4)
+        cfg = MixtralConfig(
+            vocab_size=a.vocab if CUDA else 256,
+            hidden_size=H,
+            intermediate_size=inter,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=heads,  # MHA: FlopCounterMode cannot count GQA SDPA
+            num_local_experts=a.experts,
+            num_experts_per_tok=a.top_k,
+            max_position_embeddings=4096,
+            attn_implementation="sdpa",
+            use_cache=False,
+            tie_word_embeddings=False,
+            output_router_logits=False,
+        )
+        torch.manual_seed(0)
+        model = MixtralForCausalLM(cfg).to(DEVICE, dtype=torch.bfloat16)
+        model.set_experts_implementation({"moe_grouped": "grouped_mm", "moe_batched": "batched_mm"}.get(w, "eager"))
+        b, t = (a.batch, a.moe_seq) if CUDA else (2, 32)
+        ids = torch.randint(0, cfg.vocab_size, (b, t), generator=g).to(DEVICE)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=CUDA)
+
+        def loss():
+            return model(input_ids=ids, labels=ids).loss
+
+        # every token goes through top_k experts' three projections (gate, up: H -> inter; down: inter -> H), the
+        # backward twice the forward: what the experts multiply, whatever the backend
+        info = {
+            "model": "HF MixtralForCausalLM (random init)",
+            "experts_implementation": model.get_experts_implementation(),
+            "config": {"hidden": H, "expert_inter": inter, "layers": layers, "heads": heads, "experts": a.experts, "top_k": a.top_k},
+            "batch": b,
+            "seq": t,
+            "expert_flops_per_step_analytic": 3 * 2 * b * t * a.top_k * 3 * H * inter * layers,
+            "precision": "bf16",
+            "causal": True,
+        }
     else:
         raise SystemExit(f"unknown workload {w}")
 
@@ -249,7 +297,7 @@ def other_setup(a):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    info["precision"] = "bf16 autocast, fp32 weights"
+    info.setdefault("precision", "bf16 autocast, fp32 weights")
     return step, info
 
 
@@ -284,7 +332,7 @@ def run_training(a, mode):
     )
     info.setdefault("precision", "bf16")
     info["achieved_truth"] = info["flops_per_step"] * n / (sum(ms) / 1e3) / PEAK["bf16"]
-    if mode != "other":  # Llama's SDPA is causal; BERT's and ViT's are not
+    if mode != "other" or info.get("causal"):  # Llama's and Mixtral's SDPA is causal; BERT's and ViT's are not
         info["flops_per_step_causal"], info["sdpa_flops_per_step"] = causal_flops(info["flops_per_step"], info["flops_by_op"])
         info["achieved_truth_causal"] = info["flops_per_step_causal"] * n / (sum(ms) / 1e3) / PEAK["bf16"]
     if mode == "fsdp2":
@@ -830,6 +878,12 @@ def main():
     p.add_argument("--img-batch", type=int, default=128)
     p.add_argument("--bert-batch", type=int, default=32)
     p.add_argument("--fill", type=float, default=0.92)  # memory_pressure: share of the GPU's memory reserved
+    p.add_argument("--experts", type=int, default=8)  # moe_*: experts per layer, experts per token, sizes
+    p.add_argument("--top-k", type=int, default=2)
+    p.add_argument("--moe-layers", type=int, default=4)
+    p.add_argument("--moe-hidden", type=int, default=1024)
+    p.add_argument("--moe-inter", type=int, default=2816)
+    p.add_argument("--moe-seq", type=int, default=1024)
     p.add_argument("--name", default=None)  # the truth file's name (default: the workload's)
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -837,7 +891,7 @@ def main():
     t0 = time.time()
     if w in ("llama_eager", "llama_compile", "llama_fsdp2"):
         info = run_training(a, w.split("_")[1])
-    elif w in ("resnet50_amp", "bert_amp", "vit_compile"):
+    elif w in ("resnet50_amp", "bert_amp", "vit_compile", "moe_grouped", "moe_batched", "moe_eager"):
         info = run_training(a, "other")
     elif w == "llama_memory":
         info = run_memory(a)
