@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ...vocab import LAUNCH_API_RE
+from ...vocab import LAUNCH_API_RE, SYNC_API_RE
 from ..advice import fuse_small, graph_capture
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import RuleContext
@@ -18,8 +18,8 @@ EXPLANATION = Explanation(
         longer than the kernels themselves and below `max_gap_us` — the size of a launch plus the framework's
         per-op overhead, not host work. Its lost time is the waterfall's `launch_bound` inside those gaps (one-time
         start-up, syncs and data loading are their own categories and never counted here). The finding counts the
-        launches per step (or per range occurrence), the median launch-call time on the host, and the ops that
-        launch the most kernels.""",
+        launches per step (or per range occurrence), the median launch-call time on the host, the ops that
+        launch the most kernels, and the host-blocking syncs among them.""",
     why_is_this_bad="""
         A kernel of 2 µs behind a 10 µs launch keeps the GPU busy 2 µs in 12: the host's launch rate, not the
         GPU, sets the speed. Faster GPUs make it worse.""",
@@ -30,7 +30,10 @@ EXPLANATION = Explanation(
         Capture the steady-state loop in a graph: PyTorch — `torch.cuda.CUDAGraph` /
         `torch.cuda.make_graphed_callables` or `torch.compile(mode="reduce-overhead")`; CUDA / HIP directly — stream
         capture (`cudaStreamBeginCapture` … `cudaStreamEndCapture`, then one `cudaGraphLaunch` per iteration);
-        TensorRT — capture `enqueueV3` the same way. Thousands of launches become one. Fuse small ops
+        TensorRT — capture `enqueueV3` the same way. Thousands of launches become one. A graph is not captured
+        across a host sync: a step that syncs several times (`.item()`, `nonzero`, boolean masks — data-dependent
+        shapes, such as a mixture of experts' loop over the experts it routed tokens to) needs those syncs gone
+        first (PR502 says where they are), or graphs of the stretches between them. Fuse small ops
         (`torch.compile`, foreach / fused optimizers, or hand-fused kernels) and batch small tensors into larger
         ones.""",
 )
@@ -100,6 +103,11 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         f"{o['op']} {o['kernels']}× ({fmt_ns(o['median_op_ns'])} on the host each, kernel {short_kernel(o['kernel'], 40)})"
         for o in top
     )
+    # Host-blocking syncs among the launches (.item(), nonzero, boolean masks, stream synchronizes): a graph is not
+    # captured across one, so a step that syncs several times is not one graph until they go (one sync may end it).
+    n_syncs = ctx.rows("SELECT count(*) AS n FROM rule_api_calls WHERE regexp_matches(name, ?)", [SYNC_API_RE])[0]["n"]
+    syncs = ctx.per_step(n_syncs / max(len(ctx.rank_window_ns), 1))
+    split = syncs >= 2
     p = ctx.program
     launch_call = f"{p.prefix}LaunchKernel"
     rec = (
@@ -107,16 +115,29 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         f"host needs longer to launch a kernel ({launch_call} median {fmt_ns(launch['median_ns'])}"
         + (", plus the op's own overhead" if p.pytorch else "")
         + ") than the GPU to run it. That is "
-        f"{per:,.0f} launches {unit}" + (f"; most from {ops}" if ops else "") + ". "
-        f"{graph_capture(p)[0].upper() + graph_capture(p)[1:]}, so one graph launch replaces them; and "
-        f"{fuse_small(p)}."
+        f"{per:,.0f} launches {unit}"
+        + (f"; most from {ops}" if ops else "")
+        + ". "
+        + (
+            f"The host also waits for the GPU {syncs:,.0f} times {unit} ("
+            + (".item(), nonzero, boolean masks — data-dependent shapes — or " if p.pytorch else "")
+            + f"{p.prefix}StreamSynchronize / blocking copies): a graph is not captured across a sync, so remove them "
+            "first (PR502 says where they are) or capture the stretches between them. Then "
+            f"{graph_capture(p)}; and {fuse_small(p)}."
+            if split
+            else f"{graph_capture(p)[0].upper() + graph_capture(p)[1:]}, so one graph launch replaces them; and {fuse_small(p)}."
+        )
     )
     how = f"{p.api} graphs / torch.compile" if p.pytorch else f"{p.api} graph (stream capture)"
     yield Finding(
         title=f"launch-bound: {kernels} kernels of {fmt_ns(med_k)} (median) with {fmt_ns(med_g)} gaps",
         recommendation=rec,
         # (per step: the step's launches are one graph; without steps the window may hold many iterations)
-        fix=f"{how}: {per:,.0f} launches {unit} → 1 graph"
+        fix=f"{per:,.0f} launches {unit} between {syncs:,.0f} host syncs: remove the syncs, then {how}"
+        if split and ctx.step_unit
+        else f"{per:,.0f} launches and {n_syncs:,} host syncs in the window: remove the syncs, then {how}"
+        if split
+        else f"{how}: {per:,.0f} launches {unit} → 1 graph"
         if ctx.step_unit
         else f"{how}: {per:,.0f} launches in the window; capture the repeated part as one graph",
         lost_fraction=lost,
@@ -130,6 +151,7 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
             "median_kernel_ns": med_k,
             "median_gap_ns": med_g,
             "median_launch_call_ns": launch["median_ns"],
+            "host_syncs": n_syncs,
             "top_ops": top,
         },
     )

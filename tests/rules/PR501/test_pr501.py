@@ -3,7 +3,7 @@ program launching tiny kernels (graph advice in CUDA's words), silent on compute
 
 from __future__ import annotations
 
-from ...conftest import kernel, write_trace
+from ...conftest import kernel, sample_file, write_trace
 from ..expect import Between, Expect, analyse, check, single_phase, truth
 from ..traces import runtime
 
@@ -108,3 +108,15 @@ def test_one_graph_is_promised_per_step_not_per_window(tmp_path):
     assert "in the window; capture the repeated part as one graph" in f["fix"] and "→ 1 graph" not in f["fix"], f["fix"]
     (g,) = [x for x in single_phase("launch_bound")["findings"] if x["rule"] == "PR501"]
     assert g["fix"].endswith("→ 1 graph"), g["fix"]
+
+
+def test_a_step_that_syncs_is_no_graph_until_the_syncs_go():
+    # sample_traces/h200_hf/moe_eager: HF Mixtral's eager experts loop finds each expert's tokens on the host (a
+    # nonzero per expert and layer, each a cudaStreamSynchronize). Truth, read with json from the trace: 495
+    # cudaStreamSynchronize and 1 cudaDeviceSynchronize in the 3 ProfilerSteps. A graph is not captured across a
+    # sync: the fix says to remove them first, and promises no "1 graph" per step.
+    v = analyse([sample_file("h200_hf/moe_eager.pt.trace.json.gz")], write_html=False, write_trace=False)
+    (f,) = [x for x in v["findings"] if x["rule"] == "PR501"]
+    assert f["evidence"]["host_syncs"] == 496
+    assert "between 165 host syncs: remove the syncs" in f["fix"] and "1 graph" not in f["fix"], f["fix"]
+    assert "a graph is not captured across a sync" in f["recommendation"]
