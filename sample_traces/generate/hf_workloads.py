@@ -282,7 +282,14 @@ def other_setup(a):
         info = {
             "model": "HF MixtralForCausalLM (random init)",
             "experts_implementation": model.get_experts_implementation(),
-            "config": {"hidden": H, "expert_inter": inter, "layers": layers, "heads": heads, "experts": a.experts, "top_k": a.top_k},
+            "config": {
+                "hidden": H,
+                "expert_inter": inter,
+                "layers": layers,
+                "heads": heads,
+                "experts": a.experts,
+                "top_k": a.top_k,
+            },
             "batch": b,
             "seq": t,
             "expert_flops_per_step_analytic": 3 * 2 * b * t * a.top_k * 3 * H * inter * layers,
