@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ...vocab import LAUNCH_API_RE, SYNC_API_RE
+from ...vocab import LAUNCH_API_RE, SYNC_API_RE, SYNC_TOLERANCE_NS
 from ..advice import fuse_small, graph_capture
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import RuleContext
@@ -33,7 +33,8 @@ EXPLANATION = Explanation(
         TensorRT — capture `enqueueV3` the same way. Thousands of launches become one. A graph is not captured
         across a host sync: a step that syncs several times (`.item()`, `nonzero`, boolean masks — data-dependent
         shapes, such as a mixture of experts' loop over the experts it routed tokens to) needs those syncs gone
-        first (PR502 says where they are), or graphs of the stretches between them. Fuse small ops
+        first (PR502 says where they are), or graphs of the stretches between them: when the syncs inside the
+        launch gaps leave runs of fewer than `graph_run_launches` launches on average, the fix says so. Fuse small ops
         (`torch.compile`, foreach / fused optimizers, or hand-fused kernels) and batch small tensors into larger
         ones.""",
 )
@@ -48,7 +49,8 @@ FROM rule_kernels WHERE end_ns > start_ns"""
 @rule(
     title="Streams are launch-bound (short kernels, launch-sized gaps)",
     category="launch_bound",
-    thresholds={"short_kernel_us": 20.0, "max_gap_us": 100.0},
+    # graph_run_launches: launches per run between the host syncs inside the gaps below which the syncs go first
+    thresholds={"short_kernel_us": 20.0, "max_gap_us": 100.0, "graph_run_launches": 50.0},
     explanation=EXPLANATION,
 )
 def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
@@ -103,11 +105,20 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         f"{o['op']} {o['kernels']}× ({fmt_ns(o['median_op_ns'])} on the host each, kernel {short_kernel(o['kernel'], 40)})"
         for o in top
     )
-    # Host-blocking syncs among the launches (.item(), nonzero, boolean masks, stream synchronizes): a graph is not
-    # captured across one, so a step that syncs several times is not one graph until they go (one sync may end it).
-    n_syncs = ctx.rows("SELECT count(*) AS n FROM rule_api_calls WHERE regexp_matches(name, ?)", [SYNC_API_RE])[0]["n"]
-    syncs = ctx.per_step(n_syncs / max(len(ctx.rank_window_ns), 1))
-    split = syncs >= 2
+    # Host-blocking syncs inside these streams' launch-sized gaps (.item(), nonzero, boolean masks, stream
+    # synchronizes: the call returns as the GPU finishes the kernel before the gap): a graph is not captured across
+    # one, so launches cut into short runs by them are not a few graphs until the syncs go. (Syncs between phases
+    # or at a step's end leave long runs: a graph per run is still the fix.)
+    n_syncs = ctx.rows(
+        f"""
+        WITH g AS (SELECT rank, prev_end, start_ns FROM ({KERNELS_SQL}) WHERE ({sel}) AND gap > 0 AND gap <= ?)
+        SELECT count(DISTINCT (a.rank, a.end_ns)) AS n FROM rule_api_calls a JOIN g ON g.rank IS NOT DISTINCT FROM a.rank
+         AND a.end_ns BETWEEN g.prev_end - ? AND g.start_ns
+        WHERE regexp_matches(a.name, ?)""",
+        [*flat, max_gap, SYNC_TOLERANCE_NS, SYNC_API_RE],
+    )[0]["n"]
+    syncs = ctx.per_step(n_syncs / n_gpus)
+    split = n_syncs > 0 and kernels / (n_syncs + 1) < t.graph_run_launches
     p = ctx.program
     launch_call = f"{p.prefix}LaunchKernel"
     rec = (
@@ -119,7 +130,7 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         + (f"; most from {ops}" if ops else "")
         + ". "
         + (
-            f"The host also waits for the GPU {syncs:,.0f} times {unit} ("
+            f"The host also waits for the GPU {syncs:,.0f} times {unit} between them ("
             + (".item(), nonzero, boolean masks — data-dependent shapes — or " if p.pytorch else "")
             + f"{p.prefix}StreamSynchronize / blocking copies): a graph is not captured across a sync, so remove them "
             "first (PR502 says where they are) or capture the stretches between them. Then "
@@ -133,9 +144,9 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         title=f"launch-bound: {kernels} kernels of {fmt_ns(med_k)} (median) with {fmt_ns(med_g)} gaps",
         recommendation=rec,
         # (per step: the step's launches are one graph; without steps the window may hold many iterations)
-        fix=f"{per:,.0f} launches {unit} between {syncs:,.0f} host syncs: remove the syncs, then {how}"
+        fix=f"{per:,.0f} launches {unit} cut by {syncs:,.0f} host syncs: remove the syncs, then {how}"
         if split and ctx.step_unit
-        else f"{per:,.0f} launches and {n_syncs:,} host syncs in the window: remove the syncs, then {how}"
+        else f"{per:,.0f} launches in the window cut by {n_syncs:,} host syncs: remove the syncs, then {how}"
         if split
         else f"{how}: {per:,.0f} launches {unit} → 1 graph"
         if ctx.step_unit
