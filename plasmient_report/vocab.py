@@ -96,7 +96,9 @@ NO_MATMUL_KERNEL_RE = (
     r"(?i)(reshape_and_cache|routingIndices|moe::dev::routing|moe_align_block|finalizeKernel|cudnn::bn_|"
     r"cudnn::batch_?norm|"
     r"quantize_with_block_size|scaled_fp8_quant|per_token_group_quant|per_token_quant|dynamic_per_token|"
-    r"silu_and_mul|gelu_and_mul|act_and_mul|rotary_embedding|fused_add_rms_norm|rms_norm_kernel)"
+    r"silu_and_mul|gelu_and_mul|act_and_mul|rotary_embedding|fused_add_rms_norm|rms_norm_kernel|"
+    # MIOpen's tensor ops (set / scale / cast / add a sub-tensor, bias adds): elementwise helpers of its convolutions
+    r"^SubTensorOp|^Op[1-5]dTensor|^OpTensor(Fwd|Leading))"
 )
 
 
