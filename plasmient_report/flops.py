@@ -24,6 +24,7 @@ __all__ = [
     "DTYPE_PRECISION",
     "ELEMENT_BYTES",
     "GEMM_OPS",
+    "GEMV_OPS",
     "MATMUL_OPS",
     "MODELS",
     "SHAPE_FIELDS",
@@ -106,6 +107,28 @@ def _grouped_mnk(a: list[int], b: list[int]) -> tuple[int, int, int, int] | None
     if len(a) == 3 and len(b) == 3 and a[0] == b[0] and a[2] == b[1]:  # a batch of equal matmuls
         return a[0], a[1], b[2], a[2]
     return None
+
+
+def mv(d: Dims) -> float | None:
+    """Matrix [N, K] times vector [K]."""
+    a, x = _shape(d[0]), _shape(d[1])
+    if not a or not x or len(a) != 2 or len(x) != 1 or a[1] != x[0]:
+        return None
+    return 2.0 * a[0] * a[1]
+
+
+def addmv(d: Dims) -> float | None:
+    if len(d) < 3:
+        return None
+    return mv(d[1:3])
+
+
+def dot(d: Dims) -> float | None:
+    """Two vectors of n elements: n multiply-adds."""
+    a, b = _shape(d[0]), _shape(d[1])
+    if not a or not b or len(a) != 1 or a != b:
+        return None
+    return 2.0 * a[0]
 
 
 def grouped_mm(d: Dims) -> float | None:
@@ -257,13 +280,23 @@ ATTENTION_OPS: dict[str, tuple[int, int, str, bool]] = {
     "aten::_efficient_attention_forward": (0, 99, "bshd", False),
     "aten::_efficient_attention_backward": (1, 99, "bshd", True),
 }
-# Matmul ops: (index of the first operand, kind) — the second operand follows it.
+# Matmul ops: (index of the first operand, kind) — the second operand follows it. In-place forms (`addmm_`: what
+# addbmm runs per batch) have their op's arguments; _int_mm is int8 × int8 → int32 (torchao's int8 quantisation),
+# _scaled_mm_v2 torch.nn.functional.scaled_mm (its scales and recipes after the operands), _addmm_activation a
+# Linear with its GELU / ReLU in cuBLASLt's epilogue; addbmm sums a batch of products into one matrix.
 GEMM_OPS: dict[str, tuple[int, str]] = {
     "aten::mm": (0, "mm"),
     "aten::_scaled_mm": (0, "mm"),
+    "aten::_scaled_mm_v2": (0, "mm"),
+    "aten::_int_mm": (0, "mm"),
     "aten::addmm": (1, "mm"),
+    "aten::addmm_": (1, "mm"),
+    "aten::_addmm_activation": (1, "mm"),
     "aten::bmm": (0, "bmm"),
     "aten::baddbmm": (1, "bmm"),
+    "aten::baddbmm_": (1, "bmm"),
+    "aten::addbmm": (1, "bmm"),
+    "aten::addbmm_": (1, "bmm"),
     "aten::matmul": (0, "matmul"),
     "aten::linear": (0, "linear"),
 }
@@ -292,14 +325,29 @@ def _conv_model(name: str) -> Callable[..., float | None]:
     return lambda d, c=None: conv(d, c, transposed, args)
 
 
+# Matrix-vector and vector-vector products (cuBLAS gemv / dot): memory-bound, their FLOPs still useful work.
+GEMV_OPS: dict[str, int] = {"aten::mv": 0, "aten::addmv": 1, "aten::addmv_": 1, "aten::dot": 0, "aten::vdot": 0}
+
 MODELS: dict[str, Callable[..., float | None]] = {
     "aten::mm": _plain(mm),
     "aten::addmm": _plain(addmm),
+    "aten::addmm_": _plain(addmm),
+    "aten::_addmm_activation": _plain(addmm),
     "aten::bmm": _plain(bmm),
     "aten::baddbmm": _plain(baddbmm),
+    "aten::baddbmm_": _plain(baddbmm),
+    "aten::addbmm": _plain(baddbmm),
+    "aten::addbmm_": _plain(baddbmm),
     "aten::matmul": _plain(matmul),
     "aten::linear": _plain(linear),
     "aten::_scaled_mm": _plain(mm),
+    "aten::_scaled_mm_v2": _plain(mm),
+    "aten::_int_mm": _plain(mm),
+    "aten::mv": _plain(mv),
+    "aten::addmv": _plain(addmv),
+    "aten::addmv_": _plain(addmv),
+    "aten::dot": _plain(dot),
+    "aten::vdot": _plain(dot),
     **{name: _plain(grouped_mm) for name in GROUPED_MM_OPS},
     **{
         name: _sdpa(q_at, causal_at, layout=layout, backward=bwd)
@@ -491,11 +539,18 @@ def op_bytes(name: str, input_dims: str | None, input_types: str | None) -> floa
     shapes = [d for d in dims if _shape(d)]
     if len(shapes) < 2:
         return None
-    if name in ("aten::mm", "aten::bmm", "aten::matmul", "aten::_scaled_mm") or name.endswith(("addmm", "baddbmm")):
-        a, b = (shapes[1], shapes[2]) if name.endswith(("addmm", "baddbmm")) and len(shapes) >= 3 else shapes[:2]
+    if name in GEMV_OPS:  # the matrix (or vector) and the vector in, a vector (a scalar) out
+        at = GEMV_OPS[name]
+        if len(dims) < at + 2 or not _shape(dims[at]) or not _shape(dims[at + 1]):
+            return None
+        a, x = _shape(dims[at]), _shape(dims[at + 1])
+        return float(elem * (_prod(a) + _prod(x) + (a[0] if len(a) == 2 else 1)))
+    if name == "aten::matmul" or (name in GEMM_OPS and GEMM_OPS[name][1] in ("mm", "bmm")):
+        at = GEMM_OPS[name][0] if name in GEMM_OPS else 0
+        a, b = (shapes[at], shapes[at + 1]) if len(shapes) >= at + 2 else shapes[:2]
         if len(a) < 2 or len(b) < 2:
             return None
-        batch = max(_prod(a[:-2]), _prod(b[:-2]))
+        batch = 1 if name.startswith("aten::addbmm") else max(_prod(a[:-2]), _prod(b[:-2]))  # addbmm: one sum out
         return float(elem * (_prod(a) + _prod(b) + batch * a[-2] * b[-1]))
     if name in GROUPED_MM_OPS:
         a, b = _shape(dims[0]), _shape(dims[1])

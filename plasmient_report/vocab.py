@@ -139,7 +139,8 @@ MATMUL_CLASS_OP_RE = (
 # narrow types come first. ROCm Tensile names carry the types as `_BBS_` (bf16 in, fp32 compute) etc.
 PRECISION_HINTS: tuple[tuple[str, str], ...] = (
     ("fp8", r"(?i)(fp8|e4m3|e5m2|f8f6f4|_f8_|f8f8|qmma|_fp8)"),
-    ("int8", r"(?i)(int8|i8816|i8i8|imma|_s8s8|_i8_)"),
+    # (CUTLASS's int8 tensor-op GEMMs: `tensorop_i16832gemm_s8`, the m16n8k32 int8 MMA)
+    ("int8", r"(?i)(int8|i8816|i8i8|i16832|imma|_s8s8|_i8_|gemm_s8_)"),
     ("bf16", r"(?i)(bf16|bfloat16|_BBS_|_BSS_|_BBH_)"),
     # (not a bare `f16`: cuDNN's SDPA kernels say `_f16_` for bf16 too)
     ("fp16", r"(?i)(fp16|half|h884|h1688|h16816|hgemm|_HHS_|_HSS_|_HHH_|s884gemm)"),

@@ -20,6 +20,36 @@ def test_mm_family():
     assert f("aten::baddbmm", [[8, 64, 32], [8, 64, 128], [8, 128, 32], [], []]) == 2 * 8 * 64 * 128 * 32
 
 
+def test_the_other_matmul_class_ops_read_their_operands_where_they_are():
+    # argument orders of native_functions.yaml (the dims as torch 2.11's profiler records them, blas_forms' trace)
+    mm = 2 * 64 * 128 * 32
+    assert f("aten::_int_mm", [[64, 128], [128, 32]]) == mm  # int8 × int8 → int32
+    assert f("aten::_addmm_activation", [[32], [64, 128], [128, 32], [], [], []], ["", "", "", "1", "1", "True"]) == mm
+    assert f("aten::addmm_", [[64, 32], [64, 128], [128, 32], [], []]) == mm  # in place: what addbmm runs per batch
+    assert f("aten::baddbmm_", [[8, 64, 32], [8, 64, 128], [8, 128, 32], [], []]) == 8 * mm
+    assert f("aten::addbmm", [[64, 32], [8, 64, 128], [8, 128, 32], [], []]) == 8 * mm  # summed into one 64 × 32
+    v2 = [[64, 128], [128, 32], [[]], [], [], [[]], [], [], [], [], [], []]  # scales and recipes after the operands
+    assert f("aten::_scaled_mm_v2", v2) == mm
+    assert f("aten::mv", [[64, 128], [128]]) == 2 * 64 * 128
+    assert f("aten::addmv", [[64], [64, 128], [128], [], []]) == 2 * 64 * 128
+    assert f("aten::addmv_", [[64], [64, 128], [128], [], []]) == 2 * 64 * 128
+    assert f("aten::dot", [[1000], [1000]]) == 2 * 1000
+    assert f("aten::mv", [[64, 128], [64]]) is None and f("aten::dot", [[1000], [999]]) is None  # sizes disagree
+
+
+def test_gemv_dot_and_addbmm_bytes_read_each_operand_and_write_the_output_once():
+    bf16 = json.dumps(["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "Scalar", "Scalar"])
+    assert op_bytes("aten::mv", json.dumps([[64, 128], [128]]), bf16) == 2 * (64 * 128 + 128 + 64)
+    assert op_bytes("aten::addmv", json.dumps([[64], [64, 128], [128], [], []]), bf16) == 2 * (64 * 128 + 128 + 64)
+    assert op_bytes("aten::dot", json.dumps([[1000], [1000]]), json.dumps(["float", "float"])) == 4 * (2 * 1000 + 1)
+    addbmm = json.dumps([[64, 32], [8, 64, 128], [8, 128, 32], [], []])
+    assert op_bytes("aten::addbmm", addbmm, bf16) == 2 * (8 * 64 * 128 + 8 * 128 * 32 + 64 * 32)
+    i8 = json.dumps(["signed char", "signed char"])
+    assert op_precision(i8) == "int8" and op_bytes("aten::_int_mm", json.dumps([[64, 128], [128, 32]]), i8) == (
+        64 * 128 + 128 * 32 + 64 * 32
+    )
+
+
 @pytest.mark.parametrize(
     ("dims", "expected"),
     [

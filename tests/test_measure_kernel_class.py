@@ -176,6 +176,20 @@ def test_fp8_gemms_against_the_fp8_peak():
     assert forced["peak"]["precision"] == "bf16" and any("capped" in n for n in forced["notes"])
 
 
+@pytest.mark.parametrize("phase", ["int8_mm", "addmm_gelu", "addbmm", "mv", "addmv", "dot", "scaled_mm_v2"])
+def test_the_other_matmul_class_ops_against_their_program_truth(phase):
+    # sample_traces/h200_hf/blas_forms: one range per op, 20 calls each — int8 torch._int_mm 8192³, a Linear with
+    # its GELU in cuBLASLt's epilogue (aten::_addmm_activation), addbmm (8 products summed), mv / addmv on a
+    # 16384² bf16 matrix, an fp32 dot of 2²⁸ elements, FP8 torch.nn.functional.scaled_mm (aten::_scaled_mm_v2).
+    # Truth: FLOPs from the shapes the program chose (torch 2.11's FlopCounterMode counts none of these ops) over
+    # in-stream CUDA-event time, against the peak of the op's own precision (int8 1978.9 TOPS, fp32 66.9 TFLOP/s).
+    t = json.loads(sample_file("h200_hf/blas_forms.truth.json").read_text())["phases"][phase]
+    v = analyse([sample_file("h200_hf/blas_forms.pt.trace.json.gz")], ranges=[phase]).verdict
+    assert [b["precision"] for b in v["achieved_by_precision"]] == [t["precision"]]
+    assert v["achieved_fraction_of_peak"] == pytest.approx(t["achieved_truth"], rel=0.02)
+    assert not v["achieved_is_lower_bound"] and v["coverage"]["unknown_flops_time_fraction"] < 0.01
+
+
 def test_v100_is_never_labelled_bf16():
     # hta-df-index-resolver: a V100 (no bf16) running fp32 sgemm kernels (../shared/corpus/public-real/README.md)
     v = analyse([corpus_file("public-real/hta-df-index-resolver/df_index_resolver.json.gz")]).verdict
@@ -386,3 +400,21 @@ def test_a_matmul_word_does_not_make_a_gemm_of_a_kernel_known_to_do_none(tmp_pat
     res = analyse([write_trace(tmp_path / "names.json", ev)])
     got = dict(res.con.execute("SELECT k.name, c.class FROM kernels k JOIN kernel_class c USING (kernel_id)").fetchall())
     assert got == names
+
+
+def test_int8_gemm_kernel_names_say_int8():
+    # a kernel whose op recorded no dtypes is given its precision by its name: CUTLASS's int8 tensor-op GEMM as
+    # torch._int_mm runs it on an H200 (sample_traces/h200_hf/blas_forms), cuBLAS's int8 IMMA kernels
+    import duckdb
+
+    from plasmient_report import sql
+
+    con = duckdb.connect()
+    sql.install(con, "vocab")
+    for name in (
+        "void cutlass::Kernel2<cutlass_80_tensorop_i16832gemm_s8_128x256_128x3_tn_align16>(cutlass_80_tensorop_i16832gemm_s8_128x256_128x3_tn_align16::Params)",
+        "sm80_xmma_gemm_i8i8_i8i32_f32_tn_n_tilesize128x128x64_stage3_warpsize2x2x1_tensor16x8x32_kernel",
+        "volta_int8_igemm_imma_128x128_ldg16_nn",
+    ):
+        assert con.execute("SELECT kernel_name_precision(?)", [name]).fetchone()[0] == "int8", name
+    assert con.execute("SELECT kernel_name_precision('sm90_xmma_gemm_bf16bf16_bf16f32')").fetchone()[0] == "bf16"

@@ -20,6 +20,11 @@ Workloads (--workload):
                   with profile_memory=True: a rank close to its device's memory, truth from torch.cuda
   cuda_graph      HF Llama forward passes replayed from a CUDA graph (kernels without op shapes)
   fp8_gemm        torch._scaled_mm e4m3 GEMMs (range "fp8_gemm") next to bf16 torch.mm (range "bf16_gemm")
+  blas_forms      the other matmul-class ops, each in a range of its own: int8 torch._int_mm (torchao's int8
+                  dynamic quantisation), torch._addmm_activation (a Linear with its GELU in cuBLASLt's epilogue),
+                  addbmm, the GEMV / dot family (mv, addmv, dot) and, where torch has it, FP8
+                  torch.nn.functional.scaled_mm (aten::_scaled_mm_v2); truth = 2·M·N·K (2·N·K, 2·N) from the
+                  program's own shapes (torch 2.11's FlopCounterMode counts none of them) and in-stream events
   input_bound     a small MLP fed by a DataLoader whose __getitem__ sleeps (per-step ProfilerStep ranges)
   resnet50_amp    torchvision ResNet-50, channels_last, bf16 autocast, SGD (cuDNN convolutions)
   bert_amp        HF BertForMaskedLM (bert-base), seq 512, bf16 autocast, fp32 weights, fused AdamW
@@ -51,7 +56,7 @@ import torch
 DEVICE = os.environ.get("GEN_DEVICE", "cuda")
 CUDA = DEVICE == "cuda"
 # Dense datasheet peaks of the H200 SXM (NVIDIA H200 datasheet; the sparse figures halved).
-PEAK = {"bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12, "tf32": 494.7e12}
+PEAK = {"bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12, "tf32": 494.7e12, "int8": 1978.9e12, "fp32": 66.9e12}
 
 
 # ----------------------------------------------------------------------------- timing
@@ -699,6 +704,76 @@ def run_fp8(a):
     return info
 
 
+def run_blas(a):
+    """blas_forms: per range, `reps` calls of one op on fixed shapes, an idle gap between the ranges. Truth per
+    range: the FLOPs from the shapes the program chose (a multiply-add = 2 FLOPs), in-stream CUDA events around the
+    calls, and what FlopCounterMode counts for one call (torch 2.11: nothing, for every one of these ops)."""
+    import torch.nn.functional as F
+    from torch.profiler import record_function
+
+    big, reps = (8192, 20) if CUDA else (64, 2)
+    vec = 16384 if CUDA else 64
+    bf = torch.bfloat16
+    r = lambda *s, dt=bf: torch.randn(*s, device=DEVICE, dtype=dt)  # noqa: E731
+    i8 = lambda *s: torch.randint(-8, 8, s, device=DEVICE, dtype=torch.int8)  # noqa: E731
+    xi, wi = i8(big, big), i8(big, big).t()  # _int_mm: row-major A, column-major B (what cuBLAS's int8 path takes)
+    x, w, bias = r(big, big), r(big, big), r(big)
+    bat = 8
+    c, b1, b2 = r(big // 2, big // 2), r(bat, big // 2, big // 4), r(bat, big // 4, big // 2)
+    mat, v, y = r(vec, vec), r(vec), r(vec)
+    d1, d2 = r(vec * vec, dt=torch.float32), r(vec * vec, dt=torch.float32)
+    ops = [  # (range, precision, FLOPs of one call, the call)
+        ("int8_mm", "int8", 2 * big**3, lambda: torch._int_mm(xi, wi)),
+        ("addmm_gelu", "bf16", 2 * big**3, lambda: torch.ops.aten._addmm_activation(bias, x, w, use_gelu=True)),
+        ("addbmm", "bf16", 2 * bat * (big // 2) * (big // 4) * (big // 2), lambda: torch.addbmm(c, b1, b2)),
+        ("mv", "bf16", 2 * vec * vec, lambda: torch.mv(mat, v)),
+        ("addmv", "bf16", 2 * vec * vec, lambda: torch.addmv(y, mat, v)),
+        ("dot", "fp32", 2 * vec * vec, lambda: torch.dot(d1, d2)),
+    ]
+    if CUDA and torch.cuda.get_device_capability() >= (8, 9) and hasattr(F, "scaled_mm"):
+        # torch.nn.functional.scaled_mm (torch ≥ 2.10): aten::_scaled_mm_v2, its scales and recipes as lists
+        xf, wf = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn).t()
+        one = torch.tensor(1.0, device=DEVICE)
+        tw = F.ScalingType.TensorWise
+        ops.append(("scaled_mm_v2", "fp8", 2 * big**3, lambda: F.scaled_mm(xf, wf, one, tw, one, tw, output_dtype=bf)))
+    counted = {}
+    for name, _, _, fn in ops:
+        for _ in range(3):
+            fn()
+        total, by_op = flop_count(fn)
+        counted[name] = {"total": total, "by_op": by_op}
+    sync()
+    prof, path = profiler(a.out, a.workload, 1)
+    timer = StepTimer()
+    with prof:
+        ops[0][3]()
+        prof.step()
+        for name, _, _, fn in ops:
+            sync()
+            time.sleep(0.05)  # an idle gap between the ranges
+            timer.mark()
+            with record_function(name):
+                for _ in range(reps):
+                    fn()
+                timer.mark()
+                sync()
+        prof.step()
+    ms = timer.elapsed_ms()
+    info = {"trace": os.path.basename(path), "reps": reps, "phases": {}}
+    for i, (name, prec, flops, _) in enumerate(ops):
+        gpu_ms = ms[2 * i]  # mark pairs: (start, end) per range; ms[2i+1] is the gap to the next one
+        total = flops * reps
+        info["phases"][name] = {
+            "flops": total,
+            "precision": prec,
+            "gpu_ms": gpu_ms,
+            "achieved_truth": total / (gpu_ms / 1e3) / PEAK[prec],
+            "tflops": total / (gpu_ms / 1e3) / 1e12,
+            "flop_counter_per_call": counted[name],
+        }
+    return info
+
+
 def run_overlap(a):
     """Two streams, DualPipe-like: per iteration, `dispatch` makes a side stream wait for the compute stream (an
     event) and launches a GEMM there, then `mlp` launches eight GEMMs on the compute stream. The host runs ahead;
@@ -910,6 +985,8 @@ def main():
         info = run_graph(a)
     elif w == "fp8_gemm":
         info = run_fp8(a)
+    elif w == "blas_forms":
+        info = run_blas(a)
     elif w == "input_bound":
         info = run_input_bound(a)
     elif w == "overlap":

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ...flops import GEMM_OPS
 from ...vocab import MATMUL_NAME_RE
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import RuleContext
@@ -92,8 +93,9 @@ def gemm_mnb(op: str | None, dims_json: str | None) -> tuple[int, int, int] | No
     if not isinstance(d, list):
         return None
     shapes = [x for x in d if isinstance(x, list) and x and all(isinstance(v, int) for v in x)]
-    if op in ("aten::addmm", "aten::baddbmm") and len(shapes) >= 3:
-        shapes = shapes[1:]
+    at = GEMM_OPS[op][0] if op in GEMM_OPS else 0  # addmm and its kin: the operands after `self`
+    if at and len(shapes) >= at + 2:
+        shapes = shapes[at:]
     if len(shapes) < 2:
         return None
     a, b = shapes[0], shapes[1]

@@ -189,3 +189,14 @@ def test_silent_on_whole_waves(tmp_path):
         ),
     ]
     check(analyse([write_trace(tmp_path / "conv_blocks.json", ev)]), [], silent=["PR402"])
+
+
+def test_in_place_and_epilogue_gemms_read_their_operands_after_self():
+    # addmm_ (what addbmm runs per batch) and _addmm_activation take `self` first, as addmm does: M and N come
+    # from mat1 and mat2 (the dims as torch 2.11's profiler records them)
+    from plasmient_report.rules.kernel.gemm_wave_quantization import gemm_mnb
+
+    dims = "[[4096, 1024], [4096, 2048], [2048, 1024], [], []]"
+    assert gemm_mnb("aten::addmm_", dims) == gemm_mnb("aten::addmm", dims) == (4096, 1024, 1)
+    assert gemm_mnb("aten::_addmm_activation", "[[1024], [4096, 2048], [2048, 1024], [], [], []]") == (4096, 1024, 1)
+    assert gemm_mnb("aten::_int_mm", "[[4096, 2048], [2048, 1024]]") == (4096, 1024, 1)
