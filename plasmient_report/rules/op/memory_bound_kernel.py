@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from ...flops import GEMV_OPS
 from ...vocab import (
     ANNOTATION_OP_RE,
     COMPILED_NO_MATMUL_KERNEL_RE,
@@ -49,7 +50,8 @@ EXPLANATION = Explanation(
         further: shrink its bytes. A GEMM or attention kernel below the ridge (small M, decode) is limited by
         reading its operands: batch more rows or queries, or store the weights / KV cache in fewer bits — unless it
         reaches under `poor_bandwidth` of HBM too: then it lacks parallel work or a kernel made for its shape, and
-        fewer bytes would not help. Kernels
+        fewer bytes would not help. A matrix-vector or dot product (`mv`, `addmv`, `dot`) is memory-bound at any
+        size: batch its vectors into one matmul, or read fewer bytes. Kernels
         whose median is shorter than `min_median_kernel_us` are left to PR501: their cost is the launch.""",
 )
 
@@ -231,6 +233,14 @@ def _finding(
                 "many small ones), or autotune it; fewer bytes alone would not make it faster."
             )
             fix = f"{what}: only {pct(frac)} of HBM bandwidth — more work per launch, or a kernel for this shape"
+        elif kind == "matmul" and op_names and all(o in GEMV_OPS for o in op_names):
+            kind = "gemv"
+            rec = head + (
+                f"It is a matrix-vector (or dot) product{why}: memory-bound at any size — each matrix element is "
+                "read for one multiply-add. Fusing does not apply: batch the vectors into one matmul (several "
+                "tokens or requests per call), or store the matrix in fewer bits (fp8 / int8 / int4 weight-only)."
+            )
+            fix = f"{what}: matrix-vector product — batch vectors into one matmul, fewer bytes"
         elif kind == "attention":
             rec = head + (
                 f"It is an attention kernel below the ridge point{why}: limited by reading K/V, as decode "

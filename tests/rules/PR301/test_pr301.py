@@ -223,3 +223,23 @@ def test_data_already_in_fp8_is_not_told_to_use_16_bits(tmp_path):
             ),
         ],
     )
+
+
+def test_a_matrix_vector_product_is_told_to_batch_its_vectors():
+    # sample_traces/h200_hf/blas_forms, range `mv`: 20 torch.mv of a 16384² bf16 matrix (512 MiB read per call in
+    # ~0.155 ms of CUDA-event time: ~3.5 TB/s, most of the H200's 4.8). A GEMV is memory-bound whatever its size:
+    # the advice is to batch the vectors into one matmul, not "batch more rows" of a GEMM.
+    from ...conftest import sample_file
+
+    v = analyse([sample_file("h200_hf/blas_forms.pt.trace.json.gz")], ranges=["mv"])
+    check(
+        v,
+        [
+            Expect(
+                "PR301",
+                evidence={"kernel_kind": "gemv"},
+                says=[r"matrix-vector", r"batch (the )?vectors into one matmul"],
+                never_says=[r"\bfuse (it|aten)", r"GEMM below the ridge"],
+            )
+        ],
+    )

@@ -50,3 +50,15 @@ def test_cublas_advice_without_pytorch(tmp_path):
 def test_silent_on_bf16():
     check(single_phase("compute_bound"), [], silent=["PR401"])
     check(single_phase("train_step"), [], silent=["PR401"])
+
+
+def test_silent_on_fp32_dot_products():
+    # sample_traces/h200_hf/blas_forms, the whole profile: bf16 / fp8 / int8 GEMMs below their peaks (compute
+    # inefficiency) beside 20 fp32 torch.dot of 2²⁸ elements (cuBLAS dot_kernel + reduce_1Block_kernel, FLOPs
+    # known). A dot or matrix-vector product has no tensor-core path: TF32 would not change it, so it is not "fp32
+    # on CUDA cores", and the GEMMs' inefficiency is not advised to "enable TF32".
+    from ...conftest import sample_file
+
+    v = analyse([sample_file("h200_hf/blas_forms.pt.trace.json.gz")])
+    check(v, [], silent=["PR401"])
+    assert not any("TF32" in (x["recommendation"] or "") for x in v["losses"])
