@@ -131,6 +131,22 @@ def dot(d: Dims) -> float | None:
     return 2.0 * a[0]
 
 
+def int4_weight_mm(d: Dims) -> float | None:
+    """torch._weight_int4pack_mm(self [M, K], packed weight, group size, scales and zeros [K / group, N, 2]): bf16
+    activations times a 4-bit weight (tinygemm: gpt-fast, torchao's int4 weight-only), dequantised in the kernel.
+    N comes from the scales; the packed weight ([N / 8, K / (inner k tiles · 16), 32, inner k tiles / 2] int32)
+    must agree where it has that form."""
+    if len(d) < 4:
+        return None
+    x, w, sz = _shape(d[0]), _shape(d[1]), _shape(d[3])
+    if not x or not sz or len(x) < 2 or len(sz) != 3 or sz[2] != 2:
+        return None
+    n = sz[1]
+    if w and len(w) == 4 and w[0] * 8 != n:
+        return None
+    return 2.0 * _prod(x[:-1]) * x[-1] * n
+
+
 def grouped_mm(d: Dims) -> float | None:
     """torch._grouped_mm(mat_a, mat_b, offs, …) (and the scaled FP8 forms, whose first two inputs are the same):
     the matmuls of G groups (MoE experts) in one call, one dimension split into the groups by `offs` — the rows
@@ -325,6 +341,8 @@ def _conv_model(name: str) -> Callable[..., float | None]:
     return lambda d, c=None: conv(d, c, transposed, args)
 
 
+# int4 weight-only matmuls (tinygemm): bf16 activations, a packed 4-bit weight, its scales and zeros.
+INT4_WEIGHT_OPS = ("aten::_weight_int4pack_mm", "aten::_weight_int4pack_mm_for_cpu")
 # Matrix-vector and vector-vector products (cuBLAS gemv / dot): memory-bound, their FLOPs still useful work.
 GEMV_OPS: dict[str, int] = {"aten::mv": 0, "aten::addmv": 1, "aten::addmv_": 1, "aten::dot": 0, "aten::vdot": 0}
 
@@ -348,6 +366,8 @@ MODELS: dict[str, Callable[..., float | None]] = {
     "aten::addmv_": _plain(addmv),
     "aten::dot": _plain(dot),
     "aten::vdot": _plain(dot),
+    "aten::_weight_int4pack_mm": _plain(int4_weight_mm),
+    "aten::_weight_int4pack_mm_for_cpu": _plain(int4_weight_mm),
     **{name: _plain(grouped_mm) for name in GROUPED_MM_OPS},
     **{
         name: _sdpa(q_at, causal_at, layout=layout, backward=bwd)
@@ -545,6 +565,11 @@ def op_bytes(name: str, input_dims: str | None, input_types: str | None) -> floa
             return None
         a, x = _shape(dims[at]), _shape(dims[at + 1])
         return float(elem * (_prod(a) + _prod(x) + (a[0] if len(a) == 2 else 1)))
+    if name in INT4_WEIGHT_OPS:  # activations, the 4-bit weight, the scales and zeros in; M × N out
+        x, w, sz = shapes[0], _shape(dims[1]), _shape(dims[3]) if len(dims) > 3 else None
+        if not w or not sz or len(sz) != 3:
+            return None
+        return float(elem * (_prod(x) + _prod(sz) + _prod(x[:-1]) * sz[1]) + _prod(w) * 4)  # packed int32
     if name == "aten::matmul" or (name in GEMM_OPS and GEMM_OPS[name][1] in ("mm", "bmm")):
         at = GEMM_OPS[name][0] if name in GEMM_OPS else 0
         a, b = (shapes[at], shapes[at + 1]) if len(shapes) >= at + 2 else shapes[:2]

@@ -35,6 +35,14 @@ def test_the_other_matmul_class_ops_read_their_operands_where_they_are():
     assert f("aten::addmv_", [[64], [64, 128], [128], [], []]) == 2 * 64 * 128
     assert f("aten::dot", [[1000], [1000]]) == 2 * 1000
     assert f("aten::mv", [[64, 128], [64]]) is None and f("aten::dot", [[1000], [999]]) is None  # sizes disagree
+    # int4 weight-only (tinygemm): activations [M, K], the weight packed as [N / 8, K / (8 · 16), 32, 8 / 2] int32,
+    # group size 128, scales and zeros [K / 128, N, 2] (the dims as torch 2.11 records them: blas_forms' trace)
+    int4 = [[16, 8192], [1024, 64, 32, 4], [], [64, 8192, 2]]
+    assert f("aten::_weight_int4pack_mm", int4, ["", "", "128", ""]) == 2 * 16 * 8192 * 8192
+    assert f("aten::_weight_int4pack_mm", [[16, 8192], [512, 64, 32, 4], [], [64, 8192, 2]]) is None  # N disagrees
+    bf16 = json.dumps(["c10::BFloat16", "int", "Scalar", "c10::BFloat16"])
+    # activations, scales and output in bf16; the packed weight is N · K / 2 bytes
+    assert op_bytes("aten::_weight_int4pack_mm", json.dumps(int4), bf16) == 2 * (16 * 8192 + 64 * 8192 * 2 + 16 * 8192) + 8192 * 8192 // 2
 
 
 def test_gemv_dot_and_addbmm_bytes_read_each_operand_and_write_the_output_once():

@@ -176,11 +176,15 @@ def test_fp8_gemms_against_the_fp8_peak():
     assert forced["peak"]["precision"] == "bf16" and any("capped" in n for n in forced["notes"])
 
 
-@pytest.mark.parametrize("phase", ["int8_mm", "addmm_gelu", "addbmm", "mv", "addmv", "dot", "scaled_mm_v2"])
+@pytest.mark.parametrize(
+    "phase",
+    ["int8_mm", "addmm_gelu", "addbmm", "mv", "addmv", "dot", "scaled_mm_v2", "int4_weight_mm_m16", "int4_weight_mm_m4096"],
+)
 def test_the_other_matmul_class_ops_against_their_program_truth(phase):
     # sample_traces/h200_hf/blas_forms: one range per op, 20 calls each — int8 torch._int_mm 8192³, a Linear with
     # its GELU in cuBLASLt's epilogue (aten::_addmm_activation), addbmm (8 products summed), mv / addmv on a
-    # 16384² bf16 matrix, an fp32 dot of 2²⁸ elements, FP8 torch.nn.functional.scaled_mm (aten::_scaled_mm_v2).
+    # 16384² bf16 matrix, an fp32 dot of 2²⁸ elements, FP8 torch.nn.functional.scaled_mm (aten::_scaled_mm_v2), int4
+    # weight-only torch._weight_int4pack_mm (tinygemm) of M = 16 and 4096 activations by an 8192² weight.
     # Truth: FLOPs from the shapes the program chose (torch 2.11's FlopCounterMode counts none of these ops) over
     # in-stream CUDA-event time, against the peak of the op's own precision (int8 1978.9 TOPS, fp32 66.9 TFLOP/s).
     t = json.loads(sample_file("h200_hf/blas_forms.truth.json").read_text())["phases"][phase]

@@ -23,7 +23,8 @@ Workloads (--workload):
   blas_forms      the other matmul-class ops, each in a range of its own: int8 torch._int_mm (torchao's int8
                   dynamic quantisation), torch._addmm_activation (a Linear with its GELU in cuBLASLt's epilogue),
                   addbmm, the GEMV / dot family (mv, addmv, dot) and, where torch has it, FP8
-                  torch.nn.functional.scaled_mm (aten::_scaled_mm_v2); truth = 2·M·N·K (2·N·K, 2·N) from the
+                  torch.nn.functional.scaled_mm (aten::_scaled_mm_v2), int4 weight-only
+                  torch._weight_int4pack_mm at M = 16 and 4096 (tinygemm, gpt-fast / torchao int4wo); truth = 2·M·N·K (2·N·K, 2·N) from the
                   program's own shapes (torch 2.11's FlopCounterMode counts none of them) and in-stream events
   input_bound     a small MLP fed by a DataLoader whose __getitem__ sleeps (per-step ProfilerStep ranges)
   resnet50_amp    torchvision ResNet-50, channels_last, bf16 autocast, SGD (cuDNN convolutions)
@@ -736,6 +737,21 @@ def run_blas(a):
         one = torch.tensor(1.0, device=DEVICE)
         tw = F.ScalingType.TensorWise
         ops.append(("scaled_mm_v2", "fp8", 2 * big**3, lambda: F.scaled_mm(xf, wf, one, tw, one, tw, output_dtype=bf)))
+    if CUDA and torch.cuda.get_device_capability() >= (8, 0):
+        # int4 weight-only (gpt-fast, torchao's int4wo: tinygemm): bf16 activations [M, K] times a weight packed
+        # from 4-bit values [N, K] with one bf16 scale and zero per group of 128 along K ([K / 128, N, 2]); a
+        # decode-sized M and a prefill-sized one
+        try:
+            w4 = torch._convert_weight_to_int4pack(
+                torch.randint(0, 256, (big, big // 2), device=DEVICE, dtype=torch.uint8), 8
+            )
+            sz = r(big // 128, big, 2)
+            for m in (16, 4096):
+                xa = r(m, big)
+                torch._weight_int4pack_mm(xa, w4, 128, sz)
+                ops.append((f"int4_weight_mm_m{m}", "bf16", 2 * m * big * big, lambda xa=xa: torch._weight_int4pack_mm(xa, w4, 128, sz)))
+        except (RuntimeError, AttributeError) as e:  # not built for this GPU / torch
+            print("int4 weight-only matmul not run:", e)
     counted = {}
     for name, _, _, fn in ops:
         for _ in range(3):
