@@ -343,11 +343,20 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
                 trace = TraceWriter(con, ctx.peaks, where.path)
             if progress:
                 progress("rules", 0, 0)
-            _, rule_notes = rules.run(con, selection, ctx.ranges, ctx.precision, ctx.peaks, opts.peaks_file)
+            verdict_thresholds = judge.thresholds_from(opts.rules_config)
+            _, rule_notes = rules.run(
+                con,
+                selection,
+                ctx.ranges,
+                ctx.precision,
+                ctx.peaks,
+                opts.peaks_file,
+                material_unknown=verdict_thresholds.material_unknown_flops,
+            )
             ctx.notes = ctx.notes + notes + rule_notes
             if progress:
                 progress("verdict", 0, 0)
-            verdict = judge.build(con, ctx, judge.thresholds_from(opts.rules_config))
+            verdict = judge.build(con, ctx, verdict_thresholds)
     except BaseException:
         Result(con=con, typed=None, spill_dir=spill, scratch=own, trace=trace).close()
         raise

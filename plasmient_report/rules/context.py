@@ -18,7 +18,7 @@ import duckdb
 from .. import sql
 from ..metrics import window_label
 from ..peaks import GpuPeaks, load_table, match_gpu
-from ..vocab import BUSY_CATEGORIES, CATEGORIES, IDLE_CATEGORIES, unknown_is_material
+from ..vocab import BUSY_CATEGORIES, CATEGORIES, IDLE_CATEGORIES, MATERIAL_UNKNOWN_FLOPS, unknown_is_material
 
 # lost_ns: from this many intervals on, the merge and lookups of `RuleContext._lost_ns_sorted` (below it, DuckDB
 # may plan the general query's lookups as a nested loop join, whose order of sums that merge would not keep)
@@ -339,7 +339,12 @@ def _peaks_by_gpu(peaks: Sequence[Any]) -> dict[tuple[int | None, int], Any]:
 
 
 def prepare(
-    con: duckdb.DuckDBPyConnection, ranges: Sequence[str], precision: str, peaks: Sequence[Any], peaks_file: Any = None
+    con: duckdb.DuckDBPyConnection,
+    ranges: Sequence[str],
+    precision: str,
+    peaks: Sequence[Any],
+    peaks_file: Any = None,
+    material_unknown: float = MATERIAL_UNKNOWN_FLOPS,
 ) -> RuleContext:
     """Narrow the store to the headline window (the first `--range`, else each GPU's profiled window)."""
     scope = "range" if ranges else "window"
@@ -475,7 +480,7 @@ def prepare(
         achieved=float(achieved) if achieved is not None else None,
         gpus=gpus,
         category_ns=cat_ns,
-        achieved_is_lower_bound=unknown_is_material(unknown_ns, with_flops_ns),
+        achieved_is_lower_bound=unknown_is_material(unknown_ns, with_flops_ns, material_unknown),
         program=Program(
             pytorch=bool(pyt), tensorrt=bool(trt), runtime=str(runtime), graphs=bool(graphs), server=server, training=training
         ),

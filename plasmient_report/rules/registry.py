@@ -21,6 +21,7 @@ import duckdb
 
 from ..errors import BadInput
 from ..metrics import window_label
+from ..vocab import MATERIAL_UNKNOWN_FLOPS
 from . import context
 from .base import COMMON_THRESHOLDS, ID_RE, LAYERS, Finding, Rule, Thresholds
 from .codes import CODES
@@ -232,12 +233,15 @@ def run(
     peaks: Sequence[Any],
     peaks_file: Path | None = None,
     strict: bool = False,
+    material_unknown: float = MATERIAL_UNKNOWN_FLOPS,
 ) -> tuple[list[Finding], list[str]]:
     """Run the selected rules over the analysed window, each in its own schema; write `findings`; return them
-    (worst first) and notes. A window too short to judge (below `min_window_us` per GPU) gets no findings."""
+    (worst first) and notes. A window too short to judge (below `min_window_us` per GPU) gets no findings.
+    `material_unknown`: the verdict's threshold (`[verdict] material_unknown_flops`) above which unknown work makes
+    the achieved fraction a lower bound — the rules see the window as the verdict does."""
     notes = list(selection.notes)
     con.execute("DELETE FROM findings")
-    ctx = context.prepare(con, ranges, precision, peaks, peaks_file)
+    ctx = context.prepare(con, ranges, precision, peaks, peaks_file, material_unknown)
     found: list[Finding] = []
     too_short: list[str] = []
     try:

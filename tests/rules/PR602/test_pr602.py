@@ -36,3 +36,21 @@ def test_silent_when_useful_idle_or_unknown(tmp_path):
         kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 50.0, 950.0, ext=0, corr=11),
     ]
     check(analyse([write_trace(tmp_path / "unknown.json", ev)], ranges=["work"]), [], silent=["PR602", "PR301"])
+
+
+def test_the_rules_read_the_lower_bound_as_the_verdict_does(tmp_path):
+    # sample_traces/h200_hf/moe_batched, the whole profile: 98% busy, 0.14% achieved; its unknown GEMMs are 22% of
+    # the time of unknown and estimated kernels together (h200_hf/README.md), so at the default threshold (10%) the
+    # achieved fraction is a lower bound and PR602 claims nothing. A rules config raising
+    # `[verdict] material_unknown_flops` to 0.3 makes it a plain figure: the rules see it so too, and PR602 fires.
+    from ...conftest import sample_file
+
+    path = sample_file("h200_hf/moe_batched.pt.trace.json.gz")
+    default = analyse([path])
+    assert default["achieved_is_lower_bound"]
+    check(default, [], silent=["PR602"])
+    config = tmp_path / "rules.toml"
+    config.write_text("[verdict]\nmaterial_unknown_flops = 0.3\n")
+    raised = analyse([path], rules_config=config)
+    assert not raised["achieved_is_lower_bound"]
+    check(raised, [Expect("PR602", says=[r"busy"])])
