@@ -561,9 +561,9 @@ def op_bytes(name: str, input_dims: str | None, input_types: str | None) -> floa
         return None
     if name in GEMV_OPS:  # the matrix (or vector) and the vector in, a vector (a scalar) out
         at = GEMV_OPS[name]
-        if len(dims) < at + 2 or not _shape(dims[at]) or not _shape(dims[at + 1]):
+        a, x = (_shape(dims[at]), _shape(dims[at + 1])) if len(dims) >= at + 2 else (None, None)
+        if not a or not x:
             return None
-        a, x = _shape(dims[at]), _shape(dims[at + 1])
         return float(elem * (_prod(a) + _prod(x) + (a[0] if len(a) == 2 else 1)))
     if name in INT4_WEIGHT_OPS:  # activations, the 4-bit weight, the scales and zeros in; M × N out
         x, w, sz = shapes[0], _shape(dims[1]), _shape(dims[3]) if len(dims) > 3 else None

@@ -42,7 +42,8 @@ def test_the_other_matmul_class_ops_read_their_operands_where_they_are():
     assert f("aten::_weight_int4pack_mm", [[16, 8192], [512, 64, 32, 4], [], [64, 8192, 2]]) is None  # N disagrees
     bf16 = json.dumps(["c10::BFloat16", "int", "Scalar", "c10::BFloat16"])
     # activations, scales and output in bf16; the packed weight is N · K / 2 bytes
-    assert op_bytes("aten::_weight_int4pack_mm", json.dumps(int4), bf16) == 2 * (16 * 8192 + 64 * 8192 * 2 + 16 * 8192) + 8192 * 8192 // 2
+    packed = 8192 * 8192 // 2
+    assert op_bytes("aten::_weight_int4pack_mm", json.dumps(int4), bf16) == 2 * (16 * 8192 + 64 * 8192 * 2 + 16 * 8192) + packed
 
 
 def test_gemv_dot_and_addbmm_bytes_read_each_operand_and_write_the_output_once():

@@ -416,7 +416,8 @@ def test_int8_gemm_kernel_names_say_int8():
     con = duckdb.connect()
     sql.install(con, "vocab")
     for name in (
-        "void cutlass::Kernel2<cutlass_80_tensorop_i16832gemm_s8_128x256_128x3_tn_align16>(cutlass_80_tensorop_i16832gemm_s8_128x256_128x3_tn_align16::Params)",
+        "void cutlass::Kernel2<cutlass_80_tensorop_i16832gemm_s8_128x256_128x3_tn_align16>"
+        "(cutlass_80_tensorop_i16832gemm_s8_128x256_128x3_tn_align16::Params)",
         "sm80_xmma_gemm_i8i8_i8i32_f32_tn_n_tilesize128x128x64_stage3_warpsize2x2x1_tensor16x8x32_kernel",
         "volta_int8_igemm_imma_128x128_ldg16_nn",
     ):

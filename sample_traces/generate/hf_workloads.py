@@ -742,14 +742,14 @@ def run_blas(a):
         # from 4-bit values [N, K] with one bf16 scale and zero per group of 128 along K ([K / 128, N, 2]); a
         # decode-sized M and a prefill-sized one
         try:
-            w4 = torch._convert_weight_to_int4pack(
-                torch.randint(0, 256, (big, big // 2), device=DEVICE, dtype=torch.uint8), 8
-            )
+            w4 = torch._convert_weight_to_int4pack(torch.randint(0, 256, (big, big // 2), device=DEVICE, dtype=torch.uint8), 8)
             sz = r(big // 128, big, 2)
             for m in (16, 4096):
                 xa = r(m, big)
                 torch._weight_int4pack_mm(xa, w4, 128, sz)
-                ops.append((f"int4_weight_mm_m{m}", "bf16", 2 * m * big * big, lambda xa=xa: torch._weight_int4pack_mm(xa, w4, 128, sz)))
+                ops.append(
+                    (f"int4_weight_mm_m{m}", "bf16", 2 * m * big * big, lambda xa=xa: torch._weight_int4pack_mm(xa, w4, 128, sz))
+                )
         except (RuntimeError, AttributeError) as e:  # not built for this GPU / torch
             print("int4 weight-only matmul not run:", e)
     counted = {}
