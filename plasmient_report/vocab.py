@@ -323,13 +323,18 @@ KERNEL_NAMESPACES = re.compile(
 )
 _KERNEL_TAG = re.compile(r"([A-Za-z_]\w*(?:Functor\w*|KernelImpl|_kernel_cuda|_kernel_impl|Epilogue))")
 _GENERIC_TAGS = ("AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor", "UnaryFunctor")
+# Launchers that say nothing of the kernel they run: CUTLASS 2's `Kernel` / `Kernel2` and CUTLASS 3's `device_kernel`
+# (its GEMMs, FlashAttention-3, vLLM's scaled_mm). Their first template argument names the kernel.
+_GENERIC_LAUNCHERS = ("Kernel", "Kernel2", "device_kernel")
+_FIRST_TEMPLATE_ARG = re.compile(r"\s*([A-Za-z_][\w:]*)")
 
 
 def kernel_label(name: str) -> str:
     """A kernel's name as people say it: `void at::native::vectorized_elementwise_kernel<4, AUnaryFunctor<…
     MulFunctor<float>>…>(…)` → `vectorized_elementwise_kernel [MulFunctor]` (the function, and the functor or
-    implementation that tells it apart); a name without templates keeps everything but its argument list. The one
-    definition for rules' texts and every renderer (which shorten it further to fit)."""
+    implementation that tells it apart); a generic launcher by what it launches (`cutlass::Kernel2<cutlass_80_tensorop_
+    i16832gemm_s8_…>` → `Kernel2 [cutlass_80_tensorop_i16832gemm_s8_…]`); a name without templates keeps everything
+    but its argument list. The one definition for rules' texts and every renderer (which shorten it further to fit)."""
     n = name.strip()
     if n.startswith("void "):
         n = n[5:]
@@ -347,6 +352,8 @@ def kernel_label(name: str) -> str:
         return n
     base, _, inner = n.partition("<")
     base = base.split("::")[-1] or base
+    if base in _GENERIC_LAUNCHERS and (first := _FIRST_TEMPLATE_ARG.match(inner)):
+        return f"{base} [{first.group(1).split('::')[-1]}]"
     tags = [t for t in _KERNEL_TAG.findall(inner) if t not in _GENERIC_TAGS]
     return f"{base} [{tags[-1].split('::')[-1]}]" if tags else base
 

@@ -216,3 +216,22 @@ def test_progress_on_a_terminal(tmp_path: Path) -> None:
     text = seen.decode("utf-8", "replace")
     assert p.returncode == 0, text[-2000:]
     assert "ingest kineto_single.pt.trace.json.gz" in text and "VERDICT" in text
+
+
+def test_a_generic_launcher_is_named_by_what_it_launches():
+    # CUTLASS's launchers say nothing of their kernel (`Kernel2` was a row of report.html's Top kernels for the int8
+    # GEMM of sample_traces/h200_hf/blas_forms); their first template argument names it. Kernel names as recorded
+    # on an H200 (blas_forms) and in TraceLens's traces (FlashAttention-3's CUTLASS 3 `device_kernel`).
+    from plasmient_report.vocab import kernel_label
+
+    int8 = (
+        "void cutlass::Kernel2<cutlass_80_tensorop_i16832gemm_s8_128x256_128x3_tn_align16>"
+        "(cutlass_80_tensorop_i16832gemm_s8_128x256_128x3_tn_align16::Params)"
+    )
+    assert kernel_label(int8) == "Kernel2 [cutlass_80_tensorop_i16832gemm_s8_128x256_128x3_tn_align16]"
+    fa3 = "void cutlass::device_kernel<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<2, 64> > >(flash::Params)"
+    assert kernel_label(fa3) == "device_kernel [FlashAttnFwdSm90]"
+    # functor-tagged and plain names are as before
+    mul = "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, MulFunctor<float> > >(int)"
+    assert kernel_label(mul) == "vectorized_elementwise_kernel [MulFunctor]"
+    assert kernel_label("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT") == "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
