@@ -309,6 +309,9 @@ TENSOR_CORE_RE = (
 # GEMM kernels by name (matrix products only: the FLOP split of an op and the GEMM rules).
 MATMUL_NAME_RE = r"(?i)(gemm|gemv|nvjet|xmma|cutlass|cublas|matmul|sm[0-9]{2,3}_|ampere_|volta_|turing_|hopper_|Cijk_)"
 # Kernel names that do matrix work: an op's FLOPs are split over these (by duration) when it has any.
+# cuBLAS's matrix-vector and dot kernels (`gemv2T_kernel_val`, `gemvx::kernel`, `dot_kernel`): CUDA cores at any
+# precision.
+GEMV_KERNEL_RE = r"(?i)(gemv|dot_kernel)"
 MATMUL_KERNEL_RE = (
     r"(?i)(gemm|nvjet|xmma|cutlass|cublas|matmul|_mma|mma_|wgmma|hmma|flash|fmha|attn|attention|"
     r"convolv|convolution|conv[0-9]d|winograd|implicit|fprop|dgrad|wgrad|sm[0-9]{2,3}_|ampere_|volta_|"

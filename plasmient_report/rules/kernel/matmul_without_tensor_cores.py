@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ...flops import GEMV_OPS
-from ...vocab import NON_TENSOR_CORE_RE, TENSOR_CORE_RE
+from ...vocab import GEMV_KERNEL_RE, NON_TENSOR_CORE_RE, TENSOR_CORE_RE
 from ..advice import tensor_cores
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import RuleContext
@@ -18,7 +18,8 @@ EXPLANATION = Explanation(
         `simt`, `ffma`, `f32f32_f32f32_f32`), and kernels of fp32 matmul ops (the precision the measurement
         library's `kernel_class` gives them, from the launching op's dtype) whose names carry no tensor-core marker
         (`tf32`, `bf16`, `f16`, `tensorop`, `wgmma`, `nvjet`, …). Matrix-vector and dot products (`mv`, `addmv`,
-        `dot`) are left out: they have no tensor-core path at any precision. The evidence gives the kernels, the ops
+        `dot`, and cuBLAS's `gemv` / `dot_kernel` kernels) are left out: they have no tensor-core path at any
+        precision. The evidence gives the kernels, the ops
         and shapes, the time and the FLOP rate reached, and the GPU's FP32 / TF32 / BF16 peaks.""",
     why_is_this_bad="""
         CUDA-core FP32 math reaches a small fraction of the tensor cores' rate: on an H100/H200 67 TFLOP/s FP32
@@ -47,8 +48,10 @@ SELECT k.*, k.end_ns - k.start_ns AS dur, o.name AS op_name, o.input_dims
 FROM rule_kernels k LEFT JOIN _kernel_names n ON n.name = k.name
 LEFT JOIN rule_ops o ON o.op_id = coalesce(k.flops_op_id, k.op_id)
 WHERE k.kind = 'compute' AND k.end_ns > k.start_ns
-  -- matrix-vector and dot products have no tensor-core path at any precision: TF32 would not change them
+  -- matrix-vector and dot products have no tensor-core path at any precision: TF32 would not change them (by the
+  -- op, or by cuBLAS's gemv / dot kernels, which a matmul of a matrix and a vector runs too)
   AND coalesce(o.name, '') NOT IN ({", ".join(f"'{n}'" for n in GEMV_OPS)})
+  AND NOT regexp_matches(k.name, '{GEMV_KERNEL_RE}')
   AND (n.cuda_core
        -- the kernel's precision as the measure stage decided it (kernel_class: the launching op's dtype first)
        -- (with a FLOP estimate: a precision guessed from a name alone does not make a kernel fp32)

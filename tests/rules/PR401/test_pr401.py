@@ -62,3 +62,18 @@ def test_silent_on_fp32_dot_products():
     v = analyse([sample_file("h200_hf/blas_forms.pt.trace.json.gz")])
     check(v, [], silent=["PR401"])
     assert not any("TF32" in (x["recommendation"] or "") for x in v["losses"])
+
+
+def test_silent_on_a_cublas_gemv_kernel_of_a_matmul(tmp_path):
+    # Construction: an fp32 torch.matmul of a 4096² matrix and a vector runs cuBLAS's gemv kernel (aten::matmul →
+    # aten::mv; the outermost modelled op, matmul, owns it): 3.4e7 FLOP in 1 ms, fp32, no tensor-core marker in the
+    # name. TF32 would not change a GEMV, so PR401 says nothing of it.
+    n = 4096
+    ev = [
+        annotation("step", 0.0, 2_000.0),
+        cpu_op("aten::matmul", 10.0, 30.0, ext=1, dims=[[n, n], [n]], types=["float", "float"]),
+        cpu_op("aten::mv", 12.0, 20.0, ext=2, dims=[[n, n], [n]], types=["float", "float"]),
+        launch(14.0, ext=2, corr=11),
+        kernel("void gemv2T_kernel_val<int, int, float, float, float, 128, 16, 4, 4, false>", 100.0, 1_000.0, ext=2, corr=11),
+    ]
+    check(analyse([write_trace(tmp_path / "gemv.json", ev)], ranges=["step"]), [], silent=["PR401"])
