@@ -14,6 +14,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from .vocab import DTYPE_PRECISION, ELEMENT_BYTES, EXTRA_ELEMENT_BYTES, SCALAR_TYPE_BYTES
 
 __all__ = [
@@ -193,11 +195,66 @@ def _attention(q: list[int] | None, k: list[int] | None, v: list[int] | None, ca
     return flops
 
 
-def _sdpa(q_at: int, causal_at: int, layout: str = "bhsd", backward: bool = False) -> Callable[..., float | None]:
+def _flag(concrete: list[Any] | None, index: int) -> bool | None:
+    """A bool argument as the profiler writes it ("True" / "False"), else None (not recorded, or another value:
+    the signature is not the one the table expects)."""
+    if not concrete or index >= len(concrete):
+        return None
+    v = str(concrete[index]).strip()
+    return True if v == "True" else False if v == "False" else None
+
+
+def _int_arg(concrete: list[Any] | None, index: int) -> int | None:
+    if not concrete or index >= len(concrete):
+        return None
+    try:
+        return int(str(concrete[index]).strip())
+    except ValueError:
+        return None
+
+
+def _mask(name: str, concrete: list[Any] | None) -> tuple[bool, int, int] | None:
+    """(causal, window left, window right) of an attention op; -1 is no limit on that side. None when an op whose
+    flags `MASKED_ATTENTION` names does not have them readable where its signature puts them."""
+    causal_at = ATTENTION_OPS[name][1]
+    if name not in MASKED_ATTENTION:
+        return _is_causal(concrete, causal_at), -1, -1
+    causal = _flag(concrete, causal_at)
+    left_at, right_at = MASKED_ATTENTION[name]
+    left, right = _int_arg(concrete, left_at), _int_arg(concrete, right_at)
+    if causal is None or left is None or right is None:
+        return None
+    return causal, left, 0 if causal else right
+
+
+def _kept_pairs(lq: int, s: int, left: int, right: int) -> int:
+    """How many (query, key) pairs a sliding-window mask keeps, FlashAttention's way (aligned to the bottom right:
+    query i sees keys i + s − lq − left … i + s − lq + right; -1 is no limit on that side)."""
+    i = np.arange(lq, dtype=np.int64) + (s - lq)
+    lo = np.maximum(0, i - left) if left >= 0 else np.zeros(lq, dtype=np.int64)
+    hi = np.minimum(s - 1, i + right) if right >= 0 else np.full(lq, s - 1, dtype=np.int64)
+    return int(np.maximum(0, hi - lo + 1).sum())
+
+
+def _sdpa(name: str) -> Callable[..., float | None]:
+    q_at, _, layout, backward = ATTENTION_OPS[name]
+
     def model(d: Dims, concrete: list[Any] | None = None) -> float | None:
         if len(d) < q_at + 3:
             return None
-        f = _attention(_shape(d[q_at]), _shape(d[q_at + 1]), _shape(d[q_at + 2]), _is_causal(concrete, causal_at), layout)
+        mask = _mask(name, concrete)
+        if mask is None:
+            return None
+        causal, left, right = mask
+        q, k, v = _shape(d[q_at]), _shape(d[q_at + 1]), _shape(d[q_at + 2])
+        if left < 0 and (right < 0 or causal):
+            f = _attention(q, k, v, causal, layout)
+        else:  # a sliding window: the pairs it keeps, counted
+            full = _attention(q, k, v, False, layout)
+            if full is None or q is None or k is None:
+                return None
+            lq, s = (q[2], k[2]) if layout == "bhsd" else (q[1], k[1])
+            f = full * _kept_pairs(lq, s, left, right) / (lq * s) if lq * s else 0.0
         return None if f is None else (2.5 * f if backward else f)
 
     return model
@@ -295,6 +352,20 @@ ATTENTION_OPS: dict[str, tuple[int, int, str, bool]] = {
     "aten::_flash_attention_backward": (1, 11, "bshd", True),
     "aten::_efficient_attention_forward": (0, 99, "bshd", False),
     "aten::_efficient_attention_backward": (1, 99, "bshd", True),
+    # FlashAttention 2's own ops (flash_attn >= 2.6.3, torch.library custom ops since 2024-09; what HF
+    # transformers' attn_implementation="flash_attention_2" runs): q, k, v as (batch, seqlen, heads, head dim).
+    # forward (q, k, v, dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap, …);
+    # backward (dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale, causal, window_size_left,
+    # window_size_right, …). The varlen forms keep their sequences' lengths in a tensor (unknown work).
+    "flash_attn::_flash_attn_forward": (0, 5, "bshd", False),
+    "flash_attn::_flash_attn_backward": (1, 11, "bshd", True),
+}
+# Attention ops with a sliding window: where their window_size_left / right are among the concrete inputs. Their
+# flags are read strictly (a bool written "True" / "False", ints): another value means another signature, and the
+# op's work is unknown rather than a guess.
+MASKED_ATTENTION: dict[str, tuple[int, int]] = {
+    "flash_attn::_flash_attn_forward": (6, 7),
+    "flash_attn::_flash_attn_backward": (12, 13),
 }
 # Matmul ops: (index of the first operand, kind) — the second operand follows it. In-place forms (`addmm_`: what
 # addbmm runs per batch) have their op's arguments; _int_mm is int8 × int8 → int32 (torchao's int8 quantisation),
@@ -369,10 +440,7 @@ MODELS: dict[str, Callable[..., float | None]] = {
     "aten::_weight_int4pack_mm": _plain(int4_weight_mm),
     "aten::_weight_int4pack_mm_for_cpu": _plain(int4_weight_mm),
     **{name: _plain(grouped_mm) for name in GROUPED_MM_OPS},
-    **{
-        name: _sdpa(q_at, causal_at, layout=layout, backward=bwd)
-        for name, (q_at, causal_at, layout, bwd) in ATTENTION_OPS.items()
-    },
+    **{name: _sdpa(name) for name in ATTENTION_OPS},
     **{name: _conv_model(name) for name in CONV_OPS},
     "aten::convolution_backward": conv_backward,
 }
@@ -471,7 +539,7 @@ def op_shape(name: str, input_dims: str | None, concrete_inputs: str | None = No
         )
         return out
     if name in ATTENTION_OPS:
-        q_at, causal_at, layout, backward = ATTENTION_OPS[name]
+        q_at, _, layout, backward = ATTENTION_OPS[name]
         if len(d) < q_at + 3:
             return None
         q, kk, v = _shape(d[q_at]), _shape(d[q_at + 1]), _shape(d[q_at + 2])
@@ -484,7 +552,12 @@ def op_shape(name: str, input_dims: str | None, concrete_inputs: str | None = No
             nb_, lq, h, e = q
             s_len, hk = kk[1], kk[2]
         ev = v[-1] if v and len(v) == 4 else e
-        causal = _is_causal(concrete, causal_at)
+        mask = _mask(name, concrete)
+        if mask is None:
+            return None
+        causal, left, right = mask
+        sides = [str(w) if w >= 0 else "∞" for w in (left, right)]
+        window = "" if left < 0 and (right < 0 or causal) else f" window {sides[0]}/{sides[1]}"
         out.update(
             family="attention",
             batch=nb_,
@@ -499,7 +572,8 @@ def op_shape(name: str, input_dims: str | None, concrete_inputs: str | None = No
             + (f"/{hk}" if hk != h else "")
             + f" L={lq} S={s_len} D={e}"
             + (f"/{ev}" if ev != e else "")
-            + (" causal" if causal else ""),
+            + (" causal" if causal else "")
+            + window,
         )
         return out
     if name in CONV_OPS or name == "aten::convolution_backward":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from plasmient_report.flops import op_bytes, op_flops, op_precision
@@ -115,6 +116,63 @@ def test_sdpa_forward_causal_halves_and_backward_is_2_5x():
     bwd_conc = [""] * 11 + ["True"] + [""] * 3
     # backward: 5 matmuls of the forward's 2 (dV, dP, dQ, dK and the recomputed QKᵀ), halved when causal
     assert f("aten::_scaled_dot_product_flash_attention_backward", [q, q, q, q, q] + [[]] * 10, bwd_conc) == 2.5 * full / 2
+
+
+# FlashAttention 2's own ops (flash_attn/flash_attn_interface.py, the custom ops since flash_attn 2.6.3): q, k, v are
+# (batch, seqlen, heads, head dim); the forward's concrete inputs are (q, k, v, dropout_p, softmax_scale, causal,
+# window_size_left, window_size_right, softcap, alibi_slopes, return_softmax).
+FA_Q = [2, 512, 16, 64]
+
+
+def fa_fwd(causal: str, left: int = -1, right: int = -1, q: list | None = None, k: list | None = None) -> float | None:
+    q = q or FA_Q
+    k = k or q
+    concrete = ["", "", "", "0.0", "0.125", causal, str(left), str(right), "0.0", "", "False"]
+    return f("flash_attn::_flash_attn_forward", [q, k, k] + [[]] * 8, concrete)
+
+
+def kept_by_mask(lq: int, s: int, left: int, right: int) -> int:
+    """The (query, key) pairs flash_attn's docstring says a query sees: keys i + s − lq − left … i + s − lq + right
+    inclusive, -1 no limit; counted on the whole matrix."""
+    i = np.arange(lq)[:, None] + s - lq
+    j = np.arange(s)[None, :]
+    keep = np.ones((lq, s), dtype=bool)
+    if left >= 0:
+        keep &= j >= i - left
+    if right >= 0:
+        keep &= j <= i + right
+    return int(keep.sum())
+
+
+def test_flash_attn_forward_and_backward_read_their_own_signatures():
+    b, lq, h, d = FA_Q
+    full = 2 * b * h * lq * lq * (d + d)  # QKᵀ and PV
+    assert fa_fwd("False") == full
+    assert fa_fwd("True") == full / 2
+    # backward (dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale, causal, window_size_left,
+    # window_size_right, softcap, alibi_slopes, deterministic, rng_state): q at 1, causal at 11
+    bwd = [""] * 9 + ["0.0", "0.125", "True", "-1", "-1", "0.0", "", "False", ""]
+    assert f("flash_attn::_flash_attn_backward", [FA_Q] * 5 + [[2, 16, 512]] + [FA_Q] * 3 + [[]] * 9, bwd) == 2.5 * full / 2
+    # GQA: 4 key / value heads; the query's 16 do the work
+    assert fa_fwd("False", k=[2, 512, 4, 64]) == full
+
+
+@pytest.mark.parametrize(
+    ("causal", "left", "right", "lq", "s"),
+    [("True", 128, -1, 512, 512), ("False", 64, 64, 512, 512), ("True", 100, -1, 128, 1024), ("False", -1, 0, 512, 512)],
+)
+def test_flash_attn_sliding_window_counts_the_pairs_it_keeps(causal, left, right, lq, s):
+    b, _, h, d = FA_Q
+    got = fa_fwd(causal, left, right, q=[b, lq, h, d], k=[b, s, h, d])
+    right_seen = 0 if causal == "True" else right  # flash_attn: causal is a window with right = 0
+    assert got == pytest.approx(2 * b * h * (d + d) * kept_by_mask(lq, s, left, right_seen), rel=1e-12)
+
+
+def test_flash_attn_without_readable_flags_is_unknown():
+    # a factor of 2 (causal) rests on the flag: unrecorded, or another signature's value there, is no estimate
+    assert f("flash_attn::_flash_attn_forward", [FA_Q] * 3 + [[]] * 8) is None
+    assert f("flash_attn::_flash_attn_forward", [FA_Q] * 3 + [[]] * 8, ["", "", "", "0.0", "0.125", "0.5", "-1", "-1"]) is None
+    assert f("flash_attn::_flash_attn_forward", [FA_Q] * 3 + [[]] * 8, ["", "", "", "0.0", "0.125", "True"]) is None
 
 
 def test_gqa_uses_query_heads():
