@@ -618,8 +618,30 @@ def op_shape(name: str, input_dims: str | None, concrete_inputs: str | None = No
     return None
 
 
-def op_bytes(name: str, input_dims: str | None, input_types: str | None) -> float | None:
-    """Minimum DRAM bytes of a matmul-like op: read each operand once, write the output once.
+# GEMMs whose output type is not their operands': _int_mm writes int32; _scaled_mm / _scaled_mm_v2 write their
+# out_dtype (a ScalarType code among the concrete inputs, where their signatures put it: bf16 "15" in the FP8
+# recordings of sample_traces/h200_hf), their operands' type when it is not given.
+OUT_ELEMENT_BYTES = {"aten::_int_mm": 4}
+OUT_DTYPE_AT = {"aten::_scaled_mm": 6, "aten::_scaled_mm_v2": 9}
+
+
+def _out_elem(name: str, concrete_inputs: str | None, elem: int) -> int:
+    if name in OUT_ELEMENT_BYTES:
+        return OUT_ELEMENT_BYTES[name]
+    at = OUT_DTYPE_AT.get(name)
+    if at is None or not concrete_inputs:
+        return elem
+    try:
+        concrete = json.loads(concrete_inputs)
+        code = int(str(concrete[at]).strip()) if isinstance(concrete, list) and at < len(concrete) else None
+    except ValueError:
+        return elem
+    return SCALAR_TYPE_BYTES.get(code, elem) if code is not None else elem
+
+
+def op_bytes(name: str, input_dims: str | None, input_types: str | None, concrete_inputs: str | None = None) -> float | None:
+    """Minimum DRAM bytes of a matmul-like op: read each operand once, write the output once (at the output's
+    own element size where the op's output type differs from its operands', `OUT_ELEMENT_BYTES`).
 
     A lower bound on traffic, so the arithmetic intensity it gives is an upper bound: an op found
     memory-bound with it is memory-bound for sure."""
@@ -630,6 +652,7 @@ def op_bytes(name: str, input_dims: str | None, input_types: str | None) -> floa
     except ValueError:
         return None
     elem = ELEMENT_BYTES.get(op_precision(input_types) or "", 2)
+    out_elem = _out_elem(name, concrete_inputs, elem)
     shapes = [d for d in dims if _shape(d)]
     if len(shapes) < 2:
         return None
@@ -650,7 +673,7 @@ def op_bytes(name: str, input_dims: str | None, input_types: str | None) -> floa
         if len(a) < 2 or len(b) < 2:
             return None
         batch = 1 if name.startswith("aten::addbmm") else max(_prod(a[:-2]), _prod(b[:-2]))  # addbmm: one sum out
-        return float(elem * (_prod(a) + _prod(b) + batch * a[-2] * b[-1]))
+        return float(elem * (_prod(a) + _prod(b)) + out_elem * batch * a[-2] * b[-1])
     if name in GROUPED_MM_OPS:
         a, b = _shape(dims[0]), _shape(dims[1])
         got = _grouped_mnk(a, b) if a and b else None

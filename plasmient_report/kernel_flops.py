@@ -163,7 +163,7 @@ def model_op_flops(con: duckdb.DuckDBPyConnection) -> int:
                 "concrete": pa.array([c for _, _, _, c in shapes], pa.string()),
                 "f": pa.array([op_flops(n, d, c) for n, d, _, c in shapes], pa.float64()),
                 "p": pa.array([op_precision(t) for _, _, t, _ in shapes], pa.string()),
-                "b": pa.array([op_bytes(n, d, t) for n, d, t, _ in shapes], pa.float64()),
+                "b": pa.array([op_bytes(n, d, t, c) for n, d, t, c in shapes], pa.float64()),
             }
         ),
     )

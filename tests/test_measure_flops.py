@@ -55,9 +55,27 @@ def test_gemv_dot_and_addbmm_bytes_read_each_operand_and_write_the_output_once()
     addbmm = json.dumps([[64, 32], [8, 64, 128], [8, 128, 32], [], []])
     assert op_bytes("aten::addbmm", addbmm, bf16) == 2 * (8 * 64 * 128 + 8 * 128 * 32 + 64 * 32)
     i8 = json.dumps(["signed char", "signed char"])
+    # int8 × int8 → int32 (torch._int_mm's documented output): the output at 4 bytes an element
     assert op_precision(i8) == "int8" and op_bytes("aten::_int_mm", json.dumps([[64, 128], [128, 32]]), i8) == (
-        64 * 128 + 128 * 32 + 64 * 32
+        64 * 128 + 128 * 32 + 4 * 64 * 32
     )
+
+
+# The arguments of the FP8 GEMMs as torch 2.11 recorded them on the H200 (sample_traces/h200_hf: fp8_gemm's
+# _scaled_mm, blas_forms' _scaled_mm_v2): e4m3 operands, out_dtype bf16 (ScalarType 15) at 6 / 9.
+SCALED_MM = ("aten::_scaled_mm", 8, 6, ["c10::Float8_e4m3fn", "c10::Float8_e4m3fn", "float", "float", "", "", "Scalar", "Scalar"])
+SCALED_MM_V2 = ("aten::_scaled_mm_v2", 12, 9, ["c10::Float8_e4m3fn"] * 2 + ["TensorList", "ScalarList"] * 3)
+
+
+@pytest.mark.parametrize(("name", "n_args", "out_at", "types"), [SCALED_MM, SCALED_MM_V2])
+@pytest.mark.parametrize(("out_dtype", "out_elem"), [("15", 2), ("6", 4), ("", 1)])
+def test_scaled_mm_bytes_write_the_output_at_its_out_dtype(name, n_args, out_at, types, out_dtype, out_elem):
+    m, k, n = 256, 512, 128
+    dims = [[m, k], [k, n]] + [[]] * (n_args - 2)
+    concrete = [""] * n_args
+    concrete[out_at] = out_dtype  # bf16, fp32, or not given: the operands' fp8
+    got = op_bytes(name, json.dumps(dims), json.dumps(types), json.dumps(concrete))
+    assert got == m * k + k * n + out_elem * m * n
 
 
 @pytest.mark.parametrize(
