@@ -192,19 +192,20 @@ def _finding(
         bw_text = " (bandwidth unknown: no byte estimate)"
         stream = "; the trace gives no shapes for it, so how close it runs to the HBM roofline is not known"
     known = None if above else frac
-    head = (
-        f"{short}{by} ran {s['count']}× for {fmt_ns(s['time_ns'])} (median {fmt_ns(s['median_ns'])}) with no "
-        f"tensor-core work{stream}. "
-    )
-    p = ctx.program
-    # fewer bytes: fused, and in fewer bits unless its data is already 8-bit (an fp8 cast)
-    fewer = [x for x in (fuse_memory(p), half_precision(p, s["data_precision"])) if x]
     # matmul-class work: by the kernel's name, or an unnamed kernel of a matmul op (a layout transform or a
     # reduction launched by a convolution is not a GEMM)
     matmul = bool(
         (not re.search(NO_MATMUL_KERNEL_RE, name) and re.search(MATMUL_CLASS_KERNEL_RE, kernel_base_name(name)))
         or (not re.search(KNOWN_NO_MATMUL_KERNEL_RE, name) and any(re.search(MATMUL_CLASS_OP_RE, o) for o in op_names))
     )
+    # (a GEMM or attention kernel below the ridge may well run on tensor cores: its own text says what bounds it)
+    head = (
+        f"{short}{by} ran {s['count']}× for {fmt_ns(s['time_ns'])} (median {fmt_ns(s['median_ns'])})"
+        f"{'' if matmul else ' with no tensor-core work'}{stream}. "
+    )
+    p = ctx.program
+    # fewer bytes: fused, and in fewer bits unless its data is already 8-bit (an fp8 cast)
+    fewer = [x for x in (fuse_memory(p), half_precision(p, s["data_precision"])) if x]
     if any(re.search(OPTIMIZER_RE, x) for x in [short, *op_names]):
         kind = "optimizer"
         rec = head + (
