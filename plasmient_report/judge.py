@@ -885,7 +885,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     if above:
         notes.append(
             f"{len(above)} of the top kernels' byte estimates imply more than the HBM peak (e.g. "
-            f"{above[0].name[:60]}): L2-resident reuse, or a byte model that over-counts — their bandwidth "
+            f"{vocab.kernel_label(above[0].name)[:60]}): L2-resident reuse, or a byte model that over-counts — their bandwidth "
             "is an estimate, not a measurement"
         )
     run_ranks: list[int | None] = [r for r in sorted({p.rank for p in ctx.peaks})]

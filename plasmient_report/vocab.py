@@ -326,10 +326,68 @@ KERNEL_NAMESPACES = re.compile(
 )
 _KERNEL_TAG = re.compile(r"([A-Za-z_]\w*(?:Functor\w*|KernelImpl|_kernel_cuda|_kernel_impl|Epilogue))")
 _GENERIC_TAGS = ("AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor", "UnaryFunctor")
-# Launchers that say nothing of the kernel they run: CUTLASS 2's `Kernel` / `Kernel2` and CUTLASS 3's `device_kernel`
-# (its GEMMs, FlashAttention-3, vLLM's scaled_mm). Their first template argument names the kernel.
-_GENERIC_LAUNCHERS = ("Kernel", "Kernel2", "device_kernel")
+# Launchers that say nothing of the kernel they run: CUTLASS 2's `Kernel` / `Kernel2`, CUTLASS 3's `device_kernel`
+# (its GEMMs, FlashAttention-3, vLLM's scaled_mm) and CK tile's `kentry` (ROCm's aiter / SGLang attention and
+# norms). Their first template argument names the kernel.
+_GENERIC_LAUNCHERS = ("Kernel", "Kernel2", "device_kernel", "kentry")
 _FIRST_TEMPLATE_ARG = re.compile(r"\s*([A-Za-z_][\w:]*)")
+
+
+_MANGLED_LITERAL = re.compile(r"L[a-z]n?\d+E")  # an integer / bool template argument: Li64E, Lb0E
+_ANONYMOUS = re.compile(r"_GLOBAL__N_\d*")  # the anonymous namespace's mangled name
+_SUBSTITUTION = re.compile(r"S(?:t|[abdios]|[0-9A-Z]*_)")  # std::, std:: abbreviations, an earlier component
+
+
+def _source_names(s: str, i: int) -> tuple[list[str], int] | None:
+    """The <source-name>s (`24add_rmsnorm_quant_kernel`) of an Itanium-mangled name from `i` on, stepping over
+    substitutions (`S_`, `S2_`, `St`), up to what is not one; with where that is."""
+    parts: list[str] = []
+    while i < len(s):
+        if s[i].isdigit():
+            j = i
+            while j < len(s) and s[j].isdigit():
+                j += 1
+            n = int(s[i:j])
+            if n == 0 or j + n > len(s):
+                return None
+            parts.append(s[j : j + n])
+            i = j + n
+        elif m := _SUBSTITUTION.match(s, i):
+            i = m.end()
+        else:
+            break
+    return parts, i
+
+
+def demangled_head(name: str) -> tuple[str, str | None] | None:
+    """An Itanium-mangled kernel name (ROCm's traces keep them: `_ZN5aiter24add_rmsnorm_quant_kernelIDF16b…`) read as
+    far as a label needs: the function's own name, and the class its first type template argument names (what a
+    generic launcher such as CK's `ck_tile::kentry` runs). None when it is not such a name or does not read."""
+    if not name.startswith("_Z"):
+        return None
+    i, nested = 2, name.startswith("_ZN")
+    if nested:
+        i = 3
+        while i < len(name) and name[i] in "rVKRO":  # cv / ref qualifiers of a member function
+            i += 1
+    got = _source_names(name, i)
+    if got is None:
+        return None
+    parts, i = got
+    parts = [p for p in parts if not _ANONYMOUS.fullmatch(p)]
+    if not parts:
+        return None
+    first: str | None = None
+    if i < len(name) and name[i] == "I":  # template arguments: skip literal ones, then read a class type's name
+        j = i + 1
+        while m := _MANGLED_LITERAL.match(name, j):
+            j = m.end()
+        if j < len(name) and name[j] == "N":
+            j += 1
+        arg = _source_names(name, j)
+        if arg and arg[0]:
+            first = arg[0][-1]
+    return parts[-1], first
 
 
 def kernel_label(name: str) -> str:
@@ -339,6 +397,9 @@ def kernel_label(name: str) -> str:
     i16832gemm_s8_…>` → `Kernel2 [cutlass_80_tensorop_i16832gemm_s8_…]`); a name without templates keeps everything
     but its argument list. The one definition for rules' texts and every renderer (which shorten it further to fit)."""
     n = name.strip()
+    if (head := demangled_head(n)) is not None:
+        fn, launched = head
+        return f"{fn} [{launched}]" if launched and fn in _GENERIC_LAUNCHERS else fn
     if n.startswith("void "):
         n = n[5:]
     n = KERNEL_NAMESPACES.sub("", n)

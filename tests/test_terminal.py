@@ -235,3 +235,36 @@ def test_a_generic_launcher_is_named_by_what_it_launches():
     mul = "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, MulFunctor<float> > >(int)"
     assert kernel_label(mul) == "vectorized_elementwise_kernel [MulFunctor]"
     assert kernel_label("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT") == "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
+
+
+@pytest.mark.parametrize(
+    ("mangled", "label"),
+    [
+        # ROCm traces keep kernel names mangled (TraceLens's MI300X SGLang / vLLM / ResNet traces). The labels are
+        # the function c++filt reads in each (`void aiter::add_rmsnorm_quant_kernel<std::bfloat16_t, …>(…)`,
+        # `void ck_tile::kentry<2, ck_tile::FmhaBatchPrefillWithPagedKVCacheKernel<…>>(…)`); the traces cut the
+        # longest names short (c++filt then reads nothing) and the label still reads.
+        (
+            "_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi64ELi8ELb0ELb0ELb1ELi1EEEvPT0_PT_PfS4_S4_S4_diiiiiiib",
+            "add_rmsnorm_quant_kernel",
+        ),
+        (
+            "_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernelINS_40BlockFmhaBatchPrefillPipelineQRKSVS",
+            "kentry [FmhaBatchPrefillWithPagedKVCacheKernel]",
+        ),
+        (
+            "_ZN2ck16tensor_operation6device12_GLOBAL__N_139kernel_grouped_conv_fwd_xdl_cshuffle_v3INS_28GridwiseGemm_xdl",
+            "kernel_grouped_conv_fwd_xdl_cshuffle_v3",
+        ),
+        (
+            "_ZN7sgl_hip10activation18act_and_mul_kernelI14__hip_bfloat16TnPFT_RKS3_EXadL_Z4siluIS2_ES3_S5_EEEEvPS3_PS4_i",
+            "act_and_mul_kernel",
+        ),
+        ("_Z12scale_kernelPfif", "scale_kernel"),  # not nested: c++filt reads scale_kernel(float*, int, float)
+        ("_Z", "_Z"),  # not a mangled name that reads: left as it is
+    ],
+)
+def test_a_mangled_kernel_name_is_labelled_by_its_function(mangled, label):
+    from plasmient_report.vocab import kernel_label
+
+    assert kernel_label(mangled) == label
