@@ -147,6 +147,11 @@ def generic_advice(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     runtime, training = one(con, "SELECT runtime, training FROM program") or ("cuda", None)
     if runtime == "hip":
         out["launch_bound"] = out["launch_bound"].replace("CUDA graphs", "HIP graphs")
+    # unknown work: recording shapes helps only a trace without them, and never graph replays
+    if _unknown_graph_share(con) >= UNKNOWN_GRAPH_SHARE:
+        out["unknown_flops"] = "unknown work, replayed from graphs (no shapes): give --model-flops N or an Nsight Compute CSV"
+    elif _has_shapes(con):
+        out["unknown_flops"] = "unknown work: give --model-flops N or an Nsight Compute CSV"
     if training is False:  # inference: no gradients — the forward's tensor / expert-parallel collectives
         out["collective_transfer"] = "overlap the forward's collectives with GEMMs, or shard over fewer GPUs"
     # the copies' time by kind: host copies (Kineto names them `Memcpy HtoD (Pageable -> Device)`, nsys `HtoD
@@ -609,15 +614,47 @@ NOT_JUDGED = "not judged: the window is too short"
 UNKNOWN_CONV_SHARE = 0.5
 
 
+# Graph replays said as the reason for unknown work when their kernels are this share of its time.
+UNKNOWN_GRAPH_SHARE = 0.5
+
+
+def _has_shapes(con: duckdb.DuckDBPyConnection) -> bool:
+    return bool((one(con, "SELECT count(*) FROM ops WHERE input_dims IS NOT NULL AND input_dims NOT IN ('', '[]')") or (0,))[0])
+
+
+def _unknown_graph_share(con: duckdb.DuckDBPyConnection) -> float:
+    """The share of unknown kernels' time that graph replays launched (cudaGraphLaunch / hipGraphLaunch): a replayed
+    kernel has no op and no shapes in any trace, whatever the profiler recorded."""
+    row = one(
+        con,
+        """SELECT sum(k.end_ns - k.start_ns),
+                  sum(k.end_ns - k.start_ns) FILTER (WHERE regexp_matches(coalesce(kl.launch_name, ''), ?))
+           FROM kernel_class kc JOIN kernels k USING (kernel_id) LEFT JOIN kernel_launch kl USING (kernel_id)
+           WHERE kc.class = 'unknown'""",
+        [vocab.GRAPH_LAUNCH_API_RE],
+    )
+    return float(row[1]) / float(row[0]) if row and row[0] and row[1] else 0.0
+
+
+def _graph_api(con: duckdb.DuckDBPyConnection) -> str:
+    return "HIP" if (one(con, "SELECT runtime FROM program") or ("cuda",))[0] == "hip" else "CUDA"
+
+
 def give_flops(con: duckdb.DuckDBPyConnection) -> str:
     """What to give for unknown work: shapes only where the trace has none to offer (a trace recorded with shapes
-    whose unknown kernels are custom or compiled gains nothing from recording them again), and PyTorch's switches
-    only for a PyTorch program."""
-    has_shapes = bool(
-        (one(con, "SELECT count(*) FROM ops WHERE input_dims IS NOT NULL AND input_dims NOT IN ('', '[]')") or (0,))[0]
-    )
+    whose unknown kernels are custom or compiled gains nothing from recording them again; nor does one whose unknown
+    kernels are graph replays), and PyTorch's switches only for a PyTorch program."""
+    has_shapes = _has_shapes(con)
     pytorch = bool((one(con, "SELECT pytorch FROM program") or (False,))[0])
     flops = "give --model-flops N (the model's FLOPs per step or per --range occurrence)"
+    graphs = _unknown_graph_share(con)
+    if graphs >= UNKNOWN_GRAPH_SHARE:
+        api = _graph_api(con)
+        return (
+            f"{graphs:.0%} of that time is kernels replayed from {api} graphs ({api.lower()}GraphLaunch): a replay "
+            f"records no op, so the trace has no shapes for them — {flops}, profile a step run without graphs (eager) for "
+            "its shapes, or give an Nsight Compute CSV"
+        )
     if has_shapes:
         # convolutions with shapes but no stride / padding have no estimate (flops.conv): said as such when they are
         # most of the unknown time, not as custom kernels. A Kineto trace without Concrete Inputs (torch <= 1.9)

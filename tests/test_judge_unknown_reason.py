@@ -53,3 +53,20 @@ def test_an_nsys_trace_is_not_told_to_record_with_a_newer_torch(tmp_path):
         res.close()
     assert "newer torch" in kineto and "Concrete Inputs" in kineto, kineto
     assert "100% of that time is convolutions" in nsys and "newer torch" not in nsys and "Concrete" not in nsys, nsys
+
+
+def test_graph_replays_are_named_and_not_told_to_record_shapes():
+    # sample_traces/h200_hf/cuda_graph: an HF Llama forward captured once into a CUDA graph and replayed 5 times
+    # (cuda_graph.truth.json "replays": 5) under the profiler with record_shapes=True. A replayed kernel has no op,
+    # so its GEMMs have no shapes however the trace was recorded: recording shapes again would not help.
+    from .conftest import sample_file
+
+    v = analyse([sample_file("h200_hf/cuda_graph.pt.trace.json.gz")], write_html=False, write_trace=False)
+    (said,) = [n for n in v["notes"] if "FLOP estimate" in n]
+    assert "replayed from CUDA graphs (cudaGraphLaunch)" in said and "without graphs" in said, said
+    (line,) = [x for x in v["losses"] if x["category"] == "unknown_flops"]
+    assert "replayed from graphs" in line["recommendation"] and "record shapes" not in line["recommendation"], line
+    # the headline's hint points to the note, not to recording shapes
+    from plasmient_report.render._format import achieved_why
+
+    assert "record shapes" not in (achieved_why(v) or "")

@@ -69,7 +69,7 @@ def achieved_why(verdict: Verdict | dict[str, Any]) -> str | None:
     if v.achieved_fraction_of_peak is None:
         if v.peak.tflops is None:
             return "no peak known for this GPU (give --gpu or --peak-tflops)"
-        return "no kernel has a FLOP estimate (give --model-flops, record shapes, or an Nsight Compute CSV)"
+        return "no kernel has a FLOP estimate (give --model-flops or an Nsight Compute CSV; the note says what else)"
     if v.achieved_is_lower_bound:
         unknown = cov.unknown_flops_time_fraction
         if unknown is not None:
