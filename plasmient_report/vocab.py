@@ -422,6 +422,13 @@ def kernel_label(name: str) -> str:
     return f"{base} [{tags[-1].split('::')[-1]}]" if tags else base
 
 
+def kernel_word(label: str) -> str:
+    """A kernel label (`kernel_label`) in one word for a short fix line: its function (`vectorized_elementwise_kernel`),
+    but a generic launcher's whole label (`kentry [Rmsnorm2dFwd]`: 'kentry' alone says nothing)."""
+    word = label.split(" ")[0]
+    return label if word in _GENERIC_LAUNCHERS and "[" in label else word
+
+
 def sql_constants() -> dict[str, str]:
     """Every upper-case constant of this module as a SQL literal, for the SQL library's `{{NAME}}` placeholders."""
     out: dict[str, str] = {}

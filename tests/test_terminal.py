@@ -268,3 +268,14 @@ def test_a_mangled_kernel_name_is_labelled_by_its_function(mangled, label):
     from plasmient_report.vocab import kernel_label
 
     assert kernel_label(mangled) == label
+
+
+def test_a_fix_line_keeps_what_a_generic_launcher_runs():
+    # PR301's one-line fix names a kernel in one word: the function, but 'kentry' alone (CK tile's launcher of
+    # ROCm's RMSNorm in TraceLens's MI300X vLLM trace) would say nothing
+    from plasmient_report.vocab import kernel_label, kernel_word
+
+    ck = "_ZN7ck_tile6kentryILi1ENS_12Rmsnorm2dFwdINS_27Rmsnorm2dFwdPipelineOnePassINS_27Rmsnorm2dFwdPipelineProblemIDF16b"
+    assert kernel_word(kernel_label(ck)) == "kentry [Rmsnorm2dFwd]"
+    mul = "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, MulFunctor<float> > >(int)"
+    assert kernel_word(kernel_label(mul)) == "vectorized_elementwise_kernel"

@@ -17,6 +17,7 @@ from ...vocab import (
     MATMUL_CLASS_OP_RE,
     NO_MATMUL_KERNEL_RE,
     kernel_base_name,
+    kernel_word,
 )
 from ..advice import fuse_memory, half_precision
 from ..base import Explanation, Finding, Thresholds, rule
@@ -173,7 +174,7 @@ def _finding(
     above = bool(roof.get("bandwidth_above_hbm_peak"))
     share = ctx.fraction(s["time_ns"])
     by = f" ({', '.join(op_names)})" if op_names else (f" (in {regions[0]})" if regions else "")
-    what = op_names[0] if op_names else short.split(" ")[0]
+    what = op_names[0] if op_names else kernel_word(short)
     # A byte estimate implying more than the HBM peak (L2-resident reuse, or a model that over-counts) is flagged
     # as an estimate problem, like FLOPs above peak: never stated as a bandwidth reached.
     if above:
@@ -266,7 +267,7 @@ def _finding(
             "HBM bandwidth, check its shapes (small or strided tensors) or autotune it "
             "(torch.compile mode='max-autotune')."
         )
-        fix = f"{short.split(' ')[0]}: already fused — fewer bytes" + (f" ({pct(frac)} of HBM)" if known else "")
+        fix = f"{kernel_word(short)}: already fused — fewer bytes" + (f" ({pct(frac)} of HBM)" if known else "")
     elif known is not None and known >= t.roofline_fraction:
         kind = "at_roofline"
         rec = head + (
@@ -281,7 +282,7 @@ def _finding(
             f"strided / uncoalesced access — use larger, contiguous tensors and vectorised kernels, or "
             f"{fuse_memory(p)}."
         )
-        fix = f"{short.split(' ')[0]} reaches only {pct(frac)} of HBM BW"
+        fix = f"{kernel_word(short)} reaches only {pct(frac)} of HBM BW"
     elif known is None:
         kind = "bandwidth_unknown"
         rec = head + (
