@@ -424,3 +424,62 @@ def test_int8_gemm_kernel_names_say_int8():
     ):
         assert con.execute("SELECT kernel_name_precision(?)", [name]).fetchone()[0] == "int8", name
     assert con.execute("SELECT kernel_name_precision('sm90_xmma_gemm_bf16bf16_bf16f32')").fetchone()[0] == "bf16"
+
+
+def test_flash_attn_ops_give_their_kernels_the_attention_flops(tmp_path):
+    # Construction: HF's attn_implementation="flash_attention_2" as flash_attn >= 2.6.3 records it — the custom op
+    # flash_attn::_flash_attn_forward (q, k, v as (batch, seqlen, heads, head dim), then dropout_p, softmax_scale,
+    # causal, window_size_left / right, softcap, alibi_slopes, return_softmax: flash_attn_interface.py) launching
+    # FlashAttention 2's kernel, and its backward under the autograd node. Truth: 2·B·H·L·S·(D + D), halved when
+    # causal, its backward 2.5× (flops.py's convention).
+    b, seq, h, d = 4, 2048, 32, 128
+    q = [b, seq, h, d]
+    bf16 = ["c10::BFloat16"] * 3
+    fwd_concrete = ["", "", "", "0.0", "0.088388347648318433", "True", "-1", "-1", "0.0", "", "False"]
+    bwd_concrete = [""] * 9 + ["0.0", "0.088388347648318433", "True", "-1", "-1", "0.0", "", "False", ""]
+    ev = [
+        annotation("work", 0.0, 3000.0),
+        cpu_op(
+            "flash_attn::_flash_attn_forward",
+            10.0,
+            20.0,
+            1,
+            dims=[q, q, q] + [[]] * 8,
+            types=bf16,
+            **{"Concrete Inputs": fwd_concrete},
+        ),
+        launch(12.0, 1, 11),
+        kernel(
+            "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t> >"
+            "(Flash_fwd_params)",
+            100.0,
+            600.0,
+            ext=1,
+            corr=11,
+        ),
+        cpu_op("FlashAttnFuncBackward", 40.0, 40.0, 2),
+        cpu_op(
+            "flash_attn::_flash_attn_backward",
+            45.0,
+            30.0,
+            3,
+            dims=[q] * 5 + [[b, h, seq]] + [q] * 3 + [[]] * 9,
+            types=["c10::BFloat16"] * 9,
+            **{"Concrete Inputs": bwd_concrete},
+        ),
+        launch(50.0, 3, 12),
+        kernel(
+            "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, "
+            "cutlass::bfloat16_t> >(Flash_bwd_params)",
+            800.0,
+            1500.0,
+            ext=3,
+            corr=12,
+        ),
+    ]
+    res = analyse([write_trace(tmp_path / "fa2.json", ev)], ranges=["work"])
+    got = dict(res.con.execute("SELECT substr(name, 6, 9), flops FROM kernels").fetchall())
+    fwd = 2 * b * h * seq * seq * (d + d) / 2
+    assert got == {"flash_fwd": fwd, "flash_bwd": 2.5 * fwd}
+    cls = {n[5:14]: c for n, (c, _) in classes(res).items()}
+    assert cls == {"flash_fwd": "compute", "flash_bwd": "compute"}
