@@ -269,20 +269,24 @@ def headroom(achieved: float | None, lower_bound: bool = False) -> Headroom:
     if achieved is None:
         return Headroom(
             factor=None,
-            text="unknown (the achieved fraction is unknown)" if lower_bound else "unknown (no useful FLOPs measured)",
+            text="headroom unknown (the achieved fraction is unknown)"
+            if lower_bound
+            else "headroom unknown (no useful FLOPs measured)",
         )
     if achieved <= 0:
         return Headroom(
             factor=None,
-            text="unknown (the achieved fraction is a lower bound)" if lower_bound else "unknown (no useful FLOPs measured)",
+            text="headroom unknown (the achieved fraction is a lower bound)"
+            if lower_bound
+            else "headroom unknown (no useful FLOPs measured)",
         )
     f = 1.0 / achieved
     if lower_bound:
         return Headroom(
             factor=None,
-            text=f"unknown: at most {f:.1f}x (the achieved fraction is a lower bound)"
+            text=f"headroom unknown: at most {f:.1f}x before new hardware (the achieved fraction is a lower bound)"
             if f <= 100
-            else "unknown (the achieved fraction is a lower bound)",
+            else "headroom unknown (the achieved fraction is a lower bound)",
         )
     if f > 100:
         return Headroom(factor=f, text="more than 100x below peak")

@@ -142,3 +142,14 @@ def test_load_verdict_refuses_non_finite_numbers(verdicts: list[dict], tmp_path)
     p.write_text(text.replace('"achieved_fraction_of_peak": ', '"achieved_fraction_of_peak": 1e999, "x": ', 1))
     with pytest.raises(BadInput, match="not a finite number|not valid JSON"):
         verdict_model.load_verdict(p)
+
+
+def test_headroom_text_says_what_it_is_about():
+    # report.html prints headroom.text after the verdict on its own ("VERDICT: busy. unknown: at most 59.5x" read
+    # as if the verdict were unknown): every wording names the headroom
+    from plasmient_report.judge import headroom
+
+    assert headroom(1 / 59.5, lower_bound=True).text.startswith("headroom unknown: at most 59.5x")
+    for h in (headroom(None), headroom(None, True), headroom(0.0), headroom(0.0, True), headroom(0.001, True), headroom(0.25)):
+        assert "headroom" in h.text or "below peak" in h.text, h.text
+    assert headroom(0.25).factor == 4.0
