@@ -121,3 +121,16 @@ def test_an_idle_tail_has_no_pending_time(tmp_path):
     finally:
         res.close()
     assert rows and all(r == (None, None) for r in rows), rows
+
+
+@pytest.mark.parametrize(("launch_us", "category"), [(30.0, "host_other"), (7990.0, "startup")])
+def test_the_profiles_first_gap_is_start_up_only_when_the_host_held_the_gpu_back(tmp_path, launch_us, category):
+    # The construction above: a cudaMalloc (a set-up call) at 0–20 µs, the first kernel at 8,000 µs. Launched at
+    # 30 µs, it sat queued 7,968 µs: the GPU was busy with work the trace does not hold (TraceLens's vLLM MI300X
+    # graph-execution trace: its per-step device queries made 41% of its one step read "start-up"); launched at
+    # 7,990 µs, the host held the GPU back until then: the program setting up.
+    ev = [runtime("cudaMalloc", 0.0, 20.0), launch(launch_us, ext=1, corr=1), kernel("k1", 8000.0, 100.0, ext=1, corr=1)]
+    ev += [launch(8050.0, ext=2, corr=2), kernel("k2", 8110.0, 100.0, ext=2, corr=2)]
+    v = analyse([write_trace(tmp_path / f"first{launch_us:.0f}.json", ev)], write_html=False, write_trace=False)
+    top = v["losses"][0]
+    assert top["category"] == category and top["fraction"] > 0.9, v["losses"]

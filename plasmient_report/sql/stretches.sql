@@ -5,7 +5,8 @@
 -- useful class resident: compute_inefficiency (a compute-bound kernel), unknown_flops (an unknown one), memory_bound,
 -- then collective_wait (a communication kernel's wait for its peers), pipeline_bubble (pipeline P2P),
 -- collective_transfer, memcpy. An idle stretch (nothing resident) is lost to what the host is doing: startup (a
--- set-up call; or, in the whole profile, before the GPU's first activity when set-up calls fall there),
+-- set-up call; or, in the whole profile, before the GPU's first activity when set-up calls fall there and that
+-- activity was not queued long before it ran),
 -- input_bound (inside a DataLoader range), sync_stall (the idle gap began as a host sync blocking on the GPU
 -- returned — the queue ran dry behind it), launch_bound (inside a launch call; or anywhere in a gap about one launch long —
 -- vocab.LAUNCH_GAP_MAX_NS — in which the host launches: the per-op path of Python, dispatcher and launch), else
@@ -105,6 +106,15 @@ SELECT wid, row_number() OVER (PARTITION BY wid ORDER BY start_ns) AS gap_no, sc
        CASE WHEN blocked THEN y_end END AS sync_end_ns
 FROM j;
 
+-- When the activity that ends each gap had been launched (its launch call returned): from then on, beyond a
+-- launch's latency, the GPU idled with work queued — waiting on something the trace does not hold, not the host.
+CREATE OR REPLACE TEMP TABLE _sw_queued AS
+SELECT g.wid, g.gap_no, min(kl.launch_end_ns) AS queued_ns,
+       g.end_ns - greatest(g.start_ns, min(kl.launch_end_ns)) > {{LAUNCH_GAP_MAX_NS}} AS pending
+FROM _sw_gaps g JOIN kernels k ON k.rank IS NOT DISTINCT FROM g.rank AND k.device = g.device AND k.start_ns = g.end_ns
+JOIN kernel_launch kl USING (kernel_id)
+GROUP BY g.wid, g.gap_no, g.start_ns, g.end_ns;
+
 -- What the host does inside the gaps. A gap about one launch long (≤ vocab.LAUNCH_GAP_MAX_NS) is named whole, by
 -- what the host does anywhere in it (its activity merged per rank and kind: one look-up per kind). A longer gap is
 -- cut where the host's activity changes: its host intervals swept with it, packed 15 bits per kind (launch call,
@@ -195,11 +205,14 @@ SELECT i.wid, i.t, i.t_next, false, 0.0,
             WHEN i.h_call > 0 OR (i.gap_launching AND i.gap_ns <= {{LAUNCH_GAP_MAX_NS}}) THEN 'launch_bound'
             -- the whole profile's time before its GPU's first activity, when the program's CUDA set-up falls in it
             -- (the trace holds the process's start): the program setting up (imports, model building,
-            -- compilation), not a loss a steady state repeats; a profile begun mid-run keeps its host causes
+            -- compilation), not a loss a steady state repeats; a profile begun mid-run keeps its host causes. Not
+            -- when the GPU's first work was queued long before it ran: the GPU was busy with work the trace does
+            -- not hold (a profile begun mid-run: the previous step's graph), whatever set-up calls the host made
             WHEN w.scope = 'window' AND i.gap_start = w.start_ns AND i.gap_setup AND i.gap_ns > {{LAUNCH_GAP_MAX_NS}}
+                 AND NOT coalesce(q.pending, false)
             THEN 'startup'
             ELSE 'host_other' END
-FROM _sw_idle i JOIN _sw_w w USING (wid);
+FROM _sw_idle i JOIN _sw_w w USING (wid) LEFT JOIN _sw_queued q ON q.wid = i.wid AND q.gap_no = i.gap_no;
 
 -- The islands: consecutive stretches of one category (also computed in numpy: sql/native.py stretch_islands).
 -- native: stretch_islands {
@@ -225,13 +238,6 @@ SELECT w.scope, w.range_name, w.rank, w.device, m.start_ns, m.end_ns, m.category
 FROM _sw_m m JOIN _sw_w w USING (wid);
 
 CREATE OR REPLACE TABLE idle_gaps AS
-WITH nxt AS (
-    -- when the activity that ends each gap had been launched (its launch call returned)
-    SELECT g.wid, g.gap_no, min(kl.launch_end_ns) AS queued_ns
-    FROM _sw_gaps g JOIN kernels k ON k.rank IS NOT DISTINCT FROM g.rank AND k.device = g.device AND k.start_ns = g.end_ns
-    JOIN kernel_launch kl USING (kernel_id)
-    GROUP BY g.wid, g.gap_no
-)
 SELECT g.* EXCLUDE (wid, gap_no), coalesce(i.launching, false) AS launching, n.queued_ns,
        CASE WHEN n.queued_ns IS NULL THEN NULL
             WHEN g.end_ns - greatest(g.start_ns, n.queued_ns) > {{LAUNCH_GAP_MAX_NS}}
@@ -239,7 +245,7 @@ SELECT g.* EXCLUDE (wid, gap_no), coalesce(i.launching, false) AS launching, n.q
 FROM _sw_gaps g
 LEFT JOIN (SELECT wid, gap_start, bool_or(gap_launching) AS launching FROM _sw_idle GROUP BY ALL) i
   ON i.wid = g.wid AND i.gap_start = g.start_ns
-LEFT JOIN nxt n ON n.wid = g.wid AND n.gap_no = g.gap_no;
+LEFT JOIN _sw_queued n ON n.wid = g.wid AND n.gap_no = g.gap_no;
 
 DROP VIEW _sw_parts_v;
 DROP VIEW _sw_host_v;
@@ -248,6 +254,7 @@ DROP TABLE _sw_parts;
 DROP TABLE _sw_seg;
 DROP TABLE _sw_busy;
 DROP TABLE _sw_gaps;
+DROP TABLE _sw_queued;
 DROP TABLE _sw_idle;
 DROP TABLE _sw_short;
 DROP TABLE _sw_c;
