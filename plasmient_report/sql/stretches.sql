@@ -5,12 +5,13 @@
 -- useful class resident: compute_inefficiency (a compute-bound kernel), unknown_flops (an unknown one), memory_bound,
 -- then collective_wait (a communication kernel's wait for its peers), pipeline_bubble (pipeline P2P),
 -- collective_transfer, memcpy. An idle stretch (nothing resident) is lost to what the host is doing: startup (a
--- set-up call; or, in the whole profile, before the GPU's first activity when set-up calls fall there and that
--- activity was not queued long before it ran),
+-- set-up call; or, in the whole profile, before the GPU's first activity when set-up calls fall there),
 -- input_bound (inside a DataLoader range), sync_stall (the idle gap began as a host sync blocking on the GPU
 -- returned — the queue ran dry behind it), launch_bound (inside a launch call; or anywhere in a gap about one launch long —
 -- vocab.LAUNCH_GAP_MAX_NS — in which the host launches: the per-op path of Python, dispatcher and launch), else
--- host_other. On a GPU with no peak, a stretch where a kernel with a FLOP
+-- host_other; but from when the gap's next activity had been launched (its launch call returned), beyond a launch's
+-- latency, host_other whatever the host did: the GPU waited on work the trace does not hold, not on the host. On a
+-- GPU with no peak, a stretch where a kernel with a FLOP
 -- estimate runs has no category (nothing can be said of it); the others are time-based and keep theirs.
 -- Consecutive stretches of one category are merged; `losses` and `idle_gaps` are read from here.
 -- Depends: vocab, window_kernels, kernel_class, host_activity, device_peaks, kernel_launch
@@ -147,7 +148,10 @@ FROM sj GROUP BY wid, gap_no, start_ns, end_ns;
 -- }
 CREATE OR REPLACE TEMP TABLE _sw_idle AS
 WITH long AS (
-    SELECT * FROM _sw_gaps WHERE end_ns - start_ns > {{LAUNCH_GAP_MAX_NS}}
+    -- (qcut: from when the gap's next activity sat queued, where it did beyond a launch's latency)
+    SELECT g.*, CASE WHEN q.pending THEN greatest(g.start_ns, q.queued_ns) END AS qcut
+    FROM _sw_gaps g LEFT JOIN _sw_queued q ON q.wid = g.wid AND q.gap_no = g.gap_no
+    WHERE g.end_ns - g.start_ns > {{LAUNCH_GAP_MAX_NS}}
 ), h AS (
     SELECT w.wid, greatest(h.start_ns, w.start_ns) AS s, least(h.end_ns, w.end_ns) AS e,
            CASE h.kind WHEN 'launch_call' THEN 1::BIGINT WHEN 'launch_op' THEN 1::BIGINT << 15
@@ -162,6 +166,7 @@ WITH long AS (
     UNION ALL SELECT wid, end_ns, -1, 0::BIGINT, NULL FROM long
     UNION ALL SELECT wid, s, 0, code, NULL FROM hi
     UNION ALL SELECT wid, e, 0, -code, NULL FROM hi
+    UNION ALL SELECT wid, qcut, 0, 0::BIGINT, NULL FROM long WHERE qcut IS NOT NULL  -- a cut point only
 ), agg AS (
     SELECT wid, t, sum(dg)::INTEGER AS dg, sum(dh)::BIGINT AS dh, max(gap_no) AS gap_no FROM ev GROUP BY wid, t
 ), run AS (
@@ -173,16 +178,17 @@ WITH long AS (
            ((h::BIGINT >> 45) & 32767)::INTEGER AS h_loader
     FROM run WHERE g > 0 AND t_next IS NOT NULL AND t_next > t
 ), long_seg AS (
-    SELECT seg.*, g.gap_no, g.start_ns AS gap_start, g.end_ns - g.start_ns AS gap_ns, g.after_sync
+    SELECT seg.*, g.gap_no, g.start_ns AS gap_start, g.end_ns - g.start_ns AS gap_ns, g.after_sync,
+           coalesce(seg.t >= g.qcut, false) AS queued
     FROM seg ASOF JOIN long g ON g.wid = seg.wid AND g.start_ns <= seg.t
 )
 SELECT wid, gap_no, t, t_next, h_call, h_op, h_startup, h_loader, gap_start, gap_ns, after_sync, gap_launching,
-       h_startup > 0 AS gap_setup
+       h_startup > 0 AS gap_setup, false AS queued
 FROM _sw_short
 UNION ALL
 SELECT wid, gap_no, t, t_next, h_call, h_op, h_startup, h_loader, gap_start, gap_ns, after_sync,
        bool_or(h_call > 0 OR h_op > 0) OVER (PARTITION BY wid, gap_no) AS gap_launching,
-       bool_or(h_startup > 0) OVER (PARTITION BY wid, gap_no) AS gap_setup
+       bool_or(h_startup > 0) OVER (PARTITION BY wid, gap_no) AS gap_setup, queued
 FROM long_seg;
 
 -- Every stretch, busy and idle, with its category.
@@ -199,20 +205,20 @@ SELECT wid, t, t_next, true AS busy, r,
 FROM _sw_seg
 UNION ALL
 SELECT i.wid, i.t, i.t_next, false, 0.0,
-       CASE WHEN i.h_startup > 0 THEN 'startup'
+       -- idle with the next activity queued (beyond a launch's latency): the GPU waited on work the trace does not
+       -- hold, not on anything the host did — no host cause is claimed (the note and PR504 say what it was)
+       CASE WHEN i.queued THEN 'host_other'
+            WHEN i.h_startup > 0 THEN 'startup'
             WHEN i.h_loader > 0 THEN 'input_bound'
             WHEN i.after_sync THEN 'sync_stall'
             WHEN i.h_call > 0 OR (i.gap_launching AND i.gap_ns <= {{LAUNCH_GAP_MAX_NS}}) THEN 'launch_bound'
             -- the whole profile's time before its GPU's first activity, when the program's CUDA set-up falls in it
             -- (the trace holds the process's start): the program setting up (imports, model building,
-            -- compilation), not a loss a steady state repeats; a profile begun mid-run keeps its host causes. Not
-            -- when the GPU's first work was queued long before it ran: the GPU was busy with work the trace does
-            -- not hold (a profile begun mid-run: the previous step's graph), whatever set-up calls the host made
+            -- compilation), not a loss a steady state repeats; a profile begun mid-run keeps its host causes
             WHEN w.scope = 'window' AND i.gap_start = w.start_ns AND i.gap_setup AND i.gap_ns > {{LAUNCH_GAP_MAX_NS}}
-                 AND NOT coalesce(q.pending, false)
             THEN 'startup'
             ELSE 'host_other' END
-FROM _sw_idle i JOIN _sw_w w USING (wid) LEFT JOIN _sw_queued q ON q.wid = i.wid AND q.gap_no = i.gap_no;
+FROM _sw_idle i JOIN _sw_w w USING (wid);
 
 -- The islands: consecutive stretches of one category (also computed in numpy: sql/native.py stretch_islands).
 -- native: stretch_islands {
