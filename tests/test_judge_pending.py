@@ -124,19 +124,22 @@ def test_an_idle_tail_has_no_pending_time(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("launch_us", "startup_us"),
-    [(30.0, 32.0), (4000.0, 4002.0), (7990.0, 8000.0)],
+    ("malloc_us", "launch_us", "startup_us"),
+    [(0.0, 30.0, 32.0), (0.0, 4000.0, 4002.0), (0.0, 7990.0, 8000.0), (5000.0, 30.0, 0.0)],
 )
-def test_idle_with_the_first_kernel_queued_is_not_start_up(tmp_path, launch_us, startup_us):
+def test_idle_with_the_first_kernel_queued_is_not_start_up(tmp_path, malloc_us, launch_us, startup_us):
     # The construction above: a cudaMalloc (a set-up call) at 0–20 µs, the first kernel at 8,000 µs, its launch
     # (2 µs) at `launch_us`. Until the launch returns the host held the GPU back: the program setting up (start-up,
     # the whole profile's time before the GPU's first activity). From then on the kernel sat queued — beyond a
     # launch's latency (100 µs) the GPU was busy with work the trace does not hold (TraceLens's vLLM MI300X
     # graph-execution trace: its per-step device queries made 41% of its one step read "start-up"): host_other, no
-    # host cause. Launched at 7,990 µs it ran 8 µs after: a launch's latency, all start-up. Window: 0–8,210 µs.
-    ev = [runtime("cudaMalloc", 0.0, 20.0), launch(launch_us, ext=1, corr=1), kernel("k1", 8000.0, 100.0, ext=1, corr=1)]
+    # host cause. Launched at 7,990 µs it ran 8 µs after: a launch's latency, all start-up. A set-up call made only
+    # while the kernel sat queued (the cudaMalloc at 5,000 µs) held nothing back: no start-up at all (the vLLM trace's
+    # device queries came after its first copy was queued). Window: 0–8,210 µs (8,000 µs before the first kernel).
+    ev = [runtime("cudaStreamIsCapturing", 0.0, 1.0)]  # (neither set-up nor launch: the profile starts at 0)
+    ev += [runtime("cudaMalloc", malloc_us, 20.0), launch(launch_us, ext=1, corr=1), kernel("k1", 8000.0, 100.0, ext=1, corr=1)]
     ev += [launch(8050.0, ext=2, corr=2), kernel("k2", 8110.0, 100.0, ext=2, corr=2)]
-    v = analyse([write_trace(tmp_path / f"first{launch_us:.0f}.json", ev)], write_html=False, write_trace=False)
+    v = analyse([write_trace(tmp_path / f"first{malloc_us:.0f}_{launch_us:.0f}.json", ev)], write_html=False, write_trace=False)
     lost = {x["category"]: x["fraction"] for x in v["losses"]}
     assert lost.get("startup", 0.0) == pytest.approx(startup_us / 8210, abs=0.002), lost
     assert lost.get("host_other", 0.0) == pytest.approx((8000 - startup_us) / 8210, abs=0.002), lost

@@ -188,7 +188,8 @@ FROM _sw_short
 UNION ALL
 SELECT wid, gap_no, t, t_next, h_call, h_op, h_startup, h_loader, gap_start, gap_ns, after_sync,
        bool_or(h_call > 0 OR h_op > 0) OVER (PARTITION BY wid, gap_no) AS gap_launching,
-       bool_or(h_startup > 0) OVER (PARTITION BY wid, gap_no) AS gap_setup, queued
+       -- (set-up calls made while the next activity sat queued held nothing back)
+       bool_or(h_startup > 0 AND NOT queued) OVER (PARTITION BY wid, gap_no) AS gap_setup, queued
 FROM long_seg;
 
 -- Every stretch, busy and idle, with its category.
