@@ -194,6 +194,21 @@ def test_the_other_matmul_class_ops_against_their_program_truth(phase):
     assert not v["achieved_is_lower_bound"] and v["coverage"]["unknown_flops_time_fraction"] < 0.01
 
 
+@pytest.mark.parametrize("phase", ["fa_full", "fa_causal", "fa_sliding", "fa_local"])
+def test_flash_attn_ops_against_their_program_truth(phase):
+    # sample_traces/h200_hf/flash_ops: FlashAttention 2's own ops (flash_attn::_flash_attn_forward / _backward, as
+    # torch 2.11's profiler records them), 10 forward + backward per range on bf16 (4, 4096, 16, 128), masks full,
+    # causal, HF's causal sliding window 1024 and a local ±512. Truth (written by the program): FLOPs of the pairs
+    # each mask keeps (brute force), 2.5x backward (FlopCounterMode's count for SDPA of the same shapes), over
+    # in-stream CUDA-event time; flash_attn's flags and windows are read from the op's recorded arguments.
+    t = json.loads(sample_file("h200_hf/flash_ops.truth.json").read_text())["phases"][phase]
+    v = analyse([sample_file("h200_hf/flash_ops.pt.trace.json.gz")], ranges=[phase]).verdict
+    (r,) = v["ranges"]
+    assert r["flops"] == pytest.approx(t["flops"], rel=0.001)  # causal: L·L/2 for the L·(L+1)/2 pairs kept
+    assert v["achieved_fraction_of_peak"] == pytest.approx(t["achieved_truth"], rel=0.02)
+    assert not v["achieved_is_lower_bound"] and v["coverage"]["unknown_flops_time_fraction"] < 0.01
+
+
 def test_v100_is_never_labelled_bf16():
     # hta-df-index-resolver: a V100 (no bf16) running fp32 sgemm kernels (../shared/corpus/public-real/README.md)
     v = analyse([corpus_file("public-real/hta-df-index-resolver/df_index_resolver.json.gz")]).verdict

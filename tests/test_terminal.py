@@ -59,6 +59,21 @@ def test_range_rows_across_ranks_are_steps_times_ranks(ddp: dict) -> None:
     assert 35 < per_step_ms < 45
 
 
+def test_several_chosen_ranges_get_a_row_each() -> None:
+    # sample_traces/h200_hf/flash_ops: four ranges; asked for by name, each gets its row (the headline is the
+    # first's step); one range asked for is the headline itself, no table. Truth: the program's CUDA events
+    # (flash_ops.truth.json) — fa_full 63.84 ms, fa_local 19.24 ms.
+    path = sample_file("h200_hf/flash_ops.pt.trace.json.gz")
+    truth = json.loads(sample_file("h200_hf/flash_ops.truth.json").read_text())["phases"]
+    text = box_text(analysed(path, ranges=["fa_full", "fa_local"]))
+    for name in ("fa_full", "fa_local"):
+        row = next(line for line in text.splitlines() if line.strip(" │").startswith(name))
+        ms = float(row.split()[3])
+        assert ms == pytest.approx(truth[name]["gpu_ms"], rel=0.01), row
+    one = box_text(analysed(path, ranges=["fa_local"]))
+    assert "ms/step" not in one
+
+
 def test_notes_past_four_are_counted_not_dropped(single: dict) -> None:
     v = dict(single, notes=[f"note number {i}" for i in range(7)])
     text = box_text(v)

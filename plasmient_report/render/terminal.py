@@ -189,7 +189,7 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
             )
         )
     ranges = v.ranges
-    if ranges and not run.range:
+    if ranges and (not run.range or len(ranges) > 1):  # one chosen range is the headline itself
         lines.append(Text(""))
         tbl = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False, title_justify="left")
         tbl.add_column("  range", overflow="ellipsis", no_wrap=True, max_width=30)

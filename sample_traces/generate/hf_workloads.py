@@ -26,6 +26,8 @@ Workloads (--workload):
                   torch.nn.functional.scaled_mm (aten::_scaled_mm_v2), int4 weight-only
                   torch._weight_int4pack_mm at M = 16 and 4096 (tinygemm, gpt-fast / torchao int4wo); truth = 2·M·N·K (2·N·K, 2·N) from the
                   program's own shapes (torch 2.11's FlopCounterMode counts none of them) and in-stream events
+  flash_ops       FlashAttention 2's own ops (flash_attn::_flash_attn_forward / _backward), forward and backward,
+                  per mask in a range: full, causal, HF's sliding window, a local window (run_flash's docstring)
   input_bound     a small MLP fed by a DataLoader whose __getitem__ sleeps (per-step ProfilerStep ranges)
   resnet50_amp    torchvision ResNet-50, channels_last, bf16 autocast, SGD (cuDNN convolutions)
   bert_amp        HF BertForMaskedLM (bert-base), seq 512, bf16 autocast, fp32 weights, fused AdamW
@@ -648,8 +650,6 @@ def run_graph(a):
 
 
 def run_fp8(a):
-    from torch.profiler import record_function
-
     n, reps = (8192, 20) if CUDA else (64, 2)
     info = {"M": n, "N": n, "K": n, "reps": reps}
     x = torch.randn(n, n, device=DEVICE)
@@ -667,42 +667,12 @@ def run_fp8(a):
     def bf16():
         return torch.mm(xb, wb)
 
-    for _ in range(3):
-        bf16()
-        if have_fp8:
-            fp8()
-    sync()
-    prof, path = profiler(a.out, a.workload, 1)
-    timer = StepTimer()
-    with prof:
-        bf16()
-        prof.step()
-        phases = [("bf16_gemm", bf16)] + ([("fp8_gemm", fp8)] if have_fp8 else [])
-        for name, fn in phases:
-            sync()
-            time.sleep(0.05)  # an idle gap between the phases
-            timer.mark()
-            with record_function(name):
-                for _ in range(reps):
-                    fn()
-                timer.mark()
-                sync()
-        prof.step()
-    ms = timer.elapsed_ms()
-    flops = 2 * n * n * n * reps
-    info["trace"] = os.path.basename(path)
-    info["phases"] = {}
-    for i, (name, _) in enumerate(phases):
-        p = "fp8" if name.startswith("fp8") else "bf16"
-        gpu_ms = ms[2 * i]  # mark pairs: (start, end) per phase; ms[2i+1] is the gap to the next phase
-        info["phases"][name] = {
-            "flops": flops,
-            "precision": p,
-            "gpu_ms": gpu_ms,
-            "achieved_truth": flops / (gpu_ms / 1e3) / PEAK[p],
-            "tflops": flops / (gpu_ms / 1e3) / 1e12,
-        }
-    return info
+    flops = 2 * n * n * n
+    phases = [("bf16_gemm", "bf16", flops, bf16)] + ([("fp8_gemm", "fp8", flops, fp8)] if have_fp8 else [])
+    for _, _, _, fn in phases:
+        for _ in range(3):
+            fn()
+    return timed_ranges(a, phases, reps, info)
 
 
 def run_blas(a):
@@ -710,7 +680,6 @@ def run_blas(a):
     range: the FLOPs from the shapes the program chose (a multiply-add = 2 FLOPs), in-stream CUDA events around the
     calls, and what FlopCounterMode counts for one call (torch 2.11: nothing, for every one of these ops)."""
     import torch.nn.functional as F
-    from torch.profiler import record_function
 
     big, reps = (8192, 20) if CUDA else (64, 2)
     vec = 16384 if CUDA else 64
@@ -758,6 +727,18 @@ def run_blas(a):
             fn()
         total, by_op = flop_count(fn)
         counted[name] = {"total": total, "by_op": by_op}
+    info = timed_ranges(a, ops, reps, {"reps": reps})
+    for name, phase in info["phases"].items():
+        phase["flop_counter_per_call"] = counted[name]
+    return info
+
+
+def timed_ranges(a, ops, reps, info):
+    """One profiled step: per (range, precision, FLOPs of one call, the call) in `ops`, `reps` calls inside
+    record_function(range), an idle gap between the ranges; the first op's call in a warm-up step before. Truth per
+    range (info["phases"]): its FLOPs (`reps` calls) and in-stream CUDA events around its calls."""
+    from torch.profiler import record_function
+
     sync()
     prof, path = profiler(a.out, a.workload, 1)
     timer = StepTimer()
@@ -775,7 +756,8 @@ def run_blas(a):
                 sync()
         prof.step()
     ms = timer.elapsed_ms()
-    info = {"trace": os.path.basename(path), "reps": reps, "phases": {}}
+    info["trace"] = os.path.basename(path)
+    info["phases"] = {}
     for i, (name, prec, flops, _) in enumerate(ops):
         gpu_ms = ms[2 * i]  # mark pairs: (start, end) per range; ms[2i+1] is the gap to the next one
         total = flops * reps
@@ -785,9 +767,73 @@ def run_blas(a):
             "gpu_ms": gpu_ms,
             "achieved_truth": total / (gpu_ms / 1e3) / PEAK[prec],
             "tflops": total / (gpu_ms / 1e3) / 1e12,
-            "flop_counter_per_call": counted[name],
         }
     return info
+
+
+def run_flash(a):
+    """flash_ops: FlashAttention 2 as HF's attn_implementation="flash_attention_2" calls it (flash_attn_func on
+    (batch, seqlen, heads, head dim) bf16 tensors), forward and backward, per mask in a range of its own: full,
+    causal, causal with a sliding window as HF passes Mistral's (window_size = (W − 1, W − 1)), and a non-causal
+    local window. The flash_attn package when it imports, else flash_lookalike.py's ops of the same names and
+    signatures (our Triton kernels). Truth per range: FLOPs = 2·B·H·D·2·(pairs the mask keeps, brute force) forward,
+    2.5× that backward (FlashAttention's count: 2 matmuls forward, 5 backward), checked against FlopCounterMode on
+    SDPA for the full and causal masks (FlopCounterMode counts causal as full); in-stream CUDA events; the kernels'
+    results against SDPA on the same mask."""
+    try:
+        from flash_attn import flash_attn_func
+
+        source = "flash_attn " + __import__("flash_attn").__version__
+    except ImportError:
+        from flash_lookalike import flash_attn_func
+
+        source = "flash_lookalike.py (flash_attn's op signatures, our Triton kernels)"
+    from flash_lookalike import check, keep_mask
+
+    b, lq, h, dim = (4, 4096, 16, 128) if CUDA else (1, 128, 2, 16)
+    reps = 10 if CUDA else 1
+    w = lq // 4
+    dt = torch.bfloat16 if CUDA else torch.float32
+    g = torch.Generator(device="cpu").manual_seed(5)
+    q, k, v = (torch.randn(b, lq, h, dim, generator=g).to(DEVICE, dt).requires_grad_() for _ in range(3))
+    dout = torch.randn(b, lq, h, dim, generator=g).to(DEVICE, dt)
+    masks = [
+        ("fa_full", False, (-1, -1)),
+        ("fa_causal", True, (-1, -1)),
+        ("fa_sliding", True, (w - 1, w - 1)),
+        ("fa_local", False, (w // 2, w // 2)),
+    ]
+    ops, info = [], {"source": source, "shape_bshd": [b, lq, h, dim], "reps": reps, "masks": {}}
+    for name, causal, window in masks:
+        pairs = int(keep_mask(lq, lq, causal, window).sum())
+        fwd = 2 * b * h * pairs * 2 * dim
+
+        def step(causal=causal, window=window):
+            out = flash_attn_func(q, k, v, causal=causal, window_size=window)
+            return torch.autograd.grad(out, (q, k, v), dout)
+
+        errors = check(q, k, v, causal, window, fn=flash_attn_func)
+        info["masks"][name] = {
+            "causal": causal,
+            "window": list(window),
+            "pairs": pairs,
+            "fwd_flops": fwd,
+            "max_abs_err_out_dq_dk_dv": errors,
+        }
+        ops.append((name, "bf16", fwd * 7 // 2, step))  # forward + backward (2.5×)
+    qt, kt, vt = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
+    for causal in (False, True):
+
+        def sdpa(causal=causal):
+            out = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+            torch.autograd.grad(out, (qt, kt, vt), dout.transpose(1, 2))
+
+        total, by_op = flop_count(sdpa)
+        info["masks"]["fa_causal" if causal else "fa_full"]["flop_counter_sdpa_fwd_bwd"] = {"total": total, "by_op": by_op}
+    for _, _, _, fn in ops:
+        for _ in range(3):
+            fn()
+    return timed_ranges(a, ops, reps, info)
 
 
 def run_overlap(a):
@@ -1003,6 +1049,8 @@ def main():
         info = run_fp8(a)
     elif w == "blas_forms":
         info = run_blas(a)
+    elif w == "flash_ops":
+        info = run_flash(a)
     elif w == "input_bound":
         info = run_input_bound(a)
     elif w == "overlap":
