@@ -12,12 +12,12 @@ import math
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import duckdb
 import msgspec
 
-from . import __version__, measured, peaks, roofline, verdict_tables, vocab
+from . import __version__, flops, measured, peaks, roofline, verdict_tables, vocab
 from .errors import BadInput
 from .metrics import STEP_LABEL, GpuPeak, loss_fractions, window_label
 from .rules.base import COMMON_THRESHOLDS
@@ -140,18 +140,19 @@ def loss_list(
     return sorted(out, key=lambda x: -x.fraction)
 
 
-def generic_advice(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+def generic_advice(con: duckdb.DuckDBPyConnection, unknown: UnknownWork | None = None) -> dict[str, str]:
     """RECOMMENDATIONS in the program's words: HIP graphs for a HIP program; for copies that are all from pinned
     memory already, not "pinned memory" again."""
     out = dict(RECOMMENDATIONS)
-    runtime, training = one(con, "SELECT runtime, training FROM program") or ("cuda", None)
-    if runtime == "hip":
+    u = unknown or unknown_work(con)
+    if u.api == "HIP":
         out["launch_bound"] = out["launch_bound"].replace("CUDA graphs", "HIP graphs")
     # unknown work: recording shapes helps only a trace without them, and never graph replays
-    if _unknown_graph_share(con) >= UNKNOWN_GRAPH_SHARE:
+    if u.graph_share >= UNKNOWN_GRAPH_SHARE:
         out["unknown_flops"] = "unknown work, replayed from graphs (no shapes): give --model-flops N or an Nsight Compute CSV"
-    elif _has_shapes(con):
+    elif u.has_shapes:
         out["unknown_flops"] = "unknown work: give --model-flops N or an Nsight Compute CSV"
+    training = (one(con, "SELECT training FROM program") or (None,))[0]
     if training is False:  # inference: no gradients — the forward's tensor / expert-parallel collectives
         out["collective_transfer"] = "overlap the forward's collectives with GEMMs, or shard over fewer GPUs"
     # the copies' time by kind: host copies (Kineto names them `Memcpy HtoD (Pageable -> Device)`, nsys `HtoD
@@ -618,17 +619,29 @@ NOT_JUDGED = "not judged: the window is too short"
 UNKNOWN_CONV_SHARE = 0.5
 
 
+# Attention given a mask tensor is said (its FLOPs counted dense) when it is this share of the counted FLOPs.
+MASKED_ATTENTION_NOTE_SHARE = 0.01
+
+
 # Graph replays said as the reason for unknown work when their kernels are this share of its time.
 UNKNOWN_GRAPH_SHARE = 0.5
 
 
-def _has_shapes(con: duckdb.DuckDBPyConnection) -> bool:
-    return bool((one(con, "SELECT count(*) FROM ops WHERE input_dims IS NOT NULL AND input_dims NOT IN ('', '[]')") or (0,))[0])
+class UnknownWork(NamedTuple):
+    """What the program and its trace offer about the unknown kernels: read once a run, for the loss line's advice
+    and the note's (`generic_advice`, `give_flops`)."""
+
+    api: str  # "CUDA" or "HIP": the graph API the program's runtime has
+    pytorch: bool
+    has_shapes: bool  # any op with input shapes
+    graph_share: float  # the share of unknown kernels' time that graph replays launched
 
 
-def _unknown_graph_share(con: duckdb.DuckDBPyConnection) -> float:
-    """The share of unknown kernels' time that graph replays launched (cudaGraphLaunch / hipGraphLaunch): a replayed
-    kernel has no op and no shapes in any trace, whatever the profiler recorded."""
+def unknown_work(con: duckdb.DuckDBPyConnection) -> UnknownWork:
+    runtime, pytorch = one(con, "SELECT runtime, pytorch FROM program") or ("cuda", False)
+    has_shapes = one(con, "SELECT count(*) > 0 FROM ops WHERE input_dims IS NOT NULL AND input_dims NOT IN ('', '[]')")
+    # a kernel replayed from a graph (cudaGraphLaunch / hipGraphLaunch) has no op and no shapes in any trace,
+    # whatever the profiler recorded
     row = one(
         con,
         """SELECT sum(k.end_ns - k.start_ns),
@@ -637,29 +650,46 @@ def _unknown_graph_share(con: duckdb.DuckDBPyConnection) -> float:
            WHERE kc.class = 'unknown'""",
         [vocab.GRAPH_LAUNCH_API_RE],
     )
-    return float(row[1]) / float(row[0]) if row and row[0] and row[1] else 0.0
+    share = float(row[1]) / float(row[0]) if row and row[0] and row[1] else 0.0
+    return UnknownWork("HIP" if runtime == "hip" else "CUDA", bool(pytorch), bool(has_shapes and has_shapes[0]), share)
 
 
-def _graph_api(con: duckdb.DuckDBPyConnection) -> str:
-    return "HIP" if (one(con, "SELECT runtime FROM program") or ("cuda",))[0] == "hip" else "CUDA"
+def masked_attention(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None) -> tuple[float, str, str] | None:
+    """Attention run with a mask tensor (flops.ATTENTION_MASK_AT) in the window: (its share of the window's counted
+    FLOPs, the op with most of them, its mask's dims); None when there is none. Its FLOPs count every (query, key)
+    pair: the trace does not record which ones the mask keeps."""
+    at = list(flops.ATTENTION_MASK_AT.items())
+    row = one(
+        con,
+        f"""WITH m(op, idx) AS (VALUES {", ".join("(?, ?)" for _ in at)}),
+            w AS (SELECT wk.share * k.flops AS f, k.flops_op_id FROM window_kernels wk JOIN kernels k USING (kernel_id)
+                  WHERE wk.scope = ? AND wk.range_name IS NOT DISTINCT FROM ? AND k.flops > 0),
+            a AS (SELECT w.f, o.name AS op, json_extract(o.input_dims, '$[' || m.idx || ']') AS mask
+                  FROM w JOIN ops o ON o.op_id = w.flops_op_id JOIN m ON m.op = o.name
+                  WHERE json_valid(o.input_dims))
+            SELECT (SELECT sum(f) FROM w), sum(f), arg_max(op, f), arg_max(mask::VARCHAR, f)
+            FROM a WHERE json_array_length(mask) >= 2""",
+        [x for pair in at for x in pair] + [scope, range_name],
+    )
+    if not row or not row[0] or not row[1]:
+        return None
+    return float(row[1]) / float(row[0]), str(row[2]), str(row[3]).replace(",", ", ")
 
 
-def give_flops(con: duckdb.DuckDBPyConnection) -> str:
+def give_flops(con: duckdb.DuckDBPyConnection, unknown: UnknownWork | None = None) -> str:
     """What to give for unknown work: shapes only where the trace has none to offer (a trace recorded with shapes
     whose unknown kernels are custom or compiled gains nothing from recording them again; nor does one whose unknown
     kernels are graph replays), and PyTorch's switches only for a PyTorch program."""
-    has_shapes = _has_shapes(con)
-    pytorch = bool((one(con, "SELECT pytorch FROM program") or (False,))[0])
-    flops = "give --model-flops N (the model's FLOPs per step or per --range occurrence)"
-    graphs = _unknown_graph_share(con)
+    u = unknown or unknown_work(con)
+    give = "give --model-flops N (the model's FLOPs per step or per --range occurrence)"
+    graphs, api = u.graph_share, u.api
     if graphs >= UNKNOWN_GRAPH_SHARE:
-        api = _graph_api(con)
         return (
             f"{graphs:.0%} of that time is kernels replayed from {api} graphs ({api.lower()}GraphLaunch): a replay "
-            f"records no op, so the trace has no shapes for them — {flops}, profile a step run without graphs (eager) for "
+            f"records no op, so the trace has no shapes for them — {give}, profile a step run without graphs (eager) for "
             "its shapes, or give an Nsight Compute CSV"
         )
-    if has_shapes:
+    if u.has_shapes:
         # convolutions with shapes but no stride / padding have no estimate (flops.conv): said as such when they are
         # most of the unknown time, not as custom kernels. A Kineto trace without Concrete Inputs (torch <= 1.9)
         # gains them from a newer torch; nsys's NVTX shape ranges never carry them.
@@ -683,15 +713,15 @@ def give_flops(con: duckdb.DuckDBPyConnection) -> str:
             )
             return (
                 f"{conv[1] / conv[0]:.0%} of that time is convolutions: the trace has their shapes but not their "
-                f"stride and padding ({why}), which a convolution's FLOPs need: {flops}{newer} or give an Nsight "
+                f"stride and padding ({why}), which a convolution's FLOPs need: {give}{newer} or give an Nsight "
                 "Compute CSV"
             )
         return (
             f"the trace has shapes, but these kernels (custom, compiled or library kernels) have no FLOP model: "
-            f"{flops} or an Nsight Compute CSV"
+            f"{give} or an Nsight Compute CSV"
         )
-    if not pytorch:
-        return f"{flops} or an Nsight Compute CSV"
+    if not u.pytorch:
+        return f"{give} or an Nsight Compute CSV"
     return GIVE_FLOPS
 
 
@@ -731,7 +761,8 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     means = measured.window_means(con)
     findings = findings_list(con)
     # Losses whenever the window was swept: time-based categories need no peak.
-    generic = generic_advice(con)
+    unknown = unknown_work(con)
+    generic = generic_advice(con, unknown)
     losses = loss_list(loss_fractions(con, scope, head_range, None), best_fixes(findings), generic)
     hosts = {
         r: h for r, h in con.execute("SELECT rank, any_value(host) FROM sources WHERE rank IS NOT NULL GROUP BY rank").fetchall()
@@ -856,12 +887,20 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     if achieved is None and ach.peak_known and ach.lower_bound:
         notes.append(
             f"achieved: unknown — no compute kernel in the window has a FLOP estimate ({unknown_pct} of "
-            f"compute-kernel time may do matmul-class work that nothing estimates); {give_flops(con)}"
+            f"compute-kernel time may do matmul-class work that nothing estimates); {give_flops(con, unknown)}"
         )
     elif ach.lower_bound:
         notes.append(
             f"{unknown_pct} of compute-kernel time is unknown work (GEMM / attention / custom or compiled "
-            f"kernels without a FLOP estimate): the achieved fraction is a lower bound; {give_flops(con)}"
+            f"kernels without a FLOP estimate): the achieved fraction is a lower bound; {give_flops(con, unknown)}"
+        )
+    masked = masked_attention(con, scope, head_range) if achieved is not None else None
+    if achieved is not None and masked is not None and masked[0] >= MASKED_ATTENTION_NOTE_SHARE:
+        share, op, dims = masked
+        notes.append(
+            f"{share:.0%} of the FLOPs counted are attention given a mask tensor ({op}, mask {dims}), counted as if "
+            "the mask kept every (query, key) pair: the trace does not record which pairs it keeps. A causal mask "
+            f"keeps about half — achieved would then be {achieved * (1 - share / 2):.0%}, not {achieved:.0%}"
         )
     if first is not None and not first.known:
         notes.append(first.source + ("; utilization and the time-based losses are still measured" if util is not None else ""))

@@ -50,6 +50,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -190,8 +191,8 @@ def train_setup(a, mode):
     g = torch.Generator(device="cpu").manual_seed(1)
     ids = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g).to(DEVICE)
 
-    def step():
-        out = step_model(input_ids=ids, labels=ids)
+    def step(eager=False):
+        out = (model if eager else step_model)(input_ids=ids, labels=ids)
         out.loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -228,9 +229,9 @@ def other_setup(a):
             else torch.optim.AdamW(model.parameters(), lr=1e-4, fused=CUDA)
         )
 
-        def loss():
+        def loss(eager=False):
             with amp:
-                return torch.nn.functional.cross_entropy(fwd(x), y)
+                return torch.nn.functional.cross_entropy((model if eager else fwd)(x), y)
 
         info.update(batch=b, image=224)
     elif w == "bert_amp":
@@ -247,7 +248,7 @@ def other_setup(a):
         ids = torch.randint(0, cfg.vocab_size, (b, t), generator=g).to(DEVICE)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=CUDA)
 
-        def loss():
+        def loss(eager=False):
             with amp:
                 return model(input_ids=ids, labels=ids).loss
 
@@ -282,7 +283,7 @@ def other_setup(a):
         ids = torch.randint(0, cfg.vocab_size, (b, t), generator=g).to(DEVICE)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=CUDA)
 
-        def loss():
+        def loss(eager=False):
             return model(input_ids=ids, labels=ids).loss
 
         # every token goes through top_k experts' three projections (gate, up: H -> inter; down: inter -> H), the
@@ -307,8 +308,8 @@ def other_setup(a):
     else:
         raise SystemExit(f"unknown workload {w}")
 
-    def step():
-        loss().backward()
+    def step(eager=False):
+        loss(eager).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -323,8 +324,10 @@ def run_training(a, mode):
         step()
     sync()
     info["warmup_s"] = time.time() - t0
-    # FLOPs of one step, counted by torch itself (matmuls and SDPA, forward and backward)
-    info["flops_per_step"], info["flops_by_op"] = flop_count(step)
+    # FLOPs of one step, counted by torch itself (matmuls and SDPA, forward and backward), on the eager model: a
+    # compiled model run under FlopCounterMode (a dispatch mode) ran eager from then on — the *_compile recordings
+    # made that way (before 2026-12-05) held no Triton kernel
+    info["flops_per_step"], info["flops_by_op"] = flop_count(lambda: step(eager=True))
     sync()
     n = a.steps
     prof, path = profiler(a.out, a.workload, n)
@@ -345,6 +348,9 @@ def run_training(a, mode):
         steps=[{"profiler_step": f"ProfilerStep#{i + 1}", "gpu_ms": m} for i, m in enumerate(ms)],
         gpu_ms_total=sum(ms),
     )
+    if a.workload.endswith("_compile"):  # the compiled kernels the trace holds (none: the compile did not run)
+        with gzip.open(os.path.join(a.out, info["trace"]), "rt") as f:
+            info["triton_kernels"] = len(re.findall(r'"name":\s*"triton_', f.read()))
     info.setdefault("precision", "bf16")
     info["achieved_truth"] = info["flops_per_step"] * n / (sum(ms) / 1e3) / PEAK["bf16"]
     if mode != "other" or info.get("causal"):  # Llama's and Mixtral's SDPA is causal; BERT's and ViT's are not
