@@ -656,8 +656,8 @@ def unknown_work(con: duckdb.DuckDBPyConnection) -> UnknownWork:
 
 def masked_attention(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None) -> tuple[float, str, str] | None:
     """Attention run with a mask tensor (flops.ATTENTION_MASK_AT) in the window: (its share of the window's counted
-    FLOPs, the op with most of them, its mask's dims); None when there is none. Its FLOPs count every (query, key)
-    pair: the trace does not record which ones the mask keeps."""
+    FLOPs, the op of its largest kernel share and that op's mask dims); None when there is none. Its FLOPs count
+    every (query, key) pair: the trace does not record which ones the mask keeps."""
     at = list(flops.ATTENTION_MASK_AT.items())
     row = one(
         con,
