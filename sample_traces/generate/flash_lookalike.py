@@ -99,6 +99,15 @@ def _bwd_pre(OUT, DO, DELTA, H, LQ, sob, sos, soh, BM: tl.constexpr, D: tl.const
 
 
 @triton.jit
+def _p_ds(q, k, v, do, lse, delta, qpos, kpos, offset, left, right, scale):
+    """The backward's inner step, shared by both passes: P recomputed from the log-sum-exp, dS = P ∘ (dP − Δ)."""
+    s = tl.dot(q, tl.trans(k)) * scale
+    p = tl.where(_keep(qpos, kpos, offset, left, right), tl.exp(s - lse[:, None]), 0.0)
+    dp = tl.dot(do, tl.trans(v))
+    return p, p * (dp - delta[:, None])
+
+
+@triton.jit
 def _bwd_dkdv(
     Q,
     K,
@@ -145,11 +154,8 @@ def _bwd_dkdv(
         do = tl.load(DO + qat)
         lse = tl.load(LSE + bh * LQ + qpos)
         delta = tl.load(DELTA + bh * LQ + qpos)
-        s = tl.dot(q, tl.trans(k)) * scale
-        p = tl.where(_keep(qpos, kpos, offset, left, right), tl.exp(s - lse[:, None]), 0.0)
+        p, ds = _p_ds(q, k, v, do, lse, delta, qpos, kpos, offset, left, right, scale)
         dv += tl.dot(tl.trans(p.to(do.dtype)), do)
-        dp = tl.dot(do, tl.trans(v))
-        ds = p * (dp - delta[:, None])
         dk += tl.dot(tl.trans(ds.to(q.dtype)), q)
     tl.store(DK + kat, (dk * scale).to(DK.dtype.element_ty))
     tl.store(DV + kat, dv.to(DV.dtype.element_ty))
@@ -198,10 +204,7 @@ def _bwd_dq(
         kat = b * skb + h * skh + kpos[:, None] * sks + d[None, :]
         k = tl.load(K + kat)
         v = tl.load(V + kat)
-        s = tl.dot(q, tl.trans(k)) * scale
-        p = tl.where(_keep(qpos, kpos, offset, left, right), tl.exp(s - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(v))
-        ds = p * (dp - delta[:, None])
+        _, ds = _p_ds(q, k, v, do, lse, delta, qpos, kpos, offset, left, right, scale)
         dq += tl.dot(ds.to(k.dtype), k)
     tl.store(DQ + qat, (dq * scale).to(DQ.dtype.element_ty))
 
