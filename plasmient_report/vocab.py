@@ -207,6 +207,11 @@ PROFILER_SETUP_RE = r"(?i)(buffer request|instrumentation|resource|profiling ini
 # driver's JIT compiling PTX. The program pays those unprofiled: start-up by their own names.
 DRIVER_SETUP_RE = r"(?i)(lazy function loading|module loading|driver compiler)"
 PROFILER_PREFIX = "profiler: "  # (host_activity names them so: `profiler: Activity Buffer Request`)
+# HIP launch calls whose grid is a global work size, in work-items (hipBLASLt's and rocBLAS's Tensile GEMMs launch
+# so): a kernel's blocks (workgroups) are its grid over its block size. Every other launch — hipLaunchKernel,
+# hipModuleLaunchKernel (CK, Triton, PyTorch's own kernels), and CUDA's — gives its grid in blocks (a grid of 1 with
+# blocks of 256 in TraceLens's SGLang MI300X trace; sgl_kernel's act_and_mul, one block per token, 15,360 of them).
+WORK_ITEM_GRID_LAUNCH_RE = r"(?i)^(hipExtModuleLaunchKernel|hipHccModuleLaunchKernel)$"
 # Calls that put work on the GPU (kernel and graph launches, async memsets). Async copies are copies, not launches:
 # a pageable cudaMemcpyAsync blocks the host for the copy.
 LAUNCH_API_RE = (

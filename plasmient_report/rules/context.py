@@ -18,7 +18,14 @@ import duckdb
 from .. import sql
 from ..metrics import window_label
 from ..peaks import GpuPeaks, load_table, match_gpu
-from ..vocab import BUSY_CATEGORIES, CATEGORIES, IDLE_CATEGORIES, MATERIAL_UNKNOWN_FLOPS, unknown_is_material
+from ..vocab import (
+    BUSY_CATEGORIES,
+    CATEGORIES,
+    IDLE_CATEGORIES,
+    MATERIAL_UNKNOWN_FLOPS,
+    WORK_ITEM_GRID_LAUNCH_RE,
+    unknown_is_material,
+)
 
 # lost_ns: from this many intervals on, the merge and lookups of `RuleContext._lost_ns_sorted` (below it, DuckDB
 # may plan the general query's lookups as a nested loop join, whose order of sums that merge would not keep)
@@ -103,6 +110,11 @@ class RuleContext:
     gpu_count: int = 1  # GPUs with an analysed window
     kernel_count: int = 0  # GPU activities in the window
     schema: str | None = None  # the schema of the rule now running (own_schema)
+
+    @property
+    def hip(self) -> bool:
+        """AMD GPUs: HIP's grids (`grid_unit_sql`), compute units, hipBLASLt."""
+        return self.program.runtime == "hip" or any((g.name or "").startswith("AMD") for g in self.gpus.values())
 
     @property
     def window_per_gpu_ns(self) -> float:
@@ -284,6 +296,18 @@ class RuleContext:
         extra = ", weight" if weighted else ""
         sql = f"SELECT NULL AS key, rank, device, start_ns, end_ns{extra} FROM ({intervals_sql})"
         return self.fraction(sum(self.lost_ns(sql, categories, weighted, params).values()))
+
+
+def grid_unit_sql(hip: bool, launch: str = "kl.launch_name") -> str:
+    """SQL of a kernel's grid unit, 'blocks' or 'work-items' (vocab.WORK_ITEM_GRID_LAUNCH_RE), from the call that
+    launched it (`launch`: kernel_launch.launch_name). NULL for a HIP kernel without its launch (replayed from a
+    graph): its grid's unit is not known."""
+    if not hip:
+        return "'blocks'"
+    return (
+        f"CASE WHEN {launch} IS NULL THEN NULL WHEN regexp_matches({launch}, '{WORK_ITEM_GRID_LAUNCH_RE}') "
+        "THEN 'work-items' ELSE 'blocks' END"
+    )
 
 
 def residual(condition: str) -> str:

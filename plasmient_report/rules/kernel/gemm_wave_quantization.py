@@ -1,7 +1,8 @@
 """PR402 gemm-wave-quantization: GEMMs (and convolutions, as the implicit GEMMs they run as) whose tiles do not
 fill the GPU's SMs in whole waves — a nearly empty last wave, padded tiles, or a GEMM smaller than one wave.
 waves = blocks / (SMs · blocks per SM); tiles come from the kernel name and the op's shapes when the kernel is
-persistent. HIP grids count work-items, CUDA grids blocks: a ROCm grid is divided by its block size first."""
+persistent. A HIP grid launched with a global work size counts work-items (context.grid_unit_sql): it is divided by
+its block size first."""
 
 from __future__ import annotations
 
@@ -15,15 +16,16 @@ from typing import Any
 from ...flops import GEMM_OPS
 from ...vocab import MATMUL_NAME_RE
 from ..base import Explanation, Finding, Thresholds, rule
-from ..context import RuleContext
+from ..context import RuleContext, grid_unit_sql
 from ..text import fmt_ns, pct, short_kernel
 
 EXPLANATION = Explanation(
     what_it_does="""
         For every matmul kernel shape (kernel, op input shapes, grid, block, registers, shared memory): how many
         waves its work makes on this GPU — waves = work units / (SMs × blocks per SM), with blocks per SM from the
-        launch's registers, threads and shared memory; the work units are the kernel's blocks (a HIP grid counts
-        work-items: divided by the block size), or, for a persistent kernel (one block per SM looping over
+        launch's registers, threads and shared memory; the work units are the kernel's blocks (a HIP grid of
+        work-items — hipExtModuleLaunchKernel's, hipBLASLt's — divided by the block size; a HIP kernel replayed
+        from a graph, its grid's unit unknown, is left out), or, for a persistent kernel (one block per SM looping over
         tiles), its tiles ⌈M/tm⌉·⌈N/tn⌉ from the tile size in the kernel name and the op's shapes. A convolution
         is the implicit GEMM it runs as: M = batch × output pixels, N = output channels (stride, padding and
         dilation from the op's concrete inputs); a convolution whose output size the trace does not give, a
@@ -72,10 +74,11 @@ CONV_FORWARD_OPS = {"aten::conv1d": 1, "aten::conv2d": 2, "aten::conv3d": 3, "at
 
 GROUPS_SQL = f"""
 SELECT md5(concat_ws('|', k.name, o.name, o.input_dims, o.concrete_inputs, k.grid_x, k.grid_y, k.grid_z, k.block_x,
-                     k.block_y, k.block_z, k.regs, k.smem, k.rank, k.device)) AS key,
+                     k.block_y, k.block_z, k.regs, k.smem, k.rank, k.device, kl.launch_name)) AS key,
        k.name, o.name AS op_name, o.input_dims, o.concrete_inputs, k.grid_x, k.grid_y, k.grid_z, k.block_x,
-       k.block_y, k.block_z, k.regs, k.smem, k.rank, k.device, k.kernel_id, k.start_ns, k.end_ns, k.flops
-FROM rule_kernels k JOIN rule_ops o ON o.op_id = k.flops_op_id
+       k.block_y, k.block_z, k.regs, k.smem, k.rank, k.device, k.kernel_id, k.start_ns, k.end_ns, k.flops,
+       kl.launch_name
+FROM rule_kernels k JOIN rule_ops o ON o.op_id = k.flops_op_id LEFT JOIN kernel_launch kl ON kl.kernel_id = k.kernel_id
 WHERE k.kind = 'compute' AND coalesce(k.flops, 0) > 0 AND k.end_ns > k.start_ns AND k.grid_x IS NOT NULL
   AND regexp_matches(k.name, '{MATMUL_NAME_RE}')"""
 
@@ -221,12 +224,12 @@ def _one(
     )
 
 
-def waves_of(g: dict[str, Any], sm_count: int, cc: str | None, amd: bool = False) -> Waves | None:
-    """The waves of one kernel shape; None when nothing can be said (a persistent grid without a known tile)."""
+def waves_of(g: dict[str, Any], sm_count: int, cc: str | None, amd: bool = False, work_items: bool = False) -> Waves | None:
+    """The waves of one kernel shape; None when nothing can be said (a persistent grid without a known tile).
+    `work_items`: the grid counts work-items (a HIP global work size, context.grid_unit_sql), not blocks."""
     threads = (g["block_x"] or 1) * (g["block_y"] or 1) * (g["block_z"] or 1)
     dims = [(g["grid_x"] or 1, g["block_x"] or 1), (g["grid_y"] or 1, g["block_y"] or 1), (g["grid_z"] or 1, g["block_z"] or 1)]
-    # HIP's grid is in work-items (threads), CUDA's in blocks
-    blocks = math.prod(math.ceil(n / b) for n, b in dims) if amd else math.prod(n for n, _ in dims)
+    blocks = math.prod(math.ceil(n / b) for n, b in dims) if work_items else math.prod(n for n, _ in dims)
     limits = AMD_LIMITS.get(cc or "", AMD_DEFAULT) if amd else SM_LIMITS.get(cc or "", SM_LIMITS["9.0"])
     m = TILE_RE.search(g["name"] or "")
     if g["op_name"] and CONV_OP_RE.search(g["op_name"]):
@@ -264,16 +267,17 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
                min(grid_x) AS grid_x, min(grid_y) AS grid_y, min(grid_z) AS grid_z,
                min(block_x) AS block_x, min(block_y) AS block_y, min(block_z) AS block_z,
                min(regs) AS regs, min(smem) AS smem, min(rank) AS rank, min(device) AS device,
-               count(*) AS count, sum(end_ns - start_ns) AS time_ns, sum(flops) AS flops
+               count(*) AS count, sum(end_ns - start_ns) AS time_ns, sum(flops) AS flops,
+               {grid_unit_sql(ctx.hip, "min(launch_name)")} AS grid_unit
         FROM ({GROUPS_SQL}) GROUP BY key ORDER BY time_ns DESC""")
-    amd = ctx.program.runtime == "hip"
+    amd = ctx.hip
     flagged = []
     conv_blocks_only = 0
     for g in groups:
         gpu = ctx.gpus.get((g["rank"], g["device"])) or ctx.gpu(g["rank"])
-        if gpu is None or not gpu.sm_count:
+        if gpu is None or not gpu.sm_count or g["grid_unit"] is None:  # (a HIP grid in an unknown unit: no waves)
             continue
-        w = waves_of(g, gpu.sm_count, gpu.compute_capability, amd=amd or (gpu.name or "").startswith("AMD"))
+        w = waves_of(g, gpu.sm_count, gpu.compute_capability, amd=amd, work_items=g["grid_unit"] == "work-items")
         if w is not None and w.shape == "blocks":
             conv_blocks_only += 1
         if w is None or w.efficiency >= t.max_efficiency:
@@ -379,7 +383,8 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
                 }
                 for x, y, z in flagged[: int(t.max_findings)]
             ],
-            "grid_unit": "work-items (HIP)" if amd else "blocks (CUDA)",
+            # (of the first GEMM's grid)
+            "grid_unit": "work-items (HIP)" if g["grid_unit"] == "work-items" else "blocks (HIP)" if amd else "blocks (CUDA)",
             "convolutions_by_blocks_only": conv_blocks_only,
         },
     )

@@ -21,7 +21,7 @@ from ...vocab import (
 )
 from ..advice import fuse_memory, half_precision
 from ..base import Explanation, Finding, Thresholds, rule
-from ..context import RuleContext
+from ..context import RuleContext, grid_unit_sql
 from ..text import fmt_bytes, fmt_ns, pct, short_kernel
 
 EXPLANATION = Explanation(
@@ -62,15 +62,26 @@ ATTENTION_RE = r"(?i)(flash|fmha|attn|attention|sdpa)"
 # The memory-class kernels of the window, with the op that launched them (kernel_launch's checked link).
 MEMORY_KERNELS_SQL = """
 SELECT k.kernel_id, k.rank, k.device, k.name, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS dur,
-       o.name AS op_name, k.grid_x * coalesce(k.grid_y, 1) * coalesce(k.grid_z, 1) AS blocks, o.input_types
+       o.name AS op_name, o.input_types
 FROM rule_kernels k LEFT JOIN rule_ops o ON o.op_id = k.op_id
 WHERE k.class = 'memory' AND k.end_ns > k.start_ns"""
 # The same kernels without their ops, for what reads none of the op's columns (op_id is unique: the join above adds
 # no rows, but DuckDB cannot know that and joins anyway).
 MEMORY_KERNELS_ONLY_SQL = """
-SELECT k.kernel_id, k.rank, k.device, k.name, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS dur,
-       k.grid_x * coalesce(k.grid_y, 1) * coalesce(k.grid_z, 1) AS blocks
+SELECT k.kernel_id, k.rank, k.device, k.name, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS dur
 FROM rule_kernels k WHERE k.class = 'memory' AND k.end_ns > k.start_ns"""
+# The fewest blocks (workgroups) a memory kernel of each name ran with, in the grid's unit (context.grid_unit_sql;
+# NULL where that is not known).
+BLOCKS_SQL = """
+WITH g AS (
+    SELECT k.name, k.grid_x AS gx, coalesce(k.grid_y, 1) AS gy, coalesce(k.grid_z, 1) AS gz,
+           coalesce(k.block_x, 1) AS tx, coalesce(k.block_y, 1) AS ty, coalesce(k.block_z, 1) AS tz, {unit} AS unit
+    FROM rule_kernels k LEFT JOIN kernel_launch kl ON kl.kernel_id = k.kernel_id
+    WHERE k.class = 'memory' AND k.name IN (SELECT unnest(?::VARCHAR[]))
+)
+SELECT name, min(CASE unit WHEN 'blocks' THEN gx * gy * gz
+                           WHEN 'work-items' THEN ceil(gx / tx) * ceil(gy / ty) * ceil(gz / tz) END) AS blocks
+FROM g GROUP BY name"""
 
 
 def _framework_op(name: str | None) -> bool:
@@ -95,7 +106,7 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         for r in ctx.rows(
             f"""
         SELECT name, count(*) AS count, sum(dur) AS time_ns, median(dur) AS median_ns,
-               list(DISTINCT rank ORDER BY rank) AS ranks, min(blocks) AS blocks
+               list(DISTINCT rank ORDER BY rank) AS ranks, list(DISTINCT device) AS devices
         FROM ({MEMORY_KERNELS_ONLY_SQL}) WHERE name IN (SELECT unnest(?::VARCHAR[])) GROUP BY name
         HAVING median(dur) >= ?""",
             [names, t.min_median_kernel_us * 1e3],
@@ -120,6 +131,8 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         [names],
     ):
         stats[r["name"]]["data_precision"] = r["data_precision"]
+    for r in ctx.rows(BLOCKS_SQL.format(unit=grid_unit_sql(ctx.hip)), [names]):
+        stats[r["name"]]["blocks"] = r["blocks"]
     # bytes, bandwidth and its fraction of HBM: the library's roofline of this window, not a copy of it
     roof = {
         r["name"]: r
@@ -153,6 +166,21 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         ops.setdefault(r["name"], []).append(r["op_name"])
     for name, lost_ns in top:
         yield _finding(ctx, t, name, lost_ns, stats[name], roof.get(name, {}), peak_bw.get(name), ops.get(name, []))
+
+
+def _few_blocks(ctx: RuleContext, s: dict[str, Any]) -> str:
+    """Why a memory-bound kernel reaches little of the bandwidth, as far as its grid tells: fewer blocks than the
+    GPU has SMs (CUs) leave part of it idle; with more, too few loads in flight per SM, or strided access."""
+    sms = [g.sm_count for g in ctx.gpus.values() if g.sm_count and g.device in (s["devices"] or [])]
+    blocks, unit = s.get("blocks"), "CU" if ctx.hip else "SM"
+    if not blocks or not sms:
+        return "too few blocks or strided / uncoalesced access"
+    if blocks < min(sms):
+        return f"too few blocks ({int(blocks):,} for {min(sms)} {unit}s: part of the GPU idles)"
+    return (
+        f"too few loads in flight per {unit} ({int(blocks):,} blocks, {blocks / min(sms):.3g} per {unit}) or "
+        "strided / uncoalesced access"
+    )
 
 
 def _finding(
@@ -278,9 +306,8 @@ def _finding(
     elif known is not None and known < t.poor_bandwidth:
         kind = "poor_bandwidth"
         rec = head + (
-            f"That is far below the roofline ({pct(frac)}): too few blocks ({s['blocks']}) or "
-            f"strided / uncoalesced access — use larger, contiguous tensors and vectorised kernels, or "
-            f"{fuse_memory(p)}."
+            f"That is far below the roofline ({pct(frac)}): {_few_blocks(ctx, s)} — use larger, contiguous tensors "
+            f"and vectorised kernels, or {fuse_memory(p)}."
         )
         fix = f"{kernel_word(short)} reaches only {pct(frac)} of HBM BW"
     elif known is None:
@@ -318,7 +345,7 @@ def _finding(
             "hbm_fraction": frac,
             "hbm_peak_bytes_s": hbm,
             "ranks": s["ranks"],
-            "blocks": s["blocks"],
+            "blocks": s.get("blocks"),
             "data_precision": s["data_precision"],
             "bandwidth_above_hbm_peak": above,
             "kernel_kind": kind,

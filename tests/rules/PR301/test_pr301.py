@@ -5,6 +5,8 @@ silent on compute-bound, launch-bound, communication and unknown-FLOP kernels.""
 
 from __future__ import annotations
 
+import pytest
+
 from ...conftest import annotation, cpu_op, kernel, launch, write_trace
 from ..expect import Expect, Near, analyse, check, single_phase, truth
 from ..traces import runtime
@@ -241,6 +243,50 @@ def test_a_matrix_vector_product_is_told_to_batch_its_vectors():
                 evidence={"kernel_kind": "gemv"},
                 says=[r"matrix-vector", r"batch (the )?vectors into one matmul"],
                 never_says=[r"\bfuse (it|aten)", r"GEMM below the ridge"],
+            )
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    "blocks, says",
+    [
+        # fewer blocks than the H100's 132 SMs: part of the GPU has nothing to do
+        (64, r"too few blocks \(64 for 132 SMs: part of the GPU idles\)"),
+        # more: every SM has blocks, so it is not their number but the loads in flight per SM, or the access pattern
+        (8192, r"too few loads in flight per SM \(8,192 blocks, 62\.1 per SM\) or strided"),
+    ],
+)
+def test_far_below_the_roofline_says_what_its_grid_tells(tmp_path, blocks, says):
+    # Construction: an elementwise add reading two 64 MiB fp32 tensors and writing one (192 MiB) in 600 µs:
+    # 0.34 TB/s, 10% of the H100's 3.35 TB/s — far below the roofline.
+    n = 2**24
+    ev = [
+        annotation("work", 0.0, 1000.0),
+        cpu_op("aten::add", 10.0, 5.0, ext=1, dims=[[n], [n], []], types=["float", "float", "Scalar"]),
+        launch(11.0, 1, 10),
+        kernel(
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >",
+            100.0,
+            600.0,
+            ext=1,
+            corr=10,
+            grid=[blocks, 1, 1],
+            block=[128, 1, 1],
+        ),
+    ]
+    v = analyse([write_trace(tmp_path / "t.json", ev)], ranges=["work"])
+    check(
+        v,
+        [
+            Expect(
+                "PR301",
+                evidence={
+                    "kernel_kind": "poor_bandwidth",
+                    "blocks": blocks,
+                    "hbm_fraction": Near(3 * 4 * n / 600e-6 / H100_HBM, rel=0.05, truth="construction: 192 MiB in 600 µs"),
+                },
+                says=[says],
             )
         ],
     )

@@ -1,8 +1,11 @@
 """PR402 gemm-wave-quantization: fires on a GEMM one tile past a whole wave, on a convolution counted as its
-implicit GEMM, on a ROCm GEMM whose grid is in work-items; silent on a large square GEMM and on a convolution whose
+implicit GEMM, on a ROCm GEMM whose grid is in work-items or blocks
+(its launch call's unit); silent on a large square GEMM and on a convolution whose
 blocks fill whole waves."""
 
 from __future__ import annotations
+
+import pytest
 
 from ...conftest import annotation, cpu_op, kernel, launch, write_trace
 from ..expect import Expect, Near, analyse, check, single_phase
@@ -114,10 +117,9 @@ def test_a_convolution_is_its_implicit_gemm(tmp_path):
     )
 
 
-def test_a_rocm_grid_counts_work_items(tmp_path):
+def _rocm_gemm(tmp_path, launch: str, grid_x: int):
     # Construction: an MI300X (304 CUs); a 2560×4096 · 4096×2048 bf16 GEMM in 128×128 tiles = 20·16 = 320
-    # workgroups, launched as a HIP grid of 320 × 256 work-items. 320 workgroups on 304 CUs leave the second wave
-    # nearly empty whatever the occupancy (the trace gives no registers / LDS): at best 320 / 608 = 53%.
+    # workgroups of 256 work-items, launched by `launch` with a grid of `grid_x`.
     m, k, n = 2560, 4096, 2048
     ev = [
         annotation("step", 0.0, 300.0),
@@ -125,7 +127,7 @@ def test_a_rocm_grid_counts_work_items(tmp_path):
         {
             "ph": "X",
             "cat": "cuda_runtime",
-            "name": "hipLaunchKernel",
+            "name": launch,
             "pid": 100,
             "tid": 1,
             "ts": 2.0,
@@ -138,18 +140,33 @@ def test_a_rocm_grid_counts_work_items(tmp_path):
             250.0,
             ext=1,
             corr=11,
-            grid=[320 * 256, 1, 1],
+            grid=[grid_x, 1, 1],
             block=[256, 1, 1],
         ),
     ]
-    path = write_gpu_trace(tmp_path / "rocm.json", ev, gpu="AMD Instinct MI300X", sms=304, major=9, minor=4, warp=64, rocm=True)
+    return write_gpu_trace(tmp_path / "rocm.json", ev, gpu="AMD Instinct MI300X", sms=304, major=9, minor=4, warp=64, rocm=True)
+
+
+@pytest.mark.parametrize(
+    "launch, grid_x, unit",
+    [
+        # hipBLASLt launches its Tensile GEMMs with a global work size: the grid counts work-items
+        ("hipExtModuleLaunchKernel", 320 * 256, "work-items (HIP)"),
+        # hipLaunchKernel (CK, PyTorch's kernels) and hipModuleLaunchKernel (Triton) take the grid in blocks
+        ("hipLaunchKernel", 320, "blocks (HIP)"),
+        ("hipModuleLaunchKernel", 320, "blocks (HIP)"),
+    ],
+)
+def test_a_rocm_grid_in_its_launch_calls_unit(tmp_path, launch, grid_x, unit):
+    # 320 workgroups on 304 CUs leave the second wave nearly empty whatever the occupancy (the trace gives no
+    # registers / LDS): at best 320 / 608 = 53%.
     check(
-        analyse([path]),
+        analyse([_rocm_gemm(tmp_path, launch, grid_x)]),
         [
             Expect(
                 "PR402",
                 evidence={
-                    "grid_unit": "work-items (HIP)",
+                    "grid_unit": unit,
                     "gemms.0.units": 320,
                     "gemms.0.occupancy_known": False,
                     "gemms.0.efficiency": Near(320 / 608, rel=1e-6, truth="construction: 320 of 2 × 304 slots"),
