@@ -177,10 +177,9 @@ def _few_blocks(ctx: RuleContext, s: dict[str, Any]) -> str:
         return "too few blocks or strided / uncoalesced access"
     if blocks < min(sms):
         return f"too few blocks ({int(blocks):,} for {min(sms)} {unit}s: part of the GPU idles)"
-    return (
-        f"too few loads in flight per {unit} ({int(blocks):,} blocks, {blocks / min(sms):.3g} per {unit}) or "
-        "strided / uncoalesced access"
-    )
+    per = blocks / min(sms)
+    per_text = f"{per:,.0f}" if per >= 100 else f"{per:.3g}"  # (2,282, not 2.28e+03)
+    return f"too few loads in flight per {unit} ({int(blocks):,} blocks, {per_text} per {unit}) or strided / uncoalesced access"
 
 
 def _finding(
