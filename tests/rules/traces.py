@@ -62,15 +62,19 @@ def write_gpu_trace(
     warp: int = 32,
     rocm: bool = False,
     memory_bytes: int | None = 192 * 2**30,
+    rank: int | None = None,
+    world_size: int = 2,
 ) -> Path:
     """A trace whose deviceProperties give the GPU's SM / CU count, architecture and memory (`totalGlobalMem`;
-    None: left out) — write_trace gives only an H100's name and SM count."""
+    None: left out) — write_trace gives only an H100's name and SM count. `rank`: one rank of a `world_size` run."""
     props: dict[str, Any] = {"id": 0, "name": gpu, "numSms": sms, "computeMajor": major, "computeMinor": minor, "warpSize": warp}
     if memory_bytes is not None:
         props["totalGlobalMem"] = memory_bytes
     doc: dict[str, Any] = {"schemaVersion": 1, "baseTimeNanoseconds": BASE, "traceEvents": events, "deviceProperties": [props]}
     if rocm:
         doc["roctracer_version"] = "4.1"
+    if rank is not None:
+        doc["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": world_size}
     path.write_text(json.dumps(doc))
     return path
 

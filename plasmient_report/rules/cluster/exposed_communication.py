@@ -83,7 +83,7 @@ def exposed_communication(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                           count(DISTINCT rank) AS n FROM rule_collective_members GROUP BY ALL)
         SELECT collective, count(*) AS count, sum(transfer_ns) AS transfer_ns, median(bytes) AS bytes,
                sum(bytes) / nullif(sum(transfer_ns), 0) AS algbw_gbs
-        FROM i GROUP BY collective ORDER BY transfer_ns DESC LIMIT 5""")
+        FROM i GROUP BY collective ORDER BY transfer_ns DESC, collective LIMIT 5""")
     exposed = nccl - overlap
     ranks = [
         {

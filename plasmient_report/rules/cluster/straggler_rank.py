@@ -93,7 +93,7 @@ def straggler_rank(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                arg_min(collective || '#' || seq, last_start) AS first_id
         FROM inst i JOIN mine m ON m.rank IS NOT DISTINCT FROM i.last_rank
         WHERE lateness_ns >= ?
-        GROUP BY i.last_rank ORDER BY sum(lateness_ns) DESC""",
+        GROUP BY i.last_rank ORDER BY sum(lateness_ns) DESC, i.last_rank""",
         [min_late],
     )
     if not per_rank:
@@ -106,7 +106,7 @@ def straggler_rank(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     for w in ctx.rows(
         f"""{WAITS_SQL}
             SELECT last_rank, waiter, sum(w_end - w_start) AS wait_ns FROM waits WHERE lateness_ns >= ?
-            GROUP BY ALL ORDER BY wait_ns DESC""",
+            GROUP BY ALL ORDER BY wait_ns DESC, last_rank, waiter""",
         [min_late],
     ):
         waiters.setdefault(w["last_rank"], []).append(w)

@@ -78,14 +78,18 @@ STARTUP_SHARE = 0.5
 INNER_OP_SHARE = 0.5
 FIRST_CALL_LATER = 2
 FIRST_CALL_RATIO = 5.0
-# The innermost op under at least INNER_OP_SHARE of each gap, with how its call compares with the later calls of
-# the same name and shapes on its rank (the whole trace's ops: a --range's first call may not be the trace's).
+# The innermost op under at least INNER_OP_SHARE of each gap (not an annotation: ProfilerStep#N is no op to
+# name; of equally deep ones on several threads the one under more of the gap, then the first recorded), with how
+# its call compares with the later calls of the same name and shapes on its rank (the whole trace's ops: a
+# --range's first call may not be the trace's).
 INNER_OPS_SQL = """
 WITH c AS (
-    SELECT g.i, arg_max(o.op_id, o.depth) AS op_id
+    SELECT g.i, arg_max(o.op_id, (o.depth, least(o.end_ns, g.end_ns) - greatest(o.start_ns, g.start_ns), -o.op_id))
+               AS op_id
     FROM (SELECT * FROM _gaps WHERE i IN (SELECT unnest($ids::BIGINT[]))) g
     JOIN rule_ops o ON o.rank IS NOT DISTINCT FROM g.rank AND o.start_ns < g.end_ns AND o.end_ns > g.start_ns
     WHERE least(o.end_ns, g.end_ns) - greatest(o.start_ns, g.start_ns) >= $share * (g.end_ns - g.start_ns)
+      AND NOT regexp_matches(o.name, $ann)
     GROUP BY g.i
 ), me AS (SELECT c.i, o.* FROM c JOIN ops o USING (op_id))
 SELECT me.i, me.name, me.end_ns - me.start_ns AS ns, me.input_dims IS NOT NULL AS shaped,
@@ -122,7 +126,7 @@ def gpu_idle_gap(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
             FROM _gaps g JOIN (SELECT * FROM rule_losses WHERE end_ns > start_ns) l
               ON l.start_ns < g.end_ns AND l.end_ns > g.start_ns
              AND {residual("l.rank IS NOT DISTINCT FROM g.rank AND l.device = g.device")}
-            GROUP BY g.i, l.category ORDER BY ns DESC""")
+            GROUP BY g.i, l.category ORDER BY ns DESC, l.category""")
     for r in overlaps:
         cats.setdefault(r["i"], {})[r["category"]] = r["ns"]
 
@@ -192,7 +196,7 @@ def _describe(
             FROM _gaps g JOIN _top_ops o ON o.rank IS NOT DISTINCT FROM g.rank
              AND o.start_ns < g.end_ns AND o.end_ns > g.start_ns
             WHERE g.i IN (SELECT unnest(?::BIGINT[]))
-            GROUP BY g.i, o.name ORDER BY ns DESC""",
+            GROUP BY g.i, o.name ORDER BY ns DESC, o.name""",
         [ids],
     ):
         during.setdefault(r["i"], []).append(r)
@@ -234,7 +238,7 @@ def _describe(
             JOIN rule_ranges x ON x.rank IS NOT DISTINCT FROM g.rank AND NOT x.on_gpu
              AND x.name NOT LIKE 'ProfilerStep#%' AND x.domain IS DISTINCT FROM 'python'
              AND x.start_ns < g.end_ns AND x.end_ns > g.start_ns AND x.end_ns - x.start_ns <= g.end_ns - g.start_ns
-            GROUP BY g.i, x.name ORDER BY ns DESC""",
+            GROUP BY g.i, x.name ORDER BY ns DESC, x.name""",
         [ids],
     ):
         partial.setdefault(r["i"], []).append(r)
@@ -278,11 +282,11 @@ def _describe(
                       AND c.rank IS NOT DISTINCT FROM a.rank AND c.pid IS NOT DISTINCT FROM a.pid AND c.thread = a.thread)
                   UNION ALL SELECT rank, ? || name, start_ns, end_ns FROM profiler_overhead) a
               ON a.rank IS NOT DISTINCT FROM g.rank AND a.start_ns < g.end_ns AND a.end_ns > g.start_ns
-            GROUP BY g.i, a.name ORDER BY ns DESC""",
+            GROUP BY g.i, a.name ORDER BY ns DESC, a.name""",
         [ids, PROFILER_PREFIX],
     ):
         calls.setdefault(r["i"], (r["name"], r["ns"]))
-    inner = {r["i"]: r for r in ctx.rows(INNER_OPS_SQL, {"ids": ids, "share": INNER_OP_SHARE})}
+    inner = {r["i"]: r for r in ctx.rows(INNER_OPS_SQL, {"ids": ids, "share": INNER_OP_SHARE, "ann": ANNOTATION_OP_RE})}
     setup: dict[int, list[str]] = {}
     for r in ctx.rows(
         """
@@ -290,7 +294,7 @@ def _describe(
             FROM _gaps g JOIN host_activity h ON h.rank IS NOT DISTINCT FROM g.rank AND h.kind = 'startup'
              AND h.start_ns < g.end_ns AND h.end_ns > g.start_ns
             WHERE g.i IN (SELECT unnest(?::BIGINT[]))
-            GROUP BY g.i, h.name ORDER BY ns DESC""",
+            GROUP BY g.i, h.name ORDER BY ns DESC, h.name""",
         [ids],
     ):
         setup.setdefault(r["i"], []).append(r["name"])

@@ -205,7 +205,8 @@ def host_sync_stall(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                count(*) AS syncs, sum(lost_ns) AS lost_ns, sum(idle_ns) AS idle_ns, max(idle_ns) AS max_idle_ns,
                sum(d2h_copies) AS d2h_copies, max(d2h_bytes) AS d2h_bytes, list(DISTINCT rank ORDER BY rank) AS ranks,
                min(rank) AS first_rank, max(idle_end) AS idle_end, sum(waited_ns) AS waited_ns
-        FROM per_sync GROUP BY sync_name, inner_op, outer_op, python_site ORDER BY lost_ns DESC""")
+        FROM per_sync GROUP BY sync_name, inner_op, outer_op, python_site
+        ORDER BY lost_ns DESC, sync_name, inner_op, outer_op, python_site""")
     p = ctx.program
     for g in groups[: int(t.max_findings)]:
         what = friendly(g["sync_name"], g["inner_op"], g["outer_op"], p.pytorch)

@@ -50,7 +50,7 @@ def input_bound_step(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     rows = ctx.rows(f"""
         SELECT loader, count(*) AS stalls, sum(lost_ns) AS lost_ns, sum(end_ns - start_ns) AS idle_ns,
                list(DISTINCT rank ORDER BY rank) AS ranks
-        FROM ({INPUT_SQL}) GROUP BY loader ORDER BY lost_ns DESC""")
+        FROM ({INPUT_SQL}) GROUP BY loader ORDER BY lost_ns DESC, loader""")
     if not rows:
         return
     lost_ns = sum(r["lost_ns"] for r in rows)

@@ -64,7 +64,7 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         FROM k GROUP BY rank, device, stream
         HAVING median(dur) <= ? AND median(gap) FILTER (WHERE gap > 0) > median(dur)
            AND median(gap) FILTER (WHERE gap > 0) <= ?
-        ORDER BY kernels DESC""",
+        ORDER BY kernels DESC, rank NULLS FIRST, device, stream""",
         [max_gap, t.short_kernel_us * 1e3, max_gap],
     )
     if not streams:
@@ -89,7 +89,7 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
                -- (the op's own kernel, not the workspace memset launched beside it)
                coalesce(mode(k.name) FILTER (WHERE k.kind <> 'memset'), mode(k.name)) AS kernel
         FROM (SELECT * FROM ({KERNELS_SQL}) WHERE {sel}) k JOIN rule_ops o ON o.op_id = k.op_id
-        GROUP BY o.name ORDER BY kernels DESC LIMIT 3""",
+        GROUP BY o.name ORDER BY kernels DESC, o.name LIMIT 3""",
         flat,
     )
     med_k = sorted(s["median_kernel_ns"] for s in streams)[len(streams) // 2]

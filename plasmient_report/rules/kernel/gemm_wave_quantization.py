@@ -254,6 +254,11 @@ def waves_of(g: dict[str, Any], sm_count: int, cc: str | None, amd: bool = False
     return max(found, key=lambda c: c.efficiency) if found else None
 
 
+def _unit_text(unit: str, amd: bool) -> str:
+    """A grid's unit as the evidence names it: work-items or blocks, and of which API."""
+    return "work-items (HIP)" if unit == "work-items" else "blocks (HIP)" if amd else "blocks (CUDA)"
+
+
 @rule(
     title="GEMM tiles do not fill the SMs in whole waves (small GEMMs, tile quantisation)",
     category="compute_inefficiency",
@@ -269,7 +274,7 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
                min(regs) AS regs, min(smem) AS smem, min(rank) AS rank, min(device) AS device,
                count(*) AS count, sum(end_ns - start_ns) AS time_ns, sum(flops) AS flops,
                {grid_unit_sql(ctx.hip, "min(launch_name)")} AS grid_unit
-        FROM ({GROUPS_SQL}) GROUP BY key ORDER BY time_ns DESC""")
+        FROM ({GROUPS_SQL}) GROUP BY key ORDER BY time_ns DESC, key""")
     amd = ctx.hip
     flagged = []
     conv_blocks_only = 0
@@ -380,11 +385,11 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
                     "persistent": y.persistent,
                     "occupancy_known": y.occupancy_known,
                     "shape": y.shape,
+                    # (one trace can mix hipBLASLt's work-item grids with CK's and Triton's block grids)
+                    "grid_unit": _unit_text(x["grid_unit"], amd),
                 }
                 for x, y, z in flagged[: int(t.max_findings)]
             ],
-            # (of the first GEMM's grid)
-            "grid_unit": "work-items (HIP)" if g["grid_unit"] == "work-items" else "blocks (HIP)" if amd else "blocks (CUDA)",
             "convolutions_by_blocks_only": conv_blocks_only,
         },
     )

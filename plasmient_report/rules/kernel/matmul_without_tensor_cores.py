@@ -69,7 +69,7 @@ def matmul_without_tensor_cores(ctx: RuleContext, t: Thresholds) -> Iterator[Fin
     rows = ctx.rows(f"""
         SELECT name, min(op_name) AS op_name, min(input_dims) AS dims, min(precision) AS precision,
                count(*) AS count, sum(dur) AS time_ns, sum(flops) AS flops, list(DISTINCT rank ORDER BY rank) AS ranks
-        FROM ({FLAGGED_SQL}) GROUP BY name ORDER BY time_ns DESC""")
+        FROM ({FLAGGED_SQL}) GROUP BY name ORDER BY time_ns DESC, name""")
     if not rows:
         return
     # Their lost time: compute inefficiency or memory-bound where they have FLOPs. Without a FLOP estimate (no shapes)

@@ -52,17 +52,17 @@ def pageable_or_sync_memcpy(ctx: RuleContext, t: Thresholds) -> Iterator[Finding
         SELECT coalesce(copy_kind, regexp_extract(name, 'Memcpy (\\w+)', 1)) AS direction, name,
                count(*) AS count, sum(bytes) AS bytes, sum(end_ns - start_ns) AS time_ns,
                list(DISTINCT rank ORDER BY rank) AS ranks
-        FROM ({PAGEABLE_SQL}) GROUP BY ALL ORDER BY time_ns DESC""")
+        FROM ({PAGEABLE_SQL}) GROUP BY ALL ORDER BY time_ns DESC, direction, name""")
     syncs = ctx.rows(f"""
         SELECT name, count(*) AS count, sum(end_ns - start_ns) AS time_ns, list(DISTINCT rank ORDER BY rank) AS ranks
-        FROM ({SYNC_SQL}) GROUP BY name ORDER BY time_ns DESC""")
+        FROM ({SYNC_SQL}) GROUP BY name ORDER BY time_ns DESC, name""")
     if not copies and not syncs:
         return
     ops = [
         r["op"]
         for r in ctx.rows(f"""
         SELECT o.name AS op, sum(k.end_ns - k.start_ns) AS ns FROM ({PAGEABLE_SQL}) k JOIN rule_ops o USING (op_id)
-        GROUP BY o.name ORDER BY ns DESC LIMIT 3""")
+        GROUP BY o.name ORDER BY ns DESC, o.name LIMIT 3""")
     ]
     lost = ctx.lost_fraction(
         f"""

@@ -70,17 +70,21 @@ WHERE k.class = 'memory' AND k.end_ns > k.start_ns"""
 MEMORY_KERNELS_ONLY_SQL = """
 SELECT k.kernel_id, k.rank, k.device, k.name, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS dur
 FROM rule_kernels k WHERE k.class = 'memory' AND k.end_ns > k.start_ns"""
-# The fewest blocks (workgroups) a memory kernel of each name ran with, in the grid's unit (context.grid_unit_sql;
-# NULL where that is not known).
+# The fewest blocks (workgroups) a memory kernel of each name ran with per SM (CU) of its own GPU, the grid in its
+# unit (context.grid_unit_sql; NULL where that is not known), with that GPU's SM count.
 BLOCKS_SQL = """
-WITH g AS (
-    SELECT k.name, k.grid_x AS gx, coalesce(k.grid_y, 1) AS gy, coalesce(k.grid_z, 1) AS gz,
-           coalesce(k.block_x, 1) AS tx, coalesce(k.block_y, 1) AS ty, coalesce(k.block_z, 1) AS tz, {unit} AS unit
+WITH gp AS {gpus}, g AS (
+    SELECT k.name, gp.sm_count AS sm,
+           CASE {unit} WHEN 'blocks' THEN k.grid_x * coalesce(k.grid_y, 1) * coalesce(k.grid_z, 1)
+                       WHEN 'work-items' THEN ceil(k.grid_x / coalesce(k.block_x, 1))
+                                              * ceil(coalesce(k.grid_y, 1) / coalesce(k.block_y, 1))
+                                              * ceil(coalesce(k.grid_z, 1) / coalesce(k.block_z, 1)) END AS blocks
     FROM rule_kernels k LEFT JOIN kernel_launch kl ON kl.kernel_id = k.kernel_id
+    LEFT JOIN gp ON gp.rank IS NOT DISTINCT FROM k.rank AND gp.device = k.device
     WHERE k.class = 'memory' AND k.name IN (SELECT unnest(?::VARCHAR[]))
 )
-SELECT name, min(CASE unit WHEN 'blocks' THEN gx * gy * gz
-                           WHEN 'work-items' THEN ceil(gx / tx) * ceil(gy / ty) * ceil(gz / tz) END) AS blocks
+SELECT name, coalesce(arg_min(blocks, blocks / sm) FILTER (WHERE sm > 0), min(blocks))::BIGINT AS blocks,
+       arg_min(sm, blocks / sm) FILTER (WHERE sm > 0) AS sm_count
 FROM g GROUP BY name"""
 
 
@@ -131,8 +135,8 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         [names],
     ):
         stats[r["name"]]["data_precision"] = r["data_precision"]
-    for r in ctx.rows(BLOCKS_SQL.format(unit=grid_unit_sql(ctx.hip)), [names]):
-        stats[r["name"]]["blocks"] = r["blocks"]
+    for r in ctx.rows(BLOCKS_SQL.format(gpus=ctx.gpus_sql(), unit=grid_unit_sql(ctx.hip)), [names]):
+        stats[r["name"]].update(blocks=r["blocks"], sm_count=r["sm_count"])
     # bytes, bandwidth and its fraction of HBM: the library's roofline of this window, not a copy of it
     roof = {
         r["name"]: r
@@ -160,7 +164,7 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         f"""
             SELECT name, op_name, sum(dur) AS time_ns FROM ({MEMORY_KERNELS_SQL})
             WHERE name IN (SELECT unnest(?::VARCHAR[])) AND op_name IS NOT NULL
-            GROUP BY name, op_name ORDER BY time_ns DESC""",
+            GROUP BY name, op_name ORDER BY time_ns DESC, op_name""",
         [names],
     ):
         ops.setdefault(r["name"], []).append(r["op_name"])
@@ -170,16 +174,16 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
 
 def _few_blocks(ctx: RuleContext, s: dict[str, Any]) -> str:
     """Why a memory-bound kernel reaches little of the bandwidth, as far as its grid tells: fewer blocks than the
-    GPU has SMs (CUs) leave part of it idle; with more, too few loads in flight per SM, or strided access."""
-    sms = [g.sm_count for g in ctx.gpus.values() if g.sm_count and g.device in (s["devices"] or [])]
-    blocks, unit = s.get("blocks"), "CU" if ctx.hip else "SM"
+    GPU has SMs (CUs) leave part of it idle; with more, too few loads in flight per SM, or strided access. (`blocks`
+    and `sm_count`: its launch with the fewest blocks per SM of its own GPU, BLOCKS_SQL.)"""
+    blocks, sms, unit = s.get("blocks"), s.get("sm_count"), "CU" if ctx.hip else "SM"
     if not blocks or not sms:
         return "too few blocks or strided / uncoalesced access"
-    if blocks < min(sms):
-        return f"too few blocks ({int(blocks):,} for {min(sms)} {unit}s: part of the GPU idles)"
-    per = blocks / min(sms)
+    if blocks < sms:
+        return f"too few blocks ({blocks:,} for {sms} {unit}s: part of the GPU idles)"
+    per = blocks / sms
     per_text = f"{per:,.0f}" if per >= 100 else f"{per:.3g}"  # (2,282, not 2.28e+03)
-    return f"too few loads in flight per {unit} ({int(blocks):,} blocks, {per_text} per {unit}) or strided / uncoalesced access"
+    return f"too few loads in flight per {unit} ({blocks:,} blocks, {per_text} per {unit}) or strided / uncoalesced access"
 
 
 def _finding(

@@ -88,7 +88,7 @@ def unfused_elementwise_chain(ctx: RuleContext, t: Thresholds) -> Iterator[Findi
         """
         SELECT key, min(ops) AS ops, count(*) AS occurrences, sum(n) AS kernels,
                sum(busy_ns) AS busy_ns, max(n) AS longest, min(dims0) AS dims0, list(DISTINCT rank ORDER BY rank) AS ranks
-        FROM _rule_chains GROUP BY key ORDER BY busy_ns DESC"""
+        FROM _rule_chains GROUP BY key ORDER BY busy_ns DESC, key"""
     )
     lost = ctx.lost_ns(
         """SELECT ch.key, c.rank, c.device, c.start_ns, c.end_ns

@@ -9,7 +9,7 @@ import pytest
 
 from ...conftest import annotation, cpu_op, kernel, launch, write_trace
 from ..expect import Expect, Near, analyse, check, single_phase, truth
-from ..traces import runtime
+from ..traces import runtime, write_gpu_trace
 
 H100_HBM = 3.35e12  # peaks.toml: H100 SXM HBM3
 
@@ -257,11 +257,11 @@ def test_a_matrix_vector_product_is_told_to_batch_its_vectors():
         (8192, r"too few loads in flight per SM \(8,192 blocks, 62\.1 per SM\) or strided"),
     ],
 )
-def test_far_below_the_roofline_says_what_its_grid_tells(tmp_path, blocks, says):
-    # Construction: an elementwise add reading two 64 MiB fp32 tensors and writing one (192 MiB) in 600 µs:
-    # 0.34 TB/s, 10% of the H100's 3.35 TB/s — far below the roofline.
+def _slow_add(blocks: int) -> list[dict]:
+    # Construction: an elementwise add reading two 64 MiB fp32 tensors and writing one (192 MiB) in 600 µs, on a
+    # grid of `blocks` blocks of 128 threads: 0.34 TB/s, 10% of an H100's 3.35 TB/s, 17% of an A100's 2.04 TB/s.
     n = 2**24
-    ev = [
+    return [
         annotation("work", 0.0, 1000.0),
         cpu_op("aten::add", 10.0, 5.0, ext=1, dims=[[n], [n], []], types=["float", "float", "Scalar"]),
         launch(11.0, 1, 10),
@@ -275,7 +275,20 @@ def test_far_below_the_roofline_says_what_its_grid_tells(tmp_path, blocks, says)
             block=[128, 1, 1],
         ),
     ]
-    v = analyse([write_trace(tmp_path / "t.json", ev)], ranges=["work"])
+
+
+@pytest.mark.parametrize(
+    "blocks, says",
+    [
+        # fewer blocks than the H100's 132 SMs: part of the GPU has nothing to do
+        (64, r"too few blocks \(64 for 132 SMs: part of the GPU idles\)"),
+        # more: every SM has blocks, so it is not their number but the loads in flight per SM, or the access pattern
+        (8192, r"too few loads in flight per SM \(8,192 blocks, 62\.1 per SM\) or strided"),
+    ],
+)
+def test_far_below_the_roofline_says_what_its_grid_tells(tmp_path, blocks, says):
+    n = 2**24
+    v = analyse([write_trace(tmp_path / "t.json", _slow_add(blocks))], ranges=["work"])
     check(
         v,
         [
@@ -289,4 +302,19 @@ def test_far_below_the_roofline_says_what_its_grid_tells(tmp_path, blocks, says)
                 says=[says],
             )
         ],
+    )
+    (f,) = [x for x in v["findings"] if x["rule"] == "PR301"]
+    assert type(f["evidence"]["blocks"]) is int, f["evidence"]["blocks"]  # (a count of blocks, not 64.0)
+
+
+def test_each_ranks_blocks_are_set_against_its_own_gpus_sms(tmp_path):
+    # Construction: rank 0 runs the slow add on an H100 (132 SMs) with 120 blocks — 12 SMs idle; rank 1 on an A100
+    # (108 SMs) with 8,192. Set against the smaller GPU, 120 blocks would fill it; against its own, they do not.
+    paths = [
+        write_gpu_trace(tmp_path / "r0.json", _slow_add(120), "NVIDIA H100 80GB HBM3", 132, 9, 0, rank=0),
+        write_gpu_trace(tmp_path / "r1.json", _slow_add(8192), "NVIDIA A100-SXM4-80GB", 108, 8, 0, rank=1),
+    ]
+    check(
+        analyse(paths, ranges=["work"]),
+        [Expect("PR301", evidence={"blocks": 120}, says=[r"too few blocks \(120 for 132 SMs: part of the GPU idles\)"])],
     )

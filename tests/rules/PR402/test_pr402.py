@@ -117,33 +117,38 @@ def test_a_convolution_is_its_implicit_gemm(tmp_path):
     )
 
 
-def _rocm_gemm(tmp_path, launch: str, grid_x: int):
+def _rocm_gemm(tmp_path, launch: str, grid_x: int, also: tuple[str, int] | None = None):
     # Construction: an MI300X (304 CUs); a 2560×4096 · 4096×2048 bf16 GEMM in 128×128 tiles = 20·16 = 320
-    # workgroups of 256 work-items, launched by `launch` with a grid of `grid_x`.
-    m, k, n = 2560, 4096, 2048
-    ev = [
-        annotation("step", 0.0, 300.0),
-        cpu_op("aten::mm", 1.0, 5.0, ext=1, dims=[[m, k], [k, n]], types=["c10::BFloat16"] * 2),
-        {
-            "ph": "X",
-            "cat": "cuda_runtime",
-            "name": launch,
-            "pid": 100,
-            "tid": 1,
-            "ts": 2.0,
-            "dur": 2.0,
-            "args": {"External id": 1, "correlation": 11},
-        },
-        kernel(
-            "Cijk_Alik_Bljk_BBS_BH_MT128x128x64_MI16x16x1_SN_LDSB0",
-            10.0,
-            250.0,
-            ext=1,
-            corr=11,
-            grid=[grid_x, 1, 1],
-            block=[256, 1, 1],
-        ),
-    ]
+    # workgroups of 256 work-items, launched by `launch` with a grid of `grid_x`, for 250 µs. `also`: then a
+    # 1280×4096 · 4096×2048 one (10·16 = 160 workgroups) launched by also[0] with a grid of also[1], for 200 µs.
+    def gemm(t: float, m: int, call: str, grid: int, dur: float, ext: int) -> list[dict]:
+        k, n = 4096, 2048
+        return [
+            cpu_op("aten::mm", t + 1.0, 5.0, ext=ext, dims=[[m, k], [k, n]], types=["c10::BFloat16"] * 2),
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": call,
+                "pid": 100,
+                "tid": 1,
+                "ts": t + 2.0,
+                "dur": 2.0,
+                "args": {"External id": ext, "correlation": 10 + ext},
+            },
+            kernel(
+                "Cijk_Alik_Bljk_BBS_BH_MT128x128x64_MI16x16x1_SN_LDSB0",
+                t + 10.0,
+                dur,
+                ext=ext,
+                corr=10 + ext,
+                grid=[grid, 1, 1],
+                block=[256, 1, 1],
+            ),
+        ]
+
+    ev = [annotation("step", 0.0, 600.0 if also else 300.0), *gemm(0.0, 2560, launch, grid_x, 250.0, 1)]
+    if also:
+        ev += gemm(300.0, 1280, *also, 200.0, 2)
     return write_gpu_trace(tmp_path / "rocm.json", ev, gpu="AMD Instinct MI300X", sms=304, major=9, minor=4, warp=64, rocm=True)
 
 
@@ -166,7 +171,7 @@ def test_a_rocm_grid_in_its_launch_calls_unit(tmp_path, launch, grid_x, unit):
             Expect(
                 "PR402",
                 evidence={
-                    "grid_unit": unit,
+                    "gemms.0.grid_unit": unit,
                     "gemms.0.units": 320,
                     "gemms.0.occupancy_known": False,
                     "gemms.0.efficiency": Near(320 / 608, rel=1e-6, truth="construction: 320 of 2 × 304 slots"),
@@ -174,6 +179,27 @@ def test_a_rocm_grid_in_its_launch_calls_unit(tmp_path, launch, grid_x, unit):
                 # AMD's words: compute units, hipBLASLt (not SMs, cuBLASLt)
                 says=[r"304 CUs", r"hipBLASLt"],
                 never_says=[r"\bSMs?\b", r"cuBLAS"],
+            )
+        ],
+    )
+
+
+def test_each_gemm_in_its_own_grid_unit(tmp_path):
+    # One trace, two launch paths (hipBLASLt's work-item grid, then a block grid): each GEMM is read, and said, in
+    # its own unit — 320 and 160 workgroups (160 of 304 CUs: 53%).
+    paths = [_rocm_gemm(tmp_path, "hipExtModuleLaunchKernel", 320 * 256, also=("hipLaunchKernel", 160))]
+    check(
+        analyse(paths),
+        [
+            Expect(
+                "PR402",
+                evidence={
+                    "gemms.0.grid_unit": "work-items (HIP)",
+                    "gemms.0.units": 320,
+                    "gemms.1.grid_unit": "blocks (HIP)",
+                    "gemms.1.units": 160,
+                    "gemms.1.efficiency": Near(160 / 304, rel=1e-6, truth="construction: 160 of 304 slots"),
+                },
             )
         ],
     )

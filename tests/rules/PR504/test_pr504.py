@@ -277,3 +277,24 @@ def test_a_kernel_queued_behind_a_stream_wait_names_it_and_is_no_first_call(tmp_
     assert "1 gap of at least 1 ms leaves" in f["recommendation"] and "In it the next kernel" in f["recommendation"]
     # (a CUDA trace's advice names CUDA's call, not HIP's)
     assert "(cudaStreamWaitEvent)" in f["recommendation"] and "hip" not in f["recommendation"]
+
+
+def test_an_annotation_is_not_named_as_the_op_under_a_gap(tmp_path):
+    # Construction (the shape of kineto's ResNet-50 sample with 4 DataLoader workers): a 10 ms gap between two
+    # kernels. On thread 1, `ProfilerStep#1` (an annotation) sits under `## step ##` and spans the gap; on thread
+    # 2, `aten::to` alone spans it. The op the host was in is aten::to; the step marker is no op to name, however
+    # deep it is nested.
+    ev = [
+        runtime("cudaLaunchKernel", 1.0, 3.0, corr=1),
+        kernel("work_kernel", 5.0, 100.0, 0, 1),
+        annotation("## step ##", 0.0, 11_000.0),
+        cpu_op("ProfilerStep#1", 50.0, 10_800.0, 0),
+        cpu_op("aten::to", 110.0, 10_000.0, 0, tid=2),
+        runtime("cudaLaunchKernel", 10_200.0, 3.0, corr=2),
+        kernel("work_kernel", 10_205.0, 100.0, 0, 2),
+    ]
+    f = [x for x in analyse([write_trace(tmp_path / "step.json", ev)])["findings"] if x["rule"] == "PR504" and x["key"] == "gaps"]
+    assert f, "no PR504 gap finding"
+    (gap,) = f[0]["evidence"]["gaps"]
+    assert gap["host_ops"] == ["aten::to"], gap
+    assert "ProfilerStep" not in f[0]["recommendation"], f[0]["recommendation"]
