@@ -312,7 +312,7 @@ def align_ranks(con: duckdb.DuckDBPyConnection, fixed: set[int]) -> tuple[list[R
                              AND a.source_id < b.source_id
         ), m AS (SELECT sa, sb, median(res) AS med, count(*) AS n FROM d GROUP BY sa, sb)
         SELECT m.sa, m.sb, m.med, m.n, median(abs(d.res - m.med)) FROM m JOIN d USING (sa, sb)
-        GROUP BY m.sa, m.sb, m.med, m.n""",
+        GROUP BY m.sa, m.sb, m.med, m.n ORDER BY m.sa, m.sb""",
         [pattern],
     ).fetchall()
     if not pairs:
@@ -329,7 +329,8 @@ def align_ranks(con: duckdb.DuckDBPyConnection, fixed: set[int]) -> tuple[list[R
     queue = list(roots)
     while queue:
         a = queue.pop(0)
-        for b, med, n, mad in sorted(edges.get(a, []), key=lambda e: -e[2]):
+        # (the most collectives first; of as many, the lowest source: the same tree in every run)
+        for b, med, n, mad in sorted(edges.get(a, []), key=lambda e: (-e[2], e[0])):
             if b in delta:
                 continue
             # b's ends sit `med` after a's: move b by −med (on top of a's own move).

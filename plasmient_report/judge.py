@@ -667,7 +667,8 @@ def masked_attention(con: duckdb.DuckDBPyConnection, scope: str, range_name: str
             a AS (SELECT w.f, o.name AS op, json_extract(o.input_dims, '$[' || m.idx || ']') AS mask
                   FROM w JOIN ops o ON o.op_id = w.flops_op_id JOIN m ON m.op = o.name
                   WHERE json_valid(o.input_dims))
-            SELECT (SELECT sum(f) FROM w), sum(f), arg_max(op, f), arg_max(mask::VARCHAR, f)
+            SELECT (SELECT exact_sum(f, {vocab.AMOUNT_FIXED_SCALE!r}) FROM w), exact_sum(f, {vocab.AMOUNT_FIXED_SCALE!r}),
+                   arg_max(op, (f, op)), arg_max(mask::VARCHAR, (f, mask::VARCHAR))
             FROM a WHERE json_array_length(mask) >= 2""",
         [x for pair in at for x in pair] + [scope, range_name],
     )

@@ -286,9 +286,11 @@ def unknown_is_material(unknown_ns: float | None, with_flops_ns: float | None, t
 # --------------------------------------------------------------------------------------------------- plausibility
 
 # Sums of doubles are taken in fixed point (exact_sum in sql/vocab.sql), so that a run's numbers are the same to the
-# last digit whatever order the rows arrive in: times in ns at 2^-20 ns, rates (fractions of peak) at 2^-40.
+# last digit whatever order the rows arrive in: times in ns at 2^-20 ns, rates (fractions of peak) at 2^-40, FLOPs and
+# bytes at 2^-20 (powers of two: x * scale is exact, and values from 2^33 up lose nothing).
 NS_FIXED_SCALE = float(2**20)
 RATE_FIXED_SCALE = float(2**40)
+AMOUNT_FIXED_SCALE = float(2**20)
 
 # 1.5x the fastest HBM in peaks.toml (8 TB/s): no kernel moves more; a byte estimate implying more is wrong.
 MAX_PLAUSIBLE_BANDWIDTH_BYTES_S = 12e12

@@ -4,7 +4,7 @@
 -- pro rata, with FLOPs, bytes, arithmetic intensity, achieved FLOP/s and bandwidth, the peak-time-equivalent
 -- fraction of peak (each kernel against the peak of its own precision) and the group's class (the class its
 -- time was spent in most). Bandwidth above the HBM peak is flagged, never taken as fact.
--- Depends: window_kernels, kernel_class
+-- Depends: vocab, window_kernels, kernel_class
 
 CREATE OR REPLACE MACRO kernel_roofline(scope_, range_name_, by_) AS TABLE
 WITH k AS (
@@ -16,17 +16,21 @@ WITH k AS (
     WHERE wk.scope = scope_ AND wk.range_name IS NOT DISTINCT FROM range_name_ AND wk.end_ns > wk.start_ns
 ), cls AS (
     -- the class (and the kind) the group's time was spent in most
-    SELECT key, arg_max(class, ns) AS class FROM (SELECT key, class, sum(ov) AS ns FROM k GROUP BY key, class) GROUP BY key
+    SELECT key, arg_max(class, (ns, class)) AS class FROM (SELECT key, class, sum(ov) AS ns FROM k GROUP BY key, class) GROUP BY key
 ), knd AS (
-    SELECT key, arg_max(kind, ns) AS kind FROM (SELECT key, kind, sum(ov) AS ns FROM k GROUP BY key, kind) GROUP BY key
+    SELECT key, arg_max(kind, (ns, kind)) AS kind FROM (SELECT key, kind, sum(ov) AS ns FROM k GROUP BY key, kind) GROUP BY key
 ), g0 AS (
     SELECT key AS name, count(*) AS count,
+           -- (FLOPs, bytes and peak time in fixed point, exact_sum: the same to the last digit in every run; the
+           -- times are whole ns already)
            sum(ov) AS time_ns,
-           sum(flops * share) FILTER (WHERE flops > 0) AS flops,
-           sum(flops * share / peak_flop_s * 1e9) FILTER (WHERE flops > 0 AND peak_flop_s > 0) AS peak_ns,
-           sum(flops * share) FILTER (WHERE flops > 0 AND bytes > 0)
-               / sum(bytes * share) FILTER (WHERE flops > 0 AND bytes > 0) AS arithmetic_intensity,
-           sum(bytes * share) FILTER (WHERE bytes > 0) AS bytes,
+           exact_sum(CASE WHEN flops > 0 THEN flops * share END, {{AMOUNT_FIXED_SCALE}}) AS flops,
+           exact_sum(CASE WHEN flops > 0 AND peak_flop_s > 0 THEN flops * share / peak_flop_s * 1e9 END,
+                     {{NS_FIXED_SCALE}}) AS peak_ns,
+           exact_sum(CASE WHEN flops > 0 AND bytes > 0 THEN flops * share END, {{AMOUNT_FIXED_SCALE}})
+               / exact_sum(CASE WHEN flops > 0 AND bytes > 0 THEN bytes * share END, {{AMOUNT_FIXED_SCALE}})
+               AS arithmetic_intensity,
+           exact_sum(CASE WHEN bytes > 0 THEN bytes * share END, {{AMOUNT_FIXED_SCALE}}) AS bytes,
            sum(ov) FILTER (WHERE bytes > 0) AS time_with_bytes_ns,
            max(bandwidth_bytes_s) AS hbm_bytes_s, max(ridge_flop_per_byte) AS ridge_flop_per_byte,
            count(DISTINCT op) AS calls

@@ -7,7 +7,7 @@
 -- (kernels.flops_op_id), and the same op when Nsight Compute or --model-flops did. Kernels cut by the window count
 -- pro rata; an op's helper kernels (those without FLOPs) count in its time, as they count in its cost; its copies and
 -- memsets (cuBLAS workspace) do not. FLOPs spread by --model-flops say nothing of a shape and are left out.
--- Depends: op_shapes, kernel_launch, window_kernels, kernel_class
+-- Depends: vocab, op_shapes, kernel_launch, window_kernels, kernel_class
 
 CREATE OR REPLACE TABLE kernel_shapes AS
 WITH RECURSIVE shaped AS (
@@ -58,14 +58,18 @@ WITH k AS (
            any_value(causal) AS causal, any_value(conv_input) AS conv_input, any_value(conv_weight) AS conv_weight,
            any_value(stride) AS stride, any_value(padding) AS padding, any_value(dilation) AS dilation,
            any_value(groups) AS groups, any_value(transposed) AS transposed,
-           arg_max(peak_precision, ov) FILTER (WHERE flops > 0) AS precision,
+           -- (sums in fixed point, exact_sum, and ties of the longest kernel broken on the value: the same in
+           -- every run)
+           arg_max(peak_precision, (ov, peak_precision)) FILTER (WHERE flops > 0) AS precision,
            count(*) AS kernels, count(DISTINCT op_id) AS calls, sum(ov) AS time_ns,
-           sum(flops * share) FILTER (WHERE flops > 0) AS flops, sum(bytes * share) FILTER (WHERE bytes > 0) AS bytes,
-           sum(flops * share / peak_flop_s * 1e9) FILTER (WHERE flops > 0 AND peak_flop_s > 0) AS peak_ns,
-           arg_max(bound, ov) FILTER (WHERE bound IS NOT NULL) AS bound, arg_max(class, ov) AS class,
-           arg_max(layout, ov) FILTER (WHERE layout IS NOT NULL AND family = 'gemm') AS layout,
-           arg_max(kernel, ov) AS kernel, count(DISTINCT kernel) AS kernel_names,
-           arg_max(parent, ov) FILTER (WHERE parent IS NOT NULL) AS parent_op
+           exact_sum(CASE WHEN flops > 0 THEN flops * share END, {{AMOUNT_FIXED_SCALE}}) AS flops,
+           exact_sum(CASE WHEN bytes > 0 THEN bytes * share END, {{AMOUNT_FIXED_SCALE}}) AS bytes,
+           exact_sum(CASE WHEN flops > 0 AND peak_flop_s > 0 THEN flops * share / peak_flop_s * 1e9 END,
+                     {{NS_FIXED_SCALE}}) AS peak_ns,
+           arg_max(bound, (ov, bound)) FILTER (WHERE bound IS NOT NULL) AS bound, arg_max(class, (ov, class)) AS class,
+           arg_max(layout, (ov, layout)) FILTER (WHERE layout IS NOT NULL AND family = 'gemm') AS layout,
+           arg_max(kernel, (ov, kernel)) AS kernel, count(DISTINCT kernel) AS kernel_names,
+           arg_max(parent, (ov, parent)) FILTER (WHERE parent IS NOT NULL) AS parent_op
     FROM k GROUP BY family, op, shape, dtype
 )
 SELECT g.*, g.time_ns / nullif(tot.all_ns, 0) AS time_share,

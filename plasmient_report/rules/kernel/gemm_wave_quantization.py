@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...flops import GEMM_OPS
-from ...vocab import MATMUL_NAME_RE
+from ...vocab import AMOUNT_FIXED_SCALE, MATMUL_NAME_RE
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import RuleContext, grid_unit_sql
 from ..text import fmt_ns, pct, short_kernel
@@ -272,7 +272,7 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
                min(grid_x) AS grid_x, min(grid_y) AS grid_y, min(grid_z) AS grid_z,
                min(block_x) AS block_x, min(block_y) AS block_y, min(block_z) AS block_z,
                min(regs) AS regs, min(smem) AS smem, min(rank) AS rank, min(device) AS device,
-               count(*) AS count, sum(end_ns - start_ns) AS time_ns, sum(flops) AS flops,
+               count(*) AS count, sum(end_ns - start_ns) AS time_ns, exact_sum(flops, {AMOUNT_FIXED_SCALE!r}) AS flops,
                {grid_unit_sql(ctx.hip, "min(launch_name)")} AS grid_unit
         FROM ({GROUPS_SQL}) GROUP BY key ORDER BY time_ns DESC, key""")
     amd = ctx.hip

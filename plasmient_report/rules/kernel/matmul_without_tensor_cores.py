@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ...flops import GEMV_OPS
-from ...vocab import GEMV_KERNEL_RE, NON_TENSOR_CORE_RE, TENSOR_CORE_RE
+from ...vocab import AMOUNT_FIXED_SCALE, GEMV_KERNEL_RE, NON_TENSOR_CORE_RE, TENSOR_CORE_RE
 from ..advice import tensor_cores
 from ..base import Explanation, Finding, Thresholds, rule
 from ..context import RuleContext
@@ -68,7 +68,8 @@ def matmul_without_tensor_cores(ctx: RuleContext, t: Thresholds) -> Iterator[Fin
     ctx.con.execute(NAMES_SQL)
     rows = ctx.rows(f"""
         SELECT name, min(op_name) AS op_name, min(input_dims) AS dims, min(precision) AS precision,
-               count(*) AS count, sum(dur) AS time_ns, sum(flops) AS flops, list(DISTINCT rank ORDER BY rank) AS ranks
+               count(*) AS count, sum(dur) AS time_ns, exact_sum(flops, {AMOUNT_FIXED_SCALE!r}) AS flops,
+               list(DISTINCT rank ORDER BY rank) AS ranks
         FROM ({FLAGGED_SQL}) GROUP BY name ORDER BY time_ns DESC, name""")
     if not rows:
         return
