@@ -23,6 +23,7 @@ from ..vocab import (
     CATEGORIES,
     IDLE_CATEGORIES,
     MATERIAL_UNKNOWN_FLOPS,
+    NS_FIXED_SCALE,
     WORK_ITEM_GRID_LAUNCH_RE,
     unknown_is_material,
 )
@@ -224,10 +225,10 @@ class RuleContext:
                 FROM ends p ASOF LEFT JOIN l
                   ON l.rank IS NOT DISTINCT FROM p.rank AND l.device = p.device AND l.start_ns <= p.t
             ), whole AS (
-                SELECT key, sum(ns) AS ns FROM c WHERE part = 'm' GROUP BY key
+                SELECT key, exact_sum(ns, {NS_FIXED_SCALE!r}) AS ns FROM c WHERE part = 'm' GROUP BY key
             ){
-            ''', part AS (
-                SELECT key, sum(ns) AS ns FROM c WHERE part = 'r' GROUP BY key
+            f''', part AS (
+                SELECT key, exact_sum(ns, {NS_FIXED_SCALE!r}) AS ns FROM c WHERE part = 'r' GROUP BY key
             )'''
             if weighted
             else ""
@@ -248,13 +249,12 @@ class RuleContext:
         and ends at the running maximum of the ends before the next island's start, the last at the key's maximum
         end — and the losses looked up with an ASOF join.
 
-        Bit for bit `lost_ns`'s general query: the same island ends with the same signs, each key's looked up and
-        summed in the order of the ASOF join, which sorts them by GPU and time (no two of a key's island ends share
-        a GPU and a time). That query takes the ASOF join too at this size; below it DuckDB may turn that join
-        into a nested loop join whose order of sums follows the merge's output, which this merge does not keep —
-        hence `LOST_SORTED_MIN_INTERVALS` (the general query takes the loop join up to ~270 intervals of one key).
+        Bit for bit `lost_ns`'s general query: the same island ends with the same signs, each key's summed in fixed
+        point (exact_sum: in any order, the same sum). Below `LOST_SORTED_MIN_INTERVALS` DuckDB may turn the
+        general query's ASOF join into a nested loop join, which this query's order of keys does not follow (the
+        general query takes the loop join up to ~270 intervals of one key).
         """
-        sql = """
+        sql = f"""
             WITH raw AS (SELECT * FROM _rule_lost_raw),
             k AS MATERIALIZED (SELECT key, row_number() OVER () AS kid FROM (SELECT DISTINCT key FROM raw)),
             s AS MATERIALIZED (
@@ -283,7 +283,8 @@ class RuleContext:
                 FROM ends p ASOF LEFT JOIN l
                   ON l.rank IS NOT DISTINCT FROM p.rank AND l.device = p.device AND l.start_ns <= p.t
             ), whole AS (
-                SELECT kid, sum(ns) AS ns, min(pos) AS pos FROM (SELECT *, row_number() OVER () AS pos FROM c) GROUP BY kid
+                SELECT kid, exact_sum(ns, {NS_FIXED_SCALE!r}) AS ns, min(pos) AS pos
+                FROM (SELECT *, row_number() OVER () AS pos FROM c) GROUP BY kid
             )
             -- (the keys in the order in which the ASOF join first gave them: the general query's GROUP BY key gives
             -- that order too, up to hundreds of keys)

@@ -87,10 +87,12 @@ def straggler_rank(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         )
         SELECT i.last_rank AS rank, min(m.n_total) AS n_total, count(*) AS n_late,
                avg(lateness_ns) AS mean_ns, median(lateness_ns) AS median_ns, max(lateness_ns) AS max_ns,
-               sum(lateness_ns) AS sum_ns, arg_max(collective, lateness_ns) AS worst_collective,
-               arg_max(seq, lateness_ns) AS worst_seq, list(DISTINCT collective ORDER BY collective) AS collectives,
-               arg_max(collective || '#' || seq, lateness_ns) AS worst_id,
-               arg_min(collective || '#' || seq, last_start) AS first_id
+               -- (the worst instance: of equally late ones the first; its collective and seq from one row)
+               sum(lateness_ns) AS sum_ns, arg_max(collective, (lateness_ns, -last_start, seq)) AS worst_collective,
+               arg_max(seq, (lateness_ns, -last_start, seq)) AS worst_seq,
+               list(DISTINCT collective ORDER BY collective) AS collectives,
+               arg_max(collective || '#' || seq, (lateness_ns, -last_start, seq)) AS worst_id,
+               arg_min(collective || '#' || seq, (last_start, collective, seq)) AS first_id
         FROM inst i JOIN mine m ON m.rank IS NOT DISTINCT FROM i.last_rank
         WHERE lateness_ns >= ?
         GROUP BY i.last_rank ORDER BY sum(lateness_ns) DESC, i.last_rank""",

@@ -125,7 +125,7 @@ def per_gpu_clock(ctx: RuleContext, drop: float) -> list[dict[str, Any]]:
         SELECT s.rank, s.device, s.start_ns, s.end_ns, s.value AS mhz, ref.ref_mhz
         FROM _rule_clk s JOIN ref USING (rank, device)
         WHERE s.metric = 'sm_clock_mhz' AND s.end_ns > s.start_ns
-        ORDER BY s.rank, s.device""").to_arrow_table()
+        ORDER BY s.rank, s.device, s.start_ns, s.end_ns, s.value""").to_arrow_table()  # (in time order: the sums below too)
     if not clk.num_rows:
         return []
     busy = con.sql(

@@ -87,7 +87,8 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         f"""
         SELECT o.name AS op, count(*) AS kernels, median(o.end_ns - o.start_ns) AS median_op_ns,
                -- (the op's own kernel, not the workspace memset launched beside it)
-               coalesce(mode(k.name) FILTER (WHERE k.kind <> 'memset'), mode(k.name)) AS kernel
+               -- (of kernels launched as often, the first by name)
+               coalesce(mode(k.name ORDER BY k.name) FILTER (WHERE k.kind <> 'memset'), mode(k.name ORDER BY k.name)) AS kernel
         FROM (SELECT * FROM ({KERNELS_SQL}) WHERE {sel}) k JOIN rule_ops o ON o.op_id = k.op_id
         GROUP BY o.name ORDER BY kernels DESC, o.name LIMIT 3""",
         flat,
