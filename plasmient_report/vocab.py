@@ -286,11 +286,12 @@ def unknown_is_material(unknown_ns: float | None, with_flops_ns: float | None, t
 # --------------------------------------------------------------------------------------------------- plausibility
 
 # Sums of doubles are taken in fixed point (exact_sum in sql/vocab.sql), so that a run's numbers are the same to the
-# last digit whatever order the rows arrive in: times in ns at 2^-20 ns, rates (fractions of peak) at 2^-40, FLOPs and
-# bytes at 2^-20 (powers of two: x * scale is exact, and values from 2^33 up lose nothing).
+# last digit whatever order the rows arrive in: times in ns at 2^-20 ns, rates (fractions of peak) at 2^-40; FLOPs,
+# bytes and a kernel's peak-time equivalent (a tiny kernel's is a fraction of a ns) at 2^-40 (powers of two: x *
+# scale is exact, values from 2^13 up lose nothing, and 10^21 FLOPs still fit a HUGEINT 10^5 times over).
 NS_FIXED_SCALE = float(2**20)
 RATE_FIXED_SCALE = float(2**40)
-AMOUNT_FIXED_SCALE = float(2**20)
+AMOUNT_FIXED_SCALE = float(2**40)
 
 # 1.5x the fastest HBM in peaks.toml (8 TB/s): no kernel moves more; a byte estimate implying more is wrong.
 MAX_PLAUSIBLE_BANDWIDTH_BYTES_S = 12e12

@@ -26,7 +26,7 @@ WITH k AS (
            sum(ov) AS time_ns,
            exact_sum(CASE WHEN flops > 0 THEN flops * share END, {{AMOUNT_FIXED_SCALE}}) AS flops,
            exact_sum(CASE WHEN flops > 0 AND peak_flop_s > 0 THEN flops * share / peak_flop_s * 1e9 END,
-                     {{NS_FIXED_SCALE}}) AS peak_ns,
+                     {{AMOUNT_FIXED_SCALE}}) AS peak_ns,
            exact_sum(CASE WHEN flops > 0 AND bytes > 0 THEN flops * share END, {{AMOUNT_FIXED_SCALE}})
                / exact_sum(CASE WHEN flops > 0 AND bytes > 0 THEN bytes * share END, {{AMOUNT_FIXED_SCALE}})
                AS arithmetic_intensity,

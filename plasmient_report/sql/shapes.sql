@@ -65,7 +65,7 @@ WITH k AS (
            exact_sum(CASE WHEN flops > 0 THEN flops * share END, {{AMOUNT_FIXED_SCALE}}) AS flops,
            exact_sum(CASE WHEN bytes > 0 THEN bytes * share END, {{AMOUNT_FIXED_SCALE}}) AS bytes,
            exact_sum(CASE WHEN flops > 0 AND peak_flop_s > 0 THEN flops * share / peak_flop_s * 1e9 END,
-                     {{NS_FIXED_SCALE}}) AS peak_ns,
+                     {{AMOUNT_FIXED_SCALE}}) AS peak_ns,
            arg_max(bound, (ov, bound)) FILTER (WHERE bound IS NOT NULL) AS bound, arg_max(class, (ov, class)) AS class,
            arg_max(layout, (ov, layout)) FILTER (WHERE layout IS NOT NULL AND family = 'gemm') AS layout,
            arg_max(kernel, (ov, kernel)) AS kernel, count(DISTINCT kernel) AS kernel_names,
