@@ -110,7 +110,7 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         for r in ctx.rows(
             f"""
         SELECT name, count(*) AS count, sum(dur) AS time_ns, median(dur) AS median_ns,
-               list(DISTINCT rank ORDER BY rank) AS ranks, list(DISTINCT device) AS devices
+               list(DISTINCT rank ORDER BY rank) AS ranks
         FROM ({MEMORY_KERNELS_ONLY_SQL}) WHERE name IN (SELECT unnest(?::VARCHAR[])) GROUP BY name
         HAVING median(dur) >= ?""",
             [names, t.min_median_kernel_us * 1e3],
