@@ -311,6 +311,22 @@ def grid_unit_sql(hip: bool, launch: str = "kl.launch_name") -> str:
     )
 
 
+def grid_blocks_sql(unit: str, k: str = "k.") -> str:
+    """SQL of a kernel's blocks (workgroups) from its grid in `unit` (grid_unit_sql's value): the grid itself when
+    it counts blocks, ⌈grid / block⌉ per dimension when it counts work-items (a HIP global work size); NULL when
+    the unit is not known or the trace gives no grid (x missing or 0: a kernel replayed from a graph). A y or z
+    missing or 0 counts 1 (no launch runs an empty grid), as does a block dimension. `k`: the prefix of the grid_* /
+    block_* columns."""
+
+    def one(col: str) -> str:
+        return f"coalesce(nullif({k}{col}, 0), 1)"
+
+    grid = {"x": f"nullif({k}grid_x, 0)", "y": one("grid_y"), "z": one("grid_z")}
+    blocks = " * ".join(grid.values())
+    work_items = " * ".join(f"ceil({grid[a]} / {one(f'block_{a}')})" for a in "xyz")
+    return f"CASE {unit} WHEN 'blocks' THEN ({blocks})::BIGINT WHEN 'work-items' THEN ({work_items})::BIGINT END"
+
+
 def residual(condition: str) -> str:
     """A join condition the planner cannot hash on (equalities inside a CASE): beside two inequalities on times (an
     interval that contains, or overlaps, another) the join is then a range join (IEJoin: both sides sorted,

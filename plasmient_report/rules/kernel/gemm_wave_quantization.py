@@ -16,7 +16,7 @@ from typing import Any
 from ...flops import GEMM_OPS
 from ...vocab import AMOUNT_FIXED_SCALE, MATMUL_NAME_RE
 from ..base import Explanation, Finding, Thresholds, rule
-from ..context import RuleContext, grid_unit_sql
+from ..context import RuleContext, grid_blocks_sql, grid_unit_sql
 from ..text import fmt_ns, pct, short_kernel
 
 EXPLANATION = Explanation(
@@ -45,7 +45,8 @@ EXPLANATION = Explanation(
         multiples of 128/256; vocabulary padded to a multiple of 64 or 128). Batch many small GEMMs into one
         (`bmm`, grouped GEMM, fused QKV) or capture them in a graph. Let cuBLASLt / hipBLASLt pick split-K /
         stream-K kernels (newer releases do this for awkward shapes) or autotune (`torch.compile(mode=
-        "max-autotune")` in PyTorch).""",
+        "max-autotune")` in PyTorch); a convolution's algorithm is cuDNN's / MIOpen's to choose
+        (`torch.backends.cudnn.benchmark = True` tries each for the shape).""",
 )
 
 # Per-SM limits: (shared memory bytes per SM, max threads, max blocks). NVIDIA by compute capability; AMD CDNA
@@ -224,12 +225,11 @@ def _one(
     )
 
 
-def waves_of(g: dict[str, Any], sm_count: int, cc: str | None, amd: bool = False, work_items: bool = False) -> Waves | None:
+def waves_of(g: dict[str, Any], sm_count: int, cc: str | None, amd: bool = False) -> Waves | None:
     """The waves of one kernel shape; None when nothing can be said (a persistent grid without a known tile).
-    `work_items`: the grid counts work-items (a HIP global work size, context.grid_unit_sql), not blocks."""
+    `g["blocks"]`: its blocks, the grid in its unit (context.grid_blocks_sql)."""
     threads = (g["block_x"] or 1) * (g["block_y"] or 1) * (g["block_z"] or 1)
-    dims = [(g["grid_x"] or 1, g["block_x"] or 1), (g["grid_y"] or 1, g["block_y"] or 1), (g["grid_z"] or 1, g["block_z"] or 1)]
-    blocks = math.prod(math.ceil(n / b) for n, b in dims) if work_items else math.prod(n for n, _ in dims)
+    blocks = int(g["blocks"])
     limits = AMD_LIMITS.get(cc or "", AMD_DEFAULT) if amd else SM_LIMITS.get(cc or "", SM_LIMITS["9.0"])
     m = TILE_RE.search(g["name"] or "")
     if g["op_name"] and CONV_OP_RE.search(g["op_name"]):
@@ -254,6 +254,17 @@ def waves_of(g: dict[str, Any], sm_count: int, cc: str | None, amd: bool = False
     return max(found, key=lambda c: c.efficiency) if found else None
 
 
+def _tuner(shape: str, hip: bool, pytorch: bool) -> tuple[str, str]:
+    """Who picks this kernel, and what it should pick instead: a convolution's algorithm is cuDNN's / MIOpen's
+    (PyTorch's benchmark mode tries them all for each shape), any other GEMM's is the BLAS library's (split-K /
+    stream-K kernels for awkward shapes) or torch.compile's autotuner's."""
+    if shape in ("conv", "blocks"):
+        lib = "MIOpen" if hip else "cuDNN"
+        return (f"{lib}'s benchmark mode (torch.backends.cudnn.benchmark = True)" if pytorch else lib), "another algorithm"
+    blas = "hipBLASLt" if hip else "cuBLASLt"
+    return (f"{blas} / torch.compile(mode='max-autotune')" if pytorch else blas), "a split-K / stream-K kernel"
+
+
 def _unit_text(unit: str, amd: bool) -> str:
     """A grid's unit as the evidence names it: work-items or blocks, and of which API."""
     return "work-items (HIP)" if unit == "work-items" else "blocks (HIP)" if amd else "blocks (CUDA)"
@@ -267,6 +278,7 @@ def _unit_text(unit: str, amd: bool) -> str:
 )
 def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     groups = ctx.rows(f"""
+        SELECT *, {grid_blocks_sql("grid_unit", "")} AS blocks FROM (
         SELECT key, min(name) AS name, min(op_name) AS op_name, min(input_dims) AS input_dims,
                min(concrete_inputs) AS concrete_inputs,
                min(grid_x) AS grid_x, min(grid_y) AS grid_y, min(grid_z) AS grid_z,
@@ -274,15 +286,16 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
                min(regs) AS regs, min(smem) AS smem, min(rank) AS rank, min(device) AS device,
                count(*) AS count, sum(end_ns - start_ns) AS time_ns, exact_sum(flops, {AMOUNT_FIXED_SCALE!r}) AS flops,
                {grid_unit_sql(ctx.hip, "min(launch_name)")} AS grid_unit
-        FROM ({GROUPS_SQL}) GROUP BY key ORDER BY time_ns DESC, key""")
+        FROM ({GROUPS_SQL}) GROUP BY key) ORDER BY time_ns DESC, key""")
     amd = ctx.hip
     flagged = []
     conv_blocks_only = 0
     for g in groups:
         gpu = ctx.gpus.get((g["rank"], g["device"])) or ctx.gpu(g["rank"])
-        if gpu is None or not gpu.sm_count or g["grid_unit"] is None:  # (a HIP grid in an unknown unit: no waves)
+        # (no blocks: a HIP grid in an unknown unit, or a grid the trace does not give — no waves)
+        if gpu is None or not gpu.sm_count or g["blocks"] is None:
             continue
-        w = waves_of(g, gpu.sm_count, gpu.compute_capability, amd=amd, work_items=g["grid_unit"] == "work-items")
+        w = waves_of(g, gpu.sm_count, gpu.compute_capability, amd=amd)
         if w is not None and w.shape == "blocks":
             conv_blocks_only += 1
         if w is None or w.efficiency >= t.max_efficiency:
@@ -305,7 +318,7 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
     what = f"{short_kernel(g['name'], 48)} ({g['op_name']} {g['input_dims']})"
     unit = "tiles" if w.persistent or w.tile else "blocks"
     graph = "a graph" if not ctx.program.pytorch else f"a {ctx.program.api} graph"
-    blas = "hipBLASLt" if ctx.program.runtime == "hip" else "cuBLASLt"
+    tuner, instead = _tuner(w.shape, hip=ctx.program.runtime == "hip", pytorch=ctx.program.pytorch)
     sm = "CU" if ctx.program.runtime == "hip" else "SM"  # (AMD's compute units)
     occ = "" if w.occupancy_known else f" (blocks per {sm} not in the trace: the best case taken)"
     if small:
@@ -323,7 +336,6 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
             f"({w.waves:.2f} waves, {pct(w.wave_efficiency)} wave efficiency; {pct(w.efficiency)} efficient)"
         )
         fix = f"GEMM shape: {pct(1 - w.padding_efficiency)} of its tile area is padding; pad dims to the tile"
-        tuner = f"{blas} / torch.compile(mode='max-autotune')" if ctx.program.pytorch else blas
         how = (
             f"The tiles overhang the matrix edge (a dimension not a multiple of the tile{tile}, or smaller than "
             f"it): shapes that are multiples of the tile, a kernel with a smaller tile for this shape ({tuner}), "
@@ -336,11 +348,10 @@ def gemm_wave_quantization(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]
         )
         full = math.floor(w.waves) * w.slots
         fix = f"GEMM shape: {w.waves:.2f} waves on {gpu.sm_count} {sm}s, pad/trim to whole waves"
-        tuner = f"{blas} / torch.compile(mode='max-autotune')" if ctx.program.pytorch else blas
         how = (
             f"The last wave runs {w.units - full} of {w.slots} slots. Make the work fill whole waves: shapes that "
             f"are multiples of the tile{f' ({w.tile[0]}×{w.tile[1]})' if w.tile else ''} and give "
-            f"{full} or {math.ceil(w.waves) * w.slots} {unit}, or let {tuner} choose a split-K / stream-K kernel."
+            f"{full} or {math.ceil(w.waves) * w.slots} {unit}, or let {tuner} choose {instead}."
         )
     pad = w.padding_efficiency
     conv = (

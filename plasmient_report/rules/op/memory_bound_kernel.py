@@ -21,7 +21,7 @@ from ...vocab import (
 )
 from ..advice import fuse_memory, half_precision
 from ..base import Explanation, Finding, Thresholds, rule
-from ..context import RuleContext, grid_unit_sql
+from ..context import RuleContext, grid_blocks_sql, grid_unit_sql
 from ..text import fmt_bytes, fmt_ns, pct, short_kernel
 
 EXPLANATION = Explanation(
@@ -71,14 +71,10 @@ MEMORY_KERNELS_ONLY_SQL = """
 SELECT k.kernel_id, k.rank, k.device, k.name, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS dur
 FROM rule_kernels k WHERE k.class = 'memory' AND k.end_ns > k.start_ns"""
 # The fewest blocks (workgroups) a memory kernel of each name ran with per SM (CU) of its own GPU, the grid in its
-# unit (context.grid_unit_sql; NULL where that is not known), with that GPU's SM count.
+# unit (context.grid_unit_sql, grid_blocks_sql; NULL where that is not known), with that GPU's SM count.
 BLOCKS_SQL = """
 WITH gp AS {gpus}, g AS (
-    SELECT k.name, gp.sm_count AS sm,
-           CASE {unit} WHEN 'blocks' THEN k.grid_x * coalesce(k.grid_y, 1) * coalesce(k.grid_z, 1)
-                       WHEN 'work-items' THEN ceil(k.grid_x / coalesce(k.block_x, 1))
-                                              * ceil(coalesce(k.grid_y, 1) / coalesce(k.block_y, 1))
-                                              * ceil(coalesce(k.grid_z, 1) / coalesce(k.block_z, 1)) END AS blocks
+    SELECT k.name, gp.sm_count AS sm, {blocks} AS blocks
     FROM rule_kernels k LEFT JOIN kernel_launch kl ON kl.kernel_id = k.kernel_id
     LEFT JOIN gp ON gp.rank IS NOT DISTINCT FROM k.rank AND gp.device = k.device
     WHERE k.class = 'memory' AND k.name IN (SELECT unnest(?::VARCHAR[]))
@@ -135,7 +131,7 @@ def memory_bound_kernel(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
         [names],
     ):
         stats[r["name"]]["data_precision"] = r["data_precision"]
-    for r in ctx.rows(BLOCKS_SQL.format(gpus=ctx.gpus_sql(), unit=grid_unit_sql(ctx.hip)), [names]):
+    for r in ctx.rows(BLOCKS_SQL.format(gpus=ctx.gpus_sql(), blocks=grid_blocks_sql(grid_unit_sql(ctx.hip))), [names]):
         stats[r["name"]].update(blocks=r["blocks"], sm_count=r["sm_count"])
     # bytes, bandwidth and its fraction of HBM: the library's roofline of this window, not a copy of it
     roof = {

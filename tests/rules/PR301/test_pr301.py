@@ -248,18 +248,10 @@ def test_a_matrix_vector_product_is_told_to_batch_its_vectors():
     )
 
 
-@pytest.mark.parametrize(
-    "blocks, says",
-    [
-        # fewer blocks than the H100's 132 SMs: part of the GPU has nothing to do
-        (64, r"too few blocks \(64 for 132 SMs: part of the GPU idles\)"),
-        # more: every SM has blocks, so it is not their number but the loads in flight per SM, or the access pattern
-        (8192, r"too few loads in flight per SM \(8,192 blocks, 62\.1 per SM\) or strided"),
-    ],
-)
-def _slow_add(blocks: int) -> list[dict]:
+def _slow_add(blocks: int, grid: list[int] | None = None) -> list[dict]:
     # Construction: an elementwise add reading two 64 MiB fp32 tensors and writing one (192 MiB) in 600 µs, on a
-    # grid of `blocks` blocks of 128 threads: 0.34 TB/s, 10% of an H100's 3.35 TB/s, 17% of an A100's 2.04 TB/s.
+    # grid of `blocks` blocks of 128 threads (as `grid` when given): 0.34 TB/s, 10% of an H100's 3.35 TB/s, 17% of an
+    # A100's 2.04 TB/s.
     n = 2**24
     return [
         annotation("work", 0.0, 1000.0),
@@ -271,7 +263,7 @@ def _slow_add(blocks: int) -> list[dict]:
             600.0,
             ext=1,
             corr=10,
-            grid=[blocks, 1, 1],
+            grid=grid or [blocks, 1, 1],
             block=[128, 1, 1],
         ),
     ]
@@ -286,9 +278,12 @@ def _slow_add(blocks: int) -> list[dict]:
         (8192, r"too few loads in flight per SM \(8,192 blocks, 62\.1 per SM\) or strided"),
     ],
 )
-def test_far_below_the_roofline_says_what_its_grid_tells(tmp_path, blocks, says):
+@pytest.mark.parametrize("empty", [False, True])
+def test_far_below_the_roofline_says_what_its_grid_tells(tmp_path, blocks, says, empty):
+    # `empty`: the grid's y and z written as 0, which count 1 (no launch runs an empty grid), not as no blocks
     n = 2**24
-    v = analyse([write_trace(tmp_path / "t.json", _slow_add(blocks))], ranges=["work"])
+    grid = [blocks, 0, 0] if empty else None
+    v = analyse([write_trace(tmp_path / "t.json", _slow_add(blocks, grid))], ranges=["work"])
     check(
         v,
         [
@@ -305,6 +300,23 @@ def test_far_below_the_roofline_says_what_its_grid_tells(tmp_path, blocks, says)
     )
     (f,) = [x for x in v["findings"] if x["rule"] == "PR301"]
     assert type(f["evidence"]["blocks"]) is int, f["evidence"]["blocks"]  # (a count of blocks, not 64.0)
+
+
+def test_a_grid_the_trace_does_not_give_claims_no_blocks(tmp_path):
+    # A grid of [0, 0, 0] is no grid (no launch runs an empty one): the blocks are not known, and nothing is said
+    # of their number — never "too few blocks (1 …)".
+    v = analyse([write_trace(tmp_path / "t.json", _slow_add(64, [0, 0, 0]))], ranges=["work"])
+    check(
+        v,
+        [
+            Expect(
+                "PR301",
+                evidence={"kernel_kind": "poor_bandwidth", "blocks": None},
+                says=[r"too few blocks or strided / uncoalesced access"],
+                never_says=[r"too few blocks \(", r"blocks, [0-9.]+ per SM"],
+            )
+        ],
+    )
 
 
 def test_each_ranks_blocks_are_set_against_its_own_gpus_sms(tmp_path):

@@ -1,5 +1,5 @@
 """PR402 gemm-wave-quantization: fires on a GEMM one tile past a whole wave, on a convolution counted as its
-implicit GEMM, on a ROCm GEMM whose grid is in work-items or blocks
+implicit GEMM (its fix naming cuDNN / MIOpen, which chose it), on a ROCm GEMM whose grid is in work-items or blocks
 (its launch call's unit); silent on a large square GEMM and on a convolution whose
 blocks fill whole waves."""
 
@@ -15,7 +15,9 @@ HOPPER_GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpg
 ONE_PER_SM = {"registers per thread": 168, "shared memory": 200000}  # 200 kB of shared memory: one block per SM
 
 
-def test_fires_one_tile_past_a_wave(tmp_path):
+# (a grid dimension written as 0 counts 1: no launch runs an empty grid)
+@pytest.mark.parametrize("grid", [[143, 1, 1], [143, 0, 0]])
+def test_fires_one_tile_past_a_wave(tmp_path, grid):
     # Construction: a 1664×1408 output in 128×128 tiles = 13·11 = 143 tiles, one block per SM on 132 SMs: 1.08
     # waves, the second nearly empty → 143 / 264 = 54% efficient.
     m, k, n = 1664, 8192, 1408
@@ -23,7 +25,7 @@ def test_fires_one_tile_past_a_wave(tmp_path):
         annotation("step", 0.0, 130.0),
         cpu_op("aten::mm", 1.0, 5.0, ext=1, dims=[[m, k], [k, n]], types=["c10::BFloat16"] * 2),
         launch(2.0, ext=1, corr=11),
-        kernel(HOPPER_GEMM, 10.0, 100.0, ext=1, corr=11, grid=[143, 1, 1], block=[384, 1, 1], **ONE_PER_SM),
+        kernel(HOPPER_GEMM, 10.0, 100.0, ext=1, corr=11, grid=grid, block=[384, 1, 1], **ONE_PER_SM),
     ]
     check(
         analyse([write_trace(tmp_path / "waves.json", ev)]),
@@ -112,9 +114,26 @@ def test_a_convolution_is_its_implicit_gemm(tmp_path):
                     "gemms.0.efficiency": Near(143 / 264, rel=1e-9, truth="construction"),
                     "gemms.0.padding_efficiency": Near(1.0, abs=1e-9, truth="18304 and 128 are multiples of 128"),
                 },
+                # a convolution's algorithm is cuDNN's to choose, not cuBLASLt's
+                says=[r"cuDNN's benchmark mode", r"another algorithm"],
+                never_says=[r"cuBLAS", r"split-K"],
             )
         ],
     )
+
+
+def _hip_call(call: str, ts: float, ext: int, corr: int) -> dict:
+    """A HIP launch call (its name decides the grid's unit), as ROCm's Kineto traces record it."""
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": call,
+        "pid": 100,
+        "tid": 1,
+        "ts": ts,
+        "dur": 2.0,
+        "args": {"External id": ext, "correlation": corr},
+    }
 
 
 def _rocm_gemm(tmp_path, launch: str, grid_x: int, also: tuple[str, int] | None = None):
@@ -125,16 +144,7 @@ def _rocm_gemm(tmp_path, launch: str, grid_x: int, also: tuple[str, int] | None 
         k, n = 4096, 2048
         return [
             cpu_op("aten::mm", t + 1.0, 5.0, ext=ext, dims=[[m, k], [k, n]], types=["c10::BFloat16"] * 2),
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": call,
-                "pid": 100,
-                "tid": 1,
-                "ts": t + 2.0,
-                "dur": 2.0,
-                "args": {"External id": ext, "correlation": 10 + ext},
-            },
+            _hip_call(call, t + 2.0, ext, corr=10 + ext),
             kernel(
                 "Cijk_Alik_Bljk_BBS_BH_MT128x128x64_MI16x16x1_SN_LDSB0",
                 t + 10.0,
@@ -203,6 +213,58 @@ def test_each_gemm_in_its_own_grid_unit(tmp_path):
             )
         ],
     )
+
+
+def test_an_amd_convolution_names_miopen(tmp_path):
+    # Construction: a weight-gradient convolution on an MI300X (304 CUs), CK's / MIOpen's implicit-GEMM kernel
+    # (the name HTA's MI300 ResNet trace has) with 320 blocks of 256 (hipLaunchKernel: the grid is in blocks). Its
+    # output size is not in the trace, so the blocks alone count: at best 320 / 608 = 53% whatever the occupancy.
+    # The fix names the library that chose this kernel (MIOpen), not hipBLASLt, which never ran it.
+    ev = [
+        annotation("step", 0.0, 300.0),
+        cpu_op(
+            "aten::convolution_backward",
+            1.0,
+            5.0,
+            ext=1,
+            dims=[[64, 256, 56, 56], [64, 256, 56, 56], [256, 256, 3, 3], [], [], [], [], [], [], [], []],
+            types=["c10::BFloat16"] * 3 + [""] * 8,
+            # stride 1, padding 1, dilation 1, not transposed, 1 group; the weight's gradient only
+            **{"Concrete Inputs": ["", "", "", "[256]", *["[1, 1]"] * 3, "False", "[0, 0]", "1", "[False, True, False]"]},
+        ),
+        _hip_call("hipLaunchKernel", 2.0, ext=1, corr=11),
+        kernel("kernel_batched_gemm_xdlops_bwd_weight", 10.0, 250.0, ext=1, corr=11, grid=[320, 1, 1], block=[256, 1, 1]),
+    ]
+    path = write_gpu_trace(tmp_path / "conv.json", ev, gpu="AMD Instinct MI300X", sms=304, major=9, minor=4, warp=64, rocm=True)
+    check(
+        analyse([path]),
+        [
+            Expect(
+                "PR402",
+                evidence={
+                    "gemms.0.shape": "blocks",
+                    "gemms.0.units": 320,
+                    "gemms.0.efficiency": Near(320 / 608, rel=1e-6, truth="construction: 320 of 2 × 304 slots"),
+                },
+                says=[r"MIOpen", r"304 CUs"],
+                never_says=[r"hipBLASLt", r"cuDNN", r"split-K"],
+            )
+        ],
+    )
+
+
+def test_silent_on_a_gemm_without_a_grid(tmp_path):
+    # The GEMM of test_fires_one_tile_past_a_wave with a grid of [0, 0, 0]: no grid in the trace, no waves to count.
+    m, k, n = 1664, 8192, 1408
+    ev = [
+        annotation("step", 0.0, 130.0),
+        cpu_op("aten::mm", 1.0, 5.0, ext=1, dims=[[m, k], [k, n]], types=["c10::BFloat16"] * 2),
+        launch(2.0, ext=1, corr=11),
+        kernel(HOPPER_GEMM, 10.0, 100.0, ext=1, corr=11, grid=[0, 0, 0], block=[384, 1, 1], **ONE_PER_SM),
+    ]
+    v = analyse([write_trace(tmp_path / "nogrid.json", ev)])
+    check(v, [], silent=["PR402"])
+    assert not any("PR402" in n for n in v["notes"]), v["notes"]  # (not a rule that failed and was skipped)
 
 
 def test_silent_on_whole_waves(tmp_path):
