@@ -689,12 +689,22 @@ class Shape(_Struct, kw_only=True):
     ]
     arithmetic_intensity: Annotated[float | None, _d("FLOP/B")]
     bound: Annotated[
-        str | None, _d("compute or memory: arithmetic intensity against the ridge point of its precision (kernel_class)")
+        str | None,
+        _d(
+            "compute or memory: arithmetic intensity against the ridge point of its precision (kernel_class), of the "
+            "kernels that do its FLOPs (most of their time; helper kernels such as layout transposes have none)"
+        ),
     ]
     kernel_class: Annotated[str | None, _d("the class of most of its time: compute, memory, unknown")]
     kernel: Annotated[str | None, _d("the kernel of most of its time")]
     kernel_names: Annotated[int, _d("distinct kernel names it ran")]
-    parent_op: Annotated[str | None, _d("the op that called it (most of its time), e.g. an autograd node or a module's op")]
+    parent_op: Annotated[
+        str | None,
+        _d(
+            "the op that called it for most of its time, e.g. an autograd node or a module's op; annotations (profiler "
+            "steps, compiled regions, `## name ##` ranges) are passed over; null when nothing else called it"
+        ),
+    ]
 
 
 class Verdict(_Struct, kw_only=True):

@@ -13,7 +13,7 @@ import pytest
 from plasmient_report import pipeline
 from plasmient_report.flops import op_shape
 
-from .conftest import sample_file
+from .conftest import cpu_op, kernel, launch, sample_file, write_trace
 
 H200 = {"bf16": 989.4e12, "fp8": 1978.9e12}  # dense peaks (peaks.toml), as the truth files use them
 
@@ -144,6 +144,39 @@ def test_resnet50_convolutions_against_the_flop_counter() -> None:
         1,
         steps,
     )
+
+
+def test_a_shapes_caller_is_the_op_that_called_most_of_it_annotations_passed_over(tmp_path: Path) -> None:
+    """Construction: one 1024³ bf16 GEMM shape, called three times by a `decoder_block` range (30 µs each, 90 µs)
+    and once straight from the profiler step (50 µs, its longest kernel); a second shape (2048³) only from the step.
+    The caller is the op with most of the shape's time — `decoder_block`, 90 of 140 µs — not the step marker around
+    it; a shape with no caller but the step has none. The second shape's op also runs a 100 µs transpose beside its
+    60 µs GEMM: most of its time (kernel, class) is the transpose's, its bound is its GEMM's."""
+    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_execute_kernel__5x_cublas"
+    # (torch 1.x records the step as a CPU op, as kineto's and TensorBoard's ResNet-50 samples have it)
+    ev: list[dict] = [cpu_op("ProfilerStep#1", 0.0, 1000.0, ext=0), cpu_op("decoder_block", 1.0, 300.0, ext=0)]
+
+    def mm(t: float, n: int, dur: float, ext: int) -> list[dict]:
+        return [
+            cpu_op("aten::mm", t, 5.0, ext=ext, dims=[[n, n], [n, n]], types=["c10::BFloat16"] * 2),
+            launch(t + 1.0, ext=ext, corr=ext),
+            kernel(gemm, 400.0 + 100.0 * ext, dur, ext=ext, corr=ext, grid=[64, 1, 1], block=[384, 1, 1]),
+        ]
+
+    for i in range(3):
+        ev += mm(10.0 + 10 * i, 1024, 30.0, ext=1 + i)
+    ev += mm(320.0, 1024, 50.0, ext=4) + mm(340.0, 2048, 60.0, ext=5)
+    # the 2048³ GEMM's op also runs a layout transpose (no FLOPs) longer than the GEMM: most of the shape's time
+    ev += [launch(343.0, ext=5, corr=6), kernel("batched_transpose_32x32_half", 1200.0, 100.0, ext=5, corr=6)]
+    ev.sort(key=lambda e: e["ts"])
+    shapes = {s["shape"]: s for s in _verdict([write_trace(tmp_path / "callers.json", ev)])["shapes"]}
+    small, large = shapes["M=1024 N=1024 K=1024"], shapes["M=2048 N=2048 K=2048"]
+    assert (small["calls"], small["time_ns"]) == (4, 140_000)
+    assert small["parent_op"] == "decoder_block"
+    assert large["parent_op"] is None
+    # the kernel and the class of most of its time are the transpose's (100 of 160 µs); its bound is its math's
+    assert (large["kernel"], large["kernel_class"]) == ("batched_transpose_32x32_half", "memory")
+    assert large["bound"] == "compute"
 
 
 def test_no_shapes_without_input_shapes() -> None:

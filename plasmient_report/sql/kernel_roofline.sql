@@ -21,16 +21,14 @@ WITH k AS (
     SELECT key, arg_max(kind, (ns, kind)) AS kind FROM (SELECT key, kind, sum(ov) AS ns FROM k GROUP BY key, kind) GROUP BY key
 ), g0 AS (
     SELECT key AS name, count(*) AS count,
-           -- (FLOPs, bytes and peak time in fixed point, exact_sum: the same to the last digit in every run; the
-           -- times are whole ns already)
+           -- (FLOPs, bytes and peak time in fixed point, vocab's share_* macros: the same to the last digit in
+           -- every run; the times are whole ns already)
            sum(ov) AS time_ns,
-           exact_sum(CASE WHEN flops > 0 THEN flops * share END, {{AMOUNT_FIXED_SCALE}}) AS flops,
-           exact_sum(CASE WHEN flops > 0 AND peak_flop_s > 0 THEN flops * share / peak_flop_s * 1e9 END,
-                     {{AMOUNT_FIXED_SCALE}}) AS peak_ns,
+           share_flops(flops, share) AS flops, share_peak_ns(flops, share, peak_flop_s) AS peak_ns,
            exact_sum(CASE WHEN flops > 0 AND bytes > 0 THEN flops * share END, {{AMOUNT_FIXED_SCALE}})
                / exact_sum(CASE WHEN flops > 0 AND bytes > 0 THEN bytes * share END, {{AMOUNT_FIXED_SCALE}})
                AS arithmetic_intensity,
-           exact_sum(CASE WHEN bytes > 0 THEN bytes * share END, {{AMOUNT_FIXED_SCALE}}) AS bytes,
+           share_bytes(bytes, share) AS bytes,
            sum(ov) FILTER (WHERE bytes > 0) AS time_with_bytes_ns,
            max(bandwidth_bytes_s) AS hbm_bytes_s, max(ridge_flop_per_byte) AS ridge_flop_per_byte,
            count(DISTINCT op) AS calls

@@ -8,6 +8,13 @@ CREATE OR REPLACE MACRO dtype_precision(t) AS CASE lower(t) {{DTYPE_PRECISION_CA
 COMMENT ON MACRO dtype_precision IS 'dtype_precision(type): the precision of a dtype as traces spell it (vocab.DTYPE_PRECISION), else NULL';
 CREATE OR REPLACE MACRO exact_sum(x, scale) AS sum(round(x * scale)::HUGEINT) / scale;
 COMMENT ON MACRO exact_sum IS 'exact_sum(x, scale): a sum of doubles in fixed point (round(x * scale) summed as HUGEINT, then / scale): the same to the last digit whatever order the rows arrive in';
+CREATE OR REPLACE MACRO share_flops(flops_, share_) AS exact_sum(CASE WHEN flops_ > 0 THEN flops_ * share_ END, {{AMOUNT_FIXED_SCALE}});
+COMMENT ON MACRO share_flops IS 'share_flops(flops, share): the FLOPs of kernels cut by a window, each pro rata (its share), summed in fixed point (exact_sum at vocab.AMOUNT_FIXED_SCALE); kernels without FLOPs left out';
+CREATE OR REPLACE MACRO share_bytes(bytes_, share_) AS exact_sum(CASE WHEN bytes_ > 0 THEN bytes_ * share_ END, {{AMOUNT_FIXED_SCALE}});
+COMMENT ON MACRO share_bytes IS 'share_bytes(bytes, share): share_flops for the bytes kernels moved';
+CREATE OR REPLACE MACRO share_peak_ns(flops_, share_, peak_flop_s_) AS
+    exact_sum(CASE WHEN flops_ > 0 AND peak_flop_s_ > 0 THEN flops_ * share_ / peak_flop_s_ * 1e9 END, {{AMOUNT_FIXED_SCALE}});
+COMMENT ON MACRO share_peak_ns IS 'share_peak_ns(flops, share, peak_flop_s): the time the FLOPs of share_flops would take at the peak of each kernel''s own precision (ns, fixed point)';
 CREATE OR REPLACE MACRO category_layer(c) AS CASE c {{CATEGORY_LAYER_CASES}} END;
 COMMENT ON MACRO category_layer IS 'category_layer(category): the layer of a loss category (vocab.CATEGORIES)';
 CREATE OR REPLACE MACRO is_communication_kernel(kind, n) AS kind = 'nccl' OR regexp_matches(coalesce(n, ''), {{COMM_KERNEL_RE}});
