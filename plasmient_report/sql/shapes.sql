@@ -30,7 +30,7 @@ WITH RECURSIVE shaped AS (
     WHERE coalesce(sk.op_id, ow.op_id) IS NOT NULL
 ), ann AS (
     -- annotations (a profiler step, a compiled region, a `## name ##` range) mark where an op ran, they do not call it
-    SELECT op_id, parent_op_id FROM ops WHERE regexp_matches(coalesce(name, ''), {{ANNOTATION_OP_RE}})
+    SELECT op_id, parent_op_id FROM ops WHERE is_annotation_op(name)
 ), up(op_id, cur, lvl) AS (
     -- a shape op's callers, up through annotations
     SELECT o.op_id, o.parent_op_id, 1 FROM (SELECT DISTINCT op_id FROM ks) d JOIN ops o USING (op_id)
@@ -44,7 +44,7 @@ SELECT ks.kernel_id, ks.op_id, c.caller_op_id FROM ks LEFT JOIN caller c USING (
 COMMENT ON TABLE kernel_shapes IS 'One row per kernel (copies and memsets aside) that ran for a matmul-class op with a shape: that op';
 COMMENT ON COLUMN kernel_shapes.kernel_id IS 'kernels.kernel_id';
 COMMENT ON COLUMN kernel_shapes.op_id IS 'its shape op (ops.op_id): the FLOP owner when it has a shape, else the outermost op with a shape among the launching op and its callers';
-COMMENT ON COLUMN kernel_shapes.caller_op_id IS 'the op that called its shape op (ops.op_id), annotations passed over (vocab.ANNOTATION_OP_RE: profiler steps, compiled regions, `## name ##` ranges); NULL when none';
+COMMENT ON COLUMN kernel_shapes.caller_op_id IS 'the op that called its shape op (ops.op_id), annotations passed over (is_annotation_op: profiler steps, compiled regions, `## name ##` ranges); NULL when none';
 
 CREATE OR REPLACE MACRO shape_roofline(scope_, range_name_) AS TABLE
 WITH k AS MATERIALIZED (

@@ -17,6 +17,8 @@ CREATE OR REPLACE MACRO share_peak_ns(flops_, share_, peak_flop_s_) AS
 COMMENT ON MACRO share_peak_ns IS 'share_peak_ns(flops, share, peak_flop_s): the time the FLOPs of share_flops would take at the peak of each kernel''s own precision (ns, fixed point)';
 CREATE OR REPLACE MACRO category_layer(c) AS CASE c {{CATEGORY_LAYER_CASES}} END;
 COMMENT ON MACRO category_layer IS 'category_layer(category): the layer of a loss category (vocab.CATEGORIES)';
+CREATE OR REPLACE MACRO is_annotation_op(n) AS regexp_matches(coalesce(n, ''), {{ANNOTATION_OP_RE}});
+COMMENT ON MACRO is_annotation_op IS 'is_annotation_op(name): a CPU op that marks where work ran rather than doing it (vocab.ANNOTATION_OP_RE: profiler steps, compiled regions, `## name ##` ranges, Python frames, optimizer steps); never a kernel''s op to name or fuse';
 CREATE OR REPLACE MACRO is_communication_kernel(kind, n) AS kind = 'nccl' OR regexp_matches(coalesce(n, ''), {{COMM_KERNEL_RE}});
 COMMENT ON MACRO is_communication_kernel IS 'is_communication_kernel(kind, name): NCCL / RCCL kernels (kind nccl) and, by name, NVSHMEM, DeepEP, symmetric-memory, custom all-reduce and MSCCL++ kernels';
 CREATE OR REPLACE MACRO kernel_base_name(n) AS

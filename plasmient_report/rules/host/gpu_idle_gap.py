@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...vocab import (
-    ANNOTATION_OP_RE,
     DATALOADER_RE,
     LAUNCH_API_RE,
     PROFILER_PREFIX,
@@ -89,7 +88,7 @@ WITH c AS (
     FROM (SELECT * FROM _gaps WHERE i IN (SELECT unnest($ids::BIGINT[]))) g
     JOIN rule_ops o ON o.rank IS NOT DISTINCT FROM g.rank AND o.start_ns < g.end_ns AND o.end_ns > g.start_ns
     WHERE least(o.end_ns, g.end_ns) - greatest(o.start_ns, g.start_ns) >= $share * (g.end_ns - g.start_ns)
-      AND NOT regexp_matches(o.name, $ann)
+      AND o.name IS NOT NULL AND NOT is_annotation_op(o.name)
     GROUP BY g.i
 ), me AS (SELECT c.i, o.* FROM c JOIN ops o USING (op_id))
 SELECT me.i, me.name, me.end_ns - me.start_ns AS ns, me.input_dims IS NOT NULL AS shaped,
@@ -182,12 +181,11 @@ def _describe(
     ctx.con.execute(
         """
         CREATE TABLE _top_ops AS
-        WITH n AS (SELECT name, regexp_matches(name, $ann) AS ann FROM (SELECT DISTINCT name FROM rule_ops))
+        WITH n AS (SELECT name, is_annotation_op(name) AS ann FROM (SELECT DISTINCT name FROM rule_ops))
         SELECT o.rank, o.name, o.start_ns, o.end_ns
         FROM rule_ops o JOIN n ON n.name = o.name AND NOT n.ann
         ANTI JOIN (SELECT p.op_id FROM rule_ops p LEFT JOIN n ON n.name = p.name WHERE n.ann IS NOT TRUE) p
-          ON p.op_id = o.parent_op_id""",
-        {"ann": ANNOTATION_OP_RE},
+          ON p.op_id = o.parent_op_id"""
     )
     during: dict[int, list[dict[str, Any]]] = {}
     for r in ctx.rows(
@@ -286,7 +284,7 @@ def _describe(
         [ids, PROFILER_PREFIX],
     ):
         calls.setdefault(r["i"], (r["name"], r["ns"]))
-    inner = {r["i"]: r for r in ctx.rows(INNER_OPS_SQL, {"ids": ids, "share": INNER_OP_SHARE, "ann": ANNOTATION_OP_RE})}
+    inner = {r["i"]: r for r in ctx.rows(INNER_OPS_SQL, {"ids": ids, "share": INNER_OP_SHARE})}
     setup: dict[int, list[str]] = {}
     for r in ctx.rows(
         """
