@@ -79,11 +79,12 @@ def dominant_precision(con: duckdb.DuckDBPyConnection) -> str | None:
         """
         WITH k AS (
             SELECT (k.end_ns - k.start_ns)::DOUBLE AS dur,
-                   CASE WHEN coalesce(lo.precision, fo.precision) = 'fp32' AND kernel_name_precision(k.name) = 'tf32'
-                        THEN 'tf32' ELSE coalesce(lo.precision, fo.precision, kernel_name_precision(k.name)) END AS p
+                   CASE WHEN coalesce(lo.precision, fo.precision) = 'fp32' AND n.np = 'tf32'
+                        THEN 'tf32' ELSE coalesce(lo.precision, fo.precision, n.np) END AS p
             FROM kernels k LEFT JOIN ops lo ON lo.op_id = k.op_id LEFT JOIN ops fo ON fo.op_id = k.flops_op_id
-            LEFT JOIN (SELECT name, is_matmul_class_kernel(name) AS mm FROM (SELECT DISTINCT name FROM kernels)) n
-              ON n.name = k.name
+            LEFT JOIN (SELECT name, is_matmul_class_kernel(name) AS mm, kernel_name_precision(name) AS np
+                       FROM (SELECT DISTINCT name FROM kernels)) n
+              ON n.name = k.name  -- (each name's patterns matched once, not once per kernel)
             WHERE k.kind = 'compute' AND k.end_ns > k.start_ns AND (n.mm OR lo.precision IS NOT NULL)
         ), tot AS (SELECT sum(dur) AS all_ns, sum(dur) FILTER (WHERE p IS NOT NULL) AS voted_ns FROM k)
         SELECT p FROM k, tot WHERE p IS NOT NULL AND tot.voted_ns >= 0.5 * tot.all_ns
