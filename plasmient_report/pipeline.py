@@ -24,14 +24,21 @@ from .errors import BadInput, path_text
 from .parsers import _io
 from .peaks import load_table
 from .render.page_worker import PageWorker
+from .sql import native as sql_native
 from .store import one
 from .verdict_model import Verdict
 
 # Peak RSS the main job aims to stay under, whatever the trace size (--memory-budget): DuckDB gets the budget
-# less what the interpreter, the libraries and the Arrow batches passed to Python take, and spills the rest.
+# less what the interpreter, the libraries and the Arrow batches passed to Python take, and spills the rest. The
+# reserve also covers what DuckDB's process holds beyond its own limit (its allocator's freed pages, state outside
+# its buffer pool): on a 2 GiB Kineto trace a 1 GiB limit peaked at 1.7–2.0 GiB, a 768 MiB one at 1.18 GiB
+# (benchmarks/README.md, session 25).
 DEFAULT_MEMORY_BUDGET = 1536 << 20
-PYTHON_RESERVE = 512 << 20
+PYTHON_RESERVE = 768 << 20
 MIN_DUCKDB_MEMORY = 256 << 20
+# Of the reserve, what the measurement library's numpy blocks may hold beside a full DuckDB (sql/native.py); a
+# larger block runs as SQL, which spills.
+NATIVE_ALLOWANCE = 256 << 20
 
 
 @dataclass
@@ -137,6 +144,8 @@ class Result:
             self.trace.cancel()  # (a trace not taken: the run failed, or its outputs were not written)
             self.trace = None
         with contextlib.suppress(duckdb.Error):
+            sql_native.allow(self.con, None)
+        with contextlib.suppress(duckdb.Error):
             self.con.close()
         if self.spill_dir is not None:
             shutil.rmtree(self.spill_dir, ignore_errors=True)
@@ -154,6 +163,8 @@ def open_store(opts: Options, where: scratch_mod.Scratch) -> tuple[duckdb.DuckDB
     spill = where.path / f"store-{uuid.uuid4().hex[:12]}"
     limit = None if opts.memory_budget is None else max(MIN_DUCKDB_MEMORY, opts.memory_budget - PYTHON_RESERVE)
     con = store.connect_run(spill, limit)
+    if limit is not None:
+        sql_native.allow(con, NATIVE_ALLOWANCE)
     interrupt.watch(con)  # a signal interrupts its queries (DuckDB holds the main thread while one runs)
     return con, spill
 

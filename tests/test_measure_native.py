@@ -87,6 +87,30 @@ def test_sums_that_could_leave_int64_run_the_sql(monkeypatch):
     assert fallback == ref
 
 
+def test_blocks_too_large_for_the_memory_budget_run_their_sql(monkeypatch):
+    # Under --memory-budget a block whose arrays would not fit the run's allowance beside DuckDB (its input rows ×
+    # BYTES_PER_ROW) runs its SQL, which DuckDB spills: the same rows as the reference. Without a budget, or when
+    # the input fits, the numpy way runs.
+    path = sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz")
+    ref, v_ref = _run(path, reference=True)
+    called: list[str] = []
+    for name, fn in list(native.NATIVE.items()):
+        monkeypatch.setitem(native.NATIVE, name, lambda con, sql_, fn=fn, name=name: called.append(name) or fn(con, sql_))
+    monkeypatch.setattr(pipeline, "NATIVE_ALLOWANCE", 1)  # one byte: no block fits
+    refused, v_refused = _run(path, reference=False)
+    assert called == []
+    assert refused == ref and v_refused == v_ref
+    assert native._allowances == {}  # forgotten when the run's store closed
+    with store.threads(1):
+        free = pipeline.analyse([path], pipeline.Options(memory_budget=None))  # no budget: no allowance
+    free.close()
+    assert sorted(called) == sorted(native.NATIVE)
+    called.clear()
+    monkeypatch.setattr(pipeline, "NATIVE_ALLOWANCE", 256 << 20)
+    fits, _ = _run(path, reference=False)
+    assert sorted(called) == sorted(native.NATIVE) and fits == ref
+
+
 @pytest.mark.parametrize("x", [0.5, 1.5, 2.5, -0.5, -2.5, 0.49999999999999994, 4503599627370497.0, 1e-300, 0.0, 7.5e17])
 def test_fixed_point_rounds_as_duckdb_does(x):
     ((want,),) = duckdb.sql(f"SELECT round({x!r}::DOUBLE)::HUGEINT").fetchall()
