@@ -13,10 +13,13 @@ import io
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -440,6 +443,36 @@ def test_local_executor_survives_a_dying_worker():
     assert sorted(seen) == sorted(status)
     crash = next(o for o in outs if o.run_id == "f/crash")
     assert "worker process died" in (crash.error or "") and crash.rows[0]["status"] == "failed"
+
+
+def stuck_mapper(task: Task) -> Outcome:
+    """Importable from spawned workers. 'crash' dies after a moment; 'stuck', the first time (no flag file yet),
+    ignores SIGTERM and never returns, as a worker blocked for good on a queue lock its dead sibling held does."""
+    if task.run.run_id.endswith("crash"):
+        time.sleep(0.5)
+        os._exit(3)
+    flag = Path(os.environ["PLASMIENT_TEST_STUCK_FLAG"])
+    if task.run.run_id.endswith("stuck") and not flag.exists():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        flag.touch()
+        time.sleep(3600)
+    return Outcome(task.run.run_id, "analysed", None, [], {"pid": os.getpid()})
+
+
+def test_local_executor_stops_a_stuck_worker_of_a_broken_pool(tmp_path, monkeypatch):
+    # When a worker dies the pool is broken; the pool's own shutdown then waits for every other worker to exit,
+    # forever for one that cannot (seen in CI: blocked on the result queue's lock). The executor stops them first,
+    # SIGKILL after the grace period; the stuck run is retried in a pool of its own and finishes there.
+    monkeypatch.setenv("PLASMIENT_TEST_STUCK_FLAG", str(tmp_path / "stuck-once"))
+    monkeypatch.setattr(executors, "STOP_GRACE_S", 0.5)
+    tasks = [Task(group.Run(f"f/{n}", n, ()), "/", None, "x") for n in ("stuck", "crash")]
+    outs: list[Outcome] = []
+    run = lambda: outs.extend(executors.run_local(tasks, lambda o: None, 2, stuck_mapper))  # noqa: E731
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive(), "the batch hung on the broken pool's shutdown"
+    assert {o.run_id: o.status for o in outs} == {"f/stuck": "analysed", "f/crash": "failed"}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -143,6 +143,11 @@ def _pool_pass(tasks: list[Task], workers: int, mapper: Mapper, on_done: OnDone,
         stop_workers(pool)
         pool.shutdown(wait=False, cancel_futures=True)
         raise
+    if left:
+        # A worker died and broke the pool. A surviving worker can be stuck for good putting its result on the
+        # result queue (its lock left taken); SIGTERM only makes it try again. The pool's own shutdown would then
+        # wait for it forever, so it is stopped first, and killed after the grace period.
+        stop_workers(pool, STOP_GRACE_S)
     pool.shutdown(wait=True, cancel_futures=True)
     return sorted(left, key=lambda t: t.run.run_id)
 
