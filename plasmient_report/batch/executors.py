@@ -128,6 +128,8 @@ def _pool_pass(tasks: list[Task], workers: int, mapper: Mapper, on_done: OnDone,
             # With a timeout: a signal delivered to another thread (the pool's) runs its Python handler only when the
             # main thread wakes up; an endless wait would leave Ctrl-C pending until a run finishes.
             done, _ = wait(pending, timeout=WAKE_S, return_when=FIRST_COMPLETED)
+            if not done:
+                _wake_manager(pool)
             for fut in done:
                 task = pending.pop(fut)
                 try:
@@ -150,6 +152,18 @@ def _pool_pass(tasks: list[Task], workers: int, mapper: Mapper, on_done: OnDone,
         stop_workers(pool, STOP_GRACE_S)
     pool.shutdown(wait=True, cancel_futures=True)
     return sorted(left, key=lambda t: t.run.run_id)
+
+
+def _wake_manager(pool: ProcessPoolExecutor) -> None:
+    """The pool's manager thread waits on the exit of the workers it knew when it began to wait. Workers are spawned
+    as runs are submitted, so one started just after it began can die unnoticed until something wakes the manager:
+    the pool then never breaks and the runs never end (seen in tests/test_batch.py with every other worker busy).
+    Woken every WAKE_S while runs are pending, it looks at every worker again. (CPython's own wake-up; nothing
+    happens where a version has none.)"""
+    wakeup = getattr(pool, "_executor_manager_thread_wakeup", None)
+    if wakeup is not None:
+        with contextlib.suppress(Exception):  # closed: the pool is shutting down, its manager awake already
+            wakeup.wakeup()
 
 
 def run_ray(
