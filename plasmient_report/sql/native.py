@@ -15,7 +15,6 @@ spills. Without an allowance (no budget, or a store the pipeline did not open) a
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import duckdb
@@ -36,8 +35,7 @@ INPUT_ROWS = {  # each block's input rows
     "short_gaps": "SELECT (SELECT count(*) FROM _sw_gaps) + (SELECT count(*) FROM _sw_hunion)",
     "stretch_islands": "SELECT count(*) FROM _sw_c",
 }
-_allowances: dict[str, int] = {}  # a store's file → the bytes its native blocks may hold
-_lock = threading.Lock()
+_allowances: dict[str, int] = {}  # a store's file → the bytes its native blocks may hold (one dict operation each: thread-safe)
 
 
 def _store_path(con: duckdb.DuckDBPyConnection) -> str | None:
@@ -49,23 +47,15 @@ def _store_path(con: duckdb.DuckDBPyConnection) -> str | None:
 def allow(con: duckdb.DuckDBPyConnection, nbytes: int | None) -> None:
     """The memory the native blocks on this store (and its cursors) may hold; None: no limit (forgets it)."""
     path = _store_path(con)
-    if path is None:
-        return
-    with _lock:
-        if nbytes is None:
-            _allowances.pop(path, None)
-        else:
-            _allowances[path] = int(nbytes)
+    if path is not None and nbytes is not None:
+        _allowances[path] = int(nbytes)
+    elif path is not None:
+        _allowances.pop(path, None)
 
 
 def fits(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     """Whether block `name` may run natively on this store: no allowance set, or its input fits it."""
-    with _lock:
-        if not _allowances:
-            return True
-    path = _store_path(con)
-    with _lock:
-        allowance = _allowances.get(path) if path is not None else None
+    allowance = _allowances.get(_store_path(con) or "") if _allowances else None
     if allowance is None:
         return True
     ((rows,),) = con.execute(INPUT_ROWS[name]).fetchall()
