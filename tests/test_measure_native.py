@@ -21,9 +21,11 @@ from .conftest import corpus_file, sample_file
 SWEPT = ("stretches", "idle_gaps", "losses", "metrics", "metrics_by_precision", "steps", "step_losses")
 
 
-def _digest(con: duckdb.DuckDBPyConnection, table: str) -> tuple[int, int]:
-    """Row count and an order-free hash of every row (each column as its own value: a changed bit shows)."""
-    cols = ", ".join(f'"{c}"' for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE {table})").fetchall())
+def _digest(con: duckdb.DuckDBPyConnection, table: str, but: tuple[str, ...] = ()) -> tuple[int, int]:
+    """Row count and an order-free hash of every row (each column as its own value: a changed bit shows), leaving
+    out the columns `but`."""
+    names = [c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE {table})").fetchall() if c not in but]
+    cols = ", ".join(f'"{c}"' for c in names)
     ((n, h),) = con.execute(f"SELECT count(*), coalesce(sum(hash({cols})), 0)::HUGEINT FROM {table}").fetchall()
     return int(n), int(h)
 
@@ -53,7 +55,7 @@ def test_native_blocks_give_the_rows_of_their_sql(rel, ranges, monkeypatch):
     path = sample_file(rel)
     taken: list[bool] = []
     fits, sums = native._fits, native._sums
-    monkeypatch.setattr(native, "_fits", lambda x, at: taken.append(fits(x, at)) or taken[-1])
+    monkeypatch.setattr(native, "_fits", lambda *a: taken.append(fits(*a)) or taken[-1])
     monkeypatch.setattr(native, "_sums", lambda x, at: taken.append((r := sums(x, at)) is not None) or r)
     fast, v_fast = _run(path, reference=False, ranges=ranges)
     assert taken and all(taken)  # the numpy way ran (no fallback to the SQL)
@@ -70,8 +72,8 @@ def test_sums_that_could_leave_int64_run_the_sql(monkeypatch):
     refused: list[str] = []
     fits, fixed = native._fits, native._fixed
 
-    def spy_fits(x, at):
-        ok = fits(x, at)
+    def spy_fits(*a):
+        ok = fits(*a)
         refused.extend([] if ok else ["segments"])
         return ok
 
@@ -87,29 +89,104 @@ def test_sums_that_could_leave_int64_run_the_sql(monkeypatch):
     assert fallback == ref
 
 
-def test_blocks_too_large_for_the_memory_budget_run_their_sql(monkeypatch):
+def _spy_slices(monkeypatch) -> list[int | None]:
+    """The slice size of every sorted read of a native block (None: whole, sorted in numpy)."""
+    sizes: list[int | None] = []
+    in_order = native._in_order
+    monkeypatch.setattr(native, "_in_order", lambda con, q, keys, rows: sizes.append(rows) or in_order(con, q, keys, rows))
+    return sizes
+
+
+@pytest.mark.parametrize(
+    ("rel", "ranges", "rows"),
+    [
+        ("h200_sync_stack/sync_stack.pt.trace.json.gz", None, 97),  # one GPU, host syncs, Python stacks
+        ("h200_hf/input_bound.pt.trace.json.gz", None, 53),  # data-loader gaps (idle stretches of every kind)
+    ],
+)
+def test_blocks_in_slices_give_the_rows_of_their_sql(rel, ranges, rows, monkeypatch):
+    # A block whose input is beyond its memory allowance reads it sorted by DuckDB a slice at a time, carrying its
+    # running sums, the point a slice ends inside and the island still open into the next: small slices (a prime
+    # number of rows, so that they end anywhere: inside a group of points at one instant, an island, a window)
+    # give the rows of the SQL to the last bit, and of the numpy way on the whole input.
+    path = sample_file(rel)
+    ref, v_ref = _run(path, reference=True, ranges=ranges)
+    monkeypatch.setattr(native, "_slice_rows", lambda con, name: rows)
+    sizes = _spy_slices(monkeypatch)
+    sliced, v_sliced = _run(path, reference=False, ranges=ranges)
+    assert sizes and all(n is not None for n in sizes)
+    assert sliced["stretches"][0] > 0
+    assert sliced == ref
+    assert v_sliced == v_ref
+
+
+BLOCK_TABLES = {"sweep_segments": ("_sw_seg", "_sw_busy"), "stretch_islands": ("_sw_m",)}
+
+
+@pytest.mark.parametrize(
+    ("rel", "ranges"),
+    [
+        ("h200_sync_stack/sync_stack.pt.trace.json.gz", None),
+        ("h200x2_ddp/kineto", ["ProfilerStep#*"]),  # two ranks, collectives, steps (a window each)
+    ],
+)
+def test_each_block_in_slices_writes_the_tables_of_its_sql(rel, ranges, monkeypatch):
+    # Block by block, inside a real run: the block's own tables from its SQL, from numpy on the whole input and
+    # in slices as small as 3 rows (every slice ends inside something: a group of points at one instant, a busy
+    # island, an island of one category, a window) are the same rows to the last bit.
+    compared: list[str] = []
+
+    def both(name, fn):
+        def run(con, reference_sql):
+            digests = []
+            for rows in ("sql", None, 3, 41):
+                if rows == "sql":
+                    con.execute(reference_sql)
+                else:
+                    monkeypatch.setattr(native, "_slice_rows", lambda con, name, rows=rows: rows)
+                    fn(con, reference_sql)
+                digests.append([_digest(con, t, but=("island",)) for t in BLOCK_TABLES[name]])  # (the SQL's group key)
+            assert all(d == digests[0] for d in digests), (name, digests)
+            assert digests[0][0][0] > 0
+            compared.append(name)
+
+        return run
+
+    for name, fn in list(native.NATIVE.items()):
+        if name in BLOCK_TABLES:
+            monkeypatch.setitem(native.NATIVE, name, both(name, fn))
+    with store.threads(1):
+        pipeline.analyse([sample_file(rel)], pipeline.Options(ranges=ranges or [])).close()
+    assert sorted(compared) == sorted(BLOCK_TABLES)
+
+
+def test_blocks_too_large_for_the_memory_budget_run_in_slices_or_their_sql(monkeypatch):
     # Under --memory-budget a block whose arrays would not fit the run's allowance beside DuckDB (its input rows ×
-    # BYTES_PER_ROW) runs its SQL, which DuckDB spills: the same rows as the reference. Without a budget, or when
-    # the input fits, the numpy way runs.
+    # BYTES_PER_ROW) runs in slices of as many rows as fit (the sweep and the islands) or its SQL (the short gaps,
+    # which DuckDB spills): the same rows as the reference. Without a budget, or when the input fits, the numpy
+    # way runs on the whole input.
     path = sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz")
     ref, v_ref = _run(path, reference=True)
-    called: list[str] = []
-    for name, fn in list(native.NATIVE.items()):
-        monkeypatch.setitem(native.NATIVE, name, lambda con, sql_, fn=fn, name=name: called.append(name) or fn(con, sql_))
-    monkeypatch.setattr(pipeline, "NATIVE_ALLOWANCE", 1)  # one byte: no block fits
+    short: list[bool] = []
+    arrays = native.fits
+    monkeypatch.setattr(native, "fits", lambda con, name: short.append(ok := arrays(con, name)) or ok)
+    sizes = _spy_slices(monkeypatch)
+    monkeypatch.setattr(pipeline, "NATIVE_ALLOWANCE", 64 << 10)  # 64 KiB: no block's input fits
     before = dict(native._allowances)  # (stores other tests left open)
-    refused, v_refused = _run(path, reference=False)
-    assert called == []
-    assert refused == ref and v_refused == v_ref
+    small, v_small = _run(path, reference=False)
+    assert sorted(sizes) == sorted((64 << 10) // native.SLICE_BYTES_PER_ROW[b] for b in ("sweep_segments", "stretch_islands"))
+    assert short and not any(short)
+    assert small == ref and v_small == v_ref
     assert native._allowances == before  # this run's forgotten when its store closed
+    sizes.clear()
     with store.threads(1):
         free = pipeline.analyse([path], pipeline.Options(memory_budget=None))  # no budget: no allowance
     free.close()
-    assert sorted(called) == sorted(native.NATIVE)
-    called.clear()
+    assert sizes == [None, None]
+    sizes.clear()
     monkeypatch.setattr(pipeline, "NATIVE_ALLOWANCE", 256 << 20)
     fits, _ = _run(path, reference=False)
-    assert sorted(called) == sorted(native.NATIVE) and fits == ref
+    assert sizes == [None, None] and fits == ref
 
 
 @pytest.mark.parametrize("x", [0.5, 1.5, 2.5, -0.5, -2.5, 0.49999999999999994, 4503599627370497.0, 1e-300, 0.0, 7.5e17])

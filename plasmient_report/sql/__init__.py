@@ -153,15 +153,12 @@ def install(con: duckdb.DuckDBPyConnection, *names: str, with_dependencies: bool
         if _reference.get() or "-- native: " not in text:
             _execute(con, text)
         else:
-            from .native import NATIVE, fits
+            from .native import NATIVE
 
             at = 0
             for m in _NATIVE_RE.finditer(text):
                 _execute(con, text[at : m.start()])
-                if fits(con, m.group(1)):
-                    NATIVE[m.group(1)](con, m.group(2))
-                else:  # its arrays would not fit the run's memory budget beside DuckDB's: the SQL, which spills
-                    _execute(con, m.group(2))
+                NATIVE[m.group(1)](con, m.group(2))  # (under a memory budget: in slices, or its SQL, which spills)
                 at = m.end()
             _execute(con, text[at:])
         if comments:
