@@ -110,13 +110,20 @@ def launch_bound_stream(ctx: RuleContext, t: Thresholds) -> Iterator[Finding]:
     # synchronizes: the call returns as the GPU finishes the kernel before the gap): a graph is not captured across
     # one, so launches cut into short runs by them are not a few graphs until the syncs go. (Syncs between phases
     # or at a step's end leave long runs: a graph per run is still the fix.)
+    # (a sync ends inside some gap [prev_end - tolerance, start] of its rank when the gaps starting at or before its
+    # end reach it: the last of them by start (an ASOF join) carries the furthest end of all of them, `reach` — one
+    # sort of each side instead of a range join of every sync with every gap)
     n_syncs = ctx.rows(
         f"""
-        WITH g AS (SELECT rank, prev_end, start_ns FROM ({KERNELS_SQL}) WHERE ({sel}) AND gap > 0 AND gap <= ?)
-        SELECT count(DISTINCT (a.rank, a.end_ns)) AS n FROM rule_api_calls a JOIN g ON g.rank IS NOT DISTINCT FROM a.rank
-         AND a.end_ns BETWEEN g.prev_end - ? AND g.start_ns
-        WHERE regexp_matches(a.name, ?)""",
-        [*flat, max_gap, SYNC_TOLERANCE_NS, SYNC_API_RE],
+        WITH g AS (
+            SELECT rank, prev_end - ? AS lo,
+                   max(start_ns) OVER (PARTITION BY rank ORDER BY prev_end - ? RANGE UNBOUNDED PRECEDING) AS reach
+            FROM ({KERNELS_SQL}) WHERE ({sel}) AND gap > 0 AND gap <= ?
+        ), a AS (SELECT rank, end_ns FROM rule_api_calls WHERE regexp_matches(name, ?))
+        SELECT count(DISTINCT (a.rank, a.end_ns)) AS n
+        FROM a ASOF JOIN g ON g.rank IS NOT DISTINCT FROM a.rank AND g.lo <= a.end_ns
+        WHERE a.end_ns <= g.reach""",
+        [SYNC_TOLERANCE_NS, SYNC_TOLERANCE_NS, *flat, max_gap, SYNC_API_RE],
     )[0]["n"]
     syncs = ctx.per_step(n_syncs / n_gpus)
     split = n_syncs > 0 and kernels / (n_syncs + 1) < t.graph_run_launches
