@@ -111,7 +111,7 @@ def test_blocks_in_slices_give_the_rows_of_their_sql(rel, ranges, rows, monkeypa
     # give the rows of the SQL to the last bit, and of the numpy way on the whole input.
     path = sample_file(rel)
     ref, v_ref = _run(path, reference=True, ranges=ranges)
-    monkeypatch.setattr(native, "_slice_rows", lambda con, name: rows)
+    monkeypatch.setattr(native, "_slice_rows", lambda con, name, held=0: rows)
     sizes = _spy_slices(monkeypatch)
     sliced, v_sliced = _run(path, reference=False, ranges=ranges)
     assert sizes and all(n is not None for n in sizes)
@@ -120,7 +120,7 @@ def test_blocks_in_slices_give_the_rows_of_their_sql(rel, ranges, rows, monkeypa
     assert v_sliced == v_ref
 
 
-BLOCK_TABLES = {"sweep_segments": ("_sw_seg", "_sw_busy"), "stretch_islands": ("_sw_m",)}
+BLOCK_TABLES = {"sweep_segments": ("_sw_seg", "_sw_busy"), "stretch_islands": ("_sw_m",), "short_gaps": ("_sw_short",)}
 
 
 @pytest.mark.parametrize(
@@ -143,7 +143,7 @@ def test_each_block_in_slices_writes_the_tables_of_its_sql(rel, ranges, monkeypa
                 if rows == "sql":
                     con.execute(reference_sql)
                 else:
-                    monkeypatch.setattr(native, "_slice_rows", lambda con, name, rows=rows: rows)
+                    monkeypatch.setattr(native, "_slice_rows", lambda con, name, held=0, rows=rows: rows)
                     fn(con, reference_sql)
                 digests.append([_digest(con, t, but=("island",)) for t in BLOCK_TABLES[name]])  # (the SQL's group key)
             assert all(d == digests[0] for d in digests), (name, digests)
@@ -161,28 +161,37 @@ def test_each_block_in_slices_writes_the_tables_of_its_sql(rel, ranges, monkeypa
 
 
 def test_blocks_too_large_for_the_memory_budget_run_in_slices_or_their_sql(monkeypatch):
-    # Under --memory-budget a block whose arrays would not fit the run's allowance beside DuckDB (its input rows ×
-    # BYTES_PER_ROW) runs in slices of as many rows as fit (the sweep and the islands) or its SQL (the short gaps,
-    # which DuckDB spills): the same rows as the reference. Without a budget, or when the input fits, the numpy
-    # way runs on the whole input.
+    # Under --memory-budget a block whose arrays would not fit the run's allowance beside DuckDB runs in slices of
+    # as many rows as fit; the short gaps run their SQL (which DuckDB spills) when their host intervals alone would
+    # take half of it. The same rows as the reference either way. Without a budget, or when the input fits, the
+    # numpy way runs on the whole input. (This sample: 294 host intervals, 35 kB held, and 1,243 gaps.)
     path = sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz")
     ref, v_ref = _run(path, reference=True)
-    short: list[bool] = []
-    arrays = native.fits
-    monkeypatch.setattr(native, "fits", lambda con, name: short.append(ok := arrays(con, name)) or ok)
     sizes = _spy_slices(monkeypatch)
-    monkeypatch.setattr(pipeline, "NATIVE_ALLOWANCE", 64 << 10)  # 64 KiB: no block's input fits
+    slices: dict[str, int | None] = {}
+    slice_rows = native._slice_rows
+    monkeypatch.setattr(
+        native, "_slice_rows", lambda con, name, held=0: slices.__setitem__(name, n := slice_rows(con, name, held)) or n
+    )
     before = dict(native._allowances)  # (stores other tests left open)
+    monkeypatch.setattr(pipeline, "NATIVE_ALLOWANCE", 64 << 10)  # 64 KiB: no block's input fits, nor the intervals
     small, v_small = _run(path, reference=False)
-    assert sorted(sizes) == sorted((64 << 10) // native.SLICE_BYTES_PER_ROW[b] for b in ("sweep_segments", "stretch_islands"))
-    assert short and not any(short)
+    want = {b: (64 << 10) // native.SLICE_BYTES_PER_ROW[b] for b in ("sweep_segments", "stretch_islands")}
+    assert sorted(sizes) == sorted(want.values()) and slices == want  # (the short gaps: their SQL)
     assert small == ref and v_small == v_ref
     assert native._allowances == before  # this run's forgotten when its store closed
+    slices.clear()
+    monkeypatch.setattr(pipeline, "NATIVE_ALLOWANCE", 128 << 10)  # the intervals fit half of it: the gaps in slices
+    gaps, v_gaps = _run(path, reference=False)
+    assert slices["short_gaps"] == ((128 << 10) - 294 * native.INTERVAL_BYTES) // native.SLICE_BYTES_PER_ROW["short_gaps"]
+    assert slices["short_gaps"] < 1243
+    assert gaps == ref and v_gaps == v_ref
     sizes.clear()
+    slices.clear()
     with store.threads(1):
         free = pipeline.analyse([path], pipeline.Options(memory_budget=None))  # no budget: no allowance
     free.close()
-    assert sizes == [None, None]
+    assert sizes == [None, None] and set(slices.values()) == {None}
     sizes.clear()
     monkeypatch.setattr(pipeline, "NATIVE_ALLOWANCE", 256 << 20)
     fits, _ = _run(path, reference=False)

@@ -11,9 +11,9 @@ Under a memory budget (`--memory-budget`) the store's DuckDB keeps to its own li
 in numpy comes on top of it. The run gives its blocks an allowance (`allow`, from the part of the budget kept for
 Python). A block whose input would take more (its rows × `BYTES_PER_ROW`) has DuckDB sort its input (spilling)
 and reads it back in slices that fit (`SLICE_BYTES_PER_ROW`), carrying its running state from one slice to the
-next: the sweep and the islands, whose SQL window functions cost 3-4× their numpy. The short gaps run their SQL,
-as fast as numpy on large inputs. Without an allowance (no budget, or a store the pipeline did not open) a block
-always runs on its whole input.
+next: the sweep and the islands. The short gaps need no sort: their host intervals are held whole (their SQL
+runs instead when those alone would take half the allowance) and the gaps read a slice of rows at a time.
+Without an allowance (no budget, or a store the pipeline did not open) a block always runs on its whole input.
 """
 
 from __future__ import annotations
@@ -32,15 +32,16 @@ _SAFE = float(2**62)  # |running sums| below this fit int64 whatever the order t
 
 # Peak memory a block holds per row of its input (the input read as columns, the sort's order and the sorted
 # copies, the result handed back as Arrow), measured with RSS sampled every 10 ms on a 2 GiB Kineto trace (2.05 M
-# parts, 2.05 M gaps with 0.82 M host intervals, 4.12 M stretches: +620, +908 and +928 MiB), rounded up.
-BYTES_PER_ROW = {"sweep_segments": 320, "short_gaps": 340, "stretch_islands": 240}
-# The same for a slice of the sorted input (`_in_order`): its rows read back, the carried ones and the slice's
-# arrays (tracemalloc's peak plus Arrow's pool, 2 GiB trace: 167 MiB per 0.84 M points of the sweep, 152 MiB per
-# 0.56 M stretches), rounded up. A sweep's row there is a point (a part's start or end).
-SLICE_BYTES_PER_ROW = {"sweep_segments": 220, "stretch_islands": 300}
+# parts, 4.12 M stretches: +620 and +928 MiB), rounded up.
+BYTES_PER_ROW = {"sweep_segments": 320, "stretch_islands": 240}
+# The same for a slice of the input (tracemalloc's peak plus Arrow's pool on the 2 GiB trace): the sweep's sorted
+# points (a part's start or end; 167 MiB per 0.84 M) and stretches (152 MiB per 0.56 M) read back with the
+# carried ones and the slice's arrays; the short gaps' rows (39 B each beside their results) and, held whole
+# beside them, the host intervals sorted (70 MiB for 0.82 M). Rounded up.
+SLICE_BYTES_PER_ROW = {"sweep_segments": 220, "stretch_islands": 300, "short_gaps": 100}
+INTERVAL_BYTES = 120
 INPUT_ROWS = {  # each block's input rows
     "sweep_segments": "SELECT count(*) FROM _sw_parts WHERE e > s",
-    "short_gaps": "SELECT (SELECT count(*) FROM _sw_gaps) + (SELECT count(*) FROM _sw_hunion)",
     "stretch_islands": "SELECT count(*) FROM _sw_c",
 }
 _allowances: dict[str, int] = {}  # a store's file → the bytes its native blocks may hold (one dict operation each: thread-safe)
@@ -76,13 +77,14 @@ def _fits(x: np.ndarray, at: np.ndarray, start: int = 0) -> bool:
     return bool(np.abs(g).max() < _SAFE and np.abs(float(start) + np.cumsum(g)).max() < _SAFE)
 
 
-def _slice_rows(con: duckdb.DuckDBPyConnection, name: str) -> int | None:
-    """How many rows of its sorted input block `name` may hold at once on this store: None when its whole input
-    fits (or no allowance is set), else its allowance over a slice's bytes per row (at least one)."""
+def _slice_rows(con: duckdb.DuckDBPyConnection, name: str, held: int = 0) -> int | None:
+    """How many rows of its input block `name` may hold at once on this store: None when its whole input fits (or no
+    allowance is set), else its allowance (less the `held` host intervals of the short gaps) over a slice's bytes
+    per row (at least one)."""
     allowance = _allowances.get(_store_path(con) or "") if _allowances else None
-    if allowance is None or fits(con, name):
+    if allowance is None or (name in INPUT_ROWS and fits(con, name)):
         return None
-    return max(1, allowance // SLICE_BYTES_PER_ROW[name])
+    return max(1, (allowance - held * INTERVAL_BYTES) // SLICE_BYTES_PER_ROW[name])
 
 
 def _in_order(
@@ -372,71 +374,71 @@ def short_gaps(con: duckdb.DuckDBPyConnection, reference_sql: str) -> None:
     launching, setting up or loading at some time in it — for each kind, the last merged host interval of the
     gap's rank to start before the gap ends (`_sw_hunion`: they do not overlap) overlaps it, or none does.
 
-    One sort answers every look-up: the intervals' starts and the gaps' ends, keyed by (rank, kind), in time order
-    with a gap's end before an interval that starts at that instant (the ASOF condition is start < end); the last
-    interval at or before each gap end is a running maximum of interval positions."""
-    if not fits(con, "short_gaps"):  # its arrays would not fit the run's memory allowance: the SQL, which spills
-        con.execute(reference_sql)  # (as fast as numpy on large inputs: measured 2.9 s either way on 2.05 M gaps)
-        return
-    g = con.sql(
-        f"SELECT wid, gap_no, rank, start_ns, end_ns, after_sync FROM _sw_gaps "
-        f"WHERE end_ns - start_ns <= {int(vocab.LAUNCH_GAP_MAX_NS)}"
-    ).to_arrow_table()
+    The intervals sorted once by (rank, kind, start) answer every gap by binary search: a start as its position
+    among the distinct starts, and a gap's end as the number of distinct starts before it, make one int64 key
+    per interval and per (gap, kind); the last interval key below the gap's is that ASOF match, if its rank and
+    kind are the gap's. The gaps need no sort: under a memory allowance they are read a slice of rows at a time."""
     kinds = ", ".join(f"'{k}'" for k in _KINDS)
     h = con.sql(f"SELECT rank, kind, start_ns, end_ns FROM _sw_hunion WHERE kind IN ({kinds})").to_arrow_table()
-    n = g.num_rows
-    if n == 0:
-        con.execute(reference_sql)  # no short gaps: the SQL makes the empty table with its types
+    allowance = _allowances.get(_store_path(con) or "") if _allowances else None
+    if allowance is not None and h.num_rows * INTERVAL_BYTES > allowance // 2:
+        con.execute(reference_sql)  # the intervals alone would take half the allowance: the SQL, which spills
         return
-    # ranks as codes; a NULL rank one of its own, matching a NULL rank (IS NOT DISTINCT FROM)
-    g_rank, h_rank = (pc.fill_null(t.column("rank").cast(pa.int64()), _NULL_RANK).to_numpy() for t in (g, h))
-    _, codes = np.unique(np.concatenate([g_rank, h_rank]), return_inverse=True)
-    g_code, h_code = codes[:n], codes[n:]
-    kind_of = {k: i for i, k in enumerate(_KINDS)}
-    h_kind = np.array([kind_of[k] for k in h.column("kind").to_pylist()], dtype=np.int64) if h.num_rows else np.zeros(0, np.int64)
-    g_start = g.column("start_ns").to_numpy()
-    g_end = g.column("end_ns").to_numpy()
     k = len(_KINDS)
-    q_key = np.concatenate([g_code * k + i for i in range(k)])  # query j·n + row: kind j of gap `row`
-    q_t = np.tile(g_end, k)
+    h_rank = pc.fill_null(h.column("rank").cast(pa.int64()), _NULL_RANK).to_numpy()  # a NULL rank one of its own
+    ranks = np.unique(h_rank)
+    kind_of = {name: i for i, name in enumerate(_KINDS)}
+    h_kind = pc.index_in(h.column("kind"), value_set=pa.array(_KINDS)).to_numpy().astype(np.int64)  # (all in _KINDS)
     h_start = h.column("start_ns").to_numpy()
-    h_end = h.column("end_ns").to_numpy()
-    ev_key = np.concatenate([h_code * k + h_kind, q_key])
-    ev_t = np.concatenate([h_start, q_t])
-    ev_is_h = np.concatenate([np.ones(h.num_rows, dtype=bool), np.zeros(q_key.size, dtype=bool)])
-    order = np.lexsort((ev_is_h, ev_t, ev_key))
-    pos = np.where(ev_is_h[order], np.arange(order.size), -1)
-    last = np.maximum.accumulate(pos)  # the last interval start at or before each event, in sorted order
-    found = last >= 0
-    key_sorted = ev_key[order]
-    found &= np.where(found, key_sorted[np.maximum(last, 0)] == key_sorted, False)
-    end_of = np.concatenate([h_end, np.zeros(q_key.size, dtype=h_end.dtype)])[order]
-    q_pos = np.empty(q_key.size, dtype=np.int64)  # where each query landed
-    q_rows = order[~ev_is_h[order]] - h.num_rows
-    q_pos[q_rows] = np.flatnonzero(~ev_is_h[order])
-    hit = found[q_pos] & (end_of[np.maximum(last[q_pos], 0)] > np.tile(g_start, k))
-    present = hit.reshape(k, n)
-    out = pa.table(
-        {
-            "wid": g.column("wid"),
-            "gap_no": g.column("gap_no"),
-            "t": g.column("start_ns"),
-            "t_next": g.column("end_ns"),
-            "h_startup": present[kind_of["startup"]].astype(np.int32),
-            "h_loader": present[kind_of["loader"]].astype(np.int32),
-            "after_sync": g.column("after_sync"),
-            "gap_launching": present[kind_of["launch"]],
-        }
+    starts = np.unique(h_start)
+    width = starts.size + 1
+    h_key = np.searchsorted(ranks, h_rank) * k + h_kind
+    comp = h_key * width + np.searchsorted(starts, h_start)
+    order = np.argsort(comp, kind="stable")
+    comp, h_key, h_end = comp[order], h_key[order], h.column("end_ns").to_numpy()[order]
+    del h, h_rank, h_kind, h_start, order
+    rows = _slice_rows(con, "short_gaps", held=comp.size)
+    put = _Put(
+        con,
+        "_sw_short",
+        "wid, gap_no, t, t_next, 0 AS h_call, 0 AS h_op, h_startup, h_loader, t AS gap_start, t_next - t AS gap_ns, "
+        "after_sync, gap_launching",
     )
-    con.register("_sw_native_short", out)
-    try:
-        con.execute("""
-            CREATE OR REPLACE TEMP TABLE _sw_short AS
-            SELECT wid, gap_no, t, t_next, 0 AS h_call, 0 AS h_op, h_startup, h_loader, t AS gap_start,
-                   t_next - t AS gap_ns, after_sync, gap_launching
-            FROM _sw_native_short""")
-    finally:
-        con.unregister("_sw_native_short")
+    short = f"end_ns - start_ns <= {int(vocab.LAUNCH_GAP_MAX_NS)}"
+    ((n,),) = con.execute("SELECT count(*) FROM _sw_gaps").fetchall()
+    for a in range(0, max(n, 1), rows or max(n, 1)):
+        g = con.sql(
+            f"SELECT wid, gap_no, rank, start_ns, end_ns, after_sync FROM _sw_gaps "
+            f"WHERE {short}" + ("" if rows is None else f" AND rowid >= {a} AND rowid < {a + rows}")
+        ).to_arrow_table()
+        g_rank = pc.fill_null(g.column("rank").cast(pa.int64()), _NULL_RANK).to_numpy()
+        at = np.searchsorted(ranks, g_rank)
+        known = at < ranks.size
+        known[known] = ranks[at[known]] == g_rank[known]
+        before = np.searchsorted(starts, g.column("end_ns").to_numpy())  # distinct starts < the gap's end
+        g_start = g.column("start_ns").to_numpy()
+        present = []
+        for j in range(k):  # (the three kinds)
+            key = at * k + j
+            i = np.searchsorted(comp, key * width + before) - 1  # the last interval key below the gap's
+            hit = known & (i >= 0)
+            i = np.maximum(i, 0)
+            present.append(hit & (h_key[i] == key) & (h_end[i] > g_start) if comp.size else hit)
+        if g.num_rows or not put.made:
+            put(
+                pa.table(
+                    {
+                        "wid": g.column("wid"),
+                        "gap_no": g.column("gap_no"),
+                        "t": g.column("start_ns"),
+                        "t_next": g.column("end_ns"),
+                        "h_startup": present[kind_of["startup"]].astype(np.int32),
+                        "h_loader": present[kind_of["loader"]].astype(np.int32),
+                        "after_sync": g.column("after_sync"),
+                        "gap_launching": present[kind_of["launch"]],
+                    }
+                )
+            )
 
 
 NATIVE: dict[str, Callable[[duckdb.DuckDBPyConnection, str], None]] = {
