@@ -17,3 +17,16 @@ WITH s AS (
 )
 SELECT grp, min(start_ns) AS start_ns, max(end_ns) AS end_ns, count(*) AS n FROM g GROUP BY grp, island;
 COMMENT ON MACRO TABLE interval_union IS 'interval_union(''view''): one row (grp, start_ns, end_ns, n) per island of the overlapping or touching intervals (grp, start_ns, end_ns) of each group; n = intervals merged';
+
+-- Time bins for joining many intervals with many windows (a profile's steps): a hash join of every interval with
+-- every window of its rank, then the overlap test, costs intervals × windows; instead each side is repeated in
+-- the bins it covers (`bins`, the last one `nmax`: an interval reaching beyond the windows stops there), the join
+-- is on the bin as well, and a pair is kept in its first common bin only (`bin_of` of the later start), once.
+-- `bin_width(lo, hi)`: the width that cuts the windows' span [lo, hi) into 4,096 bins.
+CREATE OR REPLACE MACRO bin_width(lo, hi) AS greatest((hi - lo) // 4096, 1);
+CREATE OR REPLACE MACRO bin_of(t, t0, bw, nmax) AS least(greatest(t - t0, 0) // bw, nmax);
+CREATE OR REPLACE MACRO bins(s, e, t0, bw, nmax) AS
+    generate_series(bin_of(s, t0, bw, nmax), bin_of(greatest(e - 1, s), t0, bw, nmax));
+COMMENT ON MACRO bin_width IS 'bin_width(lo, hi): the width of 4,096 time bins over [lo, hi) (at least 1 ns)';
+COMMENT ON MACRO bin_of IS 'bin_of(t, t0, bw, nmax): the bin of time t (bins of width bw from t0, clamped to [0, nmax])';
+COMMENT ON MACRO bins IS 'bins(s, e, t0, bw, nmax): the bins the interval [s, e) covers (a point s: its bin), as a list to unnest';

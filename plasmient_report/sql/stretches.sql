@@ -14,7 +14,7 @@
 -- GPU with no peak, a stretch where a kernel with a FLOP
 -- estimate runs has no category (nothing can be said of it); the others are time-based and keep theirs.
 -- Consecutive stretches of one category are merged; `losses` and `idle_gaps` are read from here.
--- Depends: vocab, window_kernels, kernel_class, host_activity, device_peaks, kernel_launch
+-- Depends: vocab, intervals, window_kernels, kernel_class, host_activity, device_peaks, kernel_launch
 
 CREATE OR REPLACE TEMP TABLE _sw_w AS
 SELECT row_number() OVER (ORDER BY w.scope, w.range_name, w.rank, w.device, w.start_ns) AS wid, w.*,
@@ -152,12 +152,24 @@ WITH long AS (
     SELECT g.*, CASE WHEN q.pending THEN greatest(g.start_ns, q.queued_ns) END AS qcut
     FROM _sw_gaps g LEFT JOIN _sw_queued q ON q.wid = g.wid AND q.gap_no = g.gap_no
     WHERE g.end_ns - g.start_ns > {{LAUNCH_GAP_MAX_NS}}
+), b AS (
+    -- (time bins: each host interval meets the few windows of its bins, not every window of its rank: intervals.sql)
+    SELECT min(start_ns) AS t0, bin_width(min(start_ns), max(end_ns)) AS bw,
+           (max(end_ns) - 1 - min(start_ns)) // bin_width(min(start_ns), max(end_ns)) AS nmax
+    FROM _sw_w
+), wb AS (
+    SELECT w.wid, w.rank, w.start_ns, w.end_ns, unnest(bins(w.start_ns, w.end_ns, b.t0, b.bw, b.nmax)) AS bin
+    FROM _sw_w w, b
+), hb AS (
+    SELECT h.rank, h.kind, h.start_ns, h.end_ns, unnest(bins(h.start_ns, h.end_ns, b.t0, b.bw, b.nmax)) AS bin
+    FROM host_activity h, b
 ), h AS (
     SELECT w.wid, greatest(h.start_ns, w.start_ns) AS s, least(h.end_ns, w.end_ns) AS e,
            CASE h.kind WHEN 'launch_call' THEN 1::BIGINT WHEN 'launch_op' THEN 1::BIGINT << 15
                        WHEN 'startup' THEN 1::BIGINT << 30 ELSE 1::BIGINT << 45 END AS code
-    FROM host_activity h JOIN _sw_w w
-      ON w.rank IS NOT DISTINCT FROM h.rank AND h.start_ns < w.end_ns AND h.end_ns > w.start_ns
+    FROM hb h JOIN wb w
+      ON h.bin = w.bin AND w.rank IS NOT DISTINCT FROM h.rank AND h.start_ns < w.end_ns AND h.end_ns > w.start_ns, b
+    WHERE h.bin = greatest(bin_of(h.start_ns, b.t0, b.bw, b.nmax), bin_of(w.start_ns, b.t0, b.bw, b.nmax))
 ), hi AS (
     -- the host intervals that overlap a long gap (gaps do not overlap: the last to start before the interval ends)
     SELECT h.* FROM h ASOF JOIN long g ON g.wid = h.wid AND g.start_ns < h.e WHERE g.end_ns > h.s AND h.e > h.s

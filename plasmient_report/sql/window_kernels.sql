@@ -1,15 +1,28 @@
 -- Module: window_kernels
 -- Every GPU activity cut to every analysed window it overlaps: the one place the window scope is applied to
 -- kernels (the sweep, the roofline, the verdict's coverage and communication share read it).
--- Depends: windows
+-- Depends: windows, intervals
 
 CREATE OR REPLACE TABLE window_kernels AS
+WITH b AS (
+    -- (time bins: each kernel meets the few windows of its bins, not every window of its GPU: intervals.sql)
+    SELECT min(start_ns) AS t0, bin_width(min(start_ns), max(end_ns)) AS bw,
+           (max(end_ns) - 1 - min(start_ns)) // bin_width(min(start_ns), max(end_ns)) AS nmax
+    FROM windows WHERE end_ns > start_ns
+), w AS (
+    SELECT w.*, unnest(bins(w.start_ns, w.end_ns, b.t0, b.bw, b.nmax)) AS bin
+    FROM windows w, b WHERE w.end_ns > w.start_ns
+), k AS (
+    SELECT k.kernel_id, k.rank, k.device, k.start_ns, k.end_ns, unnest(bins(k.start_ns, k.end_ns, b.t0, b.bw, b.nmax)) AS bin
+    FROM kernels k, b WHERE k.end_ns > k.start_ns
+)
 SELECT w.scope, w.range_name, w.rank, w.device, w.start_ns AS window_start_ns, k.kernel_id,
        greatest(k.start_ns, w.start_ns) AS start_ns, least(k.end_ns, w.end_ns) AS end_ns,
        (least(k.end_ns, w.end_ns) - greatest(k.start_ns, w.start_ns))::DOUBLE / (k.end_ns - k.start_ns) AS share
-FROM windows w JOIN kernels k
-  ON k.rank IS NOT DISTINCT FROM w.rank AND k.device = w.device AND k.start_ns < w.end_ns AND k.end_ns > w.start_ns
-WHERE w.end_ns > w.start_ns AND k.end_ns > k.start_ns;
+FROM w JOIN k
+  ON k.bin = w.bin AND k.rank IS NOT DISTINCT FROM w.rank AND k.device = w.device
+ AND k.start_ns < w.end_ns AND k.end_ns > w.start_ns, b
+WHERE k.bin = greatest(bin_of(k.start_ns, b.t0, b.bw, b.nmax), bin_of(w.start_ns, b.t0, b.bw, b.nmax));
 COMMENT ON TABLE window_kernels IS 'One row per (analysed window, GPU activity overlapping it)';
 COMMENT ON COLUMN window_kernels.scope IS 'windows.scope';
 COMMENT ON COLUMN window_kernels.range_name IS 'windows.range_name';
