@@ -22,11 +22,14 @@ COMMENT ON MACRO TABLE interval_union IS 'interval_union(''view''): one row (grp
 -- every window of its rank, then the overlap test, costs intervals × windows; instead each side is repeated in
 -- the bins it covers (`bins`, the last one `nmax`: an interval reaching beyond the windows stops there), the join
 -- is on the bin as well, and a pair is kept in its first common bin only (`bin_of` of the later start), once.
--- `bin_width(lo, hi)`: the width that cuts the windows' span [lo, hi) into 4,096 bins.
-CREATE OR REPLACE MACRO bin_width(lo, hi) AS greatest((hi - lo) // 4096, 1);
+-- `bin_grid('windows')`: the bins' origin t0, width bw and last bin nmax: 4,096 bins over the windows' span.
+CREATE OR REPLACE MACRO bin_grid(tbl) AS TABLE
+WITH s AS (SELECT min(start_ns) AS t0, greatest((max(end_ns) - min(start_ns)) // 4096, 1) AS bw, max(end_ns) AS hi
+           FROM query_table(tbl) WHERE end_ns > start_ns)
+SELECT t0, bw, (hi - 1 - t0) // bw AS nmax FROM s;
 CREATE OR REPLACE MACRO bin_of(t, t0, bw, nmax) AS least(greatest(t - t0, 0) // bw, nmax);
 CREATE OR REPLACE MACRO bins(s, e, t0, bw, nmax) AS
     generate_series(bin_of(s, t0, bw, nmax), bin_of(greatest(e - 1, s), t0, bw, nmax));
-COMMENT ON MACRO bin_width IS 'bin_width(lo, hi): the width of 4,096 time bins over [lo, hi) (at least 1 ns)';
+COMMENT ON MACRO TABLE bin_grid IS 'bin_grid(''view''): one row (t0, bw, nmax): 4,096 time bins (each at least 1 ns) over the span of the view''s intervals (start_ns, end_ns)';
 COMMENT ON MACRO bin_of IS 'bin_of(t, t0, bw, nmax): the bin of time t (bins of width bw from t0, clamped to [0, nmax])';
 COMMENT ON MACRO bins IS 'bins(s, e, t0, bw, nmax): the bins the interval [s, e) covers (a point s: its bin), as a list to unnest';

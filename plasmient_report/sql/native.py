@@ -242,11 +242,13 @@ def _fixed(x: np.ndarray, scale: float) -> np.ndarray | None:
     return round_half_away(y).astype(np.int64)
 
 
-def _sums(x: np.ndarray, at: np.ndarray) -> np.ndarray | None:
-    """Sums of `x` over the groups starting at `at` in int64; None when one may not fit (SQL sums in HUGEINT)."""
-    if not (np.add.reduceat(np.abs(x).astype(np.float64), at).max() < _SAFE):
+def _sums(x: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Sums of `x` over the groups starting at `at` in int64, with the sums of |x| in floating point (their bound,
+    for adding groups later); None when one may not fit (SQL sums in HUGEINT)."""
+    bound = np.add.reduceat(np.abs(x).astype(np.float64), at)
+    if not (bound.max() < _SAFE):
         return None
-    return np.add.reduceat(x, at)
+    return np.add.reduceat(x, at), bound
 
 
 _M_SELECT = f"""wid, start_ns, end_ns, category, busy,
@@ -308,8 +310,8 @@ def _island_slices(con: duckdb.DuckDBPyConnection, slices: Iterator[tuple[pa.Tab
         goes_on = open_ is not None and not begins[0]
         begins[0] = True  # the slice's first run: a new island, or the open one's rest (merged below)
         at = np.flatnonzero(begins)
-        a_sum, u_sum = _sums(achieved, at), _sums(uncapped, at)
-        if a_sum is None or u_sum is None:
+        a_sums, u_sums = _sums(achieved, at), _sums(uncapped, at)
+        if a_sums is None or u_sums is None:
             return False
         isl = {
             "wid": wid[at],
@@ -317,11 +319,11 @@ def _island_slices(con: duckdb.DuckDBPyConnection, slices: Iterator[tuple[pa.Tab
             "end_ns": np.maximum.reduceat(t_next, at),
             "code": code[at],
             "busy": c.column("busy").to_numpy(zero_copy_only=False)[at],
-            "achieved": a_sum,
+            "achieved": a_sums[0],
             "capped_ns": np.add.reduceat(capped, at),
-            "uncapped": u_sum,
-            "abs_a": np.add.reduceat(np.abs(achieved).astype(np.float64), at),
-            "abs_u": np.add.reduceat(np.abs(uncapped).astype(np.float64), at),
+            "uncapped": u_sums[0],
+            "abs_a": a_sums[1],
+            "abs_u": u_sums[1],
         }
         if open_ is not None and goes_on:  # the open island's rest: merged into it
             if not (open_["abs_a"][0] + isl["abs_a"][0] < _SAFE and open_["abs_u"][0] + isl["abs_u"][0] < _SAFE):

@@ -154,9 +154,7 @@ WITH long AS (
     WHERE g.end_ns - g.start_ns > {{LAUNCH_GAP_MAX_NS}}
 ), b AS (
     -- (time bins: each host interval meets the few windows of its bins, not every window of its rank: intervals.sql)
-    SELECT min(start_ns) AS t0, bin_width(min(start_ns), max(end_ns)) AS bw,
-           (max(end_ns) - 1 - min(start_ns)) // bin_width(min(start_ns), max(end_ns)) AS nmax
-    FROM _sw_w
+    SELECT * FROM bin_grid('_sw_w')
 ), wb AS (
     SELECT w.wid, w.rank, w.start_ns, w.end_ns, unnest(bins(w.start_ns, w.end_ns, b.t0, b.bw, b.nmax)) AS bin
     FROM _sw_w w, b

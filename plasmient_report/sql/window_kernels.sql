@@ -6,9 +6,7 @@
 CREATE OR REPLACE TABLE window_kernels AS
 WITH b AS (
     -- (time bins: each kernel meets the few windows of its bins, not every window of its GPU: intervals.sql)
-    SELECT min(start_ns) AS t0, bin_width(min(start_ns), max(end_ns)) AS bw,
-           (max(end_ns) - 1 - min(start_ns)) // bin_width(min(start_ns), max(end_ns)) AS nmax
-    FROM windows WHERE end_ns > start_ns
+    SELECT * FROM bin_grid('windows')
 ), w AS (
     SELECT w.*, unnest(bins(w.start_ns, w.end_ns, b.t0, b.bw, b.nmax)) AS bin
     FROM windows w, b WHERE w.end_ns > w.start_ns
