@@ -74,13 +74,13 @@ def nest_ops(con: duckdb.DuckDBPyConnection, native: bool = True) -> None:
 
 def _nest_arrays(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
     """(op_id, depth, parent) of every op as the two SQL statements of `nest_ops` give them, in whole-array steps:
-    each op's start (+1) and end (−1) sorted as the window orders them, one running sum (each thread's returns to
-    0 at its end, so one sum over all threads is each thread's own); the parent by one binary search among the
-    starts sorted by (thread, depth, start). Where the SQL's order leaves a tie (two ops of one thread with the
-    same start and end; two candidate parents with the same start) its choice is arbitrary (on a trace of
-    microsecond times, one tied pair one way and the next the other way); here the order the ops are stored in
-    (the trace's) decides: the first of two tied ops is the outer one. None when a time or op id is NULL or an op
-    id repeats (the SQL then runs)."""
+    each op's depth is the number of its thread's starts before it in the window's order less the number of the
+    thread's ends at or before its start (one sort of the starts, one of the ends, one binary search); the parent
+    by one binary search among the starts sorted by (depth, thread, start). Where the SQL's order leaves a tie (two
+    ops of one thread with the same start and end; two candidate parents with the same start) its choice is
+    arbitrary (on a trace of microsecond times, one tied pair one way and the next the other way); here the order
+    the ops are stored in (the trace's) decides: the first of two tied ops is the outer one. None when a time or op
+    id is NULL or an op id repeats (the SQL then runs)."""
     o = con.sql("SELECT source_id, thread, start_ns, end_ns, op_id, rowid AS at FROM ops").fetchnumpy()
     n = len(o["op_id"])
     if n == 0:
@@ -107,30 +107,36 @@ def _nest_arrays(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
     new[1:] = np.any([k[1:] != k[:-1] for k in sk], axis=0)
     part = np.empty(n, dtype=np.int64)
     part[by_part] = np.cumsum(new) - 1
-    # events: starts (is_start 1, end_ns for the DESC key, op id last) and ends (is_start 0, end_ns NULL)
-    ev_part = np.concatenate([part, part])
-    ev_t = np.concatenate([start, end])
-    ev_is_start = np.concatenate([np.ones(n, dtype=np.int8), np.zeros(n, dtype=np.int8)])
-    ev_neg_end = np.concatenate([-end, np.zeros(n, dtype=np.int64)])  # DESC; ends tie among themselves anyway
-    ev_tie = np.concatenate([tie, np.zeros(n, dtype=np.int64)])
-    order = np.lexsort((ev_tie, ev_neg_end, ev_is_start, ev_t, ev_part))
-    lvl = np.cumsum(np.where(order < n, 1, -1))
-    is_start = order < n
+    # (thread, time) as one int64 key, for the starts and the ends: the time from the trace's first, or (should the
+    # pair not fit in 62 bits: times of a hostile file) its rank among every start and end
+    lo = min(int(start.min()), int(end.min()))
+    width = max(int(start.max()), int(end.max())) - lo + 1
+    if (int(part.max()) + 1) * width < 1 << 62:
+        ks, ke = part * width + (start - lo), part * width + (end - lo)
+    else:
+        times = _sorted_unique(np.concatenate([start, end]))
+        ks = part * (times.size + 1) + np.searchsorted(times, start)
+        ke = part * (times.size + 1) + np.searchsorted(times, end)
+    # the starts in the window's order: thread, start, the longer op first, then the order the ops are stored in
+    by_start = np.lexsort((tie, -end, ks))
+    # an op's depth: the starts before it in that order less the ends at or before it (ends before starts at one
+    # time), as the running sum over both in one order counts them; a thread's ops all end, so the threads before
+    # it add nothing
     depth = np.empty(n, dtype=np.int64)
-    depth[order[is_start]] = lvl[is_start] - 1
-    # parents: the starts sorted by (partition, depth, start, op id); for each op one level down, the last
-    # start <= its own in its partition's level above (as the ASOF join), kept when that op ends no earlier
-    by = np.lexsort((tie, start, depth, part))
-    level = part * (int(depth.max()) - int(depth.min()) + 2) + (depth - int(depth.min()))  # < n * (n + 2)
-    ulev, ustart = _sorted_unique(level), _sorted_unique(start)
-    # one sorted int64 key per start: its level's number, then its start's rank (each < n: no overflow)
-    key = np.searchsorted(ulev, level[by]) * (ustart.size + 1) + np.searchsorted(ustart, start[by])
-    up = np.minimum(np.searchsorted(ulev, level - 1), ulev.size - 1)  # the level above, where it exists
-    ok = (depth > 0) & (ulev[up] == level - 1)
-    at = np.searchsorted(key, up * (ustart.size + 1) + np.searchsorted(ustart, start), side="right") - 1
-    ok &= at >= 0
+    depth[by_start] = np.arange(n) - np.searchsorted(np.sort(ke), ks[by_start], side="right")
+    # parents: the starts sorted by (depth, thread, start, stored order), as one key: the depth, then the start's
+    # rank among the distinct (thread, start) pairs (< n + 1: no overflow); for each op one level down, the last
+    # start <= its own in its thread's level above (as the ASOF join), kept when that op ends no earlier
+    sorted_ks = ks[by_start]
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_start] = np.cumsum(np.concatenate(([0], sorted_ks[1:] != sorted_ks[:-1])))
+    lowest = int(depth.min())
+    key = (depth - lowest) * (n + 1) + rank
+    by = np.lexsort((tie, key))
+    at = np.searchsorted(key[by], key - (n + 1), side="right") - 1  # (depth - 1, the same rank or the last below)
+    ok = (depth > 0) & (at >= 0)
     cand = by[np.where(ok, at, 0)]
-    ok &= (level[cand] == level - 1) & (end[cand] >= end)
+    ok &= (depth[cand] == depth - 1) & (part[cand] == part) & (end[cand] >= end)
     parent = pa.array(np.where(ok, op_id[cand], 0), pa.int64(), mask=~ok)
     return pa.table({"op_id": pa.array(op_id, pa.int64()), "depth": pa.array(depth, pa.int32()), "parent": parent})
 

@@ -517,3 +517,24 @@ def test_a_truncated_gzip_trace_is_one_clear_error(tmp_path: Path) -> None:
     bad.write_bytes(data[: len(data) // 2])
     with pytest.raises(BadInput, match="gzip"):
         ingest(bad)
+
+
+@pytest.mark.parametrize(
+    "rel", ["h200-single-kineto/kineto_single.json.gz", "public-real/param-resnet-2080ti/resnet_kineto.json.gz"]
+)
+def test_kernel_and_op_ids_count_the_events_in_time_order_and_the_tables_hold_them_so(rel):
+    """kernel_id numbers the GPU events by start, op_id the ops by start then the longer first; ties (the resnet
+    trace's µs times: ~1000 ops with another's start and duration) in the document's order. The truth is the JSON's
+    own events, sorted so; the tables keep their rows in id order (nest_ops' ties read that order)."""
+    path = corpus_file(rel)
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    ev = [(i, e) for i, e in enumerate(doc["traceEvents"]) if e.get("ph") == "X" and e.get("name") is not None]
+    gpu = sorted(((e["ts"], i, e["name"]) for i, e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")))
+    ops = sorted(((e["ts"], -e.get("dur", 0), i, e["name"]) for i, e in ev if e.get("cat") == "cpu_op"))
+    con = ingest(path)
+    kernels = con.execute("SELECT kernel_id, raw_start, name FROM kernels").fetchall()  # (in the table's order)
+    assert [k[0] for k in kernels] == sorted(k[0] for k in kernels)
+    assert [(k[1], k[2]) for k in kernels] == [(g[0], g[2]) for g in gpu]
+    rows = con.execute("SELECT op_id, raw_start, name FROM ops").fetchall()
+    assert [r[0] for r in rows] == sorted(r[0] for r in rows)
+    assert [(r[1], r[2]) for r in rows] == [(o[0], o[3]) for o in ops]

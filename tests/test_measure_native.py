@@ -267,6 +267,15 @@ def test_nest_ops_ties_and_ops_numpy_cannot_take():
     fast, took = _nested(path, native_way=True, edit=copy)
     assert took
     assert fast == _nested(path, native_way=False, edit=copy)[0]
+    # One thread's ops 2^61 ns earlier (a hostile file's times): (thread, time) no longer fits one int64 as it
+    # is, and numpy nests by the times' ranks instead.
+    far = (
+        "UPDATE ops SET start_ns = start_ns - (1::BIGINT << 61), end_ns = end_ns - (1::BIGINT << 61) "
+        "WHERE thread = (SELECT min(thread) FROM ops)"
+    )
+    fast, took = _nested(path, native_way=True, edit=far)
+    assert took
+    assert fast == _nested(path, native_way=False, edit=far)[0]
     for edit in ("INSERT INTO ops SELECT * FROM ops WHERE op_id % 50 = 0", "UPDATE ops SET end_ns = NULL WHERE op_id % 50 = 0"):
         fast, took = _nested(path, native_way=True, edit=edit)
         assert not took
