@@ -538,3 +538,14 @@ def test_kernel_and_op_ids_count_the_events_in_time_order_and_the_tables_hold_th
     rows = con.execute("SELECT op_id, raw_start, name FROM ops").fetchall()
     assert [r[0] for r in rows] == sorted(r[0] for r in rows)
     assert [(r[1], r[2]) for r in rows] == [(o[0], o[3]) for o in ops]
+
+
+def test_the_decode_leaves_the_stores_settings_as_it_found_them():
+    """The decode runs with fewer DuckDB threads and no automatic checkpoints of its staging tables; the stages
+    after it get the store's own settings back."""
+    con = store.connect()
+    con.execute("SET checkpoint_threshold = '32MiB'")
+    settings = "SELECT current_setting('threads'), current_setting('checkpoint_threshold')"
+    before = con.execute(settings).fetchall()
+    pipeline.ingest(con, [sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz")])
+    assert con.execute(settings).fetchall() == before

@@ -751,10 +751,19 @@ def decode(path: Path, con: duckdb.DuckDBPyConnection, strict: bool = True) -> D
     row = one(con, "SELECT current_setting('threads')")
     threads = int(row[0]) if row else 1
     con.execute(f"SET threads = {max(1, min(threads, (os.cpu_count() or 2) - 1))}")
+    # Each load commits on its own, and DuckDB checkpoints the TEMP tables after a commit that leaves more than
+    # checkpoint_threshold (16 MiB) of them unwritten: while the staging tables grow, a pause every ~250 k rows,
+    # longer as they grow (120 loads of 16 k GPU rows: 4.65 s, 2.08 s without). None until the decode is done: the
+    # 2 GiB trace's ingest 20.6-21.0 -> 16.1-16.2 s, +33 MiB peak (benchmarks/README.md, session 27); the staging
+    # tables go after `emit` anyway.
+    checkpoint = one(con, "SELECT current_setting('checkpoint_threshold')")
+    con.execute("SET checkpoint_threshold = '1TB'")
     try:
         return _decode(path, con, strict)
     finally:
         con.execute(f"SET threads = {threads}")
+        if checkpoint:
+            con.execute(f"SET checkpoint_threshold = '{checkpoint[0]}'")
         pa.set_memory_pool(previous)
 
 
