@@ -30,8 +30,9 @@ def device_sql() -> str:
 def _numbered(table: str, order: str, where: str) -> str:
     """The rows of a staging table that `where` keeps, numbered from 1 in `order` (ties in the trace's order: the
     staging tables hold their rows as the document has them) as (_r: the row's rowid, _n). The rows themselves are
-    then joined on _r and written in _n's order: a window over the whole rows sorted every column with them, ~3x
-    the time on a 2 GiB trace (benchmarks/README.md, session 27), where this sorts three."""
+    then joined on _r and written in _n's order (one sort on one integer). The window over the whole rows that this
+    replaces carried every column (the ops' shapes as text) through its sort: 1.8x the time of this for the
+    kernels, 1.7-1.9x for the ops on a 2 GiB trace (benchmarks/README.md, session 27)."""
     return f"SELECT rowid AS _r, row_number() OVER (ORDER BY {order}, rowid) AS _n FROM {table} WHERE {where}"
 
 
