@@ -511,6 +511,45 @@ def test_gpu_metrics_inserted_side_by_side_or_one_by_one_give_the_same_table(mon
     con.execute("COMMIT")
 
 
+def test_gpu_metrics_checkpoint_an_in_memory_store_only(monkeypatch: pytest.MonkeyPatch, tmp_path, workload):
+    """A file store (a run's) writes each pair of chunks compressed into its file as it commits, so its memory stays
+    bounded without a checkpoint per pair (each one rewrote the table's list of row groups: quadratic in the
+    export); an in-memory store compresses only at a checkpoint: one after each pair. The same rows either way."""
+    path, con0, _ = workload
+    monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 60_000)
+    checkpoints: list[str] = []
+
+    class Recorded:  # an inserter's cursor that notes the checkpoints run on it
+        def __init__(self, cur: object) -> None:
+            self._cur = cur
+
+        def execute(self, sql: str, *a: object) -> object:
+            if sql.strip().upper() == "CHECKPOINT":
+                checkpoints.append(sql)
+            return self._cur.execute(sql, *a)  # type: ignore[attr-defined]
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._cur, name)
+
+    real = gpu_metrics._Inserters.of
+    monkeypatch.setattr(
+        gpu_metrics._Inserters, "of", staticmethod(lambda c, n: gpu_metrics._Inserters([Recorded(x) for x in real(c, n).cursors]))
+    )
+    q = "SELECT metric, end_ns, value, rank, device, gpu_uuid FROM counters ORDER BY rowid"
+    want = con0.cursor().execute(q).fetchall()
+    ((rows,),) = sq(path, "SELECT count(*) FROM GPU_METRICS")
+    pairs = -(-len(gpu_metrics.rowid_chunks(nsys.open_export(path), "GPU_METRICS")) // 2)
+    assert rows > 4 * 60_000 and pairs >= 2
+    memory, _ = ingest(path)
+    assert len(checkpoints) == pairs
+    assert memory.execute(q).fetchall() == want
+    checkpoints.clear()
+    con = store.connect(tmp_path / "store.duckdb")
+    nsys.ingest(path, con, 0)
+    assert checkpoints == []
+    assert con.execute(q).fetchall() == want
+
+
 def test_gpu_metrics_insert_that_fails_is_one_line_naming_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path, workload):
     """A sample whose UTC time leaves int64 (a hostile timestamp) fails its chunk's insert while the next chunk is
     inserted beside it: both roll back, and the run stops with one line naming the file."""

@@ -3,12 +3,13 @@
 
 GPU metrics dominate large exports (12.7 M rows at 10 kHz on two GPUs): the table is read once, in rowid ranges
 (a b-tree range each, no scan), through the ADBC driver as stored — typed value by value in SQL only for a range
-that holds a value of the wrong kind — by a reader thread that stays one range ahead of the inserts, with a
-checkpoint after each pair of ranges so that DuckDB compresses what it holds (memory bounded by a few ranges). Two
-ranges are inserted at once, each on a connection of its own, in a transaction of its own and on one DuckDB thread,
-and committed in order: the store holds each series in the export's (time) order and readers in time order stream
-it without a sort (a DuckDB insert of 12.6 M rows is ~4–5 CPU s, mostly writing the table's compressed columns:
-two connections spread it over both cores, one thread per statement keeps the join's output in order)."""
+that holds a value of the wrong kind — by a reader thread that stays one range ahead of the inserts; the ranges
+commit pair by pair, a file store writing them compressed as they commit and an in-memory one compressing them at a
+checkpoint after each pair (memory bounded by a few ranges either way). Two ranges are inserted at once, each on a
+connection of its own, in a transaction of its own and on one DuckDB thread, and committed in order: the store
+holds each series in the export's (time) order and readers in time order stream it without a sort (a DuckDB insert
+of 12.6 M rows is ~4–5 CPU s, mostly writing the table's compressed columns: two connections spread it over both
+cores, one thread per statement keeps the join's output in order)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from ...store import one
 from .metadata import Meta, NsysSource
 from .reader import BATCH_ROWS, Export, _select_sql, c, text
 
-COUNTER_CHUNK_ROWS = 500_000  # GPU_METRICS rows per insert (two at a time); a checkpoint after each pair
+COUNTER_CHUNK_ROWS = 500_000  # GPU_METRICS rows per insert (two at a time, committed together)
 
 # GPU_METRICS names (2023.4+ carry a `[unit]` suffix; older ones none) → counters.metric, matched by prefix,
 # in the counter parsers' vocabulary (parsers/_counters.py) where the quantity is the same (GR Active = DCGM GRACT).
@@ -395,9 +396,15 @@ def start_counters(
     load.before = int((one(con, "SELECT count(*) FROM counters") or (0,))[0])
     (threads,) = one(con, "SELECT current_setting('threads')") or (None,)
     load.threads = threads
-    # inside a caller's transaction: no checkpoint (it would abort the transaction), more memory
-    checkpoint = len(chunks) > 1 and not _in_transaction(con)
-    inserters = _Inserters.of(con, INSERTERS) if checkpoint else None
+    # Inserted outside a caller's transaction, the chunks' rows are committed pair by pair. A file store (a run's)
+    # then writes them compressed into its file as they commit (DuckDB's optimistic writes): its memory stays
+    # bounded without a checkpoint, and a checkpoint per pair rewrote the table's list of row groups each time
+    # (21 -> 65 ms each over a 1.9 GiB export's 50 pairs: 32.0 -> 27.1 s ingest without, the same peak RSS,
+    # benchmarks/README.md session 28). An in-memory store compresses its tables only at a checkpoint: one after
+    # each pair. Inside a caller's transaction: no checkpoint (it would abort the transaction), more memory.
+    side_by_side = len(chunks) > 1 and not _in_transaction(con)
+    checkpoint = side_by_side and store.database_file(con) is None
+    inserters = _Inserters.of(con, INSERTERS) if side_by_side else None
     try:
         # One DuckDB thread for the inserts: rows go in as stored (time order, each series after the other within a
         # sample) — with more, the join's output comes batch by batch in any order, and every later reader in time
@@ -407,7 +414,7 @@ def start_counters(
         if inserters is None:
             load.run_here(ex, gm, chunks, insert, percent_ids, checkpoint)
         else:
-            load.start(ex, gm, chunks, insert, percent_ids, inserters, background)
+            load.start(ex, gm, chunks, insert, percent_ids, inserters, background, checkpoint)
     except BaseException:
         load.cancel()
         raise
@@ -464,6 +471,7 @@ class CounterLoad:
         percent_ids: pa.Array,
         inserters: _Inserters,
         background: bool,
+        checkpoint: bool,
     ) -> None:
         """The chunks two at a time on the inserters' connections, on a thread of their own when `background`. Only
         the reader thread (its own driver connection) and those connections are used there, never `ex`'s or the
@@ -473,7 +481,7 @@ class CounterLoad:
         # the chunks' reader (a thread with its own driver connection) starts on this thread: read_chunks is a
         # generator, its first step (which connects and starts the thread) runs where it is first advanced
         parts = _tables(read_chunks(ex, gm, chunks))
-        side = inserters.cursors[0]  # between inserts: what is left out, the checkpoints
+        side = inserters.cursors[0]  # between inserts: what is left out, the checkpoints (an in-memory store's)
 
         def load() -> None:
             try:
@@ -481,8 +489,9 @@ class CounterLoad:
                     for part in group:
                         self.bad += _left_out(side, part, percent_ids)
                     inserters.insert(insert, group)
-                    with contextlib.suppress(duckdb.Error):
-                        side.execute("CHECKPOINT")
+                    if checkpoint:
+                        with contextlib.suppress(duckdb.Error):
+                            side.execute("CHECKPOINT")
             except (duckdb.Error, OSError, pa.ArrowException) as e:
                 self._error = self._bad_input(e)
             except BaseException as e:  # noqa: BLE001 - raised by finish, in the caller's thread
