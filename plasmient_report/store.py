@@ -243,6 +243,16 @@ def has_macro(con: duckdb.DuckDBPyConnection, name: str, *args: str) -> bool:
     return True
 
 
+def numbered(table: str, order: str, where: str) -> str:
+    """The rows of a (staging) table that `where` keeps, numbered from 1 in `order`, ties in the table's own order
+    (a parser's staging tables hold their rows as the input has them), as (_r: the row's rowid, _n): a parser's
+    kernel and op ids. The rows themselves are then joined on _r and written in _n's order (one sort on one
+    integer). The window over the whole rows that this replaces carried every column (the ops' shapes as text)
+    through its sort: 1.8x the time of this for a Kineto trace's kernels, 1.7-1.9x for its ops on a 2 GiB trace
+    (benchmarks/README.md, session 27)."""
+    return f"SELECT rowid AS _r, row_number() OVER (ORDER BY {order}, rowid) AS _n FROM {table} WHERE {where}"
+
+
 def one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tuple | None:
     """First row of a query, with the result fully consumed (DuckDB ≥ 2 keeps an unfinished result open)."""
     rows = con.execute(sql, params).fetchall() if params is not None else con.execute(sql).fetchall()

@@ -121,6 +121,44 @@ def test_emit_nvtx_ops_parse_like_kineto(workload):
     assert {t for (t,) in con.execute("SELECT DISTINCT thread FROM api_calls").fetchall()} == {1180, 1222}
 
 
+def test_kernel_and_op_ids_follow_the_export_in_time_order_and_the_tables_hold_them_so(tmp_path: Path):
+    """kernel_id numbers the GPU activities by (start, end, stream, correlation), op_id the emit_nvtx ops by (start,
+    the longer first, thread), ties in the export's order (its rowids); the tables keep their rows in id order
+    (nest_ops reads ties in it). The recording has no tied ops: a copy of it gets 200 (every 50th op takes the
+    times of the op before it, on its thread). The truth is the export's own rows, sorted so."""
+    path = tmp_path / "ties.sqlite"
+    shutil.copy(corpus_file(WORKLOAD), path)
+    op_rows = """SELECT rowid, start, "end", globalTid & 16777215 AS tid, text FROM NVTX_EVENTS
+                 WHERE eventType IN (59, 60) AND domainId = 0 AND text LIKE '%, op_id = %' AND "end" IS NOT NULL"""
+    c = sqlite3.connect(path)
+    c.execute(f"""
+        UPDATE NVTX_EVENTS SET start = p.ps, "end" = p.pe, globalTid = p.pg FROM (
+            SELECT rowid AS r, lag(start) OVER w AS ps, lag("end") OVER w AS pe, lag(globalTid) OVER w AS pg,
+                   row_number() OVER w AS i
+            FROM ({op_rows.replace("globalTid & 16777215 AS tid", "globalTid")}) WINDOW w AS (ORDER BY rowid)) p
+        WHERE NVTX_EVENTS.rowid = p.r AND p.i % 50 = 0""")
+    c.commit()
+    c.close()
+    ops = sorted(sq(path, op_rows), key=lambda r: (r[1], -r[2], r[3], r[0]))
+    ties = {(r[1], r[2], r[3]) for r in ops}
+    assert len(ops) - len(ties) == 12355 // 50
+    con, info = ingest(path)
+    base = info.base_time_ns
+    got = con.execute("SELECT op_id, start_ns, end_ns, thread, seq FROM ops").fetchall()  # (in the table's order)
+    assert [g[0] for g in got] == sorted(g[0] for g in got)
+    seq = [int(t.split(", seq = ")[1].split(",")[0]) if ", seq = " in t else None for _, _, _, _, t in ops]
+    assert [g[1:] for g in got] == [(base + s, base + e, tid, q) for (_, s, e, tid, _), q in zip(ops, seq, strict=True)]
+    acts = sq(
+        path,
+        """SELECT start, "end", streamId, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL
+           SELECT start, "end", streamId, correlationId FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL
+           SELECT start, "end", streamId, correlationId FROM CUPTI_ACTIVITY_KIND_MEMSET""",
+    )
+    kernels = con.execute("SELECT kernel_id, start_ns, end_ns, stream, correlation FROM kernels").fetchall()
+    assert [k[0] for k in kernels] == sorted(k[0] for k in kernels)
+    assert [k[1:] for k in kernels] == [(base + s, base + e, st, cr) for s, e, st, cr in sorted(acts)]
+
+
 def test_kernels_link_to_launches_and_mm_ops_get_their_flops(workload):
     _, con, _ = workload
     con = con.cursor()  # the module's store, analysed on a cursor (same database)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import duckdb
 
 from ... import vocab
-from ...store import one
+from ...store import numbered, one
 from .schema import DeviceRow
 
 NCCL_OP_RE = "(?i)(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|Send|Recv|AllToAll)"
@@ -25,15 +25,6 @@ def ns_expr(col: str, base: int) -> str:
 def device_sql() -> str:
     """The GPU a GPU event ran on: `args.device`, else the pid (Kineto puts the device index there)."""
     return "TRY_CAST(coalesce(device, pid) AS INTEGER)"
-
-
-def _numbered(table: str, order: str, where: str) -> str:
-    """The rows of a staging table that `where` keeps, numbered from 1 in `order` (ties in the trace's order: the
-    staging tables hold their rows as the document has them) as (_r: the row's rowid, _n). The rows themselves are
-    then joined on _r and written in _n's order (one sort on one integer). The window over the whole rows that this
-    replaces carried every column (the ops' shapes as text) through its sort: 1.8x the time of this for the
-    kernels, 1.7-1.9x for the ops on a 2 GiB trace (benchmarks/README.md, session 27)."""
-    return f"SELECT rowid AS _r, row_number() OVER (ORDER BY {order}, rowid) AS _n FROM {table} WHERE {where}"
 
 
 def emit(
@@ -59,7 +50,7 @@ def emit(
         INSERT INTO kernels (kernel_id, source_id, rank, device, stream, start_ns, end_ns, raw_start, name, kind,
                              correlation, external_id, grid_x, grid_y, grid_z, block_x, block_y, block_z,
                              regs, smem, copy_kind, bytes)
-        WITH o AS ({_numbered("_kin_gpu", "ts", "cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND name IS NOT NULL")})
+        WITH o AS ({numbered("_kin_gpu", "ts", "cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND name IS NOT NULL")})
         SELECT o._n + {sid}::BIGINT * {ID_STRIDE},
                {sid}, {rk}, {dev}, coalesce(stream, tid), {start}, {end}, ts, name, {kind},
                correlation, external_id, grid_x, grid_y, grid_z, block_x, block_y, block_z, regs, smem,
@@ -95,7 +86,7 @@ def emit(
     con.execute(f"""
         INSERT INTO ops (source_id, rank, pid, thread, start_ns, end_ns, raw_start, name, op_id, external_id, seq,
                          input_dims, input_types, concrete_inputs, flops, flops_source)
-        WITH o AS ({_numbered("_kin_cpu", "ts, dur DESC", "cat = 'cpu_op' AND name IS NOT NULL")})
+        WITH o AS ({numbered("_kin_cpu", "ts, dur DESC", "cat = 'cpu_op' AND name IS NOT NULL")})
         SELECT {sid}, {rk}, pid, tid, {start}, {end}, ts, name, o._n + {sid}::BIGINT * {ID_STRIDE}, external_id, seq,
                input_dims, input_types, concrete, flops, CASE WHEN flops IS NOT NULL THEN 'op' END
         FROM _kin_cpu JOIN o ON _kin_cpu.rowid = o._r ORDER BY o._n""")
