@@ -399,9 +399,10 @@ def start_counters(
     # Inserted outside a caller's transaction, the chunks' rows are committed pair by pair. A file store (a run's)
     # then writes them compressed into its file as they commit (DuckDB's optimistic writes): its memory stays
     # bounded without a checkpoint, and a checkpoint per pair rewrote the table's list of row groups each time
-    # (21 -> 65 ms each over a 1.9 GiB export's 50 pairs: 32.0 -> 27.1 s ingest without, the same peak RSS,
-    # benchmarks/README.md session 28). An in-memory store compresses its tables only at a checkpoint: one after
-    # each pair. Inside a caller's transaction: no checkpoint (it would abort the transaction), more memory.
+    # (21 -> 65 ms each over a 1.9 GiB export's 50 pairs: its ingest 32.2-33.1 -> 27.7-29.7 s without, the same
+    # peak RSS, benchmarks/README.md session 28). An in-memory store compresses its tables only at a checkpoint
+    # (~15x for counters): one after each pair. Inside a caller's transaction the chunks go in one by one on the
+    # caller's connection (run_here) and never a checkpoint (it would abort the transaction): more memory.
     side_by_side = len(chunks) > 1 and not _in_transaction(con)
     checkpoint = side_by_side and store.database_file(con) is None
     inserters = _Inserters.of(con, INSERTERS) if side_by_side else None
@@ -412,7 +413,7 @@ def start_counters(
         # (A setting of the database: the caller's statements meanwhile run on one thread too.)
         con.execute("SET threads = 1")
         if inserters is None:
-            load.run_here(ex, gm, chunks, insert, percent_ids, checkpoint)
+            load.run_here(ex, gm, chunks, insert, percent_ids)
         else:
             load.start(ex, gm, chunks, insert, percent_ids, inserters, background, checkpoint)
     except BaseException:
@@ -441,10 +442,9 @@ class CounterLoad:
     def _bad_input(self, e: BaseException) -> BadInput:
         return BadInput(self.path, f"cannot read table {self.table} ({str(e).strip().splitlines()[0] if str(e).strip() else e})")
 
-    def run_here(
-        self, ex: Export, gm: str, chunks: list[tuple[int, int] | None], insert: str, percent_ids: pa.Array, checkpoint: bool
-    ) -> None:
-        """Every chunk on the caller's connection, now."""
+    def run_here(self, ex: Export, gm: str, chunks: list[tuple[int, int] | None], insert: str, percent_ids: pa.Array) -> None:
+        """Every chunk on the caller's connection, now: one chunk, or inside the caller's transaction (where a
+        checkpoint would abort it), so never a checkpoint."""
         self.path, self.table = str(ex.path), gm
         con = self.con
         try:
@@ -455,10 +455,6 @@ class CounterLoad:
                     con.execute(insert)
                 finally:
                     con.unregister("_nsys_in")
-                if checkpoint:
-                    # DuckDB compresses in-memory tables at a checkpoint (~15x for counters): memory stays bounded.
-                    with contextlib.suppress(duckdb.Error):
-                        con.execute("CHECKPOINT")
         except (duckdb.Error, OSError, pa.ArrowException) as e:
             raise self._bad_input(e) from None
 
