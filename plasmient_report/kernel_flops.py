@@ -58,18 +58,16 @@ def nest_ops(con: duckdb.DuckDBPyConnection, native: bool = True) -> None:
         con.execute(NEST_DEPTH_SQL)
         con.execute("UPDATE ops SET depth = d.depth FROM _op_depth d WHERE ops.op_id = d.op_id")
         con.execute(NEST_PARENT_SQL)
-    else:
-        con.register("_op_nested", nested)
-        try:
-            con.execute("CREATE OR REPLACE TEMP TABLE _op_depth AS SELECT op_id, depth FROM _op_nested")
-            con.execute("UPDATE ops SET depth = d.depth FROM _op_depth d WHERE ops.op_id = d.op_id")
-            con.execute(
-                "CREATE OR REPLACE TEMP TABLE _op_parent AS SELECT op_id, parent FROM _op_nested WHERE parent IS NOT NULL"
-            )
-        finally:
-            con.unregister("_op_nested")
-    con.execute("UPDATE ops SET parent_op_id = p.parent FROM _op_parent p WHERE ops.op_id = p.op_id")
-    con.execute("DROP TABLE _op_depth; DROP TABLE _op_parent")
+        con.execute("UPDATE ops SET parent_op_id = p.parent FROM _op_parent p WHERE ops.op_id = p.op_id")
+        con.execute("DROP TABLE _op_depth; DROP TABLE _op_parent")
+        return
+    # Both columns in one UPDATE (every op has a row; `parent` NULL where it has none): an UPDATE of the ops grew
+    # faster than the ops (1.37 M: 8.5-11x the time of 346 k), two of them 0.24-0.30 s there, one 0.20 s.
+    con.register("_op_nested", nested)
+    try:
+        con.execute("UPDATE ops SET depth = n.depth, parent_op_id = n.parent FROM _op_nested n WHERE ops.op_id = n.op_id")
+    finally:
+        con.unregister("_op_nested")
 
 
 def _nest_arrays(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
