@@ -61,8 +61,9 @@ def nest_ops(con: duckdb.DuckDBPyConnection, native: bool = True) -> None:
         con.execute("UPDATE ops SET parent_op_id = p.parent FROM _op_parent p WHERE ops.op_id = p.op_id")
         con.execute("DROP TABLE _op_depth; DROP TABLE _op_parent")
         return
-    # Both columns in one UPDATE (every op has a row; `parent` NULL where it has none): an UPDATE of the ops grew
-    # faster than the ops (1.37 M: 8.5-11x the time of 346 k), two of them 0.24-0.30 s there, one 0.20 s.
+    # Both columns in one UPDATE (every op has a row; `parent` NULL where it has none): an UPDATE of the ops grows
+    # faster than the ops (1.37 M: 8.5-11x the time of 346 k); two of them took 0.24-0.52 s there, one 0.18-0.25 s
+    # (benchmarks/README.md, session 29).
     con.register("_op_nested", nested)
     try:
         con.execute("UPDATE ops SET depth = n.depth, parent_op_id = n.parent FROM _op_nested n WHERE ops.op_id = n.op_id")
