@@ -78,13 +78,14 @@ def rowid_chunks(ex: Export, table: str) -> list[tuple[int, int] | None]:
     return [(a, min(a + stride - 1, hi)) for a in range(lo, hi + 1, stride)]
 
 
-# The fewest bytes of its file a SQLite table row takes: a leaf cell's 2-byte pointer, its payload size and rowid
-# (a byte each at least) and its record header (a byte, and one per column: 4 here); a value 0 or 1 takes none.
+# The fewest bytes of its file a row of a four-column SQLite table (GPU_METRICS) takes: a leaf cell's 2-byte pointer,
+# its payload size and rowid (a byte each at least) and its record header (a byte, and one per column); a value 0 or
+# 1 takes none. (9 in all: 8 errs towards more rows, so towards not counting.)
 MIN_SQLITE_ROW_BYTES = 8
 
 
 def _most_rows(ex: Export) -> int:
-    """The most rows any table of the SQLite file could hold: its pages' bytes over MIN_SQLITE_ROW_BYTES."""
+    """The most rows a four-column table of the SQLite file could hold: its pages' bytes over MIN_SQLITE_ROW_BYTES."""
     try:
         ((pages,),) = ex.rows("PRAGMA page_count")
         ((size,),) = ex.rows("PRAGMA page_size")
