@@ -557,6 +557,45 @@ def test_native_encoder_writes_the_numpy_encoders_bytes(inputs: list[str], tmp_p
 
 
 @pytest.mark.skipif(perfetto._pbenc is None, reason="the native encoder is not built (no C compiler at install)")
+def test_native_counter_records_are_the_numpy_ones() -> None:
+    """Counter samples (`_counter_packets`) written by the native records writer and by numpy: the same bytes, with
+    series interleaved, one track, a track per sample, special values, and times the fixed layout cannot hold (the
+    general encoder then); a series outside its tracks is refused, not read out of bounds."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    n = 5000
+    t0 = 1_700_000_000_000_000_000  # ns since 1970: a 9-byte varint
+    ts = t0 + np.cumsum(rng.integers(0, 200_000, n)).astype(np.int64)
+    tracks = np.array([perfetto.uuid_of("counter", i) for i in range(7)], np.uint64)
+    series = rng.integers(0, 7, n).astype(np.int64)
+    values = rng.normal(size=n) * 10.0 ** rng.integers(-300, 300, n)
+    values[:4] = [np.nan, -0.0, np.inf, -np.inf]
+    cases = [
+        (tracks, ts, values, series),
+        (np.uint64(tracks[2]), ts, values, None),
+        (tracks[series], ts, values, None),
+        (tracks, ts, rng.integers(-5, 5, n), series),  # integer values
+        (tracks, ts - t0, values, series),  # times since the process started: not 9-byte varints
+        (tracks, ts[:0], values[:0], series[:0]),
+    ]
+    for tr, t, v, se in cases:
+        native = bytes(perfetto._counter_packets(tr, t, v, series=se))
+        saved, perfetto.NATIVE = perfetto.NATIVE, False
+        try:
+            reference = bytes(perfetto._counter_packets(tr, t, v, series=se))
+        finally:
+            perfetto.NATIVE = saved
+        assert native == reference and (len(native) > 0) == (t.size > 0)
+    rec = perfetto._counter_record()
+    assert rec.dtype.fields is not None
+    at = {k: rec.dtype.fields[k][1] for k in ("ts_lo", "tr_lo", "value")}
+    t9 = ts.view(np.uint64)
+    with pytest.raises(ValueError):
+        perfetto._pbenc.records(rec.template, t9, at["ts_lo"], tracks, series + 7, at["tr_lo"], values, at["value"])
+
+
+@pytest.mark.skipif(perfetto._pbenc is None, reason="the native encoder is not built (no C compiler at install)")
 def test_native_encoder_of_random_messages() -> None:
     """Nested messages with masks, blobs taken by index, constants, varints of every size and fixed64 fields:
     the same bytes both ways."""

@@ -270,8 +270,73 @@ done:
     return out;
 }
 
+/* records(template, ts, ts_at, uuids, series, tr_at, values, val_at) -> bytes: n records of one fixed layout (the
+   Perfetto writer's counter packets, `_counter_packets`), each a copy of `template` with a 9-byte varint of ts[i]
+   at ts_at, one of uuids[series[i]] (uuids[i] without `series`; uuids[0] when it holds one) at tr_at and the
+   8 bytes of values[i] at val_at. Every ts and uuid is in [2**56, 2**63), whose varints are 9 bytes. The same
+   bytes as the numpy path; written without the GIL. */
+static inline void put9(uint8_t *o, uint64_t v) {
+    for (int b = 0; b < 8; b++) {
+        o[b] = (uint8_t)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    o[8] = (uint8_t)v;
+}
+
+static int nine(uint64_t v) { return v >= ((uint64_t)1 << 56) && v < ((uint64_t)1 << 63); }
+
+static PyObject *records(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *tmpl_o, *ts_o, *uu_o, *se_o, *va_o;
+    Py_ssize_t ts_at, tr_at, val_at;
+    if (!PyArg_ParseTuple(args, "OOnOOnOn", &tmpl_o, &ts_o, &ts_at, &uu_o, &se_o, &tr_at, &va_o, &val_at)) return NULL;
+    Held h = {.nviews = 0};
+    const uint8_t *tmpl;
+    const uint64_t *ts, *uu, *va;
+    const int64_t *se;
+    Py_ssize_t rlen, tlen, ulen, slen = 0, vlen;
+    PyObject *out = NULL;
+    if (hold(&h, tmpl_o, (const void **)&tmpl, &rlen) || hold(&h, ts_o, (const void **)&ts, &tlen) ||
+        hold(&h, uu_o, (const void **)&uu, &ulen) || hold(&h, se_o, (const void **)&se, &slen) ||
+        hold(&h, va_o, (const void **)&va, &vlen))
+        goto done;
+    Py_ssize_t n = tlen / 8, m = ulen / 8;
+    int bad = tmpl == NULL || ts == NULL || uu == NULL || va == NULL || tlen % 8 || ulen % 8 || vlen != tlen || m == 0 ||
+              (se != NULL && slen != tlen) || (se == NULL && m != n && m != 1) || ts_at < 0 || ts_at + 9 > rlen ||
+              tr_at < 0 || tr_at + 9 > rlen || val_at < 0 || val_at + 8 > rlen;
+    for (Py_ssize_t j = 0; !bad && j < m; j++) bad = !nine(uu[j]);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "bad records");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, n * rlen);
+    if (!out) goto done;
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t i = 0; i < n && !bad; i++, o += rlen) {
+        Py_ssize_t k = se ? (Py_ssize_t)se[i] : (m == 1 ? 0 : i);
+        if (k < 0 || k >= m || !nine(ts[i])) {
+            bad = 1;
+            break;
+        }
+        memcpy(o, tmpl, (size_t)rlen);
+        put9(o + ts_at, ts[i]);
+        put9(o + tr_at, uu[k]);
+        memcpy(o + val_at, &va[i], 8);
+    }
+    Py_END_ALLOW_THREADS;
+    if (bad) {
+        Py_CLEAR(out);
+        PyErr_SetString(PyExc_ValueError, "a record's series or time out of range");
+    }
+done:
+    for (int v = 0; v < h.nviews; v++) PyBuffer_Release(&h.views[v]);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"encode", encode, METH_VARARGS, "encode(n, nodes) -> (data, offsets): n protobuf messages of a tree of columns."},
+    {"records", records, METH_VARARGS, "records(template, ts, ts_at, uuids, series, tr_at, values, val_at) -> bytes."},
     {NULL, NULL, 0, NULL},
 };
 

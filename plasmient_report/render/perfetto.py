@@ -482,6 +482,10 @@ def _valid(col: pa.Array) -> np.ndarray:
 
 
 def _num(col: pa.Array, dtype: Any) -> np.ndarray:
+    """A numeric column as numpy, nulls as 0. Without nulls it is the column's own buffer (read-only; fill_null
+    would copy it: 3 ms per million int64 values, ~0.5 s of a 486 MiB nsys export's trace)."""
+    if col.null_count == 0:
+        return np.asarray(col.to_numpy(zero_copy_only=False), dtype=dtype)
     return np.asarray(pc.fill_null(col, 0).to_numpy(zero_copy_only=False), dtype=dtype)
 
 
@@ -1217,6 +1221,20 @@ def _counter_packets(
         ev.fixed64(F_EV_DOUBLE_COUNTER, values.astype(np.float64))
         return packets_of(ev, ts)
     rec = _counter_record()
+    if NATIVE and _pbenc is not None:  # the same records written natively, without the GIL (29 against 55 ms per million samples)
+        f = rec.dtype.fields
+        assert f is not None
+        one = series is None and uuids.strides == (0,)
+        return _pbenc.records(
+            rec.template,
+            np.ascontiguousarray(t),
+            f["ts_lo"][1],
+            np.ascontiguousarray(uuids[:1] if one else uuids),
+            None if series is None else np.ascontiguousarray(series, dtype=np.int64),
+            f["tr_lo"][1],
+            np.ascontiguousarray(values, dtype=np.float64),
+            f["value"][1],
+        )
     out = np.empty(n, dtype=rec.dtype)
     out.view(np.uint8).reshape(n, rec.dtype.itemsize)[:] = rec.template
     out["ts_lo"], out["ts_hi"] = _varint9(t)
