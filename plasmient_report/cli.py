@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -23,6 +24,15 @@ import duckdb
 from . import __version__
 from .errors import BadInput, Interrupted, path_text
 from .interrupt import interrupted, raise_on_termination, restore_handlers
+
+# Arrow's buffers from the C library's allocator, not pyarrow's default mimalloc (set before pyarrow is first imported;
+# a user's ARROW_DEFAULT_MEMORY_POOL wins; the page worker inherits it). mimalloc hands freed memory back to the
+# system within milliseconds, so the next batch's buffers are fresh pages again: inside a run, one `take` of 531 k
+# sweep points cost 146 ms on its first call against 7 ms from the system pool. Measured on the 2-vCPU VM
+# (benchmarks/README.md, session 30), eight interleaved pairs of the 100 MiB Kineto trace: 3.93-4.34 s (median
+# 4.16) against 4.14-4.55 s (4.24), peak 333-358 against 349-367 MiB; the 486 MiB nsys export and both 2 GB
+# inputs under a 1.5 GiB budget the same or faster, within the budget.
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 EXAMPLES = """\b
 Examples:
@@ -348,7 +358,6 @@ def _check_markdown(path: Path | None, as_json: bool) -> None:
 def _write_markdown(path: Path, text: str) -> None:
     """--markdown FILE: '-' is stdout; $GITHUB_STEP_SUMMARY is appended to (the runner's summary collects several
     steps); any other file is written whole, in one rename (never half-written)."""
-    import os
     import tempfile
 
     if str(path) == "-":

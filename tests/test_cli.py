@@ -196,3 +196,16 @@ def test_runtime_calls_without_gpu_activity_say_what_was_not_recorded(tmp_path):
     write_trace(q, [cpu_op("aten::mm", 1.0, 9.0, 1)])
     r = cli(str(q), "--out", str(tmp_path / "out2"))
     assert r.returncode == 2 and "CPU-only profile" in r.stderr
+
+
+@pytest.mark.parametrize(("env", "want"), [(None, "system"), ("mimalloc", "mimalloc")])
+def test_the_command_line_gives_arrow_the_system_allocator_unless_told(env: str | None, want: str) -> None:
+    """The command line's process (and the page worker it starts) allocates Arrow's buffers with the C library's
+    allocator (cli.py says why); a user's ARROW_DEFAULT_MEMORY_POOL is kept."""
+    environ = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if env is not None:
+        environ["ARROW_DEFAULT_MEMORY_POOL"] = env
+    code = "import plasmient_report.cli, pyarrow; print(pyarrow.default_memory_pool().backend_name)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == want
