@@ -482,8 +482,8 @@ def _valid(col: pa.Array) -> np.ndarray:
 
 
 def _num(col: pa.Array, dtype: Any) -> np.ndarray:
-    """A numeric column as numpy, nulls as 0. Without nulls it is the column's own buffer (read-only; fill_null
-    would copy it: 3 ms per million int64 values, ~0.5 s of a 486 MiB nsys export's trace)."""
+    """A numeric column as numpy, nulls as 0. Without nulls it is the column's own buffer (read-only), not the
+    copy fill_null makes (3 ms per million int64 values, measured alone)."""
     if col.null_count == 0:
         return np.asarray(col.to_numpy(zero_copy_only=False), dtype=dtype)
     return np.asarray(pc.fill_null(col, 0).to_numpy(zero_copy_only=False), dtype=dtype)
@@ -1221,7 +1221,7 @@ def _counter_packets(
         ev.fixed64(F_EV_DOUBLE_COUNTER, values.astype(np.float64))
         return packets_of(ev, ts)
     rec = _counter_record()
-    if NATIVE and _pbenc is not None:  # the same records written natively, without the GIL (29 against 55 ms per million samples)
+    if NATIVE and hasattr(_pbenc, "records"):  # the same records natively, without the GIL (29 against 55 ms a million)
         f = rec.dtype.fields
         assert f is not None
         one = series is None and uuids.strides == (0,)
