@@ -327,6 +327,45 @@ def test_timeline_bins_are_honest(tiny_trace: Path) -> None:
     assert idle >= 70
 
 
+def test_bin_intervals_against_every_bin_one_by_one() -> None:
+    """Each interval's overlap with each bin, and its value times that overlap, summed per (span, bin, key), as a
+    loop over every bin computes it: intervals inside one bin, across a bin edge, over many bins, ending on an edge,
+    starting before the grid or running past it, outside it, and empty ones."""
+    import duckdb
+    import numpy as np
+
+    rng = np.random.default_rng(11)
+    spans = [html_render.Span(0, 0, 1_000, 1000 / 7, 40, 1_000, 6_714), html_render.Span(1, 0, 5_000, 250.0, 12, 5_000, 8_000)]
+    rows = []
+    for span_i, sp in enumerate(spans):
+        lo, hi = sp.g0_ns - 400, sp.g0_ns + int(sp.bin_ns * sp.nbins) + 400
+        for _ in range(400):
+            s = int(rng.integers(lo, hi))
+            e = s + int(rng.choice([0, 1, int(rng.integers(1, 60)), int(rng.integers(60, 3000))]))
+            rows.append((sp.rank, sp.device, s, e, f"k{int(rng.integers(0, 3))}", float(rng.normal()), span_i))
+        edge = int(sp.g0_ns + 3 * sp.bin_ns)
+        rows.append((sp.rank, sp.device, edge - 50, edge, "k0", 2.0, span_i))  # ends on a bin edge
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (rank INTEGER, device INTEGER, s BIGINT, e BIGINT, key VARCHAR, val DOUBLE)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?)", [r[:6] for r in rows])
+    got = html_render.bin_intervals(con, "SELECT rank, device, s, e, key, val FROM t", spans)
+    keys = sorted({r[4] for r in rows})
+    assert got.keys == keys
+    want_ov = np.zeros((len(spans), max(sp.nbins for sp in spans), len(keys)))
+    want_wv = np.zeros_like(want_ov)
+    for _, _, s, e, key, val, span_i in rows:
+        sp = spans[span_i]
+        if e <= s:
+            continue
+        for b in range(sp.nbins):
+            ov = min(e - sp.g0_ns, (b + 1) * sp.bin_ns) - max(s - sp.g0_ns, b * sp.bin_ns)
+            if ov > 0:
+                want_ov[span_i, b, keys.index(key)] += ov
+                want_wv[span_i, b, keys.index(key)] += val * ov
+    assert got.overlap_ns == pytest.approx(want_ov, rel=1e-9, abs=1e-6)
+    assert got.weighted == pytest.approx(want_wv, rel=1e-9, abs=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The browser: Chromium driven through the DevTools protocol over --remote-debugging-pipe.
 

@@ -273,19 +273,24 @@ def bin_intervals(
                 WHERE src.e > src.s AND src.e > sp.g0 AND src.s < sp.g1
             ), y AS (
                 SELECT span_id, key, part, val, rs, re, bw,
-                       greatest(0, floor(rs / bw))::BIGINT AS b0, least(nb - 1, floor((re - 1) / bw))::BIGINT AS b1
+                       -- b1: the last bin starting before the end (floor((re - 1) / bw) left out the part of a
+                       -- bin an interval reaches by less than 1 ns, where bins do not start on whole nanoseconds)
+                       greatest(0, floor(rs / bw))::BIGINT AS b0, least(nb - 1, ceil(re / bw) - 1)::BIGINT AS b1
                 FROM x
             ), z AS (
+                -- an interval in one bin (most 10 kHz samples) has no last bin of its own: its ov1 is NULL, not
+                -- computed (the 486 MiB export's 12.6 M samples, warm: 0.57-0.62 -> 0.52-0.60 s, medians 0.58 and
+                -- 0.53 s; 1.08-1.17 -> 1.00-1.15 CPU-s; the same sums)
                 SELECT span_id, key, part, val, b0, b1, bw,
                        least(re, (b0 + 1) * bw) - greatest(rs, b0 * bw) AS ov0,
-                       least(re, (b1 + 1) * bw) - greatest(rs, b1 * bw) AS ov1
+                       CASE WHEN b1 > b0 THEN least(re, (b1 + 1) * bw) - greatest(rs, b1 * bw) END AS ov1
                 FROM y
             ), g AS (
                 SELECT span_id, key, part, b0, b1, count(*) AS n, coalesce(sum(val), 0) AS sv,
                        coalesce(sum(ov0) FILTER (WHERE ov0 > 0), 0) AS ov0,
                        coalesce(sum(val * ov0) FILTER (WHERE ov0 > 0), 0) AS wv0,
-                       coalesce(sum(ov1) FILTER (WHERE ov1 > 0 AND b1 > b0), 0) AS ov1,
-                       coalesce(sum(val * ov1) FILTER (WHERE ov1 > 0 AND b1 > b0), 0) AS wv1
+                       coalesce(sum(ov1) FILTER (WHERE ov1 > 0), 0) AS ov1,
+                       coalesce(sum(val * ov1) FILTER (WHERE ov1 > 0), 0) AS wv1
                 FROM z GROUP BY span_id, key, part, b0, b1
             )
             -- the groups that reach a bin (an interval starting in the grid's last nanosecond reaches none; b1 < b0,
