@@ -293,7 +293,7 @@ def bin_intervals(
                        coalesce(sum(val * ov1) FILTER (WHERE ov1 > 0), 0) AS wv1
                 FROM z GROUP BY span_id, key, part, b0, b1
             )
-            -- the groups that reach a bin (an interval starting in the grid's last nanosecond reaches none; b1 < b0,
+            -- the groups that reach a bin (one starting past the grid's end, before g1 rounded it up, reaches none; b1 < b0,
             -- a condition on the groups' keys, is left out below: in SQL it would be evaluated once more per row)
             SELECT g.* EXCLUDE (key), {label} AS key, ({label}) IS NULL AS null_key FROM g {names}
             WHERE g.ov0 > 0 OR g.ov1 > 0 OR g.b1 > g.b0 + 1""",
