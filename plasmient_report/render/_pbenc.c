@@ -273,16 +273,8 @@ done:
 /* records(template, ts, ts_at, uuids, series, tr_at, values, val_at) -> bytes: n records of one fixed layout (the
    Perfetto writer's counter packets, `_counter_packets`), each a copy of `template` with a 9-byte varint of ts[i]
    at ts_at, one of uuids[series[i]] (uuids[i] without `series`; uuids[0] when it holds one) at tr_at and the
-   8 bytes of values[i] at val_at. Every ts and uuid is in [2**56, 2**63), whose varints are 9 bytes. The same
-   bytes as the numpy path; written without the GIL. */
-static inline void put9(uint8_t *o, uint64_t v) {
-    for (int b = 0; b < 8; b++) {
-        o[b] = (uint8_t)((v & 0x7F) | 0x80);
-        v >>= 7;
-    }
-    o[8] = (uint8_t)v;
-}
-
+   8 bytes of values[i] at val_at. Every ts and uuid is in [2**56, 2**63), whose varints (vput) are 9 bytes. The
+   same bytes as the numpy path; written without the GIL. */
 static int nine(uint64_t v) { return v >= ((uint64_t)1 << 56) && v < ((uint64_t)1 << 63); }
 
 static PyObject *records(PyObject *self, PyObject *args) {
@@ -320,8 +312,8 @@ static PyObject *records(PyObject *self, PyObject *args) {
             break;
         }
         memcpy(o, tmpl, (size_t)rlen);
-        put9(o + ts_at, ts[i]);
-        put9(o + tr_at, uu[k]);
+        vput(o + ts_at, ts[i]);
+        vput(o + tr_at, uu[k]);
         memcpy(o + val_at, &va[i], 8);
     }
     Py_END_ALLOW_THREADS;
