@@ -209,3 +209,30 @@ def test_the_command_line_gives_arrow_the_system_allocator_unless_told(env: str 
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == want
+
+
+def test_the_console_script_leaves_the_last_collections_out_and_main_alone_does_not(tiny_trace: Path, tmp_path: Path) -> None:
+    """The installed command and `python -m plasmient_report.cli` run `cli.run`: the main job, then every object the
+    process holds frozen out of the interpreter's shutdown collections (cli.run says why), after the outputs are
+    complete. `main` called by a process that goes on (these tests, a program embedding the tool) freezes nothing."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    scripts = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert scripts["plasmient-report"] == "plasmient_report.cli:run"
+    code = (
+        "import atexit, gc, sys\n"
+        "import plasmient_report.cli as c\n"
+        "atexit.register(lambda: print('at exit', gc.get_freeze_count(), flush=True))\n"
+        f"c.main([{str(tiny_trace)!r}, '--out', {str(tmp_path / 'a')!r}, '--quiet'], standalone_mode=False)\n"
+        "print('after main', gc.get_freeze_count(), flush=True)\n"
+        f"sys.argv = ['plasmient-report', {str(tiny_trace)!r}, '--out', {str(tmp_path / 'b')!r}, '--quiet']\n"
+        "c.run()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.rsplit(" ", 1) for line in r.stdout.splitlines())
+    assert int(lines["after main"]) == 0
+    assert int(lines["at exit"]) > 10_000  # the modules' objects: DuckDB's, Arrow's, click's, the package's
+    for out in ("a", "b"):
+        assert {p.name for p in (tmp_path / out).iterdir()} >= {"verdict.json", "report.html", "trace.pftrace", "run.duckdb"}
