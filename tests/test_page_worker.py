@@ -120,3 +120,24 @@ def test_the_worker_is_wanted_with_cores_to_spare(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv(page_worker.ENV, "on")
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0}, raising=False)
     assert page_worker.wanted()
+
+
+def test_the_worker_ends_with_its_objects_frozen_out_of_the_last_collections(analysed, tmp_path: Path) -> None:
+    """The worker's body (`serve`) draws the page it is sent, then leaves what it holds out of the interpreter's
+    shutdown collections (the run waits for the worker's end; page_worker.serve says why): the page is written
+    first and is the one the run's process draws."""
+    import pickle
+
+    page = tmp_path / "report.html"
+    job = pickle.dumps((str(page), html.page_context(analysed.con, analysed.typed)))
+    code = (
+        "import atexit, gc, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        "from plasmient_report.render.page_worker import serve\n"
+        "atexit.register(lambda: print('at exit', gc.get_freeze_count(), flush=True))\n"
+        "serve(sys.stdin.buffer)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], input=job, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    assert int(r.stdout.decode().split()[-1]) > 10_000  # matplotlib's, jinja's, numpy's objects
+    assert page.read_text(encoding="utf-8") == html.render(analysed.con, analysed.typed)
