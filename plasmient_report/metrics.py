@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Any, TypeVar, cast
 
 import duckdb
 import pyarrow as pa
@@ -30,6 +31,8 @@ from .vocab import (
     SYNC_API_RE,
     SYNC_TOLERANCE_NS,
 )
+
+T = TypeVar("T")
 
 __all__ = [
     "CATEGORIES",
@@ -398,6 +401,43 @@ def beside(con: duckdb.DuckDBPyConnection, other: Callable[[duckdb.DuckDBPyConne
             cur.close()
     if error:
         raise error[0]
+
+
+@contextlib.contextmanager
+def aside(con: duckdb.DuckDBPyConnection, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> Iterator[Callable[[], T]]:
+    """`fn` on a cursor of the store, on a thread of its own, while the block runs on this one; the block gets a
+    function that waits for `fn`'s value (or raises what it raised). `fn` must only read. On leaving, the thread
+    is finished (interrupted when the block failed) and its cursor closed."""
+    cur = store.cursor(con)
+    interrupt.watch(cur)
+    box: list[Any] = []
+    error: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            box.append(fn(cur))
+        except BaseException as e:  # raised in the caller's thread by the result function
+            error.append(e)
+
+    t = threading.Thread(target=body, name="plasmient-aside", daemon=True)
+    t.start()
+
+    def result() -> T:
+        t.join()
+        if error:
+            raise error[0]
+        return cast(T, box[0])
+
+    try:
+        yield result
+    except BaseException:
+        with contextlib.suppress(Exception):
+            cur.interrupt()
+        raise
+    finally:
+        t.join()
+        with contextlib.suppress(duckdb.Error):
+            cur.close()
 
 
 def loss_fractions(
