@@ -18,7 +18,8 @@ counts the libraries both map twice, so this errs high):
   ref              (`--ref DIR`) the same command as `ours` run from another checkout: before / after a change
 
 The rows run interleaved (ours, peer, ours, peer, …), so a burst of load from other work on this shared machine
-hits both; ratios are the median of the per-repeat ratios, with their range. Nothing asserts on timings. Inputs:
+hits both; `ours` and `ref` take turns going first (the run after another writes into the page cache it freed);
+ratios are the median of the per-repeat ratios, with their range. Nothing asserts on timings. Inputs:
 `benchmarks/make_scaled_trace.py` (a committed sample scaled to ~100 MiB) and `benchmarks/make_scaled_nsys.py`
 (the corpus nsys export with 10 kHz GPU metrics, scaled), both into `.bench_data/` (git-ignored).
 """
