@@ -377,36 +377,16 @@ def sweep(con: duckdb.DuckDBPyConnection, peaks: Sequence[GpuPeak] | None = None
 def beside(con: duckdb.DuckDBPyConnection, other: Callable[[duckdb.DuckDBPyConnection], None], here: Callable[[], None]) -> None:
     """`other` on a cursor of the store, on a thread of its own, while `here` runs on this one; both finished (or
     the first error raised) when it returns. The two must not write the same tables."""
-    cur = store.cursor(con)
-    interrupt.watch(cur)
-    error: list[BaseException] = []
-
-    def body() -> None:
-        try:
-            other(cur)
-        except BaseException as e:  # raised in the caller's thread below
-            error.append(e)
-
-    t = threading.Thread(target=body, name="plasmient-measure", daemon=True)
-    t.start()
-    try:
+    with aside(con, other) as finished:
         here()
-    except BaseException:
-        with contextlib.suppress(Exception):
-            cur.interrupt()
-        raise
-    finally:
-        t.join()
-        with contextlib.suppress(duckdb.Error):
-            cur.close()
-    if error:
-        raise error[0]
+        finished()
 
 
 @contextlib.contextmanager
 def aside(con: duckdb.DuckDBPyConnection, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> Iterator[Callable[[], T]]:
     """`fn` on a cursor of the store, on a thread of its own, while the block runs on this one; the block gets a
-    function that waits for `fn`'s value (or raises what it raised). `fn` must only read. On leaving, the thread
+    function that waits for `fn`'s value (or raises what it raised). `fn` must not write what the block reads or
+    writes (the verdict's groups only read; `beside`'s chains write tables of their own). On leaving, the thread
     is finished (interrupted when the block failed) and its cursor closed."""
     cur = store.cursor(con)
     interrupt.watch(cur)
@@ -419,7 +399,7 @@ def aside(con: duckdb.DuckDBPyConnection, fn: Callable[[duckdb.DuckDBPyConnectio
         except BaseException as e:  # raised in the caller's thread by the result function
             error.append(e)
 
-    t = threading.Thread(target=body, name="plasmient-aside", daemon=True)
+    t = threading.Thread(target=body, name="plasmient-beside", daemon=True)
     t.start()
 
     def result() -> T:

@@ -60,5 +60,5 @@ def test_the_read_is_finished_when_the_block_fails(con: duckdb.DuckDBPyConnectio
     with pytest.raises(RuntimeError, match="the block failed"), aside(con, read):
         started.wait(10)
         raise RuntimeError("the block failed")
-    assert not any(t.name == "plasmient-aside" and t.is_alive() for t in threading.enumerate())
+    assert not any(t.name == "plasmient-beside" and t.is_alive() for t in threading.enumerate())
     assert con.execute("SELECT count(*) FROM t").fetchone() == (1000,)  # the store is still usable
