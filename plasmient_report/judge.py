@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -726,6 +727,10 @@ def give_flops(con: duckdb.DuckDBPyConnection, unknown: UnknownWork | None = Non
     return GIVE_FLOPS
 
 
+# The roofline's groups by kernel and by op, and the shapes with how many there are (read beside the verdict, `build`)
+_RooflineGroups = tuple[list[roofline.KernelGroup], list[roofline.KernelGroup], tuple[list[Shape], int]]
+
+
 def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None = None) -> Verdict:
     """The verdict of one run, typed (`verdict_model.Verdict`), from the window-scoped views of the store: the
     headline window (the first --range, else each GPU's profiled window), per rank, per range.
@@ -738,7 +743,7 @@ def build(con: duckdb.DuckDBPyConnection, ctx: RunContext, t: Thresholds | None 
     # With --range the headline is the union of the requested ranges (several patterns: a label of its own).
     head_range = window_label(ctx.ranges)
 
-    def groups(cur: duckdb.DuckDBPyConnection) -> tuple[list[Any], list[Any], tuple[list[Shape], int]]:
+    def groups(cur: duckdb.DuckDBPyConnection) -> _RooflineGroups:
         return (
             roofline.kernel_groups(cur, scope, head_range, by="kernel"),
             roofline.kernel_groups(cur, scope, head_range, by="op"),
@@ -755,7 +760,7 @@ def _build(
     t: Thresholds,
     scope: str,
     head_range: str | None,
-    roofline_groups: Any,
+    roofline_groups: Callable[[], _RooflineGroups],
 ) -> Verdict:
     head_where = "scope = 'range' AND range_name = ? AND rank IS NULL" if ctx.ranges else "scope = 'window' AND rank IS NULL"
     head_params: list[Any] = [head_range] if ctx.ranges else []
@@ -956,7 +961,8 @@ def _build(
     for rs in ranges:
         if rs.window == "cpu":
             notes.append(f"range {rs.name} launched no GPU work: its window is its CPU interval")
-    # The roofline, built once here (the library's kernel_roofline): report.html reads these rows.
+    # The roofline (the library's kernel_roofline) and the shapes, read once, beside the above (`build`):
+    # report.html reads these rows.
     kgroups, ogroups, (shapes, n_shapes) = roofline_groups()
     steps, step_summary = steps_of(con, ctx, t)
     for ss in step_summary:
