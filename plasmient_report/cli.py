@@ -34,6 +34,13 @@ from .interrupt import interrupted, raise_on_termination, restore_handlers
 # 4.16) against 4.14-4.55 s (4.24), peak 333-358 against 349-367 MiB; the 486 MiB nsys export and both 2 GB
 # inputs under a 1.5 GiB budget the same or faster, within the budget.
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+# numpy's OpenBLAS with no threads of its own (set before numpy is first imported; a user's OPENBLAS_NUM_THREADS wins;
+# the page worker and batch's worker processes inherit it). The tool multiplies no matrices larger than
+# matplotlib's 3x3 transforms, but on import OpenBLAS starts one thread per further core, and each spins ~0.1 s
+# before it sleeps: ~0.1 CPU-s on two cores, (cores - 1) x ~0.1 on larger machines, in every process that loads
+# numpy. Measured (benchmarks/README.md, session 32): the 100 MiB Kineto trace 3.63 -> 3.50 CPU-s, the same wall
+# time (twelve interleaved pairs).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 EXAMPLES = """\b
 Examples:
