@@ -33,7 +33,10 @@ RESERVE_BYTES = 128 << 20
 MIN_BUDGET_BYTES = 1 << 30
 # The run itself keeps two cores busy (its reader / writer threads beside DuckDB's): with fewer than this many the
 # worker only competes with it. Measured on 2 cores (benchmarks/README.md, session 5): the 100 MiB Kineto trace
-# 5.83 s with it against 6.33 s without, +78 MiB; the 486 MiB nsys export 17.60 against 17.45 s, +66 MiB.
+# 5.83 s with it against 6.33 s without, +78 MiB; the 486 MiB nsys export 17.60 against 17.45 s, +66 MiB. Since
+# then the run got faster and on two cores the worker only costs (2.99 against 2.76 s, session 31). On 4 and 16
+# cores (session 32, a 16-core VM whose Python is ~5x slower than that VM's): 8.35 against 8.47 s on 4 cores, 7.47
+# against 8.05 s and 8.31 against 8.24 s on 16 (medians of six), +0.8-1.8 CPU-s and +80-85 MiB of peak RSS.
 MIN_CORES = 4
 ENV = "PLASMIENT_PAGE_WORKER"  # "on" / "off": use the worker or not, whatever the cores
 
