@@ -6,6 +6,7 @@ import gzip
 import json
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from plasmient_report import pipeline, store
@@ -549,3 +550,38 @@ def test_the_decode_leaves_the_stores_settings_as_it_found_them():
     before = con.execute(settings).fetchall()
     pipeline.ingest(con, [sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz")])
     assert con.execute(settings).fetchall() == before
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_the_staging_tables_go_with_the_ingest_and_the_search_path_comes_back(tmp_path: Path, whole: bool) -> None:
+    """The staging tables live in a database attached beside the store (decode.STAGE_DB, so that both of emit's
+    connections see them) and are found through the search path: after an ingest, whole or failed (a gzip cut in
+    half), none is left and the store's connection has its own search path back; run.duckdb never holds one."""
+    data = sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz").read_bytes()  # committed: never skipped
+    trace = tmp_path / "t.pt.trace.json.gz"
+    trace.write_bytes(data if whole else data[: len(data) // 2])
+    con = store.connect_run(tmp_path / "store")
+    try:
+        path_setting = "SELECT current_setting('search_path')"
+        before = con.execute(path_setting).fetchall()
+        staged = (
+            f"SELECT count(*) FROM duckdb_tables() WHERE database_name = '{decode.STAGE_DB}' OR starts_with(table_name, '_kin_')"
+        )
+        if whole:
+            pipeline.ingest(con, [trace])
+            assert con.execute("SELECT count(*) FROM kernels").fetchone()[0] > 0
+        else:
+            with pytest.raises(BadInput, match="gzip"):
+                pipeline.ingest(con, [trace])
+        assert con.execute(path_setting).fetchall() == before == [("store.main",)]
+        assert con.execute(staged).fetchone() == (0,)
+        if whole:
+            store.save(con, tmp_path / "run.duckdb")
+            saved = duckdb.connect(str(tmp_path / "run.duckdb"), read_only=True)
+            try:
+                assert saved.execute(staged).fetchone() == (0,)
+                assert saved.execute("SELECT count(*) FROM kernels").fetchone()[0] > 0
+            finally:
+                saved.close()
+    finally:
+        con.close()

@@ -48,6 +48,7 @@ class KinetoSource(SourceInfo):
 
 def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> KinetoSource:
     """Decode one Kineto file into the store. Rank may be None (decided by the caller)."""
+    search_path = decode.open_stages(con)
     try:
         dec = decode.decode(path, con)
         head = _head(path, dec)
@@ -74,7 +75,7 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> Kineto
             info.notes.append(f"{n_mem[0]} device-memory allocator events (profile_memory=True)")
         return info
     finally:
-        decode.drop_stages(con)
+        decode.drop_stages(con, search_path)
 
 
 def _head(path: Path, dec: decode.Decoded) -> schema.Head:

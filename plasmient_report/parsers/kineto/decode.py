@@ -71,6 +71,11 @@ BATCH_BYTES = 1 << 20
 # 356 MiB peak, 32: 3.61 s and 346 MiB, 64: 3.58 s and 360 MiB. 64 buys ~1% of time for ~4% of peak RSS.
 LOAD_BYTES = 32 << 20
 STAGES = ("_kin_gpu", "_kin_cpu", "_kin_py", "_kin_api", "_kin_span", "_kin_meta", "_kin_cats", "_kin_mem")
+# The staging tables' database: in memory (spilling under the budget, as TEMP tables do), never the store's file, and
+# attached to the store's DuckDB, so that every cursor of the store sees them where a TEMP table is seen by its own
+# connection only: `emit` writes the store's tables from them on two connections at once. Their names resolve
+# through the search path (`open_stages`).
+STAGE_DB = "plasmient_kin"
 
 # How each field read is typed in SQL: INT → TRY_CAST(… AS BIGINT), FLOAT → DOUBLE, TEXT → the string (numbers as
 # their text where the SQL says so), RAW → a JSON value (arrays: shapes, dtypes, grid, process-group ranks).
@@ -741,7 +746,9 @@ def read_json_sql(path: Path) -> str:
 
 def decode(path: Path, con: duckdb.DuckDBPyConnection, strict: bool = True) -> Decoded:
     """Fill the staging tables from the trace at `path` (plain or gzip). `strict=False` sends every run the
-    lenient way (DuckDB's JSON reader): the reference the decoded way is tested against."""
+    lenient way (DuckDB's JSON reader): the reference the decoded way is tested against. The staging tables are
+    created in `STAGE_DB`, on `con`'s search path from here on (`open_stages`; `drop_stages` gives it back)."""
+    open_stages(con)
     # Each run's columns live only until their INSERT. Arrow's default pool (mimalloc) keeps the pages of freed
     # columns; the system allocator gives them back: ~60 MiB less peak RSS on a 100 MB trace, no slower.
     previous = pa.default_memory_pool()
@@ -751,7 +758,7 @@ def decode(path: Path, con: duckdb.DuckDBPyConnection, strict: bool = True) -> D
     row = one(con, "SELECT current_setting('threads')")
     threads = int(row[0]) if row else 1
     con.execute(f"SET threads = {max(1, min(threads, (os.cpu_count() or 2) - 1))}")
-    # Each load commits on its own, and DuckDB checkpoints the TEMP tables after a commit that leaves more than
+    # Each load commits on its own, and DuckDB checkpoints the staging tables after a commit that leaves more than
     # checkpoint_threshold (16 MiB) of them unwritten: while the staging tables grow, a pause every ~250 k rows,
     # longer as they grow (120 loads of 16 k GPU rows: 4.65 s, 2.08 s without). None until the decode is done: the
     # 2 GiB trace's ingest 20.6-21.0 -> 16.1-16.2 s, +33 MiB peak (benchmarks/README.md, session 27); the staging
@@ -769,12 +776,12 @@ def decode(path: Path, con: duckdb.DuckDBPyConnection, strict: bool = True) -> D
 
 def _decode(path: Path, con: duckdb.DuckDBPyConnection, strict: bool) -> Decoded:
     cols = ", ".join(f'"{k}" {v}' for k, v in RAW_COLUMNS.items())
-    # The staging tables, typed by their SELECTs over an empty raw table. TEMP: they live in memory (spilling
-    # under the budget), never in the store's file; the loader thread uses this same connection, one statement
-    # at a time (this thread only decodes meanwhile), so it sees them.
+    # The staging tables, typed by their SELECTs over an empty raw table, in `STAGE_DB`: in memory (spilling under
+    # the budget), never in the store's file; the loader thread uses this same connection, one statement at a time
+    # (this thread only decodes meanwhile).
     con.execute(f"CREATE OR REPLACE TEMP TABLE _kin_raw0 ({cols})")
     for table, sql in stage_selects(Columns("_kin_raw0")).items():
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}")
+        con.execute(f"CREATE OR REPLACE TABLE {STAGE_DB}.main.{table} AS {sql}")
     con.execute("DROP TABLE _kin_raw0")
     lenient_sql = stage_selects(Columns("_kin_seg"))
     tmp = Path(tempfile.mkdtemp(prefix="plasmient-kineto-"))
@@ -965,9 +972,24 @@ class _Ahead:
                 raise item
 
 
-def drop_stages(con: duckdb.DuckDBPyConnection) -> None:
+def open_stages(con: duckdb.DuckDBPyConnection) -> str:
+    """Attach the staging tables' database (`STAGE_DB`) and put it on `con`'s search path, after the store's own
+    database (a connection or cursor of the store: a cursor is given the path again). Returns the search path it
+    had, for `drop_stages`."""
+    con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {STAGE_DB}")
+    row = one(con, "SELECT current_setting('search_path'), current_database()")
+    previous, db = (str(row[0]), str(row[1])) if row else ("", "memory")
+    path = f'"{db}".main,{STAGE_DB}.main'.replace("'", "''")
+    con.execute(f"SET search_path = '{path}'")
+    return previous
+
+
+def drop_stages(con: duckdb.DuckDBPyConnection, search_path: str | None = None) -> None:
+    """Drop the staging tables; with `search_path` (what `open_stages` returned), give `con` its path back."""
     for stage in STAGES:
-        con.execute(f"DROP TABLE IF EXISTS {stage}")
+        con.execute(f"DROP TABLE IF EXISTS {STAGE_DB}.main.{stage}")
+    if search_path is not None:
+        con.execute(f"SET search_path = '{search_path.replace(chr(39), chr(39) * 2)}'")
 
 
 def _duck_msg(e: Exception) -> str:
