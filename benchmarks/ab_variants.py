@@ -6,15 +6,17 @@
 A variant is `NAME:SETTINGS`, the settings comma-separated: `VAR=VALUE` sets an environment variable, `CPUS=LIST`
 runs the job under `taskset -c LIST`, `ARGS=...` adds command-line arguments. Each run is a fresh process of
 `python -m plasmient_report.cli TRACE --out DIR --quiet`; the variants take turns, in reversed order every other
-round, so that a burst of load from other work, or the page cache a run frees for the next, favours none. CPU is
-user + system of the process and its children (`os.wait4`); peak RSS is the larger of `ru_maxrss` and the sum of
-the RSS of the process and its children sampled every 10 ms (the page worker is a child). Prints each variant's
-median and range; nothing asserts on timings (benchmarks/README.md, session 32, ran it on a 16-core machine).
+round, so that a burst of load from other work, or the page cache a run frees for the next, favours none; the
+package is byte-compiled first. CPU is user + system of the process and its children (`os.wait4`); peak RSS is the
+larger of `ru_maxrss` and the sum of the RSS of the process and its children sampled every 10 ms (the page worker
+is a child). Prints each variant's median and range; nothing asserts on timings (benchmarks/README.md, session 32,
+ran it on a 16-core machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -87,6 +89,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     a = ap.parse_args()
     variants = [parse_variant(v) for v in a.variants]
+    # The package's bytecode compiled first, as `pip install` does: where PYTHONDONTWRITEBYTECODE is set every run
+    # would otherwise compile its modules again (~0.1 s; benchmarks/README.md, session 32).
+    spec = importlib.util.find_spec("plasmient_report")
+    if spec is not None and spec.submodule_search_locations:
+        for where in spec.submodule_search_locations:
+            subprocess.run([sys.executable, "-m", "compileall", "-q", where], check=True)
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name, *_ in variants}
     with tempfile.TemporaryDirectory(prefix="plasmient-ab-") as tmp:
         for i in range(a.rounds):
