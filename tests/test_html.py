@@ -594,3 +594,15 @@ def test_report_in_chromium(case: str, dark: bool, tiny_trace: Path, tmp_path: P
     # The theme follows prefers-color-scheme.
     assert seen["background"] == ("rgb(21, 24, 28)" if dark else "rgb(255, 255, 255)")
     assert shot.stat().st_size > 10_000
+
+
+def test_a_cells_sort_key_keeps_integers_and_twelve_digits_of_a_float() -> None:
+    """data-sort: an integer exactly (a time in ns keeps every digit), a float to 12 significant digits, which order
+    the values the page tells apart and do not move with the last digits a parallel sum's order changes (the mean of
+    a counter's 12.6 M samples in a 486 MiB nsys export: 1662.7386163476472 in one run, 1662.738616347647 in the
+    next)."""
+    assert html_render.sort_key(1662.7386163476472) == html_render.sort_key(1662.738616347647) == "1662.73861635"
+    assert html_render.sort_key(1_790_857_026_123_456_789) == "1790857026123456789"
+    assert [html_render.sort_key(x) for x in (None, float("nan"), float("inf"))] == ["", "", ""]
+    values = [-3.5, 0.0, 1e-9, 0.5, 0.5000001, 3.0, 1234.5, 2.5e17]
+    assert sorted(reversed(values), key=lambda v: float(html_render.sort_key(v))) == values

@@ -180,11 +180,16 @@ def fmt_field(x: Any, key: str) -> str:
 
 
 def sort_key(x: Any) -> str:
-    """What a table cell sorts by (data-sort): the raw number, or empty for none."""
+    """What a table cell sorts by (data-sort): an integer exactly, a float to 12 significant digits, or empty for
+    none. Twelve digits order any two values the page tells apart, and are the same whichever order a parallel sum
+    added a value's terms in: the mean of a counter's 12.6 M samples read 1662.7386163476472 in one run and
+    1662.738616347647 in the next, and report.html differed by that digit."""
     if x is None:
         return ""
-    if isinstance(x, (int, float)) and not isinstance(x, bool):
-        return repr(float(x)) if math.isfinite(x) else ""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return str(x)
+    if isinstance(x, float):
+        return f"{x:.12g}" if math.isfinite(x) else ""
     return str(x)
 
 
