@@ -293,11 +293,30 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
     notes: list[str] = []
     kernel_flops.prepare_ops(con)
     kernel_flops.link_kernels(con)
-    kernel_flops.op_candidates(con)
-    notes += kernel_flops.ncu_candidates(con)
     table = load_table(opts.peaks_file)
-    precision, gpu_peaks = metrics.assign_peaks(con, table, opts.peak_precision, opts.gpu, opts.peak_tflops)
-    missing = metrics.build_windows(con, list(opts.ranges), step_occurrences=opts.model_flops is not None)
+
+    def windows(cur: duckdb.DuckDBPyConnection) -> dict[str, list[int]]:
+        return metrics.build_windows(cur, list(opts.ranges), step_occurrences=opts.model_flops is not None)
+
+    def attribute() -> tuple[str, list[metrics.GpuPeak]]:
+        kernel_flops.op_candidates(con)
+        notes.extend(kernel_flops.ncu_candidates(con))
+        return metrics.assign_peaks(con, table, opts.peak_precision, opts.gpu, opts.peak_tflops)
+
+    if opts.model_flops is None:
+        # The windows read the kernels' times, their launches and the ranges, and write tables of their own: they are
+        # built on a cursor beside the kernels' FLOPs and bytes and the peaks (which write the kernels' FLOP columns,
+        # the candidates' temp tables and the peak tables). --model-flops spreads its FLOPs over the windows'
+        # occurrences: it needs them first. Measured (benchmarks/README.md, session 32): the 100 MiB Kineto trace's
+        # measure stage 0.67 -> 0.62 s (six pairs); the 486 MiB nsys export's 2.2-2.4 s either way (both sides keep
+        # two cores busy there).
+        with metrics.aside(con, windows) as built:
+            precision, gpu_peaks = attribute()
+            kernel_flops.write(con)
+            missing = built()
+    else:
+        precision, gpu_peaks = attribute()
+        missing = windows(con)
     if opts.ranges:
         have = {r for (r,) in con.execute("SELECT DISTINCT range_name FROM windows WHERE scope='range'").fetchall()}
         absent = [p for p in opts.ranges if p not in have]
@@ -316,7 +335,7 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
     if opts.model_flops is not None:
         label = opts.ranges[0] if opts.ranges else metrics.STEP_LABEL
         notes.append(kernel_flops.user_candidates(con, opts.model_flops, label))
-    kernel_flops.write(con)
+        kernel_flops.write(con)
     metrics.sweep(con)
     return judge.RunContext(
         inputs=[], ranges=list(opts.ranges), precision=precision, peaks=gpu_peaks, missing_ranges=missing, notes=notes
