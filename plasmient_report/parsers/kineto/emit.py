@@ -90,8 +90,10 @@ _UNITS = {"bytes": 1, "KB": 1e3, "KiB": 1 << 10, "MB": 1e6, "MiB": 1 << 20, "GB"
 
 
 def _room_for_two(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the staging tables (DuckDB's in-memory tables, spilled or not) take at most EMIT_BESIDE_SHARE of its
-    memory limit (as `current_setting` prints it: '768.0 MiB'); not when the limit cannot be read."""
+    """Whether the staging tables take at most EMIT_BESIDE_SHARE of DuckDB's memory limit (as `current_setting` prints
+    it: '768.0 MiB'); not when the limit cannot be read. Counted as DuckDB's in-memory tables, spilled or not: the
+    staging tables, and an in-memory store's own tables where the store is not a file (so erring towards one chain
+    after the other)."""
     row = one(
         con,
         "SELECT current_setting('memory_limit'), (SELECT sum(memory_usage_bytes + temporary_storage_bytes) FROM "
