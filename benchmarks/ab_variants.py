@@ -7,10 +7,10 @@ A variant is `NAME:SETTINGS`, the settings comma-separated: `VAR=VALUE` sets an 
 runs the job under `taskset -c LIST`, `ARGS=...` adds command-line arguments. Each run is a fresh process of
 `python -m plasmient_report.cli TRACE --out DIR --quiet`; the variants take turns, in reversed order every other
 round, so that a burst of load from other work, or the page cache a run frees for the next, favours none; the
-package is byte-compiled first. CPU is user + system of the process and its children (`os.wait4`); peak RSS is the
-larger of `ru_maxrss` and the sum of the RSS of the process and its children sampled every 10 ms (the page worker
-is a child). Prints each variant's median and range; nothing asserts on timings (benchmarks/README.md, session 32,
-ran it on a 16-core machine).
+package is byte-compiled first. Each run is measured as bench_main_job.py measures one (`run`): CPU is user +
+system of the process and its children, peak RSS the larger of `ru_maxrss` and the process tree's RSS sampled
+every 10 ms (the page worker is a child). Prints each variant's median and range; nothing asserts on timings
+(benchmarks/README.md, session 32, ran it on a 16-core machine).
 """
 
 from __future__ import annotations
@@ -23,24 +23,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
-
-def tree_rss_mib(pid: int) -> float:
-    """RSS of the process and its direct children (Linux /proc; 0 elsewhere)."""
-    try:
-        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        kids = []
-    total = 0
-    for p in [str(pid), *kids]:
-        try:
-            total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            pass
-    return total / 2**20
+from bench_main_job import run  # (this folder: the same fresh-process measurement)
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, str], list[str], list[str]]:
@@ -60,26 +45,11 @@ def parse_variant(text: str) -> tuple[str, dict[str, str], list[str], list[str]]
 
 
 def run_once(trace: str, out: Path, env: dict[str, str], prefix: list[str], args: list[str]) -> tuple[float, float, float]:
+    """One fresh process (bench_main_job.run: wall, CPU with the children's, the process tree's peak RSS)."""
     shutil.rmtree(out, ignore_errors=True)
     cmd = [*prefix, sys.executable, "-m", "plasmient_report.cli", trace, "--out", str(out), "--quiet", *args]
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL)
-    peak = [0.0]
-
-    def watch() -> None:
-        while proc.poll() is None:
-            peak[0] = max(peak[0], tree_rss_mib(proc.pid))
-            time.sleep(0.01)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    watcher.join()
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)}: exit {proc.returncode}")
-    return wall, usage.ru_utime + usage.ru_stime, max(usage.ru_maxrss / 1024, peak[0])
+    res = run(cmd, {**os.environ, **env})
+    return res["wall_s"], res["cpu_s"], res["peak_rss"] / 2**20
 
 
 def main() -> None:
