@@ -20,9 +20,9 @@ import msgspec
 
 from . import __version__, flops, measured, peaks, roofline, verdict_tables, vocab
 from .errors import BadInput
-from .metrics import STEP_LABEL, GpuPeak, aside, loss_fractions, window_label
+from .metrics import STEP_LABEL, GpuPeak, loss_fractions, window_label
 from .rules.base import COMMON_THRESHOLDS
-from .store import has_table, one
+from .store import aside, has_table, one
 from .verdict_model import (
     Clock,
     ClockSource,

@@ -6,21 +6,18 @@ fills its inputs and installs it in order. No row loops.
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar, cast
 
 import duckdb
 import pyarrow as pa
 
-from . import interrupt, kernel_flops, sql, store
+from . import kernel_flops, sql
 from .errors import BadInput
 from .kernel_flops import evaluate_op_bytes, model_op_flops, nest_ops, op_byte_shapes_sql
 from .peaks import PRECISIONS, GpuPeaks, Peak, choose_peak
-from .store import one
+from .store import beside, one
 from .vocab import (
     CATEGORIES,
     DATALOADER_RE,
@@ -31,8 +28,6 @@ from .vocab import (
     SYNC_API_RE,
     SYNC_TOLERANCE_NS,
 )
-
-T = TypeVar("T")
 
 __all__ = [
     "CATEGORIES",
@@ -372,52 +367,6 @@ def sweep(con: duckdb.DuckDBPyConnection, peaks: Sequence[GpuPeak] | None = None
         shapes.fill(con)
 
     beside(con, steps_chain, the_rest)
-
-
-def beside(con: duckdb.DuckDBPyConnection, other: Callable[[duckdb.DuckDBPyConnection], None], here: Callable[[], None]) -> None:
-    """`other` on a cursor of the store, on a thread of its own, while `here` runs on this one; both finished (or
-    the first error raised) when it returns. The two must not write the same tables."""
-    with aside(con, other) as finished:
-        here()
-        finished()
-
-
-@contextlib.contextmanager
-def aside(con: duckdb.DuckDBPyConnection, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> Iterator[Callable[[], T]]:
-    """`fn` on a cursor of the store, on a thread of its own, while the block runs on this one; the block gets a
-    function that waits for `fn`'s value (or raises what it raised). `fn` must not write what the block reads or
-    writes (the verdict's groups only read; `beside`'s chains write tables of their own). On leaving, the thread
-    is finished (interrupted when the block failed) and its cursor closed."""
-    cur = store.cursor(con)
-    interrupt.watch(cur)
-    box: list[Any] = []
-    error: list[BaseException] = []
-
-    def body() -> None:
-        try:
-            box.append(fn(cur))
-        except BaseException as e:  # raised in the caller's thread by the result function
-            error.append(e)
-
-    t = threading.Thread(target=body, name="plasmient-beside", daemon=True)
-    t.start()
-
-    def result() -> T:
-        t.join()
-        if error:
-            raise error[0]
-        return cast(T, box[0])
-
-    try:
-        yield result
-    except BaseException:
-        with contextlib.suppress(Exception):
-            cur.interrupt()
-        raise
-    finally:
-        t.join()
-        with contextlib.suppress(duckdb.Error):
-            cur.close()
 
 
 def loss_fractions(

@@ -310,7 +310,7 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
         # occurrences: it needs them first. Measured (benchmarks/README.md, session 32): the 100 MiB Kineto trace's
         # measure stage 0.67 -> 0.62 s (six pairs); the 486 MiB nsys export's 2.2-2.4 s either way (both sides keep
         # two cores busy there).
-        with metrics.aside(con, windows) as built:
+        with store.aside(con, windows) as built:
             precision, gpu_peaks = attribute()
             kernel_flops.write(con)
             missing = built()
@@ -493,7 +493,7 @@ def write_outputs(
                             to.write_text(html.page(ctx), encoding="utf-8")
 
                         if "run.duckdb" in todo:
-                            metrics.beside(result.con, _finish_quietly, draw)
+                            store.beside(result.con, _finish_quietly, draw)
                         else:
                             draw()
                 elif name == "trace.pftrace":

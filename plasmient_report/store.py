@@ -11,13 +11,17 @@ import errno
 import os
 import re
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from importlib import resources
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import duckdb
+
+from . import interrupt
 
 TABLES = (
     "sources",
@@ -257,3 +261,54 @@ def one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tupl
     """First row of a query, with the result fully consumed (DuckDB ≥ 2 keeps an unfinished result open)."""
     rows = con.execute(sql, params).fetchall() if params is not None else con.execute(sql).fetchall()
     return rows[0] if rows else None
+
+
+# ------------------------------------------------------------------------------------- work beside the caller's
+
+T = TypeVar("T")
+
+
+def beside(con: duckdb.DuckDBPyConnection, other: Callable[[duckdb.DuckDBPyConnection], None], here: Callable[[], None]) -> None:
+    """`other` on a cursor of the store, on a thread of its own, while `here` runs on this one; both finished (or
+    the first error raised) when it returns. The two must not write the same tables."""
+    with aside(con, other) as finished:
+        here()
+        finished()
+
+
+@contextmanager
+def aside(con: duckdb.DuckDBPyConnection, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> Iterator[Callable[[], T]]:
+    """`fn` on a cursor of the store, on a thread of its own, while the block runs on this one; the block gets a
+    function that waits for `fn`'s value (or raises what it raised). `fn` must not write what the block reads or
+    writes (the verdict's groups only read; `beside`'s chains write tables of their own). On leaving, the thread
+    is finished (interrupted when the block failed) and its cursor closed."""
+    cur = cursor(con)
+    interrupt.watch(cur)
+    box: list[Any] = []
+    error: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            box.append(fn(cur))
+        except BaseException as e:  # raised in the caller's thread by the result function
+            error.append(e)
+
+    t = threading.Thread(target=body, name="plasmient-beside", daemon=True)
+    t.start()
+
+    def result() -> T:
+        t.join()
+        if error:
+            raise error[0]
+        return cast(T, box[0])
+
+    try:
+        yield result
+    except BaseException:
+        with suppress(Exception):
+            cur.interrupt()
+        raise
+    finally:
+        t.join()
+        with suppress(duckdb.Error):
+            cur.close()

@@ -1,4 +1,4 @@
-"""metrics.aside: a read on a cursor of the store, on a thread of its own, beside the caller's work (the verdict
+"""store.aside: a read on a cursor of the store, on a thread of its own, beside the caller's work (the verdict
 reads the roofline's groups and the shapes that way, judge.build)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 from plasmient_report import store
-from plasmient_report.metrics import aside
+from plasmient_report.store import aside
 
 
 @pytest.fixture

@@ -6,8 +6,7 @@ from __future__ import annotations
 import duckdb
 
 from ... import vocab
-from ...metrics import aside
-from ...store import numbered, one
+from ...store import aside, numbered, one
 from .decode import open_stages
 from .schema import DeviceRow
 
