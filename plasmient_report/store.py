@@ -268,9 +268,44 @@ def one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tupl
 T = TypeVar("T")
 
 
+# Work beside the caller's (`beside`, `aside`) runs at once only with room in DuckDB's memory limit for two queries'
+# working memory (sorts, hash tables, the blocks of the tables they read) beside its tables (the store's, on disk or
+# in memory; the staging tables, spilled or not): the tables take at most BESIDE_SHARE of the limit, and what is left
+# holds a DuckDB thread's minimum for each of the two queries (DuckDB's performance guide, "Environment": "a minimum
+# of 125 MB of memory per thread"). Else one after the other, spilling where need be. Measured: two sorts at once
+# spilled on the 2 GiB Kineto trace under its budget, emit 3.9-4.2 -> 4.7-5.8 s (benchmarks/README.md, session 32);
+# DuckDB squeezed to 48 MiB beside a 9 MiB store (tests/test_bounded_memory.py), the verdict's two queries at once ran
+# out of memory where one after the other spill. The 100 MiB Kineto trace's 53 MiB of staging tables, or the 486 MiB
+# nsys export's 112 MiB store, against the default budget's 768 MiB are far from either bound.
+BESIDE_SHARE = 0.25
+BESIDE_FREE_BYTES = 2 * 125_000_000
+_UNITS = {"bytes": 1, "KB": 1e3, "KiB": 1 << 10, "MB": 1e6, "MiB": 1 << 20, "GB": 1e9, "GiB": 1 << 30, "TB": 1e12, "TiB": 1 << 40}
+
+
+def room_beside(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether DuckDB's memory limit (as `current_setting` prints it: '768.0 MiB') has room for two queries at once
+    beside its tables (the blocks each database file uses, the in-memory tables in memory or spilled): BESIDE_SHARE
+    and BESIDE_FREE_BYTES. Not when the limit cannot be read."""
+    row = one(
+        con,
+        "SELECT current_setting('memory_limit'), (SELECT sum(used_blocks * block_size) FROM pragma_database_size()), "
+        "(SELECT sum(memory_usage_bytes + temporary_storage_bytes) FROM duckdb_memory() WHERE tag = 'IN_MEMORY_TABLE')",
+    )
+    if not row:
+        return False
+    number, _, unit = str(row[0]).strip().partition(" ")
+    try:
+        limit = float(number) * _UNITS[unit.strip()]
+    except (ValueError, KeyError):
+        return False
+    tables = float(row[1] or 0) + float(row[2] or 0)
+    return tables <= BESIDE_SHARE * limit and limit - tables >= BESIDE_FREE_BYTES
+
+
 def beside(con: duckdb.DuckDBPyConnection, other: Callable[[duckdb.DuckDBPyConnection], None], here: Callable[[], None]) -> None:
     """`other` on a cursor of the store, on a thread of its own, while `here` runs on this one; both finished (or
-    the first error raised) when it returns. The two must not write the same tables."""
+    the first error raised) when it returns. The two must not write the same tables. Without room for both
+    (`room_beside`), `here` and then `other`."""
     with aside(con, other) as finished:
         here()
         finished()
@@ -281,7 +316,8 @@ def aside(con: duckdb.DuckDBPyConnection, fn: Callable[[duckdb.DuckDBPyConnectio
     """`fn` on a cursor of the store, on a thread of its own, while the block runs on this one; the block gets a
     function that waits for `fn`'s value (or raises what it raised). `fn` must not write what the block reads or
     writes (the verdict's groups only read; `beside`'s chains write tables of their own). On leaving, the thread
-    is finished (interrupted when the block failed) and its cursor closed."""
+    is finished (interrupted when the block failed) and its cursor closed. Without room for both (`room_beside`),
+    `fn` runs on this thread when its value is first asked for (never, when the block does not ask)."""
     cur = cursor(con)
     interrupt.watch(cur)
     box: list[Any] = []
@@ -293,11 +329,16 @@ def aside(con: duckdb.DuckDBPyConnection, fn: Callable[[duckdb.DuckDBPyConnectio
         except BaseException as e:  # raised in the caller's thread by the result function
             error.append(e)
 
-    t = threading.Thread(target=body, name="plasmient-beside", daemon=True)
-    t.start()
+    t: threading.Thread | None = None
+    if room_beside(con):
+        t = threading.Thread(target=body, name="plasmient-beside", daemon=True)
+        t.start()
 
     def result() -> T:
-        t.join()
+        if t is not None:
+            t.join()
+        elif not box and not error:
+            body()
         if error:
             raise error[0]
         return cast(T, box[0])
@@ -309,6 +350,7 @@ def aside(con: duckdb.DuckDBPyConnection, fn: Callable[[duckdb.DuckDBPyConnectio
             cur.interrupt()
         raise
     finally:
-        t.join()
+        if t is not None:
+            t.join()
         with suppress(duckdb.Error):
             cur.close()

@@ -62,3 +62,38 @@ def test_the_read_is_finished_when_the_block_fails(con: duckdb.DuckDBPyConnectio
         raise RuntimeError("the block failed")
     assert not any(t.name == "plasmient-beside" and t.is_alive() for t in threading.enumerate())
     assert con.execute("SELECT count(*) FROM t").fetchone() == (1000,)  # the store is still usable
+
+
+def test_without_room_for_two_queries_the_read_runs_here_when_asked_for(tmp_path: Path) -> None:
+    """DuckDB squeezed below two threads' minimum (store.room_beside): the read runs on the caller's thread, after
+    the block's own work, when its value is asked for, and not at all when it is not; `beside` runs both in turn."""
+    c = store.connect_run(tmp_path / "run", memory_limit_bytes=64 << 20)
+    try:
+        c.execute("CREATE TABLE t AS SELECT range AS x FROM range(1000)")
+        assert not store.room_beside(c)
+        order: list[str] = []
+
+        def read(cur: duckdb.DuckDBPyConnection) -> int:
+            order.append("read on " + threading.current_thread().name)
+            row = cur.execute("SELECT sum(x) FROM t").fetchone()
+            return int(row[0]) if row else 0
+
+        with aside(c, read) as result:
+            order.append("block")
+            assert result() == sum(range(1000)) and result() == sum(range(1000))
+        with aside(c, read):
+            pass
+        store.beside(c, lambda cur: order.append("other"), lambda: order.append("here"))
+        assert order == ["block", "read on " + threading.main_thread().name, "here", "other"]
+    finally:
+        c.close()
+
+
+def test_room_for_two_queries_counts_the_tables_against_the_memory_limit(tmp_path: Path) -> None:
+    c = store.connect_run(tmp_path / "run", memory_limit_bytes=1 << 30)
+    try:
+        assert store.room_beside(c)
+        c.execute("CREATE TEMP TABLE big AS SELECT i, repeat('x', 300) || i AS s FROM range(1000000) r(i)")  # ~300 MiB
+        assert not store.room_beside(c)  # over a quarter of the limit
+    finally:
+        c.close()

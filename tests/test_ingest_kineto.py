@@ -591,20 +591,18 @@ def test_emits_two_chains_run_at_once_only_with_room_for_both_and_write_the_same
     """emit writes the store from two connections at once while the staging tables take at most a quarter of DuckDB's
     memory limit (two sorts at once would spill), else one chain after the other: the same rows in the same order
     either way (each table written by one chain, in one order)."""
-    from plasmient_report.parsers.kineto import emit
-
     con = store.connect(memory_limit_bytes=256 << 20)
     try:
-        assert emit._room_for_two(con)
+        assert store.room_beside(con)
         con.execute("CREATE TEMP TABLE big AS SELECT i, repeat('x', 300) || i AS s FROM range(300000) r(i)")  # ~90 MiB
-        assert not emit._room_for_two(con)
+        assert not store.room_beside(con)
     finally:
         con.close()
     trace = sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz")  # committed: never skipped
     tables = ("kernels", "syncs", "ranges", "ops", "api_calls", "collectives", "memory_events", "devices", "profiler_overhead")
     out = {}
     for beside in (True, False):
-        monkeypatch.setattr(emit, "_room_for_two", lambda con, beside=beside: beside)
+        monkeypatch.setattr(store, "room_beside", lambda con, beside=beside: beside)
         c = ingest(trace)
         out[beside] = {t: c.execute(f"SELECT * FROM {t}").fetchall() for t in tables}  # (in the tables' order)
         c.close()

@@ -45,8 +45,9 @@ def emit(
     and the ops, runtime calls and the profiler's overhead on `con` (the ops' INSERT is the largest). Each INSERT runs
     on one DuckDB thread (it writes the store's compressed columns in order), so one after the other they kept one
     core of two busy. Measured (benchmarks/README.md, session 32), the 100 MiB trace: emit 0.245 -> 0.143 s (medians
-    of eight, interleaved), the whole run 2.74 -> 2.65 s (ten pairs). Where the staging tables are large for DuckDB's
-    memory limit (`_room_for_two`), the two chains run one after the other, as two sorts at once would spill."""
+    of eight, interleaved), the whole run 2.74 -> 2.65 s (ten pairs). Where DuckDB's buffers are large for its memory
+    limit (`store.room_beside`: the staging tables, spilled or not), the two chains run one after the other, as two
+    sorts at once would spill."""
     cut_col = "coalesce(cut, false)" if cut else ("NULL::BOOLEAN" if cut is None else "false")
     start = ns_expr("ts", base)
     end = ns_expr("ts + coalesce(dur, 0)", base)
@@ -68,44 +69,11 @@ def emit(
         row = one(cur, "SELECT count(*) FROM _kin_gpu WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND name IS NOT NULL")
         return int(row[0]) if row else 0
 
-    if _room_for_two(con):
-        with aside(con, kernels_and_ranges) as gpu_events:
-            _emit_ops(con, sid, rk, start, end)
-            n = gpu_events()
-    else:
-        n = kernels_and_ranges(con)
+    with aside(con, kernels_and_ranges) as gpu_events:
         _emit_ops(con, sid, rk, start, end)
+        n = gpu_events()
     con.execute("DROP TABLE _kin_cpu")  # (read by both chains)
     return n
-
-
-# The two chains of INSERTs run at once only while the staging tables take at most this share of DuckDB's memory
-# limit: each chain sorts its rows (the ops, the kernels) beside the staging tables, so two at once need about twice
-# their size in memory, with room left for the INSERTs' buffers. On the 2 GiB trace under the 1.5 GiB budget (768 MiB
-# for DuckDB, 630 MiB of staging tables in memory and 231 MiB spilled) two at once took emit 3.86-4.20 -> 4.67-5.84 s;
-# the 100 MiB trace's 53 MiB are far below (benchmarks/README.md, session 32).
-EMIT_BESIDE_SHARE = 0.25
-_UNITS = {"bytes": 1, "KB": 1e3, "KiB": 1 << 10, "MB": 1e6, "MiB": 1 << 20, "GB": 1e9, "GiB": 1 << 30, "TB": 1e12, "TiB": 1 << 40}
-
-
-def _room_for_two(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the staging tables take at most EMIT_BESIDE_SHARE of DuckDB's memory limit (as `current_setting` prints
-    it: '768.0 MiB'); not when the limit cannot be read. Counted as DuckDB's in-memory tables, spilled or not: the
-    staging tables, and an in-memory store's own tables where the store is not a file (so erring towards one chain
-    after the other)."""
-    row = one(
-        con,
-        "SELECT current_setting('memory_limit'), (SELECT sum(memory_usage_bytes + temporary_storage_bytes) FROM "
-        "duckdb_memory() WHERE tag = 'IN_MEMORY_TABLE')",
-    )
-    if not row:
-        return False
-    number, _, unit = str(row[0]).strip().partition(" ")
-    try:
-        limit = float(number) * _UNITS[unit.strip()]
-    except (ValueError, KeyError):
-        return False
-    return float(row[1] or 0) <= EMIT_BESIDE_SHARE * limit
 
 
 def _emit_kernels(cur: duckdb.DuckDBPyConnection, sid: int, rk: str, start: str, end: str, dev: str) -> None:
