@@ -210,6 +210,11 @@ def ingest(
         for h in hashes:
             h.cancel()
         hashing.shutdown(wait=True)
+    # The parsers' staging tables and sorts are gone: their pages go back to the system, not into the peak of the
+    # measure stage on top of its own (store.release_freed_memory; likewise after the measure stage and before the
+    # outputs). Measured (benchmarks/README.md, session 33), eight interleaved rounds: the 100 MiB Kineto trace's
+    # peak RSS 350 -> 324 MiB, 2.56 -> 2.58 s; the 486 MiB nsys export's 765 -> 737 MiB, 10.57 -> 10.51 s.
+    store.release_freed_memory()
     if progress:
         progress("ingest", len(found), len(found))
     n = one(con, "SELECT count(*) FROM kernels")
@@ -366,6 +371,7 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
             if progress:
                 progress("measure", 0, 0)
             ctx = measure(con, opts)
+            store.release_freed_memory()  # (the sweep's working memory: see ingest)
             ctx.inputs = [path_text(p) for p in inputs]
             ctx.tokens_per_step, ctx.samples_per_step = opts.tokens_per_step, opts.samples_per_step
             ctx.model_flops = opts.model_flops
@@ -471,6 +477,7 @@ def write_outputs(
         ("run.duckdb", True),
     ]
     todo = [name for name, on in steps if on]
+    store.release_freed_memory()  # (the rules' and the verdict's working memory: see ingest)
     with outdir.staged(out, "run") as tmp, _writing(out):
         try:
             for i, name in enumerate(todo):
