@@ -270,17 +270,22 @@ def one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tupl
 
 @functools.cache
 def _mallctl() -> Any:
-    """DuckDB's own jemalloc's `mallctl` (its Linux builds export it as `duckdb_je_mallctl`); None where DuckDB
-    allocates otherwise (macOS, Windows) or the symbol is not there."""
-    try:
-        import _duckdb  # (the native module of duckdb >= 1.4)
+    """DuckDB's own jemalloc's `mallctl` (its Linux builds export it as `duckdb_je_mallctl`), from its native module
+    (`_duckdb` since duckdb 1.4, `duckdb.duckdb` before); None where DuckDB allocates otherwise (macOS, Windows) or
+    the symbol is not there."""
+    import importlib
 
-        fn = ctypes.CDLL(_duckdb.__file__).duckdb_je_mallctl
-    except (ImportError, OSError, AttributeError, TypeError):
-        return None
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-    fn.restype = ctypes.c_int
-    return fn
+    for name in ("_duckdb", "duckdb.duckdb"):
+        try:
+            path = getattr(importlib.import_module(name), "__file__", None)
+            fn = ctypes.CDLL(path).duckdb_je_mallctl if path else None
+        except (ImportError, OSError, AttributeError, TypeError):
+            continue
+        if fn is not None:
+            fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+            fn.restype = ctypes.c_int
+            return fn
+    return None
 
 
 def release_freed_memory() -> None:
