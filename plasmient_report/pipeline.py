@@ -213,7 +213,8 @@ def ingest(
     # The parsers' staging tables and sorts are gone: their pages go back to the system, not into the peak of the
     # measure stage on top of its own (store.release_freed_memory; likewise after the measure stage and before the
     # outputs). Measured (benchmarks/README.md, session 33), eight interleaved rounds: the 100 MiB Kineto trace's
-    # peak RSS 350 -> 324 MiB, 2.56 -> 2.58 s; the 486 MiB nsys export's 765 -> 737 MiB, 10.57 -> 10.51 s.
+    # peak RSS 350 -> 324 MiB, 2.56 -> 2.58 s; the 486 MiB nsys export's 765 -> 737 MiB, 10.57 -> 10.51 s (later,
+    # on a noisier VM, 11.16 -> 11.55 s: each purge makes the next stage fault its pages in again, ~0.1 s at most).
     store.release_freed_memory()
     if progress:
         progress("ingest", len(found), len(found))

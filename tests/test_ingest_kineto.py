@@ -589,8 +589,8 @@ def test_the_staging_tables_go_with_the_ingest_and_the_search_path_comes_back(tm
 
 def test_emits_two_chains_run_at_once_only_with_room_for_both_and_write_the_same_rows_either_way(monkeypatch) -> None:
     """emit writes the store from two connections at once while the staging tables take at most a quarter of DuckDB's
-    memory limit (two sorts at once would spill), else one chain after the other: the same rows in the same order
-    either way (each table written by one chain, in one order)."""
+    memory limit (store.room_beside: two sorts at once would spill), else one chain after the other: the same rows in
+    the same order either way (each table written by one chain, in one order)."""
     con = store.connect(memory_limit_bytes=256 << 20)
     try:
         assert store.room_beside(con)

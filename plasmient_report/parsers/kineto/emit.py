@@ -45,7 +45,7 @@ def emit(
     and the ops, runtime calls and the profiler's overhead on `con` (the ops' INSERT is the largest). Each INSERT runs
     on one DuckDB thread (it writes the store's compressed columns in order), so one after the other they kept one
     core of two busy. Measured (benchmarks/README.md, session 32), the 100 MiB trace: emit 0.245 -> 0.143 s (medians
-    of eight, interleaved), the whole run 2.74 -> 2.65 s (ten pairs). Where DuckDB's buffers are large for its memory
+    of eight, interleaved), the whole run 2.74 -> 2.65 s (ten pairs). Where DuckDB's tables are large for its memory
     limit (`store.room_beside`: the staging tables, spilled or not), the two chains run one after the other, as two
     sorts at once would spill."""
     cut_col = "coalesce(cut, false)" if cut else ("NULL::BOOLEAN" if cut is None else "false")
