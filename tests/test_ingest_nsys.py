@@ -15,7 +15,7 @@ import pytest
 from plasmient_report import metrics, pipeline, store
 from plasmient_report.errors import BadInput
 from plasmient_report.parsers import detect, nsys
-from plasmient_report.parsers.nsys import gpu_metrics
+from plasmient_report.parsers.nsys import events, gpu_metrics
 from plasmient_report.peaks import load_table
 
 from .conftest import corpus_file
@@ -649,6 +649,47 @@ def test_gpu_metrics_load_beside_the_other_tables_gives_the_same_store(monkeypat
     for t in ("counters", "kernels", "api_calls", "ranges", "ops", "devices", "syncs", "collectives"):
         q = f"SELECT * FROM {t} ORDER BY rowid"
         assert side.execute(q).fetchall() == alone.execute(q).fetchall(), t
+
+
+def test_without_room_for_both_the_other_tables_go_in_before_the_gpu_metrics_and_give_the_same_store(
+    monkeypatch: pytest.MonkeyPatch, workload
+):
+    """Where DuckDB has no room for two loads at once (store.room_beside), the kernels, calls and ranges are written
+    first and the GPU metrics after them: the same tables and notes as the two at once."""
+    path, _, _ = workload
+    monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 60_000)
+    order: list[str] = []
+    real_start = gpu_metrics.start_counters
+
+    def start(*a, **k):
+        order.append("metrics")
+        return real_start(*a, **k)
+
+    monkeypatch.setattr(gpu_metrics, "start_counters", start)
+    real_rest = events.emit_rest
+
+    def rest(*a, **k):
+        order.append("rest")
+        return real_rest(*a, **k)
+
+    monkeypatch.setattr(events, "emit_rest", rest)
+    runs = {}
+    for room in (True, False):
+        monkeypatch.setattr(store, "room_beside", lambda con, room=room: room)
+        order.clear()
+        runs[room] = ingest(path)
+        assert order == (["metrics", "rest"] if room else ["rest", "metrics"])
+    (side, info), (first, info_first) = runs[True], runs[False]
+    assert info.notes == info_first.notes and info.events == info_first.events
+    # The same rows; the kernels and ops (numbered in time order) also in the same order. (The runtime calls' INSERT
+    # dedupes through a window, whose output order follows DuckDB's threads: not part of the store's contract.)
+    for t in ("counters", "kernels", "api_calls", "ranges", "ops", "devices", "syncs", "collectives", "memory_events"):
+        q = f"SELECT * FROM {t} ORDER BY ALL"
+        assert side.execute(q).fetchall() == first.execute(q).fetchall(), t
+    for t in ("kernels", "ops"):
+        q = f"SELECT * FROM {t} ORDER BY rowid"
+        assert side.execute(q).fetchall() == first.execute(q).fetchall(), t
+    assert side.execute("SELECT count(*) FROM counters").fetchone()[0] > 0
 
 
 def test_gpu_metrics_load_stops_when_the_other_tables_fail(monkeypatch: pytest.MonkeyPatch, workload):

@@ -23,6 +23,7 @@ import adbc_driver_manager
 import duckdb
 import pyarrow as pa
 
+from ... import store
 from ...errors import BadInput
 from ...store import one
 from ..base import Format, Sniff
@@ -133,20 +134,33 @@ def _ingest(ex: Export, con: duckdb.DuckDBPyConnection, sid: int) -> NsysSource:
     processes.assign_ranks(con, meta, info)
     events.build_enums(con, ex)
     device_notes = events.emit_activities(con, ex, sid, info)
-    # The GPU metrics (most of a large export) go in on threads of their own while the other tables are written.
+    # The GPU metrics (most of a large export) go in on threads of their own while the other tables are written,
+    # where DuckDB has room for both (store.room_beside); else the other tables first: beside the metrics' load
+    # their sorts spill. Measured (benchmarks/README.md, session 33), the ingest alone: the 1.9 GiB export under
+    # the default budget (569 MiB of staging tables against 768 MiB for DuckDB) 20.4-22.6 -> 18.4-19.3 s, 38-42 ->
+    # 33-35 CPU-s (two rounds); the 486 MiB one (144 MiB) keeps the overlap, 4.45-4.74 s against 4.77-4.99 s.
+    together = store.room_beside(con)
+    if not together:
+        _emit_rest(con, ex, sid, info, device_notes)
     counters = gpu_metrics.start_counters(con, ex, sid, meta, info)
-    try:
-        events.emit_rest(con, ex, sid, info, device_notes)
-        info.events += device_memory.emit(con, ex, sid, info)
-    except BaseException:
-        counters.cancel()
-        raise
+    if together:
+        try:
+            _emit_rest(con, ex, sid, info, device_notes)
+        except BaseException:
+            counters.cancel()
+            raise
     info.events += counters.finish()
     row = one(con, "SELECT count(*) FROM kernels WHERE source_id = ?", [sid])
     info.gpu_events = int(row[0]) if row else 0
     if ex.table("CUPTI_ACTIVITY_KIND_KERNEL") is None:
         info.notes.append("no CUPTI_ACTIVITY_KIND_KERNEL table (captured without --trace=cuda, or no kernel ran)")
     return info
+
+
+def _emit_rest(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSource, device_notes: list[str]) -> None:
+    """The tables after the devices' and the activities', but the GPU metrics'."""
+    events.emit_rest(con, ex, sid, info, device_notes)
+    info.events += device_memory.emit(con, ex, sid, info)
 
 
 FORMATS = (
