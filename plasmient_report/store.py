@@ -304,9 +304,10 @@ def release_freed_memory() -> None:
 T = TypeVar("T")
 
 
-# Work beside the caller's (`beside`, `aside`) runs at once only with room in DuckDB's memory limit for two queries'
-# working memory (sorts, hash tables, the blocks of the tables they read) beside its tables (the store's, on disk or
-# in memory; the staging tables, spilled or not): the tables take at most BESIDE_SHARE of the limit, and what is left
+# Work beside the caller's (`beside`, `aside`; the nsys ingest's GPU metrics beside its other tables) runs at once
+# only with room in DuckDB's memory limit for two queries' working memory (sorts, hash tables, the blocks of the
+# tables they read) beside its tables (the store's, on disk or in memory; the staging tables, spilled or not): the
+# tables take at most BESIDE_SHARE of the limit, and what is left
 # holds a DuckDB thread's minimum for each of the two queries (DuckDB's performance guide, "Environment": "a minimum
 # of 125 MB of memory per thread"). Else one after the other, spilling where need be. Measured: two sorts at once
 # spilled on the 2 GiB Kineto trace under its budget, emit 3.9-4.2 -> 4.7-5.8 s (benchmarks/README.md, session 32);

@@ -158,7 +158,8 @@ def _ingest(ex: Export, con: duckdb.DuckDBPyConnection, sid: int) -> NsysSource:
 
 
 def _emit_rest(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSource, device_notes: list[str]) -> None:
-    """The tables after the devices' and the activities', but the GPU metrics'."""
+    """Every table after the devices and the GPU activities except the GPU metrics: kernels, runtime and OS calls,
+    syncs, NVTX ranges and ops, collectives, device memory."""
     events.emit_rest(con, ex, sid, info, device_notes)
     info.events += device_memory.emit(con, ex, sid, info)
 
