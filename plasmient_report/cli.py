@@ -438,35 +438,15 @@ def _options(*, peak_tflops: float | None, model_flops: float | None, dcgm_perio
     )
 
 
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "kib": 1 << 10,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "mib": 1 << 20,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "gib": 1 << 30,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "tib": 1 << 40,
-}
-
-
 def parse_size(text: str) -> int | None:
     """'1.5GiB', '800MB', '2g', '1073741824' → bytes; 'none' / 'off' / '0' → None (no limit)."""
-    import re
+    from .store import size_bytes
 
-    t = text.strip().lower()
-    if t in ("none", "off", "unlimited", "0"):
+    if text.strip().lower() in ("none", "off", "unlimited", "0"):
         return None
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", t)
-    if not m or m.group(2) not in _SIZE_UNITS:
+    n = size_bytes(text)
+    if n is None:
         raise ValueError(f"not a size: {text!r} (e.g. 1.5GiB, 800MB, none)")
-    n = int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
     if n < 256 << 20:
         raise ValueError(f"{text!r} is too small: at least 256MiB")
     return n

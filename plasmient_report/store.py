@@ -316,7 +316,22 @@ T = TypeVar("T")
 # nsys export's 112 MiB store, against the default budget's 768 MiB are far from either bound.
 BESIDE_SHARE = 0.25
 BESIDE_FREE_BYTES = 2 * 125_000_000
-_UNITS = {"bytes": 1, "KB": 1e3, "KiB": 1 << 10, "MB": 1e6, "MiB": 1 << 20, "GB": 1e9, "GiB": 1 << 30, "TB": 1e12, "TiB": 1 << 40}
+
+
+_SIZE_UNITS = {
+    **{u: 1 for u in ("", "b", "byte", "bytes")},
+    **{u: 1000**i for i, p in enumerate("kmgtp", 1) for u in (p, p + "b")},
+    **{p + "ib": 1 << (10 * i) for i, p in enumerate("kmgtp", 1)},
+}
+
+
+def size_bytes(text: str) -> int | None:
+    """A size as a person or DuckDB writes it ('1.5GiB', '800MB', '2g', '768.0 MiB', '1073741824') in bytes; None
+    when it is not one."""
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", text.strip().lower())
+    if not m or m.group(2) not in _SIZE_UNITS:
+        return None
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
 
 
 def room_beside(con: duckdb.DuckDBPyConnection) -> bool:
@@ -328,12 +343,8 @@ def room_beside(con: duckdb.DuckDBPyConnection) -> bool:
         "SELECT current_setting('memory_limit'), (SELECT sum(used_blocks * block_size) FROM pragma_database_size()), "
         "(SELECT sum(memory_usage_bytes + temporary_storage_bytes) FROM duckdb_memory() WHERE tag = 'IN_MEMORY_TABLE')",
     )
-    if not row:
-        return False
-    number, _, unit = str(row[0]).strip().partition(" ")
-    try:
-        limit = float(number) * _UNITS[unit.strip()]
-    except (ValueError, KeyError):
+    limit = size_bytes(str(row[0])) if row else None
+    if row is None or limit is None:
         return False
     tables = float(row[1] or 0) + float(row[2] or 0)
     return tables <= BESIDE_SHARE * limit and limit - tables >= BESIDE_FREE_BYTES

@@ -82,9 +82,9 @@ def test_without_room_for_two_queries_the_read_runs_here_when_asked_for(tmp_path
             order.append("block")
             assert result() == sum(range(1000)) and result() == sum(range(1000))
         with aside(c, read):
-            pass
+            order.append("a block that does not ask")
         store.beside(c, lambda cur: order.append("other"), lambda: order.append("here"))
-        assert order == ["block", "read on " + threading.main_thread().name, "here", "other"]
+        assert order == ["block", "read on " + threading.main_thread().name, "a block that does not ask", "here", "other"]
     finally:
         c.close()
 

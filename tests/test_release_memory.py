@@ -38,6 +38,12 @@ def test_the_pages_of_a_dropped_table_go_back_to_the_system() -> None:
         con.close()
 
 
-def test_it_is_a_no_op_where_duckdb_has_no_jemalloc(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store, "_mallctl", lambda: None)
+def test_it_purges_every_arena_and_is_a_no_op_where_duckdb_has_no_jemalloc(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[object, ...]] = []
+    monkeypatch.setattr(store, "_mallctl", lambda: lambda *a: calls.append(a) or 0)
     store.release_freed_memory()
+    # jemalloc's MALLCTL_ARENAS_ALL is 4096: one purge of all arenas, nothing read or written back
+    assert calls == [(b"arena.4096.purge", None, None, None, 0)]
+    monkeypatch.setattr(store, "_mallctl", lambda: None)
+    store.release_freed_memory()  # (nothing to call: no error either)
+    assert len(calls) == 1
