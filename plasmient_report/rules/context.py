@@ -18,6 +18,7 @@ import duckdb
 from .. import sql
 from ..metrics import window_label
 from ..peaks import GpuPeaks, load_table, match_gpu
+from ..store import asof_joins
 from ..vocab import (
     BUSY_CATEGORIES,
     CATEGORIES,
@@ -289,7 +290,7 @@ class RuleContext:
             -- (the keys in the order in which the ASOF join first gave them: the general query's GROUP BY key gives
             -- that order too, up to hundreds of keys)
             SELECT k.key, greatest(whole.ns, 0) FROM whole JOIN k USING (kid) WHERE whole.ns > 0.5 ORDER BY whole.pos"""
-        with _asof_joins(self.con):
+        with asof_joins(self.con):
             return {plain(k): float(v or 0) for k, v in self.con.execute(sql, [cats]).fetchall()}
 
     def lost_fraction(self, intervals_sql: str, categories: Iterable[str], weighted: bool = False, params: Any = None) -> float:
@@ -337,19 +338,6 @@ def residual(condition: str) -> str:
     PR502 0.2 → 1.4 s, PR504 0.05 → 0.5 s). The same rows either way; use it only where both sides grow with the
     trace (the output, pairs of all ranks that meet in time, stays small)."""
     return f"(CASE WHEN {condition} THEN true ELSE false END)"
-
-
-@contextlib.contextmanager
-def _asof_joins(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """ASOF joins as ASOF joins whatever the left side's estimated size (DuckDB makes one whose left side it
-    expects to hold at most `asof_loop_join_threshold` rows a nested loop join and an aggregate)."""
-    (old,) = con.execute("SELECT current_setting('asof_loop_join_threshold')").fetchone() or (None,)
-    con.execute("SET asof_loop_join_threshold = 0")
-    try:
-        yield
-    finally:
-        if old is not None:
-            con.execute(f"SET asof_loop_join_threshold = {int(old)}")
 
 
 @contextlib.contextmanager
