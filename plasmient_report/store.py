@@ -7,6 +7,7 @@ checkpoint and a move, never by copying the tables.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -266,20 +267,26 @@ def one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tupl
 
 
 @contextmanager
-def asof_joins(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+def setting(con: duckdb.DuckDBPyConnection, name: str, value: int) -> Iterator[None]:
+    """DuckDB's numeric setting `name` at `value` on `con` for the block (a connection or cursor: its own), given
+    back after."""
+    row = one(con, "SELECT current_setting(?)", [name])
+    con.execute(f"SET {name} = {int(value)}")
+    try:
+        yield
+    finally:
+        if row is not None:
+            con.execute(f"SET {name} = {int(row[0])}")
+
+
+def asof_joins(con: duckdb.DuckDBPyConnection) -> contextlib.AbstractContextManager[None]:
     """ASOF joins as ASOF joins whatever the left side's estimated size, on `con` (a connection or cursor: the
     setting is its own). DuckDB makes one whose left side it expects to hold at most `asof_loop_join_threshold`
     (64) rows a nested loop join and an aggregate: every left row against every right row of its partition. Where
     the estimate is wrong that is quadratic — the range windows' per-occurrence rows against every kernel of a GPU:
     the 486 MiB nsys export's 140 occurrences against 66 k kernels each, 9.1 M joined rows, 0.27 s in the run
     against 0.06 s as ASOF joins (benchmarks/README.md, session 34); an ASOF join sorts its sides, n log n."""
-    row = one(con, "SELECT current_setting('asof_loop_join_threshold')")
-    con.execute("SET asof_loop_join_threshold = 0")
-    try:
-        yield
-    finally:
-        if row is not None:
-            con.execute(f"SET asof_loop_join_threshold = {int(row[0])}")
+    return setting(con, "asof_loop_join_threshold", 0)
 
 
 # ------------------------------------------------------------------------------------------------ memory
