@@ -1,5 +1,6 @@
 """store.asof_joins: ASOF joins planned as ASOF joins whatever DuckDB estimates of their left side (the range
-windows, the rules' lost_ns), the same rows as DuckDB's nested loop plan, and the connection's setting given back."""
+windows, the rules' lost_ns), with the same rows as DuckDB's default plan (for this query a nested loop join and an
+aggregate on DuckDB 2.0), and the connection's setting given back."""
 
 from __future__ import annotations
 
