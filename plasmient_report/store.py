@@ -295,21 +295,19 @@ def asof_joins(con: duckdb.DuckDBPyConnection) -> contextlib.AbstractContextMana
 @functools.cache
 def _mallctl() -> Any:
     """DuckDB's own jemalloc's `mallctl` (its Linux builds export it as `duckdb_je_mallctl`), from its native module
-    (`_duckdb` since duckdb 1.4, `duckdb.duckdb` before); None where DuckDB allocates otherwise (macOS, Windows) or
-    the symbol is not there."""
+    `_duckdb` (duckdb >= 1.4; the project needs 2.0.1); None where DuckDB allocates otherwise (macOS, Windows) or the
+    symbol is not there."""
     import importlib
 
-    for name in ("_duckdb", "duckdb.duckdb"):
-        try:
-            path = getattr(importlib.import_module(name), "__file__", None)
-            fn = ctypes.CDLL(path).duckdb_je_mallctl if path else None
-        except (ImportError, OSError, AttributeError, TypeError):
-            continue
-        if fn is not None:
-            fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-            fn.restype = ctypes.c_int
-            return fn
-    return None
+    try:
+        path = getattr(importlib.import_module("_duckdb"), "__file__", None)
+        fn = ctypes.CDLL(path).duckdb_je_mallctl if path else None
+    except (ImportError, OSError, AttributeError, TypeError):
+        return None
+    if fn is not None:
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        fn.restype = ctypes.c_int
+    return fn
 
 
 def release_freed_memory() -> None:
