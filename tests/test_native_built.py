@@ -21,4 +21,5 @@ def test_native_extensions_built() -> None:
     assert decode._native is not None, "the native Kineto scan (_scan.c) is not built: install with `pip install -e .`"
     assert decode.NATIVE
     assert perfetto._pbenc is not None, "the native protobuf encoder (_pbenc.c) is not built"
+    assert hasattr(perfetto._pbenc, "counters"), "the native protobuf encoder is an old build (no `counters`)"
     assert perfetto.NATIVE

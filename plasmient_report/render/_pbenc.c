@@ -270,33 +270,30 @@ done:
     return out;
 }
 
-/* records(template, ts, ts_at, uuids, series, tr_at, values, val_at) -> bytes: n records of one fixed layout (the
-   Perfetto writer's counter packets, `_counter_packets`), each a copy of `template` with a 9-byte varint of ts[i]
-   at ts_at, one of uuids[series[i]] (uuids[i] without `series`; uuids[0] when it holds one) at tr_at and the
-   8 bytes of values[i] at val_at. Every ts and uuid is in [2**56, 2**63), whose varints (vput) are 9 bytes. The
-   same bytes as the numpy path; written without the GIL. */
+/* records(template, ts, ts_at, uuid, tr_at, values, val_at) -> bytes: n records of one fixed layout (the Perfetto
+   writer's counter packets of one track, `_counter_packets`), each a copy of `template` with a 9-byte varint of ts[i]
+   at ts_at, one of the track's uuid (uuid[0]) at tr_at and the 8 bytes of values[i] at val_at. Every ts and the uuid
+   are in [2**56, 2**63), whose varints (vput) are 9 bytes. The same bytes as the numpy path; written without the
+   GIL. */
 static int nine(uint64_t v) { return v >= ((uint64_t)1 << 56) && v < ((uint64_t)1 << 63); }
 
 static PyObject *records(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *tmpl_o, *ts_o, *uu_o, *se_o, *va_o;
+    PyObject *tmpl_o, *ts_o, *uu_o, *va_o;
     Py_ssize_t ts_at, tr_at, val_at;
-    if (!PyArg_ParseTuple(args, "OOnOOnOn", &tmpl_o, &ts_o, &ts_at, &uu_o, &se_o, &tr_at, &va_o, &val_at)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOnOnOn", &tmpl_o, &ts_o, &ts_at, &uu_o, &tr_at, &va_o, &val_at)) return NULL;
     Held h = {.nviews = 0};
     const uint8_t *tmpl;
     const uint64_t *ts, *uu, *va;
-    const int64_t *se;
-    Py_ssize_t rlen, tlen, ulen, slen = 0, vlen;
+    Py_ssize_t rlen, tlen, ulen, vlen;
     PyObject *out = NULL;
     if (hold(&h, tmpl_o, (const void **)&tmpl, &rlen) || hold(&h, ts_o, (const void **)&ts, &tlen) ||
-        hold(&h, uu_o, (const void **)&uu, &ulen) || hold(&h, se_o, (const void **)&se, &slen) ||
-        hold(&h, va_o, (const void **)&va, &vlen))
+        hold(&h, uu_o, (const void **)&uu, &ulen) || hold(&h, va_o, (const void **)&va, &vlen))
         goto done;
-    Py_ssize_t n = tlen / 8, m = ulen / 8;
-    int bad = tmpl == NULL || ts == NULL || uu == NULL || va == NULL || tlen % 8 || ulen % 8 || vlen != tlen || m == 0 ||
-              (se != NULL && slen != tlen) || (se == NULL && m != n && m != 1) || ts_at < 0 || ts_at + 9 > rlen ||
-              tr_at < 0 || tr_at + 9 > rlen || val_at < 0 || val_at + 8 > rlen;
-    for (Py_ssize_t j = 0; !bad && j < m; j++) bad = !nine(uu[j]);
+    Py_ssize_t n = tlen / 8;
+    int bad = tmpl == NULL || ts == NULL || uu == NULL || va == NULL || tlen % 8 || ulen != 8 || vlen != tlen ||
+              ts_at < 0 || ts_at + 9 > rlen || tr_at < 0 || tr_at + 9 > rlen || val_at < 0 || val_at + 8 > rlen ||
+              !nine(uu[0]);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "bad records");
         goto done;
@@ -306,29 +303,102 @@ static PyObject *records(PyObject *self, PyObject *args) {
     uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
     Py_BEGIN_ALLOW_THREADS;
     for (Py_ssize_t i = 0; i < n && !bad; i++, o += rlen) {
-        Py_ssize_t k = se ? (Py_ssize_t)se[i] : (m == 1 ? 0 : i);
-        if (k < 0 || k >= m || !nine(ts[i])) {
+        if (!nine(ts[i])) {
             bad = 1;
             break;
         }
         memcpy(o, tmpl, (size_t)rlen);
         vput(o + ts_at, ts[i]);
-        vput(o + tr_at, uu[k]);
+        vput(o + tr_at, uu[0]);
         memcpy(o + val_at, &va[i], 8);
     }
     Py_END_ALLOW_THREADS;
     if (bad) {
         Py_CLEAR(out);
-        PyErr_SetString(PyExc_ValueError, "a record's series or time out of range");
+        PyErr_SetString(PyExc_ValueError, "a record's time out of range");
     }
 done:
     for (int v = 0; v < h.nviews; v++) PyBuffer_Release(&h.views[v]);
     return out;
 }
 
+/* counters(ts, series, values, last, seqs) -> bytes: n counter samples as TracePackets on their series' own packet
+   sequences (the Perfetto writer's `_series_packets`; the sequences' first packets, `Writer.counter_sequence`, set
+   the track and an incremental clock as defaults): sample i of series k = series[i] is
+     Trace.packet (1, LEN) { timestamp (8): ts[i] - last[k]; track_event (11, LEN) { type (9): COUNTER (4);
+                                  double_counter_value (44, fixed64): values[i] }; trusted_packet_sequence_id (10): seqs[k] }
+   and last[k] (uint64, one per series, written in place) becomes ts[i]. Times are uint64; a series going back in
+   time (ts[i] < last[k]) or outside the series is refused (ValueError; `last` is then partly moved on). The same
+   bytes as the numpy path (tests/test_perfetto.py); written without the GIL. */
+static PyObject *counters(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ts_o, *se_o, *va_o, *last_o, *seq_o;
+    if (!PyArg_ParseTuple(args, "OOOOO", &ts_o, &se_o, &va_o, &last_o, &seq_o)) return NULL;
+    Held h = {.nviews = 0};
+    const uint64_t *ts, *va, *seq;
+    const int64_t *se;
+    Py_ssize_t tlen, slen, vlen, qlen;
+    Py_buffer lastv;
+    int have_last = 0;
+    PyObject *out = NULL;
+    if (hold(&h, ts_o, (const void **)&ts, &tlen) || hold(&h, se_o, (const void **)&se, &slen) ||
+        hold(&h, va_o, (const void **)&va, &vlen) || hold(&h, seq_o, (const void **)&seq, &qlen))
+        goto done;
+    if (PyObject_GetBuffer(last_o, &lastv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
+    have_last = 1;
+    uint64_t *last = (uint64_t *)lastv.buf;
+    Py_ssize_t n = tlen / 8, m = qlen / 8;
+    if (ts == NULL || se == NULL || va == NULL || seq == NULL || tlen % 8 || qlen % 8 || slen != tlen || vlen != tlen ||
+        lastv.len != qlen) {
+        PyErr_SetString(PyExc_ValueError, "bad counter columns");
+        goto done;
+    }
+    /* at most 2 + (1 + 10) + 14 + (1 + 10) bytes a packet */
+    out = PyBytes_FromStringAndSize(NULL, n * 38);
+    if (!out) goto done;
+    uint8_t *start = (uint8_t *)PyBytes_AS_STRING(out), *o = start;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t k = se[i];
+        if (k < 0 || k >= m || ts[i] < last[k]) {
+            bad = 1;
+            break;
+        }
+        uint64_t d = ts[i] - last[k];
+        last[k] = ts[i];
+        *o++ = 0x0A; /* Trace.packet: field 1, length-delimited */
+        *o++ = (uint8_t)(1 + vsize(d) + 14 + 1 + vsize(seq[k]));
+        *o++ = 0x40; /* timestamp: field 8, varint */
+        o = vput(o, d);
+        *o++ = 0x5A; /* track_event: field 11, length-delimited, 12 bytes */
+        *o++ = 12;
+        *o++ = 0x48; /* type: field 9 = COUNTER (4) */
+        *o++ = 4;
+        *o++ = 0xE1; /* double_counter_value: field 44, fixed64 (the tag's varint: 0xE1 0x02) */
+        *o++ = 0x02;
+        memcpy(o, &va[i], 8);
+        o += 8;
+        *o++ = 0x50; /* trusted_packet_sequence_id: field 10, varint */
+        o = vput(o, seq[k]);
+    }
+    Py_END_ALLOW_THREADS;
+    if (bad) {
+        Py_CLEAR(out);
+        PyErr_SetString(PyExc_ValueError, "a sample's series out of range, or its series going back in time");
+        goto done;
+    }
+    if (_PyBytes_Resize(&out, o - start) < 0) out = NULL;
+done:
+    if (have_last) PyBuffer_Release(&lastv);
+    for (int v = 0; v < h.nviews; v++) PyBuffer_Release(&h.views[v]);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"encode", encode, METH_VARARGS, "encode(n, nodes) -> (data, offsets): n protobuf messages of a tree of columns."},
-    {"records", records, METH_VARARGS, "records(template, ts, ts_at, uuids, series, tr_at, values, val_at) -> bytes."},
+    {"records", records, METH_VARARGS, "records(template, ts, ts_at, uuid, tr_at, values, val_at) -> bytes."},
+    {"counters", counters, METH_VARARGS, "counters(ts, series, values, last, seqs) -> bytes: samples on their series' sequences."},
     {NULL, NULL, 0, NULL},
 };
 

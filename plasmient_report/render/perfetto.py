@@ -4,7 +4,10 @@ verdict line up on one clock (SPEC §6). Reads only the store and encodes packet
 Per rank a process; under it one track group per layer, each holding leaf tracks. Slices that overlap without
 nesting are spread over sibling lanes so every track nests. Flows join each CUDA launch to its kernel, and the
 same collective across ranks. Slices stream from the store in time order, a batch at a time: the writer holds
-one batch and the slices still open, whatever the size of the trace.
+one batch and the slices still open, whatever the size of the trace. Every event is on one packet sequence with
+its absolute time, except the GPUs' counter samples (millions at 10 kHz): each counter track's samples go on a
+sequence of their own whose defaults name the track and whose incremental clock makes each timestamp the time
+since the sample before (`Writer.counter_sequence`).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ BEGIN, END, COUNTER = 1, 2, 4
 STATE_CLEARED, NEEDS_STATE = 1, 2
 EXPLICIT_ORDER = 3
 BATCH_ROWS = 1 << 15  # slices (or counter samples) per Arrow batch: bounds the writer's memory
-COUNTER_BATCH_FACTOR = 8  # counter samples come in batches of this many BATCH_ROWS (40 bytes a packet: 10 MiB)
+COUNTER_BATCH_FACTOR = 8  # counter samples come in batches of this many BATCH_ROWS (22-40 bytes a packet: 6-10 MiB)
 INTERN_PER_PACKET = 4096  # interned names per packet at the head of the sequence
 
 # Field numbers of perfetto_trace.proto (checked against the package's descriptors in tests/test_perfetto.py).
@@ -57,6 +60,13 @@ F_PKT_TRACK_DESCRIPTOR = 60
 F_TD_UUID, F_TD_NAME, F_TD_PROCESS, F_TD_PARENT, F_TD_COUNTER, F_TD_CHILD_ORDERING, F_TD_ORDER = 1, 2, 3, 5, 8, 11, 12
 F_PROCESS_PID, F_PROCESS_NAME = 1, 6
 F_COUNTER_UNIT_NAME = 6
+# A counter track's own packet sequence (Writer.counter_sequence): its defaults (the track, the clock) and a clock
+# of its own (ClockSnapshot), incremental: each sample's timestamp is the time since the one before it.
+F_PKT_CLOCK_SNAPSHOT, F_PKT_DEFAULTS = 6, 59
+F_DEF_TRACK_EVENT, F_DEF_CLOCK_ID, F_TED_TRACK_UUID = 11, 58, 11
+F_CS_CLOCKS, F_CLK_ID, F_CLK_TS, F_CLK_INCREMENTAL = 1, 1, 2, 3
+CLOCK_BOOTTIME = 6  # the clock of every other packet's timestamp (a TracePacket's default): the trace's clock
+CLOCK_SERIES = 64  # a sequence-scoped clock (ids 64-127 are one per sequence): each counter track's own
 
 
 def uuid_of(*parts: object) -> int:
@@ -397,6 +407,7 @@ class Writer:
         self.packets = 0
         self.tracks = 0
         self.started = False
+        self.next_sequence = 1  # the counter tracks' own sequences (counter_sequence), never SEQ_ID
 
     def _emit(self, *fields: bytes) -> None:
         flags = NEEDS_STATE if self.started else STATE_CLEARED  # the first packet clears the incremental state
@@ -454,6 +465,37 @@ class Writer:
     def bulk(self, data: bytes | memoryview, n: int) -> None:
         self.f.write(data)
         self.packets += n
+
+    def counter_sequence(self, track: int) -> int:
+        """A packet sequence of its own for the samples of one counter track (declared before), written by
+        `_series_packets`: its first packet, this one, clears the sequence's state, makes the track and the clock
+        CLOCK_SERIES its defaults, and defines that clock (a ClockSnapshot) as incremental, at 0 where the trace's
+        clock is at 0. Each sample then names neither its track nor its absolute time: its timestamp is the time
+        since the track's previous sample (the first one's since 0), which Perfetto adds up per sequence in file
+        order — 22 bytes a 10 kHz sample, where the absolute time and the track's uuid took 40. The Perfetto SDK
+        opens each of its sequences the same way (track_event_internal.cc: the clearing, the defaults' clock 64 and
+        track, a snapshot of clock 64 as incremental against the trace's clock); its trace processor resolves the
+        defaults' clock (proto_trace_reader.cc), adds up an incremental clock's deltas (clock_synchronizer.h, ToNs)
+        and takes a counter's track from the defaults (track_event_tokenizer.cc). Returns the sequence's id."""
+        seq = self.next_sequence + (self.next_sequence == SEQ_ID)
+        self.next_sequence = seq + 1
+        defaults = _field_varint(F_DEF_CLOCK_ID, CLOCK_SERIES) + _field_bytes(
+            F_DEF_TRACK_EVENT, _field_varint(F_TED_TRACK_UUID, track)
+        )
+        clocks = _field_bytes(
+            F_CS_CLOCKS, _field_varint(F_CLK_ID, CLOCK_SERIES) + _field_varint(F_CLK_TS, 0) + _field_varint(F_CLK_INCREMENTAL, 1)
+        ) + _field_bytes(F_CS_CLOCKS, _field_varint(F_CLK_ID, CLOCK_BOOTTIME) + _field_varint(F_CLK_TS, 0))
+        self.f.write(
+            _field_bytes(
+                F_TRACE_PACKET,
+                _field_varint(F_PKT_SEQ_ID, seq)
+                + _field_varint(F_PKT_FLAGS, STATE_CLEARED)
+                + _field_bytes(F_PKT_DEFAULTS, defaults)
+                + _field_bytes(F_PKT_CLOCK_SNAPSHOT, clocks),
+            )
+        )
+        self.packets += 1
+        return seq
 
 
 @dataclass(frozen=True)
@@ -1205,32 +1247,28 @@ def _varint9(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x, (v >> np.uint64(56)).astype(np.uint8)
 
 
-def _counter_packets(
-    tracks: np.ndarray | np.uint64, ts: np.ndarray, values: np.ndarray, series: np.ndarray | None = None
-) -> bytes | memoryview:
-    """Counter samples as TracePackets. Times since 1972 and track uuids (always 9-byte varints, see
-    `uuid_of`) make every packet the same layout: one record of a numpy structured type per sample, the
-    constant bytes copied from a template row and the varints, uuids and values written as its fields. With
-    `series`, `tracks` holds one uuid per series and sample i is on track `tracks[series[i]]` (each uuid's
-    varint made once)."""
+def _counter_packets(track: np.uint64, ts: np.ndarray, values: np.ndarray) -> bytes | memoryview:
+    """Samples of one counter track as TracePackets on our sequence, each with its absolute time and the track
+    (the device memory and verdict counters: few, in any order; the GPUs' counters go on sequences of their own,
+    `_series_packets`). Times since 1972 and track uuids (always 9-byte varints, see `uuid_of`) make every packet
+    the same layout: one record of a numpy structured type per sample, the constant bytes copied from a template
+    row and the varints and values written as its fields."""
     n = ts.size
     t = _u64(ts)
-    uuids = _u64(tracks) if series is not None else np.broadcast_to(_u64(tracks), (n,))
-    if n == 0 or t.min() < _TS_9[0] or t.max() > _TS_9[1] or uuids.min() < _TS_9[0] or uuids.max() > _TS_9[1]:
-        ev = Messages(n).varint(F_EV_TYPE, COUNTER).varint(F_EV_TRACK_UUID, uuids[series] if series is not None else uuids)
+    uuid = _u64(track)
+    if n == 0 or t.min() < _TS_9[0] or t.max() > _TS_9[1] or uuid < _TS_9[0] or uuid > _TS_9[1]:
+        ev = Messages(n).varint(F_EV_TYPE, COUNTER).varint(F_EV_TRACK_UUID, uuid)
         ev.fixed64(F_EV_DOUBLE_COUNTER, values.astype(np.float64))
         return packets_of(ev, ts)
     rec = _counter_record()
     if NATIVE and hasattr(_pbenc, "records"):  # the same records natively, without the GIL (29 against 55 ms a million)
         f = rec.dtype.fields
         assert f is not None
-        one = series is None and uuids.strides == (0,)
         return _pbenc.records(
             rec.template,
             np.ascontiguousarray(t),
             f["ts_lo"][1],
-            np.ascontiguousarray(uuids[:1] if one else uuids),
-            None if series is None else np.ascontiguousarray(series, dtype=np.int64),
+            np.array([uuid], dtype=np.uint64),
             f["tr_lo"][1],
             np.ascontiguousarray(values, dtype=np.float64),
             f["value"][1],
@@ -1238,16 +1276,45 @@ def _counter_packets(
     out = np.empty(n, dtype=rec.dtype)
     out.view(np.uint8).reshape(n, rec.dtype.itemsize)[:] = rec.template
     out["ts_lo"], out["ts_hi"] = _varint9(t)
-    if series is not None:  # each series' varint once
-        lo, hi = _varint9(np.ascontiguousarray(uuids))
-        out["tr_lo"], out["tr_hi"] = lo[series], hi[series]
-    elif uuids.strides == (0,):  # one track: its varint once
-        lo, hi = _varint9(uuids[:1])
-        out["tr_lo"], out["tr_hi"] = lo[0], hi[0]
-    else:
-        out["tr_lo"], out["tr_hi"] = _varint9(np.ascontiguousarray(uuids))
+    lo, hi = _varint9(np.array([uuid], dtype=np.uint64))  # the track's varint once
+    out["tr_lo"], out["tr_hi"] = lo[0], hi[0]
     out["value"] = values
     return out.view(np.uint8).data  # written as it is: no copy
+
+
+def _series_packets(
+    seqs: np.ndarray, ts: np.ndarray, values: np.ndarray, series: np.ndarray, last: np.ndarray
+) -> bytes | memoryview:
+    """Counter samples as TracePackets on their tracks' own sequences (`Writer.counter_sequence`; `seqs`: each
+    series' sequence id): sample i, of series `series[i]` at time `ts[i]` (≥ 0), has as its timestamp the time since
+    its series' previous sample. `last` (uint64, one per series: 0 before the first sample, the sequence clock's
+    origin) holds each series' last time and is moved on here, batch after batch. Each series goes on in time
+    order from its last time (ValueError if not)."""
+    t = _u64(ts)
+    k = np.asarray(series, dtype=np.int64)
+    v = np.ascontiguousarray(values, dtype=np.float64)
+    if NATIVE and _pbenc is not None and hasattr(_pbenc, "counters"):  # (without the GIL)
+        return _pbenc.counters(np.ascontiguousarray(t), np.ascontiguousarray(k), v, last, np.ascontiguousarray(_u64(seqs)))
+    n = t.size
+    if n and (k.min() < 0 or k.max() >= last.size):
+        raise ValueError("a sample's series out of range")
+    order = np.argsort(k.astype(np.int16) if n and k.max() < 1 << 15 else k, kind="stable")  # each series in order
+    sk, st = k[order], t[order]
+    first = np.ones(n, dtype=bool)
+    first[1:] = sk[1:] != sk[:-1]
+    before = np.empty_like(st)
+    before[1:] = st[:-1]
+    before[first] = last[sk[first]]
+    if (st < before).any():
+        raise ValueError("a series going back in time")
+    delta = np.empty_like(st)
+    delta[order] = st - before
+    final = np.ones(n, dtype=bool)
+    final[:-1] = first[1:]
+    last[sk[final]] = st[final]
+    ev = Messages(n).varint(F_EV_TYPE, COUNTER).fixed64(F_EV_DOUBLE_COUNTER, v)
+    p = Messages(n).varint(F_PKT_TIMESTAMP, delta).message(F_PKT_TRACK_EVENT, ev).varint(F_PKT_SEQ_ID, _u64(seqs)[k])
+    return Messages(n).message(F_TRACE_PACKET, p).encode().data.data
 
 
 @dataclass(frozen=True)
@@ -1315,7 +1382,9 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
     """One counter track per (GPU, log, metric): samples of two logs never interleave on one track. The rank's
     samples come in one stream as stored (logs and nsys store each series in time order), the series
     interleaved, read on one thread so that the order holds; should a series go back in time, the samples
-    are written again in time order (ORDER BY, the cost of a sort)."""
+    are written again in time order (ORDER BY, the cost of a sort). Each track's samples go on a sequence of its
+    own (`Writer.counter_sequence`, `_series_packets`): their timestamps are deltas, which need each track in time
+    order."""
     series = ctx.con.execute(
         """
         SELECT c.device, c.source_id, c.metric, s.format, s.path,
@@ -1326,7 +1395,7 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
     ).fetchall()
     if not series:
         return
-    uuids, scales = [], []
+    seqs, scales = [], []
     for i, (dev, sid, metric, fmt, path, same) in enumerate(series):
         scale, unit = counter_unit(metric, fmt)
         source = (fmt or "log") + (f" {Path(path).name}" if same > 1 and path else "")
@@ -1334,9 +1403,9 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
         ctx.w.track(
             t, f"GPU {dev} {metric}" + (f" ({unit})" if unit else "") + f" · {source}", parent=parent, counter=unit, order=i
         )
-        uuids.append(t)
+        seqs.append(ctx.w.counter_sequence(t))  # (its samples on a sequence of their own: 23 bytes each at 10 kHz)
         scales.append(scale)
-    track_of = np.array(uuids, dtype=np.uint64)
+    seq_of = np.array(seqs, dtype=np.uint64)
     ctx.con.register(
         "_pf_series_in",
         pa.table(
@@ -1358,6 +1427,7 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
     try:
         for ordered in (False, True):
             last = np.full(len(series), np.iinfo(np.int64).min, dtype=np.int64)
+            since = np.zeros(len(series), dtype=np.uint64)  # each series' last time written (its deltas' origin)
             in_order = True
             ctx.con.execute(f"SET threads = {1 if not ordered else int(threads)}")
             for b in _prefetched(
@@ -1374,7 +1444,7 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
                     in_order = False
                     break
                 v = _num(b.column("v"), np.float64)
-                ctx.w.bulk(_counter_packets(track_of, ts, v, series=idx), ts.size)
+                ctx.w.bulk(_series_packets(seq_of, ts, v, idx, since), ts.size)
             if in_order:
                 return
             ctx.w.f.seek(start)  # a series went back in time: write the samples again, sorted
