@@ -1403,7 +1403,7 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
         ctx.w.track(
             t, f"GPU {dev} {metric}" + (f" ({unit})" if unit else "") + f" · {source}", parent=parent, counter=unit, order=i
         )
-        seqs.append(ctx.w.counter_sequence(t))  # (its samples on a sequence of their own: 23 bytes each at 10 kHz)
+        seqs.append(ctx.w.counter_sequence(t))  # (its samples on a sequence of their own: 22 bytes each at 10 kHz)
         scales.append(scale)
     seq_of = np.array(seqs, dtype=np.uint64)
     ctx.con.register(
