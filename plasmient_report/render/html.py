@@ -263,73 +263,76 @@ def bin_intervals(
         names = f"LEFT JOIN ({part_names}) pn ON pn.part = g.part"
     con.register(name, tbl)
     try:
-        # Per interval, the first bin it touches (b0), the last (b1) and the whole bins between: the end bins'
-        # overlaps are summed per (span, key, b0, b1) group here; a whole bin's overlap, (b + 1)·bw − b·bw, is
-        # the same for every interval of a group, so the groups (a few per bin, not one row per interval and
-        # bin) are spread over their middle bins below. Millions of 10 kHz counter samples: one pass, no unnest.
+        # Per interval, its first bin f0 = floor(rs / bw) and last f1 = ceil(re / bw) - 1 (before the grid's clipping
+        # to 0 and nb - 1: floor((re - 1) / bw) left out the part of a bin an interval reaches by less than 1 ns,
+        # where bins do not start on whole nanoseconds). Its overlap with its first bin, min(re, (b0 + 1)·bw) −
+        # max(rs, b0·bw), and with its last, are linear in rs and re with coefficients the pair (f0, f1) fixes, the
+        # clipping included: the intervals are grouped by (span, key, f0, f1) with the sums of 1, val, rs, val·rs,
+        # re − rs and val·(re − rs), and each group's overlaps are computed from them below — in SQL only the
+        # per-interval bins and six sums (millions of 10 kHz counter samples: 0.52-0.57 -> 0.37-0.40 s on the 486
+        # MiB export's 12.6 M, benchmarks/README.md session 35). A whole bin between, (b + 1)·bw − b·bw, is the same
+        # for every interval of a group: the groups (a few per bin) are spread over their middle bins below.
         rows = con.execute(
             f"""
             WITH src AS ({source_sql}),
             x AS (
                 SELECT sp.span_id, src.key, {part} AS part, src.val, (src.s - sp.g0)::DOUBLE AS rs,
-                       (src.e - sp.g0)::DOUBLE AS re, sp.bw, sp.nb
+                       (src.e - sp.g0)::DOUBLE AS re, sp.bw
                 FROM src JOIN {name} sp
                   ON src.rank IS NOT DISTINCT FROM sp.rank AND src.device IS NOT DISTINCT FROM sp.device
                 WHERE src.e > src.s AND src.e > sp.g0 AND src.s < sp.g1
-            ), y AS (
-                SELECT span_id, key, part, val, rs, re, bw,
-                       -- b1: the last bin starting before the end (floor((re - 1) / bw) left out the part of a
-                       -- bin an interval reaches by less than 1 ns, where bins do not start on whole nanoseconds)
-                       greatest(0, floor(rs / bw))::BIGINT AS b0, least(nb - 1, ceil(re / bw) - 1)::BIGINT AS b1
-                FROM x
-            ), z AS (
-                -- an interval in one bin (most 10 kHz samples) has no last bin of its own: its ov1 is NULL, not
-                -- computed (the 486 MiB export's 12.6 M samples, warm: 0.57-0.62 -> 0.52-0.60 s, medians 0.58 and
-                -- 0.53 s; 1.08-1.17 -> 1.00-1.15 CPU-s; the same sums)
-                SELECT span_id, key, part, val, b0, b1, bw,
-                       least(re, (b0 + 1) * bw) - greatest(rs, b0 * bw) AS ov0,
-                       CASE WHEN b1 > b0 THEN least(re, (b1 + 1) * bw) - greatest(rs, b1 * bw) END AS ov1
-                FROM y
             ), g AS (
-                SELECT span_id, key, part, b0, b1, count(*) AS n, coalesce(sum(val), 0) AS sv,
-                       coalesce(sum(ov0) FILTER (WHERE ov0 > 0), 0) AS ov0,
-                       coalesce(sum(val * ov0) FILTER (WHERE ov0 > 0), 0) AS wv0,
-                       coalesce(sum(ov1) FILTER (WHERE ov1 > 0), 0) AS ov1,
-                       coalesce(sum(val * ov1) FILTER (WHERE ov1 > 0), 0) AS wv1
-                FROM z GROUP BY span_id, key, part, b0, b1
+                SELECT span_id, key, part, floor(rs / bw)::BIGINT AS f0, (ceil(re / bw) - 1)::BIGINT AS f1,
+                       count(*) AS n, coalesce(sum(val), 0) AS sv, sum(rs) AS sr, coalesce(sum(val * rs), 0) AS svr,
+                       sum(re - rs) AS sl, coalesce(sum(val * (re - rs)), 0) AS svl
+                FROM x GROUP BY span_id, key, part, f0, f1
             )
-            -- the groups that reach a bin (one starting past the grid's end, before g1 rounded it up, reaches none; b1 < b0,
-            -- a condition on the groups' keys, is left out below: in SQL it would be evaluated once more per row)
-            SELECT g.* EXCLUDE (key), {label} AS key, ({label}) IS NULL AS null_key FROM g {names}
-            WHERE g.ov0 > 0 OR g.ov1 > 0 OR g.b1 > g.b0 + 1""",
+            SELECT g.* EXCLUDE (key), {label} AS key, ({label}) IS NULL AS null_key FROM g {names}""",
             params or {},
         ).fetchnumpy()
     finally:
         con.unregister(name)
-    reach = np.asarray(rows["b1"], dtype=np.int64) >= np.asarray(rows["b0"], dtype=np.int64)
-    rows = {c: np.asarray(v)[reach] for c, v in rows.items()}
-    keys, kidx = _key_index(rows["key"], rows["null_key"].astype(bool))
+    col = {c: np.asarray(v) for c, v in rows.items()}
+    span_id = col["span_id"].astype(np.int64)
+    f0, f1 = col["f0"].astype(np.int64), col["f1"].astype(np.int64)
+    n = col["n"].astype(float)
+    sv, sr, svr, sl, svl = (np.nan_to_num(col[c].astype(float)) for c in ("sv", "sr", "svr", "sl", "svl"))
+    bw = tbl.column("bw").to_numpy()[span_id]
+    nb = tbl.column("nb").to_numpy()[span_id]
+    b0, b1 = np.maximum(f0, 0), np.minimum(f1, nb - 1)
+    # the first bin: from the interval's start (or the grid's, 0) to its end when it ends there, else the bin's end;
+    # an interval inside one bin overlaps it by its length (re − rs summed: no sums of large times to subtract)
+    ends_in_b0 = f1 <= b0
+    ov0 = np.where(ends_in_b0, sr + sl, n * (b0 + 1) * bw) - np.where(f0 >= 0, sr, 0.0)
+    wv0 = np.where(ends_in_b0, svr + svl, sv * (b0 + 1) * bw) - np.where(f0 >= 0, svr, 0.0)
+    inside = (f0 >= 0) & (f1 == f0)
+    ov0, wv0 = np.where(inside, sl, ov0), np.where(inside, svl, wv0)
+    # the last bin, when it is another: from its start to the interval's end (or the grid's)
+    two = b1 > b0
+    ends_inside = f1 <= nb - 1
+    ov1 = np.where(two, np.where(ends_inside, sr + sl, n * (b1 + 1) * bw) - n * b1 * bw, 0.0)
+    wv1 = np.where(two, np.where(ends_inside, svr + svl, sv * (b1 + 1) * bw) - sv * b1 * bw, 0.0)
+    # the groups that reach a bin (one starting past the grid's end, before g1 rounded it up, reaches none)
+    keep = (b1 >= b0) & ((ov0 > 0) | (ov1 > 0) | (b1 > b0 + 1))
+    keys, kidx = _key_index(col["key"][keep], col["null_key"][keep].astype(bool))
     ov = np.zeros((len(spans), n_bins, len(keys)))
     wv = np.zeros_like(ov)
     ovf, wvf = ov.reshape(-1), wv.reshape(-1)  # views: the bins' sums added in place
     if len(kidx):
-        span_id, b0, b1 = (np.asarray(rows[c], dtype=np.int64) for c in ("span_id", "b0", "b1"))
-        sv = np.nan_to_num(np.asarray(rows["sv"], dtype=float))
-        for b, o, w in ((b0, "ov0", "wv0"), (b1, "ov1", "wv1")):
+        span_id, b0, b1, n, sv, bw = span_id[keep], b0[keep], b1[keep], n[keep], sv[keep], bw[keep]
+        for b, o, w in ((b0, ov0[keep], wv0[keep]), (b1, ov1[keep], wv1[keep])):
             at = np.ravel_multi_index((span_id, b, kidx), ov.shape)
-            ovf += np.bincount(at, np.asarray(rows[o], dtype=float), ov.size)
-            wvf += np.bincount(at, np.nan_to_num(np.asarray(rows[w], dtype=float)), ov.size)
+            ovf += np.bincount(at, np.where(o > 0, o, 0.0), ov.size)
+            wvf += np.bincount(at, np.where(o > 0, w, 0.0), ov.size)
         mid = np.maximum(b1 - b0 - 1, 0)  # whole bins between the end ones, per group
         if mid.any():
             g = np.repeat(np.arange(len(mid)), mid)
             b = b0[g] + 1 + (np.arange(g.size) - np.repeat(np.cumsum(mid) - mid, mid))
-            bw = tbl.column("bw").to_numpy()[span_id[g]]
-            whole = (b + 1) * bw - b * bw
-            n = np.asarray(rows["n"], dtype=float)[g]
-            keep = whole > 0
-            at = np.ravel_multi_index((span_id[g], b, kidx[g]), ov.shape)[keep]
-            ovf += np.bincount(at, (n * whole)[keep], ov.size)
-            wvf += np.bincount(at, (sv[g] * whole)[keep], ov.size)
+            whole = (b + 1) * bw[g] - b * bw[g]
+            keep_w = whole > 0
+            at = np.ravel_multi_index((span_id[g], b, kidx[g]), ov.shape)[keep_w]
+            ovf += np.bincount(at, (n[g] * whole)[keep_w], ov.size)
+            wvf += np.bincount(at, (sv[g] * whole)[keep_w], ov.size)
     return Binned(keys, ov, wv)
 
 
