@@ -269,9 +269,10 @@ def bin_intervals(
         # max(rs, b0·bw), and with its last, are linear in rs and re with coefficients the pair (f0, f1) fixes, the
         # clipping included: the intervals are grouped by (span, key, f0, f1) with the sums of 1, val, rs, val·rs,
         # re − rs and val·(re − rs), and each group's overlaps are computed from them below — in SQL only the
-        # per-interval bins and six sums (millions of 10 kHz counter samples: 0.52-0.57 -> 0.37-0.40 s on the 486
-        # MiB export's 12.6 M, benchmarks/README.md session 35). A whole bin between, (b + 1)·bw − b·bw, is the same
-        # for every interval of a group: the groups (a few per bin) are spread over their middle bins below.
+        # per-interval bins and six sums (millions of 10 kHz counter samples: the 486 MiB export's 12.6 M binned
+        # in 0.35 s where the overlaps summed in SQL took 0.49 s, benchmarks/README.md session 35). A whole bin
+        # between, (b + 1)·bw − b·bw, is the same for every interval of a group: the groups (a few per bin) are
+        # spread over their middle bins below.
         rows = con.execute(
             f"""
             WITH src AS ({source_sql}),
