@@ -76,6 +76,39 @@ def test_legend_below_fills_the_figure_as_constrained_layout(rows: int, ylabel: 
     assert all(upper.y0 > lower.y1 for upper, lower in itertools.pairwise(boxes))
 
 
+@pytest.mark.parametrize("n", [1, 3, 6])
+def test_a_legend_of_long_labels_stays_inside_its_figure(n: int, draws: list[Figure]) -> None:
+    """Counter series named by metric and log (the counters chart): the legend takes as many columns as fit the
+    figure's width, every entry inside it, as matplotlib measures its text (five columns of these labels were
+    cut off at the figure's right edge: gr_engine_active (nvidia_smi_dmon_nsys.txt) and the entries after it)."""
+    labels = [
+        "trace: busy fraction",
+        "sm_active (nsys_workload.sqlite)",
+        "tensor_active (nsys_workload.sqlite)",
+        "mem_util (nvidia_smi_dmon_nsys.txt)",
+        "gr_engine_active (nvidia_smi_dmon_nsys.txt)",
+        "gpu_util (nvidia_smi_dmon_nsys.txt)",
+    ][:n]
+    fig = html._figure(7.5, 2.3)
+    ax = fig.add_subplot()
+    handles = [ax.plot([0, 1], [0, i], label=label)[0] for i, label in enumerate(labels)]
+    html._legend(fig, handles)
+    html._draw_svg(fig, io.StringIO())
+    (legend,) = fig.legends
+    box = legend.get_window_extent(fig._get_renderer())  # type: ignore[attr-defined]
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.x1, (box, fig.bbox)
+    assert legend._ncols == 1 if n == 1 else legend._ncols >= 2  # (not one long column either)
+
+
+def test_a_legend_of_short_labels_stays_on_one_row() -> None:
+    """Five loss categories fit one row of the figure's width: five columns, as before."""
+    fig = html._figure(7.5, 2.3)
+    fig.add_subplot()
+    html._legend(fig, [Patch(color=html.category_colour(c), label=html.category_label(c)) for c in list(html.COLOURS)[:5]])
+    (legend,) = fig.legends
+    assert legend._ncols == 5
+
+
 def _cropped(fig: Figure) -> None:
     """Long tick labels on the left, text beyond the axes on the right, a colorbar."""
     ax = fig.add_subplot()

@@ -647,12 +647,40 @@ def _style(ax: Any, grid_axis: str | None = "x") -> None:
         ax.set_axisbelow(True)
 
 
+LEGEND_FONT_PT = 7
+# A legend's widths in ems of its font (matplotlib's defaults): each entry's handle and the gap to its text, the
+# space between columns and the padding around them. What the page's fonts draw is a little wider or narrower
+# than matplotlib's measure: a legend is laid out to fill at most LEGEND_ROOM of the figure's width.
+LEGEND_HANDLE_EM, LEGEND_COLUMN_GAP_EM, LEGEND_PAD_EM = 2.0 + 0.8, 2.0, 2 * 0.4
+LEGEND_ROOM = 0.92
+
+
+def _legend_columns(fig: Figure, labels: list[str]) -> int:
+    """The most columns (at most five) in which a legend below the axes fits the figure's width: its entries go
+    into columns in order, the first columns the longer (as matplotlib places them), each column as wide as its
+    longest label, measured in the legend's font. Long labels (a counter's metric and log) get fewer columns and
+    more rows rather than being cut off at the figure's edge."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    prop, measure = FontProperties(size=LEGEND_FONT_PT), TextToPath()
+    widths = np.array([measure.get_text_width_height_descent(t, prop, ismath=False)[0] for t in labels], dtype=float)
+    room = LEGEND_ROOM * fig.get_figwidth() * 72
+    for ncol in range(min(len(labels), 5), 1, -1):
+        cols = np.array_split(widths, ncol)
+        em = LEGEND_FONT_PT
+        total = sum(float(c.max()) + LEGEND_HANDLE_EM * em for c in cols) + (ncol - 1) * LEGEND_COLUMN_GAP_EM * em
+        if total + LEGEND_PAD_EM * em <= room:
+            return ncol
+    return 1
+
+
 def _legend(where: Any, handles: list[Any], **kw: Any) -> None:
-    """A legend on an axes, or (given the figure) below all its axes: the figure then keeps its size, its axes
-    filling the rest (`_fill`)."""
+    """A legend on an axes, or (given the figure) below all its axes, in as many columns as fit its width
+    (`_legend_columns`): the figure then keeps its size, its axes filling the rest (`_fill`)."""
     if isinstance(where, Figure):
-        kw = {"loc": "outside lower center", "ncol": max(1, min(len(handles), 5)), **kw}
-    leg = where.legend(handles=handles, fontsize=7, frameon=False, **kw)
+        kw = {"loc": "outside lower center", "ncol": _legend_columns(where, [h.get_label() for h in handles]), **kw}
+    leg = where.legend(handles=handles, fontsize=LEGEND_FONT_PT, frameon=False, **kw)
     for t in leg.get_texts():
         t.set_color(_FG)
 
