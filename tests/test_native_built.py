@@ -1,8 +1,8 @@
 """The compiled parts are present where CI says they must be (PLASMIENT_REQUIRE_NATIVE=1, `.ci/run`).
 
 Without a C compiler `pip install` leaves them out and the Python ways do the work; their tests then skip
-(tests/test_ingest_kineto_native.py, tests/test_perfetto.py). CI builds them, so there a skip would hide that the
-native ways went untested: this test turns it into a failure."""
+(tests/test_ingest_kineto_native.py, tests/test_perfetto.py, tests/test_nsys_pages.py). CI builds them, so there a
+skip would hide that the native ways went untested: this test turns it into a failure."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import pytest
 
 from plasmient_report.parsers.kineto import decode
+from plasmient_report.parsers.nsys import gpu_metrics
 from plasmient_report.render import perfetto
 
 required = os.environ.get("PLASMIENT_REQUIRE_NATIVE") == "1"
@@ -23,3 +24,4 @@ def test_native_extensions_built() -> None:
     assert perfetto._pbenc is not None, "the native protobuf encoder (_pbenc.c) is not built"
     assert hasattr(perfetto._pbenc, "counters"), "the native protobuf encoder is an old build (no `counters`)"
     assert perfetto.NATIVE
+    assert gpu_metrics._native is not None, "the nsys GPU metrics' page reader (_sqlpages.c) is not built"

@@ -61,6 +61,7 @@ class Export:
         self._copy_dir: Path | None = None
         self._adbc: Any = None
         db = self._recovered(path)
+        self.db = db  # the file SQLite reads: the input, or the copy it recovered
         self.uri = f"file:{quote(str(db.resolve()))}?mode=ro"
         try:
             self.sq = sqlite3.connect(self.uri, uri=True, timeout=LOCK_TIMEOUT_S)

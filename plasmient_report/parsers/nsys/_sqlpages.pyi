@@ -1,0 +1,5 @@
+from collections.abc import Sequence
+
+def read(
+    fd: int, page_size: int, usable: int, n_pages: int, root: int, cols: Sequence[int], kinds: bytes, lo: int, hi: int
+) -> tuple[int, list[bytes]] | None: ...

@@ -1,0 +1,304 @@
+"""GPU_METRICS read from the SQLite file's pages (parsers/nsys/_sqlpages.c): the same rows and values as SQLite
+itself gives — the truth here is SQLite's own `SELECT ... WHERE rowid BETWEEN` over the same file — on every page
+size, record encoding and tree shape, and nothing read (None: the caller reads through the driver, as before)
+wherever SQLite's reading could differ. Never a crash on a damaged file."""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from plasmient_report import store
+from plasmient_report.parsers import nsys
+from plasmient_report.parsers.nsys import gpu_metrics
+
+from .conftest import corpus_file
+
+native = gpu_metrics._native
+needs_native = pytest.mark.skipif(native is None, reason="the page reader (_sqlpages.c) is not built")
+ALL = (-(2**63), 2**63 - 1)
+COLUMNS = "timestamp INTEGER, typeId INTEGER, metricId INTEGER, value INTEGER"
+Q = 'SELECT "timestamp", "typeId", "metricId", "value" FROM GPU_METRICS WHERE rowid BETWEEN ? AND ? ORDER BY rowid'
+
+
+def make(path: Path, rows, page_size: int = 4096, schema: str | None = None, ids=None) -> Path:
+    c = sqlite3.connect(path)
+    c.execute(f"PRAGMA page_size = {page_size}")
+    c.execute(
+        schema
+        or "CREATE TABLE GPU_METRICS (rawTimestamp INTEGER, timestamp INTEGER, typeId INTEGER, metricId INTEGER, value INTEGER)"
+    )
+    cols = "timestamp, typeId, metricId, value"
+    if ids is None:
+        c.executemany(f"INSERT INTO GPU_METRICS ({cols}) VALUES (?, ?, ?, ?)", rows)
+    else:
+        c.executemany(
+            f"INSERT INTO GPU_METRICS (rowid, {cols}) VALUES (?, ?, ?, ?, ?)", [(i, *r) for i, r in zip(ids, rows, strict=True)]
+        )
+    c.commit()
+    c.close()
+    return path
+
+
+def empty_database(page_size: int, reserved: int) -> bytes:
+    """An empty database's one page, written by hand (fileformat2.html §1.3: the header; §1.6: an empty table leaf
+    page for sqlite_master): the only way to ask for reserved bytes at the end of each page here (Python's
+    sqlite3 has no file control for SQLITE_FCNTL_RESERVE_BYTES); SQLite keeps them in every page it adds."""
+    head = bytearray(100)
+    head[:16] = b"SQLite format 3\x00"
+    head[16:18] = page_size.to_bytes(2, "big")
+    head[18:24] = bytes([1, 1, reserved, 64, 32, 32])
+    head[24:28] = head[92:96] = (1).to_bytes(4, "big")  # change counter; the size below valid for it
+    head[28:32] = (1).to_bytes(4, "big")  # one page
+    head[44:48] = (4).to_bytes(4, "big")  # schema format 4
+    head[56:60] = (1).to_bytes(4, "big")  # UTF-8
+    head[96:100] = (3_037_002).to_bytes(4, "big")
+    leaf = bytes([13, 0, 0, 0, 0]) + (page_size - reserved).to_bytes(2, "big") + b"\x00"
+    return bytes(head) + leaf + bytes(page_size - 100 - len(leaf))
+
+
+def truth(path: Path, lo: int, hi: int) -> list[tuple]:
+    c = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return c.execute(Q, [lo, hi]).fetchall()
+    finally:
+        c.close()
+
+
+def pages_of(path: Path):
+    ex = nsys.reader.Export(path)
+    pages = gpu_metrics._Pages.open(ex, "GPU_METRICS")
+    return ex, pages
+
+
+def read(path: Path, lo: int, hi: int):
+    ex, pages = pages_of(path)
+    try:
+        assert pages is not None
+        t = pages.chunk(None if (lo, hi) == ALL else (lo, hi))
+        return None if t is None else list(zip(*(t.column(i).to_pylist() for i in range(4)), strict=True))
+    finally:
+        if pages is not None:
+            pages.close()
+        ex.close()
+
+
+def rows_of(n: int, seed: int) -> list[tuple]:
+    """Values of every integer width SQLite stores (0 and 1 take no bytes; 1, 2, 3, 4, 6 and 8 bytes), negative ones
+    too, and reals in the value column."""
+    rng = random.Random(seed)
+    widths = [0, 1, 100, -100, 30_000, -30_000, 8_000_000, -8_000_000, 2**31 - 1, -(2**31), 2**47 - 1, -(2**47), 2**62, -(2**63)]
+    out = []
+    for i in range(n):
+        ts = rng.choice(widths) if i % 7 == 0 else rng.randrange(-(2**40), 2**40)
+        value: float | int = rng.choice([0, 1, 2**53, -(2**53), 255, 65_535]) if i % 5 == 0 else rng.randrange(0, 101)
+        if i % 11 == 0:
+            value = rng.uniform(-1e300, 1e300) if i % 22 == 0 else rng.random() * 100
+        out.append((ts, rng.choice(widths), rng.randrange(0, 40), value))
+    return out
+
+
+@needs_native
+@pytest.mark.parametrize("page_size", [512, 4096, 65536])
+def test_every_encoding_and_range_reads_as_sqlite_reads_it(tmp_path: Path, page_size: int):
+    rows = rows_of(20_000, page_size)  # 512-byte pages: a tree three levels deep
+    path = make(tmp_path / "gm.sqlite", rows, page_size)
+    assert read(path, *ALL) == truth(path, *ALL)
+    rng = random.Random(page_size)
+    for _ in range(25):
+        lo = rng.randrange(-5, 20_010)
+        hi = lo + rng.choice([0, 1, 17, 500, 5_000, 40_000])
+        assert read(path, lo, hi) == truth(path, lo, hi), (lo, hi)
+    assert read(path, 10, 9) == []  # an empty range
+
+
+@needs_native
+def test_sparse_and_negative_rowids_and_reserved_bytes(tmp_path: Path):
+    rows = rows_of(3_000, 7)
+    rng = random.Random(1)
+    ids = sorted({rng.randrange(-(2**62), 2**62) for _ in range(len(rows))})
+    rows = rows[: len(ids)]
+    path = make(tmp_path / "gm.sqlite", rows, 1024, ids=ids)
+    for lo, hi in [ALL, (ids[10], ids[2000]), (ids[10] + 1, ids[2000] - 1), (-(2**63), ids[0]), (ids[-1], 2**63 - 1), (0, 0)]:
+        assert read(path, lo, hi) == truth(path, lo, hi)
+    # Reserved bytes at each page's end (an encryption or checksum extension's room): the usable size shrinks.
+    res = tmp_path / "res.sqlite"
+    res.write_bytes(empty_database(1024, reserved=32))
+    c = sqlite3.connect(res)
+    c.execute("CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER, metricId INTEGER, value INTEGER)")
+    c.executemany("INSERT INTO GPU_METRICS VALUES (?, ?, ?, ?)", rows)
+    c.commit()
+    c.close()
+    assert res.read_bytes()[20] == 32
+    assert read(res, *ALL) == truth(res, *ALL)
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "case",
+    ["null", "text_in_int", "real_in_int", "huge_int_value", "blob", "overflow", "added_column"],
+)
+def test_what_sqlite_would_read_otherwise_is_left_to_it(tmp_path: Path, case: str):
+    """A chunk holding a value SQLite's CAST would type (NULL, text, a blob, a real in an integer column, an integer
+    that is no exact double), a payload on overflow pages or a record shorter than the table: None, so that the
+    chunk is read through the driver; the chunks around it still read natively."""
+    rows = rows_of(2_000, 3)
+    path = make(
+        tmp_path / "gm.sqlite",
+        rows,
+        1024,
+        schema="CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER, metricId INTEGER, value INTEGER, note)",
+    )
+    c = sqlite3.connect(path)
+    set_ = {
+        "null": "value = NULL",
+        "text_in_int": "typeId = 'gpu'",
+        "real_in_int": "timestamp = 1.5",
+        "huge_int_value": f"value = {2**53 + 1}",
+        "blob": "metricId = x'0102'",
+        "overflow": "note = randomblob(5000)",
+    }
+    if case == "added_column":
+        c.execute("ALTER TABLE GPU_METRICS RENAME COLUMN value TO old_value")
+        c.execute("ALTER TABLE GPU_METRICS ADD COLUMN value INTEGER DEFAULT 7")
+        c.execute("UPDATE GPU_METRICS SET value = old_value WHERE rowid <> 1000")
+    else:
+        c.execute(f"UPDATE GPU_METRICS SET {set_[case]} WHERE rowid = 1000")
+    c.commit()
+    c.close()
+    assert read(path, 990, 1010) is None
+    assert read(path, *ALL) is None
+    assert read(path, 1, 999) == truth(path, 1, 999)
+    assert read(path, 1001, 2000) == truth(path, 1001, 2000)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        "CREATE TABLE GPU_METRICS (timestamp INTEGER PRIMARY KEY, typeId INTEGER, metricId INTEGER, value INTEGER)",
+        "CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER, metricId INTEGER, value INTEGER, "
+        "PRIMARY KEY (timestamp, typeId, metricId)) WITHOUT ROWID",
+        "CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER, metricId INTEGER, v INTEGER, value AS (v * 2))",
+    ],
+    ids=["rowid_alias", "without_rowid", "generated"],
+)
+def test_tables_whose_records_are_not_plain_rows_are_read_by_sqlite(tmp_path: Path, schema: str):
+    path = tmp_path / "gm.sqlite"
+    c = sqlite3.connect(path)
+    c.execute(schema)
+    cols = "timestamp, typeId, metricId, v" if "AS (" in schema else "timestamp, typeId, metricId, value"
+    c.executemany(f"INSERT INTO GPU_METRICS ({cols}) VALUES (?, ?, ?, ?)", [(i, 0, 1, 50) for i in range(1, 200)])
+    c.commit()
+    c.close()
+    ex, pages = pages_of(path)
+    ex.close()
+    assert pages is None
+
+
+def test_a_wal_mode_file_or_one_with_a_journal_beside_it_is_read_by_sqlite(tmp_path: Path):
+    wal = make(tmp_path / "wal.sqlite", rows_of(100, 1))
+    c = sqlite3.connect(wal)
+    c.execute("PRAGMA journal_mode = WAL")
+    c.close()
+    assert wal.read_bytes()[18:20] == b"\x02\x02"
+    ex, pages = pages_of(wal)
+    ex.close()
+    assert pages is None
+    plain = make(tmp_path / "plain.sqlite", rows_of(100, 1))
+    (tmp_path / "plain.sqlite-journal").write_bytes(b"\0" * 512)  # not hot (all zero), but not the file alone either
+    ex, pages = pages_of(plain)
+    ex.close()
+    assert pages is None
+
+
+@needs_native
+def test_damaged_files_never_crash_and_never_disagree_with_sqlite(tmp_path: Path):
+    """Bytes of the table's pages overwritten at random: the reader gives None or rows; where SQLite reads the range
+    without an error, any rows given are SQLite's."""
+    good = make(tmp_path / "good.sqlite", rows_of(4_000, 5), 1024)
+    data = good.read_bytes()
+    ex, pages = pages_of(good)
+    assert pages is not None
+    root = pages.args[3]
+    pages.close()
+    ex.close()
+    rng = random.Random(11)
+    agreed = deferred = 0
+    for trial in range(150):
+        bad = bytearray(data)
+        for _ in range(rng.choice([1, 3, 20])):
+            at = rng.randrange((root - 1) * 1024, len(bad))
+            bad[at] = rng.randrange(256)
+        path = tmp_path / f"bad{trial}.sqlite"
+        path.write_bytes(bytes(bad))
+        lo = rng.randrange(0, 4_000)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            got = native.read(fd, 1024, 1024, len(bad) // 1024, root, [1, 2, 3, 4], b"iiif", lo, lo + 1_500)
+        finally:
+            os.close(fd)
+        try:
+            want = truth(path, lo, lo + 1_500)
+        except sqlite3.DatabaseError:
+            continue
+        if got is None:
+            deferred += 1
+            continue
+        n, bufs = got
+        cols = [np.frombuffer(b, np.int64 if k != "f" else np.float64).tolist() for b, k in zip(bufs, "iiif", strict=True)]
+        assert list(zip(*cols, strict=True)) == [tuple(r) for r in want], trial
+        agreed += 1
+    assert agreed > 10 and deferred > 0  # both ways were exercised
+
+
+@needs_native
+def test_a_read_holds_sqlite_s_shared_lock(tmp_path: Path):
+    """While the pages are read no writer can change them: the read transaction holds SQLite's shared lock."""
+    path = make(tmp_path / "gm.sqlite", rows_of(100, 2))
+    ex, pages = pages_of(path)
+    assert pages is not None
+    w = sqlite3.connect(path, timeout=0.05)
+    w.execute("INSERT INTO GPU_METRICS (timestamp, typeId, metricId, value) VALUES (1, 0, 1, 2)")
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        w.commit()
+    pages.close()
+    w.commit()
+    w.close()
+    ex.close()
+
+
+@needs_native
+@pytest.mark.corpus
+def test_the_corpus_export_ingests_the_same_counters_read_either_way(monkeypatch: pytest.MonkeyPatch):
+    """The H200 export's 448,602 GPU_METRICS rows into `counters` through the page reader and through the driver
+    alone: the same table, row for row in the same order."""
+    path = corpus_file("h200-single-nsys/nsys_workload.sqlite")
+    monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 100_000)  # several chunks, two at a time
+    tables = []
+    for reader in (native, None):
+        monkeypatch.setattr(gpu_metrics, "_native", reader)
+        con = store.connect()
+        nsys.ingest(path, con, 0)
+        tables.append(con.execute("SELECT * FROM counters").fetchall())
+        con.close()
+    assert len(tables[0]) > 400_000
+    assert tables[0] == tables[1]
+
+
+@needs_native
+def test_a_committed_sample_ingests_the_same_counters_read_either_way(monkeypatch: pytest.MonkeyPatch):
+    path = Path(__file__).parent.parent / "sample_traces/h200_hf/llama_nsys.sqlite"
+    tables = []
+    for reader in (native, None):
+        monkeypatch.setattr(gpu_metrics, "_native", reader)
+        con = store.connect()
+        nsys.ingest(path, con, 0)
+        tables.append(con.execute("SELECT * FROM counters ORDER BY ALL").fetchall())
+        con.close()
+    assert len(tables[0]) > 90_000
+    assert tables[0] == tables[1]
