@@ -11,7 +11,7 @@ import os
 import pytest
 
 from plasmient_report.parsers.kineto import decode
-from plasmient_report.parsers.nsys import gpu_metrics
+from plasmient_report.parsers.nsys import reader
 from plasmient_report.render import perfetto
 
 required = os.environ.get("PLASMIENT_REQUIRE_NATIVE") == "1"
@@ -24,4 +24,4 @@ def test_native_extensions_built() -> None:
     assert perfetto._pbenc is not None, "the native protobuf encoder (_pbenc.c) is not built"
     assert hasattr(perfetto._pbenc, "counters"), "the native protobuf encoder is an old build (no `counters`)"
     assert perfetto.NATIVE
-    assert gpu_metrics._native is not None, "the nsys GPU metrics' page reader (_sqlpages.c) is not built"
+    assert reader._native is not None, "the nsys GPU metrics' page reader (_sqlpages.c) is not built"

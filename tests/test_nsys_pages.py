@@ -15,11 +15,11 @@ import pytest
 
 from plasmient_report import store
 from plasmient_report.parsers import nsys
-from plasmient_report.parsers.nsys import gpu_metrics
+from plasmient_report.parsers.nsys import gpu_metrics, reader
 
 from .conftest import corpus_file
 
-native = gpu_metrics._native
+native = reader._native
 needs_native = pytest.mark.skipif(native is None, reason="the page reader (_sqlpages.c) is not built")
 ALL = (-(2**63), 2**63 - 1)
 COLUMNS = "timestamp INTEGER, typeId INTEGER, metricId INTEGER, value INTEGER"
@@ -72,7 +72,7 @@ def truth(path: Path, lo: int, hi: int) -> list[tuple]:
 
 def pages_of(path: Path):
     ex = nsys.reader.Export(path)
-    pages = gpu_metrics._Pages.open(ex, "GPU_METRICS")
+    pages = reader.Pages.open(ex, "GPU_METRICS", gpu_metrics._COLS, gpu_metrics._KINDS)
     return ex, pages
 
 
@@ -80,7 +80,7 @@ def read(path: Path, lo: int, hi: int):
     ex, pages = pages_of(path)
     try:
         assert pages is not None
-        t = pages.chunk(None if (lo, hi) == ALL else (lo, hi))
+        t = pages.read(None if (lo, hi) == ALL else (lo, hi), gpu_metrics._SCHEMA)
         return None if t is None else list(zip(*(t.column(i).to_pylist() for i in range(4)), strict=True))
     finally:
         if pages is not None:
@@ -141,11 +141,11 @@ def test_sparse_and_negative_rowids_and_reserved_bytes(tmp_path: Path):
 @needs_native
 @pytest.mark.parametrize(
     "case",
-    ["null", "text_in_int", "real_in_int", "huge_int_value", "blob", "overflow", "added_column"],
+    ["text_in_int", "real_in_int", "huge_int_value", "blob", "overflow", "added_column"],
 )
 def test_what_sqlite_would_read_otherwise_is_left_to_it(tmp_path: Path, case: str):
-    """A chunk holding a value SQLite's CAST would type (NULL, text, a blob, a real in an integer column, an integer
-    that is no exact double), a payload on overflow pages or a record shorter than the table: None, so that the
+    """A chunk holding a value SQLite's CAST would type (text, a blob, a real in an integer column, an integer that
+    is no exact double), a payload on overflow pages or a record shorter than the table: None, so that the
     chunk is read through the driver; the chunks around it still read natively."""
     rows = rows_of(2_000, 3)
     path = make(
@@ -156,7 +156,6 @@ def test_what_sqlite_would_read_otherwise_is_left_to_it(tmp_path: Path, case: st
     )
     c = sqlite3.connect(path)
     set_ = {
-        "null": "value = NULL",
         "text_in_int": "typeId = 'gpu'",
         "real_in_int": "timestamp = 1.5",
         "huge_int_value": f"value = {2**53 + 1}",
@@ -175,6 +174,21 @@ def test_what_sqlite_would_read_otherwise_is_left_to_it(tmp_path: Path, case: st
     assert read(path, *ALL) is None
     assert read(path, 1, 999) == truth(path, 1, 999)
     assert read(path, 1001, 2000) == truth(path, 1001, 2000)
+
+
+@needs_native
+def test_nulls_read_as_nulls(tmp_path: Path):
+    """NULL in any column reads NULL (Arrow's validity), as SQLite gives it; the rows around keep their values."""
+    path = make(tmp_path / "gm.sqlite", rows_of(3_000, 4), 1024)
+    c = sqlite3.connect(path)
+    c.execute("UPDATE GPU_METRICS SET value = NULL WHERE rowid % 7 = 0")
+    c.execute("UPDATE GPU_METRICS SET timestamp = NULL, typeId = NULL WHERE rowid IN (1, 1500, 3000)")
+    c.commit()
+    c.close()
+    got = read(path, *ALL)
+    assert got == truth(path, *ALL)
+    assert sum(r[3] is None for r in got) == 3_000 // 7 and got[0][0] is None and got[1][0] is not None
+    assert read(path, 2, 6) == truth(path, 2, 6)  # a range without NULLs
 
 
 @pytest.mark.parametrize(
@@ -249,8 +263,11 @@ def test_damaged_files_never_crash_and_never_disagree_with_sqlite(tmp_path: Path
         if got is None:
             deferred += 1
             continue
-        n, bufs = got
+        n, bufs, masks = got
         cols = [np.frombuffer(b, np.int64 if k != "f" else np.float64).tolist() for b, k in zip(bufs, "iiif", strict=True)]
+        for col, m in zip(cols, masks, strict=True):
+            for i in [] if m is None else np.flatnonzero(np.frombuffer(m, np.uint8) == 0):
+                col[i] = None
         assert list(zip(*cols, strict=True)) == [tuple(r) for r in want], trial
         agreed += 1
     assert agreed > 10 and deferred > 0  # both ways were exercised
@@ -280,8 +297,8 @@ def test_the_corpus_export_ingests_the_same_counters_read_either_way(monkeypatch
     path = corpus_file("h200-single-nsys/nsys_workload.sqlite")
     monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 100_000)  # several chunks, two at a time
     tables = []
-    for reader in (native, None):
-        monkeypatch.setattr(gpu_metrics, "_native", reader)
+    for page_reader in (native, None):
+        monkeypatch.setattr(reader, "_native", page_reader)
         con = store.connect()
         nsys.ingest(path, con, 0)
         tables.append(con.execute("SELECT * FROM counters").fetchall())
@@ -294,8 +311,8 @@ def test_the_corpus_export_ingests_the_same_counters_read_either_way(monkeypatch
 def test_a_committed_sample_ingests_the_same_counters_read_either_way(monkeypatch: pytest.MonkeyPatch):
     path = Path(__file__).parent.parent / "sample_traces/h200_hf/llama_nsys.sqlite"
     tables = []
-    for reader in (native, None):
-        monkeypatch.setattr(gpu_metrics, "_native", reader)
+    for page_reader in (native, None):
+        monkeypatch.setattr(reader, "_native", page_reader)
         con = store.connect()
         nsys.ingest(path, con, 0)
         tables.append(con.execute("SELECT * FROM counters ORDER BY ALL").fetchall())

@@ -7,13 +7,14 @@
      page_size the header's page size; usable its page size less the reserved bytes per page
      n_pages   the pages the file holds (no page number above it is followed)
      root      the table's root page (sqlite_master.rootpage)
-     cols      the record's column numbers to read (at most MAX_COLS)
+     cols      the record's column numbers to read (at most MAX_COLS, a module constant)
      kinds     one byte per column: 'i' an integer column, 'f' a number read as a double
      lo, hi    the rowids to read, inclusive
-   returns (n, buffers): n rows in rowid order and one buffer of n int64 (kind 'i') or float64 (kind 'f') per
-   column; or None wherever SQLite's own reading could give anything else, so that the caller reads the range the
-   way it always did: a value of another kind (NULL, text, a blob, a real in an integer column, an integer beyond
-   2^53 in a number column, a NaN, which SQLite reads as NULL), a payload spilling to overflow pages, a record
+   returns (n, buffers, masks): n rows in rowid order, one buffer of n int64 (kind 'i') or float64 (kind 'f') per
+   column, and per column None (no NULL) or n bytes, 0 where the value is NULL (a NULL, or a NaN, which SQLite
+   reads as NULL); or None wherever SQLite's own reading could give anything else, so that the caller reads the
+   range the way it always did: a value of another kind (text, a blob, a real in an integer column, an integer
+   beyond 2^53 in a number column), a payload spilling to overflow pages, a record
    with fewer columns, a page that is not a table b-tree page, any offset or size outside its page, keys or rowids
    out of order or outside the range their parents' keys give their page (SQLite's seek and ours then agree on
    every page read), a tree deeper than SQLite's own limit or visiting more pages than the file holds (a cycle), a failed
@@ -33,12 +34,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_COLS 8
+#define MAX_COLS 64
 #define MAX_DEPTH 20      /* SQLite's BTCURSOR_MAX_DEPTH */
 #define BLOCK_PAGES 256   /* pages read at once: a table's leaves mostly follow one another in the file */
 #define EXACT_DOUBLE (((int64_t)1) << 53)
 
-enum { OK = 0, DEFER = 1, FAIL = 2 };
+enum { OK = 0, DEFER = 1, FAIL = 2, ISNULL = 3 };
 
 typedef struct {
     int fd;
@@ -57,6 +58,7 @@ typedef struct {
     int64_t last;
     int64_t n, cap;
     int64_t *out[MAX_COLS];
+    uint8_t *valid[MAX_COLS]; /* one byte a row (1: a value), from a column's first NULL on */
 } Reader;
 
 /* A varint at p (SQLite's: big-endian 7-bit groups, the ninth byte whole), not past end; 0 if it would be. */
@@ -115,6 +117,12 @@ static int grow(Reader *r) {
         if (!p)
             return FAIL;
         r->out[j] = p;
+        if (r->valid[j]) {
+            uint8_t *v = realloc(r->valid[j], (size_t)cap);
+            if (!v)
+                return FAIL;
+            r->valid[j] = v;
+        }
     }
     r->cap = cap;
     return OK;
@@ -139,11 +147,12 @@ static inline int value(Reader *r, int j, uint64_t st, const uint8_t *p, int64_t
         double d;
         memcpy(&d, &bits, 8);
         if (isnan(d))
-            return DEFER;  /* SQLite reads it as NULL */
+            return ISNULL;  /* as SQLite reads it */
         memcpy(dst, &d, 8);
         return OK;
     }
-    default: return DEFER;  /* NULL, text, a blob, the reserved 10 and 11 */
+    case 0: return ISNULL;
+    default: return DEFER;  /* text, a blob, the reserved 10 and 11 */
     }
     if (r->kinds[j] == 'f') {
         if (v > EXACT_DOUBLE || v < -EXACT_DOUBLE)
@@ -227,8 +236,21 @@ static int leaf(Reader *r, const uint8_t *pg, uint32_t hdr, const Bounds *b) {
                 return DEFER;
             for (int j = 0; j < r->ncols; j++) {
                 if (r->cols[j] == col) {
-                    if (value(r, j, st, rec + body, &r->out[j][r->n]) != OK)
+                    int s = value(r, j, st, rec + body, &r->out[j][r->n]);
+                    if (s == ISNULL) {
+                        r->out[j][r->n] = 0;
+                        if (!r->valid[j]) {
+                            r->valid[j] = malloc((size_t)r->cap);
+                            if (!r->valid[j])
+                                return FAIL;
+                            memset(r->valid[j], 1, (size_t)r->n);
+                        }
+                        r->valid[j][r->n] = 0;
+                    } else if (s != OK) {
                         return DEFER;
+                    } else if (r->valid[j]) {
+                        r->valid[j][r->n] = 1;
+                    }
                     found++;
                 }
             }
@@ -313,7 +335,7 @@ static PyObject *read_table(PyObject *self, PyObject *args) {
     Py_ssize_t ncols = PySequence_Fast_GET_SIZE(seq);
     if (ncols < 1 || ncols > MAX_COLS || ncols != nkinds) {
         Py_DECREF(seq);
-        PyErr_SetString(PyExc_ValueError, "one kind per column, 1 to 8 columns");
+        PyErr_SetString(PyExc_ValueError, "one kind per column, 1 to MAX_COLS columns");
         return NULL;
     }
     Reader r;
@@ -361,25 +383,31 @@ static PyObject *read_table(PyObject *self, PyObject *args) {
     } else if (status == DEFER) {
         result = Py_NewRef(Py_None);
     } else {
-        PyObject *bufs = PyList_New(ncols);
-        if (bufs) {
-            for (int j = 0; j < r.ncols; j++) {
-                PyObject *b = PyBytes_FromStringAndSize((const char *)r.out[j], (Py_ssize_t)(r.n * 8));
-                if (!b) {
-                    Py_CLEAR(bufs);
-                    break;
-                }
+        PyObject *bufs = PyList_New(ncols), *masks = PyList_New(ncols);
+        for (int j = 0; bufs && masks && j < r.ncols; j++) {
+            PyObject *b = PyBytes_FromStringAndSize((const char *)r.out[j], (Py_ssize_t)(r.n * 8));
+            PyObject *m = r.valid[j] ? PyBytes_FromStringAndSize((const char *)r.valid[j], (Py_ssize_t)r.n) : Py_NewRef(Py_None);
+            if (b)
                 PyList_SET_ITEM(bufs, j, b);
-            }
+            if (m)
+                PyList_SET_ITEM(masks, j, m);
+            if (!b || !m)
+                Py_CLEAR(bufs);
         }
-        if (bufs)
-            result = Py_BuildValue("(LN)", (long long)r.n, bufs);
+        if (bufs && masks)
+            result = Py_BuildValue("(LNN)", (long long)r.n, bufs, masks);
+        else {
+            Py_XDECREF(bufs);
+            Py_XDECREF(masks);
+        }
     }
     free(r.block);
     for (int d = 0; d < MAX_DEPTH; d++)
         free(r.inner[d]);
-    for (int j = 0; j < MAX_COLS; j++)
+    for (int j = 0; j < MAX_COLS; j++) {
         free(r.out[j]);
+        free(r.valid[j]);
+    }
     return result;
 }
 
@@ -390,4 +418,9 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sqlpages", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__sqlpages(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__sqlpages(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "MAX_COLS", MAX_COLS) < 0)
+        Py_CLEAR(m);
+    return m;
+}

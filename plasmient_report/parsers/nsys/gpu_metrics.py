@@ -2,7 +2,7 @@
 (typeId, metricId) in TARGET_INFO_GPU_METRICS and placed on the GPU through typeId & 0xFF.
 
 GPU metrics dominate large exports (12.7 M rows at 10 kHz on two GPUs): the table is read once, in rowid ranges
-(a b-tree range each, no scan), from the file's pages (`_Pages`, `_sqlpages.c`) or else through the ADBC driver as
+(a b-tree range each, no scan), from the file's pages (`reader.Pages`, `_sqlpages.c`) or else through the ADBC driver as
 stored — typed value by value in SQL only for a range that holds a value of the wrong kind — by a reader thread
 that stays one range ahead of the inserts; the ranges
 commit pair by pair, a file store writing them compressed as they commit and an in-memory one compressing them at a
@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import queue
 import re
 import sqlite3
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import adbc_driver_manager
@@ -34,13 +32,7 @@ from ... import store
 from ...errors import BadInput
 from ...store import one
 from .metadata import Meta, NsysSource
-from .reader import BATCH_ROWS, LOCK_TIMEOUT_S, SIDE_FILES, Export, _nonempty, _select_sql, c, text
-
-_native: Any
-try:  # the page reader (_sqlpages.c); where it is not built, every chunk goes through the driver
-    from . import _sqlpages as _native
-except ImportError:  # pragma: no cover - a build without a C compiler
-    _native = None
+from .reader import BATCH_ROWS, Export, Pages, _select_sql, c, text
 
 COUNTER_CHUNK_ROWS = 500_000  # GPU_METRICS rows per insert (two at a time, committed together)
 
@@ -110,74 +102,7 @@ _TYPED = [c("timestamp"), c("typeId"), c("metricId"), c("value", typ="f")]
 _SCHEMA = pa.schema([("timestamp", pa.int64()), ("typeId", pa.int64()), ("metricId", pa.int64()), ("value", pa.float64())])
 
 
-_KINDS = b"iiif"  # _COLS as _sqlpages reads them: three integer columns, a number read as a double
-_ROWID_MIN, _ROWID_MAX = -(2**63), 2**63 - 1
-SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
-class _Pages:
-    """GPU_METRICS read from the file's pages (`_sqlpages.c`), chunk by chunk, under a read transaction that keeps
-    any writer out meanwhile: ~10x faster than through the driver (the 486 MiB export's 12.6 M rows 0.5 s, 4.9 s
-    through ADBC), the same rows and values. Only where the file is the database as SQLite reads it — a rollback
-    journal mode file with no -wal or -journal beside it — and the table a plain rowid table (no hidden or
-    generated columns, none of the four its INTEGER PRIMARY KEY). A chunk holding anything the reader leaves to
-    SQLite (see `_sqlpages.c`) gives None: the caller reads it through the driver, as before."""
-
-    def __init__(self, lock: sqlite3.Connection, fd: int, geometry: tuple[int, int, int], root: int, cols: list[int]) -> None:
-        self.lock, self.fd = lock, fd
-        self.args = (*geometry, root, cols, _KINDS)  # geometry: page size, usable bytes per page, pages
-
-    @staticmethod
-    def open(ex: Export, table: str) -> _Pages | None:
-        if _native is None or not ex.is_sqlite or any(_nonempty(Path(str(ex.db) + s)) for s in SIDE_FILES):
-            return None
-        lock = None
-        fd = -1
-        try:
-            lock = sqlite3.connect(ex.uri, uri=True, timeout=LOCK_TIMEOUT_S, check_same_thread=False)
-            lock.execute("BEGIN")
-            row = lock.execute("SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", [table]).fetchone()
-            info = lock.execute(f'PRAGMA table_xinfo("{table.replace(chr(34), chr(34) * 2)}")').fetchall()
-            names = [str(r[1]).lower() for r in info]
-            if not row or not isinstance(row[0], int) or any(r[6] for r in info) or any(x.lower() not in names for x in _COLS):
-                raise LookupError
-            cols = [names.index(x.lower()) for x in _COLS]
-            if any(info[i][5] for i in cols):  # part of the primary key: maybe the rowid itself, not in the record
-                raise LookupError
-            fd = os.open(ex.db, os.O_RDONLY)
-            head = os.pread(fd, 100, 0)  # read under the transaction: the file as SQLite reads it now
-            if len(head) < 100 or head[:16] != SQLITE_MAGIC or head[18] != 1 or head[19] != 1:
-                raise LookupError  # (WAL mode: pages may live in the -wal)
-            page_size = int.from_bytes(head[16:18], "big")
-            page_size = 65536 if page_size == 1 else page_size
-            usable = page_size - head[20]
-            if page_size < 512 or page_size & (page_size - 1) or usable < 480:
-                raise LookupError
-            n_pages = os.fstat(fd).st_size // page_size
-            in_header = int.from_bytes(head[28:32], "big")
-            if in_header and head[24:28] == head[92:96]:  # the header's size, where valid, is SQLite's
-                n_pages = min(n_pages, in_header)
-            return _Pages(lock, fd, (page_size, usable, n_pages), row[0], cols)
-        except (LookupError, OSError, sqlite3.Error):
-            if fd >= 0:
-                os.close(fd)
-            if lock is not None:
-                lock.close()
-            return None
-
-    def chunk(self, chunk: tuple[int, int] | None) -> pa.Table | None:
-        assert _native is not None
-        lo, hi = chunk if chunk else (_ROWID_MIN, _ROWID_MAX)
-        got = _native.read(self.fd, *self.args, lo, hi)
-        if got is None:
-            return None
-        n, bufs = got
-        arrays = [pa.Array.from_buffers(f.type, n, [None, pa.py_buffer(b)]) for f, b in zip(_SCHEMA, bufs, strict=True)]
-        return pa.Table.from_arrays(arrays, schema=_SCHEMA)
-
-    def close(self) -> None:
-        os.close(self.fd)
-        self.lock.close()
+_KINDS = "iiif"  # _COLS as the page reader reads them: three integer columns, a number read as a double
 
 
 def _fast_chunk(conn: Any, table: str, chunk: tuple[int, int] | None) -> pa.Table | None:
@@ -245,11 +170,11 @@ def read_chunks(ex: Export, table: str, chunks: list[tuple[int, int] | None]) ->
         pages = None
         try:
             conn = ex.connect_another()
-            pages = _Pages.open(ex, table)
+            pages = Pages.open(ex, table, _COLS, _KINDS)
             for chunk in chunks:
                 if stop.is_set():
                     return
-                t = pages.chunk(chunk) if pages is not None else None
+                t = pages.read(chunk, _SCHEMA) if pages is not None else None
                 if t is None:
                     t = _fast_chunk(conn, table, chunk)
                 ahead.put(("chunk", t if t is not None else _careful_chunk(ex, table, chunk, conn)))

@@ -24,14 +24,23 @@ from urllib.parse import quote
 
 import adbc_driver_manager
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from ...errors import BadInput
 from ...store import one
 
+_native: Any
+try:  # the page reader (_sqlpages.c); where it is not built, every table goes through the driver
+    from . import _sqlpages as _native
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _native = None
+
 BATCH_ROWS = 65_536
 LOCK_TIMEOUT_S = 2.0  # how long to wait for another process's lock before saying so
 SIDE_FILES = ("-wal", "-journal")
+SQLITE_MAGIC = b"SQLite format 3\x00"
+ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -180,6 +189,79 @@ class Export:
             self._copy_dir = None
 
 
+class Pages:
+    """A table's number columns read from the file's pages (`_sqlpages.c`), under a read transaction that keeps any
+    writer out meanwhile: ~10x faster than through the driver (the 486 MiB export's 12.6 M GPU_METRICS rows 0.5 s,
+    4.9 s through ADBC), the same rows, values and NULLs. Only where the file is the database as SQLite reads it — a
+    rollback-journal file with no -wal or -journal beside it — and the table a plain rowid table (no hidden or
+    generated columns, none of those read in its primary key, so none the rowid itself). A range holding anything
+    the reader leaves to SQLite (see `_sqlpages.c`) reads None: the caller reads it through the driver, as before.
+    `open` gives None where the reader is not built or the file or table does not qualify."""
+
+    def __init__(self, lock: sqlite3.Connection, fd: int, geometry: tuple[int, int, int], root: int, cols: list[int], kinds: str):
+        self.lock, self.fd = lock, fd
+        self.args = (*geometry, root, cols, kinds.encode())  # geometry: page size, usable bytes per page, pages
+
+    @staticmethod
+    def open(ex: Export, table: str, columns: Sequence[str], kinds: str) -> Pages | None:
+        """`columns` by name, each read as its kind in `kinds` ('i' an integer, 'f' a number as a double)."""
+        if _native is None or not ex.is_sqlite or not 0 < len(columns) <= _native.MAX_COLS:
+            return None
+        if any(_nonempty(Path(str(ex.db) + s)) for s in SIDE_FILES):
+            return None
+        lock = None
+        fd = -1
+        try:
+            lock = sqlite3.connect(ex.uri, uri=True, timeout=LOCK_TIMEOUT_S, check_same_thread=False)
+            lock.execute("BEGIN")
+            row = lock.execute("SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", [table]).fetchone()
+            info = lock.execute(f"PRAGMA table_xinfo({_quoted(table)})").fetchall()
+            names = [str(r[1]).lower() for r in info]
+            if not row or not isinstance(row[0], int) or any(r[6] for r in info) or any(x.lower() not in names for x in columns):
+                raise LookupError
+            cols = [names.index(x.lower()) for x in columns]
+            if any(info[i][5] for i in cols):  # part of the primary key: maybe the rowid itself, not in the record
+                raise LookupError
+            fd = os.open(ex.db, os.O_RDONLY)
+            head = os.pread(fd, 100, 0)  # read under the transaction: the file as SQLite reads it now
+            if len(head) < 100 or head[:16] != SQLITE_MAGIC or head[18] != 1 or head[19] != 1:
+                raise LookupError  # (WAL mode: pages may live in the -wal)
+            page_size = int.from_bytes(head[16:18], "big")
+            page_size = 65536 if page_size == 1 else page_size
+            usable = page_size - head[20]
+            if page_size < 512 or page_size & (page_size - 1) or usable < 480:
+                raise LookupError
+            n_pages = os.fstat(fd).st_size // page_size
+            in_header = int.from_bytes(head[28:32], "big")
+            if in_header and head[24:28] == head[92:96]:  # the header's size, where valid, is SQLite's
+                n_pages = min(n_pages, in_header)
+            return Pages(lock, fd, (page_size, usable, n_pages), row[0], cols, kinds)
+        except (LookupError, OSError, sqlite3.Error):
+            if fd >= 0:
+                os.close(fd)
+            if lock is not None:
+                lock.close()
+            return None
+
+    def read(self, rowids: tuple[int, int] | None, schema: pa.Schema) -> pa.Table | None:
+        """The rows whose rowid is in `rowids` (inclusive; None: all), as `schema` (int64 / float64 fields, one per
+        column), or None (see the class)."""
+        lo, hi = rowids if rowids else (ROWID_MIN, ROWID_MAX)
+        got = _native.read(self.fd, *self.args, lo, hi)
+        if got is None:
+            return None
+        n, bufs, masks = got
+        arrays = []
+        for f, b, m in zip(schema, bufs, masks, strict=True):
+            valid = None if m is None else pa.py_buffer(np.packbits(np.frombuffer(m, np.bool_), bitorder="little"))
+            arrays.append(pa.Array.from_buffers(f.type, n, [valid, pa.py_buffer(b)]))
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+    def close(self) -> None:
+        os.close(self.fd)
+        self.lock.close()
+
+
 def _nonempty(p: Path) -> bool:
     try:
         return p.stat().st_size > 0 and os.path.isfile(p)
@@ -259,13 +341,34 @@ def _stage_as_stored(
     con: duckdb.DuckDBPyConnection, ex: Export, name: str, table: str, cols: Sequence[Col], where: str | None
 ) -> bool:
     """The fast path of `stage` for a table of integer columns: read as stored, without the per-value CASE of
-    `_select_sql` (half the read of a kernel or runtime table). Taken only when every value is what the typed
-    read would give unchanged — the driver types the columns as integers and fails on a value of another kind
-    (a real, text, a blob) —; False (nothing staged) otherwise, and the typed read runs."""
+    `_select_sql` (half the read of a kernel or runtime table), from the file's pages where it can (`Pages`), else
+    through the driver. Taken only when every value is what the typed read would give unchanged — the page reader
+    leaves a table holding any other kind to the driver, the driver types the columns as integers and fails on a
+    value of another kind (a real, text, a blob) —; False (nothing staged) otherwise, and the typed read runs."""
     picks = [(c, next((s for s in c.src if ex.has(table, s)), None)) for c in cols]
     present = [(c, s) for c, s in picks if s]
     if not present:
         return False
+    select = ", ".join(
+        f"{_quoted(c.out)}::BIGINT AS {_quoted(c.out)}" if s else f"NULL::BIGINT AS {_quoted(c.out)}" for c, s in picks
+    )
+
+    def create(rows: Any) -> None:
+        con.register("_nsys_in", rows)
+        try:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {select} FROM _nsys_in")
+        finally:
+            con.unregister("_nsys_in")
+
+    pages = Pages.open(ex, table, [s for _, s in present], "i" * len(present)) if where is None else None
+    if pages is not None:  # from the file's pages (the same rows and NULLs), else through the driver
+        try:
+            rows = pages.read(None, pa.schema([(c.out, pa.int64()) for c, _ in present]))
+        finally:
+            pages.close()
+        if rows is not None:
+            create(rows)
+            return True
     sql = f"SELECT {', '.join(f'{_quoted(s)} AS {_quoted(c.out)}' for c, s in present)} FROM {_quoted(table)}"
     cur = ex.adbc().cursor()
     try:
@@ -275,14 +378,7 @@ def _stage_as_stored(
         rdr = cur.fetch_record_batch()
         if not all(pa.types.is_integer(f.type) for f in rdr.schema):
             return False
-        select = ", ".join(
-            f"{_quoted(c.out)}::BIGINT AS {_quoted(c.out)}" if s else f"NULL::BIGINT AS {_quoted(c.out)}" for c, s in picks
-        )
-        con.register("_nsys_in", rdr)
-        try:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {select} FROM _nsys_in")
-        finally:
-            con.unregister("_nsys_in")
+        create(rdr)
         return True
     except (duckdb.Error, OSError, pa.ArrowException, sqlite3.Error, adbc_driver_manager.Error):
         # a value of another kind (the driver's type mismatch), or any other failure: the typed read decides
