@@ -8,6 +8,8 @@ from __future__ import annotations
 import csv
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -233,7 +235,6 @@ def test_gpu_metrics_are_stored_in_the_exports_order(monkeypatch: pytest.MonkeyP
     path = corpus_file(WORKLOAD)
     monkeypatch.setattr(gpu_metrics, "COUNTER_CHUNK_ROWS", 20_000)
     monkeypatch.setattr(nsys.reader, "BATCH_ROWS", 2_048)
-    monkeypatch.setattr(gpu_metrics, "BATCH_ROWS", 2_048)
     con = store.connect()
     con.execute("SET threads = 2")
     nsys.ingest(path, con, 0)
@@ -796,3 +797,19 @@ def test_peak_precision_assumed_without_dtypes_is_said(workload):
     assert "bf16 assumed" in peaks[0].peak.source
     _, peaks = metrics.assign_peaks(con.cursor(), load_table(), "fp8", None, None)
     assert "assumed" not in peaks[0].peak.source
+
+
+def test_an_nsys_ingest_does_not_import_polars():
+    """polars is for the counter-log parsers only (parsers/_polars.py: ~0.1 s and ~45 MiB resident): reading an nsys
+    export through the ADBC driver must not import it (the driver's DB-API module does, when polars is installed).
+    In a fresh interpreter, where nothing else has imported it; a committed export whose text columns go through the
+    driver (StringIds, NVTX_EVENTS)."""
+    sample = Path(__file__).parent.parent / "sample_traces/h200_single/nsys_single.sqlite"
+    code = (
+        "import sys; from pathlib import Path; from plasmient_report import store; from plasmient_report.parsers import nsys\n"
+        f"con = store.connect(); info = nsys.ingest(Path({str(sample)!r}), con, 0)\n"
+        "n = con.execute('SELECT count(*) FROM kernels').fetchone()[0]\n"
+        "print(n, 'adbc_driver_sqlite' in sys.modules, 'polars' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert int(out[0]) > 0 and out[1:] == ["True", "False"]

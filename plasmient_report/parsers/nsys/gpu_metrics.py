@@ -32,7 +32,7 @@ from ... import store
 from ...errors import BadInput
 from ...store import one
 from .metadata import Meta, NsysSource
-from .reader import BATCH_ROWS, Export, Pages, _select_sql, c, text
+from .reader import Export, Pages, _select_sql, c, text
 
 COUNTER_CHUNK_ROWS = 500_000  # GPU_METRICS rows per insert (two at a time, committed together)
 
@@ -113,8 +113,6 @@ def _fast_chunk(conn: Any, table: str, chunk: tuple[int, int] | None) -> pa.Tabl
     cols = ", ".join(f'"{x}"' for x in _COLS)
     cur = conn.cursor()
     try:
-        with contextlib.suppress(Exception):  # older drivers: default batch size
-            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
         cur.execute(f'SELECT {cols} FROM "{table}"{where}')
         t = cur.fetch_arrow_table()
     except (OSError, adbc_driver_manager.Error):
@@ -136,8 +134,6 @@ def _careful_chunk(ex: Export, table: str, chunk: tuple[int, int] | None, conn: 
         cur, rdr = ex.scan(table, _TYPED, where=where)
     else:
         cur = conn.cursor()
-        with contextlib.suppress(Exception):  # older drivers: default batch size
-            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
         cur.execute(_select_sql(ex, table, _TYPED, where))
         rdr = cur.fetch_record_batch()
     try:

@@ -68,7 +68,7 @@ class Export:
         self.path = path
         self.notes: list[str] = []
         self._copy_dir: Path | None = None
-        self._adbc: Any = None
+        self._adbc: Driver | None = None
         db = self._recovered(path)
         self.db = db  # the file SQLite reads: the input, or the copy it recovered
         self.uri = f"file:{quote(str(db.resolve()))}?mode=ro"
@@ -164,18 +164,14 @@ class Export:
         Returns (a handle to close after reading, the reader)."""
         return _reader(self, _select_sql(self, table, cols, where))
 
-    def adbc(self) -> Any:
+    def adbc(self) -> Driver:
         if self._adbc is None:
-            import adbc_driver_sqlite.dbapi as adbc
-
-            self._adbc = adbc.connect(self.uri)
+            self._adbc = Driver(self.uri)
         return self._adbc
 
-    def connect_another(self) -> Any:
+    def connect_another(self) -> Driver:
         """A second driver connection to the same file (for reading chunks of a table in parallel)."""
-        import adbc_driver_sqlite.dbapi as adbc
-
-        return adbc.connect(self.uri)
+        return Driver(self.uri)
 
     def close(self) -> None:
         with contextlib.suppress(AttributeError, sqlite3.Error):
@@ -262,6 +258,58 @@ class Pages:
         self.lock.close()
 
 
+class Driver:
+    """A connection of the ADBC SQLite driver, through its own API (`adbc_driver_manager`), not its DB-API module:
+    that module registers a polars backend whenever polars can be imported, and importing polars costs every nsys
+    run ~0.1 s and ~45 MiB resident (parsers/_polars.py) for Arrow the tool never asks of it. As the DB-API module
+    connects: autocommit off (the connection reads in one transaction)."""
+
+    def __init__(self, uri: str) -> None:
+        import adbc_driver_sqlite
+
+        self._db = adbc_driver_sqlite.connect(uri)
+        try:
+            self._conn = adbc_driver_manager.AdbcConnection(self._db)
+            self._conn.set_autocommit(False)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def cursor(self) -> Cursor:
+        return Cursor(self._conn)
+
+    def close(self) -> None:
+        try:
+            with contextlib.suppress(adbc_driver_manager.Error):
+                self._conn.rollback()
+            self._conn.close()
+        finally:
+            self._db.close()
+
+
+class Cursor:
+    """One statement of a `Driver`: `execute`, then its rows as an Arrow stream or table; `close` after reading."""
+
+    def __init__(self, conn: Any) -> None:
+        self._stmt = adbc_driver_manager.AdbcStatement(conn)
+        with contextlib.suppress(adbc_driver_manager.Error):  # older drivers: their default batch size
+            self._stmt.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+        self._stream: Any = None
+
+    def execute(self, sql: str) -> None:
+        self._stmt.set_sql_query(sql)
+        self._stream, _ = self._stmt.execute_query()
+
+    def fetch_record_batch(self) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader._import_from_c(self._stream.address)
+
+    def fetch_arrow_table(self) -> pa.Table:
+        return self.fetch_record_batch().read_all()
+
+    def close(self) -> None:
+        self._stmt.close()
+
+
 def _nonempty(p: Path) -> bool:
     try:
         return p.stat().st_size > 0 and os.path.isfile(p)
@@ -322,8 +370,6 @@ def valid_utf8(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def _reader(ex: Export, sql: str) -> tuple[Any, pa.RecordBatchReader]:
     cur = ex.adbc().cursor()
-    with contextlib.suppress(Exception):  # older drivers: default batch size
-        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
     cur.execute(sql)
     rdr = cur.fetch_record_batch()
     if any(pa.types.is_string(f.type) for f in rdr.schema):
@@ -372,8 +418,6 @@ def _stage_as_stored(
     sql = f"SELECT {', '.join(f'{_quoted(s)} AS {_quoted(c.out)}' for c, s in present)} FROM {_quoted(table)}"
     cur = ex.adbc().cursor()
     try:
-        with contextlib.suppress(Exception):  # older drivers: default batch size
-            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
         cur.execute(sql + (f" WHERE {where}" if where else ""))
         rdr = cur.fetch_record_batch()
         if not all(pa.types.is_integer(f.type) for f in rdr.schema):
