@@ -8,13 +8,17 @@
      n_pages   the pages the file holds (no page number above it is followed)
      root      the table's root page (sqlite_master.rootpage)
      cols      the record's column numbers to read (at most MAX_COLS, a module constant)
-     kinds     one byte per column: 'i' an integer column, 'f' a number read as a double
+     kinds     one byte per column: 'i' an integer column, 'f' a number read as a double, 's' text (as CAST AS TEXT
+               of text or a blob gives it), 'b' a blob (as the driver's typed read: a blob's or text's bytes, NULL
+               for a number); the caller asks for 's' and 'b' only of a UTF-8 file
      lo, hi    the rowids to read, inclusive
-   returns (n, buffers, masks): n rows in rowid order, one buffer of n int64 (kind 'i') or float64 (kind 'f') per
-   column, and per column None (no NULL) or n bytes, 0 where the value is NULL (a NULL, or a NaN, which SQLite
-   reads as NULL); or None wherever SQLite's own reading could give anything else, so that the caller reads the
-   range the way it always did: a value of another kind (text, a blob, a real in an integer column, an integer
-   beyond 2^53 in a number column), a payload spilling to overflow pages, a record
+   returns (n, buffers, masks, datas): n rows in rowid order; per column one buffer of n int64 (kind 'i') or float64
+   (kind 'f'), or for 's' and 'b' Arrow's n + 1 int64 offsets into its bytes in datas (None for numbers); and per
+   column None (no NULL) or n bytes, 0 where the value is NULL (a NULL, or a NaN, which SQLite reads as NULL).
+   Payloads on overflow pages are gathered. None wherever SQLite's own reading could give anything else, so that
+   the caller reads the range the way it always did: a value of another kind (text or a blob in a number column,
+   a real in an integer column, an integer beyond 2^53 in a number column, a number in a text column), a broken
+   overflow chain, a record
    with fewer columns, a page that is not a table b-tree page, any offset or size outside its page, keys or rowids
    out of order or outside the range their parents' keys give their page (SQLite's seek and ours then agree on
    every page read), a tree deeper than SQLite's own limit or visiting more pages than the file holds (a cycle), a failed
@@ -57,8 +61,12 @@ typedef struct {
     int have_last, done;
     int64_t last;
     int64_t n, cap;
-    int64_t *out[MAX_COLS];
+    int64_t *out[MAX_COLS];   /* values; for text and blobs each row's end offset in data */
     uint8_t *valid[MAX_COLS]; /* one byte a row (1: a value), from a column's first NULL on */
+    uint8_t *data[MAX_COLS];  /* text and blob columns: their bytes one after the other */
+    int64_t dlen[MAX_COLS], dcap[MAX_COLS];
+    uint8_t *payload, *ovpage; /* a payload gathered from its overflow pages; one overflow page */
+    uint64_t payload_cap;
 } Reader;
 
 /* A varint at p (SQLite's: big-endian 7-bit groups, the ninth byte whole), not past end; 0 if it would be. */
@@ -110,6 +118,41 @@ static const uint8_t *page(Reader *r, uint64_t pg) {
     return r->block;
 }
 
+/* Page `pg` into `buf` (an overflow page: read apart, so the block holding the leaf stays). */
+static int read_page(Reader *r, uint64_t pg, uint8_t *buf) {
+    if (pg < 1 || pg > r->n_pages)
+        return DEFER;
+    size_t got = 0;
+    off_t at = (off_t)((pg - 1) * (uint64_t)r->page_size);
+    while (got < r->page_size) {
+        ssize_t k = pread(r->fd, buf + got, r->page_size - got, at + (off_t)got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return DEFER;
+        got += (size_t)k;
+    }
+    return OK;
+}
+
+static int append_bytes(Reader *r, int j, const uint8_t *p, int64_t len) {
+    if (len == 0)
+        return OK;
+    if (r->dlen[j] + len > r->dcap[j]) {
+        int64_t cap = r->dcap[j] ? r->dcap[j] : 1 << 16;
+        while (cap < r->dlen[j] + len)
+            cap *= 2;
+        uint8_t *d = realloc(r->data[j], (size_t)cap);
+        if (!d)
+            return FAIL;
+        r->data[j] = d;
+        r->dcap[j] = cap;
+    }
+    memcpy(r->data[j] + r->dlen[j], p, (size_t)len);
+    r->dlen[j] += len;
+    return OK;
+}
+
 static int grow(Reader *r) {
     int64_t cap = r->cap ? r->cap * 2 : 65536;
     for (int j = 0; j < r->ncols; j++) {
@@ -128,9 +171,22 @@ static int grow(Reader *r) {
     return OK;
 }
 
-/* One value of serial type `st` at p (its `len` bytes checked by the caller) as column j's kind. */
-static inline int value(Reader *r, int j, uint64_t st, const uint8_t *p, int64_t *dst) {
+/* One value of serial type `st` at p (its `len` bytes checked by the caller) as column j's kind, into *dst (for text
+   and blobs the column's end offset); ISNULL for a NULL (*dst 0, or the offset unchanged). */
+static inline int value(Reader *r, int j, uint64_t st, const uint8_t *p, int64_t len, int64_t *dst) {
     int64_t v;
+    if (r->kinds[j] == 's' || r->kinds[j] == 'b') {
+        *dst = r->dlen[j];
+        if (st == 0)
+            return ISNULL;
+        if (st >= 12) {  /* text or a blob: its bytes (CAST AS TEXT / AS BLOB keep them; the file is UTF-8) */
+            int s = append_bytes(r, j, p, len);
+            *dst = r->dlen[j];
+            return s;
+        }
+        /* a number: CAST AS TEXT formats it SQLite's way (left to SQLite); the blob read's CASE gives NULL */
+        return r->kinds[j] == 'b' ? ISNULL : DEFER;
+    }
     switch (st) {
     case 1: v = (int8_t)p[0]; break;
     case 2: v = (int16_t)be16(p); break;
@@ -146,12 +202,14 @@ static inline int value(Reader *r, int j, uint64_t st, const uint8_t *p, int64_t
         uint64_t bits = ((uint64_t)be32(p) << 32) | be32(p + 4);
         double d;
         memcpy(&d, &bits, 8);
-        if (isnan(d))
+        if (isnan(d)) {
+            *dst = 0;
             return ISNULL;  /* as SQLite reads it */
+        }
         memcpy(dst, &d, 8);
         return OK;
     }
-    case 0: return ISNULL;
+    case 0: *dst = 0; return ISNULL;
     default: return DEFER;  /* text, a blob, the reserved 10 and 11 */
     }
     if (r->kinds[j] == 'f') {
@@ -203,8 +261,18 @@ static int leaf(Reader *r, const uint8_t *pg, uint32_t hdr, const Bounds *b) {
             return DEFER;
         p += k;
         int64_t rowid = (int64_t)rowid_u;
-        if (size > max_local || (uint64_t)(end - p) < size)
-            return DEFER;  /* spills to overflow pages, or runs past the page */
+        /* The payload's bytes on this page (fileformat2.html §1.6: all of it up to U - 35 bytes, else M + (P - M) %
+           (U - 4) when that fits, else M), the rest on a chain of overflow pages after a 4-byte page number. */
+        uint64_t local = size;
+        if (size > max_local) {
+            uint64_t m = ((uint64_t)(r->usable - 12) * 32 / 255) - 23;
+            uint64_t kk = m + (size - m) % (r->usable - 4);
+            local = kk <= max_local ? kk : m;
+            if ((uint64_t)(end - p) < local + 4 || size > r->n_pages * (uint64_t)r->usable)
+                return DEFER;
+        } else if ((uint64_t)(end - p) < size) {
+            return DEFER;  /* runs past the page */
+        }
         if ((r->have_last && rowid <= r->last) || !within(b, rowid))
             return DEFER;  /* rowids out of order, or outside what the parents' keys give this page */
         r->have_last = 1;
@@ -214,6 +282,26 @@ static int leaf(Reader *r, const uint8_t *pg, uint32_t hdr, const Bounds *b) {
         if (rowid > r->hi) {
             r->done = 1;  /* past hi: nothing further is read, but this page's order still checked (as below) */
             continue;
+        }
+        if (local < size) {  /* gather the payload */
+            if (size > r->payload_cap) {
+                uint8_t *q = realloc(r->payload, (size_t)size);
+                if (!q)
+                    return FAIL;
+                r->payload = q;
+                r->payload_cap = size;
+            }
+            memcpy(r->payload, p, (size_t)local);
+            uint64_t have = local, next = be32(p + local);
+            while (have < size) {
+                if (read_page(r, next, r->ovpage) != OK)
+                    return DEFER;
+                uint64_t take = size - have < r->usable - 4 ? size - have : r->usable - 4;
+                memcpy(r->payload + have, r->ovpage + 4, (size_t)take);
+                have += take;
+                next = be32(r->ovpage);
+            }
+            p = r->payload;
         }
         const uint8_t *rec = p, *rend = p + size;
         uint64_t hsize;
@@ -236,9 +324,10 @@ static int leaf(Reader *r, const uint8_t *pg, uint32_t hdr, const Bounds *b) {
                 return DEFER;
             for (int j = 0; j < r->ncols; j++) {
                 if (r->cols[j] == col) {
-                    int s = value(r, j, st, rec + body, &r->out[j][r->n]);
+                    int s = value(r, j, st, rec + body, len, &r->out[j][r->n]);
+                    if (s == FAIL)
+                        return FAIL;
                     if (s == ISNULL) {
-                        r->out[j][r->n] = 0;
                         if (!r->valid[j]) {
                             r->valid[j] = malloc((size_t)r->cap);
                             if (!r->valid[j])
@@ -295,8 +384,8 @@ static int walk(Reader *r, uint64_t pgno, int depth, const Bounds *b) {
     Bounds child = *b;  /* child i holds the rowids above key i - 1 (the page's lower bound for the first), up to key i */
     for (uint32_t i = 0; i < ncells; i++) {
         uint32_t off = be16(pg + hdr + 12 + 2 * i);
-        uint64_t key_u;
-        getvarint(pg + off + 4, end, &key_u);
+        uint64_t key_u = 0;
+        getvarint(pg + off + 4, end, &key_u);  /* (checked above) */
         int64_t key = (int64_t)key_u;
         if (child.has_lower && child.lower >= r->hi)
             return OK;  /* this child's rowids are above hi */
@@ -350,7 +439,7 @@ static PyObject *read_table(PyObject *self, PyObject *args) {
     r.maxcol = -1;
     for (Py_ssize_t j = 0; j < ncols; j++) {
         long c = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, j));
-        if ((c == -1 && PyErr_Occurred()) || c < 0 || c > 32767 || (kinds[j] != 'i' && kinds[j] != 'f')) {
+        if ((c == -1 && PyErr_Occurred()) || c < 0 || c > 32767 || !strchr("ifsb", kinds[j]) || !kinds[j]) {
             Py_DECREF(seq);
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_ValueError, "bad column or kind");
@@ -365,6 +454,9 @@ static PyObject *read_table(PyObject *self, PyObject *args) {
     int status = OK;
     Py_BEGIN_ALLOW_THREADS
     r.block = malloc((size_t)BLOCK_PAGES * page_size);
+    r.ovpage = malloc(page_size);
+    if (!r.ovpage)
+        status = FAIL;
     for (int d = 0; d < MAX_DEPTH && r.block; d++) {
         r.inner[d] = malloc(page_size);
         if (!r.inner[d])
@@ -383,30 +475,50 @@ static PyObject *read_table(PyObject *self, PyObject *args) {
     } else if (status == DEFER) {
         result = Py_NewRef(Py_None);
     } else {
-        PyObject *bufs = PyList_New(ncols), *masks = PyList_New(ncols);
-        for (int j = 0; bufs && masks && j < r.ncols; j++) {
-            PyObject *b = PyBytes_FromStringAndSize((const char *)r.out[j], (Py_ssize_t)(r.n * 8));
-            PyObject *m = r.valid[j] ? PyBytes_FromStringAndSize((const char *)r.valid[j], (Py_ssize_t)r.n) : Py_NewRef(Py_None);
+        PyObject *bufs = PyList_New(ncols), *masks = PyList_New(ncols), *datas = PyList_New(ncols);
+        for (int j = 0; bufs && masks && datas && j < r.ncols; j++) {
+            int text = r.kinds[j] == 's' || r.kinds[j] == 'b';
+            PyObject *b, *m, *d;
+            if (text) {  /* Arrow's offsets: n + 1, from 0 */
+                b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((r.n + 1) * 8));
+                if (b) {
+                    int64_t zero = 0;
+                    memcpy(PyBytes_AS_STRING(b), &zero, 8);
+                    if (r.n)
+                        memcpy(PyBytes_AS_STRING(b) + 8, r.out[j], (size_t)r.n * 8);
+                }
+                d = PyBytes_FromStringAndSize((const char *)(r.data[j] ? r.data[j] : (uint8_t *)""), (Py_ssize_t)r.dlen[j]);
+            } else {
+                b = PyBytes_FromStringAndSize((const char *)r.out[j], (Py_ssize_t)(r.n * 8));
+                d = Py_NewRef(Py_None);
+            }
+            m = r.valid[j] ? PyBytes_FromStringAndSize((const char *)r.valid[j], (Py_ssize_t)r.n) : Py_NewRef(Py_None);
             if (b)
                 PyList_SET_ITEM(bufs, j, b);
             if (m)
                 PyList_SET_ITEM(masks, j, m);
-            if (!b || !m)
+            if (d)
+                PyList_SET_ITEM(datas, j, d);
+            if (!b || !m || !d)
                 Py_CLEAR(bufs);
         }
-        if (bufs && masks)
-            result = Py_BuildValue("(LNN)", (long long)r.n, bufs, masks);
+        if (bufs && masks && datas)
+            result = Py_BuildValue("(LNNN)", (long long)r.n, bufs, masks, datas);
         else {
             Py_XDECREF(bufs);
             Py_XDECREF(masks);
+            Py_XDECREF(datas);
         }
     }
     free(r.block);
+    free(r.ovpage);
+    free(r.payload);
     for (int d = 0; d < MAX_DEPTH; d++)
         free(r.inner[d]);
     for (int j = 0; j < MAX_COLS; j++) {
         free(r.out[j]);
         free(r.valid[j]);
+        free(r.data[j]);
     }
     return result;
 }
