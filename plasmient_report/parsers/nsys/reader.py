@@ -5,7 +5,10 @@ SQLite semantics are kept, never bypassed: the file is opened `mode=ro` (not `im
 lock is respected (one clear line when it holds the database), and a database with side files is recovered the
 way SQLite recovers it — committed frames of a `-wal` applied, a hot `-journal` rolled back — on a private copy:
 the input and its side files are never written (a read-only connection would otherwise write the `-shm`).
-Only tables are read (a view, even an endlessly recursive one, never is).
+Only tables are read (a view, even an endlessly recursive one, never is). Tables are read from the file's pages
+(`Pages`, `_sqlpages.c`) only where the file alone is the database SQLite reads (rollback-journal mode, no side
+file) and only under SQLite's own shared lock, held by a read transaction: the same rows SQLite gives, or the
+driver reads them.
 """
 
 from __future__ import annotations
