@@ -412,11 +412,13 @@ def test_text_and_blob_columns_read_as_the_typed_read_gives_them(tmp_path: Path)
 @needs_native
 def test_every_staging_table_is_the_same_read_from_pages_or_through_the_driver(monkeypatch: pytest.MonkeyPatch, path):
     """The staging tables of real exports (kernels, runtime calls, NVTX with their text and domains, strings, …)
-    filled from the pages and through the driver alone: the same rows in the same order."""
+    filled from the pages — whole, and a range of 1,000 rows at a time — and through the driver alone: the same
+    rows in the same order."""
     path = path if isinstance(path, Path) else corpus_file(path)
     staged = []
-    for page_reader in (native, None):
+    for page_reader, chunk in ((native, reader.STAGE_CHUNK_ROWS), (native, 1_000), (None, 0)):
         monkeypatch.setattr(reader, "_native", page_reader)
+        monkeypatch.setattr(reader, "STAGE_CHUNK_ROWS", chunk)
         con = store.connect()
         ex = nsys.reader.Export(path)
         try:
@@ -429,6 +431,7 @@ def test_every_staging_table_is_the_same_read_from_pages_or_through_the_driver(m
         ]
         staged.append({t: con.execute(f"SELECT * FROM {t}").fetchall() for t in names})
         con.close()
-    assert staged[0].keys() == staged[1].keys() and len(staged[0]) >= 10
+    assert staged[0].keys() == staged[2].keys() and len(staged[0]) >= 10
     assert sum(len(v) for v in staged[0].values()) > 10_000
-    assert staged[0] == staged[1]
+    assert staged[0] == staged[2]
+    assert staged[1] == staged[2]

@@ -18,7 +18,6 @@ import contextlib
 import itertools
 import queue
 import re
-import sqlite3
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -32,7 +31,7 @@ from ... import store
 from ...errors import BadInput
 from ...store import one
 from .metadata import Meta, NsysSource
-from .reader import Export, Pages, _select_sql, c, text
+from .reader import Export, Pages, _select_sql, c, rowid_ranges, text
 
 COUNTER_CHUNK_ROWS = 500_000  # GPU_METRICS rows per insert (two at a time, committed together)
 
@@ -57,42 +56,8 @@ PERCENT_METRICS = {"sm_active", "sm_issue", "tensor_active", "dram_read", "dram_
 
 
 def rowid_chunks(ex: Export, table: str) -> list[tuple[int, int] | None]:
-    """rowid ranges of about COUNTER_CHUNK_ROWS rows (a rowid range is a b-tree range in SQLite: no full scan);
-    one unbounded chunk for small tables or tables without rowid, and for Arrow-family exports (streamed)."""
-    if not ex.is_sqlite:
-        return [None]
-    try:
-        ((lo,),) = ex.rows(f'SELECT min(rowid) FROM "{table}"')
-        ((hi,),) = ex.rows(f'SELECT max(rowid) FROM "{table}"')
-    except sqlite3.DatabaseError:
-        return [None]
-    if lo is None or hi is None or hi - lo < COUNTER_CHUNK_ROWS:
-        return [None]
-    n_chunks = (hi - lo) // COUNTER_CHUNK_ROWS + 1
-    # Sparse rowids (an edited or hostile file) ask for more ranges than there are rows: then no more chunks than the
-    # rows need. Counted only when the file could not hold that many rows: a count scans the table (0.48 s for the
-    # 49.8 M rows of a 1.9 GiB export), its size in bytes is known.
-    if n_chunks > 64 and n_chunks > _most_rows(ex) // COUNTER_CHUNK_ROWS + 1:
-        ((count,),) = ex.rows(f'SELECT count(*) FROM "{table}"')
-        n_chunks = min(n_chunks, count // COUNTER_CHUNK_ROWS + 1)
-    stride = -(-(hi - lo + 1) // n_chunks)
-    return [(a, min(a + stride - 1, hi)) for a in range(lo, hi + 1, stride)]
-
-
-# The fewest bytes of its file a row of a four-column SQLite table (GPU_METRICS) takes: a leaf cell's 2-byte pointer,
-# its payload size and rowid (a byte each at least) and its record header (a byte, and one per column); a value 0 or
-# 1 takes none. (9 in all: 8 errs towards more rows, so towards not counting.)
-MIN_SQLITE_ROW_BYTES = 8
-
-
-def _most_rows(ex: Export) -> int:
-    """The most rows a four-column table of the SQLite file could hold: its pages' bytes over MIN_SQLITE_ROW_BYTES."""
-    try:
-        ((pages,),) = ex.rows("PRAGMA page_count")
-        ((size,),) = ex.rows("PRAGMA page_size")
-    except (sqlite3.DatabaseError, ValueError):
-        return 0
-    return int(pages) * int(size) // MIN_SQLITE_ROW_BYTES
+    """GPU_METRICS' rowid ranges of about COUNTER_CHUNK_ROWS rows (reader.rowid_ranges)."""
+    return rowid_ranges(ex, table, COUNTER_CHUNK_ROWS)
 
 
 _COLS = ("timestamp", "typeId", "metricId", "value")
