@@ -671,7 +671,7 @@ def align_counters(
         r: (int(s), int(e))
         for r, s, e in con.execute(
             "SELECT rank, start_ns, end_ns FROM rank_span_of('clocked_kernels', 'clocked_ops', 'clocked_api_calls', "
-            "'clocked_ranges')"
+            "'clocked_ranges') WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL"  # (a rank of events without times)
         ).fetchall()
     }
     origin = min((s for s, _ in spans.values()), default=0)

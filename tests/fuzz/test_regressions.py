@@ -133,6 +133,27 @@ PROGRAMS = [
         True,
         "TypeError in judge.build: ranks [None, 0, 1] (copies of no known process in a two-process report)",
     ),
+    (
+        "nsys",
+        0,
+        [("sql_metadata", 3230856997), ("sql_wrong_values", 1802036398), ("sql_wrong_values", 3343551243)],
+        False,
+        "UnicodeDecodeError in nsys.Export: SQLite's message about a damaged schema quoted bytes that are not UTF-8",
+    ),
+    (
+        "nsys",
+        0,
+        [("sql_times", 1313383042), ("sql_times", 1204525867), ("sql_wrong_values", 711893674)],
+        False,
+        "OutOfRangeException in nsys.emit_activities: a kernel's static + dynamic shared memory overflowing int64",
+    ),
+    (
+        "nsys",
+        0,
+        [("sql_drop_column", 3857627677), ("sql_wrong_values", 1827821982)],
+        True,
+        "TypeError in align.align_counters: a rank whose events have no times (its span NULL)",
+    ),
 ]
 
 

@@ -72,6 +72,8 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> NsysSo
         return info
     except pa.ArrowException as e:
         raise BadInput(path, f"corrupt {ex.format.removeprefix('nsys-')} export ({str(e).strip().splitlines()[0]})") from None
+    except UnicodeDecodeError:  # SQLite's message about a damaged schema, quoting bytes that are not UTF-8
+        raise BadInput(path, "corrupt SQLite export (its schema is damaged)") from None
     except (sqlite3.DatabaseError, adbc_driver_manager.Error) as e:
         # a page the header promised is corrupt or missing: found only when a query reaches it
         text = str(e).strip().splitlines()[0] if str(e).strip() else str(e)

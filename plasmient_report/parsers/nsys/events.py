@@ -173,7 +173,13 @@ def drop_impossible_times(con: duckdb.DuckDBPyConnection, path: Path, info: Nsys
         info.notes.append("events left out: " + ", ".join(f"{n} with {r}" for r, n in counts.items()))
     # Descriptive ids out of their type's range (CUPTI's are 32-bit) are unknown, not errors.
     for t, cols in (
-        ("_ns_kernel", ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread", "correlationId")),
+        (
+            "_ns_kernel",
+            (
+                *("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread", "correlationId"),
+                *("staticSharedMemory", "dynamicSharedMemory"),  # (summed: beyond 32 bits the sum could overflow)
+            ),
+        ),
         ("_ns_memcpy", ("correlationId",)),
         ("_ns_memset", ("correlationId",)),
         ("_ns_sync", ("correlationId",)),

@@ -95,6 +95,9 @@ class Export:
         except sqlite3.DatabaseError as e:
             self.close()
             raise BadInput(path, f"not a readable SQLite database ({e})") from None
+        except UnicodeDecodeError:  # SQLite's message about a damaged schema, quoting bytes that are not UTF-8
+            self.close()
+            raise BadInput(path, "not a readable SQLite database (its schema is damaged)") from None
 
     def _recovered(self, path: Path) -> Path:
         """The file to read: the input itself, or — when SQLite would have to write to read it (committed frames
