@@ -1,6 +1,6 @@
-/* A rowid table's number columns read straight from the SQLite file's pages: GPU_METRICS (gpu_metrics.py) without
-   SQLite's virtual machine, which spends ~330 ns a row decoding records one value at a time (12.6 M rows: 4.2 s
-   of one core through sqlite3_step, 4.9 s through the ADBC driver).
+/* A rowid table's columns read straight from the SQLite file's pages: the nsys export's tables (reader.Pages) without
+   SQLite's virtual machine, which spends ~330 ns a row decoding records one value at a time (GPU_METRICS' 12.6 M
+   rows: 4.2 s of one core through sqlite3_step, 4.9 s through the ADBC driver; ~0.5 s here).
 
    read(fd, page_size, usable, n_pages, root, cols, kinds, lo, hi)
      fd        an open descriptor of the database file (read with pread: never mapped, never written)
@@ -15,15 +15,16 @@
    returns (n, buffers, masks, datas): n rows in rowid order; per column one buffer of n int64 (kind 'i') or float64
    (kind 'f'), or for 's' and 'b' Arrow's n + 1 int64 offsets into its bytes in datas (None for numbers); and per
    column None (no NULL) or n bytes, 0 where the value is NULL (a NULL, or a NaN, which SQLite reads as NULL).
-   Payloads on overflow pages are gathered. None wherever SQLite's own reading could give anything else, so that
-   the caller reads the range the way it always did: a value of another kind (text or a blob in a number column,
-   a real in an integer column, an integer beyond 2^53 in a number column, a number in a text column), a broken
-   overflow chain, a record
-   with fewer columns, a page that is not a table b-tree page, any offset or size outside its page, keys or rowids
-   out of order or outside the range their parents' keys give their page (SQLite's seek and ours then agree on
-   every page read), a tree deeper than SQLite's own limit or visiting more pages than the file holds (a cycle), a failed
-   read. The caller holds a read transaction on the file meanwhile (no writer can change it) and uses this only
-   on a file in rollback-journal mode with no journal beside it (so the file is the database as SQLite sees it).
+   Payloads on overflow pages are gathered.
+
+   None wherever SQLite's own reading could give anything else, so that the caller reads the range the way it
+   always did: a value of another kind (text or a blob in a number column, a real in an integer column, an integer
+   beyond 2^53 in a number column, a number in a text column), a broken overflow chain, a record with fewer columns,
+   a page that is not a table b-tree page, any offset or size outside its page, keys or rowids out of order or
+   outside the range their parents' keys give their page (SQLite's seek and this walk then agree on every page
+   read), a tree deeper than SQLite's own limit or visiting more pages than the file holds (a cycle), a failed read.
+   The caller holds a read transaction on the file meanwhile (no writer can change it) and uses this only on a file
+   in rollback-journal mode with no journal beside it (so the file is the database as SQLite sees it).
 
    The file format: https://www.sqlite.org/fileformat2.html (b-tree pages §1.6, record format §2.1). The work runs
    without the GIL. */

@@ -2,15 +2,15 @@
 (typeId, metricId) in TARGET_INFO_GPU_METRICS and placed on the GPU through typeId & 0xFF.
 
 GPU metrics dominate large exports (12.7 M rows at 10 kHz on two GPUs): the table is read once, in rowid ranges
-(a b-tree range each, no scan), from the file's pages (`reader.Pages`, `_sqlpages.c`) or else through the ADBC driver as
-stored — typed value by value in SQL only for a range that holds a value of the wrong kind — by a reader thread
-that stays one range ahead of the inserts; the ranges
-commit pair by pair, a file store writing them compressed as they commit and an in-memory one compressing them at a
-checkpoint after each pair (memory bounded by a few ranges either way). Two ranges are inserted at once, each on a
-connection of its own, in a transaction of its own and on one DuckDB thread, and committed in order: the store
-holds each series in the export's (time) order and readers in time order stream it without a sort (a DuckDB insert
-of 12.6 M rows is ~4–5 CPU s, mostly writing the table's compressed columns: two connections spread it over both
-cores, one thread per statement keeps the join's output in order)."""
+(a b-tree range each, no scan), from the file's pages (`reader.Pages`, `_sqlpages.c`) or else through the ADBC
+driver as stored — typed value by value in SQL only for a range that holds a value of the wrong kind — by a reader
+thread that stays one range ahead of the inserts; the ranges commit pair by pair, a file store writing them
+compressed as they commit and an in-memory one compressing them at a checkpoint after each pair (memory bounded by
+a few ranges either way). Two ranges are inserted at once, each on a connection of its own, in a transaction of its
+own and on one DuckDB thread, and committed in order: the store holds each series in the export's (time) order and
+readers in time order stream it without a sort (a DuckDB insert of 12.6 M rows is ~4–5 CPU s, mostly writing the
+table's compressed columns: two connections spread it over both cores, one thread per statement keeps the join's
+output in order)."""
 
 from __future__ import annotations
 
@@ -111,10 +111,10 @@ def _careful_chunk(ex: Export, table: str, chunk: tuple[int, int] | None, conn: 
 
 
 def read_chunks(ex: Export, table: str, chunks: list[tuple[int, int] | None]) -> Iterator[Any]:
-    """GPU_METRICS once, chunk by chunk, as Arrow: a reader thread (its own driver connection, for the careful
-    read of a chunk too) fetches the next rowid range while the caller inserts this one, at most one chunk ahead
-    (memory bounded by two chunks): the export's own connections are not used then. Arrow-family exports stream
-    their table."""
+    """GPU_METRICS once, chunk by chunk, as Arrow: a reader thread (reading the pages, else through its own driver
+    connection, for the careful read of a chunk too) fetches the next rowid range while the caller inserts this
+    one, at most one chunk ahead (memory bounded by two chunks): the export's own connections are not used then.
+    Arrow-family exports stream their table."""
     if not ex.is_sqlite or not all(ex.has(table, x) for x in _COLS):
         for chunk in chunks:
             if ex.is_sqlite:
@@ -127,16 +127,16 @@ def read_chunks(ex: Export, table: str, chunks: list[tuple[int, int] | None]) ->
     stop = threading.Event()
 
     def produce() -> None:
-        conn = None
+        conn = None  # a driver connection of this thread, made when a chunk is not read from the pages
         pages = None
         try:
-            conn = ex.connect_another()
             pages = Pages.open(ex, table, _COLS, _KINDS)
             for chunk in chunks:
                 if stop.is_set():
                     return
                 t = pages.read(chunk, _SCHEMA) if pages is not None else None
                 if t is None:
+                    conn = conn or ex.connect_another()
                     t = _fast_chunk(conn, table, chunk)
                 ahead.put(("chunk", t if t is not None else _careful_chunk(ex, table, chunk, conn)))
             ahead.put(("done", None))
