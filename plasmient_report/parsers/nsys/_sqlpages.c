@@ -58,6 +58,8 @@ typedef struct {
     int cols[MAX_COLS];
     char kinds[MAX_COLS];
     int maxcol;
+    int16_t *first;           /* record column -> the first of the requested columns it is, or -1 */
+    int next[MAX_COLS];       /* -> the next requested column that is the same record column, or -1 */
     int64_t lo, hi;
     int have_last, done;
     int64_t last;
@@ -323,26 +325,24 @@ static int leaf(Reader *r, const uint8_t *pg, uint32_t hdr, const Bounds *b) {
             int64_t len = serial_len(st);
             if (len < 0 || body + (uint64_t)len > size)
                 return DEFER;
-            for (int j = 0; j < r->ncols; j++) {
-                if (r->cols[j] == col) {
-                    int s = value(r, j, st, rec + body, len, &r->out[j][r->n]);
-                    if (s == FAIL)
-                        return FAIL;
-                    if (s == ISNULL) {
-                        if (!r->valid[j]) {
-                            r->valid[j] = malloc((size_t)r->cap);
-                            if (!r->valid[j])
-                                return FAIL;
-                            memset(r->valid[j], 1, (size_t)r->n);
-                        }
-                        r->valid[j][r->n] = 0;
-                    } else if (s != OK) {
-                        return DEFER;
-                    } else if (r->valid[j]) {
-                        r->valid[j][r->n] = 1;
+            for (int j = r->first[col]; j >= 0; j = r->next[j]) {
+                int s = value(r, j, st, rec + body, len, &r->out[j][r->n]);
+                if (s == FAIL)
+                    return FAIL;
+                if (s == ISNULL) {
+                    if (!r->valid[j]) {
+                        r->valid[j] = malloc((size_t)r->cap);
+                        if (!r->valid[j])
+                            return FAIL;
+                        memset(r->valid[j], 1, (size_t)r->n);
                     }
-                    found++;
+                    r->valid[j][r->n] = 0;
+                } else if (s != OK) {
+                    return DEFER;
+                } else if (r->valid[j]) {
+                    r->valid[j][r->n] = 1;
                 }
+                found++;
             }
             body += (uint64_t)len;
             col++;
@@ -452,6 +452,14 @@ static PyObject *read_table(PyObject *self, PyObject *args) {
             r.maxcol = (int)c;
     }
     Py_DECREF(seq);
+    r.first = malloc(((size_t)r.maxcol + 1) * sizeof(int16_t));
+    if (!r.first)
+        return PyErr_NoMemory();
+    memset(r.first, 0xff, ((size_t)r.maxcol + 1) * sizeof(int16_t));  /* -1 */
+    for (int j = r.ncols - 1; j >= 0; j--) {
+        r.next[j] = r.first[r.cols[j]];
+        r.first[r.cols[j]] = (int16_t)j;
+    }
     int status = OK;
     Py_BEGIN_ALLOW_THREADS
     r.block = malloc((size_t)BLOCK_PAGES * page_size);
@@ -511,6 +519,7 @@ static PyObject *read_table(PyObject *self, PyObject *args) {
             Py_XDECREF(datas);
         }
     }
+    free(r.first);
     free(r.block);
     free(r.ovpage);
     free(r.payload);
