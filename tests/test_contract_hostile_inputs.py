@@ -309,25 +309,12 @@ KINETO_NOTES = {
     "input_dims_wrong_type": "4 ops' 'Input Dims' / 'Input type' left out",
     "negative_absolute_time": "2 with a UTC time before 1970",
     "array_form_cut_inside_an_event": "the trace ends inside its last event",
+    # (these kernels were once a GPU of their own, device NULL, counted twice in the waterfall: Σ losses = 2.0)
+    "wrong_types": "5 with no GPU index (args.device, else the pid)",
 }
 
 
-# Known bug (found by the contract checker, which now checks the waterfall where the achieved fraction is unknown
-# too): kernels whose device id is no number get device NULL, and NULL also means "every GPU of the rank" / "the
-# run" in metrics.loss_fractions and the metrics rows, so the run's losses count that GPU's lost time over the other
-# GPU's window (Σ = 2.0) and a ranks[] entry (rank 0, device None) appears. Strict: fixing it makes this fail.
-KNOWN_BUGS = {"wrong_types": "a GPU without a device id (device NULL) is counted twice in the waterfall"}
-
-
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(c, marks=pytest.mark.xfail(strict=True, raises=contract.ContractViolation, reason=KNOWN_BUGS[c]))
-        if c in KNOWN_BUGS
-        else c
-        for c in KINETO_CASES
-    ],
-)
+@pytest.mark.parametrize("case", list(KINETO_CASES))
 def test_hostile_kineto(case, tmp_path):
     make, expect = KINETO_CASES[case]
     v = check([write(tmp_path, KINETO[0], make())], tmp_path, expect)

@@ -970,7 +970,7 @@ def _write_ranks(
     ctx = _Ctx(con, w, ann, shift, stats)
     for rank in ranks:
         proc = uuid_of("rank", rank)
-        gpus = sorted({d for (r, d) in peak if r == rank} | {d for (r, d) in gpu_names if r == rank})
+        gpus = {d for (r, d) in peak if r == rank} | {d for (r, d) in gpu_names if r == rank}  # (a device may be None)
         gname = ", ".join(sorted({str(gpu_names.get((rank, d)) or "GPU") for d in gpus}))
         label = f"rank {rank}" + (f" · {hosts[rank]}" if hosts.get(rank) else "") + f" · {gname}"
         if shift:

@@ -2,7 +2,8 @@
 than BadInput before its fix; now it gives a verdict or one line naming the file.
 
 Small inputs are kept as files (tests/data/fuzz_seeds/regressions/); nsys crashes as the mutation program that
-produced them from the cut nsys seed (a 680 KB database each is no tiny seed) — their causes are also covered,
+produced them from the cut nsys seed (a 680 KB database each is no tiny seed), and Kineto crashes whose inputs are
+~150 KB (mutations of the cut Kineto seed) likewise — their causes are also covered,
 by hand, in tests/test_contract_hostile_inputs.py (NSYS_CASES, test_corrupt_sqlite_pages).
 """
 
@@ -154,6 +155,27 @@ PROGRAMS = [
         True,
         "TypeError in align.align_counters: a rank whose events have no times (its span NULL)",
     ),
+    (
+        "kineto",
+        1,
+        [("drop_key", 3265688781), ("drop_key", 669227714)],
+        True,
+        "ContractViolation: losses summing to 2.0 (kernels without args.device or a pid measured as a GPU of their own)",
+    ),
+    (
+        "kineto",
+        1,
+        [("duplicate_events", 4177650554), ("huge_numbers", 1062006938)],
+        True,
+        "BinderException in kineto._clip_to_recording (a recording bound of inf written into SQL); then losses past 100%",
+    ),
+    (
+        "kineto",
+        1,
+        [("unknown_categories", 351869369), ("huge_numbers", 1828418690), ("deep_nesting", 1045652375)],
+        False,
+        "RecursionError in kineto.schema.decode_head (JSON nested too deeply outside traceEvents)",
+    ),
 ]
 
 
@@ -169,7 +191,7 @@ def test_regression_seed_file(name, family, crash, fix, tmp_path):
     _run(tmp_path / "whole", name, data, family, full=True)
 
 
-@pytest.mark.parametrize("family,seed,program,full,crash", PROGRAMS, ids=[f"nsys-{i}" for i in range(len(PROGRAMS))])
+@pytest.mark.parametrize("family,seed,program,full,crash", PROGRAMS, ids=[f"{p[0]}-{i}" for i, p in enumerate(PROGRAMS)])
 def test_regression_program(family, seed, program, full, crash, tmp_path):
     name, data = seeds.seeds(family)[seed]
     _run(tmp_path, name, mutators.apply(family, data, program), family, full)
