@@ -233,6 +233,8 @@ def _from_query_json(path: Path, text: str, rec: dict[str, list], devices: dict,
         raise BadInput(path, f"malformed JSON ({e})") from None
     except RecursionError:
         raise BadInput(path, "JSON nested too deeply to be a Prometheus answer") from None
+    except ValueError:  # (an integer of more digits than Python converts: sys.get_int_max_str_digits())
+        raise BadInput(path, "malformed JSON (an integer too long to read)") from None
     data = doc.get("data", doc) if isinstance(doc, dict) else {"result": doc}
     result = data.get("result") if isinstance(data, dict) else None
     if not isinstance(result, list):

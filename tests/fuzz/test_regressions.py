@@ -1,10 +1,10 @@
 """Every distinct crash the fuzzers found, kept as a regression seed (issue 9). Each ran into an exception other
 than BadInput before its fix; now it gives a verdict or one line naming the file.
 
-Small inputs are kept as files (tests/data/fuzz_seeds/regressions/); nsys crashes as the mutation program that
-produced them from the cut nsys seed (a 680 KB database each is no tiny seed), and Kineto crashes whose inputs are
-~150 KB (mutations of the cut Kineto seed) likewise — their causes are also covered,
-by hand, in tests/test_contract_hostile_inputs.py (NSYS_CASES, test_corrupt_sqlite_pages).
+Small inputs are kept as files (tests/data/fuzz_seeds/regressions/); larger ones as the mutation program that
+produced them from a cut seed: nsys crashes (a 680 KB database each is no tiny seed; their causes are also covered,
+by hand, in tests/test_contract_hostile_inputs.py: NSYS_CASES, test_corrupt_sqlite_pages) and the later Kineto
+(~150 KB each) and dcgm-exporter ones.
 """
 
 from __future__ import annotations
@@ -175,6 +175,20 @@ PROGRAMS = [
         [("unknown_categories", 351869369), ("huge_numbers", 1828418690), ("deep_nesting", 1045652375)],
         False,
         "RecursionError in kineto.schema.decode_head (JSON nested too deeply outside traceEvents)",
+    ),
+    (
+        "exporter",
+        0,
+        [("long_line", 428713089)],
+        False,
+        "ValueError in dcgm_exporter._from_query_json (an integer of 200,000 digits: past Python's int conversion limit)",
+    ),
+    (
+        "exporter",
+        1,
+        [("line_endings", 163577546), ("deep_nesting", 1637462740), ("repeat_lines", 3344226023)],
+        False,
+        "RecursionError in kineto.sniff._from_head (a counter log made to start like deeply nested JSON)",
     ),
 ]
 

@@ -94,7 +94,7 @@ def json_shape(path: Path, limit: int = SCAN_LIMIT) -> JsonShape:
 def _from_head(head: bytes) -> JsonShape:
     try:
         top = msgspec.json.decode(head, type=dict[str, msgspec.Raw])
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         try:
             lst = msgspec.json.decode(head)
         except (msgspec.DecodeError, RecursionError):
