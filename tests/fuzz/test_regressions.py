@@ -177,6 +177,13 @@ PROGRAMS = [
         "RecursionError in kineto.schema.decode_head (JSON nested too deeply outside traceEvents)",
     ),
     (
+        "kineto",
+        1,
+        [("unknown_categories", 2221477382), ("huge_numbers", 1745391594), ("reorder_keys", 2061507027)],
+        False,
+        "ConversionException in kineto._emit_ops: a profiler overhead record at -1e308 µs (the spans were never cleaned)",
+    ),
+    (
         "exporter",
         0,
         [("long_line", 428713089)],

@@ -160,7 +160,9 @@ def _profiler_losses(lines: list[str]) -> tuple[list[str], int | None]:
     return list(dict.fromkeys(out)), dropped
 
 
-_STAGES = ("_kin_gpu", "_kin_cpu", "_kin_py", "_kin_api")
+# The staged tables of timed events (the profiler's own spans and overhead records too: they become rows of
+# `profiler_overhead` and bound the recording), which `_clean` rids of events no time can be given.
+_STAGES = ("_kin_gpu", "_kin_cpu", "_kin_py", "_kin_api", "_kin_span")
 
 
 def _count(con: duckdb.DuckDBPyConnection, sql: str) -> int:
