@@ -316,7 +316,7 @@ def report(
         opts.cache_dir = out.parent / ".plasmient-cache"
         with scratch.run(), _page_worker(opts) as worker, pipeline.few_collections():
             try:
-                result = pipeline.analyse(list(inputs), opts, progress=progress, write_trace_early=True)
+                result = pipeline.analyse(list(inputs), opts, progress=progress, write_trace_early=True, defer_comments=True)
                 try:
                     out = pipeline.write_outputs(result, out, inputs, opts, progress=progress, page_worker=worker)
                 finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import shutil
@@ -18,7 +19,7 @@ from typing import Any
 import duckdb
 
 from . import align as align_stage
-from . import interrupt, judge, kernel_flops, metrics, outdir, parsers, rules, store, vocab
+from . import interrupt, judge, kernel_flops, metrics, outdir, parsers, rules, sql, store, vocab
 from . import scratch as scratch_mod
 from .errors import BadInput, path_text
 from .parsers import _io
@@ -130,6 +131,7 @@ class Result:
     spill_dir: Path | None = None
     scratch: scratch_mod.Scratch | None = None  # the scratch folder this result owns (analyse() outside a run)
     trace: TraceWriter | None = None  # trace.pftrace being written (analyse(write_trace_early=True))
+    comments: list[str] = field(default_factory=list)  # the library's comments, still to add (sql.deferred_comments)
 
     @property
     def verdict(self) -> dict[str, Any]:
@@ -348,13 +350,21 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
     )
 
 
-def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = None, write_trace_early: bool = False) -> Result:
+def analyse(
+    inputs: Sequence[Path],
+    opts: Options,
+    progress: Progress | None = None,
+    write_trace_early: bool = False,
+    defer_comments: bool = False,
+) -> Result:
     """The pure per-run function: inputs in, store + verdict out (nothing written to disk but scratch files).
 
     Inside a run (`scratch.run()`, as the CLI and batch call it) the store spills into that run's scratch folder;
     outside one, the Result owns a scratch folder of its own, removed by `Result.close()` (or when it is
     collected). With `write_trace_early` (callers that go on to `write_outputs`) and `opts.write_trace`,
-    trace.pftrace is written into the scratch folder while the rules run (TraceWriter)."""
+    trace.pftrace is written into the scratch folder while the rules run (TraceWriter). With `defer_comments`
+    (callers that go on to `write_outputs`, which adds them), the measurement library's comments are kept in
+    `Result.comments` instead of added to the store now (sql.deferred_comments)."""
     selection = rules.configure(opts.rule_select, opts.rule_ignore, opts.rules_config)  # bad codes: fail early
     judge.thresholds_from(opts.rules_config)  # and bad verdict thresholds
     running = scratch_mod.current()
@@ -363,8 +373,11 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
     assert where is not None
     con, spill = open_store(opts, where)
     trace: TraceWriter | None = None
+    deferring: contextlib.AbstractContextManager[list[str]] = (
+        sql.deferred_comments() if defer_comments else contextlib.nullcontext([])
+    )
     try:
-        with scratch_mod.active(where) if own is not None else contextlib.nullcontext():
+        with scratch_mod.active(where) if own is not None else contextlib.nullcontext(), deferring as comments:
             ingest(con, inputs, progress, opts.cache_dir, opts.parse_options())
             if progress:
                 progress("align clocks", 0, 0)
@@ -397,7 +410,7 @@ def analyse(inputs: Sequence[Path], opts: Options, progress: Progress | None = N
     except BaseException:
         Result(con=con, typed=None, spill_dir=spill, scratch=own, trace=trace).close()
         raise
-    result = Result(con=con, typed=verdict, notes=notes, spill_dir=spill, scratch=own, trace=trace)
+    result = Result(con=con, typed=verdict, notes=notes, spill_dir=spill, scratch=own, trace=trace, comments=comments)
     if own is not None:
         weakref.finalize(result, own.close)
     return result
@@ -441,10 +454,11 @@ def _writing(out: Path) -> Iterator[None]:
         raise BadInput(out, f"cannot write the outputs ({e.strerror})") from None
 
 
-def _finish_quietly(cur: duckdb.DuckDBPyConnection) -> None:
-    """`store.finish` on a cursor beside report.html's drawing; if it fails, `store.save` does the same work again
-    and says why."""
+def _finish_quietly(cur: duckdb.DuckDBPyConnection, comments: list[str]) -> None:
+    """The library's deferred comments, then `store.finish`, on a cursor beside report.html's drawing; if it fails,
+    `store.save` does the same work again and says why."""
     with contextlib.suppress(duckdb.Error):
+        sql.apply_comments(cur, comments)
         store.finish(cur)
 
 
@@ -501,7 +515,7 @@ def write_outputs(
                             to.write_text(html.page(ctx), encoding="utf-8")
 
                         if "run.duckdb" in todo:
-                            store.beside(result.con, _finish_quietly, draw)
+                            store.beside(result.con, functools.partial(_finish_quietly, comments=result.comments), draw)
                         else:
                             draw()
                 elif name == "trace.pftrace":
@@ -516,6 +530,7 @@ def write_outputs(
 
                         perfetto.write(result.con, result.verdict, tmp / name)  # (reads the document's GPU names)
                 else:
+                    sql.apply_comments(result.con, result.comments)  # (what is left of them)
                     store.save(result.con, tmp / name)  # the store file, checkpointed and moved there: no copy
             if worker is not None:
                 worker.finish()

@@ -8,6 +8,7 @@ checkpoint and a move, never by copying the tables.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import errno
 import functools
@@ -401,7 +402,9 @@ def aside(con: duckdb.DuckDBPyConnection, fn: Callable[[duckdb.DuckDBPyConnectio
 
     t: threading.Thread | None = None
     if room_beside(con):
-        t = threading.Thread(target=body, name="plasmient-beside", daemon=True)
+        # (in the caller's context: its settings held in context variables, such as the library's deferred
+        # comments or its reference mode, hold on this thread too)
+        t = threading.Thread(target=contextvars.copy_context().run, args=(body,), name="plasmient-beside", daemon=True)
         t.start()
 
     def result() -> T:

@@ -68,6 +68,54 @@ def test_every_object_and_column_is_commented(analysed):
             assert not missing, f"{module}: {name} columns without a comment: {missing}"
 
 
+def _uncommented(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The library's objects and columns in a store that carry no comment."""
+    out = []
+    for module, objs in library_objects().items():
+        for kind, name in objs:
+            if kind == "MACRO":
+                rows = con.execute("SELECT any_value(comment) FROM duckdb_functions() WHERE function_name = ?", [name])
+                out += [] if rows.fetchone()[0] else [f"{module}: macro {name}"]
+                continue
+            rows = con.execute("SELECT column_name, comment FROM duckdb_columns() WHERE table_name = ?", [name]).fetchall()
+            out += [f"{module}: {name} (not there)"] if not rows else [f"{module}: {name}.{c}" for c, m in rows if not m]
+    return out
+
+
+@pytest.mark.parametrize("html", [False, True], ids=["after-save", "beside-the-page"])
+def test_deferred_comments_reach_run_duckdb(html, tmp_path):
+    # The main job keeps the library's comments out of the analysis (analyse(defer_comments=True)) and adds them
+    # when it writes run.duckdb: beside report.html's drawing, else just before the store is saved.
+    inputs = [sample_file("h200x2_ddp/kineto")]
+    opts = pipeline.Options(ranges=["ProfilerStep#*"], write_html=html, write_trace=False)
+    res = pipeline.analyse(inputs, opts, defer_comments=True)
+    try:
+        assert res.comments, "nothing was deferred"
+        assert _uncommented(res.con), "the comments were added during the analysis"
+        out = pipeline.write_outputs(res, tmp_path / "out", inputs, opts)
+        assert not res.comments
+    finally:
+        res.close()
+    con = duckdb.connect(str(out / "run.duckdb"), read_only=True)
+    try:
+        assert not _uncommented(con)
+    finally:
+        con.close()
+
+
+def test_deferred_comments_skip_objects_dropped_meanwhile():
+    con = store.connect()
+    with sql.deferred_comments() as pending:
+        sql.install(con, "memory", "device_peaks")
+    assert len(pending) == 2
+    assert "memory: memory_timeline.rank" in _uncommented(con)  # none added yet
+    con.execute("DROP TABLE memory_peaks")  # (its COMMENT ONs now fail: that module's other comments still go in)
+    sql.apply_comments(con, pending)
+    assert not pending
+    left = [m for m in _uncommented(con) if m.startswith(("memory:", "device_peaks:"))]
+    assert left == ["memory: memory_peaks (not there)"]
+
+
 def test_library_objects_travel_with_run_duckdb(analysed):
     res, path = analysed
     con = duckdb.connect(str(path), read_only=True)

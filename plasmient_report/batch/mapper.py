@@ -212,7 +212,7 @@ def _analyse(run: Run, run_dir: Path, opts: Any, manifest: dict[str, Any]) -> Ve
     # One DuckDB thread per run: the batch is parallel across runs, and a single thread adds sums in one order,
     # so a run's numbers are the same to the last digit on every executor and every rerun.
     with store.threads(1):
-        result = pipeline.analyse(inputs, run_opts)
+        result = pipeline.analyse(inputs, run_opts, defer_comments=True)
         try:
             pipeline.write_outputs(result, run_dir, inputs, run_opts, extra_files=with_manifest)
         finally:

@@ -35,6 +35,7 @@ _HEADER_RE = re.compile(r"^--\s*(Module|Depends):\s*(.*)$")
 _PLACEHOLDER_RE = re.compile(r"\{\{([A-Z_][A-Z0-9_]*)\}\}")
 _NATIVE_RE = re.compile(r"^-- native: ([a-z_][a-z0-9_]*) \{\n(.*?)^-- \}\n", re.MULTILINE | re.DOTALL)
 _reference: ContextVar[bool] = ContextVar("plasmient_sql_reference", default=False)
+_deferred: ContextVar[list[str] | None] = ContextVar("plasmient_sql_deferred_comments", default=None)
 _COMMENT_STMT_RE = re.compile(
     r"^COMMENT ON (?:TABLE|VIEW|COLUMN|MACRO TABLE|MACRO) [a-z_][a-z0-9_.]* IS '(?:[^']|'')*';[ \t]*$",
     re.IGNORECASE | re.MULTILINE,
@@ -162,8 +163,45 @@ def install(con: duckdb.DuckDBPyConnection, *names: str, with_dependencies: bool
                 at = m.end()
             _execute(con, text[at:])
         if comments:
-            with _transaction(con):
-                con.execute(comments)
+            pending = _deferred.get()
+            if pending is not None:
+                pending.append(comments)  # (list.append: one step under the GIL, from any thread)
+            else:
+                with _transaction(con):
+                    con.execute(comments)
+
+
+@contextlib.contextmanager
+def deferred_comments() -> Iterator[list[str]]:
+    """Inside, `install` keeps its modules' `COMMENT ON` statements in the list it yields (one text per module, in
+    order), for `apply_comments` to run later, instead of running them at once. Nothing reads the comments while a
+    run analyses; its store gets them when it is finished, on a cursor beside report.html's drawing: the library's
+    ~450 comments (each alters its object's catalog entry) cost ~0.09 s of a small trace's run on its critical
+    path (benchmarks/README.md, session 37)."""
+    pending: list[str] = []
+    token = _deferred.set(pending)
+    try:
+        yield pending
+    finally:
+        _deferred.reset(token)
+
+
+def apply_comments(con: duckdb.DuckDBPyConnection, pending: list[str]) -> None:
+    """Run the comments `deferred_comments` kept, in one transaction, and empty the list (left as it is when they
+    fail: a later call tries again, and raises). Comments on objects gone by now (dropped) are skipped: then each
+    statement goes in on its own."""
+    texts = list(pending)
+    if not texts:
+        return
+    try:
+        with _transaction(con):
+            con.execute("\n".join(texts))
+    except duckdb.CatalogException:
+        for text in texts:
+            for m in _COMMENT_STMT_RE.finditer(text):
+                with contextlib.suppress(duckdb.CatalogException), _transaction(con):
+                    con.execute(m.group(0))
+    del pending[: len(texts)]
 
 
 @contextlib.contextmanager

@@ -109,7 +109,7 @@ def analyse(
     for w in rec.workloads:
         inputs = [rec.folder / w["trace"]] + ([rec.folder / w["nvml"]] if w.get("nvml") else [])
         opts = pipeline.Options(write_html=write_html, write_trace=write_trace, cache_dir=out_dir / ".plasmient-cache")
-        result = pipeline.analyse(inputs, opts, write_trace_early=True)
+        result = pipeline.analyse(inputs, opts, write_trace_early=True, defer_comments=True)
         try:
             out = pipeline.write_outputs(result, out_dir / w["name"], inputs, opts)
         finally:
