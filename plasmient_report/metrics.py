@@ -17,7 +17,7 @@ from . import kernel_flops, sql
 from .errors import BadInput
 from .kernel_flops import evaluate_op_bytes, model_op_flops, nest_ops, op_byte_shapes_sql
 from .peaks import PRECISIONS, GpuPeaks, Peak, choose_peak
-from .store import asof_joins, beside, one
+from .store import beside, one
 from .vocab import (
     CATEGORIES,
     DATALOADER_RE,
@@ -300,8 +300,7 @@ def build_windows(
         con.execute("INSERT INTO range_labels SELECT label, name, is_window FROM _labels")
         con.unregister("_labels")
     sql.install(con, "intervals", "rank_span")
-    with asof_joins(con):  # (its occurrences, a few hundred, against every kernel of their GPU)
-        sql.install(con, "range_windows")
+    sql.install(con, "range_windows")  # (ASOF joins: its occurrences against every kernel of their GPU, store.connect)
     sql.install(con, "windows")
     ranks = [r for (r,) in con.execute("SELECT DISTINCT rank FROM kernels ORDER BY rank").fetchall()]
     missing: dict[str, list[int]] = {}

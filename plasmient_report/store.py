@@ -7,7 +7,6 @@ checkpoint and a move, never by copying the tables.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import ctypes
 import errno
@@ -122,6 +121,14 @@ def connect(
     # No progress bar: DuckDB prints it on stdout for long queries, into `--json` output (and cursors of this
     # connection inherit the setting).
     con.execute("SET enable_progress_bar = false")
+    # ASOF joins as ASOF joins whatever the left side's estimated size (GLOBAL: on every cursor too). DuckDB makes one
+    # whose left side it expects to hold at most `asof_loop_join_threshold` (64) rows a nested loop join and an
+    # aggregate: every left row against every right row of its partition. Where the estimate is wrong that is
+    # quadratic: the range windows' per-occurrence rows against every kernel of a GPU (the 486 MiB nsys export's
+    # 140 occurrences against 66 k kernels each, 9.1 M joined rows: 0.27 s against 0.06 s as ASOF joins, session
+    # 34), or the host's launch calls against its top-level ops when a regex filter makes DuckDB guess 16 rows
+    # (`host_activity` on the 300 KB sample: 39 ms against 11 ms, session 37). An ASOF join sorts its sides.
+    con.execute("SET GLOBAL asof_loop_join_threshold = 0")
     # One transaction: a file store otherwise commits (and syncs its WAL) after each of ~300 statements, which
     # took 0.4–0.7 s of every run; 0.1 s so.
     con.execute("BEGIN TRANSACTION")
@@ -278,16 +285,6 @@ def setting(con: duckdb.DuckDBPyConnection, name: str, value: int) -> Iterator[N
     finally:
         if row is not None:
             con.execute(f"SET {name} = {int(row[0])}")
-
-
-def asof_joins(con: duckdb.DuckDBPyConnection) -> contextlib.AbstractContextManager[None]:
-    """ASOF joins as ASOF joins whatever the left side's estimated size, on `con` (a connection or cursor: the
-    setting is its own). DuckDB makes one whose left side it expects to hold at most `asof_loop_join_threshold`
-    (64) rows a nested loop join and an aggregate: every left row against every right row of its partition. Where
-    the estimate is wrong that is quadratic — the range windows' per-occurrence rows against every kernel of a GPU:
-    the 486 MiB nsys export's 140 occurrences against 66 k kernels each, 9.1 M joined rows, 0.27 s in the run
-    against 0.06 s as ASOF joins (benchmarks/README.md, session 34); an ASOF join sorts its sides, n log n."""
-    return setting(con, "asof_loop_join_threshold", 0)
 
 
 # ------------------------------------------------------------------------------------------------ memory

@@ -1,8 +1,11 @@
-"""store.asof_joins: ASOF joins planned as ASOF joins whatever DuckDB estimates of their left side (the range
-windows, the rules' lost_ns), with the same rows as DuckDB's default plan (for this query a nested loop join and an
-aggregate on DuckDB 2.0), and the connection's setting given back."""
+"""The store plans ASOF joins as ASOF joins whatever DuckDB estimates of their left side (store.connect: the range
+windows, the host's launch calls against its ops, the rules' lost_ns), on its connection and on every cursor of it,
+with the same rows as DuckDB's default plan (for this query a nested loop join and an aggregate on DuckDB 2.0)."""
 
 from __future__ import annotations
+
+import duckdb
+import pytest
 
 from plasmient_report import store
 
@@ -21,27 +24,19 @@ def _plan(con) -> str:
     return text.upper().replace(" ", "_")
 
 
-def _threshold(con) -> int:
-    return int(store.one(con, "SELECT current_setting('asof_loop_join_threshold')")[0])
+def test_duckdb_by_default_makes_this_join_a_loop_join():
+    # (else this test file checks nothing: the store's setting would change no plan)
+    plan = _plan(duckdb.connect())
+    assert "NESTED_LOOP_JOIN" in plan and "ASOF_JOIN" not in plan, plan
 
 
-def test_the_join_is_an_asof_join_with_the_same_rows_and_the_setting_is_given_back():
-    con = store.connect()
-    before, default_rows = _threshold(con), con.execute(QUERY).fetchall()
-    with store.asof_joins(con):
-        plan = _plan(con)
-        rows = con.execute(QUERY).fetchall()
-    assert "ASOF_JOIN" in plan and "NESTED_LOOP_JOIN" not in plan, plan
-    assert rows == default_rows and len(rows) == 10  # (the 2 GPUs x 5 groups, each with its last earlier activity)
-    assert _threshold(con) == before
-
-
-def test_a_cursor_keeps_its_own_setting():
-    # the range windows are built on a cursor beside the FLOP attribution: the setting must not reach the other
-    con = store.connect()
-    cur = store.cursor(con)
-    before = _threshold(con)
-    with store.asof_joins(cur):
-        assert _threshold(cur) == 0
-        assert _threshold(con) == before
-    assert _threshold(cur) == before
+@pytest.mark.parametrize("on", ["connection", "cursor"])
+def test_the_store_plans_an_asof_join_with_the_same_rows(on, tmp_path):
+    default_rows = duckdb.connect().execute(QUERY).fetchall()
+    for con in (store.connect(), store.connect_run(tmp_path / "run")):
+        c = store.cursor(con) if on == "cursor" else con
+        plan = _plan(c)
+        assert "ASOF_JOIN" in plan and "NESTED_LOOP_JOIN" not in plan, plan
+        rows = c.execute(QUERY).fetchall()
+        assert rows == default_rows and len(rows) == 10  # (the 2 GPUs x 5 groups, each with its last earlier activity)
+        con.close()

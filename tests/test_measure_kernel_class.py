@@ -236,6 +236,27 @@ def test_op_links_are_checked_against_thread_and_time():
     assert conv and all("conv" in n for n, _ in conv)
 
 
+@pytest.mark.parametrize("inner_ends", [15.0, 11.0], ids=["inner-open", "inner-ended"])
+def test_a_launch_goes_to_the_innermost_op_open_even_when_ops_start_together(inner_ends, tmp_path):
+    # A child op often starts in its parent's µs (aten::matmul -> aten::mm): of the ops starting at one time, the
+    # launch belongs to the innermost still open at the launch — the child, or its parent once the child ended.
+    # (The trace's External ids link nothing here: the enclosing op is looked up by thread and time. With a few
+    # rows DuckDB once planned that lookup as a loop join that took the outer op: truth by construction.)
+    ev = [
+        annotation("work", 0.0, 100.0),
+        cpu_op("aten::matmul", 10.0, 10.0, ext=5),
+        cpu_op("aten::mm", 10.0, inner_ends - 10.0, ext=6),
+        launch(12.0, 0, 10),
+        kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 30.0, 20.0, ext=0, corr=10),
+    ]
+    res = analyse([write_trace(tmp_path / "t.json", ev)])
+    try:
+        rows = res.con.execute("SELECT o.name, l.op_link FROM kernel_launch l JOIN ops o USING (op_id)").fetchall()
+    finally:
+        res.close()
+    assert rows == [("aten::mm" if inner_ends > 12.0 else "aten::matmul", "enclosing")]
+
+
 def test_all_to_all_sendrecv_is_a_collective_not_a_bubble():
     # param-dlrm-v100x8: the embedding all-to-all runs as ncclKernel_SendRecv under c10d::alltoall_base_ on 8 ranks
     v = analyse([corpus_file("public-real/param-dlrm-v100x8")]).verdict

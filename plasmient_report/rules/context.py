@@ -18,7 +18,7 @@ import duckdb
 from .. import sql
 from ..metrics import window_label
 from ..peaks import GpuPeaks, load_table, match_gpu
-from ..store import asof_joins, setting
+from ..store import setting
 from ..vocab import (
     BUSY_CATEGORIES,
     CATEGORIES,
@@ -290,8 +290,7 @@ class RuleContext:
             -- (the keys in the order in which the ASOF join first gave them: the general query's GROUP BY key gives
             -- that order too, up to hundreds of keys)
             SELECT k.key, greatest(whole.ns, 0) FROM whole JOIN k USING (kid) WHERE whole.ns > 0.5 ORDER BY whole.pos"""
-        with asof_joins(self.con):
-            return {plain(k): float(v or 0) for k, v in self.con.execute(sql, [cats]).fetchall()}
+        return {plain(k): float(v or 0) for k, v in self.con.execute(sql, [cats]).fetchall()}
 
     def lost_fraction(self, intervals_sql: str, categories: Iterable[str], weighted: bool = False, params: Any = None) -> float:
         """`lost_ns` over all keys together, as a fraction of the window."""

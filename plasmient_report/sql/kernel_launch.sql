@@ -29,11 +29,16 @@ WITH RECURSIVE api AS (
        -- no launch record to check against: only an unambiguous id is taken
        OR (k.thread IS NULL AND o.n_same = 1)
     GROUP BY k.kernel_id
+), latest AS (
+    -- of the ops that start at one time on a thread (a child often starts in its parent's µs), the innermost: the
+    -- latest to start in the nesting order, so that the ASOF join below has one op per start to take
+    SELECT source_id, thread, start_ns, op_id, end_ns, parent_op_id FROM ops
+    QUALIFY row_number() OVER (PARTITION BY source_id, thread, start_ns ORDER BY depth DESC NULLS LAST, op_id DESC) = 1
 ), hit AS (
     -- the latest op on the launching thread that started before the launch …
     SELECT k.kernel_id, k.launch_start_ns, o.op_id, o.end_ns, o.parent_op_id
     FROM (SELECT * FROM k WHERE thread IS NOT NULL AND kernel_id NOT IN (SELECT kernel_id FROM by_ext)) k
-    ASOF JOIN ops o ON o.source_id = k.source_id AND o.thread = k.thread AND o.start_ns <= k.launch_start_ns
+    ASOF JOIN latest o ON o.source_id = k.source_id AND o.thread = k.thread AND o.start_ns <= k.launch_start_ns
 ), up AS (
     -- … or, when it had ended, its nearest ancestor still open at the launch
     SELECT kernel_id, launch_start_ns, op_id, end_ns, parent_op_id, 0 AS lvl FROM hit
