@@ -170,10 +170,10 @@ def _count(con: duckdb.DuckDBPyConnection, sql: str) -> int:
     return int(row[0]) if row and row[0] else 0
 
 
-def _drop(con: duckdb.DuckDBPyConnection, cond: str) -> int:
-    """Delete the staged events matching `cond` from every event table; how many there were."""
+def _drop(con: duckdb.DuckDBPyConnection, cond: str, tables: tuple[str, ...] = _STAGES) -> int:
+    """Delete the staged events matching `cond` from `tables` (every event table); how many there were."""
     n = 0
-    for t in _STAGES:
+    for t in tables:
         k = _count(con, f"SELECT count(*) FROM {t} WHERE {cond}")
         if k:
             con.execute(f"DELETE FROM {t} WHERE {cond}")
@@ -187,18 +187,15 @@ def _clean(con: duckdb.DuckDBPyConnection, path: Path, info: KinetoSource) -> No
     total = _count(con, "SELECT " + " + ".join(f"(SELECT count(*) FROM {s})" for s in _STAGES))
     left: dict[str, int] = {}
 
-    def drop(reason: str, cond: str) -> None:
-        if n := _drop(con, cond):
+    def drop(reason: str, cond: str, tables: tuple[str, ...] = _STAGES) -> None:
+        if n := _drop(con, cond, tables):
             left[reason] = left.get(reason, 0) + n
 
     drop("a missing, NaN or infinite ts/dur", "ts IS NULL OR NOT isfinite(ts) OR (dur IS NOT NULL AND NOT isfinite(dur))")
     drop("a negative duration", "dur < 0")
     # a GPU activity that names no GPU index (args.device, else the pid: missing, or no int32) cannot be placed on
     # a GPU: left out, not measured as a GPU of its own (fuzzing found a waterfall summing past 100% with one)
-    no_device = f"{emit.device_sql()} IS NULL"
-    if k := _count(con, f"SELECT count(*) FROM _kin_gpu WHERE {no_device}"):
-        con.execute(f"DELETE FROM _kin_gpu WHERE {no_device}")
-        left["no GPU index (args.device, else the pid)"] = k
+    drop("no GPU index (args.device, else the pid)", f"{emit.device_sql()} IS NULL", ("_kin_gpu",))
     drop("a time out of range", f"abs(ts) > {MAX_ABS_TS_US} OR coalesce(dur, 0) > {MAX_ABS_TS_US}")
     base = info.base_time_ns
     parts = " UNION ALL ".join(f"SELECT ts FROM {s}" for s in _STAGES)
