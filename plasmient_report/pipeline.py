@@ -509,13 +509,15 @@ def write_outputs(
                     else:
                         ctx = html.page_context(result.con, result.typed)
 
-                        # The page is drawn in Python while the store is finished (its comments, a checkpoint: ~70
-                        # ms of DuckDB) on a cursor: nothing else reads the store by now (the trace is taken).
+                        # The page is drawn in Python while the store is finished (its comments, a checkpoint: ~0.15
+                        # s of DuckDB) on a cursor: nothing else reads the store by now (the trace is taken). The
+                        # comments are ~680 short statements, each waiting for the GIL after it: quick_handoffs.
                         def draw(ctx: dict[str, Any] = ctx, to: Path = tmp / name) -> None:
                             to.write_text(html.page(ctx), encoding="utf-8")
 
                         if "run.duckdb" in todo:
-                            store.beside(result.con, functools.partial(_finish_quietly, comments=result.comments), draw)
+                            with store.quick_handoffs():
+                                store.beside(result.con, functools.partial(_finish_quietly, comments=result.comments), draw)
                         else:
                             draw()
                 elif name == "trace.pftrace":

@@ -97,3 +97,57 @@ def test_room_for_two_queries_counts_the_tables_against_the_memory_limit(tmp_pat
         assert not store.room_beside(c)  # over a quarter of the limit
     finally:
         c.close()
+
+
+def test_quick_handoffs_shortens_the_switch_interval_inside_and_restores_it_after() -> None:
+    # the final step's page beside the store's comments (pipeline.write_outputs): the GIL goes to the statements'
+    # thread within HANDOFF_S of its asking, not Python's 5 ms
+    import sys
+
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        with store.quick_handoffs():
+            assert sys.getswitchinterval() == pytest.approx(store.HANDOFF_S, rel=1e-6)
+            with store.quick_handoffs(0.05):  # nested: the outer block's setting holds, the inner exit keeps it
+                assert sys.getswitchinterval() == pytest.approx(store.HANDOFF_S, rel=1e-6)
+            assert sys.getswitchinterval() == pytest.approx(store.HANDOFF_S, rel=1e-6)
+        assert sys.getswitchinterval() == pytest.approx(0.005, rel=1e-6)
+        with pytest.raises(RuntimeError), store.quick_handoffs():
+            raise RuntimeError("the block failed")
+        assert sys.getswitchinterval() == pytest.approx(0.005, rel=1e-6)
+        sys.setswitchinterval(1e-5)  # a user's shorter interval is not lengthened
+        with store.quick_handoffs():
+            assert sys.getswitchinterval() == pytest.approx(1e-5, rel=1e-6)
+        assert sys.getswitchinterval() == pytest.approx(1e-5, rel=1e-6)
+    finally:
+        sys.setswitchinterval(before)
+
+
+def test_quick_handoffs_from_threads_restores_the_interval_when_the_last_leaves() -> None:
+    # batch may write several runs' outputs at once on threads: the first in sets it, the last out restores it
+    import sys
+
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        inside, leave, seen = threading.Barrier(3), threading.Event(), []
+
+        def run() -> None:
+            with store.quick_handoffs():
+                inside.wait()
+                leave.wait()
+                seen.append(sys.getswitchinterval())
+
+        threads = [threading.Thread(target=run) for _ in range(2)]
+        for t in threads:
+            t.start()
+        inside.wait()
+        assert sys.getswitchinterval() == pytest.approx(store.HANDOFF_S, rel=1e-6)
+        leave.set()
+        for t in threads:
+            t.join()
+        assert len(seen) == 2 and min(seen) == pytest.approx(store.HANDOFF_S, rel=1e-6)
+        assert sys.getswitchinterval() == pytest.approx(0.005, rel=1e-6)
+    finally:
+        sys.setswitchinterval(before)
