@@ -17,7 +17,13 @@ from . import sql
 from .errors import BadInput
 from .flops import MODELS, op_bytes, op_flops, op_precision, op_traffic_bytes
 from .store import one
-from .vocab import AUX_ATTENTION_KERNEL_RE, KERNEL_ELEMENT_BYTES_RE, MATMUL_KERNEL_RE, MAX_PLAUSIBLE_BANDWIDTH_BYTES_S
+from .vocab import (
+    AUX_ATTENTION_KERNEL_RE,
+    KERNEL_ELEMENT_BYTES_RE,
+    MATMUL_KERNEL_RE,
+    MAX_KERNEL_AMOUNT,
+    MAX_PLAUSIBLE_BANDWIDTH_BYTES_S,
+)
 
 # Candidate tables (temporary): one row per kernel a source gives a figure for.
 _CANDIDATES = ("_kf_op", "_kb_op", "_kf_ncu", "_kf_user")
@@ -479,10 +485,11 @@ def user_candidates(con: duckdb.DuckDBPyConnection, flops_per_occurrence: float,
 # ------------------------------------------------------------------------------------------------ the write
 
 
-def write(con: duckdb.DuckDBPyConnection) -> None:
+def write(con: duckdb.DuckDBPyConnection) -> list[str]:
     """kernels.flops / bytes / flops_source / flops_op_id from the candidates, once: Nsight Compute, else
     --model-flops (which replaces every shape-model estimate), else the owning op's share; bytes from ncu, else the
-    op's matmul bytes, else its byte model, else what the parser recorded (copies)."""
+    op's matmul bytes, else its byte model, else what the parser recorded (copies). An estimate above
+    vocab.MAX_KERNEL_AMOUNT is left out (the kernel's FLOPs, or bytes, unknown); returns the notes saying so."""
     for t in _CANDIDATES:
         cols = (
             "kernel_id BIGINT, owner BIGINT, src VARCHAR, flops DOUBLE, bytes DOUBLE"
@@ -513,3 +520,24 @@ def write(con: duckdb.DuckDBPyConnection) -> None:
         ) x WHERE kernels.kernel_id = x.kernel_id""")
     for t in _CANDIDATES:
         con.execute(f"DROP TABLE IF EXISTS {t}")
+    return _drop_implausible(con)
+
+
+def _drop_implausible(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """FLOP and byte estimates no kernel can have (above vocab.MAX_KERNEL_AMOUNT: a broken `flops` argument or
+    shape) left out, so the kernel is measured as one of unknown work, and said."""
+    flops, nbytes = one(
+        con,
+        f"SELECT count(*) FILTER (WHERE flops > {MAX_KERNEL_AMOUNT!r}), count(*) FILTER (WHERE bytes > {MAX_KERNEL_AMOUNT!r}) "
+        "FROM kernels",
+    ) or (0, 0)
+    notes = []
+    if flops:
+        con.execute(
+            f"UPDATE kernels SET flops = NULL, flops_source = NULL, flops_op_id = NULL WHERE flops > {MAX_KERNEL_AMOUNT!r}"
+        )
+        notes.append(f"{flops} kernels' FLOP estimates left out (more than {MAX_KERNEL_AMOUNT:.0e}: no kernel's work)")
+    if nbytes:
+        con.execute(f"UPDATE kernels SET bytes = NULL WHERE bytes > {MAX_KERNEL_AMOUNT!r}")
+        notes.append(f"{nbytes} kernels' byte counts left out (more than {MAX_KERNEL_AMOUNT:.0e}: no kernel's traffic)")
+    return notes

@@ -339,7 +339,7 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
         # two cores busy there).
         with store.aside(con, windows) as built:
             precision, gpu_peaks = attribute()
-            kernel_flops.write(con)
+            notes.extend(kernel_flops.write(con))
             missing = built()
     else:
         precision, gpu_peaks = attribute()
@@ -362,7 +362,7 @@ def measure(con: duckdb.DuckDBPyConnection, opts: Options) -> judge.RunContext:
     if opts.model_flops is not None:
         label = opts.ranges[0] if opts.ranges else metrics.STEP_LABEL
         notes.append(kernel_flops.user_candidates(con, opts.model_flops, label))
-        kernel_flops.write(con)
+        notes.extend(kernel_flops.write(con))
     metrics.sweep(con)
     return judge.RunContext(
         inputs=[], ranges=list(opts.ranges), precision=precision, peaks=gpu_peaks, missing_ranges=missing, notes=notes

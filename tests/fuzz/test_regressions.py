@@ -184,6 +184,20 @@ PROGRAMS = [
         "ConversionException in kineto._emit_ops: a profiler overhead record at -1e308 µs (the spans were never cleaned)",
     ),
     (
+        "kineto",
+        0,
+        [("huge_numbers", 2966389123), ("reorder_keys", 3744326609), ("drop_key", 1486811856)],
+        True,
+        "ConversionException in roofline.kernel_groups: 10^30 FLOPs in fixed point overflowed a HUGEINT (no kernel's work)",
+    ),
+    (
+        "nsys",
+        0,
+        [("sql_wrong_values", 2090272894), ("sql_drop_table", 3743496011)],
+        False,
+        "OutOfRangeException in nsys.emit_rest: a profiler overhead record ending at int64's maximum (never cleaned)",
+    ),
+    (
         "exporter",
         0,
         [("long_line", 428713089)],

@@ -155,15 +155,17 @@ def drop_impossible_times(con: duckdb.DuckDBPyConnection, path: Path, info: Nsys
         "a device id beyond int32": "NOT coalesce(deviceId BETWEEN 0 AND 2147483647, true)",
     }
     gpu = ("_ns_kernel", "_ns_memcpy", "_ns_memset")
+    host = ("_ns_runtime", "_ns_sync", "_ns_nvtx", "_ns_osrt")
+    overhead = ("_ns_overhead", "_ns_profoverhead")  # the profiler's own records: their times reach the store too
+    tables_of = {
+        "impossible times": gpu + host + overhead,
+        "an end before the start": gpu + host,
+        "no start, end or device": gpu + ("_ns_sync",),
+        "a device id beyond int32": gpu + ("_ns_sync",),
+    }
     counts: dict[str, int] = {}
     for reason, cond in reasons.items():
-        tables = (
-            gpu + ("_ns_sync",)
-            if "device" in reason
-            else gpu
-            if "no start" in reason
-            else gpu + ("_ns_runtime", "_ns_sync", "_ns_nvtx", "_ns_osrt")
-        )
+        tables = tables_of[reason]
         for t in tables:
             row = one(con, f"SELECT count(*) FROM {t} WHERE {cond}")
             if row and row[0]:
