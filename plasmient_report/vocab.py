@@ -293,9 +293,9 @@ NS_FIXED_SCALE = float(2**20)
 RATE_FIXED_SCALE = float(2**40)
 AMOUNT_FIXED_SCALE = float(2**40)
 
-# The most FLOPs, or bytes, one kernel is given: more is no count of any kernel's work (18 hours of the fastest GPU in
-# peaks.toml at its peak; a zettabyte) but a broken `flops` argument or shape, and it would not fit the sums above
-# (fuzzing: 10^30 FLOPs overflowed a HUGEINT). Such an estimate is left out: the kernel's work is unknown.
+# The most FLOPs, or bytes, one kernel is given: more is no count of any kernel's work (55 hours of the fastest GPU
+# in peaks.toml, 5 PFLOP/s, at its peak; a zettabyte) but a broken `flops` argument or shape, and it would not fit
+# the sums above (fuzzing: 10^30 FLOPs overflowed a HUGEINT). Such an estimate is left out: the work is unknown.
 MAX_KERNEL_AMOUNT = 1e21
 
 # 1.5x the fastest HBM in peaks.toml (8 TB/s): no kernel moves more; a byte estimate implying more is wrong.

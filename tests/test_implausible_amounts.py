@@ -1,4 +1,4 @@
-"""A FLOP or byte estimate no kernel can have (above vocab.MAX_KERNEL_AMOUNT: 1e21, 18 hours of the fastest GPU in
+"""A FLOP or byte estimate no kernel can have (above vocab.MAX_KERNEL_AMOUNT: 1e21, 55 hours of the fastest GPU in
 peaks.toml at its peak) is left out: the kernel's work is unknown, and the notes say so (kernel_flops.write).
 Fuzzing found 10^30 FLOPs overflowing the fixed-point sums (a HUGEINT) in the verdict's roofline."""
 
