@@ -198,6 +198,13 @@ PROGRAMS = [
         "OutOfRangeException in nsys.emit_rest: a profiler overhead record ending at int64's maximum (never cleaned)",
     ),
     (
+        "kineto",
+        0,
+        [("huge_numbers", 395224110), ("reorder_keys", 2072160295)],
+        False,
+        "OutOfRangeException in kineto._emit_collectives: an element count of int64's maximum times 2 bytes",
+    ),
+    (
         "exporter",
         0,
         [("long_line", 428713089)],

@@ -167,7 +167,7 @@ def _emit_collectives(con: duckdb.DuckDBPyConnection, sid: int, rk: str, start: 
         )
         SELECT {sid}, {rk}, {dev}, coalesce(stream, tid), correlation, {start}, {end}, coll, pgn, pgd, pgr, gs,
                (row_number() OVER (PARTITION BY coalesce(pgn, pgr, ''), coll ORDER BY ts) - 1)::INTEGER,
-               inn, outn, dt, CAST(greatest(coalesce(inn, 0), coalesce(outn, 0)) * {_dtype_bytes("dt")} AS BIGINT)
+               inn, outn, dt, {_bytes_of("greatest(coalesce(inn, 0), coalesce(outn, 0))", "dt")}
         FROM j""")
     # Collectives of other communication kernels (symmetric memory, custom all-reduce, …): no NCCL metadata, but
     # the op that launched them (External id) names the collective and its first input is the buffer reduced or
@@ -192,18 +192,24 @@ def _emit_collectives(con: duckdb.DuckDBPyConnection, sid: int, rk: str, start: 
             GROUP BY external_id
         ), j AS (
             SELECT k.*, replace(lower(regexp_extract(o.op, '{OP_COLLECTIVE_RE}', 1)), '_', '') AS coll,
-                   list_product(TRY_CAST(json_extract(o.dims, '$[0]') AS BIGINT[]))::BIGINT AS n,
+                   TRY_CAST(list_product(TRY_CAST(json_extract(o.dims, '$[0]') AS BIGINT[])) AS BIGINT) AS n,
                    regexp_replace(lower(json_extract_string(o.types, '$[0]')), '^c10::', '') AS dt
             FROM k JOIN o USING (external_id)
         )
         SELECT {sid}, {rk}, {dev}, coalesce(stream, tid), correlation, {start}, {end}, coll,
                (row_number() OVER (PARTITION BY coll ORDER BY ts) - 1)::INTEGER, n, n, dt,
-               CAST(n * {_dtype_bytes("dt")} AS BIGINT)
+               {_bytes_of("n", "dt")}
         FROM j""")
 
 
 # The collective an op performs, by its name (`symm_mem::one_shot_all_reduce`, `_C_custom_ar::all_reduce`, …).
 OP_COLLECTIVE_RE = "(?i)(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all)"
+
+
+def _bytes_of(nelems: str, dt: str) -> str:
+    """SQL: the bytes of `nelems` elements of dtype `dt`; NULL (unknown) when the dtype's size is not known or the
+    product is beyond int64 (a broken element count: fuzzing found int64's maximum times 2 overflowing)."""
+    return f"TRY_CAST(({nelems})::HUGEINT * {_dtype_bytes(dt)} AS BIGINT)"
 
 
 def _dtype_bytes(dt: str) -> str:
