@@ -381,19 +381,20 @@ _handoff_saved = 0.0
 
 
 @contextmanager
-def quick_handoffs(interval_s: float = HANDOFF_S) -> Iterator[None]:
-    """Inside, Python hands its GIL to a waiting thread within `interval_s` (sys.setswitchinterval), not 5 ms.
+def quick_handoffs() -> Iterator[None]:
+    """Inside, Python hands its GIL to a waiting thread within HANDOFF_S (sys.setswitchinterval), not 5 ms.
 
     DuckDB's Python API takes the GIL back after each statement it runs, so a thread running many short statements
     (the store's comments: ~0.2 ms each) beside one running Python (report.html's charts) otherwise waits up to
     5 ms for it after each: 0.09 s of statements took 0.3-0.4 s that way, 2.4 s beside a pure-Python loop. The
     Python thread gives the GIL away only when another asks for it, so it barely slows. The interval is the
-    process's: nested and concurrent blocks (batch's threads) set it once and the last to leave restores it."""
+    process's: nested blocks, or blocks on several threads of a caller of the library, set it once and the last to
+    leave restores it (batch runs each run in a process of its own)."""
     global _handoff_depth, _handoff_saved
     with _handoff_lock:
         if _handoff_depth == 0:
             _handoff_saved = sys.getswitchinterval()
-            sys.setswitchinterval(min(interval_s, _handoff_saved))
+            sys.setswitchinterval(min(HANDOFF_S, _handoff_saved))
         _handoff_depth += 1
     try:
         yield

@@ -109,7 +109,7 @@ def test_quick_handoffs_shortens_the_switch_interval_inside_and_restores_it_afte
         sys.setswitchinterval(0.005)
         with store.quick_handoffs():
             assert sys.getswitchinterval() == pytest.approx(store.HANDOFF_S, rel=1e-6)
-            with store.quick_handoffs(0.05):  # nested: the outer block's setting holds, the inner exit keeps it
+            with store.quick_handoffs():  # nested: the inner block's exit keeps the outer one's setting
                 assert sys.getswitchinterval() == pytest.approx(store.HANDOFF_S, rel=1e-6)
             assert sys.getswitchinterval() == pytest.approx(store.HANDOFF_S, rel=1e-6)
         assert sys.getswitchinterval() == pytest.approx(0.005, rel=1e-6)
@@ -125,7 +125,8 @@ def test_quick_handoffs_shortens_the_switch_interval_inside_and_restores_it_afte
 
 
 def test_quick_handoffs_from_threads_restores_the_interval_when_the_last_leaves() -> None:
-    # batch may write several runs' outputs at once on threads: the first in sets it, the last out restores it
+    # a library caller may write several runs' outputs at once on threads: the first in sets it, the last out
+    # restores it
     import sys
 
     before = sys.getswitchinterval()
