@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """The main job as a user runs it (every default output) against a peer on the same file, side by side.
 
-    python benchmarks/bench_main_job.py [--kineto TRACE.json] [--nsys EXPORT.sqlite] [--repeat N]
+    python benchmarks/bench_main_job.py [--kineto TRACE.json ...] [--nsys EXPORT.sqlite] [--repeat N]
                                         [--hta-python .bench_venv/bin/python] [--ref OTHER_CHECKOUT] [--json OUT.json]
+
+With several `--kineto` traces (the committed sample scaled to a few sizes) it ends with a table by size: the
+ratio at each, and what each side pays per MiB more, which separates what every run pays from what grows with
+the trace.
 
 Rows, each a fresh process. Peak RSS is the process tree's: the larger of `ru_maxrss` (read by the parent from
 `os.wait4`: the process's own peak, or its largest child's) and the largest sum of the RSS of the process and its
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -128,6 +133,32 @@ def ours_cmd(python: str, inp: Path, out: Path, lean: bool) -> list[str]:
     return cmd + (["--no-html", "--no-trace"] if lean else [])
 
 
+def kineto_key(paths: list[Path], j: int) -> str:
+    """The results' key of the j-th Kineto input ("kineto" when there is one, as before)."""
+    return "kineto" if len(paths) == 1 else f"kineto {j}: {paths[j].name}"
+
+
+def by_size(paths: list[Path], results: dict[str, dict[str, list[dict]]]) -> None:
+    """The Kineto inputs by size: ours (every output) against HTA's load, and what each MiB more costs each side
+    between one input and the next larger (the medians' differences: what a run pays whatever its size is the
+    smallest input's time)."""
+    print("\nKineto by size (medians; 'more': ms per MiB from the next smaller input)")
+    head = ("MiB", "ours s", "HTA load s", "ratio", "RSS/JSON", "ours more", "HTA more")
+    print("  " + " ".join(f"{h:>10}" for h in head))
+    prev: tuple[float, float, float] | None = None
+    for j, path in sorted(enumerate(paths), key=lambda jp: jp[1].stat().st_size):
+        rows = results[kineto_key(paths, j)]
+        size = path.stat().st_size
+        mib, ours = size / MiB, med(rows["ours"], "wall_s")
+        hta = med(rows["hta"], "load_s") if rows.get("hta") else math.nan
+        cells = [mib, ours, hta, hta / ours, med(rows["ours"], "peak_rss") / size, math.nan, math.nan]
+        if prev is not None and mib > prev[0]:
+            d = mib - prev[0]
+            cells[5], cells[6] = (ours - prev[1]) / d * 1e3, (hta - prev[2]) / d * 1e3
+        print("  " + " ".join(f"{c:>10.2f}" if c == c else f"{'–':>10}" for c in cells))
+        prev = (mib, ours, hta)
+
+
 def med(rs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in rs)
 
@@ -205,7 +236,14 @@ def cpu_model() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kineto", type=Path, help="a ~100 MiB Kineto trace (.json)")
+    ap.add_argument(
+        "--kineto",
+        type=Path,
+        action="append",
+        default=[],
+        help="a ~100 MiB Kineto trace (.json); give several (e.g. the sample scaled to 25, 50, 100, 200 MiB) for a "
+        "table of the ratio by size",
+    )
     ap.add_argument("--nsys", type=Path, help="a large nsys SQLite export with GPU metrics")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument(
@@ -234,21 +272,24 @@ def main(argv: list[str] | None = None) -> int:
     env_peer = {k: v for k, v in env.items() if k != "PYTHONPATH"}
     work = Path(tempfile.mkdtemp(prefix="bench-main-"))
     results: dict[str, dict[str, list[dict]]] = {}
+    inputs: dict[str, Path] = {}
     load0 = os.getloadavg()[0]
     speed0 = loop_seconds()
     try:
-        if a.kineto:
-            k = a.kineto.resolve()
-            results["kineto"] = {
+        for j, path in enumerate(a.kineto):
+            k = path.resolve()
+            inputs[kineto_key(a.kineto, j)] = k
+            results[kineto_key(a.kineto, j)] = {
                 "ours": [],
                 **({"ref": []} if a.ref else {}),
                 **({} if a.no_lean else {"ours-lean": []}),
                 **({"hta": []} if a.hta_python else {}),
             }
             if a.hta_python:
-                (work / "hta").mkdir()
-                (work / "hta" / k.name).symlink_to(k)  # HTA parses every trace in its folder: give it only this
+                (work / f"hta-{j}").mkdir()
+                (work / f"hta-{j}" / k.name).symlink_to(k)  # HTA parses every trace in its folder: give it only this
         if a.nsys:
+            inputs["nsys"] = a.nsys.resolve()
             results["nsys"] = {
                 "ours": [],
                 **({"ref": []} if a.ref else {}),
@@ -257,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         for i in range(a.repeat):
             for kind, rows in results.items():
-                inp = (a.kineto if kind == "kineto" else a.nsys).resolve()
+                inp = inputs[kind]
                 # `ours` and `ref` take turns going first: a run's outputs are removed before the next run, and
                 # the run after writes into the page cache just freed, which costs less on some VMs than fresh
                 # pages (session 31: with `ref` always right after `ours`, the 486 MiB export's `ref` ran 1.02-1.03x
@@ -275,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
                         cwd = a.ref.resolve()
                         cmd, e = ours_cmd(a.python, inp, out, False), dict(env, PYTHONPATH=str(cwd))
                     elif row == "hta":
-                        cmd, e = [a.hta_python, "-c", HTA_CHILD, str(work / "hta")], env_peer
+                        hta_dir = work / f"hta-{list(inputs).index(kind)}"
+                        cmd, e = [a.hta_python, "-c", HTA_CHILD, str(hta_dir)], env_peer
                     else:
                         cmd, e = [a.python, "-c", SQLITE_FLOOR, str(inp)], env_peer
                     print(f"[{i + 1}/{a.repeat}] {kind} {row} …", file=sys.stderr, flush=True)
@@ -298,10 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  ours: {versions(a.python, OURS_PACKAGES)}")
     if a.hta_python:
         print(f"  peer: {versions(a.hta_python, PEER_PACKAGES)}")
-    if "kineto" in results:
-        size = a.kineto.stat().st_size
-        rows = results["kineto"]
-        table(f"Kineto {a.kineto.name}: {size / MiB:,.1f} MiB of JSON", size, rows)
+    for j, path in enumerate(a.kineto):
+        size = path.stat().st_size
+        rows = results[kineto_key(a.kineto, j)]
+        table(f"Kineto {path.name}: {size / MiB:,.1f} MiB of JSON", size, rows)
         print(f"  outputs of ours: {rows['ours'][0]['outputs']}")
         if rows.get("hta"):
             print(f"  HTA load / ours (all outputs), wall:          {ratio(rows['hta'], rows['ours'], 'load_s', 'wall_s')}")
@@ -314,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  ours peak RSS / JSON size:                    {med(rows['ours'], 'peak_rss') / size:.2f}")
         if rows.get("ours-lean"):
             print(f"  ours all outputs / ours --no-html --no-trace: {ratio(rows['ours'], rows['ours-lean'], 'wall_s', 'wall_s')}")
+    if len(a.kineto) > 1:
+        by_size(a.kineto, results)
     if "nsys" in results:
         size = a.nsys.stat().st_size
         rows = results["nsys"]
