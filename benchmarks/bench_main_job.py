@@ -142,7 +142,7 @@ def by_size(paths: list[Path], results: dict[str, dict[str, list[dict]]]) -> Non
     """The Kineto inputs by size: ours (every output) against HTA's load, and what each MiB more costs each side
     between one input and the next larger (the medians' differences: what a run pays whatever its size is the
     smallest input's time)."""
-    print("\nKineto by size (medians; 'more': ms per MiB from the next smaller input)")
+    print("\nKineto by size (medians; ratio: HTA's load over ours; 'more': ms per MiB from the next smaller input)")
     head = ("MiB", "ours s", "HTA load s", "ratio", "RSS/JSON", "ours more", "HTA more")
     print("  " + " ".join(f"{h:>10}" for h in head))
     prev: tuple[float, float, float] | None = None
@@ -273,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-main-"))
     results: dict[str, dict[str, list[dict]]] = {}
     inputs: dict[str, Path] = {}
+    hta_dirs: dict[str, Path] = {}  # HTA parses every trace in its folder: one folder per input, holding only it
     load0 = os.getloadavg()[0]
     speed0 = loop_seconds()
     try:
@@ -286,8 +287,9 @@ def main(argv: list[str] | None = None) -> int:
                 **({"hta": []} if a.hta_python else {}),
             }
             if a.hta_python:
-                (work / f"hta-{j}").mkdir()
-                (work / f"hta-{j}" / k.name).symlink_to(k)  # HTA parses every trace in its folder: give it only this
+                hta_dirs[kineto_key(a.kineto, j)] = folder = work / f"hta-{j}"
+                folder.mkdir()
+                (folder / k.name).symlink_to(k)
         if a.nsys:
             inputs["nsys"] = a.nsys.resolve()
             results["nsys"] = {
@@ -316,8 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                         cwd = a.ref.resolve()
                         cmd, e = ours_cmd(a.python, inp, out, False), dict(env, PYTHONPATH=str(cwd))
                     elif row == "hta":
-                        hta_dir = work / f"hta-{list(inputs).index(kind)}"
-                        cmd, e = [a.hta_python, "-c", HTA_CHILD, str(hta_dir)], env_peer
+                        cmd, e = [a.hta_python, "-c", HTA_CHILD, str(hta_dirs[kind])], env_peer
                     else:
                         cmd, e = [a.python, "-c", SQLITE_FLOOR, str(inp)], env_peer
                     print(f"[{i + 1}/{a.repeat}] {kind} {row} …", file=sys.stderr, flush=True)
