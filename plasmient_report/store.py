@@ -25,7 +25,7 @@ from typing import Any, TypeVar, cast
 
 import duckdb
 
-from . import interrupt
+from . import interrupt, sql
 
 TABLES = (
     "sources",
@@ -150,6 +150,7 @@ def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     cur = con.cursor()
     if row and row[0] != "memory":
         cur.execute('USE "' + str(row[0]).replace('"', '""') + '"')
+    sql.share_installed(con, cur)  # (the macros and views installed on either are there for both)
     return cur
 
 

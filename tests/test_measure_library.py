@@ -137,3 +137,69 @@ def test_patterns_come_from_vocab():
     # generated from vocab (vocab.sql)
     for name, m in sql.modules().items():
         assert not re.search(r"'\(\?i\)|regexp_matches\([^;]*?,\s*'\^", m.sql), f"sql/{name}.sql: a literal pattern"
+
+
+_DEFINITION_RE = re.compile(r"CREATE OR REPLACE (?:TEMP |TEMPORARY )?(?:MACRO|VIEW)\b", re.IGNORECASE)
+
+
+def _statements(module: str) -> list[str]:
+    """The module's statements as DuckDB's parser splits them, their leading comment lines cut."""
+    text = sql.render(module)
+    out = []
+    for st in duckdb.connect().extract_statements(text):
+        lines = [ln for ln in st.query.strip().splitlines() if not ln.lstrip().startswith("--")]
+        out.append("\n".join(lines).strip())
+    return [s for s in out if s]
+
+
+@pytest.mark.parametrize("module", sorted(sql.modules()))
+def test_definitions_are_the_modules_that_define_only_macros_and_views(module):
+    # sql.DEFINITIONS are installed once per store (installing them again would change nothing): a module listed
+    # there must create nothing computed from the store's rows, and a module that only defines must be listed
+    kinds = [bool(_DEFINITION_RE.match(s)) or s.upper().startswith("COMMENT ON") for s in _statements(module)]
+    assert kinds, module
+    assert all(kinds) == (module in sql.DEFINITIONS), (module, module in sql.DEFINITIONS)
+
+
+def test_a_run_installs_each_definition_module_once(monkeypatch):
+    # the measure stage's steps each ask for the vocabulary they use: three times a run for `vocab` before
+    # (~17 ms each), twice or three times for `intervals`, `rank_span` and `collective_key`
+    ran: list[str] = []
+    execute = sql._execute
+
+    def counting(con: duckdb.DuckDBPyConnection, text: str) -> None:
+        ran.extend(m.group(1) for m in re.finditer(r"^-- Module: ([a-z_]+)", text, re.MULTILINE))
+        execute(con, text)
+
+    monkeypatch.setattr(sql, "_execute", counting)
+    res = pipeline.analyse([sample_file("h200x2_ddp/kineto")], pipeline.Options(ranges=["ProfilerStep#*"]))
+    try:
+        installed = {m: ran.count(m) for m in sql.DEFINITIONS}
+        assert installed == dict.fromkeys(sql.DEFINITIONS, 1), installed
+        assert "kernel_class" in ran  # (the count saw the run's modules)
+        # and what they define is there, for the store's own connection and for a cursor of it
+        for con in (res.con, store.cursor(res.con)):
+            assert con.execute("SELECT exact_sum(0.25, 1000), collective_key(NULL, 'r')").fetchone() == (0.25, "r")
+    finally:
+        res.close()
+
+
+def test_definitions_are_installed_again_where_they_are_missing():
+    # a caller's transaction rolled back: installed again
+    con = store.connect()
+    con.execute("BEGIN TRANSACTION")
+    with sql.deferred_comments():  # (a module's comments otherwise go in a transaction of their own)
+        sql.install(con, "vocab")
+    con.execute("ROLLBACK")
+    sql.install(con, "vocab")
+    assert con.execute("SELECT exact_sum(0.5, 1000)").fetchone() == (0.5,)
+    # another database of the same connection gets its own
+    con.execute("ATTACH ':memory:' AS other")
+    con.execute("USE other")
+    sql.install(con, "vocab")
+    n = "SELECT count(*) FROM duckdb_functions() WHERE database_name = ? AND function_name = 'exact_sum'"
+    assert con.execute(n, ["other"]).fetchone() == (1,)
+    # another store, too
+    con2 = store.connect()
+    sql.install(con2, "vocab")
+    assert con2.execute("SELECT exact_sum(0.5, 1000)").fetchone() == (0.5,)

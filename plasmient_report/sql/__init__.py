@@ -11,7 +11,8 @@ from its tables (`vocab.sql` turns them into macros: `kernel_name_precision(name
 `category_layer(category)`, `is_communication_kernel(kind, name)`).
 
 A module that creates a table computes it from the store when installed: the measure stage installs them in order,
-after the rows they read are final (`install`). Views and macros can be installed at any time. `docs()` renders
+after the rows they read are final (`install`). Views and macros can be installed at any time; a module of only
+those (`DEFINITIONS`) is run once per store however often it is asked for. `docs()` renders
 the library's own comments as `docs/measurements.md` (a test fails when the two drift). A block marked
 `-- native: NAME {` … `-- }` is computed by `native.NATIVE[NAME]` instead (the same rows, in numpy), unless inside
 `reference()`, which runs every module's SQL as written.
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
+import weakref
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -36,6 +39,14 @@ _PLACEHOLDER_RE = re.compile(r"\{\{([A-Z_][A-Z0-9_]*)\}\}")
 _NATIVE_RE = re.compile(r"^-- native: ([a-z_][a-z0-9_]*) \{\n(.*?)^-- \}\n", re.MULTILINE | re.DOTALL)
 _reference: ContextVar[bool] = ContextVar("plasmient_sql_reference", default=False)
 _deferred: ContextVar[list[str] | None] = ContextVar("plasmient_sql_deferred_comments", default=None)
+# The modules that only define macros and views (nothing computed from the store's rows: installed again they change
+# nothing). Each step of the measure stage installs the ones it uses, so a run asked for the vocabulary three times
+# (~17 ms each on the 2 MiB sample); `install` runs such a module once per database of a connection and its cursors
+# (`share_installed`), unless inside a caller's transaction (which may roll the definitions back).
+# tests/test_measure_library.py checks that these define only macros and views, and every other module more.
+DEFINITIONS = frozenset({"vocab", "intervals", "rank_span", "collective_key", "kernel_roofline", "losses", "program"})
+_installed: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
+_installed_lock = threading.Lock()
 _COMMENT_STMT_RE = re.compile(
     r"^COMMENT ON (?:TABLE|VIEW|COLUMN|MACRO TABLE|MACRO) [a-z_][a-z0-9_.]* IS '(?:[^']|'')*';[ \t]*$",
     re.IGNORECASE | re.MULTILINE,
@@ -145,6 +156,11 @@ def install(con: duckdb.DuckDBPyConnection, *names: str, with_dependencies: bool
     """Run the modules `names` (tables are computed now, from the store as it is). With `with_dependencies`, their
     dependencies first (for views and macros; the measure stage computes tables in its own order)."""
     for n in order(names) if with_dependencies else names:
+        key = _definitions_key(con, n)
+        if key is not None:
+            with _installed_lock:
+                if key in _installed.get(con, ()):
+                    continue
         text = render(n)
         # The comments go last, in one transaction: on the file store every statement otherwise commits on its
         # own, and the library's ~450 COMMENT ONs cost ~1 ms each that way. (The module's tables are not put in
@@ -169,6 +185,28 @@ def install(con: duckdb.DuckDBPyConnection, *names: str, with_dependencies: bool
             else:
                 with _transaction(con):
                     con.execute(comments)
+        if key is not None:
+            with _installed_lock:
+                _installed.setdefault(con, set()).add(key)
+
+
+def share_installed(con: duckdb.DuckDBPyConnection, cur: duckdb.DuckDBPyConnection) -> None:
+    """`cur`, a cursor of `con` (the same database), shares `con`'s record of the DEFINITIONS installed: what either
+    installs, both see (`store.cursor`)."""
+    with _installed_lock:
+        _installed[cur] = _installed.setdefault(con, set())
+
+
+def _definitions_key(con: duckdb.DuckDBPyConnection, name: str) -> tuple[str, str] | None:
+    """(the connection's database, `name`) for a module of DEFINITIONS outside a caller's transaction (outside one,
+    each statement is a transaction of its own: two give two ids), else None: install it whatever was before."""
+    if name not in DEFINITIONS:
+        return None
+    row = con.execute("SELECT current_database(), txid_current()").fetchone()
+    again = con.execute("SELECT txid_current()").fetchone()
+    if row is None or again is None or again[0] == row[1]:
+        return None
+    return str(row[0]), name
 
 
 @contextlib.contextmanager
