@@ -346,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = results[kineto_key(a.kineto, j)]
         table(f"Kineto {path.name}: {size / MiB:,.1f} MiB of JSON", size, rows)
         print(f"  outputs of ours: {rows['ours'][0]['outputs']}")
+        if rows.get("ref"):
+            for key in ("wall_s", "cpu_s", "peak_rss"):
+                print(f"  ours / ref, {key:<9}                       {ratio(rows['ours'], rows['ref'], key, key)}")
         if rows.get("hta"):
             print(f"  HTA load / ours (all outputs), wall:          {ratio(rows['hta'], rows['ours'], 'load_s', 'wall_s')}")
             print(
