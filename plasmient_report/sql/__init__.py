@@ -43,7 +43,7 @@ _deferred: ContextVar[list[str] | None] = ContextVar("plasmient_sql_deferred_com
 # nothing). Each step of the measure stage installs the ones it uses, so a run asked for the vocabulary three times
 # (~17 ms each on the 2 MiB sample); `install` runs such a module once per database of a connection and its cursors
 # (`share_installed`), unless inside a caller's transaction (which may roll the definitions back).
-# tests/test_measure_library.py checks that these define only macros and views, and every other module more.
+# tests/test_measure_library.py checks that these define only macros and views and that every other module does more.
 DEFINITIONS = frozenset({"vocab", "intervals", "rank_span", "collective_key", "kernel_roofline", "losses", "program"})
 _installed: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 _installed_lock = threading.Lock()
