@@ -16,6 +16,7 @@ import re
 import shutil
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
@@ -25,7 +26,7 @@ from typing import Any, TypeVar, cast
 
 import duckdb
 
-from . import interrupt, sql
+from . import interrupt
 
 TABLES = (
     "sources",
@@ -150,8 +151,27 @@ def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     cur = con.cursor()
     if row and row[0] != "memory":
         cur.execute('USE "' + str(row[0]).replace('"', '""') + '"')
-    sql.share_installed(con, cur)  # (the macros and views installed on either are there for both)
+    with _installed_lock:  # the measurement library's definitions installed on either are there for both
+        _installed[cur] = _installed.setdefault(con, set())
     return cur
+
+
+# What the measurement library installed once per database (sql.DEFINITIONS: its modules of only macros and views),
+# as (database, module): a record per connection, the same one for its cursors (`cursor`).
+_installed: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
+_installed_lock = threading.Lock()
+
+
+def installed(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str]]:
+    """The record of what the measurement library installed once per database on `con` and its cursors."""
+    with _installed_lock:
+        return _installed.setdefault(con, set())
+
+
+def in_transaction(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the caller holds a transaction on `con`. Outside one each statement is a transaction of its own: two
+    give two ids. (Trying BEGIN, or a CHECKPOINT, would abort a caller's transaction instead of telling.)"""
+    return one(con, "SELECT txid_current()") == one(con, "SELECT txid_current()")
 
 
 STORE_FILE = "run.duckdb"

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import threading
-import weakref
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -32,7 +30,7 @@ from importlib import resources
 
 import duckdb
 
-from .. import vocab
+from .. import store, vocab
 
 _HEADER_RE = re.compile(r"^--\s*(Module|Depends):\s*(.*)$")
 _PLACEHOLDER_RE = re.compile(r"\{\{([A-Z_][A-Z0-9_]*)\}\}")
@@ -42,11 +40,9 @@ _deferred: ContextVar[list[str] | None] = ContextVar("plasmient_sql_deferred_com
 # The modules that only define macros and views (nothing computed from the store's rows: installed again they change
 # nothing). Each step of the measure stage installs the ones it uses, so a run asked for the vocabulary three times
 # (~17 ms each on the 2 MiB sample); `install` runs such a module once per database of a connection and its cursors
-# (`share_installed`), unless inside a caller's transaction (which may roll the definitions back).
+# (`store.installed`), unless inside a caller's transaction (which may roll the definitions back).
 # tests/test_measure_library.py checks that these define only macros and views and that every other module does more.
 DEFINITIONS = frozenset({"vocab", "intervals", "rank_span", "collective_key", "kernel_roofline", "losses", "program"})
-_installed: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
-_installed_lock = threading.Lock()
 _COMMENT_STMT_RE = re.compile(
     r"^COMMENT ON (?:TABLE|VIEW|COLUMN|MACRO TABLE|MACRO) [a-z_][a-z0-9_.]* IS '(?:[^']|'')*';[ \t]*$",
     re.IGNORECASE | re.MULTILINE,
@@ -157,10 +153,8 @@ def install(con: duckdb.DuckDBPyConnection, *names: str, with_dependencies: bool
     dependencies first (for views and macros; the measure stage computes tables in its own order)."""
     for n in order(names) if with_dependencies else names:
         key = _definitions_key(con, n)
-        if key is not None:
-            with _installed_lock:
-                if key in _installed.get(con, ()):
-                    continue
+        if key is not None and key in store.installed(con):
+            continue
         text = render(n)
         # The comments go last, in one transaction: on the file store every statement otherwise commits on its
         # own, and the library's ~450 COMMENT ONs cost ~1 ms each that way. (The module's tables are not put in
@@ -186,27 +180,16 @@ def install(con: duckdb.DuckDBPyConnection, *names: str, with_dependencies: bool
                 with _transaction(con):
                     con.execute(comments)
         if key is not None:
-            with _installed_lock:
-                _installed.setdefault(con, set()).add(key)
-
-
-def share_installed(con: duckdb.DuckDBPyConnection, cur: duckdb.DuckDBPyConnection) -> None:
-    """`cur`, a cursor of `con` (the same database), shares `con`'s record of the DEFINITIONS installed: what either
-    installs, both see (`store.cursor`)."""
-    with _installed_lock:
-        _installed[cur] = _installed.setdefault(con, set())
+            store.installed(con).add(key)
 
 
 def _definitions_key(con: duckdb.DuckDBPyConnection, name: str) -> tuple[str, str] | None:
-    """(the connection's database, `name`) for a module of DEFINITIONS outside a caller's transaction (outside one,
-    each statement is a transaction of its own: two give two ids), else None: install it whatever was before."""
-    if name not in DEFINITIONS:
+    """(the connection's database, `name`) for a module of DEFINITIONS outside a caller's transaction, else None:
+    install it whatever was before."""
+    if name not in DEFINITIONS or store.in_transaction(con):
         return None
-    row = con.execute("SELECT current_database(), txid_current()").fetchone()
-    again = con.execute("SELECT txid_current()").fetchone()
-    if row is None or again is None or again[0] == row[1]:
-        return None
-    return str(row[0]), name
+    row = store.one(con, "SELECT current_database()")
+    return (str(row[0]), name) if row else None
 
 
 @contextlib.contextmanager

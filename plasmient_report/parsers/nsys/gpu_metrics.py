@@ -210,12 +210,6 @@ def _left_out(con: duckdb.DuckDBPyConnection, part: pa.Table, percent_ids: pa.Ar
     return int(row[0]) if row and row[0] else 0
 
 
-def _in_transaction(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the caller holds a transaction on `con`. Outside one each statement is a transaction of its own: two
-    give two ids. (Trying BEGIN, or a CHECKPOINT, would abort a caller's transaction instead of telling.)"""
-    return one(con, "SELECT txid_current()") == one(con, "SELECT txid_current()")
-
-
 INSERTERS = 2  # chunks inserted at once, each by a connection of its own in a transaction of its own
 
 
@@ -233,7 +227,7 @@ class _Inserters:
     def of(con: duckdb.DuckDBPyConnection, n: int) -> _Inserters | None:
         if n < 2:
             return None
-        if _in_transaction(con):
+        if store.in_transaction(con):
             return None
         tables = {t: con.sql(f"SELECT * FROM {t}").to_arrow_table() for t in ("_ns_metric", "_ns_gpumetric_dev")}
         cursors = []
@@ -393,7 +387,7 @@ def start_counters(
     # peak RSS, benchmarks/README.md session 28). An in-memory store compresses its tables only at a checkpoint
     # (~15x for counters): one after each pair. Inside a caller's transaction the chunks go in one by one on the
     # caller's connection (run_here) and never a checkpoint (it would abort the transaction): more memory.
-    side_by_side = len(chunks) > 1 and not _in_transaction(con)
+    side_by_side = len(chunks) > 1 and not store.in_transaction(con)
     checkpoint = side_by_side and store.database_file(con) is None
     inserters = _Inserters.of(con, INSERTERS) if side_by_side else None
     try:
