@@ -153,8 +153,7 @@ def generic_advice(con: duckdb.DuckDBPyConnection, unknown: UnknownWork | None =
         out["unknown_flops"] = "unknown work, replayed from graphs (no shapes): give --model-flops N or an Nsight Compute CSV"
     elif u.has_shapes:
         out["unknown_flops"] = "unknown work: give --model-flops N or an Nsight Compute CSV"
-    training = (one(con, "SELECT training FROM program") or (None,))[0]
-    if training is False:  # inference: no gradients — the forward's tensor / expert-parallel collectives
+    if u.training is False:  # inference: no gradients — the forward's tensor / expert-parallel collectives
         out["collective_transfer"] = "overlap the forward's collectives with GEMMs, or shard over fewer GPUs"
     # the copies' time by kind: host copies (Kineto names them `Memcpy HtoD (Pageable -> Device)`, nsys `HtoD
     # (Pageable)`), how much of it pageable, and device-to-device copies
@@ -636,10 +635,11 @@ class UnknownWork(NamedTuple):
     pytorch: bool
     has_shapes: bool  # any op with input shapes
     graph_share: float  # the share of unknown kernels' time that graph replays launched
+    training: bool | None  # backward work in the trace (`program`); None: no framework ops to tell
 
 
 def unknown_work(con: duckdb.DuckDBPyConnection) -> UnknownWork:
-    runtime, pytorch = one(con, "SELECT runtime, pytorch FROM program") or ("cuda", False)
+    runtime, pytorch, training = one(con, "SELECT runtime, pytorch, training FROM program") or ("cuda", False, None)
     has_shapes = one(con, "SELECT count(*) > 0 FROM ops WHERE input_dims IS NOT NULL AND input_dims NOT IN ('', '[]')")
     # a kernel replayed from a graph (cudaGraphLaunch / hipGraphLaunch) has no op and no shapes in any trace,
     # whatever the profiler recorded
@@ -652,7 +652,7 @@ def unknown_work(con: duckdb.DuckDBPyConnection) -> UnknownWork:
         [vocab.GRAPH_LAUNCH_API_RE],
     )
     share = float(row[1]) / float(row[0]) if row and row[0] and row[1] else 0.0
-    return UnknownWork("HIP" if runtime == "hip" else "CUDA", bool(pytorch), bool(has_shapes and has_shapes[0]), share)
+    return UnknownWork("HIP" if runtime == "hip" else "CUDA", bool(pytorch), bool(has_shapes and has_shapes[0]), share, training)
 
 
 def masked_attention(con: duckdb.DuckDBPyConnection, scope: str, range_name: str | None) -> tuple[float, str, str] | None:

@@ -139,6 +139,25 @@ def test_patterns_come_from_vocab():
         assert not re.search(r"'\(\?i\)|regexp_matches\([^;]*?,\s*'\^", m.sql), f"sql/{name}.sql: a literal pattern"
 
 
+def test_names_matching_is_the_pattern_read_once_per_distinct_name():
+    # the modules filter large tables by a name pattern through names_matching (the pattern once per distinct name):
+    # the rows it keeps must be exactly those the pattern kept row by row (NULL names neither way)
+    con = store.connect()
+    sql.install(con, "vocab")
+    con.execute(
+        """CREATE TABLE t AS SELECT range AS i, CASE WHEN range % 7 = 0 THEN NULL WHEN range % 3 = 0 THEN 'cudaStreamSynchronize'
+           WHEN range % 3 = 1 THEN 'cudaLaunchKernel' ELSE 'aten::mm' || (range % 5) END AS name FROM range(1000)"""
+    )
+    for pattern in ("(?i)synchronize", "^aten::mm[0-2]$", "nothing matches"):
+        per_row = con.execute("SELECT list(i ORDER BY i) FROM t WHERE regexp_matches(name, ?)", [pattern]).fetchone()
+        once = con.execute(
+            f"SELECT list(i ORDER BY i) FROM t WHERE name IN (SELECT n FROM names_matching('t', '{pattern}'))"
+        ).fetchone()
+        assert once == per_row, pattern
+    assert con.execute("SELECT count(*) FROM names_matching('t', '.')").fetchone()[0] == 7  # distinct, no NULL
+    con.close()
+
+
 _DEFINITION_RE = re.compile(r"CREATE OR REPLACE (?:TEMP |TEMPORARY )?(?:MACRO|VIEW)\b", re.IGNORECASE)
 
 

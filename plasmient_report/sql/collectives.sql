@@ -26,7 +26,7 @@ WITH names AS (
     SELECT source_id, kernel_correlation, any_value(collective) AS collective FROM collectives
     GROUP BY source_id, kernel_correlation
 ), a2a_ctx AS (
-    SELECT source_id, thread, start_ns, end_ns FROM ops WHERE regexp_matches(name, {{ALL_TO_ALL_RE}})
+    SELECT source_id, thread, start_ns, end_ns FROM ops WHERE name IN (SELECT n FROM names_matching('ops', {{ALL_TO_ALL_RE}}))
     UNION ALL
     SELECT source_id, thread, start_ns, end_ns FROM ranges
     WHERE NOT on_gpu AND domain IS DISTINCT FROM 'python' AND regexp_matches(name, {{ALL_TO_ALL_RE}})

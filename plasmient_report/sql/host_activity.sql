@@ -14,8 +14,13 @@
 CREATE OR REPLACE TABLE host_activity AS
 WITH api AS (
     SELECT * FROM api_calls WHERE kind IS DISTINCT FROM 'osrt' AND end_ns >= start_ns
+), api_names AS (
+    -- the patterns read once per distinct name (the name is an aggregate's result: the filters below are not pushed
+    -- back under the grouping, onto every call)
+    SELECT n, regexp_matches(n, {{LAUNCH_API_RE}}) AS is_launch, regexp_matches(n, {{STARTUP_API_RE}}) AS is_setup
+    FROM (SELECT any_value(name) AS n FROM api GROUP BY name)
 ), launch AS (
-    SELECT * FROM api WHERE regexp_matches(name, {{LAUNCH_API_RE}})
+    SELECT * FROM api WHERE name IN (SELECT n FROM api_names WHERE is_launch)
 ), first_call AS (
     SELECT rank, arg_min(name, start_ns) AS name, min(start_ns) AS start_ns, arg_min(end_ns, start_ns) AS end_ns
     FROM api GROUP BY rank
@@ -27,7 +32,7 @@ WITH api AS (
            CASE WHEN a.start_ns >= k.s AND a.start_ns < k.e
                 THEN floor((a.start_ns - k.s) * {{STARTUP_RECURRING_BINS}} / (k.e - k.s))::INTEGER END AS bin
     FROM api a LEFT JOIN kspan k ON k.rank IS NOT DISTINCT FROM a.rank AND k.e > k.s
-    WHERE regexp_matches(a.name, {{STARTUP_API_RE}})
+    WHERE a.name IN (SELECT n FROM api_names WHERE is_setup)
 ), recurring AS (
     -- a set-up call that keeps coming all through the GPU work (an allocator freeing and allocating every step,
     -- device queries per op) is steady-state host work, not one-time start-up
@@ -67,7 +72,7 @@ SELECT rank, 'loader', name, start_ns, end_ns FROM ranges
 WHERE NOT on_gpu AND domain IS DISTINCT FROM 'python' AND regexp_matches(name, {{DATALOADER_RE}})
 UNION ALL
 -- (torch <= 1.9 records the DataLoader's __next__ as an op, category Operator)
-SELECT rank, 'loader', name, start_ns, end_ns FROM ops WHERE regexp_matches(name, {{DATALOADER_RE}});
+SELECT rank, 'loader', name, start_ns, end_ns FROM ops WHERE name IN (SELECT n FROM names_matching('ops', {{DATALOADER_RE}}));
 COMMENT ON TABLE host_activity IS 'One row per host interval that names idle GPU time';
 COMMENT ON COLUMN host_activity.rank IS 'the rank';
 COMMENT ON COLUMN host_activity.kind IS 'launch_call, launch_op, startup or loader';

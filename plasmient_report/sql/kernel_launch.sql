@@ -29,15 +29,21 @@ WITH RECURSIVE api AS (
        -- no launch record to check against: only an unambiguous id is taken
        OR (k.thread IS NULL AND o.n_same = 1)
     GROUP BY k.kernel_id
+), unlinked AS (
+    -- the launches no External id links, each looked up on its thread below
+    SELECT * FROM k WHERE thread IS NOT NULL AND kernel_id NOT IN (SELECT kernel_id FROM by_ext)
 ), latest AS (
     -- of the ops that start at one time on a thread (a child often starts in its parent's µs), the innermost: the
-    -- latest to start in the nesting order, so that the ASOF join below has one op per start to take
-    SELECT source_id, thread, start_ns, op_id, end_ns, parent_op_id FROM ops
-    QUALIFY row_number() OVER (PARTITION BY source_id, thread, start_ns ORDER BY depth DESC NULLS LAST, op_id DESC) = 1
+    -- latest to start in the nesting order, so that the ASOF join below has one op per start to take; only on the
+    -- threads of such launches (none where every launch has its External id: the ops are not sorted for nothing)
+    SELECT o.source_id, o.thread, o.start_ns, o.op_id, o.end_ns, o.parent_op_id
+    FROM ops o SEMI JOIN unlinked u ON u.source_id = o.source_id AND u.thread = o.thread
+    QUALIFY row_number() OVER (PARTITION BY o.source_id, o.thread, o.start_ns
+                               ORDER BY o.depth DESC NULLS LAST, o.op_id DESC) = 1
 ), hit AS (
     -- the latest op on the launching thread that started before the launch …
     SELECT k.kernel_id, k.launch_start_ns, o.op_id, o.end_ns, o.parent_op_id
-    FROM (SELECT * FROM k WHERE thread IS NOT NULL AND kernel_id NOT IN (SELECT kernel_id FROM by_ext)) k
+    FROM unlinked k
     ASOF JOIN latest o ON o.source_id = k.source_id AND o.thread = k.thread AND o.start_ns <= k.launch_start_ns
 ), up AS (
     -- … or, when it had ended, its nearest ancestor still open at the launch

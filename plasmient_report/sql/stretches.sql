@@ -90,7 +90,7 @@ WITH b AS (
     FROM o JOIN _sw_w w USING (wid) WHERE o.gs IS NOT NULL AND o.ge > o.gs
 ), syncs AS (
     SELECT rank, thread, name, start_ns, end_ns FROM api_calls
-    WHERE regexp_matches(name, {{SYNC_API_RE}}) AND kind IS DISTINCT FROM 'osrt'
+    WHERE name IN (SELECT n FROM names_matching('api_calls', {{SYNC_API_RE}})) AND kind IS DISTINCT FROM 'osrt'
 ), j AS (
     -- the first sync to return once the GPU went idle (or just before): if it was blocking when the GPU went idle
     -- (it began before) and returned inside the gap, the host had blocked on the GPU and the queue ran dry behind

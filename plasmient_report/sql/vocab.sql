@@ -19,6 +19,9 @@ CREATE OR REPLACE MACRO category_layer(c) AS CASE c {{CATEGORY_LAYER_CASES}} END
 COMMENT ON MACRO category_layer IS 'category_layer(category): the layer of a loss category (vocab.CATEGORIES)';
 CREATE OR REPLACE MACRO is_annotation_op(n) AS regexp_matches(coalesce(n, ''), {{ANNOTATION_OP_RE}});
 COMMENT ON MACRO is_annotation_op IS 'is_annotation_op(name): a CPU op that marks where work ran rather than doing it (vocab.ANNOTATION_OP_RE: profiler steps, compiled regions, `## name ##` ranges, Python frames, optimizer steps); never a kernel''s op to name or fuse';
+CREATE OR REPLACE MACRO names_matching(tbl, pattern) AS TABLE
+    SELECT n FROM (SELECT any_value(name) AS n FROM query_table(tbl) GROUP BY name) WHERE regexp_matches(n, pattern);
+COMMENT ON MACRO TABLE names_matching IS 'names_matching(''table'', pattern): the distinct `name`s of the table that match the pattern, each read once (`WHERE name IN (SELECT n FROM names_matching(…))` instead of the pattern on every row: a trace repeats a few thousand names over 100 k''s of rows)';
 CREATE OR REPLACE MACRO is_communication_kernel(kind, n) AS kind = 'nccl' OR regexp_matches(coalesce(n, ''), {{COMM_KERNEL_RE}});
 COMMENT ON MACRO is_communication_kernel IS 'is_communication_kernel(kind, name): NCCL / RCCL kernels (kind nccl) and, by name, NVSHMEM, DeepEP, symmetric-memory, custom all-reduce and MSCCL++ kernels';
 CREATE OR REPLACE MACRO kernel_base_name(n) AS
