@@ -317,6 +317,9 @@ COMMENT ON COLUMN collectives.dtype IS 'element type (nsys: from the kernel name
 COMMENT ON COLUMN collectives.bytes IS 'message size in bytes (max of in/out × element size; nsys: NCCL''s NVTX payload `Message size [bytes]`, when the report was exported with `--include-blobs true` — the NCCL call range (domain `NCCL`) is matched to the kernel whose launch it contains on the same thread)';
 COMMENT ON COLUMN collectives.peer IS 'peer rank for send/recv (nsys: the payload''s `Peer rank`, a rank in the communicator, when NCCL records one)';
 
+-- How a counter log's times were anchored (its closed vocabulary as a type: one byte a sample, not a string —
+-- an nsys export's 10 kHz GPU metrics are millions of rows).
+CREATE TYPE IF NOT EXISTS counter_time_source AS ENUM ('native', 'anchored', 'prefixed', 'synthesized');
 CREATE TABLE IF NOT EXISTS counters (
     source_id   INTEGER,
     rank        INTEGER,
@@ -326,7 +329,7 @@ CREATE TABLE IF NOT EXISTS counters (
     start_ns    BIGINT,
     end_ns      BIGINT,
     value       DOUBLE,
-    time_source VARCHAR,
+    time_source counter_time_source,
     gpu_index   INTEGER,
     entity      VARCHAR,
     raw_time    VARCHAR

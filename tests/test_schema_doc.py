@@ -8,6 +8,7 @@ import gzip
 import json
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from plasmient_report import pipeline, schema_doc, sql, store
@@ -145,3 +146,22 @@ def test_run_duckdb_gets_the_schema_comments_its_store_was_opened_without(tmp_pa
     trace = sample_file("h200_single/kineto_single.pt.trace.json.gz")
     cli.main([str(trace), "--out", str(out), "--quiet"], standalone_mode=False)
     assert _schema_comments(store.open_readonly(out / "run.duckdb")) == reference
+
+
+def test_counter_time_source_is_the_closed_vocabulary_of_anchors():
+    # counters.time_source is a one-byte ENUM (millions of nsys GPU-metric rows), not a string: it holds exactly the
+    # anchors the aligner knows (trusted ones as logged, the rest synthesized), and a new one fails loudly at insert
+    from plasmient_report.align import COUNTER_TRUSTED
+
+    con = store.connect()
+    (values,) = con.execute("SELECT enum_range(NULL::counter_time_source)").fetchone()
+    assert sorted(values) == sorted((*COUNTER_TRUSTED, "synthesized"))
+    (typ,) = con.execute(
+        "SELECT data_type FROM duckdb_columns() WHERE table_name = 'counters' AND column_name = 'time_source'"
+    ).fetchone()
+    assert typ.startswith("ENUM(")
+    con.execute("INSERT INTO counters (source_id, metric, time_source) VALUES (1, 'gpu_util', 'native')")
+    assert con.execute("SELECT count(*) FROM counters WHERE time_source = 'native'").fetchone()[0] == 1
+    with pytest.raises(duckdb.ConversionException):
+        con.execute("INSERT INTO counters (source_id, metric, time_source) VALUES (1, 'gpu_util', 'guessed')")
+    con.close()
