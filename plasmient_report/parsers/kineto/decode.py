@@ -439,11 +439,10 @@ def _tables(run: _Run, cats: _Categories, counts: dict[str | None, list[int]]) -
         ix = np.flatnonzero(mask)
         if not ix.size:
             continue
-        cols = {f: taken[f].take(ix) for f in STAGE_FIELDS[stage] if f in taken}
         if native is not None:
-            cols.update(native.fields(stage, ix))
-            out[stage] = (pa.table(cols), frozenset())
+            out[stage] = (native.table(stage, ix, taken), frozenset())
             continue
+        cols = {f: taken[f].take(ix) for f in STAGE_FIELDS[stage] if f in taken}
         assert run.events is not None
         rows = [run.events[i] for i in ix.tolist()]
         fields, transpose = _TRANSPOSE[stage]
@@ -578,20 +577,27 @@ class _NativeColumns:
         valid = json_type > 0
         return {f: self._strings(src, valid), f + ":type": pa.array(json_type, mask=~valid)}
 
-    def fields(self, stage: str, ix: np.ndarray) -> dict[str, pa.Array]:
-        """The columns of `stage`'s fields but ph / cat / name, for the events `ix`."""
-        out: dict[str, pa.Array] = {}
-        take = pa.array(ix)
+    def table(self, stage: str, ix: np.ndarray, taken: dict[str, pa.Array]) -> pa.Table:
+        """`stage`'s columns for the events `ix`: ph / cat / name from `taken` (every event's), the other fields
+        from the run's columns, all taken in one call (a call per column cost ~30 µs of Python each: 41 a run,
+        0.12 s of the 100 MiB trace's decode)."""
+        order: list[str] = [f for f in STAGE_FIELDS[stage] if f in taken]
+        full: dict[str, pa.Array] = {f: taken[f] for f in order}
+        nulls: dict[str, pa.Array] = {}
         for f in _TRANSPOSE[stage][0]:
             if not self._kinds(f) & ~(1 << _T_NULL) and self._older(f, _kind(f)) is None:
                 # no event of the run has it: a column of nulls of its type
-                out[f] = pa.nulls(ix.size, _ARROW.get(_kind(f), pa.string()))
+                nulls[f] = pa.nulls(ix.size, _ARROW.get(_kind(f), pa.string()))
+                order.append(f)
                 if _kind(f) == RAW:
-                    out[f + ":type"] = pa.nulls(ix.size, pa.uint8())
+                    nulls[f + ":type"] = pa.nulls(ix.size, pa.uint8())
+                    order.append(f + ":type")
                 continue
             for name, arr in self._column(f).items():
-                out[name] = arr.take(take)
-        return out
+                full[name] = arr
+                order.append(name)
+        rows = pa.table(full).take(pa.array(ix))
+        return pa.table({name: nulls[name] if name in nulls else rows.column(name) for name in order})
 
 
 def _mask(a: pa.Array) -> np.ndarray:
