@@ -179,14 +179,15 @@ def install(con: duckdb.DuckDBPyConnection, *names: str, with_dependencies: bool
             else:
                 with _transaction(con):
                     con.execute(comments)
-        if key is not None:
+        if key is not None and not store.in_transaction(con):  # (a caller's transaction may yet roll it back)
             store.installed(con).add(key)
 
 
 def _definitions_key(con: duckdb.DuckDBPyConnection, name: str) -> tuple[str, str] | None:
-    """(the connection's database, `name`) for a module of DEFINITIONS outside a caller's transaction, else None:
-    install it whatever was before."""
-    if name not in DEFINITIONS or store.in_transaction(con):
+    """(the connection's database, `name`) for a module of DEFINITIONS, else None: install it whatever was before.
+    Installed once outside any transaction, the module is there for good; one installed inside a caller's
+    transaction is not recorded (`install`)."""
+    if name not in DEFINITIONS:
         return None
     row = store.one(con, "SELECT current_database()")
     return (str(row[0]), name) if row else None
