@@ -38,17 +38,21 @@ with _without_set_docstrings():
     from matplotlib.collections import PolyCollection
     from matplotlib.colors import to_rgba
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     from matplotlib.ticker import FuncFormatter, MaxNLocator
+    from matplotlib.transforms import ScaledTranslation
 
 __all__ = [
     "Figure",
     "FuncFormatter",
+    "Line2D",
     "MaxNLocator",
     "MixedModeRenderer",
     "Patch",
     "PolyCollection",
     "RendererSVG",
+    "ScaledTranslation",
     "matplotlib",
     "to_rgba",
 ]
