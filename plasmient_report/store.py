@@ -280,14 +280,17 @@ def has_macro(con: duckdb.DuckDBPyConnection, name: str, *args: str) -> bool:
     return True
 
 
-def numbered(table: str, order: str, where: str) -> str:
-    """The rows of a (staging) table that `where` keeps, numbered from 1 in `order`, ties in the table's own order
-    (a parser's staging tables hold their rows as the input has them), as (_r: the row's rowid, _n): a parser's
-    kernel and op ids. The rows themselves are then joined on _r and written in _n's order (one sort on one
-    integer). The window over the whole rows that this replaces carried every column (the ops' shapes as text)
-    through its sort: 1.8x the time of this for a Kineto trace's kernels, 1.7-1.9x for its ops on a 2 GiB trace
-    (benchmarks/README.md, session 27)."""
-    return f"SELECT rowid AS _r, row_number() OVER (ORDER BY {order}, rowid) AS _n FROM {table} WHERE {where}"
+def in_order(rows: str, order: str) -> str:
+    """The rows of the query `rows` sorted by `order`, each with its position `_n` from 1 (a parser's kernel and op
+    ids), as a query whose rows come in that order: an INSERT from it writes them so. `order` ends with a key no two
+    rows share (a staging table's rowid: its rows as the input has them), so the ids are the same every run.
+
+    The positions are counted as the sorted rows stream by (`row_number() OVER ()`, which DuckDB documents as
+    keeping its input's order; tests/test_store.py checks it against a numbering window over many threads), so the
+    rows are sorted once. The numbering this replaced sorted the rowids to number them and joined the rows back to
+    them before the INSERT's own sort: the 100 MiB Kineto trace's ops 125-134 -> 94-107 ms (benchmarks/README.md,
+    session 41); before that, a window over the whole rows (session 27) was 1.7-1.9x slower still."""
+    return f"SELECT row_number() OVER () AS _n, * FROM ({rows} ORDER BY {order})"
 
 
 def one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tuple | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import duckdb
 
 from ... import vocab
-from ...store import aside, numbered, one
+from ...store import aside, in_order, one
 from .decode import open_stages
 from .schema import DeviceRow
 
@@ -80,17 +80,19 @@ def _emit_kernels(cur: duckdb.DuckDBPyConnection, sid: int, rk: str, start: str,
     kind = """CASE WHEN cat = 'gpu_memcpy' THEN 'memcpy' WHEN cat = 'gpu_memset' THEN 'memset'
                    WHEN regexp_matches(name, '(?i)^(void )?(nccl|rccl|ncclDevKernel|ncclKernel)') THEN 'nccl'
                    ELSE 'compute' END"""
+    gpu_rows = in_order(
+        "SELECT * FROM _kin_gpu WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND name IS NOT NULL", "ts, rowid"
+    )
     cur.execute(f"""
         INSERT INTO kernels (kernel_id, source_id, rank, device, stream, start_ns, end_ns, raw_start, name, kind,
                              correlation, external_id, grid_x, grid_y, grid_z, block_x, block_y, block_z,
                              regs, smem, copy_kind, bytes)
-        WITH o AS ({numbered("_kin_gpu", "ts", "cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND name IS NOT NULL")})
-        SELECT o._n + {sid}::BIGINT * {ID_STRIDE},
+        SELECT _n + {sid}::BIGINT * {ID_STRIDE},
                {sid}, {rk}, {dev}, coalesce(stream, tid), {start}, {end}, ts, name, {kind},
                correlation, external_id, grid_x, grid_y, grid_z, block_x, block_y, block_z, regs, smem,
                CASE WHEN cat = 'gpu_memcpy' THEN coalesce(regexp_extract(name, 'Memcpy (\\w+)', 1), 'unknown') END,
                bytes
-        FROM _kin_gpu JOIN o ON _kin_gpu.rowid = o._r ORDER BY o._n""")
+        FROM ({gpu_rows})""")
     cur.execute(f"""
         INSERT INTO syncs (source_id, rank, device, stream, start_ns, end_ns, kind, correlation)
         SELECT {sid}, {rk}, {dev}, coalesce(stream, tid), {start}, {end}, coalesce(sync_kind, name), correlation
@@ -123,13 +125,13 @@ def _emit_ranges(con: duckdb.DuckDBPyConnection, sid: int, rk: str, start: str, 
 
 
 def _emit_ops(con: duckdb.DuckDBPyConnection, sid: int, rk: str, start: str, end: str) -> None:
+    cpu_rows = in_order("SELECT * FROM _kin_cpu WHERE cat = 'cpu_op' AND name IS NOT NULL", "ts, dur DESC, rowid")
     con.execute(f"""
         INSERT INTO ops (source_id, rank, pid, thread, start_ns, end_ns, raw_start, name, op_id, external_id, seq,
                          input_dims, input_types, concrete_inputs, flops, flops_source)
-        WITH o AS ({numbered("_kin_cpu", "ts, dur DESC", "cat = 'cpu_op' AND name IS NOT NULL")})
-        SELECT {sid}, {rk}, pid, tid, {start}, {end}, ts, name, o._n + {sid}::BIGINT * {ID_STRIDE}, external_id, seq,
+        SELECT {sid}, {rk}, pid, tid, {start}, {end}, ts, name, _n + {sid}::BIGINT * {ID_STRIDE}, external_id, seq,
                input_dims, input_types, concrete, flops, CASE WHEN flops IS NOT NULL THEN 'op' END
-        FROM _kin_cpu JOIN o ON _kin_cpu.rowid = o._r ORDER BY o._n""")
+        FROM ({cpu_rows})""")
     con.execute(f"""
         INSERT INTO api_calls (source_id, rank, pid, thread, start_ns, end_ns, name, kind, correlation, external_id, cbid)
         SELECT {sid}, {rk}, pid, tid, {start}, {end}, name,

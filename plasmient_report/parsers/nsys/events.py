@@ -12,7 +12,7 @@ import duckdb
 import pyarrow as pa
 
 from ...errors import BadInput
-from ...store import numbered, one
+from ...store import in_order, one
 from .. import gpus
 from . import nccl
 from .metadata import NVTX_DOMAIN_CREATE, NVTX_PUSHPOP, NVTX_STARTEND, NsysSource
@@ -287,19 +287,21 @@ def emit_rest(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSo
     tpid = "((x.globalTid >> 24) & 16777215)"
     tid = "(x.globalTid & 16777215)"
     stride = f"{sid}::BIGINT * {ID_STRIDE}"
-    # kernel ids in (start, end, stream, correlation, the export's order), as the rows' (rowid, id) (store.numbered)
-    kernel_ids = numbered("_ns_gpuacts", 'start, "end", streamId, correlationId', 'start IS NOT NULL AND "end" IS NOT NULL')
+    # kernel ids in (start, end, stream, correlation, the export's order) (store.in_order)
+    kernels = in_order(
+        "SELECT a.*, r.rank AS _rank FROM _ns_gpuacts a LEFT JOIN _ns_rank r ON r.pid = (a.globalPid >> 24) & 16777215 "
+        'WHERE a.start IS NOT NULL AND a."end" IS NOT NULL',
+        'a.start, a."end", a.streamId, a.correlationId, a.rowid',
+    )
     con.execute(f"""
         INSERT INTO kernels (kernel_id, source_id, rank, device, stream, start_ns, end_ns, raw_start, name, kind,
                              correlation, grid_x, grid_y, grid_z, block_x, block_y, block_z, regs, smem,
                              copy_kind, bytes)
-        WITH o AS ({kernel_ids})
-        SELECT o._n + {stride},
-               {sid}, r.rank, a.deviceId, a.streamId, {base}::BIGINT + a.start, {base}::BIGINT + a."end",
-               a.start::DOUBLE, a.name, a.kind, a.correlationId, gridX, gridY, gridZ, blockX, blockY, blockZ,
+        SELECT _n + {stride},
+               {sid}, _rank, deviceId, streamId, {base}::BIGINT + start, {base}::BIGINT + "end",
+               start::DOUBLE, name, kind, correlationId, gridX, gridY, gridZ, blockX, blockY, blockZ,
                regs, smem, copy_kind, bytes
-        FROM o JOIN _ns_gpuacts a ON a.rowid = o._r LEFT JOIN _ns_rank r ON r.pid = (a.globalPid >> 24) & 16777215
-        ORDER BY o._n""")
+        FROM ({kernels})""")
     con.execute(f"""
         INSERT INTO api_calls (source_id, rank, pid, thread, start_ns, end_ns, name, kind, correlation)
         SELECT {sid}, r.rank, {tpid}, {tid}, {base}::BIGINT + x.start, {base}::BIGINT + x."end",
@@ -385,21 +387,21 @@ def emit_nvtx(con: duckdb.DuckDBPyConnection, sid: int, base: int, info: NsysSou
     # The name is the text before the first `, seq = N` / `, op_id = N` (every row here has one; a name with a
     # newline there is none, as `.` reads it) and `sizes` the match after its 10-character label: whole matches,
     # which RE2 finds without its slower capture engine.
-    # op ids in (start, longer first, thread, the export's order), as the rows' (rowid, id) (store.numbered)
-    op_ids = numbered(
-        "_ns_nvtx_r", 'start, "end" DESC, tid', f"domainId = 0 AND name IS NOT NULL AND regexp_matches(name, '{OP_TEXT_RE}')"
+    # op ids in (start, longer first, thread, the export's order) (store.in_order)
+    ops = in_order(
+        "SELECT n.*, r.rank AS _rank FROM _ns_nvtx_r n LEFT JOIN _ns_rank r ON r.pid = n.pid "
+        f"WHERE n.domainId = 0 AND n.name IS NOT NULL AND regexp_matches(n.name, '{OP_TEXT_RE}')",
+        'n.start, n."end" DESC, n.tid, n.rowid',
     )
     con.execute(f"""
         INSERT INTO ops (source_id, rank, pid, thread, start_ns, end_ns, raw_start, name, op_id, seq, input_dims)
-        WITH o AS ({op_ids})
-        SELECT {sid}, r.rank, n.pid, n.tid, {base}::BIGINT + n.start, {base}::BIGINT + n."end", n.start::DOUBLE,
-               CASE WHEN contains(n.name, chr(10)) THEN regexp_extract(n.name, '^(.*?), (?:seq|op_id) = [0-9]', 1)
-                    ELSE regexp_split_to_array(n.name, ', (?:seq|op_id) = [0-9]')[1] END,
-               o._n + {sid}::BIGINT * {ID_STRIDE},
-               TRY_CAST(nullif(regexp_extract(n.name, ', seq = ([0-9]+)', 1), '') AS BIGINT),
-               nullif(substr(regexp_extract(n.name, ', sizes = \\[[\\[\\]0-9, -]*\\]', 0), 11), '')
-        FROM o JOIN _ns_nvtx_r n ON n.rowid = o._r LEFT JOIN _ns_rank r ON r.pid = n.pid
-        ORDER BY o._n""")
+        SELECT {sid}, _rank, pid, tid, {base}::BIGINT + start, {base}::BIGINT + "end", start::DOUBLE,
+               CASE WHEN contains(name, chr(10)) THEN regexp_extract(name, '^(.*?), (?:seq|op_id) = [0-9]', 1)
+                    ELSE regexp_split_to_array(name, ', (?:seq|op_id) = [0-9]')[1] END,
+               _n + {sid}::BIGINT * {ID_STRIDE},
+               TRY_CAST(nullif(regexp_extract(name, ', seq = ([0-9]+)', 1), '') AS BIGINT),
+               nullif(substr(regexp_extract(name, ', sizes = \\[[\\[\\]0-9, -]*\\]', 0), 11), '')
+        FROM ({ops})""")
     con.execute("DROP TABLE _ns_nvtx_r")
 
 
