@@ -41,13 +41,15 @@ def emit(
     recording; False, the recording cut none; None, the trace has no recording to cut to (`ranges.cut` unknown).
 
     Two chains of INSERTs, each writing store tables the other does not, each table's in the same order every run:
-    kernels, syncs, ranges, collectives, memory events and devices on a cursor of the store, on a thread of its own,
-    and the ops, runtime calls and the profiler's overhead on `con` (the ops' INSERT is the largest). Each INSERT runs
-    on one DuckDB thread (it writes the store's compressed columns in order), so one after the other they kept one
-    core of two busy. Measured (benchmarks/README.md, session 32), the 100 MiB trace: emit 0.245 -> 0.143 s (medians
-    of eight, interleaved), the whole run 2.74 -> 2.65 s (ten pairs). Where DuckDB's tables are large for its memory
-    limit (`store.room_beside`: the staging tables, spilled or not), the two chains run one after the other, as two
-    sorts at once would spill."""
+    kernels, syncs, ranges, memory events and devices on a cursor of the store, on a thread of its own, and the ops,
+    runtime calls, the profiler's overhead and the collectives on `con` (the ops' INSERT is the largest; the
+    collectives moved to it once the ops' numbering got cheaper, session 41: the 100 MiB trace's emit 0.167-0.183 ->
+    0.144-0.165 s, the two chains ~0.13-0.15 s each). Each INSERT runs on one DuckDB thread (it writes the store's
+    compressed columns in order), so one after the other they kept one core of two busy. Measured
+    (benchmarks/README.md, session 32), the 100 MiB trace: emit 0.245 -> 0.143 s (medians of eight, interleaved),
+    the whole run 2.74 -> 2.65 s (ten pairs). Where DuckDB's tables are large for its memory limit
+    (`store.room_beside`: the staging tables, spilled or not), the two chains run one after the other, as two sorts
+    at once would spill."""
     cut_col = "coalesce(cut, false)" if cut else ("NULL::BOOLEAN" if cut is None else "false")
     start = ns_expr("ts", base)
     end = ns_expr("ts + coalesce(dur, 0)", base)
@@ -58,7 +60,6 @@ def emit(
         open_stages(cur)
         _emit_kernels(cur, sid, rk, start, end, dev)
         _emit_ranges(cur, sid, rk, start, end, dev, cut_col)
-        _emit_collectives(cur, sid, rk, start, end, dev)
         _emit_memory(cur, sid, rk, base)
         for d in devices:
             cur.execute(
@@ -71,6 +72,7 @@ def emit(
 
     with aside(con, kernels_and_ranges) as gpu_events:
         _emit_ops(con, sid, rk, start, end)
+        _emit_collectives(con, sid, rk, start, end, dev)
         n = gpu_events()
     con.execute("DROP TABLE _kin_cpu")  # (read by both chains)
     return n
