@@ -286,10 +286,11 @@ def in_order(rows: str, order: str) -> str:
     rows share (a staging table's rowid: its rows as the input has them), so the ids are the same every run.
 
     The positions are counted as the sorted rows stream by (`row_number() OVER ()`, which DuckDB documents as
-    keeping its input's order; tests/test_store.py checks it against a numbering window over many threads), so the
-    rows are sorted once. The numbering this replaced sorted the rowids to number them and joined the rows back to
-    them before the INSERT's own sort: the 100 MiB Kineto trace's ops 125-134 -> 94-107 ms (benchmarks/README.md,
-    session 41); before that, a window over the whole rows (session 27) was 1.7-1.9x slower still."""
+    keeping its input's order; tests/test_store_in_order.py holds it to a window ordered by the same keys, on one and
+    four threads, spilling or not), so the rows are sorted once. The numbering this replaced sorted the rowids to
+    number them and joined the rows back to them before the INSERT's own sort: the 100 MiB Kineto trace's ops
+    125-134 -> 94-113 ms (benchmarks/README.md, session 41); before that, a window over the whole rows (session 27)
+    was 1.7-1.9x slower still."""
     return f"SELECT row_number() OVER () AS _n, * FROM ({rows} ORDER BY {order})"
 
 

@@ -703,7 +703,8 @@ def _row_labels(ax: Any, y: np.ndarray, labels: list[str]) -> None:
     """What `ax.set_yticks(y, labels)` draws — a tick mark at each row and its label left of it, where an axis puts
     them — as one line of tick markers and a text per label, without an axis tick per row: matplotlib builds each
     tick (two lines, two texts, a grid line) and lays it out, ~0.8 ms a row (the step chart of a 40-step trace:
-    ~105 -> ~70 ms). Call before `_style` (which colours the axis; these take its colour here)."""
+    108 -> 77 ms, the page the same to the pixel but for antialiasing; benchmarks/README.md, session 41). The marks
+    and labels take an axis' tick size, pad and colour (`_FG`, as `_style` colours an axis)."""
     ax.set_yticks([])
     size, width = matplotlib.rcParams["ytick.major.size"], matplotlib.rcParams["ytick.major.width"]
     pad = matplotlib.rcParams["ytick.major.pad"] + size  # (an outward tick: the label clears it, as Tick pads it)
@@ -718,7 +719,7 @@ def _row_labels(ax: Any, y: np.ndarray, labels: list[str]) -> None:
         markeredgewidth=width,
         markeredgecolor=_FG,
         clip_on=False,
-        zorder=0.5,  # (the axis' own zorder below the bars, as `_style`'s set_axisbelow gives it)
+        zorder=0.5,  # (below the plot, as `_style`'s set_axisbelow puts an axis; the marks lie outside the axes)
     )
     ax.add_artist(marks)  # (not add_line: the marks are not data, the axes do not scale to them)
     shift = on_axis + ScaledTranslation(-pad / 72, 0, ax.figure.dpi_scale_trans)
