@@ -16,6 +16,8 @@ ID_STRIDE = 1000000000000  # kernel_id / op_id = source_id * ID_STRIDE + n
 # CUDA / HIP caching-allocator device types in `[memory]` events (c10::DeviceType): 1 CUDA, 6 HIP (ROCm's
 # traces say HIP), 0 CPU. Only device memory is kept.
 GPU_DEVICE_TYPES = (1, 6)
+# The GPU activities that become `kernels` rows (and are counted as the trace's GPU events): one predicate for both.
+GPU_ACTIVITY = "cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND name IS NOT NULL"
 
 
 def ns_expr(col: str, base: int) -> str:
@@ -67,7 +69,7 @@ def emit(
                 " vendor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [sid, rank, d.device, d.name, d.sm_count, d.memory_bytes, d.compute_capability, d.vendor],
             )
-        row = one(cur, "SELECT count(*) FROM _kin_gpu WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND name IS NOT NULL")
+        row = one(cur, f"SELECT count(*) FROM _kin_gpu WHERE {GPU_ACTIVITY}")
         return int(row[0]) if row else 0
 
     with aside(con, kernels_and_ranges) as gpu_events:
@@ -82,9 +84,7 @@ def _emit_kernels(cur: duckdb.DuckDBPyConnection, sid: int, rk: str, start: str,
     kind = """CASE WHEN cat = 'gpu_memcpy' THEN 'memcpy' WHEN cat = 'gpu_memset' THEN 'memset'
                    WHEN regexp_matches(name, '(?i)^(void )?(nccl|rccl|ncclDevKernel|ncclKernel)') THEN 'nccl'
                    ELSE 'compute' END"""
-    gpu_rows = in_order(
-        "SELECT * FROM _kin_gpu WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND name IS NOT NULL", "ts, rowid"
-    )
+    gpu_rows = in_order(f"SELECT * FROM _kin_gpu WHERE {GPU_ACTIVITY}", "ts, rowid")
     cur.execute(f"""
         INSERT INTO kernels (kernel_id, source_id, rank, device, stream, start_ns, end_ns, raw_start, name, kind,
                              correlation, external_id, grid_x, grid_y, grid_z, block_x, block_y, block_z,
