@@ -265,12 +265,15 @@ def verdict_word(
     return "underused"
 
 
-def headroom(achieved: float | None, lower_bound: bool = False) -> Headroom:
-    """1 / achieved, worded. A lower-bound achieved gives only an upper bound on headroom: no factor is claimed."""
+def headroom(achieved: float | None, lower_bound: bool = False, peak_known: bool = True) -> Headroom:
+    """1 / achieved, worded. A lower-bound achieved gives only an upper bound on headroom: no factor is claimed.
+    Unknown for want of a peak, it says so (FLOPs may well be measured)."""
     if achieved is None:
         return Headroom(
             factor=None,
-            text="headroom unknown (the achieved fraction is unknown)"
+            text="headroom unknown (no peak known for this GPU)"
+            if not peak_known
+            else "headroom unknown (the achieved fraction is unknown)"
             if lower_bound
             else "headroom unknown (no useful FLOPs measured)",
         )
@@ -875,7 +878,9 @@ def _build(
                offset_uncertainty_ns, notes, time_zone, sample_period_ns FROM sources ORDER BY source_id""").fetchall()
     gpus = [GpuEntry(rank=p.rank, device=p.device, name=p.device_name) for p in ctx.peaks]
     first = ctx.peaks[0].peak if ctx.peaks else None
-    distinct_gpus = {p.peak.gpu for p in ctx.peaks}
+    # `peak.gpu`: the peak-table entry used (or the GPU --peak-tflops gave a figure for), never a name no entry
+    # matched — run.gpus holds the trace's names
+    distinct_gpus = {p.peak.gpu for p in ctx.peaks if p.peak.gpu_key or p.peak.forced}
     by_precision = _achieved_by_precision(con, scope, head_range) if achieved is not None else []
     dominant = by_precision[0].precision if by_precision else (first.precision if first else ctx.precision)
     dom_peak = (
@@ -1021,7 +1026,7 @@ def _build(
         achieved_by_precision=by_precision,
         hardware_estimate=hardware_estimate(means, scope, head_range),
         peak=Peak(
-            gpu=first.gpu if first else None,
+            gpu=first.gpu if first and (first.gpu_key or first.forced) else None,
             gpus=sorted(g for g in distinct_gpus if g) if len(distinct_gpus) > 1 else None,
             precision=dominant,
             precisions=[b.precision for b in by_precision] or ([dominant] if dominant else []),
@@ -1030,7 +1035,7 @@ def _build(
             source=(dom_peak[1] if dom_peak else None) or (first.source if first else None),
         ),
         losses=losses,
-        headroom=headroom(achieved, ach.lower_bound),
+        headroom=headroom(achieved, ach.lower_bound, ach.peak_known),
         verdict=word,
         findings=findings,
         ranks=ranks,

@@ -42,7 +42,14 @@ class GpuEntry(_Struct, kw_only=True):
 
     rank: Annotated[int | None, _d("rank (process) the GPU belongs to")]
     device: Annotated[int | None, _d("CUDA device ordinal in that rank's process")]
-    name: Annotated[str | None, _d("GPU name as the trace gives it (null when it gives none)")]
+    name: Annotated[
+        str | None,
+        _d(
+            "GPU name as the trace gives it; where it gives none, or one no peak-table entry knows (HIP's 'AMD Radeon "
+            "Graphics'), the model its device properties single out (compute capability / gfx version, SM or CU count, "
+            "memory: said in the notes); null when the trace names none and nothing is singled out"
+        ),
+    ]
 
 
 class RunInfo(_Struct, kw_only=True):
@@ -731,9 +738,11 @@ class Verdict(_Struct, kw_only=True):
     verdict: Annotated[
         str,
         _d(
-            "verdict word: idle ('idle (graph capture)' when most launches went into a graph capture), "
-            "communication-bound, healthy, busy, not useful, underused, busy (no peak known), too short to judge "
-            "(a window under the rules' min_window_us per GPU: measured, not judged), no data"
+            "verdict word, one of: 'idle' ('idle (graph capture)' when most launches went into a graph capture), "
+            "'communication-bound', 'healthy', 'busy, not useful', 'underused'; where the achieved fraction is not a "
+            "number to judge by: 'busy (no peak known)', 'busy (achieved unknown)' / 'underused (achieved unknown)' "
+            "(no FLOP estimate at all), 'busy (achieved: lower bound)' (work without a FLOP estimate is material); "
+            "'too short to judge' (a window under the rules' min_window_us per GPU: measured, not judged); 'no data'"
         ),
     ]
     findings: Annotated[list[Finding], _d("the rules' findings, worst first")]
@@ -951,6 +960,9 @@ verdict) by `python -m plasmient_report.verdict_model --write`, which also write
   no peak is known for the GPU or no kernel has a FLOP estimate; a number with `achieved_is_lower_bound: true` is
   a lower bound (work without a FLOP estimate is material).
 - The achieved fraction and the `losses` add up to 1 for the run, for every entry of `ranks` and for every range.
+  On a GPU with no peak (achieved null for want of one) the time of work with a FLOP estimate is in no loss: it
+  is achieved and compute inefficiency together, which only a peak tells apart — there the losses add up to 1
+  minus that share (report.html and the terminal show it as its own line).
 - Changes are additive: keys are never renamed or removed; a key added later is optional (its default is shown
   as *optional*). Readers should ignore keys they do not know; `load_verdict` does.
 - Read it typed in Python: `from plasmient_report.verdict_model import load_verdict`.

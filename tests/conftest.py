@@ -96,6 +96,28 @@ def write_trace(
     return path
 
 
+def unknown_gpu_trace(path: Path) -> Path:
+    """A GPU the peak table does not know ("Acme Tensor Engine 9"), in a 1000 µs range `work`: a 4096³ bf16 GEMM
+    kernel of 200 µs (its FLOPs known, its peak not), an fp32 elementwise add of 100 µs (memory-bound, ~0 FLOPs),
+    700 µs with nothing resident.
+
+    Truth, by construction, over the range: utilization 0.3; the add 0.1 memory-bound; 0.7 idle; the GEMM's 0.2 in
+    no loss category — achieved and compute inefficiency together, which only a peak tells apart."""
+    n = 2**26
+    ev = [
+        annotation("work", 0.0, 1000.0),
+        cpu_op("aten::mm", 10.0, 5.0, ext=1, dims=[[4096, 4096], [4096, 4096]], types=["c10::BFloat16"] * 2),
+        launch(11.0, 1, 10),
+        kernel("nvjet_sm90_tst_gemm", 100.0, 200.0, ext=1, corr=10),
+        cpu_op("aten::add_", 400.0, 5.0, ext=2, dims=[[n], [n], []], types=["float", "float", "Scalar"]),
+        launch(401.0, 2, 11),
+        kernel(
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >", 500.0, 100.0, ext=2, corr=11
+        ),
+    ]
+    return write_trace(path, ev, gpu="Acme Tensor Engine 9")
+
+
 @pytest.fixture
 def tiny_trace(tmp_path: Path) -> Path:
     """One 4096³ bf16 mm (1.1e11 FLOP) whose kernel runs 200 µs inside a 1000 µs profiled window.

@@ -262,6 +262,25 @@ def test_unknown_gpu(tmp_path: Path) -> None:
     assert "no peak known for this GPU" in page.text_of["headline-unknown"]
 
 
+def test_unknown_gpu_table_covers_the_window(tmp_path: Path) -> None:
+    """No peak: the loss table ends with the share in no loss (the GEMM's 20%, conftest.unknown_gpu_trace, by
+    construction), and its total is 100% of the window."""
+    from .conftest import unknown_gpu_trace
+
+    res = pipeline.analyse([unknown_gpu_trace(tmp_path / "t.json")], pipeline.Options(ranges=["work"]))
+    try:
+        html_render.write(res.con, res.verdict, tmp_path / "report.html")
+    finally:
+        res.close()
+    page = parse(tmp_path / "report.html")
+    text = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "The achieved fraction is unknown" in text
+    assert "headroom unknown (no peak known for this GPU)" in text
+    row = text[text.index("achieved + inefficiency") :]
+    assert row[: row.index("</tr>")].count("20%") == 1
+    assert page.text_of["waterfall-total"].strip() == "100%"
+
+
 def test_report_reads_only_the_store(tiny_trace: Path, tmp_path: Path) -> None:
     """The renderer works from a stored run.duckdb (read-only) and the verdict: no input file is needed."""
     from plasmient_report import store

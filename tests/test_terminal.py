@@ -97,6 +97,31 @@ def test_unknown_gpu_says_unknown_and_why(tmp_path: Path) -> None:
     assert "Mystery Accelerator 9000" in head
 
 
+def test_unknown_gpu_shows_the_share_in_no_loss(tmp_path: Path) -> None:
+    """No peak: the GEMM's 20% of the window (conftest.unknown_gpu_trace, by construction) is in no loss, so the
+    box gives it a line of its own and the lines cover the window; the title names the GPU whole on its border."""
+    from .conftest import unknown_gpu_trace
+
+    v = analysed(unknown_gpu_trace(tmp_path / "t.json"), ranges=["work"])
+    text = box_text(v)
+    line = next(x for x in text.splitlines() if "achieved + inefficiency" in x)
+    assert re.search(r"\b20%", line)
+    assert "only a peak tells them apart" in text
+    head = text.splitlines()[0]
+    assert "Acme Tensor Engine 9 (no peak known)" in head and head.rstrip().endswith("╮")
+
+
+def test_a_long_title_is_shortened_not_cut(single: dict) -> None:
+    # rich cuts a title longer than the box's border: the GPUs' names are shortened in the middle instead
+    v = json.loads(json.dumps(single))
+    v["peak"]["gpu"] = None
+    for g in v["run"]["gpus"]:
+        g["name"] = "NVIDIA GeForce RTX 4070 Laptop GPU with a name far too long for the box"
+    head = box_text(v).splitlines()[0]
+    assert head.startswith("╭─ plasmient · whole profile") and head.rstrip().endswith("─╮")
+    assert "NVIDIA GeForce" in head and "…" in head and "the box" in head
+
+
 def test_lower_bound_and_new_categories(single: dict) -> None:
     # Keys the measure stage adds this wave (CONTRACTS.md): hand-set here until a trace of ours produces them.
     v = json.loads(json.dumps(single))

@@ -4,6 +4,7 @@ names shortened in the middle."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..verdict_model import RangeSummary, StepSummary, Verdict
@@ -32,9 +33,28 @@ def pct(x: float | None) -> str:
     return f"{x:.0%}"
 
 
+# On a GPU with no peak, the time of work with a FLOP estimate is in no loss category: it is achieved and compute
+# inefficiency together, which only a peak tells apart (docs/verdict.md). The renderers show it as a line of its own.
+UNSPLIT = "achieved_or_inefficiency"
+UNSPLIT_LABEL = "achieved + inefficiency"
+UNSPLIT_TEXT = "work with a FLOP estimate, achieved and compute inefficiency together: only a peak tells them apart"
+
+
 def category_label(category: str) -> str:
     """`unknown_flops` → 'unknown FLOPs', `startup` → 'start-up', `memory_bound` → 'memory bound'."""
+    if category == UNSPLIT:
+        return UNSPLIT_LABEL
     return _LABELS.get(category) or category.replace("_", " ")
+
+
+def unsplit_fraction(verdict: Verdict | dict[str, Any]) -> float:
+    """The share of the window in no loss while the achieved fraction is unknown: 1 − Σ losses (0 when achieved is
+    known, or the losses account for the whole window)."""
+    v = _verdict(verdict)
+    if v.achieved_fraction_of_peak is not None or not v.losses:
+        return 0.0
+    rest = 1.0 - math.fsum(x.fraction for x in v.losses)
+    return rest if rest >= 5e-4 else 0.0
 
 
 def _verdict(v: Verdict | dict[str, Any]) -> Verdict:

@@ -30,6 +30,8 @@ from .. import store
 from ..verdict_model import KernelGroup, Loss, RankSummary, Step, StepSummary, Verdict, from_dict
 from ..vocab import CATEGORIES
 from ._format import (
+    UNSPLIT,
+    UNSPLIT_TEXT,
     achieved_text,
     achieved_why,
     category_label,
@@ -44,6 +46,7 @@ from ._format import (
     step_counts,
     step_outliers_text,
     step_time_text,
+    unsplit_fraction,
 )
 from ._format import (
     range_name as range_label,
@@ -1437,7 +1440,9 @@ def _env() -> Environment:
     return env
 
 
-def _loss_rows(achieved: float | None, losses: list[Loss]) -> list[dict[str, Any]]:
+def _loss_rows(achieved: float | None, losses: list[Loss], unsplit: float = 0.0) -> list[dict[str, Any]]:
+    """The loss table's rows: achieved first when known; with it unknown, the share in no loss (`unsplit_fraction`)
+    last, so that the rows still cover the window."""
     rows = [
         {"category": x.category, "layer": x.layer, "fraction": x.fraction, "recommendation": x.recommendation} for x in losses
     ]
@@ -1445,6 +1450,8 @@ def _loss_rows(achieved: float | None, losses: list[Loss]) -> list[dict[str, Any
         rows.insert(
             0, {"category": "achieved", "layer": "", "fraction": achieved, "recommendation": "useful FLOPs at the chosen peak"}
         )
+    elif unsplit > 0:
+        rows.append({"category": UNSPLIT, "layer": "kernel", "fraction": unsplit, "recommendation": UNSPLIT_TEXT})
     return rows
 
 
@@ -1536,6 +1543,7 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
 
     # The roofline of the verdict (judge built it once from the library's kernel_roofline).
     groups, op_groups = typed.top_kernels, typed.top_ops
+    loss_rows = _loss_rows(achieved, losses, unsplit_fraction(typed))
     roofline = later(roofline_chart, groups, peak_flop_s, bandwidth) if peak_flop_s else None
     shown = groups[:ROOFLINE_POINTS]
     placed = sum(1 for g in shown if g.arithmetic_intensity and g.achieved_flop_s)
@@ -1561,8 +1569,8 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
         "peak": doc["peak"],
         "ridge": peak_flop_s / bandwidth if peak_flop_s and bandwidth else None,
         "window_ns": run.window_ns,
-        "loss_rows": _loss_rows(achieved, losses),
-        "loss_total": (achieved or 0.0) + sum(x.fraction for x in losses) if achieved is not None else None,
+        "loss_rows": loss_rows,
+        "loss_total": math.fsum(r["fraction"] for r in loss_rows),
         "waterfall": later(waterfall_chart, achieved, losses) if achieved is not None else None,
         "rank_rows": rank_rows,
         "rank_categories": rank_categories,

@@ -11,11 +11,14 @@ from rich.text import Text
 
 from ..verdict_model import RankSummary, Verdict, from_dict
 from ._format import (
+    UNSPLIT_LABEL,
+    UNSPLIT_TEXT,
     achieved_text,
     achieved_why,
     bounded_pct,
     category_label,
     hardware_label,
+    middle_ellipsis,
     pct,
     range_name,
     range_occurrences,
@@ -24,6 +27,7 @@ from ._format import (
     step_counts,
     step_outliers_text,
     step_time_text,
+    unsplit_fraction,
 )
 
 WIDTH = 79
@@ -75,6 +79,18 @@ def _gpu_name(v: Verdict) -> str:
     return ", ".join(names) + " (no peak known)" if names else "unknown GPU"
 
 
+TITLE_ROOM = WIDTH - 6  # the box's top border: its corners, a rule on each side and a space around the title
+
+
+def _title(prefix: str, gpu: str) -> str:
+    """The box's title whole on its border (rich cuts a longer one): the GPUs' names without "(no peak known)",
+    which the achieved line says, then shortened in the middle."""
+    if len(prefix) + len(gpu) <= TITLE_ROOM:
+        return prefix + gpu
+    gpu = gpu.removesuffix(" (no peak known)")
+    return prefix + middle_ellipsis(gpu, max(TITLE_ROOM - len(prefix), 12))
+
+
 def _ms(ns: float | None) -> str:
     return "n/a" if ns is None else f"{ns / 1e6:,.1f}"
 
@@ -84,7 +100,7 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
     run, peak, util = v.run, v.peak, v.utilization
     n_ranks = len(run.ranks)
     scope = ", ".join(run.range) if run.range else "whole profile"
-    title = f"plasmient · {scope} · {n_ranks} rank{'s' if n_ranks != 1 else ''} · {_gpu_name(v)}"
+    title = _title(f"plasmient · {scope} · {n_ranks} rank{'s' if n_ranks != 1 else ''} · ", _gpu_name(v))
     ach = v.achieved_fraction_of_peak
     head = _grid()
     lines: list[Any] = [head]
@@ -140,6 +156,9 @@ def box(verdict: Verdict | dict[str, Any]) -> Panel:
         shown_losses = [x for x in losses if x.fraction >= 0.005][:MAX_LOSSES]
         for loss in shown_losses:
             _row(g, "  " + category_label(loss.category), pct(loss.fraction), loss.recommendation or "", width=31)
+        rest = unsplit_fraction(v)
+        if rest >= 0.005:
+            _row(g, "  " + UNSPLIT_LABEL, pct(rest), UNSPLIT_TEXT, width=31)
         lines.append(g)
     # The top findings' one-line fixes, except those already beside their loss line.
     shown = {x.recommendation for x in losses}
