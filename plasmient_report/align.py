@@ -41,6 +41,11 @@ MIN_RANK_SHIFT_NS = 50_000
 # Traces whose spans are further apart than this, with no overlap, were not recorded together: the ranks of one run
 # are profiled at the same time (their clocks agree to seconds, even across hosts), whatever the profiler schedule.
 RUN_GAP_NS = 3600 * 10**9
+# Traces closer than that but apart by more than this, with no overlap, are still analysed as one run (a rank's
+# profiler schedule that started late, a clock minutes off) — and said in the notes, since their windows are then
+# summed as if the ranks had run side by side: separate runs given together look just the same. A minute is well
+# above how far the clocks of one run's hosts disagree (seconds at most, above).
+NO_OVERLAP_NOTE_NS = 60 * 10**9
 EPOCH_2000_NS = 946_684_800 * 10**9  # earlier "times" are relative to a process start: no calendar to compare on
 UTIL_METRICS = ("gpu_util", "gr_engine_active", "sm_active")
 _UNITS_NS = {
@@ -238,20 +243,22 @@ def apply_forced(con: duckdb.DuckDBPyConnection, forced: Sequence[ForcedOffset])
     return done
 
 
-def one_recording(con: duckdb.DuckDBPyConnection) -> None:
+def one_recording(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Refuse traces that were not recorded together (exit 2, naming two of them): spans on calendar clocks more
     than RUN_GAP_NS apart with nothing between them are separate recordings, not ranks of one run — analysed as one,
     their steps, stragglers and collectives would be compared across days (and the rank alignment would pair
     their collectives' sequence numbers). Counter logs are matched to the traces later and are not checked here;
-    traces on a process-relative clock have no calendar to compare."""
+    traces on a process-relative clock have no calendar to compare. Returns notes: traces apart by more than
+    NO_OVERLAP_NOTE_NS with nothing between them, analysed as one run all the same."""
     rows = con.execute(f"""
         SELECT s.path, s.first_ns + coalesce(c.offset_ns, 0) AS a, s.last_ns + coalesce(c.offset_ns, 0) AS b
         FROM sources s LEFT JOIN clock c USING (source_id)
         WHERE s.rank_method IS DISTINCT FROM 'counters' AND s.first_ns IS NOT NULL AND s.last_ns IS NOT NULL
           AND s.clock_anchor IS DISTINCT FROM 'relative' AND s.first_ns >= {EPOCH_2000_NS}
         ORDER BY a, b, s.path""").fetchall()
+    notes: list[str] = []
     if len(rows) < 2:
-        return
+        return notes
     end_path, end = rows[0][0], rows[0][2]
     for path, a, b in rows[1:]:
         if a - end > RUN_GAP_NS:
@@ -261,8 +268,19 @@ def one_recording(con: duckdb.DuckDBPyConnection) -> None:
                 f"{_long_duration(a - end)} after the first ends — not ranks of one run. Analyse each alone, or "
                 "all of them with `plasmient-report batch`",
             )
+        if a - end > NO_OVERLAP_NOTE_NS:
+            notes.append(
+                f"{Path(end_path).name} and {Path(path).name} do not overlap in time (the second starts "
+                f"{_gap(a - end)} after the first ends): analysed as ranks of one run, their windows summed — if they "
+                "are separate runs, analyse each alone or with `plasmient-report batch`"
+            )
         if b > end:
             end_path, end = path, b
+    return notes
+
+
+def _gap(ns: int) -> str:
+    return f"{ns / 6e10:.1f} min" if ns < 7.2e12 else _long_duration(ns)
 
 
 def _long_duration(ns: int) -> str:
@@ -847,7 +865,7 @@ def align(
     anchor_sources(con)
     try:
         fixed = apply_forced(con, forced)
-        one_recording(con)
+        notes += one_recording(con)
         _, rank_notes = align_ranks(con, fixed)
         notes += rank_notes
         notes += match_counter_gpus(con)

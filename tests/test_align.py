@@ -464,6 +464,21 @@ def test_ranks_minutes_apart_are_one_run(tmp_path):
     res = pipeline.analyse([a, b], pipeline.Options(write_html=False, write_trace=False))
     try:
         assert res.verdict["run"]["ranks"] == [0, 1]
+        # ... said: their windows do not overlap (b starts 600 s after a, whose span is ~110 µs: 10.0 min after it ends)
+        said = [n for n in res.verdict["notes"] if "do not overlap in time" in n]
+        assert len(said) == 1 and "a.json and b.json" in said[0] and "starts 10.0 min after" in said[0]
+    finally:
+        res.close()
+
+
+def test_ranks_recorded_side_by_side_get_no_overlap_note(tmp_path):
+    # Two ranks whose spans overlap (starting 50 µs apart): nothing to say.
+    a = _rank_trace(tmp_path / "a.json", 0, BASE)
+    b = _rank_trace(tmp_path / "b.json", 1, BASE + 50_000)
+    res = pipeline.analyse([a, b], pipeline.Options(write_html=False, write_trace=False))
+    try:
+        assert res.verdict["run"]["ranks"] == [0, 1]
+        assert not [n for n in res.verdict["notes"] if "do not overlap" in n]
     finally:
         res.close()
 
