@@ -271,16 +271,12 @@ def one_recording(con: duckdb.DuckDBPyConnection) -> list[str]:
         if a - end > NO_OVERLAP_NOTE_NS:
             notes.append(
                 f"{Path(end_path).name} and {Path(path).name} do not overlap in time (the second starts "
-                f"{_gap(a - end)} after the first ends): analysed as ranks of one run, their windows summed — if they "
+                f"{(a - end) / 6e10:.1f} min after the first ends): analysed as ranks of one run, their windows summed — if they "
                 "are separate runs, analyse each alone or with `plasmient-report batch`"
             )
         if b > end:
             end_path, end = path, b
     return notes
-
-
-def _gap(ns: int) -> str:
-    return f"{ns / 6e10:.1f} min" if ns < 7.2e12 else _long_duration(ns)
 
 
 def _long_duration(ns: int) -> str:
