@@ -134,3 +134,9 @@ def tiny_trace(tmp_path: Path) -> Path:
         kernel("vectorized_elementwise_kernel", 995.0, 5.0, ext=6, corr=51),
     ]
     return write_trace(tmp_path / "tiny.pt.trace.json", ev)
+
+
+def counter_value(ev: Any) -> float:
+    """A counter event's value as the trace processor reads it: `counter_value` (int64) when set, else
+    `double_counter_value`."""
+    return float(ev.counter_value) if ev.HasField("counter_value") else ev.double_counter_value

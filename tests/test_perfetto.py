@@ -18,7 +18,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from plasmient_report import pipeline, store
 from plasmient_report.render import perfetto
 
-from .conftest import corpus_file
+from .conftest import corpus_file, counter_value
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"
@@ -123,7 +123,7 @@ def decode(path: Path) -> Decoded:
             out.slices.append(s)
         elif ev.type == TE.TYPE_COUNTER:
             assert out.tracks[ev.track_uuid].HasField("counter")
-            out.counters[ev.track_uuid].append((ts, ev.double_counter_value))
+            out.counters[ev.track_uuid].append((ts, counter_value(ev)))
     assert not any(open_.values()), "unclosed slices"
     return out
 
@@ -160,6 +160,7 @@ def test_field_numbers_are_perfettos() -> None:
         perfetto.F_EV_TYPE,
         perfetto.F_EV_NAME_IID,
         perfetto.F_EV_TRACK_UUID,
+        perfetto.F_EV_COUNTER,
         perfetto.F_EV_DOUBLE_COUNTER,
         perfetto.F_EV_FLOW,
         perfetto.F_EV_TERMINATING_FLOW,
@@ -170,6 +171,7 @@ def test_field_numbers_are_perfettos() -> None:
             "type",
             "name_iid",
             "track_uuid",
+            "counter_value",
             "double_counter_value",
             "flow_ids",
             "terminating_flow_ids",
@@ -671,7 +673,9 @@ def test_series_packets_read_back_as_the_samples(native: bool, tmp_path: Path, m
         ts[at] = s * 7 + np.cumsum(steps[at])
     ts[np.flatnonzero(series == 0)[-1]] = (1 << 63) - 1  # (the largest time Perfetto's signed times hold)
     values = rng.normal(size=n)
-    values[:3] = [np.nan, -0.0, np.inf]
+    whole = rng.random(n) < 0.5  # whole numbers (counter_value) among the fractions (double_counter_value)
+    values[whole] = rng.integers(-100, 1 << 20, whole.sum())
+    values[:9] = [np.nan, -0.0, np.inf, 0.0, 2.0**53 - 1, 2.0**53, 2.0**63, -(2.0**53), 1e300]
     out = tmp_path / "series.pftrace"
     with open(out, "wb") as f:
         w = perfetto.Writer(f)
@@ -691,13 +695,19 @@ def test_series_packets_read_back_as_the_samples(native: bool, tmp_path: Path, m
         got = tr.counters[t]
         assert [x for x, _ in got] == ts[at].tolist()
         np.testing.assert_array_equal(np.array([v for _, v in got]), values[at])  # (NaN where NaN)
+        np.testing.assert_array_equal(np.signbit([v for _, v in got]), np.signbit(values[at]))  # (-0.0 as -0.0)
     assert last.tolist() == [int(ts[np.flatnonzero(series == s)[-1]]) for s in range(k)]
-    one = bytes(
-        perfetto._series_packets(
-            np.array([1], np.uint64), np.array([100_000]), np.array([1.0]), np.array([0]), np.zeros(1, np.uint64)
+
+    def one(value: float) -> int:
+        return len(
+            perfetto._series_packets(
+                np.array([1], np.uint64), np.array([100_000]), np.array([value]), np.array([0]), np.zeros(1, np.uint64)
+            )
         )
-    )
-    assert len(one) == 22
+
+    # 2 (packet tag, length) + 4 (timestamp: a 3-byte varint) + 2 (track_event's tag, length) + 2 (type) + the
+    # value + 2 (sequence id): a double's tag and 8 bytes, or an integer's tag and varint (87: 1 byte, 2**53 - 1: 8)
+    assert [one(v) for v in (0.5, -1.0, -0.0, 2.0**53, 87.0, 0.0, 2.0**53 - 1)] == [22, 22, 22, 22, 15, 15, 22]
     for bad_ts, bad_series in (([5, 4], [0, 0]), ([5], [1])):
         with pytest.raises(ValueError):
             perfetto._series_packets(
@@ -718,22 +728,30 @@ def test_native_series_packets_are_the_numpy_ones() -> None:
         at = np.flatnonzero(series == s)
         ts[at] = rng.integers(0, 10**18) + np.cumsum(rng.integers(0, 10**6, at.size))
     values = rng.normal(size=n) * 10.0 ** rng.integers(-300, 300, n)
+    whole = rng.random(n) < 0.5
+    values[whole] = rng.integers(-(1 << 54), 1 << 54, whole.sum()) >> rng.integers(0, 55, whole.sum())  # all sizes
+    values[:8] = [np.nan, -0.0, 0.0, np.inf, 2.0**53 - 1, 2.0**53, 7.0, 7.000000000000001]
     seqs = rng.integers(1, 1 << 40, k).astype(np.uint64)
+    as_int = [int(v) for v in values if 0 <= v < 2**53 and v == int(v) and not np.signbit(v)]
+    fractions = np.where(np.isin(values, as_int) & ~np.signbit(values), 0.5, values)  # the same samples, all doubles
     got = {}
-    for native in (True, False):
-        saved, perfetto.NATIVE = perfetto.NATIVE, native
+    for native, vals in ((True, values), (False, values), ("doubles", fractions)):
+        saved, perfetto.NATIVE = perfetto.NATIVE, native is True
         try:
             last = np.zeros(k, dtype=np.uint64)
             got[native] = (
                 b"".join(
-                    bytes(perfetto._series_packets(seqs, ts[a : a + 7000], values[a : a + 7000], series[a : a + 7000], last))
+                    bytes(perfetto._series_packets(seqs, ts[a : a + 7000], vals[a : a + 7000], series[a : a + 7000], last))
                     for a in range(0, n, 7000)
                 ),
                 last.tolist(),
             )
         finally:
             perfetto.NATIVE = saved
-    assert got[True] == got[False] and len(got[True][0]) > 22 * n
+    assert got[True] == got[False]
+    # a whole value in [0, 2**53) goes as a varint: 8 - (its varint's bytes) shorter than a double, each
+    assert len(as_int) > n // 8
+    assert len(got["doubles"][0]) - len(got[True][0]) == sum(8 - max(1, -(-v.bit_length() // 7)) for v in as_int)
 
 
 @pytest.mark.skipif(perfetto._pbenc is None, reason="the native encoder is not built (no C compiler at install)")

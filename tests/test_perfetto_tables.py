@@ -11,7 +11,7 @@ import pytest
 from plasmient_report import pipeline
 from plasmient_report.render import perfetto
 
-from .conftest import sample_file
+from .conftest import counter_value, sample_file
 
 
 def written(inputs: list[Path], out: Path) -> list:
@@ -25,7 +25,7 @@ def memory_series(packets: list) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for p in packets:
         if p.HasField("track_event") and "memory" in names.get(p.track_event.track_uuid, ""):
-            out.setdefault(names[p.track_event.track_uuid], []).append(p.track_event.double_counter_value)
+            out.setdefault(names[p.track_event.track_uuid], []).append(counter_value(p.track_event))
     return out
 
 

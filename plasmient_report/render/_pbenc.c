@@ -16,6 +16,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,7 +327,9 @@ done:
    sequences (the Perfetto writer's `_series_packets`; the sequences' first packets, `Writer.counter_sequence`, set
    the track and an incremental clock as defaults): sample i of series k = series[i] is
      Trace.packet (1, LEN) { timestamp (8): ts[i] - last[k]; track_event (11, LEN) { type (9): COUNTER (4);
-                                  double_counter_value (44, fixed64): values[i] }; trusted_packet_sequence_id (10): seqs[k] }
+                                  counter_value (30, varint): values[i] when it is a whole number in [0, 2**53)
+                                  (+0.0 included, -0.0 not), double_counter_value (44, fixed64): values[i] otherwise };
+                                  trusted_packet_sequence_id (10): seqs[k] }
    and last[k] (uint64, one per series, written in place) becomes ts[i]. Times are uint64; a series going back in
    time (ts[i] < last[k]) or outside the series is refused (ValueError; `last` is then partly moved on). The same
    bytes as the numpy path (tests/test_perfetto.py); written without the GIL. */
@@ -335,7 +338,8 @@ static PyObject *counters(PyObject *self, PyObject *args) {
     PyObject *ts_o, *se_o, *va_o, *last_o, *seq_o;
     if (!PyArg_ParseTuple(args, "OOOOO", &ts_o, &se_o, &va_o, &last_o, &seq_o)) return NULL;
     Held h = {.nviews = 0};
-    const uint64_t *ts, *va, *seq;
+    const uint64_t *ts, *seq;
+    const double *va;
     const int64_t *se;
     Py_ssize_t tlen, slen, vlen, qlen;
     Py_buffer lastv;
@@ -367,18 +371,29 @@ static PyObject *counters(PyObject *self, PyObject *args) {
         }
         uint64_t d = ts[i] - last[k];
         last[k] = ts[i];
+        double x = va[i];
+        /* (the range first: a NaN, or a double past uint64, must not reach the cast) */
+        int whole = x >= 0.0 && x < 9007199254740992.0 && !signbit(x) && (double)(uint64_t)x == x;
+        uint64_t u = whole ? (uint64_t)x : 0;
+        int ev = 2 + 2 + (whole ? vsize(u) : 8);
         *o++ = 0x0A; /* Trace.packet: field 1, length-delimited */
-        *o++ = (uint8_t)(1 + vsize(d) + 14 + 1 + vsize(seq[k]));
+        *o++ = (uint8_t)(1 + vsize(d) + 2 + ev + 1 + vsize(seq[k]));
         *o++ = 0x40; /* timestamp: field 8, varint */
         o = vput(o, d);
-        *o++ = 0x5A; /* track_event: field 11, length-delimited, 12 bytes */
-        *o++ = 12;
+        *o++ = 0x5A; /* track_event: field 11, length-delimited */
+        *o++ = (uint8_t)ev;
         *o++ = 0x48; /* type: field 9 = COUNTER (4) */
         *o++ = 4;
-        *o++ = 0xE1; /* double_counter_value: field 44, fixed64 (the tag's varint: 0xE1 0x02) */
-        *o++ = 0x02;
-        memcpy(o, &va[i], 8);
-        o += 8;
+        if (whole) {
+            *o++ = 0xF0; /* counter_value: field 30, varint (the tag's varint: 0xF0 0x01) */
+            *o++ = 0x01;
+            o = vput(o, u);
+        } else {
+            *o++ = 0xE1; /* double_counter_value: field 44, fixed64 (the tag's varint: 0xE1 0x02) */
+            *o++ = 0x02;
+            memcpy(o, &x, 8);
+            o += 8;
+        }
         *o++ = 0x50; /* trusted_packet_sequence_id: field 10, varint */
         o = vput(o, seq[k]);
     }

@@ -52,7 +52,7 @@ INTERN_PER_PACKET = 4096  # interned names per packet at the head of the sequenc
 F_TRACE_PACKET = 1
 F_PKT_TIMESTAMP, F_PKT_SEQ_ID, F_PKT_TRACK_EVENT, F_PKT_INTERNED, F_PKT_FLAGS = 8, 10, 11, 12, 13
 F_EV_ANNOTATION, F_EV_TYPE, F_EV_NAME_IID, F_EV_TRACK_UUID = 4, 9, 10, 11
-F_EV_DOUBLE_COUNTER, F_EV_FLOW, F_EV_TERMINATING_FLOW = 44, 47, 48
+F_EV_COUNTER, F_EV_DOUBLE_COUNTER, F_EV_FLOW, F_EV_TERMINATING_FLOW = 30, 44, 47, 48
 F_ANN_NAME_IID, F_ANN_INT, F_ANN_DOUBLE, F_ANN_STRING = 1, 4, 5, 6
 F_INTERNED_EVENT_NAMES, F_INTERNED_ANNOTATION_NAMES = 2, 3
 F_NAME_IID, F_NAME_NAME = 1, 2
@@ -472,11 +472,13 @@ class Writer:
         CLOCK_SERIES its defaults, and defines that clock (a ClockSnapshot) as incremental, at 0 where the trace's
         clock is at 0. Each sample then names neither its track nor its absolute time: its timestamp is the time
         since the track's previous sample (the first one's since 0), which Perfetto adds up per sequence in file
-        order — 22 bytes a 10 kHz sample, where the absolute time and the track's uuid took 40. The Perfetto SDK
-        opens each of its sequences the same way (track_event_internal.cc: the clearing, the defaults' clock 64 and
-        track, a snapshot of clock 64 as incremental against the trace's clock); its trace processor resolves the
-        defaults' clock (proto_trace_reader.cc), adds up an incremental clock's deltas (clock_synchronizer.h, ToNs)
-        and takes a counter's track from the defaults (track_event_tokenizer.cc). Returns the sequence's id."""
+        order — 22 bytes a 10 kHz sample (15 for a whole value under 128), where the absolute time and the
+        track's uuid took 40. The Perfetto SDK opens each of its sequences the same way (track_event_internal.cc:
+        the clearing, the defaults' clock 64 and track, a snapshot of clock 64 as incremental against the trace's
+        clock); its trace processor resolves the defaults' clock (proto_trace_reader.cc), adds up an incremental
+        clock's deltas (clock_synchronizer.h, ToNs), takes a counter's track from the defaults and its value from
+        `counter_value` or `double_counter_value`, event by event (track_event_tokenizer.cc). Returns the
+        sequence's id."""
         seq = self.next_sequence + (self.next_sequence == SEQ_ID)
         self.next_sequence = seq + 1
         defaults = _field_varint(F_DEF_CLOCK_ID, CLOCK_SERIES) + _field_bytes(
@@ -1282,6 +1284,15 @@ def _counter_packets(track: np.uint64, ts: np.ndarray, values: np.ndarray) -> by
     return out.view(np.uint8).data  # written as it is: no copy
 
 
+def whole_counter_values(v: np.ndarray) -> np.ndarray:
+    """Which counter values go as `counter_value` (an int64 varint: 1-3 bytes for most GPU metrics, which nsys
+    and the SMI logs record as whole numbers) instead of `double_counter_value` (8 bytes): the whole numbers in
+    [0, 2**53), where the two read back as the same double (the trace processor takes either, per event);
+    negative ones would take a 10-byte varint, and -0.0 keeps its sign only as a double."""
+    with np.errstate(invalid="ignore"):
+        return (v >= 0.0) & (v < 2.0**53) & ~np.signbit(v) & (np.trunc(v) == v)
+
+
 def _series_packets(
     seqs: np.ndarray, ts: np.ndarray, values: np.ndarray, series: np.ndarray, last: np.ndarray
 ) -> bytes | memoryview:
@@ -1289,7 +1300,7 @@ def _series_packets(
     series' sequence id): sample i, of series `series[i]` at time `ts[i]` (≥ 0), has as its timestamp the time since
     its series' previous sample. `last` (uint64, one per series: 0 before the first sample, the sequence clock's
     origin) holds each series' last time and is moved on here, batch after batch. Each series goes on in time
-    order from its last time (ValueError if not)."""
+    order from its last time (ValueError if not). A whole value goes as `counter_value` (`whole_counter_values`)."""
     t = _u64(ts)
     k = np.asarray(series, dtype=np.int64)
     v = np.ascontiguousarray(values, dtype=np.float64)
@@ -1312,7 +1323,9 @@ def _series_packets(
     final = np.ones(n, dtype=bool)
     final[:-1] = first[1:]
     last[sk[final]] = st[final]
-    ev = Messages(n).varint(F_EV_TYPE, COUNTER).fixed64(F_EV_DOUBLE_COUNTER, v)
+    whole = whole_counter_values(v)
+    ev = Messages(n).varint(F_EV_TYPE, COUNTER)
+    ev.varint(F_EV_COUNTER, np.where(whole, v, 0.0).astype(np.uint64), whole).fixed64(F_EV_DOUBLE_COUNTER, v, ~whole)
     p = Messages(n).varint(F_PKT_TIMESTAMP, delta).message(F_PKT_TRACK_EVENT, ev).varint(F_PKT_SEQ_ID, _u64(seqs)[k])
     return Messages(n).message(F_TRACE_PACKET, p).encode().data.data
 
@@ -1403,7 +1416,7 @@ def _device(ctx: _Ctx, rank: int, parent: int) -> None:
         ctx.w.track(
             t, f"GPU {dev} {metric}" + (f" ({unit})" if unit else "") + f" · {source}", parent=parent, counter=unit, order=i
         )
-        seqs.append(ctx.w.counter_sequence(t))  # (its samples on a sequence of their own: 22 bytes each at 10 kHz)
+        seqs.append(ctx.w.counter_sequence(t))  # (its samples on a sequence of their own: 15-22 bytes each at 10 kHz)
         scales.append(scale)
     seq_of = np.array(seqs, dtype=np.uint64)
     ctx.con.register(
