@@ -310,7 +310,7 @@ def _ingest_found(
                     else f"trace has {calls} GPU runtime calls but no launch or copy among them, and no GPU kernels or "
                     "copies: the program gave the GPU no work while it was recorded"
                     if calls
-                    else "trace has no GPU kernels or copies (a CPU-only profile?)",
+                    else info.no_gpu_reason or "trace has no GPU kernels or copies (a CPU-only profile?)",
                 )
 
 

@@ -501,10 +501,24 @@ def test_text_column_that_starts_null_is_read(tmp_path: Path):
 
 
 def test_export_without_kernels_is_reported(tmp_path: Path):
+    """An export with no CUDA table says so, and names what it holds instead (an NVTX- or GPU-metrics-only
+    recording, as two public reports were, is not a CPU-only profile); one with no recording at all (string tables
+    only: an older nsys's export of a newer report) says that."""
     path = _export(tmp_path / "nokern.sqlite", kernels=False)
     con = store.connect()
-    with pytest.raises(BadInput, match="no GPU kernels"):
+    with pytest.raises(BadInput, match=r"no CUDA trace in this export \(no CUPTI_ACTIVITY_KIND table.*, and GPU util"):
         pipeline.ingest(con, [path])
+    path = _export(tmp_path / "nvtx_metrics.sqlite", kernels=False, nvtx_nulls=3)  # 3 + 1 NVTX events
+    with sqlite3.connect(path) as sq:
+        sq.execute("CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER, metricId INTEGER, value INTEGER)")
+        sq.executemany("INSERT INTO GPU_METRICS VALUES (?, 1, 2, 50)", [(t,) for t in range(1000, 1005)])
+    with pytest.raises(BadInput, match=r"no CUDA trace .*; it holds 5 GPU metric samples, 4 NVTX events, but GPU util"):
+        pipeline.ingest(store.connect(), [path])
+    empty = tmp_path / "strings_only.sqlite"
+    with sqlite3.connect(empty) as sq:
+        sq.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    with pytest.raises(BadInput, match="this export holds no recording"):
+        pipeline.ingest(store.connect(), [empty])
 
 
 def test_sqlite_that_is_not_an_nsys_export(tmp_path: Path):

@@ -35,6 +35,9 @@ class SourceInfo:
     # the verdict's coverage reports it. dropped_events when it gives a number.
     incomplete: list[str] = field(default_factory=list)
     dropped_events: int | None = None
+    # A source with no GPU activity whose format says why (an nsys export recorded without CUDA tracing): the
+    # refusal gives this instead of guessing.
+    no_gpu_reason: str | None = None
 
 
 @dataclass(frozen=True)

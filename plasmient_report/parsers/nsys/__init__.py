@@ -156,7 +156,44 @@ def _ingest(ex: Export, con: duckdb.DuckDBPyConnection, sid: int) -> NsysSource:
     info.gpu_events = int(row[0]) if row else 0
     if ex.table("CUPTI_ACTIVITY_KIND_KERNEL") is None:
         info.notes.append("no CUPTI_ACTIVITY_KIND_KERNEL table (captured without --trace=cuda, or no kernel ran)")
+    if not info.gpu_events and not any(ex.table(t) for t in CUDA_TABLES):
+        info.no_gpu_reason = no_cuda_trace(ex)
     return info
+
+
+# The tables of a CUDA trace: an export with none of them was recorded without `--trace=cuda` (or while the
+# program made no CUDA call), whatever else it has, or holds no recording at all.
+CUDA_TABLES = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+)
+# What such an export may hold instead, as said in the refusal.
+_OTHER_RECORDS = (("GPU_METRICS", "GPU metric samples"), ("NVTX_EVENTS", "NVTX events"), ("OSRT_API", "OS runtime calls"))
+
+
+def no_cuda_trace(ex: Export) -> str:
+    """Why an export without CUDA tables has no GPU work to measure, naming what it holds instead (a GPU-metrics-only
+    or NVTX-only recording is not a CPU-only profile), or saying that it holds no recording at all (string tables
+    only: seen where an older nsys exported a newer one's report)."""
+    if not any(ex.table(t) for t in ("META_DATA_EXPORT", "EXPORT_META_DATA", "TARGET_INFO_SESSION_START_TIME")):
+        return (
+            "this export holds no recording (no session, metadata or event table: the nsys that exported it may not "
+            "read the report's version): export it again with the nsys that recorded it"
+        )
+    held = []
+    for name, what in _OTHER_RECORDS:
+        table = ex.table(name)
+        n = int(ex.rows(f'SELECT count(*) FROM "{table}"')[0][0]) if table else 0
+        if n:
+            held.append(f"{n:,} {what}")
+    holds = f"; it holds {', '.join(held)}, but" if held else ", and"
+    return (
+        "no CUDA trace in this export (no CUPTI_ACTIVITY_KIND table: recorded without `nsys profile --trace=cuda`, "
+        f"or the program made no CUDA call while recorded){holds} GPU utilization needs the kernels: record with "
+        "`--trace=cuda,nvtx`"
+    )
 
 
 def _emit_rest(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, info: NsysSource, device_notes: list[str]) -> None:
