@@ -481,6 +481,46 @@ def test_lazy_export_with_missing_tables_and_extra_columns(tmp_path: Path):
     assert con.execute("SELECT device, name FROM devices").fetchall() == [(0, None)]
 
 
+@pytest.mark.parametrize(
+    ("gpus", "name", "uuid", "note"),
+    [
+        # the host's one GPU, no CUDA device map and no cuDevice (nsys 2020's exports, exported again): that GPU
+        ([(0, "TITAN RTX", None, "9f6a0c1e-0000-4000-8000-000000000001")], "TITAN RTX", "GPU-9f6a0c1e", None),
+        # eight of one model, each cuDevice 0 (one GPU per process): the model, not which of them
+        (
+            [(i, "Tesla V100-SXM2-16GB", 0, f"00000000-0000-0000-0000-00000000000{i}") for i in range(8)],
+            "Tesla V100-SXM2-16GB",
+            None,
+            None,
+        ),
+        # two models, no map: TARGET_INFO_GPU.id = the kernels' deviceId, as nsys's cuda_gpu_trace joins, and said
+        (
+            [(1, "GeForce RTX 2080 Ti", None, None), (0, "GeForce RTX 3090", None, None)],
+            "GeForce RTX 3090",
+            None,
+            "GPU model of device 0 read from TARGET_INFO_GPU.id",
+        ),
+    ],
+)
+def test_gpu_model_of_an_export_without_a_cuda_device_map(tmp_path: Path, gpus, name, uuid, note):
+    """Older exports (nsys 2020-2021 reports, exported by a newer nsys) have TARGET_INFO_GPU but no
+    TARGET_INFO_CUDA_DEVICE, and an empty or shared cuDevice: three public ones came out as "unknown GPU" while nsys's
+    own cuda_gpu_trace named theirs (a TITAN RTX, a V100 of eight, an RTX 3090 beside a 2080 Ti)."""
+    path = _export(tmp_path / "old.sqlite")
+    with sqlite3.connect(path) as sq:
+        sq.execute("CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, cuDevice INTEGER, uuid TEXT, busLocation TEXT)")
+        sq.executemany("INSERT INTO TARGET_INFO_GPU VALUES (?, ?, ?, ?, '0000:01:00.0')", gpus)
+    con, info = ingest(path)
+    ((got_name, got_uuid),) = con.execute("SELECT name, gpu_uuid FROM devices").fetchall()
+    assert got_name == name
+    assert (got_uuid or "").startswith(uuid or "") and (got_uuid is None) == (uuid is None)
+    said = [n for n in info.notes if "GPU model" in n]
+    if note is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and note in said[0], said
+
+
 def test_time_normalised_export_is_not_shifted_twice(tmp_path: Path):
     con, info = ingest(_export(tmp_path / "norm.sqlite", normalized=True))
     assert con.execute("SELECT start_ns FROM kernels").fetchone()[0] == 1800000000000000000 + 1000

@@ -457,10 +457,22 @@ def emit_devices(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, notes: li
             FROM used u LEFT JOIN _ns_cudadev c ON c.pid = u.pid AND c.cudaId = u.device GROUP BY ALL
         ), bycu AS (
             SELECT cuDevice, min(id) AS gpu_id, count(*) AS n FROM _ns_gpu GROUP BY cuDevice
+        ), host AS (
+            SELECT count(*) AS n, count(DISTINCT name) AS names, min(id) AS first_id FROM _ns_gpu
+        ), mapped AS (
+            SELECT b.pid, r.rank, b.device,
+                   coalesce(b.gpu_id, CASE WHEN cu.n = 1 THEN cu.gpu_id END,
+                            CASE WHEN h.n = 1 THEN h.first_id END) AS gpu_id,  -- (else: the host's one GPU)
+                   b.cuda_uuid, b.sms, h.names, h.first_id
+            FROM byproc b LEFT JOIN bycu cu ON cu.cuDevice = b.device LEFT JOIN _ns_rank r ON r.pid = b.pid, host h
         )
-        SELECT b.pid, r.rank, b.device, coalesce(b.gpu_id, CASE WHEN cu.n = 1 THEN cu.gpu_id END) AS gpu_id,
-               b.cuda_uuid, b.sms
-        FROM byproc b LEFT JOIN bycu cu ON cu.cuDevice = b.device LEFT JOIN _ns_rank r ON r.pid = b.pid""")
+        -- No map to the physical GPU (older exports: no TARGET_INFO_CUDA_DEVICE, cuDevice empty or shared): the
+        -- model alone, from any of the host's GPUs when they are all one model, else from the GPU whose id is the
+        -- activities' deviceId, the join nsys's own reports make (cuda_gpu_trace: TARGET_INFO_GPU.id = deviceId).
+        SELECT m.pid, m.rank, m.device, m.gpu_id, m.cuda_uuid, m.sms,
+               coalesce(m.gpu_id, CASE WHEN m.names = 1 THEN m.first_id END, g.id) AS model_id,
+               m.gpu_id IS NULL AND m.names > 1 AND g.id IS NOT NULL AS model_by_id
+        FROM mapped m LEFT JOIN _ns_gpu g ON g.id = m.device""")
     con.execute(f"""
         INSERT INTO devices (source_id, rank, device, gpu_uuid, bus_id, name, sm_count, memory_bytes,
                              compute_capability, vendor)
@@ -469,13 +481,20 @@ def emit_devices(con: duckdb.DuckDBPyConnection, ex: Export, sid: int, notes: li
                     WHEN starts_with(lower(coalesce(nullif(g.uuid, ''), m.cuda_uuid)), 'gpu-')
                         THEN coalesce(nullif(g.uuid, ''), m.cuda_uuid)
                     ELSE 'GPU-' || coalesce(nullif(g.uuid, ''), m.cuda_uuid) END,
-               nullif(g.busLocation, ''), g.name, coalesce(g.smCount, m.sms), g.totalMemory,
-               CASE WHEN g.computeMajor IS NOT NULL THEN g.computeMajor || '.' || coalesce(g.computeMinor, 0) END,
-               CASE WHEN g.name LIKE '%NVIDIA%' OR g.name IS NULL THEN 'NVIDIA' END
-        FROM _ns_devmap m LEFT JOIN _ns_gpu g ON g.id = m.gpu_id
+               nullif(g.busLocation, ''), mg.name, coalesce(mg.smCount, m.sms), mg.totalMemory,
+               CASE WHEN mg.computeMajor IS NOT NULL THEN mg.computeMajor || '.' || coalesce(mg.computeMinor, 0) END,
+               CASE WHEN mg.name LIKE '%NVIDIA%' OR mg.name IS NULL THEN 'NVIDIA' END
+        FROM _ns_devmap m LEFT JOIN _ns_gpu g ON g.id = m.gpu_id LEFT JOIN _ns_gpu mg ON mg.id = m.model_id
         ORDER BY m.rank, m.device""")
     notes += gpus.name_devices(con, sid)
-    missing = one(con, "SELECT count(*) FROM _ns_devmap WHERE gpu_id IS NULL")
+    missing = one(con, "SELECT count(*) FROM _ns_devmap WHERE model_id IS NULL")
     if missing and missing[0]:
         notes.append("GPU model not in the export (no TARGET_INFO_GPU row for the device): give --gpu")
+    by_id = con.execute("SELECT DISTINCT device FROM _ns_devmap WHERE model_by_id ORDER BY 1").fetchall()
+    if by_id:
+        notes.append(
+            f"GPU model of device {', '.join(str(d) for (d,) in by_id)} read from TARGET_INFO_GPU.id = the activities' "
+            "deviceId, as nsys's own reports do (the export maps no CUDA device to its GPU, and the host's GPUs are of "
+            "several models: under CUDA_VISIBLE_DEVICES this may name another; give --gpu if so)"
+        )
     con.execute("DROP TABLE IF EXISTS _ns_cudadev")
