@@ -142,8 +142,8 @@ def loss_list(
 
 
 def generic_advice(con: duckdb.DuckDBPyConnection, unknown: UnknownWork | None = None) -> dict[str, str]:
-    """RECOMMENDATIONS in the program's words: HIP graphs for a HIP program; for copies that are all from pinned
-    memory already, not "pinned memory" again."""
+    """RECOMMENDATIONS in the program's words: HIP graphs for a HIP program; the host side, not the Python side, of a
+    program with no sign of PyTorch; for copies that are all from pinned memory already, not "pinned memory" again."""
     out = dict(RECOMMENDATIONS)
     u = unknown or unknown_work(con)
     if u.api == "HIP":
@@ -153,6 +153,8 @@ def generic_advice(con: duckdb.DuckDBPyConnection, unknown: UnknownWork | None =
         out["unknown_flops"] = "unknown work, replayed from graphs (no shapes): give --model-flops N or an Nsight Compute CSV"
     elif u.has_shapes:
         out["unknown_flops"] = "unknown work: give --model-flops N or an Nsight Compute CSV"
+    if not u.pytorch:  # a C / CUDA / Fortran program (llm.c under nsys): its host is not "the Python side"
+        out["host_other"] = "the GPU waits on host code: profile the host side (a CPU sampler)"
     if u.training is False:  # inference: no gradients — the forward's tensor / expert-parallel collectives
         out["collective_transfer"] = "overlap the forward's collectives with GEMMs, or shard over fewer GPUs"
     # the copies' time by kind: host copies (Kineto names them `Memcpy HtoD (Pageable -> Device)`, nsys `HtoD

@@ -23,3 +23,14 @@ def test_the_launch_bound_line_names_the_programs_graphs(tmp_path, call: str, ap
     assert f"{api} graphs" in line["recommendation"], line
     other = "CUDA" if api == "HIP" else "HIP"
     assert f"{other} graphs" not in line["recommendation"], line
+
+
+@pytest.mark.parametrize(("pytorch", "side"), [(True, "Python side"), (False, "host side")])
+def test_the_host_line_names_python_only_for_a_pytorch_program(pytorch: bool, side: str) -> None:
+    # An nsys report of a C / CUDA program (llm.c's GPT-2 training on a T4, a public report) was told to "profile
+    # the Python side"; a program the trace shows to be PyTorch's (`program.pytorch`: its ops, kernels or ranges) is.
+    from plasmient_report import judge, store
+
+    u = judge.UnknownWork(api="CUDA", pytorch=pytorch, has_shapes=False, graph_share=0.0, training=None)
+    line = judge.generic_advice(store.connect(), u)["host_other"]
+    assert side in line and ("Python" in line) == pytorch, line
