@@ -211,12 +211,20 @@ def load_table(extra: Path | None = None) -> list[GpuPeaks]:
     return out + table
 
 
+# A laptop GPU shares its desktop namesake's number, not its chip ('RTX 4090 Laptop GPU': AD103, 76 SMs, against
+# the desktop's AD102, 128): it matches only an entry that names it a laptop part.
+_MOBILE_RE = re.compile(r"(?i)\b(laptop|mobile|max-q)\b")
+
+
 def match_gpu(name: str | None, table: list[GpuPeaks]) -> GpuPeaks | None:
     """The entry for a device name as a trace writes it ('NVIDIA H100 80GB HBM3'): the first whose regex matches,
-    or whose key is the name."""
+    or whose key is the name (a laptop GPU: only an entry of a laptop part)."""
     if not name:
         return None
+    mobile = bool(_MOBILE_RE.search(name))
     for g in table:
+        if mobile and not _MOBILE_RE.search(g.name):
+            continue
         if re.search(g.match, name, re.IGNORECASE) or g.key.lower() == name.lower():
             return g
     return None

@@ -57,6 +57,8 @@ TABLE = load_table()
         ("NVIDIA GeForce RTX 3080", "RTX-3080"),
         ("NVIDIA GeForce RTX 3090", "RTX-3090"),
         ("NVIDIA GeForce RTX 4090", "RTX-4090"),
+        ("NVIDIA GeForce RTX 4090 D", "RTX-4090-D"),
+        ("NVIDIA GeForce RTX 4090D", "RTX-4090-D"),
         ("NVIDIA GeForce RTX 5090", "RTX-5090"),
         ("AMD Instinct MI300X", "MI300X"),
         ("AMD Instinct MI300X VF", "MI300X"),
@@ -166,6 +168,11 @@ def test_new_entries_pinned_to_their_documents():
     # Ada whitepaper, RTX 4090: 82.6 TFLOPS FP32; 165.2 FP16 tensor with FP32 accumulate; 1008 GB/s
     assert f["RTX-4090"].tflops["fp32"] == 82.6 and f["RTX-4090"].tflops["fp16"] == 165.2
     assert f["RTX-4090"].memory_bandwidth_gbs == 1008
+    # RTX 4090 D: the 4090's AD102 with 114 of its 128 SMs at the same 2.52 GHz boost: the 4090's rates x 114/128
+    # (to the 0.1 TFLOPS the whitepaper rounds to: FP32 14,592 x 2 x 2.52 GHz = 73.54)
+    for p in ("fp32", "bf16", "fp16", "fp8", "int8"):
+        assert f["RTX-4090-D"].tflops[p] == pytest.approx(f["RTX-4090"].tflops[p] * 114 / 128, abs=0.1), p
+    assert f["RTX-4090-D"].sm_count == 114 and f["RTX-4090-D"].memory_bandwidth_gbs == 1008
     # AMD MI250 datasheet: 362.1 TFLOPS FP16 per package of two GCDs → 181.05 per GCD; 3.2768 TB/s → 1638.4
     assert f["MI250"].tflops["fp16"] == pytest.approx(362.1 / 2)
     assert f["MI250"].memory_bandwidth_gbs == pytest.approx(3276.8 / 2)
@@ -339,3 +346,12 @@ def test_a_name_whose_properties_contradict_its_entry_is_said(tmp_path):
         assert [n for n in res.verdict["notes"] if CONTRADICTED_MARK in n]
     finally:
         res.close()
+
+
+@pytest.mark.parametrize(
+    "name", ["NVIDIA GeForce RTX 4090 Laptop GPU", "NVIDIA GeForce RTX 3080 Laptop GPU", "GeForce RTX 2080 Ti with Max-Q Design"]
+)
+def test_a_laptop_gpu_does_not_take_its_desktop_namesakes_peaks(name: str) -> None:
+    # The laptop RTX 4090 is an AD103 of 76 SMs, not the desktop's AD102 of 128: no entry of the table is it, so no
+    # peak is known (rather than a 1.7x too high one).
+    assert match_gpu(name, TABLE) is None
