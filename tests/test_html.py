@@ -625,3 +625,16 @@ def test_a_cells_sort_key_keeps_integers_and_twelve_digits_of_a_float() -> None:
     assert [html_render.sort_key(x) for x in (None, float("nan"), float("inf"))] == ["", "", ""]
     values = [-3.5, 0.0, 1e-9, 0.5, 0.5000001, 3.0, 1234.5, 2.5e17]
     assert sorted(reversed(values), key=lambda v: float(html_render.sort_key(v))) == values
+
+
+def test_an_empty_bar_keeps_its_row_inside_the_chart() -> None:
+    # A waterfall whose last row, achieved, is 0% (an elementwise-only program on a known GPU, a public nsys report)
+    # had that row drawn on its x axis: the bars are one polygon collection without the empty ones, and the axes
+    # scaled to the others only. `barh` scales to every bar, empty ones too (height 0.7 about each row).
+    import numpy as np
+
+    fig = html_render._figure(4, 2)
+    ax = fig.add_subplot()
+    html_render._hbars(ax, np.arange(3), np.array([1.0, 0.5, 0.0]), np.zeros(3), ["#111111", "#222222", "#333333"], 0.7)
+    lo, hi = sorted(ax.get_ylim())
+    assert lo <= -0.35 and hi >= 2 + 0.35

@@ -692,13 +692,20 @@ def _legend(where: Any, handles: list[Any], **kw: Any) -> None:
 
 def _hbars(ax: Any, y: np.ndarray, widths: np.ndarray, lefts: np.ndarray, colours: Any, height: float) -> None:
     """Horizontal bars as one polygon collection (what `barh` draws as one patch each, ~3x slower to render for a
-    chart of steps); empty bars are left out. The axes scale to the bars as they do to `barh`'s."""
+    chart of steps); empty bars are left out of the drawing, not of the limits: the axes scale to every bar, empty
+    ones too, as they do to `barh`'s (a waterfall whose last row, achieved, is 0% had that row on its x axis)."""
     keep = widths > 0
     lo, hi = lefts[keep], lefts[keep] + widths[keep]
     top, bottom = y[keep] - height / 2, y[keep] + height / 2
     verts: Any = np.stack([np.stack(p, axis=1) for p in ((lo, top), (hi, top), (hi, bottom), (lo, bottom))], axis=1)
     face = colours if isinstance(colours, str) else [c for c, k in zip(colours, keep, strict=True) if k]
     ax.add_collection(PolyCollection(verts, facecolors=face, linewidths=0, antialiased=True))
+    if not keep.all():
+        empty = ~keep
+        x0 = np.broadcast_to(lefts, y.shape)[empty]
+        ax.update_datalim(
+            np.column_stack([np.concatenate([x0, x0]), np.concatenate([y[empty] - height / 2, y[empty] + height / 2])])
+        )
     ax.autoscale_view()
 
 
