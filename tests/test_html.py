@@ -281,6 +281,37 @@ def test_unknown_gpu_table_covers_the_window(tmp_path: Path) -> None:
     assert page.text_of["waterfall-total"].strip() == "100%"
 
 
+def test_timeline_drawn_when_the_peak_is_known_and_the_achieved_fraction_is_not(tmp_path: Path) -> None:
+    """A known GPU whose GEMM has no FLOP estimate (no shapes): achieved is unknown, but the time-based losses and
+    the unknown work are measured, so the timeline is drawn (a public 4-rank V100 report had read "no peak is known
+    for this GPU" under a header naming its 125 TFLOP/s peak). Without a peak it stays out, and says so."""
+    from .conftest import annotation, cpu_op, kernel, launch, unknown_gpu_trace, write_trace
+
+    ev = [
+        annotation("work", 0.0, 1000.0),
+        cpu_op("aten::mm", 10.0, 5.0, ext=1),  # (no input shapes: no FLOP estimate)
+        launch(11.0, 1, 10),
+        kernel("nvjet_sm90_tst_gemm", 100.0, 200.0, ext=1, corr=10),
+    ]
+    for name, trace, drawn in (
+        ("known", write_trace(tmp_path / "known.json", ev), True),
+        ("unknown", unknown_gpu_trace(tmp_path / "unknown.json"), False),
+    ):
+        res = pipeline.analyse([trace], pipeline.Options(ranges=["work"]))
+        try:
+            assert res.verdict["achieved_fraction_of_peak"] is None or not drawn, name
+            assert (res.verdict["peak"]["tflops"] is not None) == drawn, name
+            html_render.write(res.con, res.verdict, tmp_path / f"{name}.html")
+        finally:
+            res.close()
+        text = (tmp_path / f"{name}.html").read_text(encoding="utf-8")
+        section = text[text.index('<section id="timeline">') :]
+        section = section[: section.index("</section>")]
+        assert ("<svg" in section) == drawn and ("No timeline" in section) != drawn, name
+        if not drawn:
+            assert "no peak is known for this GPU" in section
+
+
 def test_report_reads_only_the_store(tiny_trace: Path, tmp_path: Path) -> None:
     """The renderer works from a stored run.duckdb (read-only) and the verdict: no input file is needed."""
     from plasmient_report import store

@@ -1517,7 +1517,9 @@ def context(con: duckdb.DuckDBPyConnection, verdict: Verdict | dict[str, Any]) -
 
     windows = gpu_windows(con)
     timeline_common = timeline_own = None
-    if windows and achieved is not None:  # without a peak nothing is lost or achieved: no strip to colour
+    # Without a peak nothing is achieved or lost: no strip to colour. With one, an unknown achieved fraction (no FLOP
+    # estimate) still has its time-based losses and its unknown work, each in the losses' intervals.
+    if windows and (achieved is not None or typed.peak.tflops is not None):
         common = common_spans(windows)
         labels, choice = where_peak_went(bin_intervals(con, LOSS_SOURCE, common), common)
         timeline_common = later(timeline_chart, common, labels, choice, common=True)
