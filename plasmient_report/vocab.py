@@ -423,7 +423,7 @@ def kernel_label(name: str) -> str:
         elif ch == ">":
             depth -= 1
         elif ch == "(" and depth == 0:
-            n = n[:i]
+            n = n[:i] if n[:i].strip() else n  # (a name that is all parentheses, '(no op)', is no argument list)
             break
     if "<" not in n:
         return n

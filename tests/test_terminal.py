@@ -278,6 +278,17 @@ def test_a_generic_launcher_is_named_by_what_it_launches():
     assert kernel_label("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT") == "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
 
 
+def test_a_name_that_is_all_parentheses_is_kept():
+    # The top ops' row of kernels no op launched is "(no op)"; cut as an argument list it was an empty cell in
+    # report.html (a public nsys report of Triton kernels on an A100, all of its 5.5 s in that row).
+    from plasmient_report.render._format import kernel_names
+    from plasmient_report.vocab import kernel_label
+
+    assert kernel_label("(no op)") == "(no op)"
+    assert kernel_names(["(no op)", "aten::mm"], 48) == {"(no op)": "(no op)", "aten::mm": "aten::mm"}
+    assert kernel_label("void gemm_kernel(float*, int)") == "gemm_kernel"  # an argument list is still cut
+
+
 @pytest.mark.parametrize(
     ("mangled", "label"),
     [
