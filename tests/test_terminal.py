@@ -123,6 +123,19 @@ def test_a_long_title_is_shortened_not_cut(single: dict) -> None:
     assert "NVIDIA GeForce" in head and "…" in head and "the box ─" in head
 
 
+def test_a_long_gpu_name_is_shortened_between_words() -> None:
+    # A GH200's entry name (a public GH200 trace) had been cut mid-word: "NVIDIA GH200 G…H100 GPU, 96 GB HBM3)".
+    from plasmient_report.render.terminal import TITLE_ROOM, _title
+
+    p = "plasmient · whole profile · 1 rank · "
+    gh200 = _title(p, "NVIDIA GH200 Grace Hopper Superchip (H100 GPU, 96 GB HBM3)")
+    assert gh200 == p + "NVIDIA GH200 Grace Hopper Superchip"  # its closing parenthesis dropped
+    two = _title(p, "NVIDIA GH200 Grace Hopper Superchip (H100 GPU, 96 GB HBM3), NVIDIA H100 SXM 80 GB")
+    assert two == p + "NVIDIA GH200 … NVIDIA H100 SXM 80 GB"  # between words: the vendor and model, the last ones
+    assert _title(p, "NVIDIA H200 SXM 141 GB") == p + "NVIDIA H200 SXM 141 GB"
+    assert all(len(t) <= TITLE_ROOM for t in (gh200, two))
+
+
 def test_lower_bound_and_new_categories(single: dict) -> None:
     # Keys the measure stage adds this wave (CONTRACTS.md): hand-set here until a trace of ours produces them.
     v = json.loads(json.dumps(single))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Console, Group
@@ -84,11 +85,26 @@ TITLE_ROOM = WIDTH - 6  # the box's top border: its corners, a rule on each side
 
 def _title(prefix: str, gpu: str) -> str:
     """The box's title whole on its border (rich cuts a longer one): the GPUs' names without "(no peak known)",
-    which the achieved line says, then shortened in the middle."""
+    which the achieved line says, then without a closing parenthesis ("NVIDIA GH200 Grace Hopper Superchip", its
+    "(H100 GPU, 96 GB HBM3)" left to report.html and verdict.json), then shortened in the middle — between words
+    where the first two (the vendor and the model) and the last ones fit, else anywhere."""
     if len(prefix) + len(gpu) <= TITLE_ROOM:
         return prefix + gpu
     gpu = gpu.removesuffix(" (no peak known)")
-    return prefix + middle_ellipsis(gpu, max(TITLE_ROOM - len(prefix), 12))
+    room = max(TITLE_ROOM - len(prefix), 12)
+    for short in (gpu, re.sub(r" \([^()]*\)$", "", gpu)):
+        if len(short) <= room:
+            return prefix + short
+    words = gpu.split(" ")
+    head = " ".join(words[:2]) + " …"
+    tail: list[str] = []
+    for w in reversed(words[2:]):
+        if len(head) + sum(len(t) + 1 for t in tail) + len(w) + 1 > room:
+            break
+        tail.insert(0, w)
+    if tail:
+        return prefix + head + " " + " ".join(tail)
+    return prefix + middle_ellipsis(gpu, room)
 
 
 def _ms(ns: float | None) -> str:
