@@ -54,6 +54,7 @@ TABLE = load_table()
         ("NVIDIA RTX A6000", "RTX-A6000"),
         ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"),
         ("NVIDIA GeForce RTX 2080 Ti", "RTX-2080-Ti"),
+        ("TITAN RTX", "TITAN-RTX"),
         ("NVIDIA GeForce RTX 3080", "RTX-3080"),
         ("NVIDIA GeForce RTX 3090", "RTX-3090"),
         ("NVIDIA GeForce RTX 4090", "RTX-4090"),
@@ -173,6 +174,10 @@ def test_new_entries_pinned_to_their_documents():
     for p in ("fp32", "bf16", "fp16", "fp8", "int8"):
         assert f["RTX-4090-D"].tflops[p] == pytest.approx(f["RTX-4090"].tflops[p] * 114 / 128, abs=0.1), p
     assert f["RTX-4090-D"].sm_count == 114 and f["RTX-4090-D"].memory_bandwidth_gbs == 1008
+    # TITAN RTX: 130 Tensor TFLOPS (576 Tensor Cores x 1.77 GHz x 128 FLOP), 16.3 FP32, 672 GB/s; Turing: no bf16
+    g = f["TITAN-RTX"]
+    assert g.tflops["fp16"] == pytest.approx(576 * 1.77e9 * 128 / 1e12, abs=0.1) and g.tflops["fp32"] == 16.3
+    assert "bf16" not in g.tflops and "tf32" not in g.tflops and g.memory_bandwidth_gbs == 672
     # AMD MI250 datasheet: 362.1 TFLOPS FP16 per package of two GCDs → 181.05 per GCD; 3.2768 TB/s → 1638.4
     assert f["MI250"].tflops["fp16"] == pytest.approx(362.1 / 2)
     assert f["MI250"].memory_bandwidth_gbs == pytest.approx(3276.8 / 2)
