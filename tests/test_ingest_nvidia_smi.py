@@ -172,3 +172,66 @@ def test_query_csv_repeated_header_and_na(tmp_path):
 def test_unknown_zone_is_bad_input():
     with pytest.raises(BadInput, match="unknown time zone"):
         ingest(corpus_file("h200-single-kineto/nvidia_smi_query.csv"), tz="Mars/Olympus")
+
+
+def _drop_columns(text: str, drop: set[str]) -> str:
+    """The CSV without the columns named in `drop` (header names without their units)."""
+    lines = text.splitlines()
+    header = [h.strip() for h in lines[0].split(",")]
+    keep = [i for i, h in enumerate(header) if re.sub(r"\s*\[.*\]$", "", h) not in drop]
+    return "\n".join(", ".join(ln.split(",")[i].strip() for i in keep) for ln in lines) + "\n"
+
+
+def test_query_csv_without_identity_columns_tells_gpus_apart_by_order(tmp_path):
+    # The 2-GPU H200 log (-lms 500) with its index, uuid and pci.bus_id columns removed: nvidia-smi prints each
+    # sample's rows GPU after GPU, here stamped 1-22 ms apart, the samples ~500 ms apart. Truth: the original
+    # file's index column, row by row (each row's time is its own in this file).
+    src = corpus_file("h200x2-small/smi/query_gpu.csv").read_text()
+    truth = {}
+    for ln in src.splitlines()[1:]:
+        cells = [c.strip() for c in ln.split(",")]
+        t = dt.datetime.strptime(cells[0], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=dt.timezone.utc)
+        truth[int(t.timestamp() * 1e6) * 1000] = int(cells[1])
+    p = tmp_path / "no_index.csv"
+    p.write_text(_drop_columns(src, {"index", "uuid", "pci.bus_id"}))
+    con, info = ingest(p, tz="UTC")
+    assert any("2 rows per sample, taken as GPUs 0–1" in n for n in info.notes)
+    got = {t: g for g, _, t, _ in metric(con, "power_w")}
+    assert len(got) == len(truth) == 40 and got == truth
+    assert con.execute("SELECT count(DISTINCT device) FROM devices").fetchone()[0] == 2
+
+
+def test_query_csv_of_one_gpu_without_index_stays_one_gpu(tmp_path):
+    # One H200 at -lms 100 to 200: no cut of its rows into runs looks like samples of several GPUs.
+    p = tmp_path / "one.csv"
+    p.write_text(_drop_columns(corpus_file("h200-single-kineto/nvidia_smi_query.csv").read_text(), {"index"}))
+    con, info = ingest(p, tz="UTC")
+    assert "no index/uuid/pci.bus_id column: samples taken to be of GPU 0" in info.notes
+    assert {g for g, *_ in metric(con, "gpu_util")} == {0}
+
+
+def test_query_csv_header_in_the_order_asked_and_a_cut_last_row(tmp_path):
+    # `--query-gpu=name,pstate,timestamp,…`: the timestamp need not come first. The writer was killed mid-row: the
+    # last row ends after a comma (its empty field is missing, the rest of it read).
+    src = corpus_file("h200x2-small/smi/query_gpu.csv").read_text().splitlines()
+
+    def moved(ln: str) -> str:
+        c = [x.strip() for x in ln.split(",")]
+        return ", ".join([c[3], c[1], c[0], *c[4:]])
+
+    p = tmp_path / "reordered.csv"
+    p.write_text("\n".join(moved(ln) for ln in src[:-1]) + "\n" + moved(src[-1]).rsplit(",", 1)[0] + ",")
+    assert parsers.detect(p) == "nvidia-smi-query"
+    con, info = ingest(p, tz="UTC")
+    assert len(metric(con, "gpu_util")) == 40
+    assert len(metric(con, "temp_c")) == 39  # (the cut row's temperature.gpu is empty)
+    first = con.execute("SELECT gpu_index, end_ns, value FROM counters WHERE metric = 'power_w' ORDER BY end_ns LIMIT 1")
+    t = dt.datetime(2026, 11, 30, 18, 19, 53, 121000, tzinfo=dt.timezone.utc)  # '2026/11/30 18:19:53.121, 0, …, 78.10 W'
+    assert first.fetchone() == (0, int(t.timestamp() * 1e6) * 1000, pytest.approx(78.10))
+
+
+def test_a_csv_with_a_timestamp_but_no_query_field_is_not_claimed(tmp_path):
+    # A DCGM recorder's own CSV (a public MIG profiling repository's header): not nvidia-smi's, refused as unknown.
+    p = tmp_path / "dcgm.csv"
+    p.write_text("EntityId,GRACT,FBUSD,TimeStamp\n0,0.000,0,1661698242\n0,0.000,3,1661698243\n")
+    assert parsers.detect(p) is None

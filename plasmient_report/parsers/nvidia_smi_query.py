@@ -1,14 +1,19 @@
 """`nvidia-smi --query-gpu=… --format=csv[,noheader][,nounits] -lms N` → `counters` (and `devices`).
 
 Times are local `YYYY/MM/DD HH:MM:SS.mmm` without a zone: read in --tz (default: this machine's zone).
-Values carry units unless `nounits`; `[N/A]` / `[Not Supported]` are missing. Without a header the columns
-are guessed from the first row's units (a header-less, unit-less file cannot be read and is refused).
+Values carry units unless `nounits`; `[N/A]` / `[Not Supported]` are missing. The header names the fields in the
+order they were asked for (`timestamp` anywhere among them) and may repeat in the body (a loop of nvidia-smi
+calls appending to one file). Without a header the columns are guessed from the first row's units (a header-less,
+unit-less file cannot be read and is refused). Without an index, uuid or pci.bus_id column, the GPUs of a sample
+are told apart by their order: nvidia-smi prints one row per GPU per sample, by index.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import numpy as np
 
 from ..errors import BadInput
 from . import _counters as C
@@ -52,6 +57,26 @@ IDENTITY = {
     "gpu_bus_id": "bus_id",
     "memory.total": "memory_total",
 }
+
+
+FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*$")
+
+
+def field_name(header_item: str) -> str:
+    """A header's field without its unit: 'utilization.gpu [%]' → 'utilization.gpu'."""
+    return re.sub(r"\s*\[.*\]$", "", header_item).strip().lower()
+
+
+def header_fields(line: str) -> list[str] | None:
+    """The header's items (as written) when `line` is a --query-gpu header: query field names, one of them
+    `timestamp` and another one this parser knows; else None."""
+    raw = [h.strip() for h in line.split(",")]
+    names = [field_name(h) for h in raw]
+    if len(names) < 2 or "timestamp" not in names or not all(FIELD_NAME_RE.match(n) for n in names):
+        return None
+    if not any(n in FIELDS or (n in IDENTITY and n != "timestamp") for n in names):
+        return None
+    return raw
 
 
 def looks_headerless(first_line: str) -> bool:
@@ -107,14 +132,16 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
         raise BadInput(path, "empty file")
     notes: list[str] = []
     first = lines["line"][0]
-    if first.strip().startswith("timestamp"):
-        raw_header = [h.strip() for h in first.split(",")]
-        body = lines.filter(~pl.col("line").str.strip_chars().str.starts_with("timestamp"))
+    header = header_fields(first)
+    if header is not None:
+        raw_header = header
+        # the header again wherever a loop of nvidia-smi calls appended it
+        body = lines.filter(pl.col("line").str.replace_all(r"\s", "") != re.sub(r"\s", "", first))
     else:
         raw_header, note = _guess_header(first.split(","), path)
         notes.append(note)
         body = lines
-    names = [re.sub(r"\s*\[.*\]$", "", h).strip().lower() for h in raw_header]
+    names = [field_name(h) for h in raw_header]
     if "timestamp" not in names:
         raise BadInput(
             path,
@@ -163,23 +190,34 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     gi = ident.get("gpu_index")
     ui = ident.get("gpu_uuid")
     bi = ident.get("bus_id")
+    if frame.height == 0:
+        raise BadInput(path, "nvidia-smi --query-gpu CSV has no sample rows")
+    if gi is not None:
+        index = pl.col(f"c{gi}").cast(pl.Int32, strict=False)
+    elif ui is None and bi is None:
+        gpus = _gpus_per_sample(frame)
+        index = (pl.int_range(pl.len(), dtype=pl.Int32) % gpus) if gpus > 1 else pl.lit(0, pl.Int32)
+        notes.append(
+            f"no index/uuid/pci.bus_id column: {gpus} rows per sample, taken as GPUs 0–{gpus - 1} in the order "
+            "nvidia-smi prints them (by index)"
+            if gpus > 1
+            else "no index/uuid/pci.bus_id column: samples taken to be of GPU 0"
+        )
+    else:
+        index = pl.lit(None, pl.Int32)
+    frame = frame.with_columns(index.alias("_gpu"))
     wide = frame.select(
         pl.col("t_ns"),
         pl.col(f"c{ti}").alias("raw_time"),
-        (pl.col(f"c{gi}").cast(pl.Int32, strict=False) if gi is not None else pl.lit(None, pl.Int32)).alias("gpu_index"),
+        pl.col("_gpu").alias("gpu_index"),
         (pl.col(f"c{ui}") if ui is not None else pl.lit(None, pl.Utf8)).alias("gpu_uuid"),
         pl.lit(None, pl.Utf8).alias("entity"),
         *[e.alias(m) for m, e in metrics.items()],
     )
-    if gi is None and ui is None and bi is None:
-        wide = wide.with_columns(pl.lit(0, pl.Int32).alias("gpu_index"))
-        notes.append("no index/uuid/pci.bus_id column: samples taken to be of GPU 0")
-    if wide.height == 0:
-        raise BadInput(path, "nvidia-smi --query-gpu CSV has no sample rows")
     w = C.emit(con, source_id, wide, "anchored")
     notes += w.notes
     dev_cols = [
-        pl.col(f"c{gi}").cast(pl.Int32, strict=False) if gi is not None else pl.lit(None, pl.Int32),
+        pl.col("_gpu"),
         pl.col(f"c{ui}") if ui is not None else pl.lit(None, pl.Utf8),
         pl.col(f"c{bi}") if bi is not None else pl.lit(None, pl.Utf8),
         pl.col(f"c{ident['name']}") if "name" in ident else pl.lit(None, pl.Utf8),
@@ -201,9 +239,33 @@ def ingest(path: Path, con, source_id: int, options: ParseOptions | None = None)
     )
 
 
+MAX_GPUS_BY_ORDER = 16
+SAMPLE_GAP_RATIO = 2.0
+
+
+def _gpus_per_sample(frame: pl.DataFrame) -> int:
+    """How many GPUs a log without an identity column holds. nvidia-smi prints one row per GPU per sample, GPU
+    after GPU: the rows of a sample come within a few ms of each other (stamped alike, or each as it was
+    queried), the samples a period apart. So the count is the smallest n (up to MAX_GPUS_BY_ORDER) for which the
+    file cut into runs of n rows from its first row has every step between runs more than SAMPLE_GAP_RATIO times
+    the longest step inside a run; 1 when none has (one GPU, its samples evenly spaced or jittering: no cut
+    separates them so)."""
+    t = frame["t_ns"].to_numpy()
+    step = np.diff(t)  # step[i - 1]: from row i - 1 to row i
+    pos = np.arange(1, len(t))
+    for n in range(2, MAX_GPUS_BY_ORDER + 1):
+        if len(t) < 2 * n:
+            break
+        between = step[pos % n == 0]
+        inside = step[pos % n != 0]
+        if between.min() > SAMPLE_GAP_RATIO * max(int(inside.max()), 0):
+            return n
+    return 1
+
+
 def sniff(s: Sniff) -> str | None:
     first = s.first_line
-    if first.startswith("timestamp,") or first.startswith("timestamp, ") or looks_headerless(first):
+    if header_fields(first) is not None or looks_headerless(first):
         return "nvidia-smi-query"
     return None
 
