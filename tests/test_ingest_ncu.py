@@ -148,3 +148,34 @@ def test_ncu_names_differ_by_demangler():
         kernel_flops._key_base("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float>(int)")
         == "vectorized_layer_norm_kernel"
     )
+
+
+def test_gb20x_dram_metric_names(tmp_path):
+    # On GB20x (RTX 50) ncu names DRAM traffic dram__bytes_op_read / dram__bytes_op_write (`ncu --query-metrics
+    # --chip gb202`, 2025.3: "# of bytes read from / written to DRAM"; gh100, gb100, ga100: dram__bytes_read / _write).
+    # The H200 details page with its two DRAM metrics renamed so: the same bytes per launch as the file says.
+    src = corpus_file("h200x2-small/ncu/details_metrics.csv").read_text()
+    p = tmp_path / "gb20x.csv"
+    p.write_text(
+        src.replace('"dram__bytes_read.sum"', '"dram__bytes_op_read.sum"').replace(
+            '"dram__bytes_write.sum"', '"dram__bytes_op_write.sum"'
+        )
+    )
+    orig, _ = ingest(corpus_file("h200x2-small/ncu/details_metrics.csv"))
+    renamed, _ = ingest(p)
+    assert [r[9] for r in launches(renamed)] == [r[9] for r in launches(orig)]
+    assert launches(renamed)[1][9] == 16852992 + 1486848  # the SIMT sgemm's "16,852,992" read + "1,486,848" written
+
+
+def test_no_cuda_core_count_leaves_flops_unknown(tmp_path):
+    # The H200 details page without its FFMA/FMUL/FADD/HFMA counts: what is left says only that the tensor pipe ran
+    # no instruction (sm__inst_executed_pipe_tensor.sum = 0) for the SIMT sgemm, whose 2·2048³ FLOPs ran on the
+    # CUDA cores. Its FLOPs are unknown then, not 0.
+    src = corpus_file("h200x2-small/ncu/details_metrics.csv").read_text().splitlines()
+    p = tmp_path / "no_core_counts.csv"
+    p.write_text("\n".join(ln for ln in src if "sass_thread_inst_executed_op_" not in ln) + "\n")
+    con, info = ingest(p)
+    rows = launches(con)
+    assert len(rows) == 4 and rows[1][5] == 0  # the sgemm: no tensor op
+    assert [r[4] for r in rows] == [None] * 4
+    assert "4 launches, 0 with FLOP counts" in info.notes

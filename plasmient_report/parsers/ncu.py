@@ -3,7 +3,9 @@
 One row per profiled launch: duration, DRAM bytes and FLOPs counted by the hardware — tensor ops from
 `sm__ops_path_tensor_src_*` (by source precision), FP32/FP64/FP16 from the FFMA/FMUL/FADD thread-instruction
 counts (2·fma + mul + add, the NERSC roofline method), from the `.sum` counts or, in roofline sections, from
-`.sum.per_cycle_elapsed` × cycles/s × duration. Thousands separators (either locale) and auto-scaled units
+`.sum.per_cycle_elapsed` × cycles/s × duration. A launch's FLOPs are unknown (not 0) when the CSV has no CUDA-core
+count for it and no tensor op either. DRAM bytes are read + write (`dram__bytes_read/_write`, on GB20x
+`dram__bytes_op_read/_write`), else `dram__bytes`. Thousands separators (either locale) and auto-scaled units
 (`usecond`, `Mbyte`, `Gbyte/second`) are undone. The align stage joins launches to trace kernels by name and
 occurrence order (ncu replays kernels one by one, so its times mean nothing on the trace's clock).
 """
@@ -231,6 +233,10 @@ def count_flops(m: dict[str, float]) -> Counted:
     dram: float | None
     if "dram__bytes_read.sum" in m and "dram__bytes_write.sum" in m:
         dram = m["dram__bytes_read.sum"] + m["dram__bytes_write.sum"]
+    elif "dram__bytes_op_read.sum" in m and "dram__bytes_op_write.sum" in m:
+        # their names on GB20x (RTX 50): `ncu --query-metrics --chip gb202` (2025.3) lists dram__bytes_op_read / _write,
+        # "# of bytes read from / written to DRAM", where gh100, gb100 and ga100 list dram__bytes_read / _write
+        dram = m["dram__bytes_op_read.sum"] + m["dram__bytes_op_write.sum"]
     else:
         dram = _count(m, "dram__bytes", dur_s)
     by: dict[str, float | None] = {}
@@ -264,7 +270,10 @@ def count_flops(m: dict[str, float]) -> Counted:
         elif inst is not None:
             tensor_unknown = True  # tensor instructions ran, but no per-precision op counts to turn into FLOPs
     known = [v for v in (*by.values(), tensor) if v is not None]
-    flops = None if tensor_unknown or not known else float(sum(known))
+    # No tensor work (or none counted) and no CUDA-core count: the kernel's FLOPs are not known, not 0 (a CSV of a
+    # tensor path's op count alone, 0 for a kernel that does its arithmetic on the CUDA cores).
+    no_core_count = all(v is None for v in by.values())
+    flops = None if tensor_unknown or not known or (no_core_count and not tensor) else float(sum(known))
     tp = max(prec_of, key=lambda k: prec_of[k]) if prec_of and max(prec_of.values()) > 0 else None
     return Counted(dur, dram, flops, tensor, by, tp, tensor_unknown)
 
