@@ -80,6 +80,8 @@ def test_units_and_locales():
     assert ncu.unit_factor("Mbyte") == 1e6 and ncu.unit_factor("Kbyte") == 1e3 and ncu.unit_factor("byte") == 1
     assert ncu.unit_factor("Gbyte/second") == 1e9 and ncu.unit_factor("cycle/nsecond") == 1e9
     assert ncu.unit_factor("inst/cycle") == 1
+    # clock rates: ncu 2026 prints "Ghz" (a public H200 `--set full` raw page); "GHz" / "MHz" read the same
+    assert ncu.unit_factor("Ghz") == ncu.unit_factor("GHz") == 1e9 and ncu.unit_factor("MHz") == 1e6
     assert ncu._locale_is_dotted(["27.595.520", "1,5"]) and not ncu._locale_is_dotted(["10,240", "213.33"])
     assert ncu._number("27.595.520", True) == 27595520 and ncu._number("10,240", False) == 10240
     assert ncu._number("no data", False) is None

@@ -42,7 +42,7 @@ FMA_OPS = {"fp32": ("ffma", "fmul", "fadd"), "fp64": ("dfma", "dmul", "dadd"), "
 DISPLAY = {"Duration": "gpu__time_duration.sum", "DRAM Bytes": "dram__bytes.sum"}
 _PREFIX = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
-_BASE_RE = re.compile(r"^([KkMGTPmun]?)(byte|inst|cycle|hz|warp|sector|request|thread|block|flop|register|B)$")
+_BASE_RE = re.compile(r"^([KkMGTPmun]?)(byte|inst|cycle|hz|Hz|warp|sector|request|thread|block|flop|register|B)$")
 RATE_SUFFIXES = (".sum.per_second", ".sum.per_cycle_elapsed")
 
 
