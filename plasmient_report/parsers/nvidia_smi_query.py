@@ -247,14 +247,14 @@ def _gpus_per_sample(frame: pl.DataFrame) -> int:
     """How many GPUs a log without an identity column holds. nvidia-smi prints one row per GPU per sample, GPU
     after GPU: the rows of a sample come within a few ms of each other (stamped alike, or each as it was
     queried), the samples a period apart. So the count is the smallest n (up to MAX_GPUS_BY_ORDER) for which the
-    file cut into runs of n rows from its first row has every step between runs more than SAMPLE_GAP_RATIO times
-    the longest step inside a run; 1 when none has (one GPU, its samples evenly spaced or jittering: no cut
-    separates them so)."""
+    file cut into runs of n rows from its first row (three runs at least) has every step between runs more than
+    SAMPLE_GAP_RATIO times the longest step inside a run; 1 when none has (one GPU, its samples evenly spaced or
+    jittering: no cut separates them so)."""
     t = frame["t_ns"].to_numpy()
     step = np.diff(t)  # step[i - 1]: from row i - 1 to row i
     pos = np.arange(1, len(t))
     for n in range(2, MAX_GPUS_BY_ORDER + 1):
-        if len(t) < 2 * n:
+        if len(t) < 3 * n:
             break
         between = step[pos % n == 0]
         inside = step[pos % n != 0]
