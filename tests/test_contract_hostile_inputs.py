@@ -419,6 +419,15 @@ def test_device_file_is_refused(tmp_path):
     assert "not a regular file" in msg
 
 
+def test_jax_xplane_is_named_in_its_refusal(tmp_path):
+    # jax.profiler / TensorFlow write `<host>.xplane.pb` (a protobuf; TraceLens's JAX tests hold real ones): refused in
+    # one line that says what it is and what to record instead, not as an unknown file.
+    p = tmp_path / "host.xplane.pb"
+    p.write_bytes(b"\n\x0f/device:GPU:0\x12\x04" + os.urandom(64))
+    msg = check([p], tmp_path, "bad")
+    assert "JAX / TensorFlow profiler XPlane" in msg and "nsys profile" in msg
+
+
 def test_folder_with_no_traces(tmp_path):
     d = tmp_path / "in"
     (d / "deeper").mkdir(parents=True)

@@ -156,6 +156,12 @@ def _refusal(p: Path, fmt: str | None) -> str:
         return f"one table of an nsys export: give its folder ({p.parent})"
     if fmt in FORMATS and not _usable(fmt):
         return f"{FORMATS[fmt].label} input is not supported by this version yet"
+    if fmt is None and p.name.endswith(".xplane.pb"):
+        # what jax.profiler / the TensorFlow profiler (and XProf) write: a protobuf of XPlanes, not a trace we read
+        return (
+            "a JAX / TensorFlow profiler XPlane (.xplane.pb), not read by this tool: record the program with Nsight "
+            "Systems (nsys profile --trace=cuda,nvtx) and give its report"
+        )
     return (
         "unrecognised format (expected a PyTorch profiler trace, an nsys export or report, a counter log or an "
         "Nsight Compute CSV)"
