@@ -428,6 +428,23 @@ def test_jax_xplane_is_named_in_its_refusal(tmp_path):
     assert "JAX / TensorFlow profiler XPlane" in msg and "nsys profile" in msg
 
 
+def test_xla_trace_viewer_json_is_named_in_its_refusal(tmp_path):
+    # The trace viewer's JSON of jax.profiler / TensorFlow: Chrome trace events like Kineto's, the device's work on
+    # XLA's per-device processes ('/device:GPU:0', its streams and an 'XLA Ops' thread). It was refused as "a
+    # CPU-only profile?"; it is named for what it is.
+    meta = [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "pid": 1, "tid": 9, "name": "thread_name", "args": {"name": "Stream #9(Compute)"}},
+        {"ph": "M", "pid": 1, "tid": 10000, "name": "thread_name", "args": {"name": "XLA Ops"}},
+        {"ph": "M", "pid": 701, "name": "process_name", "args": {"name": "/host:CPU"}},
+    ]
+    ops = [{"ph": "X", "pid": 1, "tid": 9, "name": "fusion.3", "ts": 10 + 5 * i, "dur": 4} for i in range(20)]
+    p = tmp_path / "host.trace.json"
+    p.write_text(json.dumps({"displayTimeUnit": "ns", "traceEvents": meta + ops}))
+    msg = check([p], tmp_path, "bad")
+    assert "JAX / TensorFlow (XLA) profiler trace (process '/device:GPU:0')" in msg and "nsys profile" in msg
+
+
 def test_folder_with_no_traces(tmp_path):
     d = tmp_path / "in"
     (d / "deeper").mkdir(parents=True)

@@ -64,6 +64,14 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> Kineto
         info.gpu_events = emit.emit(con, source_id, info.rank, int(info.base_time_ns or 0), rows, cut)
         if info.gpu_events == 0 and (what := schema.non_gpu_accelerator(cats)):
             raise BadInput(path, f"{what}: this tool measures NVIDIA / AMD GPU work")
+        if info.gpu_events == 0 and (xla := _xla_track(con)):
+            # the trace viewer's JSON of jax.profiler / TensorFlow (XProf, TensorBoard): Chrome trace events, but the
+            # device's work is on XLA's per-device processes, not Kineto's kernel events
+            raise BadInput(
+                path,
+                f"a JAX / TensorFlow (XLA) profiler trace ({xla}), not a PyTorch profiler trace: record the program with "
+                "Nsight Systems (nsys profile --trace=cuda,nvtx) and give its report",
+            )
         if info.gpu_events == 0 and cats.get("cuda_profiler_range"):
             # CUPTI profiler (range / counter) mode replays each kernel for its counters: there is no timeline
             raise BadInput(
@@ -77,6 +85,17 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection, source_id: int) -> Kineto
         return info
     finally:
         decode.drop_stages(con, search_path)
+
+
+def _xla_track(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The process or thread that marks a trace of the XLA profiler (`/device:GPU:0`, `XLA Ops`), if one does."""
+    row = one(
+        con,
+        "SELECT any_value(name || ' ' || value) FROM _kin_meta WHERE (name = 'process_name' AND "
+        "regexp_matches(value, '(^|/)device:(XLA_)?(GPU|TPU):[0-9]')) OR (name = 'thread_name' AND value IN "
+        "('XLA Ops', 'XLA Modules', 'TensorFlow Ops'))",
+    )
+    return str(row[0]).replace("_name ", " '") + "'" if row and row[0] else None
 
 
 def _head(path: Path, dec: decode.Decoded) -> schema.Head:
