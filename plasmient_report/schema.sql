@@ -403,13 +403,13 @@ COMMENT ON COLUMN ncu_kernels.process_id IS 'process as ncu prints it';
 COMMENT ON COLUMN ncu_kernels.grid IS 'grid as ncu prints it';
 COMMENT ON COLUMN ncu_kernels.block IS 'block as ncu prints it';
 COMMENT ON COLUMN ncu_kernels.duration_ns IS '`gpu__time_duration.sum` (the launch replayed alone: not a time on the trace''s clock)';
-COMMENT ON COLUMN ncu_kernels.flops IS 'tensor + FP64 + FP32 + FP16 FLOPs; NULL when tensor instructions ran but the CSV has no `sm__ops_path_tensor_*` counts';
+COMMENT ON COLUMN ncu_kernels.flops IS 'tensor + FP64 + FP32 + FP16 FLOPs; NULL when tensor instructions ran but the CSV has no `sm__ops_path_tensor_*` counts, or when it has no CUDA-core count (FFMA / FMUL / FADD) and no tensor op for the launch (unknown, not 0)';
 COMMENT ON COLUMN ncu_kernels.flops_tensor IS 'Σ `sm__ops_path_tensor_src_*` (executed tensor-core work, tile padding included)';
 COMMENT ON COLUMN ncu_kernels.flops_fp64 IS '2·fma + mul + add FP64 thread instructions (`sm__sass_thread_inst_executed_op_d*_pred_on`), from `.sum` or rate × time';
 COMMENT ON COLUMN ncu_kernels.flops_fp32 IS '2·fma + mul + add FP32 thread instructions (`sm__sass_thread_inst_executed_op_f*_pred_on`), from `.sum` or rate × time';
 COMMENT ON COLUMN ncu_kernels.flops_fp16 IS '2·fma + mul + add FP16 thread instructions (`sm__sass_thread_inst_executed_op_h*_pred_on`), from `.sum` or rate × time';
 COMMENT ON COLUMN ncu_kernels.tensor_precision IS 'source precision carrying most tensor ops (`bf16`, `fp16`, `tf32`, `fp8`, …)';
-COMMENT ON COLUMN ncu_kernels.dram_bytes IS '`dram__bytes_read.sum + dram__bytes_write.sum` (else `dram__bytes.sum`, or its rate × duration)';
+COMMENT ON COLUMN ncu_kernels.dram_bytes IS '`dram__bytes_read.sum + dram__bytes_write.sum` (GB20x: `dram__bytes_op_read.sum + dram__bytes_op_write.sum`; else `dram__bytes.sum`, or its rate × duration)';
 COMMENT ON COLUMN ncu_kernels.kernel_id IS 'the trace kernel it was joined to (name, then occurrence order per rank); that kernel''s `flops` / `bytes` are these, `flops_source = ''ncu''`';
 
 CREATE TABLE IF NOT EXISTS windows (
