@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from . import sql, vocab
+from . import peaks, sql, vocab
 from .errors import BadInput
 from .store import one
 
@@ -426,7 +426,8 @@ def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
     trace = con.execute("""
         WITH span AS (SELECT rank, start_ns AS s, end_ns AS e
                       FROM rank_span_of('clocked_kernels', 'clocked_ops', 'clocked_api_calls', 'clocked_ranges'))
-        SELECT g.rank, g.device, any_value(d.gpu_uuid), any_value(d.bus_id), any_value(span.s), any_value(span.e)
+        SELECT g.rank, g.device, any_value(d.gpu_uuid), any_value(d.bus_id), any_value(span.s), any_value(span.e),
+               any_value(d.name)
         FROM (SELECT DISTINCT rank, device FROM kernels) g
         LEFT JOIN devices d ON d.rank IS NOT DISTINCT FROM g.rank AND d.device = g.device
              AND d.source_id IN (SELECT source_id FROM sources WHERE rank_method <> 'counters')
@@ -436,7 +437,9 @@ def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
         SELECT c.source_id, s.path, c.gpu_index, c.gpu_uuid,
                (SELECT any_value(d.bus_id) FROM devices d WHERE d.source_id = c.source_id
                   AND (d.gpu_uuid = c.gpu_uuid OR (c.gpu_uuid IS NULL AND d.device = c.gpu_index))) AS bus,
-               c.s, c.e
+               c.s, c.e,
+               (SELECT any_value(d.name) FROM devices d WHERE d.source_id = c.source_id
+                  AND (d.gpu_uuid = c.gpu_uuid OR (c.gpu_uuid IS NULL AND d.device = c.gpu_index))) AS model
         FROM (SELECT source_id, gpu_index, gpu_uuid, min(start_ns) AS s, max(end_ns) AS e FROM clocked_counters
               WHERE (entity IS NULL OR entity LIKE 'GPU %')
                 -- counter logs only, before the scan groups anything (a trace's own GPU metrics: millions of rows)
@@ -451,17 +454,27 @@ def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
         "WHERE source_id IN (SELECT source_id FROM sources WHERE rank_method = 'counters')"
     )
     unmatched: dict[str, list[str]] = {}
-    for sid, path, idx, uuid, bus, ls, le in logs:
+    table = peaks.load_table(None)
+    for sid, path, idx, uuid, bus, ls, le, model in logs:
         strong = [
             (r, d, ws, we)
-            for r, d, u, b, ws, we in trace
+            for r, d, u, b, ws, we, _ in trace
             if (uuid and _norm_uuid(u) == _norm_uuid(uuid)) or (bus and b and _norm_bus(b) == _norm_bus(bus))
         ]
-        weak = [
-            (r, d, ws, we)
-            for r, d, u, b, ws, we in trace
+        by_index = [
+            (r, d, ws, we, name)
+            for r, d, u, b, ws, we, name in trace
             if idx is not None and d == idx and (r, d, ws, we) not in strong and not (uuid and u) and not (bus and b)
         ]
+        # An index says nothing of which machine: a log whose GPU is another model than the trace's GPU of that
+        # index is of another GPU (both names known to the peak table, as different entries).
+        weak = [(r, d, ws, we) for r, d, ws, we, name in by_index if not _other_model(model, name, table)]
+        if by_index and not weak and not strong:
+            others = sorted({str(name) for *_, name in by_index})
+            unmatched.setdefault(Path(path).name, []).append(
+                f"GPU {idx} ({model}: the trace's GPU {idx} is {', '.join(others)}; a log of another machine?)"
+            )
+            continue
 
         def overlapping(c: list[tuple], ls: int = ls, le: int = le) -> list[tuple]:
             return [x for x in c if x[2] is not None and ls < x[3] and le > x[2]]
@@ -505,6 +518,13 @@ def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
             "its samples are kept but not compared"
         )
     return notes
+
+
+def _other_model(log_name: str | None, trace_name: str | None, table: list[peaks.GpuPeaks]) -> bool:
+    """Whether two device names are surely different GPU models: each matches an entry of the peak table, and not
+    the same one. (Names the table does not know prove nothing: a name may be spelled otherwise by another tool.)"""
+    a, b = peaks.match_gpu(log_name, table), peaks.match_gpu(trace_name, table)
+    return a is not None and b is not None and a.key != b.key
 
 
 # --------------------------------------------------------------------- counter logs: when (correlation)

@@ -279,6 +279,22 @@ def test_counter_gpu_matching_by_uuid_index_and_unmatched(tmp_path):
     assert any("several trace GPUs fit it equally" in n for n in notes)
 
 
+def test_counter_gpu_of_another_model_is_not_matched_by_index(tmp_path):
+    # The 2-rank H200 run (Kineto: GPU names, no UUIDs) with its own nvidia-smi log: matched by index. The same log
+    # with its GPUs named "Tesla T4" (as a log of another machine would be) names GPUs 0 and 1 too, but an index says
+    # nothing of which machine: a T4 is not an H200, and its samples stay unmatched, said in the notes.
+    kin = sorted((corpus_file("h200x2-small/kineto")).glob("rank*.pt.trace.json.gz"))
+    log = corpus_file("h200x2-small/smi/query_gpu.csv")
+    ok = run([*kin, log], tz="UTC")
+    assert ok.con.execute("SELECT count(DISTINCT rank) FROM counters WHERE rank IS NOT NULL").fetchone() == (2,)
+    t4 = tmp_path / "query_gpu.csv"
+    t4.write_text(log.read_text().replace("NVIDIA H200", "Tesla T4"))
+    res = run([*kin, t4], tz="UTC")
+    assert res.con.execute("SELECT count(*) FROM counters WHERE rank IS NOT NULL").fetchone() == (0,)
+    (note,) = [n for n in res.notes if n.startswith("query_gpu.csv: GPU 0")]
+    assert "Tesla T4: the trace's GPU 0 is NVIDIA H200; a log of another machine?" in note and "GPU 1 (" in note
+
+
 # ------------------------------------------------------------------------------- counter clock shifts
 
 
