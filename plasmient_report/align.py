@@ -514,7 +514,8 @@ def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
             )
     for name, labels in unmatched.items():
         notes.append(
-            f"{name}: {', '.join(labels)} matches no GPU of the trace (by UUID, bus id or index); "
+            f"{name}: {', '.join(labels)} {'match' if len(labels) > 1 else 'matches'} no GPU of the trace (by UUID, "
+            "bus id or index); "
             "its samples are kept but not compared"
         )
     return notes
