@@ -523,7 +523,13 @@ def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 def _other_model(log_name: str | None, trace_name: str | None, table: list[peaks.GpuPeaks]) -> bool:
     """Whether two device names are surely different GPU models: each matches an entry of the peak table, and not
-    the same one. (Names the table does not know prove nothing: a name may be spelled otherwise by another tool.)"""
+    the same one, and neither name is the other's start ('NVIDIA H100' may be the 'NVIDIA H100 PCIe' another tool
+    names in full). Names the table does not know prove nothing: a name may be spelled otherwise by another tool."""
+    if not log_name or not trace_name:
+        return False
+    x, y = (re.sub(r"[^0-9a-z]", "", n.lower()) for n in (log_name, trace_name))
+    if x.startswith(y) or y.startswith(x):
+        return False
     a, b = peaks.match_gpu(log_name, table), peaks.match_gpu(trace_name, table)
     return a is not None and b is not None and a.key != b.key
 
