@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from plasmient_report import align, parsers, pipeline, store
+from plasmient_report import align, parsers, peaks, pipeline, store
 from plasmient_report.errors import BadInput
 
 from . import contract
@@ -293,6 +293,15 @@ def test_counter_gpu_of_another_model_is_not_matched_by_index(tmp_path):
     assert res.con.execute("SELECT count(*) FROM counters WHERE rank IS NOT NULL").fetchone() == (0,)
     (note,) = [n for n in res.notes if n.startswith("query_gpu.csv: GPU 0")]
     assert "Tesla T4: the trace's GPU 0 is NVIDIA H200; a log of another machine?" in note and "GPU 1 (" in note
+
+
+def test_other_model_needs_two_known_different_names():
+    table = peaks.load_table(None)
+    assert align._other_model("Tesla T4", "NVIDIA H200", table)
+    assert align._other_model("NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3", table)  # PCIe and SXM: two products
+    assert not align._other_model("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", table)
+    assert not align._other_model("NVIDIA H100", "NVIDIA H100 PCIe", table)  # one name the other's start
+    assert not align._other_model(None, "NVIDIA H200", table) and not align._other_model("Tesla T4", "Some GPU", table)
 
 
 # ------------------------------------------------------------------------------- counter clock shifts
