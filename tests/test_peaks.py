@@ -324,6 +324,11 @@ def test_a_name_whose_properties_contradict_its_entry_is_said(tmp_path):
     assert "; " not in said  # one note (the sources' notes are joined by "; ")
     mig = contradiction("NVIDIA A100-SXM4-80GB", "NVIDIA", "8.0", 42, 40 * 10**9)
     assert mig and "42 SMs" in mig and "108 SMs" in mig
+    # A shipping B300, as public Kineto traces of one describe it (TraceLens's MoE evals: 'NVIDIA B300 SXM6 AC',
+    # compute capability 10.3, 148 SMs, 287,431,131,136 bytes): it fits its entry, no note (the chip's full 160 SMs
+    # made one on every B300 trace); a MIG slice of it still does not.
+    assert contradiction("NVIDIA B300 SXM6 AC", "NVIDIA", "10.3", 148, 287431131136) is None
+    assert CONTRADICTED_MARK in (contradiction("NVIDIA B300 SXM6 AC", "NVIDIA", "10.3", 20, 34 * 2**30) or "")
     assert contradiction("NVIDIA H200", "NVIDIA", "9.0", 132, 143771 * 2**20) is None
     assert contradiction("NVIDIA H800", "NVIDIA", "9.0", 132, 84943110144) is None
     assert contradiction("NVIDIA H100 80GB HBM3", "NVIDIA", "9.0", 132, 85 * 10**9) is None
