@@ -328,6 +328,8 @@ def test_a_name_whose_properties_contradict_its_entry_is_said(tmp_path):
     # compute capability 10.3, 148 SMs, 287,431,131,136 bytes): it fits its entry, no note (the chip's full 160 SMs
     # made one on every B300 trace); a MIG slice of it still does not.
     assert contradiction("NVIDIA B300 SXM6 AC", "NVIDIA", "10.3", 148, 287431131136) is None
+    # a GB300 reports 152 (public benchmark write-ups of GB300 machines: "GB300, 152 SMs")
+    assert contradiction("NVIDIA GB300", "NVIDIA", "10.3", 152, 275 * 2**30) is None
     assert CONTRADICTED_MARK in (contradiction("NVIDIA B300 SXM6 AC", "NVIDIA", "10.3", 20, 34 * 2**30) or "")
     assert contradiction("NVIDIA H200", "NVIDIA", "9.0", 132, 143771 * 2**20) is None
     assert contradiction("NVIDIA H800", "NVIDIA", "9.0", 132, 84943110144) is None
