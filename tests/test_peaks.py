@@ -272,8 +272,10 @@ def test_identify_from_properties():
     # an H200 (132 SMs, 143771 MiB) fits the SXM and the NVL board, whose peaks differ: not guessed
     h200 = identify("NVIDIA", "9.0", 132, 143771 * 2**20)
     assert h200.gpu is None and {"H200", "H200-NVL"} <= set(h200.candidates) and "give --gpu" in h200.sentence
-    b200 = identify("NVIDIA", "10.0", 148, 191503138816)  # TraceLens B200 trace's properties
-    assert b200.gpu is None and {"B200", "GB200"} <= set(b200.candidates)
+    # TraceLens's B200 trace's properties: 148 SMs are an HGX B200's (a GB200 reports 152): identified
+    b200 = identify("NVIDIA", "10.0", 148, 191503138816)
+    assert b200.gpu is not None and b200.gpu.key == "B200"
+    assert identify("NVIDIA", "10.0", 152, 184 * 2**30).gpu.key == "GB200"  # type: ignore[union-attr]
     assert identify("NVIDIA", "8.9", 128, 24 * 2**30).gpu.key == "RTX-4090"  # type: ignore[union-attr]
     none = identify("NVIDIA", "7.5", 999, None)
     assert none.gpu is None and "no GPU in the peak table" in none.sentence
@@ -330,6 +332,9 @@ def test_a_name_whose_properties_contradict_its_entry_is_said(tmp_path):
     assert contradiction("NVIDIA B300 SXM6 AC", "NVIDIA", "10.3", 148, 287431131136) is None
     # a GB300 reports 152 (public benchmark write-ups of GB300 machines: "GB300, 152 SMs")
     assert contradiction("NVIDIA GB300", "NVIDIA", "10.3", 152, 275 * 2**30) is None
+    # a GB200 reports 152 too ("NVIDIA GB200, 152 SMs" in public GB200 write-ups), a B200 148
+    assert contradiction("NVIDIA GB200", "NVIDIA", "10.0", 152, 184 * 2**30) is None
+    assert contradiction("NVIDIA B200", "NVIDIA", "10.0", 148, 179 * 2**30) is None
     assert CONTRADICTED_MARK in (contradiction("NVIDIA B300 SXM6 AC", "NVIDIA", "10.3", 20, 34 * 2**30) or "")
     assert contradiction("NVIDIA H200", "NVIDIA", "9.0", 132, 143771 * 2**20) is None
     assert contradiction("NVIDIA H800", "NVIDIA", "9.0", 132, 84943110144) is None
