@@ -468,7 +468,7 @@ def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
         ]
         # An index says nothing of which machine: a log whose GPU is another model than the trace's GPU of that
         # index is of another GPU (both names known to the peak table, as different entries).
-        weak = [(r, d, ws, we) for r, d, ws, we, name in by_index if not _other_model(model, name, table)]
+        weak = [(r, d, ws, we) for r, d, ws, we, name in by_index if not peaks.different_models(model, name, table)]
         if by_index and not weak and not strong:
             others = sorted({str(name) for *_, name in by_index})
             unmatched.setdefault(Path(path).name, []).append(
@@ -519,19 +519,6 @@ def match_counter_gpus(con: duckdb.DuckDBPyConnection) -> list[str]:
             "its samples are kept but not compared"
         )
     return notes
-
-
-def _other_model(log_name: str | None, trace_name: str | None, table: list[peaks.GpuPeaks]) -> bool:
-    """Whether two device names are surely different GPU models: each matches an entry of the peak table, and not
-    the same one, and neither name is the other's start ('NVIDIA H100' may be the 'NVIDIA H100 PCIe' another tool
-    names in full). Names the table does not know prove nothing: a name may be spelled otherwise by another tool."""
-    if not log_name or not trace_name:
-        return False
-    x, y = (re.sub(r"[^0-9a-z]", "", n.lower()) for n in (log_name, trace_name))
-    if x.startswith(y) or y.startswith(x):
-        return False
-    a, b = peaks.match_gpu(log_name, table), peaks.match_gpu(trace_name, table)
-    return a is not None and b is not None and a.key != b.key
 
 
 # --------------------------------------------------------------------- counter logs: when (correlation)

@@ -240,6 +240,19 @@ def _norm(s: str) -> str:
     return re.sub(r"[^0-9a-z]", "", _strip_vendor(s).lower())
 
 
+def different_models(a: str | None, b: str | None, table: list[GpuPeaks]) -> bool:
+    """Whether two device names, as two tools write them, are surely different GPU models: each matches an entry,
+    not the same one, and neither name is the other's start once vendor words and punctuation are dropped ('NVIDIA
+    H100' may be the 'NVIDIA H100 PCIe' another tool names in full). Names the table does not know prove nothing."""
+    if not a or not b:
+        return False
+    x, y = _norm(a), _norm(b)
+    if x.startswith(y) or y.startswith(x):
+        return False
+    ga, gb = match_gpu(a, table), match_gpu(b, table)
+    return ga is not None and gb is not None and ga.key != gb.key
+
+
 def lookup(query: str, table: list[GpuPeaks]) -> GpuPeaks:
     """The entry a user means by `query` (a key, alias or name, any case, spaces and dashes ignored; or the start
     of one that only one entry has; or a device name as a trace writes it). Raises BadInput when the query is

@@ -295,13 +295,13 @@ def test_counter_gpu_of_another_model_is_not_matched_by_index(tmp_path):
     assert "Tesla T4: the trace's GPU 0 is NVIDIA H200; a log of another machine?" in note and "GPU 1 (" in note
 
 
-def test_other_model_needs_two_known_different_names():
+def test_different_models_needs_two_known_different_names():
     table = peaks.load_table(None)
-    assert align._other_model("Tesla T4", "NVIDIA H200", table)
-    assert align._other_model("NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3", table)  # PCIe and SXM: two products
-    assert not align._other_model("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", table)
-    assert not align._other_model("NVIDIA H100", "NVIDIA H100 PCIe", table)  # one name the other's start
-    assert not align._other_model(None, "NVIDIA H200", table) and not align._other_model("Tesla T4", "Some GPU", table)
+    assert peaks.different_models("Tesla T4", "NVIDIA H200", table)
+    assert peaks.different_models("NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3", table)  # PCIe and SXM: two products
+    assert not peaks.different_models("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", table)
+    assert not peaks.different_models("NVIDIA H100", "NVIDIA H100 PCIe", table)  # one name the other's start
+    assert not peaks.different_models(None, "NVIDIA H200", table) and not peaks.different_models("Tesla T4", "Some GPU", table)
 
 
 # ------------------------------------------------------------------------------- counter clock shifts

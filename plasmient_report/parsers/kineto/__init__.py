@@ -91,11 +91,11 @@ def _xla_track(con: duckdb.DuckDBPyConnection) -> str | None:
     """The process or thread that marks a trace of the XLA profiler (`/device:GPU:0`, `XLA Ops`), if one does."""
     row = one(
         con,
-        "SELECT any_value(name || ' ' || value) FROM _kin_meta WHERE (name = 'process_name' AND "
+        "SELECT name, value FROM _kin_meta WHERE (name = 'process_name' AND "
         "regexp_matches(value, '(^|/)device:(XLA_)?(GPU|TPU):[0-9]')) OR (name = 'thread_name' AND value IN "
-        "('XLA Ops', 'XLA Modules', 'TensorFlow Ops'))",
+        "('XLA Ops', 'XLA Modules', 'TensorFlow Ops')) ORDER BY name LIMIT 1",
     )
-    return str(row[0]).replace("_name ", " '") + "'" if row and row[0] else None
+    return f"{str(row[0]).removesuffix('_name')} '{row[1]}'" if row else None
 
 
 def _head(path: Path, dec: decode.Decoded) -> schema.Head:
