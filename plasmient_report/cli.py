@@ -406,9 +406,11 @@ def _one_line(e: BaseException) -> str:
 def _page_worker(opts: Any) -> Any:
     """The process drawing report.html (render/page_worker.py), started now so it warms up during the analysis;
     none without report.html, under a memory budget too small for a second process, or without a core to spare."""
-    from .render.page_worker import MIN_BUDGET_BYTES, RESERVE_BYTES, PageWorker, wanted
+    from .pipeline import MIN_MEMORY_BUDGET
+    from .render.page_worker import RESERVE_BYTES, PageWorker, wanted
 
-    tight = opts.memory_budget is not None and opts.memory_budget < MIN_BUDGET_BYTES
+    # (the worker's share of the budget must leave the run the smallest budget it can keep to)
+    tight = opts.memory_budget is not None and opts.memory_budget - RESERVE_BYTES < MIN_MEMORY_BUDGET
     worker = PageWorker.start() if opts.write_html and not tight and wanted() else None
     if worker is not None and worker.proc is not None and opts.memory_budget is not None:
         opts.memory_budget -= RESERVE_BYTES  # the worker's memory is part of the budget: the store gets less
@@ -447,8 +449,14 @@ def parse_size(text: str) -> int | None:
     n = size_bytes(text)
     if n is None:
         raise ValueError(f"not a size: {text!r} (e.g. 1.5GiB, 800MB, none)")
-    if n < 256 << 20:
-        raise ValueError(f"{text!r} is too small: at least 256MiB")
+    from .pipeline import MIN_DUCKDB_MEMORY, MIN_MEMORY_BUDGET, PYTHON_RESERVE
+
+    if n < MIN_MEMORY_BUDGET:  # (a smaller budget would not be kept to: the run's peak goes over it)
+        raise ValueError(
+            f"{text!r} is too small: at least {MIN_MEMORY_BUDGET >> 20}MiB, a budget the run can keep to (DuckDB's "
+            f"minimum of {MIN_DUCKDB_MEMORY >> 20} MiB and {PYTHON_RESERVE >> 20} MiB beside it for the interpreter, "
+            "its libraries and what DuckDB holds beyond its limit)"
+        )
     return n
 
 

@@ -37,6 +37,11 @@ from .verdict_model import Verdict
 DEFAULT_MEMORY_BUDGET = 1536 << 20
 PYTHON_RESERVE = 768 << 20
 MIN_DUCKDB_MEMORY = 256 << 20
+# The smallest --memory-budget a run can keep to: DuckDB's minimum and the reserve beside it. Below it DuckDB still
+# gets its minimum, and the run's peak went over the budget: the 486 MiB nsys export peaked at 572 MiB under
+# 512 MiB, the 100 MiB Kineto trace at 332 MiB under 256 MiB; the 1.8 GiB Kineto trace peaked at 760 MiB under
+# 1 GiB (benchmarks/README.md, session 45). The command line refuses a smaller budget (cli.parse_size).
+MIN_MEMORY_BUDGET = MIN_DUCKDB_MEMORY + PYTHON_RESERVE
 # Of the reserve, what the measurement library's numpy blocks may hold beside a full DuckDB (sql/native.py); a
 # larger block runs as SQL, which spills.
 NATIVE_ALLOWANCE = 256 << 20

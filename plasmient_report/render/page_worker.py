@@ -28,9 +28,9 @@ from typing import IO, Any
 
 # The worker's own memory (Python, numpy, matplotlib, jinja and the page: 75 MiB after its warm-up, ~90 MiB
 # drawing a page of the bundled samples) is part of --memory-budget: the run's store gets this much less. Under a
-# budget below MIN_BUDGET_BYTES the page is drawn in the run's process instead.
+# budget that would then leave the run less than the smallest it can keep to (pipeline.MIN_MEMORY_BUDGET), the page
+# is drawn in the run's process instead.
 RESERVE_BYTES = 128 << 20
-MIN_BUDGET_BYTES = 1 << 30
 # The run itself keeps two cores busy (its reader / writer threads beside DuckDB's): with fewer than this many the
 # worker only competes with it. Measured on 2 cores (benchmarks/README.md, session 5): the 100 MiB Kineto trace
 # 5.83 s with it against 6.33 s without, +78 MiB; the 486 MiB nsys export 17.60 against 17.45 s, +66 MiB. Since

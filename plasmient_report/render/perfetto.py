@@ -45,6 +45,13 @@ BEGIN, END, COUNTER = 1, 2, 4
 STATE_CLEARED, NEEDS_STATE = 1, 2
 EXPLICIT_ORDER = 3
 BATCH_ROWS = 1 << 15  # slices (or counter samples) per Arrow batch: bounds the writer's memory
+# A track's rows come sorted by DuckDB (ORDER BY) before its first batch. Under a memory limit a sort of millions of
+# rows did not always spill: the 1.8 GiB Kineto trace's main CPU thread (3.66 M ops, Python frames and runtime calls,
+# with their input shapes) ran out of memory under --memory-budget 1GiB (DuckDB's 256 MiB) in DuckDB 2.0.1, one
+# thread or two, and at 400 MiB (benchmarks/README.md, session 45). A track with more rows than one sort may hold
+# (the limit over SORT_BYTES_PER_ROW: ~1/4 of it at ~128 bytes a sorted row, 100-140 measured) is read in
+# consecutive slices of its time instead, each sorted alone: the same rows in the same order (`_Ctx.batches`).
+SORT_BYTES_PER_ROW = 512
 COUNTER_BATCH_FACTOR = 8  # counter samples come in batches of this many BATCH_ROWS (22-40 bytes a packet: 6-10 MiB)
 INTERN_PER_PACKET = 4096  # interned names per packet at the head of the sequence
 
@@ -760,6 +767,37 @@ def _batches(
             yield b
 
 
+def _sort_rows(con: duckdb.DuckDBPyConnection) -> int | None:
+    """How many rows one sorted read of a track may hold under the store's memory limit (SORT_BYTES_PER_ROW); None
+    when no table of the store has that many rows (nothing to slice: no count per track), or the limit is unknown."""
+    from ..store import size_bytes
+
+    ((limit,),) = con.execute("SELECT current_setting('memory_limit')").fetchall()
+    nbytes = size_bytes(str(limit))
+    if not nbytes:
+        return None
+    rows = max(1, nbytes // SORT_BYTES_PER_ROW)
+    tables = [t for t in ("ops", "ranges", "api_calls", "kernels", "collectives", "losses") if has_table(con, t)]
+    total = sum(con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in tables)
+    return rows if total > rows else None
+
+
+def _in_slices(
+    con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any], key: str, ranges: list[tuple[int, int | None]]
+) -> Iterator[pa.RecordBatch]:
+    """The rows of `sql` whose `key` lies in each of `ranges` ([a, b); the last [a, ∞)), range after range."""
+    last: int | None = None
+    for a, b in ranges:
+        where = f"{key} >= $_lo" + ("" if b is None else f" AND {key} < $_hi")
+        extra = {"_lo": a} if b is None else {"_lo": a, "_hi": b}
+        for batch in _batches(con, f"SELECT * FROM ({sql}) WHERE {where}", {**params, **extra}):
+            t = _num(batch.column(key), np.int64)
+            if (last is not None and t[0] < last) or bool(np.any(t[1:] < t[:-1])):
+                raise RuntimeError(f"trace.pftrace: a track's rows came out of {key} order when read in time slices")
+            last = int(t[-1])
+            yield batch
+
+
 def _prefetched(batches: Iterator[pa.RecordBatch], ahead: int = 1) -> Iterator[pa.RecordBatch]:
     """The batches, read by a thread of their own at most `ahead` batches in front of the caller: the store's
     query (which releases the GIL) runs while the caller encodes the last batch. The caller must not use the
@@ -969,7 +1007,7 @@ def _write_ranks(
         _batches(con, "SELECT iid::UBIGINT AS iid, name FROM _pf_names ORDER BY iid", {}),
         [(i, n) for n, i in ann.iids.items()],
     )
-    ctx = _Ctx(con, w, ann, shift, stats)
+    ctx = _Ctx(con, w, ann, shift, stats, _sort_rows(con))
     for rank in ranks:
         proc = uuid_of("rank", rank)
         gpus = {d for (r, d) in peak if r == rank} | {d for (r, d) in gpu_names if r == rank}  # (a device may be None)
@@ -1001,8 +1039,28 @@ class _Ctx:
     shift: int
     stats: dict[str, int]
 
-    def batches(self, sql: str, **params: Any) -> Iterator[pa.RecordBatch]:
-        return _batches(self.con, sql, {"shift": self.shift, **params})
+    sort_rows: int | None = None  # the most rows one sorted read may hold (None: any)
+
+    def batches(self, sql: str, key: str = "s", **params: Any) -> Iterator[pa.RecordBatch]:
+        """The rows of `sql` (a SELECT ending in its ORDER BY, first by the output column `key`, a time) in batches:
+        in one read, or, with more rows than `sort_rows`, in reads of consecutive ranges of `key`, each sorted alone
+        (SORT_BYTES_PER_ROW). A range is the whole query filtered on its output, which DuckDB applies below the sort
+        (`_in_slices` checks that the rows still come in `key` order)."""
+        p = {"shift": self.shift, **params}
+        if self.sort_rows is None:
+            return _batches(self.con, sql, p)
+        body = sql[: sql.rindex("ORDER BY")]  # (the rows unsorted: counted without the sort)
+        ((n, lo, hi),) = self.con.execute(f"SELECT count(*), min({key}), max({key}) FROM ({body})", p).fetchall()
+        if n <= self.sort_rows:
+            return _batches(self.con, sql, p)
+        k = -(-n // self.sort_rows)
+        ((cuts,),) = self.con.execute(
+            f"SELECT quantile_disc({key}, $q) FROM ({body})", {**p, "q": [i / k for i in range(1, k)]}
+        ).fetchall()
+        edges = sorted({int(lo), *(int(c) for c in cuts)})
+        ranges: list[tuple[int, int | None]] = [(a, b) for a, b in zip(edges, edges[1:], strict=False)]
+        ranges.append((edges[-1], None))
+        return _in_slices(self.con, sql, p, key, ranges)
 
     def slices(
         self, parent: int, key: tuple[Any, ...], name: str, order: int, sql: str, args: Sequence[Arg] = (), **params: Any
@@ -1506,7 +1564,7 @@ def _memory(ctx: _Ctx, rank: int, parent: int) -> None:
                    ORDER BY ts_ns"""
         )
         extra = {"first": first, "bin": bin_ns} if binned else {}
-        for b in ctx.batches(sql, rank=rank, dev=dev, **extra):
+        for b in ctx.batches(sql, key="t", rank=rank, dev=dev, **extra):
             ts = _num(b.column("t"), np.int64)
             for j, t in enumerate(tracks):
                 col = b.column(f"v{j}")
