@@ -331,7 +331,7 @@ def report(
     except (duckdb.Error, MemoryError, RecursionError) as e:
         if debug:
             raise
-        _fail(f"{shown}: could not analyse ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+        _fail(_could_not_analyse(shown, e, analysis.get("memory_budget")))
     except Exception as e:  # a bug of ours: still one line and exit 2 (the contract); --debug shows the traceback
         if debug:
             raise
@@ -395,6 +395,16 @@ def _umask() -> int:
     from .outdir import umask
 
     return umask()
+
+
+def _could_not_analyse(shown: str, e: BaseException, budget: str | None) -> str:
+    """The one line of a run DuckDB (or Python) could not finish; out of DuckDB's memory, what to do about it."""
+    first = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    if isinstance(e, duckdb.OutOfMemoryException) and budget is not None:
+        return (
+            f"{shown}: could not analyse within --memory-budget {budget} ({first}); rerun with a larger --memory-budget (or none)"
+        )
+    return f"{shown}: could not analyse ({first})"
 
 
 def _one_line(e: BaseException) -> str:
@@ -717,7 +727,7 @@ def diff(base: Path, candidate: Path, fail_if_drop: float | None, as_json: bool,
     except (duckdb.Error, MemoryError, RecursionError) as e:
         if debug:
             raise
-        _fail(f"{base}, {candidate}: could not analyse ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+        _fail(_could_not_analyse(f"{base}, {candidate}", e, None))
     except Exception as e:  # a bug of ours: one line and exit 2, never 1 (the regression code)
         if debug:
             raise

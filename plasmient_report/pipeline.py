@@ -413,7 +413,9 @@ def analyse(
             ctx.inputs = [path_text(p) for p in inputs]
             ctx.tokens_per_step, ctx.samples_per_step = opts.tokens_per_step, opts.samples_per_step
             ctx.model_flops = opts.model_flops
-            if write_trace_early and opts.write_trace:
+            # (beside the rules only with room in DuckDB's memory limit for both: the 4 GiB Kineto trace's writer
+            # ran out of it beside them under --memory-budget 1GiB; else written after the verdict, write_outputs)
+            if write_trace_early and opts.write_trace and store.room_beside(con):
                 trace = TraceWriter(con, ctx.peaks, where.path)
             if progress:
                 progress("rules", 0, 0)

@@ -178,3 +178,17 @@ def test_tracks_read_in_time_slices_give_the_same_trace(tmp_path: Path, monkeypa
 
     assert slices(a) == slices(b) and len(a.slices) > 50_000
     assert a.counters == b.counters
+
+
+def test_running_out_of_the_budget_says_so_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # DuckDB squeezed to 2 MiB by the budget (its minimum and the reserve beside it made such that 1 GiB leaves it
+    # that much): the run cannot finish, and says so in one line that names the budget and what to do, exit 2,
+    # nothing written.
+    monkeypatch.setattr(pipeline, "MIN_DUCKDB_MEMORY", 1 << 20)
+    monkeypatch.setattr(pipeline, "PYTHON_RESERVE", (1 << 30) - (2 << 20))
+    monkeypatch.setattr(pipeline, "MIN_MEMORY_BUDGET", 1 << 30)
+    trace = _scaled(tmp_path, 8)
+    r = contract.cli(trace, "--out", tmp_path / "o", "--memory-budget", "1GiB", "--quiet", in_process=True)
+    line = contract.refused(r, out=tmp_path / "o")
+    assert "could not analyse within --memory-budget 1GiB" in line and "OutOfMemoryException" in line, line
+    assert "rerun with a larger --memory-budget" in line, line
