@@ -16,6 +16,7 @@ import pyarrow as pa
 from . import sql
 from .errors import BadInput
 from .flops import MODELS, op_bytes, op_flops, op_precision, op_traffic_bytes
+from .sql import native as sql_native
 from .store import one
 from .vocab import (
     AUX_ATTENTION_KERNEL_RE,
@@ -58,8 +59,9 @@ def nest_ops(con: duckdb.DuckDBPyConnection, native: bool = True) -> None:
     starts at one time, a longer op before a shorter one; `NEST_PARENT_SQL`: its parent the latest-starting op one
     level up that started no later and ends no earlier); `_nest_arrays` computes the same in numpy (DuckDB's
     ordered window over every op's two events was most of this step: 0.7 of 0.9 CPU s for 346 k NVTX ops).
-    `native=False`, or ops that numpy cannot take as they are (a NULL time or op id, an op id twice), run the SQL."""
-    nested = _nest_arrays(con) if native else None
+    `native=False`, ops more than the run's allowance for native blocks holds (sql/native.py: `fits`), or ops that
+    numpy cannot take as they are (a NULL time or op id, an op id twice), run the SQL."""
+    nested = _nest_arrays(con) if native and sql_native.fits(con, "nest_ops") else None
     if nested is None:
         con.execute(NEST_DEPTH_SQL)
         con.execute("UPDATE ops SET depth = d.depth FROM _op_depth d WHERE ops.op_id = d.op_id")

@@ -280,3 +280,23 @@ def test_nest_ops_ties_and_ops_numpy_cannot_take():
         fast, took = _nested(path, native_way=True, edit=edit)
         assert not took
         assert fast == _nested(path, native_way=False, edit=edit)[0]
+
+
+def test_nest_ops_beyond_the_native_allowance_runs_its_sql(monkeypatch):
+    """More ops than the run's allowance for native blocks holds (BYTES_PER_ROW['nest_ops'] each: the 4 GiB Kineto
+    trace's 4.12 M ops took 1 GiB in numpy, under any budget): the SQL nests them (it spills), numpy is not asked,
+    and the nesting is the numpy way's."""
+    path = sample_file("h200_sync_stack/sync_stack.pt.trace.json.gz")
+    fast, took = _nested(path, native_way=True)
+    assert took
+    inputs = [path]
+    with store.threads(1), pipeline.run_store(inputs, pipeline.Options()) as con:
+        pipeline.ingest(con, inputs)
+        align.align(con)
+        ((n,),) = con.execute("SELECT count(*) FROM ops").fetchall()
+        native.allow(con, n * native.BYTES_PER_ROW["nest_ops"] - 1)  # one byte short of the ops
+        monkeypatch.setattr(kernel_flops, "_nest_arrays", lambda c: pytest.fail("numpy asked beyond the allowance"))
+        kernel_flops.nest_ops(con)
+        rows = con.execute("""SELECT c.source_id, c.thread, c.start_ns, c.end_ns, c.depth, p.start_ns, p.end_ns, p.depth
+                              FROM ops c LEFT JOIN ops p ON p.op_id = c.parent_op_id ORDER BY ALL""").fetchall()
+    assert rows == fast

@@ -33,7 +33,10 @@ _SAFE = float(2**62)  # |running sums| below this fit int64 whatever the order t
 # Peak memory a block holds per row of its input (the input read as columns, the sort's order and the sorted
 # copies, the result handed back as Arrow), measured with RSS sampled every 10 ms on a 2 GiB Kineto trace (2.05 M
 # parts, 4.12 M stretches: +620 and +928 MiB), rounded up.
-BYTES_PER_ROW = {"sweep_segments": 320, "stretch_islands": 240}
+BYTES_PER_ROW = {"sweep_segments": 320, "stretch_islands": 240, "nest_ops": 260}
+# (`nest_ops`: kernel_flops._nest_arrays, the ops nested on their threads in numpy, +1,019 MiB for the 4 GiB Kineto
+# trace's 4.12 M ops, the run's peak there under any budget; beyond the allowance its SQL runs instead, which
+# spills: 6.4 s and a 391 MiB peak under DuckDB's 256 MiB, against 3.5 s.)
 # The same for a slice of the input (tracemalloc's peak plus Arrow's pool on the 2 GiB trace): the sweep's sorted
 # points (a part's start or end; 167 MiB per 0.84 M) and stretches (152 MiB per 0.56 M) read back with the
 # carried ones and the slice's arrays; the short gaps' rows (39 B each beside their results) and, held whole
@@ -43,6 +46,7 @@ INTERVAL_BYTES = 120
 INPUT_ROWS = {  # each block's input rows
     "sweep_segments": "SELECT count(*) FROM _sw_parts WHERE e > s",
     "stretch_islands": "SELECT count(*) FROM _sw_c",
+    "nest_ops": "SELECT count(*) FROM ops",
 }
 _allowances: dict[str, int] = {}  # a store's file → the bytes its native blocks may hold (one dict operation each: thread-safe)
 
