@@ -48,6 +48,18 @@ def _diff(a: Any, b: Any, path: str = "") -> list[str]:
     return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
 
 
+def _same_trace(x: Path, y: Path) -> None:
+    """Two traces with the same tracks, slices (their lanes, names and args) and counters, and many slices."""
+    a, b = decode(x), decode(y)
+    assert {u: d.name for u, d in a.tracks.items()} == {u: d.name for u, d in b.tracks.items()}
+
+    def slices(d: Any) -> Any:
+        return sorted((s["track"], s["start"], s["end"], s["name"], sorted(s["args"].items())) for s in d.slices)
+
+    assert slices(a) == slices(b) and len(a.slices) > 50_000
+    assert a.counters == b.counters
+
+
 @pytest.mark.slow
 def test_spilling_store_gives_the_in_memory_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trace = _scaled(tmp_path, 8)
@@ -69,14 +81,7 @@ def test_spilling_store_gives_the_in_memory_numbers(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(perfetto, "BATCH_ROWS", 1000)
     perfetto.write(tight.con, tight.verdict, tmp_path / "tight.pftrace")
     perfetto.write(free.con, free.verdict, tmp_path / "free.pftrace")
-    a, b = decode(tmp_path / "tight.pftrace"), decode(tmp_path / "free.pftrace")
-    assert {u: d.name for u, d in a.tracks.items()} == {u: d.name for u, d in b.tracks.items()}
-
-    def slices(d: Any) -> Any:
-        return sorted((s["track"], s["start"], s["end"], s["name"], sorted(s["args"].items())) for s in d.slices)
-
-    assert slices(a) == slices(b) and len(a.slices) > 50_000
-    assert a.counters == b.counters
+    _same_trace(tmp_path / "tight.pftrace", tmp_path / "free.pftrace")
     tight.close()
     free.close()
     assert not spill.exists()
@@ -170,14 +175,7 @@ def test_tracks_read_in_time_slices_give_the_same_trace(tmp_path: Path, monkeypa
     perfetto.write(res.con, res.verdict, tmp_path / "sliced.pftrace")
     res.close()
     assert len(sliced) >= 3 and max(sliced) >= 5, sliced  # several tracks, in several ranges each
-    a, b = decode(tmp_path / "whole.pftrace"), decode(tmp_path / "sliced.pftrace")
-    assert {u: d.name for u, d in a.tracks.items()} == {u: d.name for u, d in b.tracks.items()}
-
-    def slices(d: Any) -> Any:
-        return sorted((s["track"], s["start"], s["end"], s["name"], sorted(s["args"].items())) for s in d.slices)
-
-    assert slices(a) == slices(b) and len(a.slices) > 50_000
-    assert a.counters == b.counters
+    _same_trace(tmp_path / "whole.pftrace", tmp_path / "sliced.pftrace")
 
 
 def test_running_out_of_the_budget_says_so_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

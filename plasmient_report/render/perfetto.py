@@ -769,7 +769,8 @@ def _batches(
 
 def _sort_rows(con: duckdb.DuckDBPyConnection) -> int | None:
     """How many rows one sorted read of a track may hold under the store's memory limit (SORT_BYTES_PER_ROW); None
-    when no table of the store has that many rows (nothing to slice: no count per track), or the limit is unknown."""
+    when the store's event tables hold fewer rows than that together (no track can need slicing: no count per track),
+    or the limit is unknown."""
     from ..store import size_bytes
 
     ((limit,),) = con.execute("SELECT current_setting('memory_limit')").fetchall()
@@ -1051,7 +1052,7 @@ class _Ctx:
             return _batches(self.con, sql, p)
         body = sql[: sql.rindex("ORDER BY")]  # (the rows unsorted: counted without the sort)
         ((n, lo, hi),) = self.con.execute(f"SELECT count(*), min({key}), max({key}) FROM ({body})", p).fetchall()
-        if n <= self.sort_rows:
+        if n <= self.sort_rows or lo is None:
             return _batches(self.con, sql, p)
         k = -(-n // self.sort_rows)
         ((cuts,),) = self.con.execute(
