@@ -220,8 +220,8 @@ def analysis_options(batch: bool) -> Callable[[F], F]:
             default="1.5GiB",
             show_default=True,
             metavar="SIZE",
-            help=f"Peak memory{' of each worker' if batch else ''} to stay under, e.g. 800MB, 4GiB, or 'none': the "
-            "store spills to the run's scratch folder beyond it (traces of many GB).",
+            help=f"Peak memory{' of each worker' if batch else ''} to stay under, e.g. 2GiB, 4GiB, or 'none' (at least "
+            "1GiB): the store spills to the run's scratch folder beyond it (traces of many GB).",
         ),
     ]
     names = [
@@ -451,14 +451,14 @@ def _options(*, peak_tflops: float | None, model_flops: float | None, dcgm_perio
 
 
 def parse_size(text: str) -> int | None:
-    """'1.5GiB', '800MB', '2g', '1073741824' → bytes; 'none' / 'off' / '0' → None (no limit)."""
+    """'1.5GiB', '1100MB', '2g', '1073741824' → bytes; 'none' / 'off' / '0' → None (no limit); under 1 GiB refused."""
     from .store import size_bytes
 
     if text.strip().lower() in ("none", "off", "unlimited", "0"):
         return None
     n = size_bytes(text)
     if n is None:
-        raise ValueError(f"not a size: {text!r} (e.g. 1.5GiB, 800MB, none)")
+        raise ValueError(f"not a size: {text!r} (e.g. 1.5GiB, 2GB, none)")
     from .pipeline import MIN_DUCKDB_MEMORY, MIN_MEMORY_BUDGET, PYTHON_RESERVE
 
     if n < MIN_MEMORY_BUDGET:  # (a smaller budget would not be kept to: the run's peak goes over it)
