@@ -40,25 +40,33 @@ WITH n AS (
     SELECT name, regexp_matches(name, '{ELEMENTWISE_KERNEL_RE}') AND NOT regexp_matches(name, '{NOT_ELEMENTWISE_RE}') AS ew
     FROM (SELECT DISTINCT name FROM rule_kernels)
 ), k AS (
-    SELECT k.rank, k.device, k.stream, k.start_ns, k.end_ns, k.op_id, o.name AS op_name,
-           CAST(json_extract(o.input_dims, '$[0]') AS VARCHAR) AS dims0, k.ew
-    FROM (SELECT k.rank, k.device, k.stream, k.start_ns, k.end_ns, k.op_id, k.kind = 'compute' AND n.ew AS ew
-          FROM rule_kernels k LEFT JOIN n ON n.name = k.name) k
-    LEFT JOIN (SELECT op_id, name, input_dims FROM rule_ops) o ON k.ew AND o.op_id = k.op_id
+    SELECT k.rank, k.device, k.stream, k.start_ns, k.end_ns, k.op_id, k.kind = 'compute' AND n.ew AS ew
+    FROM rule_kernels k LEFT JOIN n ON n.name = k.name
 ), s AS (
-    SELECT *, lag(ew) OVER w AS prev_ew, lag(op_id) OVER w AS prev_op, lag(dims0) OVER w AS prev_dims,
-              lag(end_ns) OVER w AS prev_end
+    SELECT *, lag(ew) OVER w AS prev_ew, lag(op_id) OVER w AS prev_op, lag(end_ns) OVER w AS prev_end
     FROM k WINDOW w AS (PARTITION BY rank, device, stream ORDER BY start_ns, end_ns)
-), c AS (
+), d AS (
+    -- the first input's shape of each op an elementwise kernel came from, joined to the kernels between the two
+    -- windows and not carried through them (every kernel of a stream is one window partition: its strings held
+    -- with it ran the 4 GiB Kineto trace's 1.09 M-kernel stream out of DuckDB's 256 MiB)
+    SELECT op_id, CAST(json_extract(input_dims, '$[0]') AS VARCHAR) AS dims0 FROM rule_ops
+    WHERE op_id IN (SELECT op_id FROM k WHERE ew)
+), j AS (
     -- a kernel continues the chain when it and the previous kernel on its stream are elementwise, came from
     -- different ops, on the same shape, close in time
-    SELECT *, sum(CASE WHEN ew AND coalesce(prev_ew, false) AND op_id IS NOT NULL AND op_id IS DISTINCT FROM prev_op
-                            AND dims0 IS NOT DISTINCT FROM prev_dims AND start_ns - prev_end <= $max_gap
-                       THEN 0 ELSE 1 END)
+    SELECT s.rank, s.device, s.stream, s.start_ns, s.end_ns, s.op_id, s.ew,
+           s.ew AND coalesce(s.prev_ew, false) AND s.op_id IS NOT NULL AND s.op_id IS DISTINCT FROM s.prev_op
+               AND d.dims0 IS NOT DISTINCT FROM pd.dims0 AND s.start_ns - s.prev_end <= $max_gap AS goes_on
+    FROM s LEFT JOIN d ON s.ew AND d.op_id = s.op_id
+    LEFT JOIN d pd ON s.prev_ew AND pd.op_id = s.prev_op
+), c AS (
+    SELECT *, sum(CASE WHEN goes_on THEN 0 ELSE 1 END)
               OVER (PARTITION BY rank, device, stream ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS chain
-    FROM s
+    FROM j
 )
-SELECT rank, device, stream, chain, start_ns, end_ns, op_name, dims0 FROM c WHERE ew"""
+SELECT c.rank, c.device, c.stream, c.chain, c.start_ns, c.end_ns, o.name AS op_name, d.dims0
+FROM c LEFT JOIN (SELECT op_id, name FROM rule_ops) o ON o.op_id = c.op_id LEFT JOIN d ON d.op_id = c.op_id
+WHERE c.ew"""
 # The chains (with enough kernels, long enough on average) of the elementwise kernels above (`_rule_chain_ew`).
 CHAINS_SQL = """
 SELECT rank, device, stream, chain, count(*) AS n, string_agg(op_name, ' → ' ORDER BY start_ns) AS ops,
