@@ -301,16 +301,20 @@ def one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tupl
 
 
 @contextmanager
-def setting(con: duckdb.DuckDBPyConnection, name: str, value: int) -> Iterator[None]:
-    """DuckDB's numeric setting `name` at `value` on `con` for the block (a connection or cursor: its own), given
-    back after."""
+def setting(con: duckdb.DuckDBPyConnection, name: str, value: int | str) -> Iterator[None]:
+    """DuckDB's setting `name` (a number, or text: a string value) at `value` on `con` for the block (a connection
+    or cursor: its own), given back after."""
+
+    def literal(v: object) -> str:
+        return str(int(str(v))) if isinstance(value, int) else "'" + str(v or "").replace("'", "''") + "'"
+
     row = one(con, "SELECT current_setting(?)", [name])
-    con.execute(f"SET {name} = {int(value)}")
+    con.execute(f"SET {name} = {literal(value)}")
     try:
         yield
     finally:
         if row is not None:
-            con.execute(f"SET {name} = {int(row[0])}")
+            con.execute(f"SET {name} = {literal(row[0])}")
 
 
 # ------------------------------------------------------------------------------------------------ memory

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from ..parsers import NSYS_EXPORTS
 from ..parsers._counters import FRACTION_METRICS
 from ..parsers.nsys.gpu_metrics import PERCENT_METRICS
-from ..store import has_macro, has_table
+from ..store import has_macro, has_table, setting, size_bytes
 
 _pbenc: Any
 try:  # the compiled encoder (setup.py; optional): the same bytes as Messages' numpy path, without the GIL
@@ -771,8 +771,6 @@ def _sort_rows(con: duckdb.DuckDBPyConnection) -> int | None:
     """How many rows one sorted read of a track may hold under the store's memory limit (SORT_BYTES_PER_ROW); None
     when the store's event tables hold fewer rows than that together (no track can need slicing: no count per track),
     or the limit is unknown."""
-    from ..store import size_bytes
-
     ((limit,),) = con.execute("SELECT current_setting('memory_limit')").fetchall()
     nbytes = size_bytes(str(limit))
     if not nbytes:
@@ -793,9 +791,7 @@ def _in_slices(
     in every range, where read whole it passed; with the joins as written a third of it takes 0.98 s."""
     last: int | None = None
     ((before,),) = con.execute("SELECT current_setting('disabled_optimizers')").fetchall()
-    off = ",".join(x for x in (str(before or ""), "join_order") if x)
-    con.execute(f"SET disabled_optimizers = '{off}'")
-    try:
+    with setting(con, "disabled_optimizers", ",".join(x for x in (str(before or ""), "join_order") if x)):
         for a, b in ranges:
             where = f"{key} >= $_lo" + ("" if b is None else f" AND {key} < $_hi")
             extra = {"_lo": a} if b is None else {"_lo": a, "_hi": b}
@@ -805,8 +801,6 @@ def _in_slices(
                     raise RuntimeError(f"trace.pftrace: a track's rows came out of {key} order when read in time slices")
                 last = int(t[-1])
                 yield batch
-    finally:
-        con.execute(f"SET disabled_optimizers = '{before or ''}'")
 
 
 def _prefetched(batches: Iterator[pa.RecordBatch], ahead: int = 1) -> Iterator[pa.RecordBatch]:
