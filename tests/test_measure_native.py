@@ -300,3 +300,75 @@ def test_nest_ops_beyond_the_native_allowance_runs_its_sql(monkeypatch):
         rows = con.execute("""SELECT c.source_id, c.thread, c.start_ns, c.end_ns, c.depth, p.start_ns, p.end_ns, p.depth
                               FROM ops c LEFT JOIN ops p ON p.op_id = c.parent_op_id ORDER BY ALL""").fetchall()
     assert rows == fast
+
+
+def _launch_stats_sorted_spy(monkeypatch) -> list[str]:
+    """The statements `native.launch_stats` runs from its sorted form (sql.fill's where)."""
+    taken: list[str] = []
+    fill = sql.fill
+    monkeypatch.setattr(
+        sql, "fill", lambda text, where="SQL": (where == "sql/native.py" and taken.append(where)) or fill(text, where)
+    )
+    return taken
+
+
+@pytest.mark.parametrize(
+    ("rel", "ranges"),
+    [
+        ("h200_sync_stack/sync_stack.pt.trace.json.gz", None),  # one GPU, host syncs
+        ("h200x2_ddp/kineto", ["ProfilerStep#*"]),  # two ranks, collectives, a window per step
+        ("h200_hf/llama_nsys.sqlite", ["train_step"]),  # Nsight Systems, NVTX ranges
+    ],
+)
+def test_launch_stats_from_sorted_values_gives_the_rows_of_its_sql(rel, ranges, monkeypatch):
+    # Where its quantile states would take more than half of DuckDB's memory limit, launch_stats comes from the
+    # values sorted within their groups (which spills): the same rows as its SQL, to the last bit.
+    path = sample_file(rel)
+
+    def digest() -> tuple[int, int]:
+        with store.threads(1):
+            res = pipeline.analyse([path], pipeline.Options(ranges=ranges or []))
+        try:
+            return _digest(res.con, "launch_stats")
+        finally:
+            res.close()
+
+    taken = _launch_stats_sorted_spy(monkeypatch)
+    ref = digest()
+    assert taken == []  # (a sample's kernels: the SQL)
+    monkeypatch.setattr(native, "LAUNCH_STATS_BYTES_PER_ROW", 1 << 40)
+    assert digest() == ref
+    assert taken and ref[0] > 1
+
+
+def test_launch_stats_quantiles_from_sorted_values_are_quantile_disc():
+    # Streams of 1 to 120 kernels (durations with ties; every third launch missing, so delays are NULL there; calls
+    # that launch several kernels; copies left out) in two windows, and one kernel without a GPU: the sorted form
+    # picks the p50 and p99 DuckDB's quantile_disc picks, for every group size.
+    con = duckdb.connect()
+    con.execute("""
+        CREATE TABLE kernels AS
+        SELECT i AS kernel_id, g AS stream, i * 1000 AS start_ns, i * 1000 + (hash(i) % 97) * 10 AS end_ns,
+               CASE WHEN i % 11 = 0 THEN 'memcpy' ELSE 'compute' END AS kind
+        FROM (SELECT row_number() OVER () AS i, g FROM range(1, 121) r(g), range(g) s(j))""")
+    con.execute("""
+        CREATE TABLE window_kernels AS
+        SELECT w.scope, w.range_name, 0 AS rank, CASE WHEN kernel_id = 7 THEN NULL ELSE 0 END AS device, kernel_id
+        FROM kernels, (VALUES ('window', NULL), ('range', 'step')) w(scope, range_name)
+        WHERE w.scope = 'window' OR kernel_id % 2 = 0""")
+    con.execute("""
+        CREATE TABLE kernel_launch AS
+        SELECT kernel_id, 1 AS launch_thread, start_ns - 500 - (kernel_id % 5) AS launch_start_ns,
+               start_ns - 400 + (hash(kernel_id // 2) % 13) AS launch_end_ns,
+               CASE WHEN kernel_id % 17 = 0 THEN 'cudaGraphLaunch' ELSE 'cudaLaunchKernel' END AS launch_name
+        FROM kernels WHERE kernel_id % 3 <> 0""")
+    reference = sql._NATIVE_RE.search(sql.render("launch_stats"))
+    assert reference is not None and reference.group(1) == "launch_stats"
+    con.execute(reference.group(2))
+    ref = _digest(con, "launch_stats")
+    con.execute(sql.fill(native._LAUNCH_STATS_SORTED))
+    assert _digest(con, "launch_stats") == ref
+    ((groups,),) = con.execute("""
+        SELECT count(DISTINCT (w.scope, w.range_name, w.device, k.stream)) FROM window_kernels w
+        JOIN kernels k USING (kernel_id) WHERE k.kind <> 'memcpy'""").fetchall()
+    assert ref[0] == groups > 200  # a row per window, GPU and stream

@@ -128,14 +128,19 @@ def _constants() -> dict[str, str]:
 
 def render(name: str) -> str:
     """A module's SQL with the vocabulary's placeholders filled in."""
+    return fill(modules()[name].sql, f"sql/{name}.sql")
+
+
+def fill(text: str, where: str = "SQL") -> str:
+    """`text` with the vocabulary's placeholders filled in (`where` names it in the error for an unknown one)."""
     consts = _constants()
 
     def sub(m: re.Match[str]) -> str:
         if m.group(1) not in consts:
-            raise ValueError(f"sql/{name}.sql: unknown placeholder {{{{{m.group(1)}}}}}")
+            raise ValueError(f"{where}: unknown placeholder {{{{{m.group(1)}}}}}")
         return consts[m.group(1)]
 
-    return _PLACEHOLDER_RE.sub(sub, modules()[name].sql)
+    return _PLACEHOLDER_RE.sub(sub, text)
 
 
 @contextlib.contextmanager

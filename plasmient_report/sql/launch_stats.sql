@@ -13,6 +13,10 @@ CREATE OR REPLACE MACRO duration_bucket(dur_ns) AS
          ELSE least({{HISTOGRAM_BUCKETS}} - 1, floor(log2(dur_ns / {{HISTOGRAM_BASE_NS}}))::INTEGER + 1) END;
 COMMENT ON MACRO duration_bucket IS 'duration_bucket(dur_ns): the histogram bucket of a duration — 0 under 1 µs, b ≥ 1 for [2^(b-1), 2^b) µs, the last one open-ended';
 
+-- The p50 and p99 of each figure come from one quantile state (its values, held until the group ends: DuckDB
+-- cannot spill them). Where the run's kernels are many against DuckDB's memory limit, the same table is computed
+-- from sorted values instead, which spill (sql/native.py launch_stats).
+-- native: launch_stats {
 CREATE OR REPLACE TABLE launch_stats AS
 WITH k AS (
     SELECT DISTINCT scope, range_name, rank, device, kernel_id FROM window_kernels
@@ -27,25 +31,29 @@ WITH k AS (
     FROM a WHERE launch_start_ns IS NOT NULL
 ), cost AS (
     SELECT scope, range_name, rank, device, stream, count(*) AS launch_calls,
-           quantile_disc(launch_end_ns - launch_start_ns, 0.5) AS launch_cost_p50_ns,
-           quantile_disc(launch_end_ns - launch_start_ns, 0.99) AS launch_cost_p99_ns,
+           quantile_disc(launch_end_ns - launch_start_ns, [0.5, 0.99]) AS launch_cost_q,
            max(launch_end_ns - launch_start_ns) AS launch_cost_max_ns,
            sum(launch_end_ns - launch_start_ns) AS launch_cost_ns
     FROM calls GROUP BY ALL
+), s AS (
+    SELECT a.scope, a.range_name, a.rank, a.device, a.stream, count(*) AS kernels, count(a.delay_ns) AS launched,
+           count(*) FILTER (WHERE regexp_matches(coalesce(a.launch_name, ''), {{GRAPH_LAUNCH_API_RE}})) AS graph_kernels,
+           any_value(c.launch_calls) AS launch_calls,
+           quantile_disc(a.delay_ns, [0.5, 0.99]) AS launch_delay_q, max(a.delay_ns) AS launch_delay_max_ns,
+           any_value(c.launch_cost_q) AS launch_cost_q,
+           any_value(c.launch_cost_max_ns) AS launch_cost_max_ns, any_value(c.launch_cost_ns) AS launch_cost_ns,
+           quantile_disc(a.dur_ns, [0.5, 0.99]) AS kernel_q, max(a.dur_ns) AS kernel_max_ns, sum(a.dur_ns) AS kernel_ns
+    FROM a LEFT JOIN cost c
+      ON c.scope = a.scope AND c.range_name IS NOT DISTINCT FROM a.range_name AND c.rank IS NOT DISTINCT FROM a.rank
+     AND c.device = a.device AND c.stream IS NOT DISTINCT FROM a.stream
+    GROUP BY a.scope, a.range_name, a.rank, a.device, a.stream
 )
-SELECT a.scope, a.range_name, a.rank, a.device, a.stream, count(*) AS kernels, count(a.delay_ns) AS launched,
-       count(*) FILTER (WHERE regexp_matches(coalesce(a.launch_name, ''), {{GRAPH_LAUNCH_API_RE}})) AS graph_kernels,
-       any_value(c.launch_calls) AS launch_calls,
-       quantile_disc(a.delay_ns, 0.5) AS launch_delay_p50_ns, quantile_disc(a.delay_ns, 0.99) AS launch_delay_p99_ns,
-       max(a.delay_ns) AS launch_delay_max_ns,
-       any_value(c.launch_cost_p50_ns) AS launch_cost_p50_ns, any_value(c.launch_cost_p99_ns) AS launch_cost_p99_ns,
-       any_value(c.launch_cost_max_ns) AS launch_cost_max_ns, any_value(c.launch_cost_ns) AS launch_cost_ns,
-       quantile_disc(a.dur_ns, 0.5) AS kernel_p50_ns, quantile_disc(a.dur_ns, 0.99) AS kernel_p99_ns,
-       max(a.dur_ns) AS kernel_max_ns, sum(a.dur_ns) AS kernel_ns
-FROM a LEFT JOIN cost c
-  ON c.scope = a.scope AND c.range_name IS NOT DISTINCT FROM a.range_name AND c.rank IS NOT DISTINCT FROM a.rank
- AND c.device = a.device AND c.stream IS NOT DISTINCT FROM a.stream
-GROUP BY a.scope, a.range_name, a.rank, a.device, a.stream;
+SELECT scope, range_name, rank, device, stream, kernels, launched, graph_kernels, launch_calls,
+       launch_delay_q[1] AS launch_delay_p50_ns, launch_delay_q[2] AS launch_delay_p99_ns, launch_delay_max_ns,
+       launch_cost_q[1] AS launch_cost_p50_ns, launch_cost_q[2] AS launch_cost_p99_ns, launch_cost_max_ns,
+       launch_cost_ns, kernel_q[1] AS kernel_p50_ns, kernel_q[2] AS kernel_p99_ns, kernel_max_ns, kernel_ns
+FROM s;
+-- }
 COMMENT ON TABLE launch_stats IS 'Per analysed window and stream: launch delay, CPU launch cost and kernel durations (p50 / p99 / max)';
 COMMENT ON COLUMN launch_stats.scope IS 'windows.scope';
 COMMENT ON COLUMN launch_stats.range_name IS 'windows.range_name';

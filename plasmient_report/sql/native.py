@@ -14,6 +14,10 @@ and reads it back in slices that fit (`SLICE_BYTES_PER_ROW`), carrying its runni
 next: the sweep and the islands. The short gaps need no sort: their host intervals are held whole (their SQL
 runs instead when those alone would take half the allowance) and the gaps read a slice of rows at a time.
 Without an allowance (no budget, or a store the pipeline did not open) a block always runs on its whole input.
+
+One block is SQL both ways: launch_stats' quantiles hold their groups' values in DuckDB's memory, which DuckDB
+cannot spill; where those would take more than half of its limit, `launch_stats` computes the same rows from the
+values sorted within their groups, which spills.
 """
 
 from __future__ import annotations
@@ -447,8 +451,80 @@ def short_gaps(con: duckdb.DuckDBPyConnection, reference_sql: str) -> None:
             )
 
 
+# launch_stats.sql's quantile states: DuckDB holds every value of a group until the group ends, and cannot spill
+# them. Measured on the 4 GiB Kineto trace's store (2.18 M rows of window_kernels): its SQL needs more than 128 and
+# at most 160 MiB of DuckDB's memory (and, with the six states it had before, more than 160 MiB; the 8 GiB trace's
+# 4.35 M rows ran out of 256 MiB under --memory-budget 1GiB). Rounded up, per row of window_kernels.
+LAUNCH_STATS_BYTES_PER_ROW = 96
+
+# The same table from the values sorted within their group (which spills): the p50 is the value at position
+# max(1, n - floor(n - 0.5 n)) of the group's n non-NULL values in order, as quantile_disc picks it.
+_LAUNCH_STATS_SORTED = """
+CREATE OR REPLACE TABLE launch_stats AS
+WITH k AS (
+    SELECT DISTINCT scope, range_name, rank, device, kernel_id FROM window_kernels
+), a AS (
+    SELECT k.scope, k.range_name, k.rank, k.device, kr.stream, kr.end_ns - kr.start_ns AS dur_ns,
+           kl.launch_thread, kl.launch_start_ns, kl.launch_end_ns, kl.launch_name,
+           kr.start_ns - kl.launch_start_ns AS delay_ns
+    FROM k JOIN kernels kr USING (kernel_id) LEFT JOIN kernel_launch kl USING (kernel_id)
+    WHERE kr.kind IS DISTINCT FROM 'memcpy'
+), g AS MATERIALIZED (
+    SELECT scope, range_name, rank, device, stream, count(*) AS kernels, count(delay_ns) AS launched,
+           count(*) FILTER (WHERE regexp_matches(coalesce(launch_name, ''), {{GRAPH_LAUNCH_API_RE}})) AS graph_kernels,
+           max(delay_ns) AS launch_delay_max_ns, max(dur_ns) AS kernel_max_ns, sum(dur_ns) AS kernel_ns,
+           row_number() OVER () AS gid
+    FROM a GROUP BY scope, range_name, rank, device, stream
+), ag AS MATERIALIZED (
+    SELECT g.gid, a.dur_ns, a.delay_ns, a.launch_thread, a.launch_start_ns, a.launch_end_ns
+    FROM a JOIN g ON g.scope IS NOT DISTINCT FROM a.scope AND g.range_name IS NOT DISTINCT FROM a.range_name
+                 AND g.rank IS NOT DISTINCT FROM a.rank AND g.device IS NOT DISTINCT FROM a.device
+                 AND g.stream IS NOT DISTINCT FROM a.stream
+), calls AS MATERIALIZED (
+    SELECT DISTINCT gid, launch_thread, launch_start_ns, launch_end_ns FROM ag WHERE launch_start_ns IS NOT NULL
+), cost AS (
+    SELECT gid, count(*) AS launch_calls, max(launch_end_ns - launch_start_ns) AS launch_cost_max_ns,
+           sum(launch_end_ns - launch_start_ns) AS launch_cost_ns
+    FROM calls GROUP BY gid
+), v AS (
+    SELECT gid, 0 AS m, launch_end_ns - launch_start_ns AS x FROM calls WHERE launch_end_ns - launch_start_ns IS NOT NULL
+    UNION ALL SELECT gid, 1, delay_ns FROM ag WHERE delay_ns IS NOT NULL
+    UNION ALL SELECT gid, 2, dur_ns FROM ag WHERE dur_ns IS NOT NULL
+), q AS MATERIALIZED (
+    SELECT gid, m, any_value(x) FILTER (WHERE i = greatest(1, n - floor(n - 0.5 * n))) AS p50,
+           any_value(x) FILTER (WHERE i = greatest(1, n - floor(n - 0.99 * n))) AS p99
+    FROM (SELECT gid, m, x, row_number() OVER (PARTITION BY gid, m ORDER BY x) AS i,
+                 count(*) OVER (PARTITION BY gid, m) AS n FROM v)
+    GROUP BY gid, m
+)
+SELECT g.scope, g.range_name, g.rank, g.device, g.stream, g.kernels, g.launched, g.graph_kernels, c.launch_calls,
+       qd.p50 AS launch_delay_p50_ns, qd.p99 AS launch_delay_p99_ns, g.launch_delay_max_ns,
+       qc.p50 AS launch_cost_p50_ns, qc.p99 AS launch_cost_p99_ns, c.launch_cost_max_ns, c.launch_cost_ns,
+       qk.p50 AS kernel_p50_ns, qk.p99 AS kernel_p99_ns, g.kernel_max_ns, g.kernel_ns
+FROM g LEFT JOIN cost c ON c.gid = g.gid AND g.scope IS NOT NULL AND g.device IS NOT NULL
+       LEFT JOIN q qc ON qc.gid = c.gid AND qc.m = 0
+       LEFT JOIN q qd ON qd.gid = g.gid AND qd.m = 1
+       LEFT JOIN q qk ON qk.gid = g.gid AND qk.m = 2
+"""
+
+
+def launch_stats(con: duckdb.DuckDBPyConnection, reference_sql: str) -> None:
+    """launch_stats.sql's table: its SQL where the quantile states of window_kernels' rows
+    (LAUNCH_STATS_BYTES_PER_ROW) take at most half of DuckDB's memory limit (the other half for what runs beside
+    it), else from the values sorted within their groups, which spills: the same rows, slower (the 4 GiB Kineto
+    trace's store under DuckDB's 256 MiB: 4.5-4.7 s against 2.4-2.6 s). No limit: its SQL."""
+    from .. import store
+    from . import fill
+
+    ((limit, rows),) = con.execute("SELECT current_setting('memory_limit'), (SELECT count(*) FROM window_kernels)").fetchall()
+    cap = store.size_bytes(str(limit))
+    held = int(rows or 0) * LAUNCH_STATS_BYTES_PER_ROW
+    con.execute(reference_sql if cap is None or held <= cap // 2 else fill(_LAUNCH_STATS_SORTED, "sql/native.py"))
+
+
 NATIVE: dict[str, Callable[[duckdb.DuckDBPyConnection, str], None]] = {
     "short_gaps": short_gaps,
     "sweep_segments": sweep_segments,
     "stretch_islands": stretch_islands,
+    "launch_stats": launch_stats,
 }
