@@ -372,3 +372,67 @@ def test_launch_stats_quantiles_from_sorted_values_are_quantile_disc():
         SELECT count(DISTINCT (w.scope, w.range_name, w.device, k.stream)) FROM window_kernels w
         JOIN kernels k USING (kernel_id) WHERE k.kind <> 'memcpy'""").fetchall()
     assert ref[0] == groups > 200  # a row per window, GPU and stream
+
+
+def _levels_spy(monkeypatch) -> list[int]:
+    """How many ops each level-by-level walk (`native._owners_level_by_level`) found an owner for."""
+    walked: list[int] = []
+    walk = native._owners_level_by_level
+
+    def spy(con: duckdb.DuckDBPyConnection) -> None:
+        walk(con)
+        walked.append(int(con.execute("SELECT count(*) FROM _ks_owner").fetchall()[0][0]))
+
+    monkeypatch.setattr(native, "_owners_level_by_level", spy)
+    return walked
+
+
+@pytest.mark.parametrize(
+    ("rel", "ranges"),
+    [
+        ("h200_sync_stack/sync_stack.pt.trace.json.gz", None),  # GPT: linear layers under modules, Python stacks
+        ("h200_hf/llama_eager.pt.trace.json.gz", None),  # HF Llama: attention, MLP, under modules
+        ("h200_hf/bert_amp.pt.trace.json.gz", None),  # mixed precision: casts between the modules and their matmuls
+    ],
+)
+def test_shape_owners_level_by_level_give_the_rows_of_their_sql(rel, ranges, monkeypatch):
+    # Where the recursive walk up the callers would take more than half of DuckDB's memory limit, each launching
+    # op's shape op is found one level at a time (joins that spill): kernel_shapes has the same rows.
+    path = sample_file(rel)
+
+    def digest() -> tuple[int, int]:
+        with store.threads(1):
+            res = pipeline.analyse([path], pipeline.Options(ranges=ranges or []))
+        try:
+            return _digest(res.con, "kernel_shapes")
+        finally:
+            res.close()
+
+    walked = _levels_spy(monkeypatch)
+    ref = digest()
+    assert walked == []  # (a sample's ops: the recursive SQL)
+    monkeypatch.setattr(native, "SHAPE_WALK_BYTES_PER_ROW", 1 << 40)
+    assert digest() == ref
+    assert ref[0] > 0 and walked and walked[0] > 0
+
+
+def test_shape_owners_level_by_level_past_64_callers_and_shapes_at_every_level():
+    # Call chains 1 to 70 deep, a shape on every fifth op of each, several launching ops per chain: each
+    # launching op's outermost shape op within 64 levels up is the one the recursive SQL finds.
+    con = duckdb.connect()
+    con.execute("""
+        CREATE TABLE ops AS
+        SELECT c * 100 + d AS op_id, CASE WHEN d > 0 THEN c * 100 + d - 1 END AS parent_op_id, d AS depth,
+               CASE WHEN (c + d) % 5 = 0 THEN 'aten::mm' ELSE 'aten::other' END AS name
+        FROM range(1, 71) r(c), range(0, 70) s(d) WHERE d < c""")
+    con.execute("CREATE TABLE kernel_launch AS SELECT op_id FROM ops WHERE op_id % 7 = 0 OR depth = 69")
+    con.execute("CREATE TEMP TABLE _ks_shaped AS SELECT op_id FROM ops WHERE name = 'aten::mm'")
+    reference = sql._NATIVE_RE.search(sql.render("shapes"))
+    assert reference is not None and reference.group(1) == "shape_owners"
+    con.execute(reference.group(2))
+    ref = _digest(con, "_ks_owner")
+    native._owners_level_by_level(con)
+    assert _digest(con, "_ks_owner") == ref
+    assert ref[0] > 100
+    ((deep,),) = con.execute("SELECT count(*) FROM _ks_owner o JOIN ops USING (op_id) WHERE depth < 5").fetchall()
+    assert deep > 0  # (owners found far up the chains)

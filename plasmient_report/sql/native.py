@@ -15,9 +15,10 @@ next: the sweep and the islands. The short gaps need no sort: their host interva
 runs instead when those alone would take half the allowance) and the gaps read a slice of rows at a time.
 Without an allowance (no budget, or a store the pipeline did not open) a block always runs on its whole input.
 
-One block is SQL both ways: launch_stats' quantiles hold their groups' values in DuckDB's memory, which DuckDB
-cannot spill; where those would take more than half of its limit, `launch_stats` computes the same rows from the
-values sorted within their groups, which spills.
+Two blocks are SQL both ways, for what DuckDB holds in memory and cannot spill: launch_stats' quantiles (their
+groups' values) and shapes' recursive walk up the callers. Where those would take more than half of DuckDB's
+limit, `launch_stats` computes the same rows from the values sorted within their groups and `shape_owners` walks
+one level at a time, which both spill.
 """
 
 from __future__ import annotations
@@ -522,9 +523,59 @@ def launch_stats(con: duckdb.DuckDBPyConnection, reference_sql: str) -> None:
     con.execute(reference_sql if cap is None or held <= cap // 2 else fill(_LAUNCH_STATS_SORTED, "sql/native.py"))
 
 
+# shapes.sql's walk up from each launching op through its callers (a recursive CTE, which DuckDB holds in memory
+# with its join's table of every op): measured on the 4 GiB Kineto trace's store (4.12 M ops, a walk of 2.39 M
+# rows) it needs more than 160 and at most 192 MiB of DuckDB's memory; the 8 GiB trace's ran out of 256 MiB under
+# --memory-budget 1GiB. Rounded up, per op and per row of the walk.
+SHAPE_WALK_BYTES_PER_ROW = 40
+
+
+def shape_owners(con: duckdb.DuckDBPyConnection, reference_sql: str) -> None:
+    """shapes.sql's `_ks_owner`: its recursive SQL where the ops and the walk (each launching op's depth + 1 rows)
+    take at most half of DuckDB's memory limit at SHAPE_WALK_BYTES_PER_ROW, else the same walk one level at a time
+    (at most 64, as the SQL), each level a join of the ops still walking with their parents, which spills: the same
+    rows (the 4 GiB Kineto trace's store, 4.12 M ops: 1.6 s under DuckDB's 64 MiB, against 1.55 s unbounded)."""
+    from .. import store
+
+    ((limit, rows),) = con.execute(
+        """SELECT current_setting('memory_limit'), (SELECT count(*) FROM ops)
+                  + (SELECT coalesce(sum(coalesce(o.depth, 63) + 1), 0)
+                     FROM (SELECT DISTINCT op_id FROM kernel_launch) l JOIN ops o USING (op_id))"""
+    ).fetchall()
+    cap = store.size_bytes(str(limit))
+    if cap is None or int(rows or 0) * SHAPE_WALK_BYTES_PER_ROW <= cap // 2:
+        con.execute(reference_sql)
+    else:
+        _owners_level_by_level(con)
+
+
+def _owners_level_by_level(con: duckdb.DuckDBPyConnection) -> None:
+    """`_ks_owner` from `_ks_shaped`, the walk up one level at a time (shape_owners)."""
+    con.execute("""CREATE OR REPLACE TEMP TABLE _ks_walk AS
+                   SELECT DISTINCT op_id AS launch_op, op_id AS cur FROM kernel_launch WHERE op_id IS NOT NULL""")
+    con.execute("""CREATE OR REPLACE TEMP TABLE _ks_found AS
+                   SELECT w.launch_op, w.cur AS op_id, 0 AS lvl FROM _ks_walk w SEMI JOIN _ks_shaped s ON s.op_id = w.cur""")
+    try:
+        for lvl in range(1, 65):
+            ((n,),) = con.execute(
+                """CREATE OR REPLACE TEMP TABLE _ks_walk AS SELECT w.launch_op, o.parent_op_id AS cur
+                   FROM _ks_walk w JOIN ops o ON o.op_id = w.cur WHERE o.parent_op_id IS NOT NULL"""
+            ).fetchall()
+            if not n:
+                break
+            con.execute(f"""INSERT INTO _ks_found SELECT w.launch_op, w.cur, {lvl}
+                            FROM _ks_walk w SEMI JOIN _ks_shaped s ON s.op_id = w.cur""")
+        con.execute("""CREATE OR REPLACE TEMP TABLE _ks_owner AS
+                       SELECT launch_op, arg_max(op_id, lvl) AS op_id FROM _ks_found GROUP BY launch_op""")
+    finally:
+        con.execute("DROP TABLE IF EXISTS _ks_walk")
+        con.execute("DROP TABLE IF EXISTS _ks_found")
+
+
 NATIVE: dict[str, Callable[[duckdb.DuckDBPyConnection, str], None]] = {
     "short_gaps": short_gaps,
     "sweep_segments": sweep_segments,
     "stretch_islands": stretch_islands,
     "launch_stats": launch_stats,
+    "shape_owners": shape_owners,
 }

@@ -9,23 +9,29 @@
 -- memsets (cuBLAS workspace) do not. FLOPs spread by --model-flops say nothing of a shape and are left out.
 -- Depends: vocab, op_shapes, kernel_launch, window_kernels, kernel_class
 
-CREATE OR REPLACE TABLE kernel_shapes AS
-WITH RECURSIVE shaped AS (
-    SELECT o.op_id FROM ops o JOIN op_shapes s
-      ON s.name = o.name AND s.input_dims IS NOT DISTINCT FROM o.input_dims
-     AND s.input_types IS NOT DISTINCT FROM o.input_types AND s.concrete_inputs IS NOT DISTINCT FROM o.concrete_inputs
-), chain(launch_op, cur, lvl) AS (
+-- Each launching op's outermost op with a shape among itself and its callers (also computed level by level, whose
+-- joins spill, where the walk is large against DuckDB's memory limit: sql/native.py shape_owners).
+CREATE OR REPLACE TEMP TABLE _ks_shaped AS
+SELECT o.op_id FROM ops o JOIN op_shapes s
+  ON s.name = o.name AND s.input_dims IS NOT DISTINCT FROM o.input_dims
+ AND s.input_types IS NOT DISTINCT FROM o.input_types AND s.concrete_inputs IS NOT DISTINCT FROM o.concrete_inputs;
+-- native: shape_owners {
+CREATE OR REPLACE TEMP TABLE _ks_owner AS
+WITH RECURSIVE chain(launch_op, cur, lvl) AS (
     SELECT DISTINCT op_id, op_id, 0 FROM kernel_launch WHERE op_id IS NOT NULL
     UNION ALL
     SELECT c.launch_op, o.parent_op_id, c.lvl + 1 FROM chain c JOIN ops o ON o.op_id = c.cur
     WHERE o.parent_op_id IS NOT NULL AND c.lvl < 64
-), owner AS (
-    SELECT c.launch_op, arg_max(c.cur, c.lvl) AS op_id FROM chain c JOIN shaped s ON s.op_id = c.cur GROUP BY c.launch_op
-), ks AS MATERIALIZED (
+)
+SELECT c.launch_op, arg_max(c.cur, c.lvl) AS op_id FROM chain c JOIN _ks_shaped s ON s.op_id = c.cur GROUP BY c.launch_op;
+-- }
+
+CREATE OR REPLACE TABLE kernel_shapes AS
+WITH RECURSIVE ks AS MATERIALIZED (
     SELECT l.kernel_id, coalesce(sk.op_id, ow.op_id) AS op_id
     FROM kernel_launch l JOIN kernels kk ON kk.kernel_id = l.kernel_id AND kk.kind = 'compute'
-    LEFT JOIN owner ow ON ow.launch_op = l.op_id
-    LEFT JOIN (SELECT k.kernel_id, k.flops_op_id AS op_id FROM kernels k JOIN shaped s ON s.op_id = k.flops_op_id) sk
+    LEFT JOIN _ks_owner ow ON ow.launch_op = l.op_id
+    LEFT JOIN (SELECT k.kernel_id, k.flops_op_id AS op_id FROM kernels k JOIN _ks_shaped s ON s.op_id = k.flops_op_id) sk
       ON sk.kernel_id = l.kernel_id
     WHERE coalesce(sk.op_id, ow.op_id) IS NOT NULL
 ), ann AS (
@@ -41,6 +47,8 @@ WITH RECURSIVE shaped AS (
     SELECT op_id, min(cur) AS caller_op_id FROM up ANTI JOIN ann ON ann.op_id = up.cur WHERE cur IS NOT NULL GROUP BY op_id
 )
 SELECT ks.kernel_id, ks.op_id, c.caller_op_id FROM ks LEFT JOIN caller c USING (op_id);
+DROP TABLE _ks_owner;
+DROP TABLE _ks_shaped;
 COMMENT ON TABLE kernel_shapes IS 'One row per kernel (copies and memsets aside) that ran for a matmul-class op with a shape: that op';
 COMMENT ON COLUMN kernel_shapes.kernel_id IS 'kernels.kernel_id';
 COMMENT ON COLUMN kernel_shapes.op_id IS 'its shape op (ops.op_id): the FLOP owner when it has a shape, else the outermost op with a shape among the launching op and its callers';
