@@ -5,6 +5,7 @@ kernel-duration histogram, on the H200 recordings: the single-GPU program's laun
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -65,7 +66,9 @@ def test_histogram_buckets_are_log2_from_one_microsecond():
     from plasmient_report import sql
 
     con = duckdb.connect()
-    con.execute(sql.render("launch_stats").split("CREATE OR REPLACE TABLE")[0])  # the macro alone
+    macro = re.search(r"CREATE OR REPLACE MACRO duration_bucket.*?;", sql.render("launch_stats"), re.DOTALL)
+    assert macro is not None
+    con.execute(macro.group(0))  # the macro alone
     for d in (0, 999, 1000, 1999, 2000, 3999, 31_999, 32_000, 10**9, 10**13):
         (b,) = con.execute("SELECT duration_bucket(?::BIGINT)", [d]).fetchone()
         lo, hi = verdict_tables.bucket_edges(b)

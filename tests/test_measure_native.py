@@ -302,6 +302,16 @@ def test_nest_ops_beyond_the_native_allowance_runs_its_sql(monkeypatch):
     assert rows == fast
 
 
+def _table_after_run(path: Path, ranges: list[str] | None, table: str) -> tuple[int, int]:
+    """`table`'s digest after analysing `path` (one DuckDB thread)."""
+    with store.threads(1):
+        res = pipeline.analyse([path], pipeline.Options(ranges=ranges or []))
+    try:
+        return _digest(res.con, table)
+    finally:
+        res.close()
+
+
 def _launch_stats_sorted_spy(monkeypatch) -> list[str]:
     """The statements `native.launch_stats` runs from its sorted form (sql.fill's where)."""
     taken: list[str] = []
@@ -324,24 +334,15 @@ def test_launch_stats_from_sorted_values_gives_the_rows_of_its_sql(rel, ranges, 
     # Where its quantile states would take more than half of DuckDB's memory limit, launch_stats comes from the
     # values sorted within their groups (which spills): the same rows as its SQL, to the last bit.
     path = sample_file(rel)
-
-    def digest() -> tuple[int, int]:
-        with store.threads(1):
-            res = pipeline.analyse([path], pipeline.Options(ranges=ranges or []))
-        try:
-            return _digest(res.con, "launch_stats")
-        finally:
-            res.close()
-
     taken = _launch_stats_sorted_spy(monkeypatch)
-    ref = digest()
+    ref = _table_after_run(path, ranges, "launch_stats")
     assert taken == []  # (a sample's kernels: the SQL)
     monkeypatch.setattr(native, "LAUNCH_STATS_BYTES_PER_ROW", 1 << 40)
-    assert digest() == ref
+    assert _table_after_run(path, ranges, "launch_stats") == ref
     assert taken and ref[0] > 1
 
 
-def test_launch_stats_quantiles_from_sorted_values_are_quantile_disc():
+def test_launch_stats_quantiles_from_sorted_values_are_quantile_disc(monkeypatch):
     # Streams of 1 to 120 kernels (durations with ties; every third launch missing, so delays are NULL there; calls
     # that launch several kernels; copies left out) in two windows, and one kernel without a GPU: the sorted form
     # picks the p50 and p99 DuckDB's quantile_disc picks, for every group size.
@@ -362,12 +363,13 @@ def test_launch_stats_quantiles_from_sorted_values_are_quantile_disc():
                start_ns - 400 + (hash(kernel_id // 2) % 13) AS launch_end_ns,
                CASE WHEN kernel_id % 17 = 0 THEN 'cudaGraphLaunch' ELSE 'cudaLaunchKernel' END AS launch_name
         FROM kernels WHERE kernel_id % 3 <> 0""")
-    reference = sql._NATIVE_RE.search(sql.render("launch_stats"))
-    assert reference is not None and reference.group(1) == "launch_stats"
-    con.execute(reference.group(2))
+    taken = _launch_stats_sorted_spy(monkeypatch)
+    with sql.reference():
+        sql.install(con, "launch_stats")
     ref = _digest(con, "launch_stats")
-    con.execute(sql.fill(native._LAUNCH_STATS_SORTED))
-    assert _digest(con, "launch_stats") == ref
+    monkeypatch.setattr(native, "LAUNCH_STATS_BYTES_PER_ROW", 1 << 40)
+    sql.install(con, "launch_stats")
+    assert taken and _digest(con, "launch_stats") == ref
     ((groups,),) = con.execute("""
         SELECT count(DISTINCT (w.scope, w.range_name, w.device, k.stream)) FROM window_kernels w
         JOIN kernels k USING (kernel_id) WHERE k.kind <> 'memcpy'""").fetchall()
@@ -399,20 +401,11 @@ def test_shape_owners_level_by_level_give_the_rows_of_their_sql(rel, ranges, mon
     # Where the recursive walk up the callers would take more than half of DuckDB's memory limit, each launching
     # op's shape op is found one level at a time (joins that spill): kernel_shapes has the same rows.
     path = sample_file(rel)
-
-    def digest() -> tuple[int, int]:
-        with store.threads(1):
-            res = pipeline.analyse([path], pipeline.Options(ranges=ranges or []))
-        try:
-            return _digest(res.con, "kernel_shapes")
-        finally:
-            res.close()
-
     walked = _levels_spy(monkeypatch)
-    ref = digest()
+    ref = _table_after_run(path, ranges, "kernel_shapes")
     assert walked == []  # (a sample's ops: the recursive SQL)
     monkeypatch.setattr(native, "SHAPE_WALK_BYTES_PER_ROW", 1 << 40)
-    assert digest() == ref
+    assert _table_after_run(path, ranges, "kernel_shapes") == ref
     assert ref[0] > 0 and walked and walked[0] > 0
 
 

@@ -13,19 +13,22 @@ CREATE OR REPLACE MACRO duration_bucket(dur_ns) AS
          ELSE least({{HISTOGRAM_BUCKETS}} - 1, floor(log2(dur_ns / {{HISTOGRAM_BASE_NS}}))::INTEGER + 1) END;
 COMMENT ON MACRO duration_bucket IS 'duration_bucket(dur_ns): the histogram bucket of a duration — 0 under 1 µs, b ≥ 1 for [2^(b-1), 2^b) µs, the last one open-ended';
 
+-- Each GPU activity but copies, once per window it overlaps, with its launch (what both forms below read).
+CREATE OR REPLACE TEMP VIEW _ls_kernels AS
+SELECT k.scope, k.range_name, k.rank, k.device, kr.stream, kr.end_ns - kr.start_ns AS dur_ns,
+       kl.launch_thread, kl.launch_start_ns, kl.launch_end_ns, kl.launch_name,
+       kr.start_ns - kl.launch_start_ns AS delay_ns
+FROM (SELECT DISTINCT scope, range_name, rank, device, kernel_id FROM window_kernels) k
+JOIN kernels kr USING (kernel_id) LEFT JOIN kernel_launch kl USING (kernel_id)
+WHERE kr.kind IS DISTINCT FROM 'memcpy';
+
 -- The p50 and p99 of each figure come from one quantile state (its values, held until the group ends: DuckDB
 -- cannot spill them). Where the run's kernels are many against DuckDB's memory limit, the same table is computed
 -- from sorted values instead, which spill (sql/native.py launch_stats).
 -- native: launch_stats {
 CREATE OR REPLACE TABLE launch_stats AS
-WITH k AS (
-    SELECT DISTINCT scope, range_name, rank, device, kernel_id FROM window_kernels
-), a AS (
-    SELECT k.scope, k.range_name, k.rank, k.device, kr.stream, kr.end_ns - kr.start_ns AS dur_ns,
-           kl.launch_thread, kl.launch_start_ns, kl.launch_end_ns, kl.launch_name,
-           kr.start_ns - kl.launch_start_ns AS delay_ns
-    FROM k JOIN kernels kr USING (kernel_id) LEFT JOIN kernel_launch kl USING (kernel_id)
-    WHERE kr.kind IS DISTINCT FROM 'memcpy'
+WITH a AS (
+    SELECT * FROM _ls_kernels
 ), calls AS (
     SELECT DISTINCT scope, range_name, rank, device, stream, launch_thread, launch_start_ns, launch_end_ns
     FROM a WHERE launch_start_ns IS NOT NULL
@@ -54,6 +57,7 @@ SELECT scope, range_name, rank, device, stream, kernels, launched, graph_kernels
        launch_cost_ns, kernel_q[1] AS kernel_p50_ns, kernel_q[2] AS kernel_p99_ns, kernel_max_ns, kernel_ns
 FROM s;
 -- }
+DROP VIEW _ls_kernels;
 COMMENT ON TABLE launch_stats IS 'Per analysed window and stream: launch delay, CPU launch cost and kernel durations (p50 / p99 / max)';
 COMMENT ON COLUMN launch_stats.scope IS 'windows.scope';
 COMMENT ON COLUMN launch_stats.range_name IS 'windows.range_name';

@@ -462,14 +462,8 @@ LAUNCH_STATS_BYTES_PER_ROW = 96
 # max(1, n - floor(n - 0.5 n)) of the group's n non-NULL values in order, as quantile_disc picks it.
 _LAUNCH_STATS_SORTED = """
 CREATE OR REPLACE TABLE launch_stats AS
-WITH k AS (
-    SELECT DISTINCT scope, range_name, rank, device, kernel_id FROM window_kernels
-), a AS (
-    SELECT k.scope, k.range_name, k.rank, k.device, kr.stream, kr.end_ns - kr.start_ns AS dur_ns,
-           kl.launch_thread, kl.launch_start_ns, kl.launch_end_ns, kl.launch_name,
-           kr.start_ns - kl.launch_start_ns AS delay_ns
-    FROM k JOIN kernels kr USING (kernel_id) LEFT JOIN kernel_launch kl USING (kernel_id)
-    WHERE kr.kind IS DISTINCT FROM 'memcpy'
+WITH a AS (
+    SELECT * FROM _ls_kernels
 ), g AS MATERIALIZED (
     SELECT scope, range_name, rank, device, stream, count(*) AS kernels, count(delay_ns) AS launched,
            count(*) FILTER (WHERE regexp_matches(coalesce(launch_name, ''), {{GRAPH_LAUNCH_API_RE}})) AS graph_kernels,
