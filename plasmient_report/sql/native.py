@@ -525,10 +525,11 @@ SHAPE_WALK_BYTES_PER_ROW = 40
 
 
 def shape_owners(con: duckdb.DuckDBPyConnection, reference_sql: str) -> None:
-    """shapes.sql's `_ks_owner`: its recursive SQL where the ops and the walk (each launching op's depth + 1 rows)
-    take at most half of DuckDB's memory limit at SHAPE_WALK_BYTES_PER_ROW, else the same walk one level at a time
-    (at most 64, as the SQL), each level a join of the ops still walking with their parents, which spills: the same
-    rows (the 4 GiB Kineto trace's store, 4.12 M ops: 1.6 s under DuckDB's 64 MiB, against 1.55 s unbounded)."""
+    """shapes.sql's `_ks_owner`: its recursive SQL where the ops and the walk (each launching op's depth + 1 rows;
+    64 for an op whose depth is unknown, the walk's bound) take at most half of DuckDB's memory limit at
+    SHAPE_WALK_BYTES_PER_ROW, else the same walk one level at a time (at most 64, as the SQL), each level a join of
+    the ops still walking with their parents, which spills: the same rows (the 4 GiB Kineto trace's store, 4.12 M
+    ops: 1.6 s under DuckDB's 64 MiB, against 1.55 s unbounded)."""
     from .. import store
 
     ((limit, rows),) = con.execute(
@@ -545,11 +546,11 @@ def shape_owners(con: duckdb.DuckDBPyConnection, reference_sql: str) -> None:
 
 def _owners_level_by_level(con: duckdb.DuckDBPyConnection) -> None:
     """`_ks_owner` from `_ks_shaped`, the walk up one level at a time (shape_owners)."""
-    con.execute("""CREATE OR REPLACE TEMP TABLE _ks_walk AS
-                   SELECT DISTINCT op_id AS launch_op, op_id AS cur FROM kernel_launch WHERE op_id IS NOT NULL""")
-    con.execute("""CREATE OR REPLACE TEMP TABLE _ks_found AS
-                   SELECT w.launch_op, w.cur AS op_id, 0 AS lvl FROM _ks_walk w SEMI JOIN _ks_shaped s ON s.op_id = w.cur""")
     try:
+        con.execute("""CREATE OR REPLACE TEMP TABLE _ks_walk AS
+                       SELECT DISTINCT op_id AS launch_op, op_id AS cur FROM kernel_launch WHERE op_id IS NOT NULL""")
+        con.execute("""CREATE OR REPLACE TEMP TABLE _ks_found AS SELECT w.launch_op, w.cur AS op_id, 0 AS lvl
+                       FROM _ks_walk w SEMI JOIN _ks_shaped s ON s.op_id = w.cur""")
         for lvl in range(1, 65):
             ((n,),) = con.execute(
                 """CREATE OR REPLACE TEMP TABLE _ks_walk AS SELECT w.launch_op, o.parent_op_id AS cur
