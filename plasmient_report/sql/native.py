@@ -508,13 +508,20 @@ def launch_stats(con: duckdb.DuckDBPyConnection, reference_sql: str) -> None:
     (LAUNCH_STATS_BYTES_PER_ROW) take at most half of DuckDB's memory limit (the other half for what runs beside
     it), else from the values sorted within their groups, which spills: the same rows, slower (the 4 GiB Kineto
     trace's store under DuckDB's 256 MiB: 4.5-4.7 s against 2.4-2.6 s). No limit: its SQL."""
-    from .. import store
     from . import fill
 
-    ((limit, rows),) = con.execute("SELECT current_setting('memory_limit'), (SELECT count(*) FROM window_kernels)").fetchall()
+    fits = _half_of_duckdb(con, "SELECT count(*) FROM window_kernels", LAUNCH_STATS_BYTES_PER_ROW)
+    con.execute(reference_sql if fits else fill(_LAUNCH_STATS_SORTED, "sql/native.py"))
+
+
+def _half_of_duckdb(con: duckdb.DuckDBPyConnection, rows_sql: str, bytes_per_row: int) -> bool:
+    """Whether `rows_sql`'s count × `bytes_per_row` takes at most half of DuckDB's memory limit (the other half for
+    what runs beside it); True when the limit cannot be read."""
+    from .. import store
+
+    ((limit, rows),) = con.execute(f"SELECT current_setting('memory_limit'), ({rows_sql})").fetchall()
     cap = store.size_bytes(str(limit))
-    held = int(rows or 0) * LAUNCH_STATS_BYTES_PER_ROW
-    con.execute(reference_sql if cap is None or held <= cap // 2 else fill(_LAUNCH_STATS_SORTED, "sql/native.py"))
+    return cap is None or int(rows or 0) * bytes_per_row <= cap // 2
 
 
 # shapes.sql's walk up from each launching op through its callers (a recursive CTE, which DuckDB holds in memory
@@ -530,15 +537,9 @@ def shape_owners(con: duckdb.DuckDBPyConnection, reference_sql: str) -> None:
     SHAPE_WALK_BYTES_PER_ROW, else the same walk one level at a time (at most 64, as the SQL), each level a join of
     the ops still walking with their parents, which spills: the same rows (the 4 GiB Kineto trace's store, 4.12 M
     ops: 1.6 s under DuckDB's 64 MiB, against 1.55 s unbounded)."""
-    from .. import store
-
-    ((limit, rows),) = con.execute(
-        """SELECT current_setting('memory_limit'), (SELECT count(*) FROM ops)
-                  + (SELECT coalesce(sum(coalesce(o.depth, 63) + 1), 0)
-                     FROM (SELECT DISTINCT op_id FROM kernel_launch) l JOIN ops o USING (op_id))"""
-    ).fetchall()
-    cap = store.size_bytes(str(limit))
-    if cap is None or int(rows or 0) * SHAPE_WALK_BYTES_PER_ROW <= cap // 2:
+    rows = """SELECT (SELECT count(*) FROM ops) + (SELECT coalesce(sum(coalesce(o.depth, 63) + 1), 0)
+                                                FROM (SELECT DISTINCT op_id FROM kernel_launch) l JOIN ops o USING (op_id))"""
+    if _half_of_duckdb(con, rows, SHAPE_WALK_BYTES_PER_ROW):
         con.execute(reference_sql)
     else:
         _owners_level_by_level(con)
